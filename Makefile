@@ -1,0 +1,62 @@
+# popagent: `make run` starts the whole stack, `make test` runs the tests.
+# Both install what they need from the project's own files on a fresh machine.
+SHELL := /bin/bash
+PYTHON ?= python3
+UV_VERSION := 0.13.8
+UV := $(PYTHON) -m uv
+VENV := .venv
+VPY := $(VENV)/bin/python
+PROTO_FILES := $(shell find protos -name '*.proto')
+PROTO_OUT := libs/popagent-protos/src
+PROTO_STAMP := libs/popagent-protos/.stamp
+SYNC_STAMP := $(VENV)/.synced
+MEMBER_PYPROJECTS := pyproject.toml $(wildcard libs/*/pyproject.toml services/*/pyproject.toml)
+
+.PHONY: run test test-fast lint typecheck protos setup system-deps bench constraints compose-config clean
+
+run: setup
+	$(VPY) -m popagent_core.launcher
+
+test: setup
+	$(VPY) -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+
+test-fast: setup
+	$(VPY) -m pytest -x $(PYTEST_ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/pyright
+
+setup: system-deps $(SYNC_STAMP) $(PROTO_STAMP)
+
+# uv itself comes from PyPI into the machine's Python.
+$(SYNC_STAMP): $(MEMBER_PYPROJECTS)
+	@$(UV) --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet "uv==$(UV_VERSION)"
+	$(UV) sync --all-packages --python $(PYTHON)
+	@touch $@
+
+system-deps:
+	@bash deploy/install-system-deps.sh
+
+protos: $(PROTO_STAMP)
+
+$(PROTO_STAMP): $(PROTO_FILES) $(SYNC_STAMP)
+	rm -rf $(PROTO_OUT)/popagent
+	$(VPY) -m grpc_tools.protoc -I protos --python_out=$(PROTO_OUT) --pyi_out=$(PROTO_OUT) \
+		--grpc_python_out=$(PROTO_OUT) $(PROTO_FILES)
+	@find $(PROTO_OUT)/popagent -type d -exec touch {}/__init__.py \;
+	@touch $@
+
+bench: setup
+	for b in bench/*.py; do echo "== $$b"; $(VPY) $$b || exit 1; done
+
+# The pin list (no hashes, no download addresses) used by deploy/Dockerfile.
+constraints: $(SYNC_STAMP)
+	$(UV) export --all-packages --no-hashes --no-header --no-emit-workspace --no-annotate -o constraints.txt >/dev/null
+
+compose-config:
+	docker-compose -f deploy/compose.yaml config -q
+
+clean:
+	rm -rf $(VENV) $(PROTO_OUT)/popagent $(PROTO_STAMP)

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Debian packages the stack needs at run time. Idempotent and quiet when all are present.
+set -euo pipefail
+need=()
+command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
+command -v git >/dev/null 2>&1 || need+=(git)
+[ ${#need[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -ne 0 ]; then
+  echo "popagent needs these Debian packages: ${need[*]} (run: sudo apt-get install -y ${need[*]})" >&2
+  exit 1
+fi
+echo "installing Debian packages: ${need[*]}"
+apt-get update -qq
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null

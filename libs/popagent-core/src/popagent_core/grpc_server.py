@@ -1,0 +1,139 @@
+"""gRPC server helper: health service, request ids, caller authentication, error mapping.
+
+Servicers stay thin: they raise `PopagentError`s and the interceptor turns each into
+`context.abort(code, message)`; anything else becomes INTERNAL with the traceback
+logged (never sent). `asyncio.CancelledError` passes through untouched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from popagent_core.auth import CallerRegistry, caller_var
+from popagent_core.errors import PopagentError
+from popagent_core.log import request_id_var
+
+logger = logging.getLogger(__name__)
+
+_PUBLIC_PREFIXES = ("/grpc.health.v1.Health/",)
+
+
+def _metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
+    return {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+
+
+async def _enter(method: str, context: grpc.aio.ServicerContext, callers: CallerRegistry | None) -> None:
+    metadata = _metadata(context)
+    request_id_var.set(metadata.get("x-request-id") or uuid.uuid4().hex)
+    if callers is None or method.startswith(_PUBLIC_PREFIXES):
+        return
+    token = metadata.get("authorization", "").removeprefix("Bearer ")
+    try:
+        caller_var.set(callers.authenticate(token))
+    except PopagentError as exc:
+        await context.abort(exc.grpc_code, str(exc))
+
+
+async def _abort_for(method: str, exc: Exception, context: grpc.aio.ServicerContext) -> None:
+    if isinstance(exc, PopagentError):
+        if exc.grpc_code == grpc.StatusCode.INTERNAL:
+            logger.error("rpc failed", extra={"method": method, "error": type(exc).__name__}, exc_info=exc)
+        await context.abort(exc.grpc_code, str(exc))
+    logger.error("rpc failed unexpectedly", extra={"method": method}, exc_info=exc)
+    await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+
+
+class KernelInterceptor(grpc.aio.ServerInterceptor):
+    """Request id, caller authentication and error mapping for every RPC."""
+
+    def __init__(self, callers: CallerRegistry | None) -> None:
+        self.callers = callers
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        method: str = handler_call_details.method  # type: ignore[attr-defined]
+        callers = self.callers
+
+        if handler.unary_unary:
+            inner_uu = handler.unary_unary
+
+            async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                await _enter(method, context, callers)
+                try:
+                    return await inner_uu(request, context)
+                except (grpc.aio.AbortError, grpc.aio.BaseError):
+                    raise
+                except Exception as exc:
+                    await _abort_for(method, exc, context)
+
+            return grpc.unary_unary_rpc_method_handler(
+                unary_unary, handler.request_deserializer, handler.response_serializer
+            )
+        if handler.unary_stream:
+            inner_us = handler.unary_stream
+
+            async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+                await _enter(method, context, callers)
+                try:
+                    async for response in inner_us(request, context):
+                        yield response
+                except (grpc.aio.AbortError, grpc.aio.BaseError):
+                    raise
+                except Exception as exc:
+                    await _abort_for(method, exc, context)
+
+            return grpc.unary_stream_rpc_method_handler(
+                unary_stream, handler.request_deserializer, handler.response_serializer
+            )
+        return handler
+
+
+def create_server(callers: CallerRegistry | None) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
+    """A server with the kernel interceptor and the standard health service registered."""
+    server = grpc.aio.server(
+        interceptors=[KernelInterceptor(callers)],
+        options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 8 * 1024 * 1024)],
+    )
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    return server, health_servicer
+
+
+@contextlib.asynccontextmanager
+async def running(
+    server: grpc.aio.Server,
+    health_servicer: health.aio.HealthServicer,
+    address: str,
+    *,
+    service_names: tuple[str, ...] = (),
+    grace_s: float = 3.0,
+) -> AsyncIterator[int]:
+    """Serve on `address` (host:port or unix:path); yields the bound port (0 for unix).
+
+    On exit: report NOT_SERVING, stop accepting RPCs and give in-flight ones `grace_s`.
+    """
+    port = server.add_insecure_port(address)
+    if port == 0 and not address.startswith("unix:"):
+        raise OSError(f"could not bind gRPC address {address}")
+    await server.start()
+    for name in ("", *service_names):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    logger.info("grpc serving", extra={"address": address, "port": port})
+    try:
+        yield port
+    finally:
+        await health_servicer.enter_graceful_shutdown()
+        await server.stop(grace_s)

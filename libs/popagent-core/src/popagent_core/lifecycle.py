@@ -1,0 +1,61 @@
+"""Process lifecycle: build the service inside an AsyncExitStack, stop on SIGTERM/SIGINT.
+
+`build(settings)` is an async context manager that opens everything in dependency
+order and yields once the service is ready; unwinding closes it in reverse (stop
+accepting RPCs with a grace period, drain NATS, close the pool).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from typing import TypeVar
+
+import uvloop
+
+from popagent_core.log import configure_logging
+from popagent_core.settings import ServiceSettings
+
+logger = logging.getLogger(__name__)
+
+S = TypeVar("S", bound=ServiceSettings)
+
+
+async def serve_until_signalled(build: Callable[[S], AbstractAsyncContextManager[object]], settings: S) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with build(settings):
+        logger.info("ready")
+        await stop.wait()
+        logger.info("stopping")
+    logger.info("stopped")
+
+
+def run(service: str, build: Callable[[S], AbstractAsyncContextManager[object]], settings: S) -> None:
+    """Run one service process until SIGTERM/SIGINT. Exit code 1 on a start-up failure."""
+    configure_logging(service, settings.log_level)
+    try:
+        uvloop.run(serve_until_signalled(build, settings))
+    except KeyboardInterrupt:
+        pass
+    except Exception:
+        logger.exception("service failed")
+        raise SystemExit(1) from None
+
+
+@contextlib.asynccontextmanager
+async def background_task(coro_factory: Callable[[], object], name: str):  # type: ignore[no-untyped-def]
+    """Run a coroutine for the lifetime of the context; cancel and await it on exit."""
+    task = asyncio.create_task(coro_factory(), name=name)  # type: ignore[arg-type]
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

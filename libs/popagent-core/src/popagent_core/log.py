@@ -1,0 +1,55 @@
+"""The one JSON log formatter, with request/turn/trace ids from context variables."""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import sys
+import time
+from typing import Any
+
+import orjson
+
+request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
+turn_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("turn_id", default=None)
+trace_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("trace_id", default=None)
+
+_RESERVED = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, service, logger, message, ids, extra fields."""
+
+    def __init__(self, service: str) -> None:
+        super().__init__()
+        self.service = service
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "service": self.service,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key, var in (("request_id", request_id_var), ("turn_id", turn_id_var), ("trace_id", trace_id_var)):
+            value = var.get()
+            if value:
+                entry[key] = value
+        for key, value in record.__dict__.items():
+            if key not in _RESERVED and not key.startswith("_"):
+                entry[key] = value
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return orjson.dumps(entry, default=str).decode()
+
+
+def configure_logging(service: str, level: str = "INFO") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter(service))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    # Third-party chatter at INFO drowns the service's own lines.
+    for noisy in ("httpx", "httpcore", "nats", "asyncio", "grpc"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

@@ -1,0 +1,116 @@
+"""Per-service migration runner: plain SQL files, a ledger, an advisory lock, checksums.
+
+Layout, in each service package:
+  migrations/NNNN_<what>.sql       schema migrations, ledger `popagent_schema_migrations`
+  migrations/data/NNNN_<what>.sql  versioned data migrations (singleton seeds and the like),
+                                   ledger `popagent_data_migrations`
+Every service schema also gets the kernel's own migrations first (ledgers, outbox).
+
+Each pending file runs in its own transaction together with its ledger row, so a
+failure leaves nothing half-applied. The whole run holds a PostgreSQL advisory lock
+keyed on the schema, so two replicas starting at once apply each file exactly once.
+An applied file whose checksum changed stops the service: history is never rewritten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+
+from popagent_core.db import check_schema_name
+from popagent_core.errors import ConfigurationError
+
+logger = logging.getLogger(__name__)
+
+_FILE = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+KERNEL_MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+class MigrationChecksumMismatch(ConfigurationError):
+    """An applied migration file was changed after it ran."""
+
+
+@dataclass(frozen=True)
+class MigrationFile:
+    name: str
+    sql: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.sql.encode()).hexdigest()
+
+
+def read_migrations(directory: Path) -> list[MigrationFile]:
+    if not directory.is_dir():
+        return []
+    files = []
+    for path in sorted(directory.iterdir()):
+        if path.suffix != ".sql":
+            continue
+        if not _FILE.match(path.name):
+            raise ConfigurationError(f"migration file {path} must be named NNNN_lower_snake.sql")
+        files.append(MigrationFile(path.name, path.read_text()))
+    return files
+
+
+@dataclass(frozen=True)
+class MigrationReport:
+    applied: list[str]
+    data_applied: list[str]
+
+
+async def migrate(dsn: str, schema: str, migrations_dir: Path) -> MigrationReport:
+    """Bring `schema` up to date. Safe to run concurrently from several processes."""
+    check_schema_name(schema)
+    conn = await asyncpg.connect(dsn, server_settings={"application_name": f"popagent-migrate-{schema}"})
+    try:
+        await conn.execute("SELECT pg_advisory_lock(hashtext('popagent.migrate'), hashtext($1))", schema)
+        try:
+            await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+            await conn.execute(f'SET search_path TO "{schema}", public')
+            await conn.execute(
+                "CREATE TABLE IF NOT EXISTS popagent_schema_migrations ("
+                " scope text NOT NULL, name text NOT NULL, checksum text NOT NULL,"
+                " applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (scope, name))"
+            )
+            applied = await _apply(conn, "kernel", read_migrations(KERNEL_MIGRATIONS), "popagent_schema_migrations")
+            applied += await _apply(conn, "service", read_migrations(migrations_dir), "popagent_schema_migrations")
+            data_applied = await _apply(
+                conn, "service", read_migrations(migrations_dir / "data"), "popagent_data_migrations"
+            )
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock(hashtext('popagent.migrate'), hashtext($1))", schema)
+    finally:
+        await conn.close()
+    if applied or data_applied:
+        logger.info("migrated", extra={"schema": schema, "applied": applied, "data_applied": data_applied})
+    return MigrationReport(applied, data_applied)
+
+
+async def _apply(conn: asyncpg.Connection, scope: str, files: list[MigrationFile], ledger: str) -> list[str]:
+    rows = await conn.fetch(f"SELECT name, checksum FROM {ledger} WHERE scope = $1", scope)
+    done = {row["name"]: row["checksum"] for row in rows}
+    applied = []
+    for migration in files:
+        if migration.name in done:
+            if done[migration.name] != migration.checksum:
+                raise MigrationChecksumMismatch(
+                    f"migration {scope}/{migration.name} was changed after it was applied; "
+                    "add a new migration instead of editing an applied one"
+                )
+            continue
+        async with conn.transaction():
+            await conn.execute(migration.sql)
+            await conn.execute(
+                f"INSERT INTO {ledger} (scope, name, checksum) VALUES ($1, $2, $3)",
+                scope,
+                migration.name,
+                migration.checksum,
+            )
+        applied.append(migration.name)
+    return applied

@@ -1,0 +1,68 @@
+"""What every gRPC service opens before its own parts: schema, pool, NATS, outbox relay, server.
+
+    @asynccontextmanager
+    async def build(settings):
+        async with service_kernel("tasks", settings, MIGRATIONS) as kernel:
+            tasks_pb2_grpc.add_TasksServiceServicer_to_server(TasksServicer(...), kernel.server)
+            async with kernel.serving(settings.grpc_address):
+                yield
+
+Unwinding stops accepting RPCs (with grace) before NATS drains and the pool closes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import grpc
+from grpc_health.v1 import health
+from nats.aio.client import Client as NatsClient
+from nats.js import JetStreamContext
+
+from popagent_core import bus, db, grpc_server
+from popagent_core.auth import CallerRegistry
+from popagent_core.lifecycle import background_task
+from popagent_core.migrate import migrate
+from popagent_core.settings import ServiceSettings
+
+
+@dataclass
+class Kernel:
+    name: str
+    pool: asyncpg.Pool
+    nats: NatsClient
+    js: JetStreamContext
+    server: grpc.aio.Server
+    health: health.aio.HealthServicer
+    outbox: bus.OutboxRelay
+
+    def serving(self, address: str, *, grace_s: float = 3.0) -> contextlib.AbstractAsyncContextManager[int]:
+        return grpc_server.running(self.server, self.health, address, grace_s=grace_s)
+
+
+def schema_for(service: str) -> str:
+    return service.replace("-", "_")
+
+
+@contextlib.asynccontextmanager
+async def service_kernel(
+    service: str, settings: ServiceSettings, migrations_dir: Path, *, pool_max_size: int = 10
+) -> AsyncIterator[Kernel]:
+    callers = CallerRegistry.from_json(settings.internal_callers)
+    schema = schema_for(service)
+    await migrate(settings.database_url, schema, migrations_dir)
+    async with contextlib.AsyncExitStack() as stack:
+        pool = await stack.enter_async_context(
+            db.open_pool(settings.database_url, schema, max_size=pool_max_size, application_name=f"popagent-{service}")
+        )
+        nc = await stack.enter_async_context(bus.connect(settings.nats_url, name=service))
+        js = nc.jetstream()
+        await bus.ensure_streams(js, (schema,))
+        relay = bus.OutboxRelay(pool, js)
+        await stack.enter_async_context(background_task(relay.run, name=f"{service}-outbox"))
+        server, health_servicer = grpc_server.create_server(callers)
+        yield Kernel(service, pool, nc, js, server, health_servicer, relay)

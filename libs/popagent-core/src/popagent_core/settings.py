@@ -1,0 +1,98 @@
+"""Settings base: pydantic-settings classes built at start, never at import.
+
+A bad or missing value stops the process with one line naming the variable and what is
+wrong (`load_settings`); the value itself is never echoed, since it may be a secret.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, TypeVar
+
+from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_DSN_SCHEMES = ("postgresql://", "postgres://")
+
+
+class ServiceSettings(BaseSettings):
+    """What every gRPC service needs. Subclasses add their own fields."""
+
+    model_config = SettingsConfigDict(env_ignore_empty=True, extra="ignore", frozen=True)
+
+    database_url: str = Field(validation_alias="DATABASE_URL")
+    nats_url: str = Field(default="nats://127.0.0.1:4222", validation_alias="NATS_URL")
+    log_level: str = Field(default="INFO", validation_alias="POPAGENT_LOG_LEVEL")
+    # This process's own credential for calling other services (internal gRPC auth).
+    internal_token: str = Field(default="", validation_alias="POPAGENT_INTERNAL_TOKEN", repr=False)
+    # JSON {"caller": "sha256 hex of its token"}: who may call this service's RPCs.
+    internal_callers: str = Field(default="", validation_alias="POPAGENT_INTERNAL_CALLERS")
+
+    @field_validator("database_url")
+    @classmethod
+    def _postgres_dsn(cls, value: str) -> str:
+        if not value.startswith(_DSN_SCHEMES):
+            raise ValueError("must be a postgresql:// URL")
+        return value
+
+    @field_validator("nats_url")
+    @classmethod
+    def _nats_url(cls, value: str) -> str:
+        if not all(part.strip().startswith(("nats://", "tls://")) for part in value.split(",")):
+            raise ValueError("must be one or more comma-separated nats:// URLs")
+        return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _log_level(cls, value: str) -> str:
+        level = value.upper()
+        if level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
+            raise ValueError("must be one of DEBUG, INFO, WARNING, ERROR")
+        return level
+
+
+def grpc_address_field(service: str, default_port: int) -> Any:
+    """The listen/dial address of one service: `POPAGENT_<SERVICE>_ADDR`, host:port or unix:path."""
+    env = f"POPAGENT_{service.upper().replace('-', '_')}_ADDR"
+    return Field(default=f"127.0.0.1:{default_port}", validation_alias=AliasChoices(env))
+
+
+# Default loopback ports; the launcher passes explicit addresses to every process.
+DEFAULT_PORTS: dict[str, int] = {
+    "agent-runner": 50151,
+    "hooks": 50152,
+    "tasks": 50153,
+    "evolution": 50154,
+    "secrets": 50155,
+    "browser-bridge": 50156,
+}
+
+
+def describe_validation_error(settings_cls: type[BaseSettings], error: ValidationError) -> str:
+    """One line naming each bad variable and what is wrong, never its value."""
+    problems = []
+    for item in error.errors(include_input=False, include_url=False):
+        field_name = str(item["loc"][0]) if item["loc"] else "?"
+        field = settings_cls.model_fields.get(field_name)
+        variable = field_name.upper()
+        if field is not None and field.validation_alias is not None:
+            alias = field.validation_alias
+            if isinstance(alias, AliasChoices):
+                alias = alias.choices[0]
+            variable = str(alias)
+        reason = "is required but not set" if item["type"] == "missing" else item["msg"]
+        reason = reason.removeprefix("Value error, ")
+        problems.append(f"{variable} {reason}")
+    return "; ".join(problems)
+
+
+S = TypeVar("S", bound=BaseSettings)
+
+
+def load_settings(settings_cls: type[S], service: str, **overrides: Any) -> S:
+    """Build settings from the environment, or exit 2 with one line naming what is wrong."""
+    try:
+        return settings_cls(**overrides)
+    except ValidationError as error:
+        sys.stderr.write(f"popagent-{service}: bad configuration: {describe_validation_error(settings_cls, error)}\n")
+        raise SystemExit(2) from None

@@ -1,0 +1,34 @@
+"""Every NATS subject and stream name, in one greppable place.
+
+Facts are `popagent.<owner>.<entity>.<past-tense>`; each owning service has one
+JetStream stream over `popagent.<owner>.>`.
+"""
+
+from __future__ import annotations
+
+OWNERS = ("agent_runner", "hooks", "tasks", "evolution", "secrets", "browser_bridge")
+
+SESSION_DELETED = "popagent.agent_runner.session.deleted"
+TURN_COMPLETED = "popagent.agent_runner.turn.completed"
+TASK_ENQUEUED = "popagent.tasks.task.enqueued"
+TASK_STOPPED = "popagent.tasks.task.stopped"
+SECRET_CHANGED = "popagent.secrets.secret.changed"
+HOOK_CONFIG_LOADED = "popagent.hooks.config.loaded"
+
+
+def stream_name(owner: str) -> str:
+    """`POPAGENT_TASKS` for owner `tasks`."""
+    if owner not in OWNERS:
+        raise ValueError(f"unknown subject owner {owner!r}")
+    return f"POPAGENT_{owner.upper()}"
+
+
+def stream_subjects(owner: str) -> list[str]:
+    return [f"popagent.{owner}.>"]
+
+
+def owner_of(subject: str) -> str:
+    parts = subject.split(".")
+    if len(parts) < 4 or parts[0] != "popagent" or parts[1] not in OWNERS:
+        raise ValueError(f"subject {subject!r} is not popagent.<owner>.<entity>.<event>")
+    return parts[1]

@@ -1,0 +1,1 @@
+"""pytest fixtures shared by every service's tests (real PostgreSQL, real NATS)."""

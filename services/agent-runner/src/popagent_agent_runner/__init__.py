@@ -1,0 +1,1 @@
+"""popagent_agent_runner."""

@@ -1,0 +1,9 @@
+"""Settings of the evolution service, built at start."""
+
+from __future__ import annotations
+
+from popagent_core.settings import DEFAULT_PORTS, ServiceSettings, grpc_address_field
+
+
+class Settings(ServiceSettings):
+    grpc_address: str = grpc_address_field("evolution", DEFAULT_PORTS["evolution"])

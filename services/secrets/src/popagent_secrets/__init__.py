@@ -1,0 +1,1 @@
+"""popagent_secrets."""

@@ -1,0 +1,1 @@
+"""Root conftest: the kernel's pytest plugin (real PostgreSQL and NATS) is loaded via addopts."""
