@@ -134,9 +134,7 @@ class OutboxRelay:
                     )
                 except Exception as exc:
                     failure = exc
-                    await conn.execute(
-                        "UPDATE popagent_outbox SET attempts = attempts + 1 WHERE id = $1", row["id"]
-                    )
+                    await conn.execute("UPDATE popagent_outbox SET attempts = attempts + 1 WHERE id = $1", row["id"])
                     break
                 await conn.execute("UPDATE popagent_outbox SET published_at = now() WHERE id = $1", row["id"])
                 published += 1
@@ -177,7 +175,9 @@ class OutboxRelay:
                         await self.pool.release(listener)
                 raise
             except Exception as exc:
-                logger.warning("outbox relay failed; retrying", extra={"error": type(exc).__name__, "backoff_s": backoff})
+                logger.warning(
+                    "outbox relay failed; retrying", extra={"error": type(exc).__name__, "backoff_s": backoff}
+                )
                 if listener is not None and listener.is_closed():
                     listener = None
                 await asyncio.sleep(backoff)

@@ -12,9 +12,7 @@ from popagent_core.errors import from_grpc_code
 from popagent_core.log import request_id_var
 
 
-class _CredentialInterceptor(
-    grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor
-):
+class _CredentialInterceptor(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor):
     """Adds `authorization` and the current request id to every call."""
 
     def __init__(self, token: str) -> None:
@@ -38,14 +36,10 @@ class _CredentialInterceptor(
         return await continuation(self._details(client_call_details), request)
 
 
-def _target(address: str) -> str:
-    return address if address.startswith("unix:") else address
-
-
 @contextlib.asynccontextmanager
 async def open_channel(address: str, token: str) -> AsyncIterator[grpc.aio.Channel]:
     channel = grpc.aio.insecure_channel(
-        _target(address),
+        address,
         interceptors=[_CredentialInterceptor(token)],
         options=[("grpc.max_receive_message_length", 8 * 1024 * 1024)],
     )

@@ -6,9 +6,8 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from popagent_core.service import service_kernel
-
 from popagent_agent_runner.settings import Settings
+from popagent_core.service import service_kernel
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 

@@ -7,10 +7,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from popagent.browser_bridge.v1 import browser_bridge_pb2_grpc
-from popagent_core.service import service_kernel
-
 from popagent_browser_bridge.servicer import BrowserBridgeServicer
 from popagent_browser_bridge.settings import Settings
+from popagent_core.service import service_kernel
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncpg
 import grpc
+
 from popagent.browser_bridge.v1 import browser_bridge_pb2, browser_bridge_pb2_grpc
 from popagent_core.db import wrap_db_errors
 from popagent_core.errors import ConfigurationError

@@ -2,7 +2,6 @@
 
 from popagent_core.lifecycle import run
 from popagent_core.settings import load_settings
-
 from popagent_evolution.service import build
 from popagent_evolution.settings import Settings
 

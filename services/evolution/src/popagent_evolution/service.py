@@ -8,7 +8,6 @@ from pathlib import Path
 
 from popagent.evolution.v1 import evolution_pb2_grpc
 from popagent_core.service import service_kernel
-
 from popagent_evolution.servicer import EvolutionServicer
 from popagent_evolution.settings import Settings
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import asyncpg
 import grpc
+
 from popagent.evolution.v1 import evolution_pb2, evolution_pb2_grpc
 from popagent_core.db import load_queries, wrap_db_errors
 from popagent_core.errors import ConfigurationError

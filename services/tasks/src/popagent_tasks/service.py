@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from popagent_core.service import service_kernel
-
 from popagent_tasks.settings import Settings
 
 MIGRATIONS = Path(__file__).parent / "migrations"

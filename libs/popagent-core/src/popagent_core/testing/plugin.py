@@ -70,9 +70,7 @@ async def _ensure_template(admin_dsn: str, services: tuple[str, ...], dirs: tupl
         # One creator per template across xdist workers.
         await conn.execute("SELECT pg_advisory_lock(hashtext('popagent.test-template'))")
         try:
-            exists = await conn.fetchval(
-                "SELECT 1 FROM pg_database WHERE datname = $1", template
-            )
+            exists = await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", template)
             if not exists:
                 building = f"{template}_building"
                 await conn.execute(f'DROP DATABASE IF EXISTS "{building}"')

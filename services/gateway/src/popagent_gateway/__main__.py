@@ -1,0 +1,28 @@
+"""`python -m popagent_gateway`: serve the HTTP API with uvicorn until SIGTERM."""
+
+from __future__ import annotations
+
+import uvicorn
+
+from popagent_core.log import configure_logging
+from popagent_core.settings import load_settings
+from popagent_gateway.app import create_app
+from popagent_gateway.settings import Settings
+
+
+def main() -> None:
+    settings = load_settings(Settings, "gateway")
+    configure_logging("gateway", settings.log_level)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        loop="uvloop",
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""Request dependencies: API-key auth and the gRPC stubs of the owning services."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Annotated
+
+import grpc
+from fastapi import Depends, Request
+
+from popagent.browser_bridge.v1 import browser_bridge_pb2_grpc
+from popagent.evolution.v1 import evolution_pb2_grpc
+from popagent.hooks.v1 import hooks_pb2_grpc
+from popagent.secrets.v1 import secrets_pb2_grpc
+from popagent.tasks.v1 import tasks_pb2_grpc
+from popagent_core.errors import Unauthenticated
+from popagent_gateway.settings import Settings
+
+API_KEY_HEADER = "x-popagent-key"
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+async def require_api_key(request: Request) -> None:
+    """Every /api route depends on this (a route-inventory test checks it)."""
+    expected: str = request.app.state.settings.api_key
+    if not expected:
+        return
+    supplied = request.headers.get(API_KEY_HEADER, "")
+    # Constant time: the comparison must not tell how much of the key was right.
+    if not hmac.compare_digest(supplied.encode(), expected.encode()):
+        raise Unauthenticated("missing or wrong x-popagent-key")
+
+
+def channel(request: Request, service: str) -> grpc.aio.Channel:
+    return request.app.state.channels[service]
+
+
+def get_hooks(request: Request) -> hooks_pb2_grpc.HooksServiceStub:
+    return hooks_pb2_grpc.HooksServiceStub(channel(request, "hooks"))
+
+
+def get_secrets(request: Request) -> secrets_pb2_grpc.SecretsServiceStub:
+    return secrets_pb2_grpc.SecretsServiceStub(channel(request, "secrets"))
+
+
+def get_tasks(request: Request) -> tasks_pb2_grpc.TasksServiceStub:
+    return tasks_pb2_grpc.TasksServiceStub(channel(request, "tasks"))
+
+
+def get_evolution(request: Request) -> evolution_pb2_grpc.EvolutionServiceStub:
+    return evolution_pb2_grpc.EvolutionServiceStub(channel(request, "evolution"))
+
+
+def get_browser_bridge(request: Request) -> browser_bridge_pb2_grpc.BrowserBridgeServiceStub:
+    return browser_bridge_pb2_grpc.BrowserBridgeServiceStub(channel(request, "browser-bridge"))
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+HooksStub = Annotated[hooks_pb2_grpc.HooksServiceStub, Depends(get_hooks)]
+SecretsStub = Annotated[secrets_pb2_grpc.SecretsServiceStub, Depends(get_secrets)]
+TasksStub = Annotated[tasks_pb2_grpc.TasksServiceStub, Depends(get_tasks)]
+EvolutionStub = Annotated[evolution_pb2_grpc.EvolutionServiceStub, Depends(get_evolution)]
+BrowserBridgeStub = Annotated[browser_bridge_pb2_grpc.BrowserBridgeServiceStub, Depends(get_browser_bridge)]

@@ -1,0 +1,63 @@
+"""GET /api/health: deployment readiness of both PostgreSQL stores and every service."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+
+from popagent_core.grpc_client import check_health
+
+router = APIRouter()
+
+
+class ComponentHealth(BaseModel):
+    ok: bool
+    detail: str = ""
+
+
+class HealthResponse(BaseModel):
+    ok: bool
+    components: dict[str, ComponentHealth]
+
+
+async def _postgres(dsn: str) -> ComponentHealth:
+    try:
+        conn = await asyncio.wait_for(asyncpg.connect(dsn), timeout=2)
+    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+        return ComponentHealth(ok=False, detail=type(exc).__name__)
+    try:
+        await conn.fetchval("SELECT 1")
+    except asyncpg.PostgresError as exc:
+        return ComponentHealth(ok=False, detail=type(exc).__name__)
+    finally:
+        await conn.close()
+    return ComponentHealth(ok=True)
+
+
+async def _service(request: Request, name: str) -> ComponentHealth:
+    healthy = await check_health(request.app.state.channels[name], timeout_s=1.0)
+    return ComponentHealth(ok=healthy, detail="" if healthy else "not serving")
+
+
+@router.get("/health", response_model=HealthResponse, responses={503: {"model": HealthResponse}})
+async def health(request: Request) -> JSONResponse:
+    """Readiness of application and observability PostgreSQL and of every service.
+
+    Model, search and browser outages are deliberately not part of readiness.
+    """
+    settings = request.app.state.settings
+    names = list(request.app.state.channels)
+    results = await asyncio.gather(
+        _postgres(settings.database_url),
+        _postgres(settings.observability_database_url),
+        *(_service(request, name) for name in names),
+    )
+    components = {"postgres": results[0], "observabilityPostgres": results[1]}
+    components.update({f"service:{name}": result for name, result in zip(names, results[2:], strict=True)})
+    ok = all(component.ok for component in components.values())
+    body = HealthResponse(ok=ok, components=components)
+    return JSONResponse(body.model_dump(), status_code=200 if ok else 503)

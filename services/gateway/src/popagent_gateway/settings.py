@@ -1,0 +1,54 @@
+"""Gateway settings, built at start."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from popagent_core.settings import DEFAULT_PORTS, grpc_address_field
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_ignore_empty=True, extra="ignore", frozen=True)
+
+    host: str = Field(default="127.0.0.1", validation_alias="POPAGENT_GATEWAY_HOST")
+    port: int = Field(default=8080, ge=0, le=65535, validation_alias="POPAGENT_GATEWAY_PORT")
+    # When set, every /api request must carry it as `x-popagent-key`.
+    api_key: str = Field(default="", validation_alias="POPAGENT_API_KEY", repr=False)
+    # Readiness only: the gateway owns no tables, it just checks both stores answer.
+    database_url: str = Field(validation_alias="DATABASE_URL")
+    observability_database_url: str = Field(validation_alias="OBSERVABILITY_DATABASE_URL")
+    log_level: str = Field(default="INFO", validation_alias="POPAGENT_LOG_LEVEL")
+    internal_token: str = Field(default="", validation_alias="POPAGENT_INTERNAL_TOKEN", repr=False)
+    max_body_bytes: int = Field(default=1024 * 1024, ge=1024, validation_alias="POPAGENT_MAX_BODY_BYTES")
+
+    agent_runner_address: str = grpc_address_field("agent-runner", DEFAULT_PORTS["agent-runner"])
+    hooks_address: str = grpc_address_field("hooks", DEFAULT_PORTS["hooks"])
+    tasks_address: str = grpc_address_field("tasks", DEFAULT_PORTS["tasks"])
+    evolution_address: str = grpc_address_field("evolution", DEFAULT_PORTS["evolution"])
+    secrets_address: str = grpc_address_field("secrets", DEFAULT_PORTS["secrets"])
+    browser_bridge_address: str = grpc_address_field("browser-bridge", DEFAULT_PORTS["browser-bridge"])
+
+    @field_validator("database_url", "observability_database_url")
+    @classmethod
+    def _postgres_dsn(cls, value: str) -> str:
+        if not value.startswith(("postgresql://", "postgres://")):
+            raise ValueError("must be a postgresql:// URL")
+        return value
+
+    @field_validator("api_key")
+    @classmethod
+    def _api_key(cls, value: str) -> str:
+        if value and len(value) < 16:
+            raise ValueError("must be at least 16 characters when set")
+        return value
+
+    def service_addresses(self) -> dict[str, str]:
+        return {
+            "agent-runner": self.agent_runner_address,
+            "hooks": self.hooks_address,
+            "tasks": self.tasks_address,
+            "evolution": self.evolution_address,
+            "secrets": self.secrets_address,
+            "browser-bridge": self.browser_bridge_address,
+        }
