@@ -8,16 +8,29 @@ on the next start.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-import pgserver
+# pgserver computes a runtime dir at import; on a headless root shell XDG_RUNTIME_DIR is
+# unset and platformdirs warns about its (correct) fallback. Nothing to act on.
+warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+import pgserver  # noqa: E402
+
+
+def die_with_parent() -> None:
+    """preexec_fn: the child gets SIGTERM when its parent dies, however the parent dies (Linux)."""
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    pr_set_pdeathsig = 1
+    libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def nats_server_binary() -> str:
@@ -89,7 +102,7 @@ def start_nats(store_dir: Path, port: int | None = None, log_file: Path | None =
         [nats_server_binary(), "-js", "-sd", str(store_dir), "-a", "127.0.0.1", "-p", str(port)],
         stdout=output,
         stderr=output,
-        start_new_session=False,
+        preexec_fn=die_with_parent,
         env={k: v for k, v in os.environ.items() if not k.startswith("POPAGENT_")},
     )
     try:

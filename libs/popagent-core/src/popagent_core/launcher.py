@@ -1,0 +1,272 @@
+"""The stack launcher behind `make run`: infrastructure, seven services, health, clean stop.
+
+With DATABASE_URL / OBSERVABILITY_DATABASE_URL / NATS_URL unset it starts embedded
+PostgreSQL (pgserver, with pgvector; Unix socket only) and NATS with JetStream under a
+git-ignored data folder and reuses them on the next start. Every service is its own
+process; the launcher waits for each one's gRPC health, then the gateway's
+/api/health, prints the URL and API key, and on Ctrl-C/SIGTERM stops every child it
+started. Children also get PR_SET_PDEATHSIG so a killed launcher leaves no orphans.
+A service that dies is reported by name with its last log lines, and the stack stops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import os
+import secrets
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import asyncpg
+import httpx
+
+from popagent_core import embedded
+from popagent_core.auth import generate_credentials
+from popagent_core.grpc_client import check_health, open_channel
+
+REPO_ROOT = Path(__file__).resolve().parents[4]
+GRPC_SERVICES = ("hooks", "secrets", "evolution", "browser-bridge", "tasks", "agent-runner")
+ALL_SERVICES = (*GRPC_SERVICES, "gateway")
+LOG_TAIL_LINES = 20
+
+
+@dataclass
+class Child:
+    name: str
+    process: asyncio.subprocess.Process
+    tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=LOG_TAIL_LINES))
+    pump: asyncio.Task[None] | None = None
+
+
+class StackError(Exception):
+    """The stack could not start or a service died."""
+
+
+@dataclass
+class StackConfig:
+    data_dir: Path
+    gateway_port: int = 8080
+    echo_logs: bool = True
+    start_timeout_s: float = 60.0
+
+
+def _secret_key(data_dir: Path) -> str:
+    """POPAGENT_SECRET_KEY for local runs: generated once, kept in the data folder (0600)."""
+    import base64
+
+    path = data_dir / "secret-key"
+    if not path.exists():
+        path.write_text(base64.b64encode(os.urandom(32)).decode())
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+def _api_key(data_dir: Path) -> str:
+    path = data_dir / "api-key"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(24))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+async def _ensure_database(admin_dsn: str, name: str) -> str:
+    from popagent_core.testing.plugin import with_database
+
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        if not await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name):
+            await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    return with_database(admin_dsn, name)
+
+
+class Stack:
+    """One running popagent stack. Use `async with Stack(config).running() as stack:`."""
+
+    def __init__(self, config: StackConfig) -> None:
+        self.config = config
+        self.children: dict[str, Child] = {}
+        self.env: dict[str, str] = {}
+        self.api_key = ""
+        self.url = ""
+        self._exit = contextlib.AsyncExitStack()
+        self.died: asyncio.Queue[Child] = asyncio.Queue()
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Stack]:
+        async with self._exit:
+            self._exit.push_async_callback(self.stop_children)
+            await self._start()
+            yield self
+
+    async def _infrastructure(self) -> dict[str, str]:
+        data = self.config.data_dir
+        data.mkdir(parents=True, exist_ok=True)
+        (data / "logs").mkdir(exist_ok=True)
+        env: dict[str, str] = {}
+        database_url = os.environ.get("DATABASE_URL", "")
+        observability_url = os.environ.get("OBSERVABILITY_DATABASE_URL", "")
+        if not database_url or not observability_url:
+            admin_dsn = self._exit.enter_context(embedded.postgres(data / "postgres"))
+            database_url = database_url or await _ensure_database(admin_dsn, "popagent")
+            observability_url = observability_url or await _ensure_database(admin_dsn, "popagent_observability")
+        env["DATABASE_URL"] = database_url
+        env["OBSERVABILITY_DATABASE_URL"] = observability_url
+        nats_url = os.environ.get("NATS_URL", "")
+        if not nats_url:
+            nats = self._exit.enter_context(embedded.nats(data / "nats", log_file=data / "logs" / "nats.log"))
+            nats_url = nats.url
+        env["NATS_URL"] = nats_url
+        return env
+
+    async def _start(self) -> None:
+        infra = await self._infrastructure()
+        tokens, callers = generate_credentials()
+        self.api_key = os.environ.get("POPAGENT_API_KEY") or _api_key(self.config.data_dir)
+        addresses = {name: f"127.0.0.1:{embedded.free_port()}" for name in GRPC_SERVICES}
+        base = {k: v for k, v in os.environ.items() if k not in ("POPAGENT_INTERNAL_TOKEN",)}
+        base.update(infra)
+        base["POPAGENT_INTERNAL_CALLERS"] = callers
+        base["POPAGENT_API_KEY"] = self.api_key
+        base.setdefault("POPAGENT_SECRET_KEY", _secret_key(self.config.data_dir))
+        base.setdefault("POPAGENT_WORKSPACE_ROOT", str(REPO_ROOT / "workspace"))
+        for name, address in addresses.items():
+            base[f"POPAGENT_{name.upper().replace('-', '_')}_ADDR"] = address
+        base["POPAGENT_GATEWAY_PORT"] = str(self.config.gateway_port)
+        self.env = base
+
+        deadline = time.monotonic() + self.config.start_timeout_s
+        for name in GRPC_SERVICES:
+            await self._spawn(name, dict(base, POPAGENT_INTERNAL_TOKEN=tokens[name]))
+        await asyncio.gather(*(self._wait_grpc(name, addresses[name], deadline) for name in GRPC_SERVICES))
+        await self._spawn("gateway", dict(base, POPAGENT_INTERNAL_TOKEN=tokens["gateway"]))
+        self.url = f"http://127.0.0.1:{self.config.gateway_port}"
+        await self._wait_http(deadline)
+
+    async def _spawn(self, name: str, env: dict[str, str]) -> None:
+        module = f"popagent_{name.replace('-', '_')}"
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            module,
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            preexec_fn=embedded.die_with_parent,
+        )
+        child = Child(name, process)
+        child.pump = asyncio.create_task(self._pump(child), name=f"pump-{name}")
+        self.children[name] = child
+
+    async def _pump(self, child: Child) -> None:
+        assert child.process.stdout is not None
+        log_path = self.config.data_dir / "logs" / f"{child.name}.log"
+        # Appending a log line to a local file is not worth a thread hop per line.
+        with open(log_path, "ab") as log:  # noqa: ASYNC230
+            async for raw in child.process.stdout:
+                log.write(raw)
+                line = raw.decode(errors="replace").rstrip()
+                child.tail.append(line)
+                if self.config.echo_logs:
+                    sys.stdout.write(f"{child.name:>14} | {line}\n")
+                    sys.stdout.flush()
+        await child.process.wait()
+        await self.died.put(child)
+
+    def crash_report(self, child: Child) -> str:
+        lines = "\n".join(f"    {line}" for line in child.tail) or "    (no output)"
+        return f"service {child.name} exited with code {child.process.returncode}; last log lines:\n{lines}"
+
+    def _check_alive(self) -> None:
+        for child in self.children.values():
+            if child.process.returncode is not None:
+                raise StackError(self.crash_report(child))
+
+    async def _wait_grpc(self, name: str, address: str, deadline: float) -> None:
+        async with open_channel(address, "") as channel:
+            while not await check_health(channel, timeout_s=0.5):
+                self._check_alive()
+                if time.monotonic() > deadline:
+                    raise StackError(f"service {name} did not become healthy in time")
+                await asyncio.sleep(0.05)
+
+    async def _wait_http(self, deadline: float) -> None:
+        async with httpx.AsyncClient(timeout=2.0) as client:
+            while True:
+                self._check_alive()
+                with contextlib.suppress(httpx.HTTPError):
+                    response = await client.get(f"{self.url}/api/health", headers={"x-popagent-key": self.api_key})
+                    if response.status_code == 200:
+                        return
+                if time.monotonic() > deadline:
+                    raise StackError("gateway /api/health did not answer 200 in time")
+                await asyncio.sleep(0.05)
+
+    async def stop_children(self, timeout_s: float = 10.0) -> None:
+        """SIGTERM every child (gateway first), wait, SIGKILL whatever is left."""
+        order = [self.children[n] for n in reversed(ALL_SERVICES) if n in self.children]
+        for child in order:
+            if child.process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    child.process.terminate()
+        for child in order:
+            try:
+                await asyncio.wait_for(child.process.wait(), timeout_s)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    child.process.kill()
+                await child.process.wait()
+            if child.pump is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(child.pump, 2)
+
+
+async def _main(config: StackConfig) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    stack = Stack(config)
+    try:
+        async with stack.running():
+            sys.stdout.write(
+                f"\npopagent is running: {stack.url}\n"
+                f"API key (x-popagent-key): {stack.api_key}\n"
+                f"data folder: {config.data_dir}\nPress Ctrl-C to stop.\n\n"
+            )
+            sys.stdout.flush()
+            stopped = asyncio.create_task(stop.wait())
+            died = asyncio.create_task(stack.died.get())
+            done, _ = await asyncio.wait({stopped, died}, return_when=asyncio.FIRST_COMPLETED)
+            for task in (stopped, died):
+                task.cancel()
+            if died in done and not stop.is_set():
+                sys.stderr.write(stack.crash_report(died.result()) + "\n")
+                return 1
+            sys.stdout.write("stopping popagent...\n")
+    except StackError as exc:
+        sys.stderr.write(f"popagent failed to start: {exc}\n")
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="popagent-stack", description="Start the whole popagent stack.")
+    parser.add_argument("--data-dir", type=Path, default=Path(os.environ.get("POPAGENT_DATA_DIR", REPO_ROOT / ".data")))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("POPAGENT_GATEWAY_PORT", "8080")))
+    parser.add_argument("--quiet", action="store_true", help="do not echo service logs")
+    args = parser.parse_args(argv)
+    config = StackConfig(data_dir=args.data_dir.resolve(), gateway_port=args.port, echo_logs=not args.quiet)
+    raise SystemExit(asyncio.run(_main(config)))
+
+
+if __name__ == "__main__":
+    main()
