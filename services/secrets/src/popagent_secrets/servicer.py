@@ -1,0 +1,85 @@
+"""SecretsService: who may call what, then proto <-> store.
+
+Plaintext leaves only through ResolveSecret and only to browser-bridge, which proves
+who it is with its own internal credential (the kernel interceptor authenticates it
+and sets `caller_var`). Management RPCs answer the gateway (the authenticated
+`/api/secrets` edge) only: agents have no tool that creates, changes or reads values.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from popagent.secrets.v1 import secrets_pb2, secrets_pb2_grpc
+from popagent_core.auth import caller_var
+from popagent_core.errors import PermissionDenied
+from popagent_secrets.models import SecretInfo
+from popagent_secrets.store import SecretStore
+
+RESOLVER = "browser-bridge"
+MANAGERS = frozenset({"gateway"})
+# Listing shows names and bindings only; the runner and the bridge may need to know
+# which secrets exist for `useBrowserSecret`.
+READERS = frozenset({"gateway", "agent-runner", "browser-bridge"})
+
+
+def _require(allowed: frozenset[str], action: str) -> None:
+    caller = caller_var.get()
+    if caller not in allowed:
+        raise PermissionDenied(f"caller {caller or 'unknown'} may not {action}")
+
+
+def _info(info: SecretInfo) -> secrets_pb2.SecretInfo:
+    return secrets_pb2.SecretInfo(
+        resource_id=info.resource_id,
+        name=info.name,
+        origins=list(info.origins),
+        created_at=info.created_at.isoformat(),
+        updated_at=info.updated_at.isoformat(),
+    )
+
+
+class SecretsServicer(secrets_pb2_grpc.SecretsServiceServicer):
+    def __init__(self, store: SecretStore) -> None:
+        self.store = store
+
+    async def PutSecret(
+        self, request: secrets_pb2.PutSecretRequest, context: grpc.aio.ServicerContext
+    ) -> secrets_pb2.SecretInfo:
+        _require(MANAGERS, "store secrets")
+        return _info(await self.store.put(request.resource_id, request.name, request.value))
+
+    async def ListSecrets(
+        self, request: secrets_pb2.ListSecretsRequest, context: grpc.aio.ServicerContext
+    ) -> secrets_pb2.ListSecretsResponse:
+        _require(READERS, "list secrets")
+        infos = await self.store.list_secrets(request.resource_id)
+        return secrets_pb2.ListSecretsResponse(secrets=[_info(info) for info in infos])
+
+    async def DeleteSecret(
+        self, request: secrets_pb2.DeleteSecretRequest, context: grpc.aio.ServicerContext
+    ) -> secrets_pb2.DeleteSecretResponse:
+        _require(MANAGERS, "delete secrets")
+        await self.store.delete(request.resource_id, request.name)
+        return secrets_pb2.DeleteSecretResponse()
+
+    async def BindOrigin(
+        self, request: secrets_pb2.BindOriginRequest, context: grpc.aio.ServicerContext
+    ) -> secrets_pb2.SecretInfo:
+        _require(MANAGERS, "bind secret origins")
+        return _info(await self.store.bind(request.resource_id, request.name, request.origin))
+
+    async def UnbindOrigin(
+        self, request: secrets_pb2.UnbindOriginRequest, context: grpc.aio.ServicerContext
+    ) -> secrets_pb2.SecretInfo:
+        _require(MANAGERS, "unbind secret origins")
+        return _info(await self.store.unbind(request.resource_id, request.name, request.origin))
+
+    async def ResolveSecret(
+        self, request: secrets_pb2.ResolveSecretRequest, context: grpc.aio.ServicerContext
+    ) -> secrets_pb2.ResolveSecretResponse:
+        # Checked before anything else, so no other caller learns even whether a secret exists.
+        if caller_var.get() != RESOLVER:
+            raise PermissionDenied("only browser-bridge may resolve secrets")
+        value = await self.store.resolve(request.resource_id, request.name, request.origin)
+        return secrets_pb2.ResolveSecretResponse(value=value)
