@@ -144,10 +144,10 @@ class Stack:
         self.env = base
 
         deadline = time.monotonic() + self.config.start_timeout_s
-        for name in GRPC_SERVICES:
+        # All at once: the gateway needs no service to start, only to report healthy.
+        for name in ALL_SERVICES:
             await self._spawn(name, dict(base, POPAGENT_INTERNAL_TOKEN=tokens[name]))
         await asyncio.gather(*(self._wait_grpc(name, addresses[name], deadline) for name in GRPC_SERVICES))
-        await self._spawn("gateway", dict(base, POPAGENT_INTERNAL_TOKEN=tokens["gateway"]))
         self.url = f"http://127.0.0.1:{self.config.gateway_port}"
         await self._wait_http(deadline)
 

@@ -1,0 +1,181 @@
+"""The launcher behind `make run`: the whole stack from one command, and nothing left behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from popagent_core.embedded import free_port
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.xdist_group("stack")]
+
+EXPECTED_COMPONENTS = {
+    "postgres",
+    "observabilityPostgres",
+    "service:agent-runner",
+    "service:hooks",
+    "service:tasks",
+    "service:evolution",
+    "service:secrets",
+    "service:browser-bridge",
+}
+
+
+class Launched:
+    def __init__(self, process: subprocess.Popen[str], port: int, data_dir: Path) -> None:
+        self.process = process
+        self.url = f"http://127.0.0.1:{port}"
+        self.data_dir = data_dir
+        self.output: list[str] = []
+
+    @property
+    def api_key(self) -> str:
+        return (self.data_dir / "api-key").read_text().strip()
+
+    def wait_running(self, timeout_s: float = 60) -> None:
+        assert self.process.stdout is not None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            line = self.process.stdout.readline()
+            if not line and self.process.poll() is not None:
+                break
+            self.output.append(line)
+            if line.startswith("popagent is running"):
+                return
+        raise AssertionError("launcher did not start:\n" + "".join(self.output[-40:]))
+
+    def descendants(self) -> list[psutil.Process]:
+        return psutil.Process(self.process.pid).children(recursive=True)
+
+    def read_rest(self) -> str:
+        assert self.process.stdout is not None
+        return "".join(self.output) + self.process.stdout.read()
+
+
+def launch(tmp_path: Path, env: dict[str, str] | None = None) -> Launched:
+    port = free_port()
+    data_dir = tmp_path / "data"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "popagent_core.launcher", "--data-dir", str(data_dir), "--port", str(port), "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    return Launched(process, port, data_dir)
+
+
+def gone(processes: list[psutil.Process], timeout_s: float = 10) -> list[psutil.Process]:
+    _, alive = psutil.wait_procs(processes, timeout=timeout_s)
+    return [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def postgres_of(data_dir: Path) -> psutil.Process | None:
+    pid_file = data_dir / "postgres" / "postmaster.pid"
+    if not pid_file.exists():
+        return None
+    pid = int(pid_file.read_text().splitlines()[0])
+    return psutil.Process(pid) if psutil.pid_exists(pid) else None
+
+
+def test_stack_starts_reports_health_and_ctrl_c_leaves_no_process(tmp_path: Path) -> None:
+    stack = launch(tmp_path)
+    try:
+        stack.wait_running()
+        health = httpx.get(f"{stack.url}/api/health", headers={"x-popagent-key": stack.api_key})
+        assert health.status_code == 200, health.text
+        body = health.json()
+        assert body["ok"] is True
+        assert set(body["components"]) == EXPECTED_COMPONENTS
+        assert all(component["ok"] for component in body["components"].values())
+        # The key is required once set, and compared exactly.
+        assert httpx.get(f"{stack.url}/api/health").status_code == 401
+        assert httpx.get(f"{stack.url}/api/health", headers={"x-popagent-key": "x" * 32}).status_code == 401
+
+        children = stack.descendants()
+        names = " ".join(" ".join(p.cmdline()) for p in children)
+        for module in ("popagent_gateway", "popagent_hooks", "popagent_agent_runner", "nats-server"):
+            assert module in names
+        embedded_pg = postgres_of(stack.data_dir)
+        assert embedded_pg is not None and embedded_pg.is_running()
+
+        stack.process.send_signal(signal.SIGINT)
+        assert stack.process.wait(30) == 0
+        assert gone(children) == []
+        assert gone([embedded_pg]) == []
+    finally:
+        if stack.process.poll() is None:
+            stack.process.kill()
+
+
+def test_second_start_reuses_the_embedded_data(tmp_path: Path) -> None:
+    first = launch(tmp_path)
+    first.wait_running()
+    key = first.api_key
+    first.process.send_signal(signal.SIGTERM)
+    assert first.process.wait(30) == 0
+
+    second = launch(tmp_path)
+    try:
+        second.wait_running()
+        assert second.api_key == key
+        # Migrations already applied: the ledger survives the restart, nothing re-seeded.
+        log = (second.data_dir / "logs" / "evolution.log").read_text()
+        assert log.count('"msg":"migrated"') == 1
+    finally:
+        second.process.send_signal(signal.SIGTERM)
+        second.process.wait(30)
+
+
+def test_a_crashed_service_is_reported_by_name_and_the_stack_stops(tmp_path: Path) -> None:
+    stack = launch(tmp_path)
+    try:
+        stack.wait_running()
+        children = stack.descendants()
+        victim = next(p for p in children if "popagent_tasks" in " ".join(p.cmdline()))
+        victim.kill()
+        assert stack.process.wait(30) == 1
+        output = stack.read_rest()
+        assert "service tasks exited with code -9" in output
+        assert "last log lines" in output
+        assert gone(children) == []
+    finally:
+        if stack.process.poll() is None:
+            stack.process.kill()
+
+
+def test_configured_servers_are_used_instead_of_embedded_ones(tmp_path: Path, pg_dsn: str, nats_url: str) -> None:
+    from popagent_core.testing.plugin import with_database
+
+    database = f"launcher_{os.getpid()}_{time.monotonic_ns()}"
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import asyncio, asyncpg\n"
+            f"async def m():\n c = await asyncpg.connect({pg_dsn!r}); await c.execute('CREATE DATABASE {database}'); await c.close()\n"
+            f"asyncio.run(m())",
+        ],
+        check=True,
+    )
+    dsn = with_database(pg_dsn, database)
+    stack = launch(tmp_path, {"DATABASE_URL": dsn, "OBSERVABILITY_DATABASE_URL": dsn, "NATS_URL": nats_url})
+    try:
+        stack.wait_running()
+        assert not (stack.data_dir / "postgres").exists()
+        assert not (stack.data_dir / "nats").exists()
+        names = " ".join(" ".join(p.cmdline()) for p in stack.descendants())
+        assert "nats-server" not in names
+        health = httpx.get(f"{stack.url}/api/health", headers={"x-popagent-key": stack.api_key})
+        assert health.status_code == 200
+    finally:
+        stack.process.send_signal(signal.SIGTERM)
+        stack.process.wait(30)

@@ -1,0 +1,136 @@
+"""The gateway edge: every /api route behind the key, bounded bodies, one error table."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from fastapi import FastAPI, Request
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute, RouteContext, iter_route_contexts
+from fastapi.testclient import TestClient
+
+from popagent_core.errors import HTTP_STATUS_BY_GRPC_CODE, NotFound
+from popagent_gateway.app import create_app
+from popagent_gateway.deps import require_api_key
+from popagent_gateway.settings import Settings
+
+API_KEY = "k" * 32
+
+
+def make_settings(**overrides: object) -> Settings:
+    values: dict[str, object] = {
+        "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
+        "OBSERVABILITY_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
+        "POPAGENT_API_KEY": API_KEY,
+    }
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+def _depends_on(dependant: Dependant, target: object) -> bool:
+    return any(d.call is target or _depends_on(d, target) for d in dependant.dependencies)
+
+
+def api_routes(app: FastAPI) -> list[RouteContext]:
+    """Every effective route under /api, including those of included routers (with their
+    inherited dependencies): FastAPI resolves included routers lazily, so `app.routes`
+    alone does not list them."""
+    return [
+        r
+        for r in iter_route_contexts(app.routes)
+        if isinstance(r.original_route, APIRoute) and r.path.startswith("/api")
+    ]
+
+
+def test_every_api_route_depends_on_the_api_key_check() -> None:
+    app = create_app(make_settings())
+    routes = api_routes(app)
+    assert routes, "the inventory found no /api routes"
+    lacking = [
+        f"{sorted(r.methods or ())} {r.path}"
+        for r in routes
+        if not _depends_on(r._effective_route.dependant, require_api_key)  # type: ignore[union-attr]
+    ]
+    assert lacking == []
+
+
+def test_every_api_route_refuses_missing_empty_wrong_and_wrong_case_keys() -> None:
+    app = create_app(make_settings())
+    with TestClient(app) as client:
+        for route in api_routes(app):
+            path = route.path.replace("{", "").replace("}", "")
+            for method in route.methods or ():
+                for headers in ({}, {"x-popagent-key": ""}, {"x-popagent-key": "k" * 31}, {"x-popagent-key": "K" * 32}):
+                    response = client.request(method, path, headers=headers)
+                    assert response.status_code == 401, (method, path, headers, response.text)
+                    assert response.json() == {"error": "missing or wrong x-popagent-key"}
+
+
+def test_api_key_shorter_than_16_characters_is_a_configuration_error() -> None:
+    with pytest.raises(ValueError, match="at least 16"):
+        make_settings(POPAGENT_API_KEY="short")
+
+
+def test_bodies_over_the_cap_are_refused_with_413_before_any_route_runs() -> None:
+    app = create_app(make_settings(POPAGENT_MAX_BODY_BYTES=2048))
+    received: list[int] = []
+
+    @app.post("/echo-size")
+    async def echo_size(request: Request) -> dict[str, int]:
+        received.append(len(await request.body()))
+        return {"size": received[-1]}
+
+    with TestClient(app) as client:
+        assert client.post("/echo-size", content=b"z" * 2048).json() == {"size": 2048}
+        declared = client.post("/echo-size", content=b"x" * 4096, headers={"x-popagent-key": API_KEY})
+        assert declared.status_code == 413
+        assert "exceeds 2048 bytes" in declared.json()["error"]
+
+        def chunks():  # no Content-Length: the cap is enforced while reading
+            for _ in range(4):
+                yield b"y" * 1024
+
+        streamed = client.post("/echo-size", content=chunks())
+        assert streamed.status_code == 413
+    assert received == [2048]
+
+
+def test_errors_map_through_the_one_table() -> None:
+    app = create_app(make_settings())
+
+    @app.get("/raise-not-found")
+    async def raise_not_found() -> None:
+        raise NotFound("no such session")
+
+    @app.get("/raise-rpc")
+    async def raise_rpc() -> None:
+        raise grpc.aio.AioRpcError(grpc.StatusCode.ALREADY_EXISTS, grpc.aio.Metadata(), grpc.aio.Metadata(), "dup")
+
+    @app.get("/raise-internal-rpc")
+    async def raise_internal_rpc() -> None:
+        raise grpc.aio.AioRpcError(
+            grpc.StatusCode.INTERNAL, grpc.aio.Metadata(), grpc.aio.Metadata(), "secret stack trace"
+        )
+
+    with TestClient(app) as client:
+        assert client.get("/raise-not-found").status_code == 404
+        assert client.get("/raise-not-found").json() == {"error": "no such session"}
+        assert client.get("/raise-rpc").status_code == 409
+        internal = client.get("/raise-internal-rpc")
+        assert internal.status_code == 500
+        assert "secret" not in internal.text
+
+
+def test_status_table_covers_every_grpc_code() -> None:
+    assert set(HTTP_STATUS_BY_GRPC_CODE) == set(grpc.StatusCode)
+
+
+def test_health_reports_503_and_the_failing_components_when_nothing_is_up() -> None:
+    app = create_app(make_settings())
+    with TestClient(app) as client:
+        response = client.get("/api/health", headers={"x-popagent-key": API_KEY})
+    assert response.status_code == 503
+    body = response.json()
+    assert body["ok"] is False
+    assert body["components"]["postgres"]["ok"] is False
+    assert body["components"]["service:hooks"] == {"ok": False, "detail": "not serving"}
