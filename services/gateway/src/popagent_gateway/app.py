@@ -11,7 +11,22 @@ from popagent_core.grpc_client import open_channel
 from popagent_gateway.bounded import BoundedBodyMiddleware
 from popagent_gateway.deps import require_api_key
 from popagent_gateway.errors import install_error_handlers
-from popagent_gateway.routes import health, hooks, secrets
+from popagent_gateway.routes import (
+    agents,
+    chat,
+    health,
+    hooks,
+    memories,
+    models,
+    schedules,
+    secrets,
+    sessions,
+    tasks,
+    workspaces,
+)
+from popagent_gateway.routes import (
+    settings as settings_routes,
+)
 from popagent_gateway.settings import Settings
 
 
@@ -31,8 +46,20 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(BoundedBodyMiddleware, max_bytes=settings.max_body_bytes)
 
     api = APIRouter(prefix="/api", dependencies=[Depends(require_api_key)])
-    api.include_router(health.router)
-    api.include_router(hooks.router)
-    api.include_router(secrets.router)
+    for module in (
+        health,
+        models,
+        sessions,
+        hooks,
+        chat,
+        memories,
+        settings_routes,
+        agents,
+        workspaces,
+        tasks,
+        schedules,
+        secrets,
+    ):
+        api.include_router(module.router)
     app.include_router(api)
     return app

@@ -8,6 +8,7 @@ from typing import Annotated
 import grpc
 from fastapi import Depends, Request
 
+from popagent.agent_runner.v1 import agent_runner_pb2_grpc
 from popagent.browser_bridge.v1 import browser_bridge_pb2_grpc
 from popagent.evolution.v1 import evolution_pb2_grpc
 from popagent.hooks.v1 import hooks_pb2_grpc
@@ -38,6 +39,10 @@ def channel(request: Request, service: str) -> grpc.aio.Channel:
     return request.app.state.channels[service]
 
 
+def get_agent_runner(request: Request) -> agent_runner_pb2_grpc.AgentRunnerServiceStub:
+    return agent_runner_pb2_grpc.AgentRunnerServiceStub(channel(request, "agent-runner"))
+
+
 def get_hooks(request: Request) -> hooks_pb2_grpc.HooksServiceStub:
     return hooks_pb2_grpc.HooksServiceStub(channel(request, "hooks"))
 
@@ -59,6 +64,7 @@ def get_browser_bridge(request: Request) -> browser_bridge_pb2_grpc.BrowserBridg
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
+AgentRunnerStub = Annotated[agent_runner_pb2_grpc.AgentRunnerServiceStub, Depends(get_agent_runner)]
 HooksStub = Annotated[hooks_pb2_grpc.HooksServiceStub, Depends(get_hooks)]
 SecretsStub = Annotated[secrets_pb2_grpc.SecretsServiceStub, Depends(get_secrets)]
 TasksStub = Annotated[tasks_pb2_grpc.TasksServiceStub, Depends(get_tasks)]
