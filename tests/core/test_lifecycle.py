@@ -1,0 +1,101 @@
+"""A real service process: becomes healthy, stops cleanly on SIGTERM/SIGINT, fails loudly at start."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from popagent_core.embedded import free_port
+from popagent_core.grpc_client import check_health, open_channel
+from popagent_core.testing.plugin import with_database
+
+from .conftest import REPO_ROOT, service_env
+
+
+async def start_evolution(env: dict[str, str], log: Path) -> asyncio.subprocess.Process:
+    with log.open("wb") as output:
+        return await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "popagent_evolution",
+            env=service_env(**env),
+            cwd=REPO_ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=output,
+        )
+
+
+async def wait_healthy(address: str, process: asyncio.subprocess.Process, timeout_s: float = 20.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    async with open_channel(address, token="") as channel:
+        while not await check_health(channel, timeout_s=0.5):
+            assert process.returncode is None, f"service exited with {process.returncode} before becoming healthy"
+            assert asyncio.get_running_loop().time() < deadline, "service never became healthy"
+            await asyncio.sleep(0.1)
+
+
+def log_lines(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+async def test_a_service_process_becomes_healthy_and_exits_0_within_5s_on_signal(
+    sig, make_database, nats_url, internal_credentials, tmp_path
+):
+    _, callers = internal_credentials
+    # An empty database: the process migrates its own schema at start.
+    dsn = await make_database()
+    address = f"127.0.0.1:{free_port()}"
+    log = tmp_path / "evolution.log"
+    process = await start_evolution(
+        {
+            "DATABASE_URL": dsn,
+            "NATS_URL": nats_url,
+            "POPAGENT_EVOLUTION_ADDR": address,
+            "POPAGENT_INTERNAL_CALLERS": callers,
+        },
+        log,
+    )
+    try:
+        await wait_healthy(address, process)
+
+        process.send_signal(sig)
+        returncode = await asyncio.wait_for(process.wait(), timeout=5)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+    assert returncode == 0, log.read_text()
+    messages = [entry["msg"] for entry in log_lines(log)]
+    assert messages[-2:] == ["stopping", "stopped"]
+    assert not [entry for entry in log_lines(log) if entry["level"] == "error"]
+    async with open_channel(address, token="") as channel:
+        assert not await check_health(channel, timeout_s=0.5)
+
+
+async def test_a_start_up_failure_exits_1_with_the_error_logged(pg_dsn, nats_url, internal_credentials, tmp_path):
+    _, callers = internal_credentials
+    log = tmp_path / "evolution.log"
+    process = await start_evolution(
+        {
+            "DATABASE_URL": with_database(pg_dsn, "popagent_no_such_database"),
+            "NATS_URL": nats_url,
+            "POPAGENT_EVOLUTION_ADDR": f"127.0.0.1:{free_port()}",
+            "POPAGENT_INTERNAL_CALLERS": callers,
+        },
+        log,
+    )
+
+    returncode = await asyncio.wait_for(process.wait(), timeout=20)
+
+    assert returncode == 1
+    [entry] = log_lines(log)
+    assert entry["level"] == "error" and entry["msg"] == "service failed"
+    assert "popagent_no_such_database" in entry["exc"]

@@ -1,0 +1,279 @@
+"""Transactional outbox and JetStream consumers against real PostgreSQL and NATS."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+from nats.aio.msg import Msg
+
+from popagent_core import bus, db, embedded, subjects
+from popagent_core.lifecycle import background_task
+from popagent_core.migrate import migrate
+
+from .conftest import eventually, stream_messages, unique_subject
+
+SCHEMA = "evolution"
+STREAM = subjects.stream_name(SCHEMA)
+
+
+@pytest.fixture
+async def pool(make_database, tmp_path: Path) -> AsyncIterator[asyncpg.Pool]:
+    """A pool on a schema holding only the kernel tables (the outbox among them)."""
+    dsn = await make_database()
+    await migrate(dsn, SCHEMA, tmp_path / "no-service-migrations")
+    async with db.open_pool(dsn, SCHEMA, max_size=4) as pool:
+        yield pool
+
+
+@contextlib.asynccontextmanager
+async def jetstream(url: str) -> AsyncIterator[bus.JetStreamContext]:
+    async with bus.connect(url, name="core-tests") as nc:
+        js = nc.jetstream()
+        await bus.ensure_streams(js, (SCHEMA,))
+        yield js
+
+
+async def enqueue(pool: asyncpg.Pool, subject: str, *payloads: bytes) -> list[str]:
+    async with pool.acquire() as conn, conn.transaction():
+        return [str(await bus.enqueue_event(conn, subject, payload)) for payload in payloads]
+
+
+async def enqueue_each(pool: asyncpg.Pool, subject: str, *payloads: bytes) -> list[str]:
+    """One transaction per event, as separate state changes would do."""
+    return [(await enqueue(pool, subject, payload))[0] for payload in payloads]
+
+
+async def pending_rows(pool: asyncpg.Pool) -> list[asyncpg.Record]:
+    return await pool.fetch("SELECT id, attempts FROM popagent_outbox WHERE published_at IS NULL ORDER BY created_at")
+
+
+async def test_an_event_enqueued_in_a_rolled_back_transaction_is_never_published(pool, nats_url):
+    subject = unique_subject()
+    async with jetstream(nats_url) as js:
+        relay = bus.OutboxRelay(pool, js)
+        async with pool.acquire() as conn:
+            with pytest.raises(RuntimeError, match="state change failed"):
+                async with conn.transaction():
+                    await bus.enqueue_event(conn, subject, b"rolled back")
+                    raise RuntimeError("state change failed")
+        [kept] = await enqueue(pool, subject, b"committed")
+
+        assert await relay.relay_once() == 1
+
+        messages = await stream_messages(js, subject)
+    assert [m.data for m in messages] == [b"committed"]
+    assert [m.headers and m.headers["Nats-Msg-Id"] for m in messages] == [kept]
+    assert await pool.fetchval("SELECT count(*) FROM popagent_outbox") == 1
+
+
+async def test_committed_events_reach_jetstream_in_order_with_the_outbox_id_as_msg_id(pool, nats_url):
+    subject = unique_subject()
+    async with jetstream(nats_url) as js:
+        relay = bus.OutboxRelay(pool, js, poll_interval_s=0.2)
+        # The running relay is woken by NOTIFY; nothing calls relay_once by hand here.
+        async with background_task(relay.run, name="relay"):
+            ids = await enqueue_each(pool, subject, b"one", b"two", b"three")
+
+            async def all_arrived() -> bool:
+                return len(await stream_messages(js, subject)) == 3
+
+            await eventually(all_arrived, what="three events in the stream")
+            messages = await stream_messages(js, subject)
+
+    assert [m.data for m in messages] == [b"one", b"two", b"three"]
+    assert [m.headers and m.headers["Nats-Msg-Id"] for m in messages] == ids
+    assert await pending_rows(pool) == []
+
+
+async def test_events_enqueued_in_one_transaction_are_published_in_enqueue_order(pool, nats_url):
+    subject = unique_subject()
+    payloads = [f"step-{i}".encode() for i in range(8)]
+    async with jetstream(nats_url) as js:
+        ids = await enqueue(pool, subject, *payloads)
+
+        assert await bus.OutboxRelay(pool, js).relay_once() == len(payloads)
+
+        messages = await stream_messages(js, subject)
+    assert [m.data for m in messages] == payloads
+    assert [m.headers and m.headers["Nats-Msg-Id"] for m in messages] == ids
+
+
+async def test_enqueue_refuses_a_subject_outside_the_naming_scheme(pool):
+    async with pool.acquire() as conn:
+        for bad in ("popagent.nobody.thing.happened", "tasks.task.stopped", "popagent.tasks.stopped"):
+            with pytest.raises(ValueError, match=r"popagent\.<owner>"):
+                await bus.enqueue_event(conn, bad, b"x")
+    assert await pool.fetchval("SELECT count(*) FROM popagent_outbox") == 0
+
+
+async def test_events_enqueued_while_nats_is_down_are_delivered_in_order_once_it_returns(
+    pool, nats_server: embedded.NatsProcess, tmp_path: Path
+):
+    subject = unique_subject()
+    store_dir = tmp_path / "nats"  # the fixture's store: the restarted server must find the stream there
+    restarted: embedded.NatsProcess | None = None
+    try:
+        async with jetstream(nats_server.url) as js:
+            relay = bus.OutboxRelay(pool, js, poll_interval_s=0.2, max_backoff_s=0.5)
+            async with background_task(relay.run, name="relay"):
+                before = await enqueue_each(pool, subject, b"before-0", b"before-1")
+
+                async def count_is(n: int) -> bool:
+                    return len(await stream_messages(js, subject)) == n
+
+                await eventually(lambda: count_is(2), what="events sent before the outage")
+
+                await asyncio.to_thread(nats_server.stop)
+                during = []
+                for i in range(5):
+                    during += await enqueue(pool, subject, f"during-{i}".encode())
+
+                async def relay_tried() -> bool:
+                    rows = await pending_rows(pool)
+                    return len(rows) == 5 and rows[0]["attempts"] >= 2
+
+                # The relay must have tried and failed during the outage, or this test proves nothing.
+                await eventually(relay_tried, what="failed publish attempts during the outage")
+
+                restarted = await asyncio.to_thread(embedded.start_nats, store_dir, nats_server.port)
+
+                await eventually(lambda: count_is(7), timeout_s=30, what="all seven events after the restart")
+                await asyncio.sleep(0.5)  # a late duplicate would show up here
+                messages = await stream_messages(js, subject)
+                assert await pending_rows(pool) == []
+    finally:
+        if restarted is not None:
+            restarted.stop()
+
+    assert [m.data for m in messages] == [b"before-0", b"before-1"] + [f"during-{i}".encode() for i in range(5)]
+    assert [m.headers and m.headers["Nats-Msg-Id"] for m in messages] == before + during
+
+
+async def test_a_republished_row_keeps_its_msg_id_and_jetstream_drops_the_duplicate(pool, nats_url):
+    subject = unique_subject()
+    async with jetstream(nats_url) as js:
+        relay = bus.OutboxRelay(pool, js)
+        [event_id] = await enqueue(pool, subject, b"once")
+        assert await relay.relay_once() == 1
+        # What a crash between publish and marking the row leaves behind.
+        await pool.execute("UPDATE popagent_outbox SET published_at = NULL")
+
+        assert await relay.relay_once() == 1
+
+        messages = await stream_messages(js, subject)
+        info = await js.stream_info(STREAM, subjects_filter=subject)
+    assert [m.headers and m.headers["Nats-Msg-Id"] for m in messages] == [event_id]
+    assert info.state.subjects == {subject: 1}
+
+
+async def test_the_relay_purges_published_rows_after_the_retention_period_only(pool, nats_url):
+    subject = unique_subject()
+    async with jetstream(nats_url) as js:
+        relay = bus.OutboxRelay(pool, js, retention_s=3600)
+        old, recent = await enqueue(pool, subject, b"old", b"recent")
+        await relay.relay_once()
+        await pool.execute("UPDATE popagent_outbox SET published_at = now() - interval '2 hours' WHERE id = $1", old)
+        [unpublished] = await enqueue(pool, subject, b"unpublished")
+
+        await relay.purge_published()
+
+    remaining = {str(row["id"]) for row in await pool.fetch("SELECT id FROM popagent_outbox")}
+    assert remaining == {recent, unpublished}
+
+
+async def publish_through_outbox(
+    pool: asyncpg.Pool, js: bus.JetStreamContext, subject: str, *payloads: bytes
+) -> list[str]:
+    ids = await enqueue_each(pool, subject, *payloads)
+    assert await bus.OutboxRelay(pool, js).relay_once() == len(payloads)
+    return ids
+
+
+async def test_consume_delivers_to_a_durable_consumer_and_acks(pool, nats_url):
+    subject = unique_subject()
+    durable = f"core-test-{subject.split('.')[2]}"
+    received: list[tuple[str, bytes]] = []
+
+    async def handler(msg: Msg) -> None:
+        received.append((msg.headers["Nats-Msg-Id"] if msg.headers else "", msg.data))
+
+    async with jetstream(nats_url) as js:
+        ids = await publish_through_outbox(pool, js, subject, b"a", b"b")
+        try:
+            async with background_task(
+                lambda: bus.consume(js, subject=subject, durable=durable, handler=handler), name="consumer"
+            ):
+                await eventually(lambda: asyncio.sleep(0, len(received) == 2), what="both events handled")
+
+                async def all_acked() -> bool:
+                    info = await js.consumer_info(STREAM, durable)
+                    return info.num_ack_pending == 0 and info.num_pending == 0
+
+                await eventually(all_acked, what="the consumer to have acked everything")
+            info = await js.consumer_info(STREAM, durable)
+        finally:
+            await js.delete_consumer(STREAM, durable)
+
+    assert received == [(ids[0], b"a"), (ids[1], b"b")]
+    assert info.config.durable_name == durable
+    assert info.delivered.consumer_seq == 2
+    assert info.num_redelivered == 0
+
+
+async def test_a_handler_that_raises_gets_the_message_redelivered(pool, nats_url):
+    subject = unique_subject()
+    durable = f"core-test-{subject.split('.')[2]}"
+    deliveries: list[tuple[str, int]] = []
+
+    async def flaky_handler(msg: Msg) -> None:
+        deliveries.append((msg.headers["Nats-Msg-Id"] if msg.headers else "", msg.metadata.num_delivered))
+        if len(deliveries) == 1:
+            raise RuntimeError("transient failure")
+
+    async with jetstream(nats_url) as js:
+        [event_id] = await publish_through_outbox(pool, js, subject, b"retry me")
+        try:
+            async with background_task(
+                lambda: bus.consume(js, subject=subject, durable=durable, handler=flaky_handler), name="consumer"
+            ):
+                await eventually(lambda: asyncio.sleep(0, len(deliveries) >= 2), what="a redelivery")
+
+                async def acked() -> bool:
+                    return (await js.consumer_info(STREAM, durable)).num_ack_pending == 0
+
+                await eventually(acked, what="the redelivered message to be acked")
+                await asyncio.sleep(0.3)  # no third delivery once the handler succeeded
+        finally:
+            await js.delete_consumer(STREAM, durable)
+
+    assert deliveries == [(event_id, 1), (event_id, 2)]
+
+
+async def test_a_cancelled_consumer_lets_the_connection_close_promptly(pool, nats_url):
+    # Shutdown budgets (SIGTERM -> exit within seconds) assume draining NATS is quick once
+    # the consumer tasks are cancelled; a subscription left behind makes drain() wait out its timeout.
+    subject = unique_subject()
+    durable = f"core-test-{subject.split('.')[2]}"
+    handled: list[bytes] = []
+
+    async def handler(msg: Msg) -> None:
+        handled.append(msg.data)
+
+    loop = asyncio.get_running_loop()
+    async with jetstream(nats_url) as js:
+        await publish_through_outbox(pool, js, subject, b"a", b"b")
+        async with background_task(
+            lambda: bus.consume(js, subject=subject, durable=durable, handler=handler), name="consumer"
+        ):
+            await eventually(lambda: asyncio.sleep(0, len(handled) == 2), what="both events handled")
+        await js.delete_consumer(STREAM, durable)
+        closing_started = loop.time()
+    closing_took = loop.time() - closing_started
+
+    assert handled == [b"a", b"b"]
+    assert closing_took < 1.0, f"closing the NATS connection took {closing_took:.1f}s"
