@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
-from secrets_support import new_key
+from secrets_support import new_key, secrets_stub
 
 from popagent.secrets.v1 import secrets_pb2_grpc
 from popagent_core.embedded import free_port
-from popagent_core.grpc_client import open_channel
 from popagent_core.settings import load_settings
 from popagent_secrets.service import MIGRATIONS, build
 from popagent_secrets.settings import Settings
@@ -31,9 +31,8 @@ class SecretsUnderTest:
     @contextlib.asynccontextmanager
     async def stub(self, caller: str | None) -> AsyncIterator[secrets_pb2_grpc.SecretsServiceStub]:
         """A stub authenticated as `caller` (None: no credential at all)."""
-        token = self.tokens[caller] if caller else ""
-        async with open_channel(self.address, token) as channel:
-            yield secrets_pb2_grpc.SecretsServiceStub(channel)
+        async with secrets_stub(self.address, self.tokens[caller] if caller else "") as stub:
+            yield stub
 
 
 def service_settings(dsn: str, nats_url: str, callers_json: str, key: str, previous: str = "") -> Settings:
@@ -47,6 +46,12 @@ def service_settings(dsn: str, nats_url: str, callers_json: str, key: str, previ
     if previous:
         env["POPAGENT_SECRET_PREVIOUS_KEYS"] = previous
     return load_settings(Settings, "secrets", **env)
+
+
+@pytest.fixture(autouse=True)
+def _log_everything(caplog: pytest.LogCaptureFixture) -> None:
+    """Emit every log record in-process too, so a bad `extra` key or a leak in a message shows."""
+    caplog.set_level(logging.DEBUG)
 
 
 @pytest.fixture

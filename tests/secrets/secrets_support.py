@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Protocol
 
 from popagent.secrets.v1 import secrets_pb2, secrets_pb2_grpc
+from popagent_core.grpc_client import check_health, open_channel
 
 
 def new_key() -> str:
@@ -30,3 +37,42 @@ async def resolve(service: HasStub, resource_id: str, name: str, origin: str) ->
             secrets_pb2.ResolveSecretRequest(resource_id=resource_id, name=name, origin=origin)
         )
     return response.value
+
+
+@contextlib.asynccontextmanager
+async def secrets_stub(address: str, token: str) -> AsyncIterator[secrets_pb2_grpc.SecretsServiceStub]:
+    async with open_channel(address, token) as channel:
+        yield secrets_pb2_grpc.SecretsServiceStub(channel)
+
+
+def process_env(**values: str) -> dict[str, str]:
+    """The test process's environment (the kernel plugin already dropped POPAGENT_*) plus `values`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POPAGENT_") and k != "DATABASE_URL"}
+    env.update(values)
+    return env
+
+
+@contextlib.asynccontextmanager
+async def running_process(env: dict[str, str], stderr_path: Path) -> AsyncIterator[asyncio.subprocess.Process]:
+    """`python -m popagent_secrets` as a real process; waits for gRPC health; SIGTERM on exit."""
+    with stderr_path.open("wb") as stderr:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "popagent_secrets", env=env, stdout=asyncio.subprocess.DEVNULL, stderr=stderr
+        )
+    try:
+        async with open_channel(env["POPAGENT_SECRETS_ADDR"], "") as channel:
+            async with asyncio.timeout(30):
+                while not await check_health(channel, timeout_s=0.5):
+                    if process.returncode is not None:
+                        raise RuntimeError(f"secrets process exited with {process.returncode} before serving")
+                    await asyncio.sleep(0.1)
+        yield process
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                async with asyncio.timeout(15):
+                    await process.wait()
+            except TimeoutError:
+                process.kill()
+                await process.wait()

@@ -19,7 +19,9 @@ from support.canary import assert_no_canary
 R = "popagent-user"
 
 
-async def test_provision_bind_list_resolve_rotate_unbind_delete(secrets_service, canary_secret) -> None:
+async def test_provision_bind_list_resolve_rotate_unbind_delete(
+    secrets_service, canary_secret, caplog: pytest.LogCaptureFixture
+) -> None:
     async with secrets_service.stub("gateway") as gw:
         info = await put(gw, R, "github", canary_secret)
         assert (info.resource_id, info.name, list(info.origins)) == (R, "github", [])
@@ -58,6 +60,11 @@ async def test_provision_bind_list_resolve_rotate_unbind_delete(secrets_service,
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await gw.DeleteSecret(secrets_pb2.DeleteSecretRequest(resource_id=R, name="github"))
         assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+    messages = [record.getMessage() for record in caplog.records]
+    assert "secret stored" in messages
+    assert "secret resolved" in messages
+    assert_no_canary(caplog.text, canary_secret, "log records")
+    assert_no_canary(repr([record.__dict__ for record in caplog.records]), canary_secret, "log record fields")
 
 
 async def test_list_carries_metadata_only(secrets_service, canary_secret) -> None:

@@ -74,7 +74,7 @@ class SecretStore:
                 await _changed(conn, resource_id, name, "stored")
         logger.info(
             "secret stored",
-            extra={"resource_id": resource_id, "secret": name, "key_id": sealed.key_id, "created": row["inserted"]},
+            extra={"resource_id": resource_id, "secret": name, "key_id": sealed.key_id, "new": row["inserted"]},
         )
         return SecretInfo(resource_id, name, tuple(r["origin"] for r in origins), row["created_at"], row["updated_at"])
 
