@@ -12,13 +12,13 @@ from popagent_core.errors import from_grpc_code
 from popagent_core.log import request_id_var
 
 
-class _CredentialInterceptor(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor):
+class _Credentials:
     """Adds `authorization` and the current request id to every call."""
 
     def __init__(self, token: str) -> None:
         self.token = token
 
-    def _details(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
+    def details(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
         metadata = grpc.aio.Metadata(*(details.metadata or ()))
         if self.token:
             metadata["authorization"] = f"Bearer {self.token}"
@@ -29,18 +29,24 @@ class _CredentialInterceptor(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.Unar
             details.method, details.timeout, metadata, details.credentials, details.wait_for_ready
         )
 
-    async def intercept_unary_unary(self, continuation, client_call_details, request):  # type: ignore[no-untyped-def]
-        return await continuation(self._details(client_call_details), request)
 
+# grpc.aio files each interceptor under the first call kind it implements only, so
+# every call kind needs an interceptor object of its own.
+class _UnaryUnaryCredentials(_Credentials, grpc.aio.UnaryUnaryClientInterceptor):
+    async def intercept_unary_unary(self, continuation, client_call_details, request):  # type: ignore[no-untyped-def]
+        return await continuation(self.details(client_call_details), request)
+
+
+class _UnaryStreamCredentials(_Credentials, grpc.aio.UnaryStreamClientInterceptor):
     async def intercept_unary_stream(self, continuation, client_call_details, request):  # type: ignore[no-untyped-def]
-        return await continuation(self._details(client_call_details), request)
+        return await continuation(self.details(client_call_details), request)
 
 
 @contextlib.asynccontextmanager
 async def open_channel(address: str, token: str) -> AsyncIterator[grpc.aio.Channel]:
     channel = grpc.aio.insecure_channel(
         address,
-        interceptors=[_CredentialInterceptor(token)],
+        interceptors=[_UnaryUnaryCredentials(token), _UnaryStreamCredentials(token)],
         options=[("grpc.max_receive_message_length", 8 * 1024 * 1024)],
     )
     try:

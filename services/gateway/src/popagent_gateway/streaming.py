@@ -1,0 +1,133 @@
+"""Agent-runner turn events -> AI SDK UI message stream v1 over SSE.
+
+The gateway alone knows HTTP and the UI protocol. Each gRPC message from the runner is
+a batch of typed events; each batch becomes one write of one or more SSE `data:`
+lines, so the per-token cost stays off this hop. Chunks are pydantic-ai's AI SDK
+chunk models (`pydantic_ai.ui.vercel_ai.response_types`), not hand-written JSON.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterable
+
+import grpc
+import orjson
+from pydantic_ai.ui.vercel_ai import response_types as chunks
+
+from popagent.agent_runner.v1 import agent_runner_pb2
+
+logger = logging.getLogger(__name__)
+
+_HIDDEN_CODES = (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
+
+UI_STREAM_HEADERS = {
+    "x-vercel-ai-ui-message-stream": "v1",
+    "cache-control": "no-cache",
+    "x-accel-buffering": "no",
+}
+DONE = b"data: [DONE]\n\n"
+AI_SDK_VERSION = 6
+
+
+def _json(text: str) -> object:
+    return orjson.loads(text) if text else None
+
+
+def chunks_for(event: agent_runner_pb2.TurnEvent, turn_id: str) -> Iterable[chunks.BaseChunk]:
+    """The UI chunks of one runner event (usually one; none for an empty event)."""
+    kind = event.WhichOneof("event")
+    if kind == "start":
+        yield chunks.StartChunk(
+            message_id=event.start.message_id,
+            message_metadata={"turnId": event.start.turn_id, "model": event.start.model},
+        )
+    elif kind == "step_start":
+        yield chunks.StartStepChunk()
+    elif kind == "text_start":
+        yield chunks.TextStartChunk(id=event.text_start.part_id)
+    elif kind == "text_delta":
+        yield chunks.TextDeltaChunk(id=event.text_delta.part_id, delta=event.text_delta.delta)
+    elif kind == "text_end":
+        yield chunks.TextEndChunk(id=event.text_end.part_id)
+    elif kind == "tool_input":
+        yield chunks.ToolInputStartChunk(
+            tool_call_id=event.tool_input.tool_call_id, tool_name=event.tool_input.tool_name
+        )
+        yield chunks.ToolInputAvailableChunk(
+            tool_call_id=event.tool_input.tool_call_id,
+            tool_name=event.tool_input.tool_name,
+            input=_json(event.tool_input.input_json) or {},
+        )
+    elif kind == "tool_output":
+        output = event.tool_output
+        if output.is_error:
+            error = _json(output.output_json)
+            yield chunks.ToolOutputErrorChunk(
+                tool_call_id=output.tool_call_id, error_text=error if isinstance(error, str) else str(error)
+            )
+        else:
+            yield chunks.ToolOutputAvailableChunk(tool_call_id=output.tool_call_id, output=_json(output.output_json))
+    elif kind == "agent_activity":
+        yield chunks.DataChunk(
+            type="data-agentActivity", id=event.agent_activity.activity_id, data=_json(event.agent_activity.data_json)
+        )
+    elif kind == "step_finish":
+        yield chunks.FinishStepChunk()
+    elif kind == "finish":
+        usage = event.finish.usage
+        yield chunks.FinishChunk(
+            finish_reason=event.finish.finish_reason or "stop",  # type: ignore[arg-type]
+            message_metadata={
+                "turnId": turn_id,
+                "usage": {"inputTokens": usage.input_tokens, "outputTokens": usage.output_tokens},
+            },
+        )
+    elif kind == "error":
+        yield chunks.ErrorChunk(error_text=event.error.message or event.error.error_class)
+
+
+class UIStreamEncoder:
+    """Stateful only in the turn id, which the finish chunk's metadata repeats."""
+
+    def __init__(self) -> None:
+        self.turn_id = ""
+
+    def encode(self, batch: agent_runner_pb2.TurnEventBatch) -> bytes:
+        lines: list[bytes] = []
+        for event in batch.events:
+            if event.WhichOneof("event") == "start":
+                self.turn_id = event.start.turn_id
+            for chunk in chunks_for(event, self.turn_id):
+                lines.append(b"data: " + chunk.encode(AI_SDK_VERSION).encode() + b"\n\n")
+        return b"".join(lines)
+
+
+async def sse_body(first: agent_runner_pb2.TurnEventBatch, call: grpc.aio.UnaryStreamCall) -> AsyncIterator[bytes]:
+    """The SSE body: the already-read first batch, every later batch, then [DONE].
+
+    A failure after the stream started becomes an error chunk (the HTTP status is
+    already sent). When the client goes away the generator is closed and the runner's
+    call is cancelled, which cancels the turn.
+    """
+    encoder = UIStreamEncoder()
+    try:
+        yield encoder.encode(first)
+        async for batch in call:
+            data = encoder.encode(batch)  # type: ignore[arg-type]
+            if data:
+                yield data
+        yield DONE
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() == grpc.StatusCode.CANCELLED:
+            raise
+        logger.warning("turn stream failed", extra={"code": exc.code().name})
+        message = exc.details() if exc.code() not in _HIDDEN_CODES else "internal error"
+        yield error_stream(message or exc.code().name.lower())
+    finally:
+        call.cancel()
+
+
+def error_stream(message: str) -> bytes:
+    """A stream that failed after it started: an error chunk the UI shows, then [DONE]."""
+    return b"data: " + chunks.ErrorChunk(error_text=message).encode(AI_SDK_VERSION).encode() + b"\n\n" + DONE

@@ -1,0 +1,241 @@
+"""POST /api/chat over real HTTP and real gRPC: the AI SDK UI message stream the gateway encodes.
+
+The agent-runner here is a scripted AgentRunnerService on a real gRPC server (same
+protocol as the real one, with the kernel's interceptor and caller authentication);
+the gateway is the real app served by uvicorn on a free port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+import grpc
+import httpx
+import pytest
+import uvicorn
+
+from popagent.agent_runner.v1 import agent_runner_pb2 as pb
+from popagent.agent_runner.v1 import agent_runner_pb2_grpc
+from popagent_core.auth import CallerRegistry
+from popagent_core.embedded import free_port
+from popagent_core.errors import NotFound
+from popagent_core.grpc_server import create_server, running
+from popagent_gateway.app import create_app
+from popagent_gateway.settings import Settings
+
+API_KEY = "c" * 32
+USER_MESSAGE = {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hello"}]}
+
+Script = Callable[[pb.ChatRequest, grpc.aio.ServicerContext], AsyncIterator[pb.TurnEventBatch]]
+
+
+@dataclass
+class ScriptedRunner(agent_runner_pb2_grpc.AgentRunnerServiceServicer):
+    script: Script | None = None
+    requests: list[pb.ChatRequest] = field(default_factory=list)
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def Chat(self, request: pb.ChatRequest, context: grpc.aio.ServicerContext):  # type: ignore[override]
+        self.requests.append(request)
+        assert self.script is not None
+        try:
+            async for batch in self.script(request, context):
+                yield batch
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+
+
+@dataclass
+class Harness:
+    runner: ScriptedRunner
+    url: str
+
+
+@pytest.fixture
+async def harness(internal_credentials: tuple[dict[str, str], str]) -> AsyncIterator[Harness]:
+    tokens, callers = internal_credentials
+    runner = ScriptedRunner()
+    server, health = create_server(CallerRegistry.from_json(callers))
+    agent_runner_pb2_grpc.add_AgentRunnerServiceServicer_to_server(runner, server)
+    grpc_port = free_port()
+    http_port = free_port()
+    settings = Settings(  # type: ignore[call-arg]
+        DATABASE_URL="postgresql://nobody@127.0.0.1:1/none",
+        OBSERVABILITY_DATABASE_URL="postgresql://nobody@127.0.0.1:1/none",
+        POPAGENT_API_KEY=API_KEY,
+        POPAGENT_INTERNAL_TOKEN=tokens["gateway"],
+        POPAGENT_AGENT_RUNNER_ADDR=f"127.0.0.1:{grpc_port}",
+    )
+    config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=http_port, log_config=None, lifespan="on")
+    web = uvicorn.Server(config)
+    async with running(server, health, f"127.0.0.1:{grpc_port}"):
+        serving = asyncio.create_task(web.serve())
+        while not web.started:  # noqa: ASYNC110 - uvicorn exposes a flag, not an event
+            await asyncio.sleep(0.01)
+        try:
+            yield Harness(runner, f"http://127.0.0.1:{http_port}")
+        finally:
+            web.should_exit = True
+            await serving
+
+
+def batch(*events: pb.TurnEvent) -> pb.TurnEventBatch:
+    return pb.TurnEventBatch(events=list(events))
+
+
+def start(turn_id: str = "turn-1") -> pb.TurnEvent:
+    return pb.TurnEvent(start=pb.TurnStart(turn_id=turn_id, message_id="a1", model="fake/fake-chat"))
+
+
+async def read_sse(response: httpx.Response) -> list[object]:
+    events: list[object] = []
+    async for line in response.aiter_lines():
+        if line.startswith("data: "):
+            payload = line.removeprefix("data: ")
+            events.append(payload if payload == "[DONE]" else json.loads(payload))
+    return events
+
+
+async def post_chat(client: httpx.AsyncClient, url: str, body: dict[str, object]) -> httpx.Response:
+    return await client.post(f"{url}/api/chat", json=body, headers={"x-popagent-key": API_KEY})
+
+
+async def test_a_turn_streams_the_ai_sdk_chunk_sequence(harness: Harness) -> None:
+    async def script(request: pb.ChatRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.TurnEventBatch]:
+        yield batch(start(), pb.TurnEvent(step_start=pb.StepBoundary()))
+        yield batch(
+            pb.TurnEvent(tool_input=pb.ToolInput(tool_call_id="c1", tool_name="getTime", input_json="{}")),
+            pb.TurnEvent(tool_output=pb.ToolOutput(tool_call_id="c1", output_json='{"now": "noon"}')),
+            pb.TurnEvent(
+                agent_activity=pb.AgentActivity(
+                    activity_id="act1", data_json='{"agent": "researcher", "status": "done"}'
+                )
+            ),
+        )
+        yield batch(
+            pb.TurnEvent(text_start=pb.PartBoundary(part_id="t1")),
+            pb.TurnEvent(text_delta=pb.TextDelta(part_id="t1", delta="It is ")),
+            pb.TurnEvent(text_delta=pb.TextDelta(part_id="t1", delta="noon.")),
+            pb.TurnEvent(text_end=pb.PartBoundary(part_id="t1")),
+            pb.TurnEvent(step_finish=pb.StepBoundary()),
+            pb.TurnEvent(finish=pb.TurnFinish(finish_reason="stop", usage=pb.Usage(input_tokens=7, output_tokens=3))),
+        )
+
+    harness.runner.script = script
+    async with httpx.AsyncClient() as client:
+        response = await post_chat(
+            client,
+            harness.url,
+            {"id": "s1", "model": "fake/fake-chat", "workspaceId": "popagent", "message": USER_MESSAGE},
+        )
+        assert response.status_code == 200, response.text
+        assert response.headers["x-vercel-ai-ui-message-stream"] == "v1"
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = await read_sse(response)
+    assert events == [
+        {"type": "start", "messageId": "a1", "messageMetadata": {"turnId": "turn-1", "model": "fake/fake-chat"}},
+        {"type": "start-step"},
+        {"type": "tool-input-start", "toolCallId": "c1", "toolName": "getTime"},
+        {"type": "tool-input-available", "toolCallId": "c1", "toolName": "getTime", "input": {}},
+        {"type": "tool-output-available", "toolCallId": "c1", "output": {"now": "noon"}},
+        {"type": "data-agentActivity", "id": "act1", "data": {"agent": "researcher", "status": "done"}},
+        {"type": "text-start", "id": "t1"},
+        {"type": "text-delta", "id": "t1", "delta": "It is "},
+        {"type": "text-delta", "id": "t1", "delta": "noon."},
+        {"type": "text-end", "id": "t1"},
+        {"type": "finish-step"},
+        {
+            "type": "finish",
+            "finishReason": "stop",
+            "messageMetadata": {"turnId": "turn-1", "usage": {"inputTokens": 7, "outputTokens": 3}},
+        },
+        "[DONE]",
+    ]
+    sent = harness.runner.requests[0]
+    assert (sent.session_id, sent.model, sent.workspace_id) == ("s1", "fake/fake-chat", "popagent")
+    assert json.loads(sent.message_json)["parts"] == [{"type": "text", "text": "hello"}]
+
+
+async def test_unknown_session_is_a_404_before_any_stream(harness: Harness) -> None:
+    async def script(request: pb.ChatRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.TurnEventBatch]:
+        raise NotFound(f"session {request.session_id} not found")
+        yield batch()
+
+    harness.runner.script = script
+    async with httpx.AsyncClient() as client:
+        response = await post_chat(client, harness.url, {"id": "nope", "message": USER_MESSAGE})
+    assert response.status_code == 404
+    assert response.json() == {"error": "session nope not found"}
+
+
+async def test_a_failure_after_the_start_becomes_an_error_chunk_then_done(harness: Harness) -> None:
+    async def script(request: pb.ChatRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.TurnEventBatch]:
+        yield batch(start())
+        await context.abort(grpc.StatusCode.UNAVAILABLE, "model gateway unreachable")
+
+    harness.runner.script = script
+    async with httpx.AsyncClient() as client:
+        response = await post_chat(client, harness.url, {"id": "s1", "message": USER_MESSAGE})
+        events = await read_sse(response)
+    assert events[-2:] == [{"type": "error", "errorText": "model gateway unreachable"}, "[DONE]"]
+
+
+async def test_client_disconnect_cancels_the_turn(harness: Harness) -> None:
+    async def script(request: pb.ChatRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.TurnEventBatch]:
+        yield batch(start(), pb.TurnEvent(text_start=pb.PartBoundary(part_id="t1")))
+        while True:
+            await asyncio.sleep(0.01)
+            yield batch(pb.TurnEvent(text_delta=pb.TextDelta(part_id="t1", delta="x")))
+
+    harness.runner.script = script
+    async with (
+        httpx.AsyncClient() as client,
+        client.stream(
+            "POST",
+            f"{harness.url}/api/chat",
+            json={"id": "s1", "message": USER_MESSAGE},
+            headers={"x-popagent-key": API_KEY},
+        ) as response,
+    ):
+        async for line in response.aiter_lines():
+            if '"text-delta"' in line:
+                break
+    await asyncio.wait_for(harness.runner.cancelled.wait(), timeout=5)
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ({"id": "s1", "message": USER_MESSAGE, "tools": []}, "extra_forbidden"),
+        ({"id": "s1", "message": USER_MESSAGE, "messages": [USER_MESSAGE]}, "extra_forbidden"),
+        ({"id": "s1", "message": {**USER_MESSAGE, "role": "assistant"}}, "literal_error"),
+        ({"id": "", "message": USER_MESSAGE}, "string_too_short"),
+        ({"message": USER_MESSAGE}, "missing"),
+    ],
+)
+async def test_requests_carrying_anything_but_the_newest_user_message_are_refused(
+    harness: Harness, body: dict[str, object], fragment: str
+) -> None:
+    async with httpx.AsyncClient() as client:
+        response = await post_chat(client, harness.url, body)
+    assert response.status_code == 422
+    assert fragment in response.text
+    assert harness.runner.requests == []
+
+
+async def test_a_message_without_parts_is_refused_with_a_reason(harness: Harness) -> None:
+    async with httpx.AsyncClient() as client:
+        response = await post_chat(client, harness.url, {"id": "s1", "message": {**USER_MESSAGE, "parts": []}})
+    assert response.status_code == 400
+    assert response.json() == {"error": "message must have 1 to 64 parts"}
+
+
+async def test_chat_needs_the_api_key(harness: Harness) -> None:
+    async with httpx.AsyncClient() as client:
+        response = await client.post(f"{harness.url}/api/chat", json={"id": "s1", "message": USER_MESSAGE})
+    assert response.status_code == 401
+    assert harness.runner.requests == []
