@@ -2,7 +2,6 @@
 
 from popagent_core.lifecycle import run
 from popagent_core.settings import load_settings
-
 from popagent_hooks.service import build
 from popagent_hooks.settings import Settings
 

@@ -1,0 +1,296 @@
+"""One lifecycle event in, one decision out (shared/spec/AGENTS_HOOKS.md, Execution rules).
+
+Handlers run one after another in declaration order. A mutation becomes the next
+handler's input; a deny (or a `Stop` continue) ends the chain. Transport, timeout,
+malformed-response and event-outcome failures all follow the handler's failure mode:
+open counts as a pass, closed ends the chain with a deny (`continue` for `Stop`).
+Every handler that ran leaves one audit record; none of them holds a payload.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from popagent_hooks.config import HandlerConfig, HooksConfig
+from popagent_hooks.events import Event, MatcherKind, Outcome, Replacement, closed_outcome
+from popagent_hooks.redaction import redact_tool_detail
+from popagent_hooks.transport import FailureClass, HookFailure, HookTransport, sign
+
+SCHEMA_VERSION = 1
+MAX_CONTEXT_BYTES = 16 * 1024
+MAX_REASON_BYTES = 2 * 1024
+CONTEXT_SEPARATOR = "\n"
+_ANSWER_KEYS = frozenset({"schemaVersion", "outcome", "reason", "replacement", "additionalContext"})
+# Where a replacement lands in the next handler's `detail`.
+_REPLACEMENT_KEY = {Replacement.PROMPT: "prompt", Replacement.ARGUMENTS: "arguments"}
+# Where the matched key is shown to handlers.
+_TARGET_KEY = {MatcherKind.TOOL: "toolName", MatcherKind.SPECIALIST: "agentId"}
+
+
+@dataclass(frozen=True)
+class EventInput:
+    event: Event
+    session_id: str = ""
+    turn_id: str = ""
+    tool_call_id: str = ""
+    model: str = ""
+    target: str = ""
+    detail: dict[str, Any] = field(default_factory=dict)
+    event_id: str = ""
+
+
+@dataclass(frozen=True)
+class HookRunRecord:
+    """One audit row: who decided what, how long it took, and why; never the payload."""
+
+    event: Event
+    handler_id: str
+    outcome: Outcome
+    failure_class: FailureClass | None
+    duration_ms: int
+    session_id: str
+    turn_id: str
+    tool_call_id: str
+    target: str
+    event_id: str
+    reason: str
+    created_at: datetime
+
+
+@dataclass
+class Decision:
+    outcome: Outcome
+    event_id: str
+    reason: str = ""
+    prompt: str | None = None
+    arguments: dict[str, Any] | None = None
+    additional_context: str = ""
+    failure_class: FailureClass | None = None
+    decided_by: str = ""
+    runs: list[HookRunRecord] = field(default_factory=list)
+
+    @property
+    def handlers_run(self) -> int:
+        return len(self.runs)
+
+
+@dataclass(frozen=True)
+class HandlerAnswer:
+    outcome: Outcome
+    reason: str
+    replacement: str | dict[str, Any] | None
+    context: str
+
+
+def bound_utf8(text: str, limit: int = MAX_REASON_BYTES) -> str:
+    """`text` cut to at most `limit` UTF-8 bytes on a character boundary."""
+    encoded = text.encode()
+    if len(encoded) <= limit:
+        return text
+    return encoded[:limit].decode("utf-8", errors="ignore")
+
+
+def _strict_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        raise ValueError("duplicate key")
+    return result
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _malformed(message: str) -> HookFailure:
+    return HookFailure(FailureClass.MALFORMED_RESPONSE, message)
+
+
+def _wrong_outcome(message: str) -> HookFailure:
+    return HookFailure(FailureClass.EVENT_OUTCOME, message)
+
+
+def parse_answer(raw: bytes, event: Event) -> HandlerAnswer:
+    """Check one handler response against the strict response schema and the event's rules."""
+    try:
+        document = json.loads(raw.decode("utf-8"), object_pairs_hook=_strict_object, parse_constant=_refuse_constant)
+    except UnicodeDecodeError:
+        raise _malformed("response is not UTF-8") from None
+    except ValueError as exc:
+        raise _malformed(f"response is not strict JSON ({str(exc)[:200]})") from None
+    if not isinstance(document, dict):
+        raise _malformed("response must be a JSON object")
+    unknown = sorted(set(document) - _ANSWER_KEYS)
+    if unknown:
+        raise _malformed(f"unknown response keys: {', '.join(unknown)[:200]}")
+    version = document.get("schemaVersion")
+    if type(version) is not int or version != SCHEMA_VERSION:
+        raise _malformed(f"schemaVersion must be {SCHEMA_VERSION}")
+    try:
+        outcome = Outcome(document.get("outcome"))
+    except ValueError:
+        raise _malformed("outcome must be one of pass, deny, modify, continue") from None
+    reason = document.get("reason", "")
+    if not isinstance(reason, str):
+        raise _malformed("reason must be a string")
+    if len(reason.encode()) > MAX_REASON_BYTES:
+        raise _malformed(f"reason exceeds {MAX_REASON_BYTES} bytes")
+    context = document.get("additionalContext", "")
+    if not isinstance(context, str):
+        raise _malformed("additionalContext must be a string")
+    if len(context.encode()) > MAX_CONTEXT_BYTES:
+        raise _malformed(f"additionalContext exceeds {MAX_CONTEXT_BYTES} bytes")
+
+    rules = event.rules
+    if outcome not in rules.allowed:
+        raise _wrong_outcome(f"outcome {outcome.value} is not allowed for {event.value}")
+    if context and not rules.accepts_context:
+        raise _wrong_outcome(f"{event.value} does not accept additionalContext")
+    replacement = document.get("replacement")
+    if outcome is Outcome.MODIFY:
+        if rules.replacement is Replacement.PROMPT and not isinstance(replacement, str):
+            raise _wrong_outcome(f"{event.value} replacement must be a string")
+        if rules.replacement is Replacement.ARGUMENTS and not isinstance(replacement, dict):
+            raise _wrong_outcome(f"{event.value} replacement must be an argument object")
+    elif "replacement" in document:
+        raise _wrong_outcome("replacement is only accepted with outcome modify")
+    return HandlerAnswer(outcome, reason, replacement, context)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Dispatcher:
+    def __init__(self, config: HooksConfig, transport: HookTransport) -> None:
+        self.config = config
+        self.transport = transport
+
+    async def dispatch(self, request: EventInput) -> Decision:
+        event = request.event
+        event_id = request.event_id or str(uuid.uuid4())
+        decision = Decision(Outcome.PASS, event_id)
+        handlers = self.config.matching(event, request.target)
+        if not handlers:
+            return decision
+
+        detail = self._initial_detail(request)
+        replacement_key = _REPLACEMENT_KEY.get(event.rules.replacement)
+        contexts: list[str] = []
+        context_bytes = 0
+        modified = False
+        for handler in handlers:
+            started_at, started = _now(), time.monotonic()
+            try:
+                answer = await self._call(handler, request, event_id, detail)
+                combined_bytes = context_bytes
+                if answer.context:
+                    combined_bytes += len(answer.context.encode()) + (len(CONTEXT_SEPARATOR) if contexts else 0)
+                    if combined_bytes > MAX_CONTEXT_BYTES:
+                        raise _malformed(f"combined additionalContext exceeds {MAX_CONTEXT_BYTES} bytes")
+            except HookFailure as failure:
+                outcome = closed_outcome(event) if handler.fail_closed else Outcome.PASS
+                message = bound_utf8(f"hook {handler.id} failed ({failure.failure_class.value}): {failure}")
+                decision.runs.append(
+                    self._record(
+                        request, event_id, handler, outcome, failure.failure_class, message, started_at, started
+                    )
+                )
+                if handler.fail_closed:
+                    decision.outcome, decision.reason = outcome, message
+                    decision.failure_class, decision.decided_by = failure.failure_class, handler.id
+                    break
+                continue
+
+            decision.runs.append(
+                self._record(request, event_id, handler, answer.outcome, None, answer.reason, started_at, started)
+            )
+            if answer.context:
+                context_bytes = combined_bytes
+                contexts.append(answer.context)
+            if answer.outcome is Outcome.MODIFY and replacement_key is not None:
+                detail = {**detail, replacement_key: answer.replacement}
+                modified = True
+            elif answer.outcome in (Outcome.DENY, Outcome.CONTINUE):
+                decision.outcome, decision.decided_by = answer.outcome, handler.id
+                decision.reason = answer.reason or f"hook {handler.id} answered {answer.outcome.value}"
+                break
+
+        decision.additional_context = CONTEXT_SEPARATOR.join(contexts)
+        if decision.outcome is Outcome.PASS and modified:
+            decision.outcome = Outcome.MODIFY
+            if event.rules.replacement is Replacement.PROMPT:
+                decision.prompt = detail["prompt"]
+            else:
+                decision.arguments = detail["arguments"]
+        return decision
+
+    @staticmethod
+    def _initial_detail(request: EventInput) -> dict[str, Any]:
+        detail = dict(request.detail)
+        kind = request.event.rules.matcher
+        if kind in _TARGET_KEY:
+            detail[_TARGET_KEY[kind]] = request.target
+        if kind is MatcherKind.TOOL:
+            detail = redact_tool_detail(request.target, detail)
+        return detail
+
+    async def _call(
+        self, handler: HandlerConfig, request: EventInput, event_id: str, detail: dict[str, Any]
+    ) -> HandlerAnswer:
+        timestamp = time.time()
+        body = orjson.dumps(
+            {
+                "schemaVersion": SCHEMA_VERSION,
+                "event": request.event.value,
+                "eventId": event_id,
+                "handlerId": handler.id,
+                "sessionId": request.session_id or None,
+                "turnId": request.turn_id or None,
+                "toolCallId": request.tool_call_id or None,
+                "model": request.model or None,
+                "timestamp": datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="milliseconds"),
+                "detail": detail,
+            }
+        )
+        message_id = f"{event_id}.{handler.id}"
+        seconds = int(timestamp)
+        headers = [
+            (b"webhook-id", message_id.encode()),
+            (b"webhook-timestamp", str(seconds).encode()),
+            (b"webhook-signature", sign(handler.secret, message_id, seconds, body).encode()),
+        ]
+        raw = await self.transport.post(handler.url, body, headers, handler.timeout_ms / 1000)
+        return parse_answer(raw, request.event)
+
+    @staticmethod
+    def _record(
+        request: EventInput,
+        event_id: str,
+        handler: HandlerConfig,
+        outcome: Outcome,
+        failure_class: FailureClass | None,
+        reason: str,
+        started_at: datetime,
+        started: float,
+    ) -> HookRunRecord:
+        return HookRunRecord(
+            event=request.event,
+            handler_id=handler.id,
+            outcome=outcome,
+            failure_class=failure_class,
+            duration_ms=round((time.monotonic() - started) * 1000),
+            session_id=request.session_id,
+            turn_id=request.turn_id,
+            tool_call_id=request.tool_call_id,
+            target=request.target,
+            event_id=event_id,
+            reason=bound_utf8(reason),
+            created_at=started_at,
+        )

@@ -1,0 +1,115 @@
+"""The twelve lifecycle events and what each one allows (shared/spec/AGENTS_HOOKS.md, Events table).
+
+One table drives configuration checks, dispatch and the caller-side fast path, so the
+rules cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from popagent.hooks.v1 import hooks_pb2
+
+
+class Event(enum.StrEnum):
+    """Spec names, as they appear in `POPAGENT_HOOKS` and in requests to handlers."""
+
+    SESSION_START = "SessionStart"
+    TASK_START = "TaskStart"
+    USER_PROMPT_SUBMIT = "UserPromptSubmit"
+    SUBAGENT_START = "SubagentStart"
+    PRE_TOOL_USE = "PreToolUse"
+    POST_TOOL_USE = "PostToolUse"
+    POST_TOOL_USE_FAILURE = "PostToolUseFailure"
+    SUBAGENT_STOP = "SubagentStop"
+    TASK_STOP = "TaskStop"
+    STOP = "Stop"
+    STOP_FAILURE = "StopFailure"
+    SESSION_END = "SessionEnd"
+
+    @property
+    def rules(self) -> EventRules:
+        return RULES[self]
+
+    @property
+    def proto(self) -> hooks_pb2.HookEvent.ValueType:
+        return hooks_pb2.HookEvent.Value(self.name)
+
+    @classmethod
+    def from_proto(cls, value: int) -> Event:
+        """The event of a proto enum value; ValueError for UNSPECIFIED or unknown values."""
+        name = hooks_pb2.HookEvent.Name(value) if value in hooks_pb2.HookEvent.values() else ""
+        if name not in cls.__members__:
+            raise ValueError(f"unknown hook event {value}")
+        return cls[name]
+
+
+class Outcome(enum.StrEnum):
+    PASS = "pass"
+    DENY = "deny"
+    MODIFY = "modify"
+    CONTINUE = "continue"
+
+    @property
+    def proto(self) -> hooks_pb2.Outcome.ValueType:
+        return hooks_pb2.Outcome.Value(self.name)
+
+    @classmethod
+    def from_proto(cls, value: int) -> Outcome:
+        return cls[hooks_pb2.Outcome.Name(value)]
+
+
+class MatcherKind(enum.StrEnum):
+    NONE = "none"
+    TOOL = "tool"
+    SPECIALIST = "specialist"
+
+
+class Replacement(enum.StrEnum):
+    """What a `modify` outcome carries, and where it lands in the next handler's `detail`."""
+
+    NONE = "none"
+    PROMPT = "prompt"
+    ARGUMENTS = "arguments"
+
+
+@dataclass(frozen=True)
+class EventRules:
+    allowed: frozenset[Outcome]
+    matcher: MatcherKind
+    replacement: Replacement
+
+    @property
+    def gate(self) -> bool:
+        """Gate and mutation events fail closed by default; observational ones always fail open."""
+        return self.allowed != {Outcome.PASS}
+
+    @property
+    def accepts_context(self) -> bool:
+        """Only gate events feed `additionalContext` back into the turn; observers cannot add any."""
+        return self.gate
+
+
+_OBSERVE = frozenset({Outcome.PASS})
+_GATE = frozenset({Outcome.PASS, Outcome.DENY, Outcome.MODIFY})
+
+RULES: dict[Event, EventRules] = {
+    Event.SESSION_START: EventRules(_OBSERVE, MatcherKind.NONE, Replacement.NONE),
+    Event.TASK_START: EventRules(_OBSERVE, MatcherKind.NONE, Replacement.NONE),
+    Event.USER_PROMPT_SUBMIT: EventRules(_GATE, MatcherKind.NONE, Replacement.PROMPT),
+    Event.SUBAGENT_START: EventRules(_GATE, MatcherKind.SPECIALIST, Replacement.PROMPT),
+    Event.PRE_TOOL_USE: EventRules(_GATE, MatcherKind.TOOL, Replacement.ARGUMENTS),
+    Event.POST_TOOL_USE: EventRules(_OBSERVE, MatcherKind.TOOL, Replacement.NONE),
+    Event.POST_TOOL_USE_FAILURE: EventRules(_OBSERVE, MatcherKind.TOOL, Replacement.NONE),
+    Event.SUBAGENT_STOP: EventRules(_OBSERVE, MatcherKind.SPECIALIST, Replacement.NONE),
+    Event.TASK_STOP: EventRules(_OBSERVE, MatcherKind.NONE, Replacement.NONE),
+    Event.STOP: EventRules(frozenset({Outcome.PASS, Outcome.CONTINUE}), MatcherKind.NONE, Replacement.NONE),
+    Event.STOP_FAILURE: EventRules(_OBSERVE, MatcherKind.NONE, Replacement.NONE),
+    Event.SESSION_END: EventRules(_OBSERVE, MatcherKind.NONE, Replacement.NONE),
+}
+
+
+def closed_outcome(event: Event) -> Outcome:
+    """The decision a fail-closed failure produces: deny a gate, or refuse `Stop` completion."""
+    return Outcome.CONTINUE if event is Event.STOP else Outcome.DENY
