@@ -202,8 +202,11 @@ async def test_session_rows_are_removed_when_the_session_deleted_event_arrives(
             len((await stub.ListSessionRuns(hooks_pb2.ListSessionRunsRequest(session_id="deleted-session"))).runs) == 1
         )
         await _publish_session_deleted(nc, "deleted-session")
+        runs: list[hooks_pb2.HookRun] = []
         for _ in range(200):
-            runs = (await stub.ListSessionRuns(hooks_pb2.ListSessionRunsRequest(session_id="deleted-session"))).runs
+            runs = list(
+                (await stub.ListSessionRuns(hooks_pb2.ListSessionRunsRequest(session_id="deleted-session"))).runs
+            )
             if not runs:
                 break
             await asyncio.sleep(0.05)

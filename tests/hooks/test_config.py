@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from hooks.conftest import ALLOWED, config_of, handler
 
+from popagent_core.auth import generate_credentials
 from popagent_core.settings import load_settings
 from popagent_hooks.config import DEFAULT_TIMEOUT_MS, HooksConfigError, parse_hooks_config
 from popagent_hooks.events import Event
@@ -165,7 +166,11 @@ def test_digest_changes_with_the_configuration_but_not_with_secrets() -> None:
 
 
 def _settings_env(**values: str) -> dict[str, str]:
-    return {"DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none", **values}
+    return {
+        "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
+        "POPAGENT_INTERNAL_CALLERS": generate_credentials()[1],
+        **values,
+    }
 
 
 def test_settings_refuse_a_bad_document_naming_the_variable_and_path(capsys: pytest.CaptureFixture[str]) -> None:

@@ -111,7 +111,7 @@ async def test_an_argument_mutation_is_chained_and_keeps_json_types(
     assert receiver.requests[1].json()["detail"]["arguments"] == {"query": "weather", "limit": 1}
     assert decision.outcome is Outcome.MODIFY
     assert decision.arguments == {"query": "weather", "limit": 1}
-    assert isinstance(decision.arguments["limit"], int)
+    assert decision.arguments is not None and type(decision.arguments["limit"]) is int
 
 
 async def test_a_deny_ends_the_chain_and_discards_earlier_mutations(

@@ -33,8 +33,9 @@ class Event(enum.StrEnum):
         return RULES[self]
 
     @property
-    def proto(self) -> hooks_pb2.HookEvent.ValueType:
-        return hooks_pb2.HookEvent.Value(self.name)
+    def proto(self) -> hooks_pb2.HookEvent:
+        # The proto enum uses the same member names (PRE_TOOL_USE, ...).
+        return getattr(hooks_pb2, self.name)
 
     @classmethod
     def from_proto(cls, value: int) -> Event:
@@ -52,8 +53,8 @@ class Outcome(enum.StrEnum):
     CONTINUE = "continue"
 
     @property
-    def proto(self) -> hooks_pb2.Outcome.ValueType:
-        return hooks_pb2.Outcome.Value(self.name)
+    def proto(self) -> hooks_pb2.Outcome:
+        return getattr(hooks_pb2, self.name)
 
     @classmethod
     def from_proto(cls, value: int) -> Outcome:

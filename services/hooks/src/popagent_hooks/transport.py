@@ -110,7 +110,8 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
     def __init__(self, *, allow_private: bool, resolver: Resolver | None = None) -> None:
         self.allow_private = allow_private
         self.resolver = resolver or system_resolver
-        self._inner = httpcore.AnyIOBackend()
+        # Typed as the interface: httpcore's stubs see a placeholder class when anyio is optional.
+        self._inner = typing.cast(httpcore.AsyncNetworkBackend, httpcore.AnyIOBackend())
 
     async def resolve_allowed(self, host: str, port: int) -> list[str]:
         """Addresses of `host` hooks may connect to; BlockedAddress when there are none."""
