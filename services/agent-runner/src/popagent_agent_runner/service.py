@@ -3,16 +3,74 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
+from popagent.agent_runner.v1 import agent_runner_pb2_grpc
+from popagent.browser_bridge.v1 import browser_bridge_pb2_grpc
+from popagent.hooks.v1 import hooks_pb2_grpc
+from popagent_agent_runner import settings_rules
+from popagent_agent_runner.agents import AgentStore
+from popagent_agent_runner.sessions import SessionDeleter, SessionStore
 from popagent_agent_runner.settings import Settings
+from popagent_agent_runner.settings_store import SingletonSettings
+from popagent_agent_runner.state_servicer import AgentRunnerStateServicer
+from popagent_agent_runner.workspaces import AgentWorkspaceStore
+from popagent_core.db import load_queries
+from popagent_core.errors import PopagentError
+from popagent_core.grpc_client import open_channel
 from popagent_core.service import service_kernel
+from popagent_hooks.client import HooksClient
+
+logger = logging.getLogger(__name__)
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+QUERIES = load_queries(Path(__file__).parent / "queries.sql")
+
+
+@dataclass(frozen=True)
+class RunningAgentRunner:
+    port: int
+    deleter: SessionDeleter
 
 
 @contextlib.asynccontextmanager
-async def build(settings: Settings) -> AsyncIterator[None]:
-    async with service_kernel("agent-runner", settings, MIGRATIONS) as kernel, kernel.serving(settings.grpc_address):
-        yield
+async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
+    async with service_kernel("agent-runner", settings, MIGRATIONS) as kernel, contextlib.AsyncExitStack() as stack:
+        hooks_channel = await stack.enter_async_context(open_channel(settings.hooks_address, settings.internal_token))
+        browser_channel = await stack.enter_async_context(
+            open_channel(settings.browser_bridge_address, settings.internal_token)
+        )
+        pool = kernel.pool
+        workspaces = AgentWorkspaceStore(pool, settings.workspace_root, QUERIES)
+        deleter = SessionDeleter(
+            pool,
+            workspaces,
+            HooksClient(hooks_pb2_grpc.HooksServiceStub(hooks_channel)),
+            browser_bridge_pb2_grpc.BrowserBridgeServiceStub(browser_channel),
+            QUERIES,
+        )
+        servicer = AgentRunnerStateServicer(
+            SessionStore(pool, workspaces, QUERIES),
+            deleter,
+            AgentStore(pool, QUERIES),
+            workspaces,
+            SingletonSettings(pool, "agent-runtime", settings_rules.AGENT_RUNTIME, QUERIES, "agent_runtime_settings"),
+            SingletonSettings(pool, "memory", settings_rules.MEMORY, QUERIES, "memory_settings"),
+        )
+        agent_runner_pb2_grpc.add_AgentRunnerStateServiceServicer_to_server(servicer, kernel.server)
+        port = await stack.enter_async_context(kernel.serving(settings.grpc_address))
+        await _resume_pending_deletions(deleter, settings.pending_deletion_grace_s)
+        yield RunningAgentRunner(port, deleter)
+
+
+async def _resume_pending_deletions(deleter: SessionDeleter, grace_s: float) -> None:
+    try:
+        finished = await deleter.resume_pending(grace_s)
+    except PopagentError as exc:
+        logger.warning("pending session deletions not resumed", extra={"error": str(exc)})
+        return
+    if finished:
+        logger.info("pending session deletions finished", extra={"sessions": finished})

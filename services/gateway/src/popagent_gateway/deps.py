@@ -15,6 +15,7 @@ from popagent.hooks.v1 import hooks_pb2_grpc
 from popagent.secrets.v1 import secrets_pb2_grpc
 from popagent.tasks.v1 import tasks_pb2_grpc
 from popagent_core.errors import Unauthenticated
+from popagent_gateway.catalog import ModelCatalog
 from popagent_gateway.settings import Settings
 
 API_KEY_HEADER = "x-popagent-key"
@@ -43,6 +44,22 @@ def get_agent_runner(request: Request) -> agent_runner_pb2_grpc.AgentRunnerServi
     return agent_runner_pb2_grpc.AgentRunnerServiceStub(channel(request, "agent-runner"))
 
 
+def get_agent_runner_state(request: Request) -> agent_runner_pb2_grpc.AgentRunnerStateServiceStub:
+    return agent_runner_pb2_grpc.AgentRunnerStateServiceStub(channel(request, "agent-runner"))
+
+
+def get_model_catalog(request: Request) -> ModelCatalog:
+    """The app's one model catalog cache, made on first use from the settings."""
+    state = request.app.state
+    catalog: ModelCatalog | None = getattr(state, "model_catalog", None)
+    if catalog is None:
+        settings: Settings = state.settings
+        catalog = state.model_catalog = ModelCatalog(
+            settings.ninerouter_url, api_key=settings.ninerouter_api_key, ttl_s=settings.model_catalog_ttl_s
+        )
+    return catalog
+
+
 def get_hooks(request: Request) -> hooks_pb2_grpc.HooksServiceStub:
     return hooks_pb2_grpc.HooksServiceStub(channel(request, "hooks"))
 
@@ -65,6 +82,8 @@ def get_browser_bridge(request: Request) -> browser_bridge_pb2_grpc.BrowserBridg
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 AgentRunnerStub = Annotated[agent_runner_pb2_grpc.AgentRunnerServiceStub, Depends(get_agent_runner)]
+AgentRunnerStateStub = Annotated[agent_runner_pb2_grpc.AgentRunnerStateServiceStub, Depends(get_agent_runner_state)]
+ModelCatalogDep = Annotated[ModelCatalog, Depends(get_model_catalog)]
 HooksStub = Annotated[hooks_pb2_grpc.HooksServiceStub, Depends(get_hooks)]
 SecretsStub = Annotated[secrets_pb2_grpc.SecretsServiceStub, Depends(get_secrets)]
 TasksStub = Annotated[tasks_pb2_grpc.TasksServiceStub, Depends(get_tasks)]

@@ -21,6 +21,11 @@ class Settings(BaseSettings):
     log_level: str = Field(default="INFO", validation_alias="POPAGENT_LOG_LEVEL")
     internal_token: str = Field(default="", validation_alias="POPAGENT_INTERNAL_TOKEN", repr=False)
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024, validation_alias="POPAGENT_MAX_BODY_BYTES")
+    # The model gateway (9Router or any OpenAI-compatible server), e.g. http://127.0.0.1:20128/v1.
+    # Unset: /api/models answers an empty catalog with a warning and model checks fail open.
+    ninerouter_url: str = Field(default="", validation_alias="NINEROUTER_URL")
+    ninerouter_api_key: str = Field(default="", validation_alias="NINEROUTER_API_KEY", repr=False)
+    model_catalog_ttl_s: float = Field(default=60.0, gt=0, le=3600, validation_alias="POPAGENT_MODEL_CATALOG_TTL_S")
 
     agent_runner_address: str = grpc_address_field("agent-runner", DEFAULT_PORTS["agent-runner"])
     hooks_address: str = grpc_address_field("hooks", DEFAULT_PORTS["hooks"])
@@ -34,6 +39,13 @@ class Settings(BaseSettings):
     def _postgres_dsn(cls, value: str) -> str:
         if not value.startswith(("postgresql://", "postgres://")):
             raise ValueError("must be a postgresql:// URL")
+        return value
+
+    @field_validator("ninerouter_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
         return value
 
     @field_validator("api_key")

@@ -1,7 +1,63 @@
-"""/api routes for agents."""
+"""/api/agents: the four persisted system agents; edits apply on the next run."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
 
-router = APIRouter()
+from fastapi import APIRouter, Path, Response
+
+from popagent.agent_runner.v1 import agent_runner_pb2 as pb
+from popagent_gateway.catalog import ensure_known_model
+from popagent_gateway.deps import AgentRunnerStateStub, ModelCatalogDep
+from popagent_gateway.dto.agents import AGENT_ID_PATTERN, AgentListOut, AgentOut, AgentPatch
+from popagent_gateway.wire import ERROR_RESPONSES, warned
+
+router = APIRouter(prefix="/agents", tags=["agents"], responses=ERROR_RESPONSES)
+
+RPC_TIMEOUT_S = 10.0
+
+AgentId = Annotated[str, Path(pattern=AGENT_ID_PATTERN, max_length=63)]
+
+
+def agent_out(agent: pb.Agent) -> AgentOut:
+    return AgentOut(
+        id=agent.id,
+        display_name=agent.display_name,
+        description=agent.description,
+        instructions=agent.instructions,
+        source_url=agent.source_url,
+        workspace_access=agent.workspace_access,  # type: ignore[arg-type]
+        browser_access=agent.browser_access,  # type: ignore[arg-type]
+        delegation_eligible=agent.delegation_eligible,
+        tools=list(agent.tools),
+        model=agent.model or None,
+        updated_at=agent.updated_at,
+    )
+
+
+@router.get("", response_model=AgentListOut)
+async def list_agents(runner: AgentRunnerStateStub) -> AgentListOut:
+    """The supervisor and its three specialists, with every persisted field, and the known tool keys."""
+    response = await runner.ListAgents(pb.ListAgentsRequest(), timeout=RPC_TIMEOUT_S)
+    return AgentListOut(agents=[agent_out(a) for a in response.agents], known_tools=list(response.known_tools))
+
+
+@router.patch("/{agent_id}", response_model=AgentOut)
+async def update_agent(
+    agent_id: AgentId, body: AgentPatch, runner: AgentRunnerStateStub, catalog: ModelCatalogDep, response: Response
+) -> AgentOut:
+    """Edit an agent's name, delegation description, instructions, access, eligibility, tools or model override."""
+    changes = body.changes()
+    request = pb.UpdateAgentRequest(id=agent_id)
+    tools = changes.pop("tools", None)
+    if tools is not None:
+        request.tools.values.extend(tools)
+    if "model" in changes:
+        model = changes.pop("model")
+        if model is not None:
+            warned(response, await ensure_known_model(catalog, model))
+        # An empty model clears the override: the agent inherits the selected/default model.
+        request.model = model or ""
+    for name, value in changes.items():
+        setattr(request, name, value)
+    return agent_out(await runner.UpdateAgent(request, timeout=RPC_TIMEOUT_S))

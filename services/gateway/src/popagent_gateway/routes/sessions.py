@@ -1,7 +1,123 @@
-"""/api routes for sessions."""
+"""/api/sessions: list, create, load, optimistic save, rename/archive and permanent delete.
+
+Answers are serialized straight from the service's messages: the stored AI SDK UI
+messages travel as one JSON blob and are spliced into the answer without re-parsing.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
 
-router = APIRouter()
+import orjson
+from fastapi import APIRouter, Path, Query, Response
+from pydantic import TypeAdapter
+
+from popagent.agent_runner.v1 import agent_runner_pb2 as pb
+from popagent_gateway.deps import AgentRunnerStateStub
+from popagent_gateway.dto.sessions import (
+    ID_PATTERN,
+    WORKSPACE_ID_PATTERN,
+    RevisionConflictOut,
+    SessionCreate,
+    SessionListOut,
+    SessionOut,
+    SessionPatch,
+    SessionSave,
+    SessionSummary,
+    UIMessage,
+    summary_dict,
+)
+from popagent_gateway.wire import ERROR_RESPONSES, json_response
+
+router = APIRouter(tags=["sessions"], responses=ERROR_RESPONSES)
+
+RPC_TIMEOUT_S = 10.0
+# Permanent deletion waits for the SessionEnd hook (bounded by the hooks service) and the browser close.
+DELETE_TIMEOUT_S = 60.0
+
+SessionId = Annotated[str, Path(pattern=ID_PATTERN, max_length=128)]
+# Serializes validated messages in one Rust pass for storage.
+_ADAPTER = TypeAdapter(list[UIMessage])
+
+
+def session_json(session: pb.Session) -> bytes:
+    """The full session (summary + messages) without parsing the stored messages."""
+    head = orjson.dumps(summary_dict(session))
+    return head[:-1] + b',"messages":' + (session.messages_json or b"[]") + b"}"
+
+
+def _messages_json(messages: list[UIMessage]) -> bytes:
+    return _ADAPTER.dump_json(messages, exclude_unset=True)
+
+
+@router.get("/sessions", response_model=SessionListOut)
+async def list_sessions(
+    runner: AgentRunnerStateStub,
+    archived: Annotated[bool, Query(description="true: archived sessions instead of active ones")] = False,
+    workspace_id: Annotated[
+        str | None, Query(alias="workspaceId", pattern=WORKSPACE_ID_PATTERN, description="only this workspace")
+    ] = None,
+) -> Response:
+    """Active (or archived) sessions, most recently updated first, at most 200."""
+    response = await runner.ListSessions(
+        pb.ListSessionsRequest(archived=archived, workspace_id=workspace_id or ""), timeout=RPC_TIMEOUT_S
+    )
+    return json_response({"sessions": [summary_dict(s) for s in response.sessions]})
+
+
+@router.post("/sessions", response_model=SessionSummary, status_code=201)
+async def create_session(body: SessionCreate, runner: AgentRunnerStateStub) -> Response:
+    """Create an empty session (revision 0) in a workspace (default: popagent)."""
+    session = await runner.CreateSession(
+        pb.CreateSessionRequest(id=body.id or "", title=body.title, workspace_id=body.workspace_id or ""),
+        timeout=RPC_TIMEOUT_S,
+    )
+    return json_response(summary_dict(session), status_code=201)
+
+
+@router.get("/sessions/{session_id}", response_model=SessionOut)
+async def get_session(session_id: SessionId, runner: AgentRunnerStateStub) -> Response:
+    """Load a session: metadata, revision and its AI SDK UI messages."""
+    session = await runner.GetSession(pb.GetSessionRequest(id=session_id), timeout=RPC_TIMEOUT_S)
+    return Response(session_json(session), media_type="application/json")
+
+
+@router.put(
+    "/sessions/{session_id}",
+    response_model=SessionSummary,
+    responses={409: {"model": RevisionConflictOut, "description": "stale revision; the body has the server copy"}},
+)
+async def save_session(session_id: SessionId, body: SessionSave, runner: AgentRunnerStateStub) -> Response:
+    """Save the title and messages. Send the revision you loaded; a stale one answers 409 with the current copy."""
+    request = pb.SaveSessionRequest(
+        id=session_id,
+        revision=body.revision,
+        messages_json=_messages_json(body.messages),
+        message_count=len(body.messages),
+    )
+    if body.title is not None:
+        request.title = body.title
+    response = await runner.SaveSession(request, timeout=RPC_TIMEOUT_S)
+    if response.conflict:
+        conflict = b'{"error":"revision conflict","session":' + session_json(response.session) + b"}"
+        return Response(conflict, status_code=409, media_type="application/json")
+    return json_response(summary_dict(response.session))
+
+
+@router.patch("/sessions/{session_id}", response_model=SessionSummary)
+async def update_session(session_id: SessionId, body: SessionPatch, runner: AgentRunnerStateStub) -> Response:
+    """Rename (the title then survives later saves) or archive/restore. The revision does not change."""
+    request = pb.UpdateSessionRequest(id=session_id)
+    if body.title is not None:
+        request.title = body.title
+    if body.archived is not None:
+        request.archived = body.archived
+    session = await runner.UpdateSession(request, timeout=RPC_TIMEOUT_S)
+    return json_response(summary_dict(session))
+
+
+@router.delete("/sessions/{session_id}", status_code=204, response_class=Response)
+async def delete_session(session_id: SessionId, runner: AgentRunnerStateStub) -> Response:
+    """Permanently delete a session: SessionEnd hook, browser close, thread data, hook audit, then the row."""
+    await runner.DeleteSession(pb.DeleteSessionRequest(id=session_id), timeout=DELETE_TIMEOUT_S)
+    return Response(status_code=204)

@@ -1,7 +1,116 @@
-"""/api routes for settings."""
+"""/api/settings/*: the four settings singletons, each read from and written to its owning service.
+
+agent-runtime and memory live in agent-runner, autonomy in evolution, browser in
+browser-bridge. Every change applies on the next turn (browser: the next browser use).
+Range and cross-field violations the owner finds answer 422 naming the field.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Any, TypeVar
 
-router = APIRouter()
+from fastapi import APIRouter, Response
+from google.protobuf.message import Message
+
+from popagent.agent_runner.v1 import agent_runner_pb2 as runner_pb
+from popagent.browser_bridge.v1 import browser_bridge_pb2 as browser_pb
+from popagent.evolution.v1 import evolution_pb2 as evolution_pb
+from popagent_gateway.catalog import ensure_known_model
+from popagent_gateway.deps import AgentRunnerStateStub, BrowserBridgeStub, EvolutionStub, ModelCatalogDep
+from popagent_gateway.dto import WireModel
+from popagent_gateway.dto.settings import (
+    AgentRuntimeSettingsOut,
+    AgentRuntimeSettingsPatch,
+    AutonomySettingsOut,
+    AutonomySettingsPatch,
+    BrowserSettingsOut,
+    BrowserSettingsPatch,
+    MemorySettingsOut,
+    MemorySettingsPatch,
+)
+from popagent_gateway.wire import ERROR_RESPONSES, field_violations, warned
+
+router = APIRouter(prefix="/settings", tags=["settings"], responses=ERROR_RESPONSES)
+
+RPC_TIMEOUT_S = 10.0
+
+Out = TypeVar("Out", bound=WireModel)
+
+
+def _out(model: type[Out], message: Message) -> Out:
+    values: dict[str, Any] = {name: getattr(message, name) for name in model.model_fields}
+    return model.model_validate(values)
+
+
+@router.get("/agent-runtime", response_model=AgentRuntimeSettingsOut)
+async def get_agent_runtime_settings(runner: AgentRunnerStateStub) -> AgentRuntimeSettingsOut:
+    """Default model, step ceilings, tool-call and retry limits, delegation bounds and background-task timing."""
+    settings = await runner.GetAgentRuntimeSettings(runner_pb.GetAgentRuntimeSettingsRequest(), timeout=RPC_TIMEOUT_S)
+    return _out(AgentRuntimeSettingsOut, settings)
+
+
+@router.patch("/agent-runtime", response_model=AgentRuntimeSettingsOut)
+async def update_agent_runtime_settings(
+    body: AgentRuntimeSettingsPatch, runner: AgentRunnerStateStub, catalog: ModelCatalogDep, response: Response
+) -> AgentRuntimeSettingsOut:
+    """Change some agent-runtime settings; applies on the next turn. The default model must be in the catalog."""
+    if body.default_model is not None:
+        warned(response, await ensure_known_model(catalog, body.default_model))
+    answer = await runner.UpdateAgentRuntimeSettings(
+        runner_pb.UpdateAgentRuntimeSettingsRequest(**body.changes()), timeout=RPC_TIMEOUT_S
+    )
+    if answer.violations:
+        raise field_violations(answer.violations)
+    return _out(AgentRuntimeSettingsOut, answer.settings)
+
+
+@router.get("/memory", response_model=MemorySettingsOut)
+async def get_memory_settings(runner: AgentRunnerStateStub) -> MemorySettingsOut:
+    """Observational-memory controls: thresholds, retention, buffering, activation, budgets, retrieval, guidance."""
+    settings = await runner.GetMemorySettings(runner_pb.GetMemorySettingsRequest(), timeout=RPC_TIMEOUT_S)
+    return _out(MemorySettingsOut, settings)
+
+
+@router.patch("/memory", response_model=MemorySettingsOut)
+async def update_memory_settings(body: MemorySettingsPatch, runner: AgentRunnerStateStub) -> MemorySettingsOut:
+    """Change some memory settings; applies on the next turn. Shared budgets require async buffering off."""
+    answer = await runner.UpdateMemorySettings(
+        runner_pb.UpdateMemorySettingsRequest(**body.changes()), timeout=RPC_TIMEOUT_S
+    )
+    if answer.violations:
+        raise field_violations(answer.violations)
+    return _out(MemorySettingsOut, answer.settings)
+
+
+@router.get("/autonomy", response_model=AutonomySettingsOut)
+async def get_autonomy_settings(evolution: EvolutionStub) -> AutonomySettingsOut:
+    """Evolution, skill-creation and contained self-update controls."""
+    settings = await evolution.GetAutonomySettings(evolution_pb.GetAutonomySettingsRequest(), timeout=RPC_TIMEOUT_S)
+    return _out(AutonomySettingsOut, settings)
+
+
+@router.patch("/autonomy", response_model=AutonomySettingsOut)
+async def update_autonomy_settings(body: AutonomySettingsPatch, evolution: EvolutionStub) -> AutonomySettingsOut:
+    """Change some autonomy controls; a disabled policy wins before any learned mutation."""
+    answer = await evolution.UpdateAutonomySettings(
+        evolution_pb.UpdateAutonomySettingsRequest(**body.changes()), timeout=RPC_TIMEOUT_S
+    )
+    if answer.violations:
+        raise field_violations(answer.violations)
+    return _out(AutonomySettingsOut, answer.settings)
+
+
+@router.get("/browser", response_model=BrowserSettingsOut)
+async def get_browser_settings(browser: BrowserBridgeStub) -> BrowserSettingsOut:
+    """The global browser capability."""
+    settings = await browser.GetBrowserSettings(browser_pb.GetBrowserSettingsRequest(), timeout=RPC_TIMEOUT_S)
+    return _out(BrowserSettingsOut, settings)
+
+
+@router.patch("/browser", response_model=BrowserSettingsOut)
+async def update_browser_settings(body: BrowserSettingsPatch, browser: BrowserBridgeStub) -> BrowserSettingsOut:
+    """Turn the global browser capability on or off; applies immediately, without a restart."""
+    settings = await browser.UpdateBrowserSettings(
+        browser_pb.UpdateBrowserSettingsRequest(**body.changes()), timeout=RPC_TIMEOUT_S
+    )
+    return _out(BrowserSettingsOut, settings)

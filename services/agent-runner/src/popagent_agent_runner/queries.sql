@@ -1,0 +1,164 @@
+-- Sessions --------------------------------------------------------------------------
+
+-- name: list_sessions
+SELECT id, title, title_locked, workspace_id, revision, archived_at, created_at, updated_at, message_count
+FROM popagent_sessions
+WHERE deleting_at IS NULL
+  AND (archived_at IS NOT NULL) = $1
+  AND ($2::text = '' OR workspace_id = $2)
+ORDER BY updated_at DESC, id
+LIMIT $3
+
+-- name: create_session
+INSERT INTO popagent_sessions (id, title, workspace_id)
+VALUES ($1, $2, $3)
+ON CONFLICT (id) DO NOTHING
+RETURNING id, title, title_locked, workspace_id, revision, archived_at, created_at, updated_at, message_count
+
+-- name: get_session
+SELECT id, title, title_locked, workspace_id, revision, archived_at, created_at, updated_at, message_count,
+       messages::text AS messages
+FROM popagent_sessions
+WHERE id = $1 AND deleting_at IS NULL
+
+-- name: save_session
+-- The optimistic lock: one statement checks and increments the revision. Concurrent
+-- saves with the same revision queue on the row lock; PostgreSQL re-checks the WHERE
+-- against the committed row, so exactly one of them matches.
+UPDATE popagent_sessions
+SET messages = $3::jsonb,
+    message_count = $4,
+    title = CASE WHEN title_locked OR $5::text IS NULL THEN title ELSE $5 END,
+    revision = revision + 1,
+    updated_at = now()
+WHERE id = $1 AND revision = $2 AND deleting_at IS NULL
+RETURNING id, title, title_locked, workspace_id, revision, archived_at, created_at, updated_at, message_count
+
+-- name: update_session
+-- A rename locks the title so later message saves keep it; archive is display state only.
+UPDATE popagent_sessions
+SET title = coalesce($2::text, title),
+    title_locked = title_locked OR $2::text IS NOT NULL,
+    archived_at = CASE
+        WHEN $3::boolean IS NULL THEN archived_at
+        WHEN $3::boolean THEN coalesce(archived_at, now())
+        ELSE NULL
+    END,
+    updated_at = now()
+WHERE id = $1 AND deleting_at IS NULL
+RETURNING id, title, title_locked, workspace_id, revision, archived_at, created_at, updated_at, message_count
+
+-- name: mark_session_deleting
+-- First step of permanent deletion: from here on the session is invisible everywhere
+-- but DeleteSession, which may run (again) until the row is gone.
+UPDATE popagent_sessions
+SET deleting_at = coalesce(deleting_at, now())
+WHERE id = $1
+RETURNING workspace_id, title
+
+-- name: delete_thread
+-- Messages, observational-memory state and every other per-thread artifact cascade.
+DELETE FROM popagent_threads WHERE id = $1
+
+-- name: delete_session_row
+DELETE FROM popagent_sessions WHERE id = $1 AND deleting_at IS NOT NULL
+
+-- name: workspace_session_ids
+SELECT id FROM popagent_sessions WHERE workspace_id = $1 ORDER BY created_at, id
+
+-- name: sessions_pending_deletion
+SELECT id FROM popagent_sessions
+WHERE deleting_at IS NOT NULL AND deleting_at < now() - make_interval(secs => $1)
+ORDER BY deleting_at
+LIMIT 100
+
+-- Workspaces ------------------------------------------------------------------------
+
+-- name: list_workspaces
+SELECT id, name, path, description, created_at, updated_at
+FROM popagent_agent_workspaces
+ORDER BY id = 'popagent' DESC, name, id
+
+-- name: get_workspace
+SELECT id, name, path, description, created_at, updated_at
+FROM popagent_agent_workspaces WHERE id = $1
+
+-- name: lock_workspace
+SELECT id, name, path, description, created_at, updated_at
+FROM popagent_agent_workspaces WHERE id = $1 FOR UPDATE
+
+-- name: create_workspace
+INSERT INTO popagent_agent_workspaces (id, name, path, description)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (id) DO NOTHING
+RETURNING id, name, path, description, created_at, updated_at
+
+-- name: update_workspace
+UPDATE popagent_agent_workspaces
+SET name = $2, path = $3, description = $4, updated_at = now()
+WHERE id = $1
+RETURNING id, name, path, description, created_at, updated_at
+
+-- name: count_workspace_sessions
+SELECT count(*) FROM popagent_sessions WHERE workspace_id = $1
+
+-- name: delete_workspace
+DELETE FROM popagent_agent_workspaces WHERE id = $1
+
+-- Agents ----------------------------------------------------------------------------
+
+-- name: list_agents
+SELECT id, display_name, description, instructions, source_url, workspace_access, browser_access,
+       delegation_eligible, tools, model, updated_at
+FROM popagent_agents
+ORDER BY position, id
+
+-- name: lock_agent
+SELECT id, display_name, description, instructions, source_url, workspace_access, browser_access,
+       delegation_eligible, tools, model, updated_at
+FROM popagent_agents WHERE id = $1 FOR UPDATE
+
+-- name: update_agent
+UPDATE popagent_agents
+SET display_name = $2, description = $3, instructions = $4, source_url = $5, workspace_access = $6,
+    browser_access = $7, delegation_eligible = $8, tools = $9, model = $10, updated_at = now()
+WHERE id = $1
+RETURNING id, display_name, description, instructions, source_url, workspace_access, browser_access,
+          delegation_eligible, tools, model, updated_at
+
+-- Settings singletons ---------------------------------------------------------------
+
+-- name: get_agent_runtime_settings
+SELECT * FROM popagent_agent_runtime_settings WHERE id = 1
+
+-- name: lock_agent_runtime_settings
+SELECT * FROM popagent_agent_runtime_settings WHERE id = 1 FOR UPDATE
+
+-- name: update_agent_runtime_settings
+UPDATE popagent_agent_runtime_settings
+SET default_model = $1, supervisor_max_steps = $2, specialist_max_steps = $3, max_concurrent_tool_calls = $4,
+    max_processor_retries = $5, final_response_feedback = $6, delegation_context_max_chars = $7,
+    delegation_result_max_chars = $8, delegation_failure_text = $9, delegation_truncation_text = $10,
+    task_concurrency = $11, task_poll_interval_ms = $12, task_heartbeat_interval_ms = $13,
+    task_heartbeat_timeout_ms = $14, task_attempt_timeout_ms = $15, task_abort_ack_timeout_ms = $16,
+    task_retry_base_ms = $17, task_retry_cap_ms = $18, updated_at = now()
+WHERE id = 1
+RETURNING *
+
+-- name: get_memory_settings
+SELECT * FROM popagent_memory_settings WHERE id = 1
+
+-- name: lock_memory_settings
+SELECT * FROM popagent_memory_settings WHERE id = 1 FOR UPDATE
+
+-- name: update_memory_settings
+UPDATE popagent_memory_settings
+SET enabled = $1, observation_message_tokens = $2, reflection_observation_tokens = $3,
+    raw_history_retention_messages = $4, async_observation_enabled = $5, observation_buffer_activation = $6,
+    observation_block_after = $7, async_reflection_enabled = $8, reflection_buffer_activation = $9,
+    reflection_block_after = $10, idle_activation_seconds = $11, activate_on_provider_change = $12,
+    shared_budget = $13, previous_observation_max_tokens = $14, temporal_markers = $15,
+    forward_attachments = $16, retrieval_scope = $17, observer_instructions = $18,
+    reflector_instructions = $19, updated_at = now()
+WHERE id = 1
+RETURNING *

@@ -1,0 +1,231 @@
+"""AgentRunnerStateService: sessions, agents, workspaces and settings; proto <-> stores only."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import asyncpg
+import grpc
+from google.protobuf.message import Message
+
+from popagent.agent_runner.v1 import agent_runner_pb2 as pb
+from popagent.agent_runner.v1 import agent_runner_pb2_grpc
+from popagent_agent_runner.agents import KNOWN_TOOLS, AgentChanges, AgentStore
+from popagent_agent_runner.sessions import SessionDeleter, SessionStore
+from popagent_agent_runner.settings_rules import Violation
+from popagent_agent_runner.settings_store import SingletonSettings
+from popagent_agent_runner.workspaces import AgentWorkspaceStore, WorkspaceRecord
+from popagent_core.errors import InvalidArgument
+
+MAX_MESSAGES_BYTES = 8 * 1024 * 1024 - 64 * 1024
+
+
+def _time(value: dt.datetime | None) -> str:
+    return value.isoformat() if value is not None else ""
+
+
+def _optional(request: Message, field: str) -> Any:
+    return getattr(request, field) if request.HasField(field) else None
+
+
+def session_message(row: asyncpg.Record, *, with_messages: bool = False) -> pb.Session:
+    return pb.Session(
+        id=row["id"],
+        title=row["title"],
+        title_locked=row["title_locked"],
+        workspace_id=row["workspace_id"],
+        revision=row["revision"],
+        archived_at=_time(row["archived_at"]),
+        created_at=_time(row["created_at"]),
+        updated_at=_time(row["updated_at"]),
+        message_count=row["message_count"],
+        messages_json=row["messages"].encode() if with_messages else b"",
+    )
+
+
+def agent_message(row: asyncpg.Record) -> pb.Agent:
+    return pb.Agent(
+        id=row["id"],
+        display_name=row["display_name"],
+        description=row["description"],
+        instructions=row["instructions"],
+        source_url=row["source_url"],
+        workspace_access=row["workspace_access"],
+        browser_access=row["browser_access"],
+        delegation_eligible=row["delegation_eligible"],
+        tools=list(row["tools"]),
+        model=row["model"] or "",
+        updated_at=_time(row["updated_at"]),
+    )
+
+
+def workspace_message(record: WorkspaceRecord) -> pb.Workspace:
+    return pb.Workspace(
+        id=record.id,
+        name=record.name,
+        path=record.path,
+        description=record.description,
+        exists=record.exists,
+        is_default=record.is_default,
+        created_at=record.created_at,
+        updated_at=record.updated_at,
+    )
+
+
+def _violations(found: list[Violation]) -> list[pb.FieldViolation]:
+    return [pb.FieldViolation(field=v.field, message=v.message) for v in found]
+
+
+class AgentRunnerStateServicer(agent_runner_pb2_grpc.AgentRunnerStateServiceServicer):
+    def __init__(
+        self,
+        sessions: SessionStore,
+        deleter: SessionDeleter,
+        agents: AgentStore,
+        workspaces: AgentWorkspaceStore,
+        runtime_settings: SingletonSettings,
+        memory_settings: SingletonSettings,
+    ) -> None:
+        self.sessions = sessions
+        self.deleter = deleter
+        self.agents = agents
+        self.workspaces = workspaces
+        self.runtime_settings = runtime_settings
+        self.memory_settings = memory_settings
+
+    # Sessions ----------------------------------------------------------------------
+
+    async def ListSessions(
+        self, request: pb.ListSessionsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListSessionsResponse:
+        rows = await self.sessions.list(archived=request.archived, workspace_id=request.workspace_id)
+        return pb.ListSessionsResponse(sessions=[session_message(row) for row in rows])
+
+    async def CreateSession(self, request: pb.CreateSessionRequest, context: grpc.aio.ServicerContext) -> pb.Session:
+        row = await self.sessions.create(request.id, request.title, request.workspace_id)
+        return session_message(row)
+
+    async def GetSession(self, request: pb.GetSessionRequest, context: grpc.aio.ServicerContext) -> pb.Session:
+        return session_message(await self.sessions.get(request.id), with_messages=True)
+
+    async def SaveSession(
+        self, request: pb.SaveSessionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SaveSessionResponse:
+        if len(request.messages_json) > MAX_MESSAGES_BYTES:
+            raise InvalidArgument("messages are too large")
+        try:
+            messages = request.messages_json.decode() if request.messages_json else "[]"
+        except UnicodeDecodeError:
+            raise InvalidArgument("messages_json must be UTF-8 JSON") from None
+        result = await self.sessions.save(
+            request.id, request.revision, _optional(request, "title"), messages, request.message_count
+        )
+        if result.saved is not None:
+            return pb.SaveSessionResponse(conflict=False, session=session_message(result.saved))
+        assert result.current is not None
+        return pb.SaveSessionResponse(conflict=True, session=session_message(result.current, with_messages=True))
+
+    async def UpdateSession(self, request: pb.UpdateSessionRequest, context: grpc.aio.ServicerContext) -> pb.Session:
+        row = await self.sessions.update(
+            request.id, title=_optional(request, "title"), archived=_optional(request, "archived")
+        )
+        return session_message(row)
+
+    async def DeleteSession(
+        self, request: pb.DeleteSessionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteSessionResponse:
+        await self.deleter.delete(request.id)
+        return pb.DeleteSessionResponse()
+
+    async def DeleteWorkspaceSessions(
+        self, request: pb.DeleteWorkspaceSessionsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteWorkspaceSessionsResponse:
+        deleted = await self.deleter.delete_workspace_sessions(request.workspace_id)
+        return pb.DeleteWorkspaceSessionsResponse(deleted=deleted)
+
+    # Agents ------------------------------------------------------------------------
+
+    async def ListAgents(
+        self, request: pb.ListAgentsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListAgentsResponse:
+        rows = await self.agents.list()
+        return pb.ListAgentsResponse(agents=[agent_message(row) for row in rows], known_tools=list(KNOWN_TOOLS))
+
+    async def UpdateAgent(self, request: pb.UpdateAgentRequest, context: grpc.aio.ServicerContext) -> pb.Agent:
+        changes = AgentChanges(
+            display_name=_optional(request, "display_name"),
+            description=_optional(request, "description"),
+            instructions=_optional(request, "instructions"),
+            source_url=_optional(request, "source_url"),
+            workspace_access=_optional(request, "workspace_access"),
+            browser_access=_optional(request, "browser_access"),
+            delegation_eligible=_optional(request, "delegation_eligible"),
+            tools=list(request.tools.values) if request.HasField("tools") else None,
+            model=_optional(request, "model"),
+        )
+        return agent_message(await self.agents.update(request.id, changes))
+
+    # Workspaces --------------------------------------------------------------------
+
+    async def ListWorkspaces(
+        self, request: pb.ListWorkspacesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListWorkspacesResponse:
+        return pb.ListWorkspacesResponse(workspaces=[workspace_message(w) for w in await self.workspaces.list()])
+
+    async def CreateWorkspace(
+        self, request: pb.CreateWorkspaceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Workspace:
+        record = await self.workspaces.register(request.id, request.name, request.path, request.description)
+        return workspace_message(record)
+
+    async def UpdateWorkspace(
+        self, request: pb.UpdateWorkspaceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Workspace:
+        record = await self.workspaces.update(
+            request.id,
+            name=_optional(request, "name"),
+            path=_optional(request, "path"),
+            description=_optional(request, "description"),
+        )
+        return workspace_message(record)
+
+    async def DeleteWorkspace(
+        self, request: pb.DeleteWorkspaceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteWorkspaceResponse:
+        await self.workspaces.delete(request.id)
+        return pb.DeleteWorkspaceResponse()
+
+    # Settings ----------------------------------------------------------------------
+
+    def _runtime(self, row: asyncpg.Record) -> pb.AgentRuntimeSettings:
+        values = {column: row[column] for column in self.runtime_settings.columns}
+        return pb.AgentRuntimeSettings(**values, updated_at=_time(row["updated_at"]))
+
+    def _memory(self, row: asyncpg.Record) -> pb.MemorySettings:
+        values = {column: row[column] for column in self.memory_settings.columns}
+        return pb.MemorySettings(**values, updated_at=_time(row["updated_at"]))
+
+    async def GetAgentRuntimeSettings(
+        self, request: pb.GetAgentRuntimeSettingsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AgentRuntimeSettings:
+        return self._runtime(await self.runtime_settings.get())
+
+    async def UpdateAgentRuntimeSettings(
+        self, request: pb.UpdateAgentRuntimeSettingsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.UpdateAgentRuntimeSettingsResponse:
+        changes = {c: getattr(request, c) for c in self.runtime_settings.columns if request.HasField(c)}
+        row, violations = await self.runtime_settings.update(changes)
+        return pb.UpdateAgentRuntimeSettingsResponse(settings=self._runtime(row), violations=_violations(violations))
+
+    async def GetMemorySettings(
+        self, request: pb.GetMemorySettingsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.MemorySettings:
+        return self._memory(await self.memory_settings.get())
+
+    async def UpdateMemorySettings(
+        self, request: pb.UpdateMemorySettingsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.UpdateMemorySettingsResponse:
+        changes = {c: getattr(request, c) for c in self.memory_settings.columns if request.HasField(c)}
+        row, violations = await self.memory_settings.update(changes)
+        return pb.UpdateMemorySettingsResponse(settings=self._memory(row), violations=_violations(violations))

@@ -1,0 +1,186 @@
+"""AgentWorkspaceStore: repository definitions in popagent_agent_workspaces.
+
+A repository path is stored relative to POPAGENT_WORKSPACE_ROOT and must resolve inside
+it. Containment is decided on the real path (every symlink resolved) compared by path
+components, never by string prefix, so `workspace-evil/` is not inside `workspace/`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+import asyncpg
+
+from popagent_core.db import wrap_db_errors
+from popagent_core.errors import Conflict, FailedPrecondition, InvalidArgument, NotFound
+
+DEFAULT_WORKSPACE_ID = "popagent"
+MAX_PATH_CHARS = 1024
+_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+
+
+def _has_control_characters(value: str) -> bool:
+    return any(unicodedata.category(char) == "Cc" for char in value)
+
+
+def normalize_relative_path(raw: str) -> PurePosixPath:
+    """The canonical relative form of a repository path, or InvalidArgument.
+
+    Refuses absolute paths, `..` components, backslashes, control characters and the
+    root itself; `.` components and duplicate slashes are dropped.
+    """
+    if not raw or len(raw) > MAX_PATH_CHARS:
+        raise InvalidArgument(f"path must be 1 to {MAX_PATH_CHARS} characters")
+    if _has_control_characters(raw) or "\\" in raw:
+        raise InvalidArgument("path must not contain control characters or backslashes")
+    path = PurePosixPath(raw)
+    if path.is_absolute():
+        raise InvalidArgument("path must be relative to the workspace root")
+    if ".." in path.parts:
+        raise InvalidArgument("path must not contain '..'")
+    parts = [part for part in path.parts if part != "."]
+    if not parts:
+        raise InvalidArgument("path must name a folder inside the workspace root, not the root itself")
+    return PurePosixPath(*parts)
+
+
+def contained_path(root: Path, raw: str) -> tuple[PurePosixPath, Path]:
+    """(normalized relative path, real absolute path) of `raw` under `root`, or InvalidArgument.
+
+    The target need not exist yet (a registration may precede its checkout); every
+    existing component, symlinks included, is resolved.
+    """
+    relative = normalize_relative_path(raw)
+    real_root = Path(os.path.realpath(root))
+    real = Path(os.path.realpath(real_root.joinpath(*relative.parts)))
+    depth = len(real_root.parts)
+    if real.parts[:depth] != real_root.parts or len(real.parts) <= depth:
+        raise InvalidArgument("path must resolve inside the workspace root")
+    return relative, real
+
+
+@dataclass(frozen=True)
+class WorkspaceRecord:
+    id: str
+    name: str
+    path: str
+    description: str
+    exists: bool
+    created_at: str
+    updated_at: str
+
+    @property
+    def is_default(self) -> bool:
+        return self.id == DEFAULT_WORKSPACE_ID
+
+
+def slug(name: str) -> str:
+    value = re.sub(r"[^a-z0-9]+", "-", unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode().lower())
+    return value.strip("-")[:63].strip("-")
+
+
+class AgentWorkspaceStore:
+    def __init__(self, pool: asyncpg.Pool, root: Path, queries: dict[str, str]) -> None:
+        self.pool = pool
+        self.root = root
+        self.q = queries
+
+    def _record(self, row: asyncpg.Record) -> WorkspaceRecord:
+        try:
+            _, real = contained_path(self.root, row["path"])
+            exists = real.is_dir()
+        except InvalidArgument:
+            # A root moved after registration can leave a row pointing outside; it is
+            # reported as missing and every file tool refuses it at use time.
+            exists = False
+        return WorkspaceRecord(
+            id=row["id"],
+            name=row["name"],
+            path=row["path"],
+            description=row["description"],
+            exists=exists,
+            created_at=row["created_at"].isoformat(),
+            updated_at=row["updated_at"].isoformat(),
+        )
+
+    async def list(self) -> list[WorkspaceRecord]:
+        with wrap_db_errors():
+            rows = await self.pool.fetch(self.q["list_workspaces"])
+        return [self._record(row) for row in rows]
+
+    async def get(self, workspace_id: str) -> WorkspaceRecord:
+        with wrap_db_errors():
+            row = await self.pool.fetchrow(self.q["get_workspace"], workspace_id)
+        if row is None:
+            raise NotFound(f"workspace {workspace_id!r} not found")
+        return self._record(row)
+
+    async def exists(self, workspace_id: str) -> bool:
+        with wrap_db_errors():
+            return await self.pool.fetchrow(self.q["get_workspace"], workspace_id) is not None
+
+    async def register(self, workspace_id: str, name: str, path: str, description: str) -> WorkspaceRecord:
+        name = _name(name)
+        workspace_id = workspace_id or slug(name)
+        if not _ID.match(workspace_id):
+            raise InvalidArgument(
+                "id must be 1 to 63 lowercase letters, digits or '-', starting with a letter or digit"
+            )
+        relative, _ = contained_path(self.root, path)
+        with wrap_db_errors():
+            row = await self.pool.fetchrow(
+                self.q["create_workspace"], workspace_id, name, str(relative), _description(description)
+            )
+        if row is None:
+            raise Conflict(f"workspace {workspace_id!r} already exists")
+        return self._record(row)
+
+    async def update(
+        self, workspace_id: str, *, name: str | None, path: str | None, description: str | None
+    ) -> WorkspaceRecord:
+        relative = str(contained_path(self.root, path)[0]) if path is not None else None
+        with wrap_db_errors():
+            async with self.pool.acquire() as conn, conn.transaction():
+                current = await conn.fetchrow(self.q["lock_workspace"], workspace_id)
+                if current is None:
+                    raise NotFound(f"workspace {workspace_id!r} not found")
+                row = await conn.fetchrow(
+                    self.q["update_workspace"],
+                    workspace_id,
+                    _name(name) if name is not None else current["name"],
+                    relative if relative is not None else current["path"],
+                    _description(description) if description is not None else current["description"],
+                )
+        return self._record(row)
+
+    async def delete(self, workspace_id: str) -> None:
+        if workspace_id == DEFAULT_WORKSPACE_ID:
+            raise FailedPrecondition("the default workspace cannot be deleted")
+        with wrap_db_errors():
+            async with self.pool.acquire() as conn, conn.transaction():
+                if await conn.fetchrow(self.q["lock_workspace"], workspace_id) is None:
+                    raise NotFound(f"workspace {workspace_id!r} not found")
+                sessions = await conn.fetchval(self.q["count_workspace_sessions"], workspace_id)
+                if sessions:
+                    raise Conflict(
+                        f"workspace {workspace_id!r} still has {sessions} session(s); "
+                        "delete them first (DELETE /api/workspaces/{id}/sessions)"
+                    )
+                await conn.execute(self.q["delete_workspace"], workspace_id)
+
+
+def _name(value: str) -> str:
+    value = value.strip()
+    if not 1 <= len(value) <= 200 or _has_control_characters(value):
+        raise InvalidArgument("name must be 1 to 200 printable characters")
+    return value
+
+
+def _description(value: str) -> str:
+    if len(value) > 2000 or "\x00" in value:
+        raise InvalidArgument("description must be at most 2000 characters")
+    return value

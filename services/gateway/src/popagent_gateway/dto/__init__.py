@@ -1,0 +1,76 @@
+"""Wire DTOs: the request and response shapes of the HTTP API, camelCase on the wire.
+
+Defined once here and exported as the OpenAPI document the UI is typed from
+(`python -m popagent_gateway.openapi`). Request bodies are strict and closed: unknown
+fields, wrong JSON types and out-of-range values are refused with 422 naming the field.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+
+class WireModel(BaseModel):
+    """A response shape. Built in Python by field name, serialized by alias (camelCase)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, validate_by_name=True, serialize_by_alias=True)
+
+
+def _closed_schema(schema: dict[str, Any], cls: type[BaseModel]) -> None:
+    # Optional-but-not-nullable PATCH fields default to None only as "absent"; that
+    # default is not a value a client may send, so it stays out of the document.
+    for prop in schema.get("properties", {}).values():
+        if prop.get("default", ...) is None:
+            del prop["default"]
+    if issubclass(cls, PatchModel):
+        schema["minProperties"] = 1
+
+
+class WireInput(BaseModel):
+    """A request body: camelCase only, strict JSON types, unknown fields refused."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_alias=True,
+        validate_by_name=False,
+        serialize_by_alias=True,
+        extra="forbid",
+        strict=True,
+        json_schema_extra=_closed_schema,
+    )
+
+
+class PatchModel(WireInput):
+    """A partial update: only the fields sent change; at least one is required.
+
+    A field may be null only when it is listed in NULLABLE (null then means "clear").
+    """
+
+    NULLABLE: ClassVar[frozenset[str]] = frozenset()
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _not_null(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None and info.field_name not in cls.NULLABLE:
+            raise ValueError("must not be null")
+        return value
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> PatchModel:
+        if not self.model_fields_set:
+            raise ValueError("at least one field is required")
+        return self
+
+    def changes(self) -> dict[str, Any]:
+        """Field name -> value of exactly the fields the client sent."""
+        return {name: getattr(self, name) for name in self.model_fields_set}
+
+
+class ErrorOut(BaseModel):
+    """Every error answer: a reason, and for validation failures the fields at fault."""
+
+    error: str
+    details: list[dict[str, Any]] | None = None

@@ -1,0 +1,52 @@
+"""The four persisted system agents (popagent, researcher, implementer, reviewer)."""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field
+from pydantic.json_schema import SkipJsonSchema
+
+from popagent_gateway.dto import PatchModel, WireModel
+
+WorkspaceAccess = Literal["none", "read-only", "read-write"]
+BrowserAccess = Literal["none", "read-only", "interactive"]
+ToolKey = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z][A-Za-z0-9_]*$")]
+AGENT_ID_PATTERN = r"^[a-z][a-z0-9-]{0,62}$"
+
+
+class AgentOut(WireModel):
+    id: str
+    display_name: str
+    description: str = Field(description="what the supervisor reads when choosing whom to delegate to")
+    instructions: str = Field(description="the complete role instructions")
+    source_url: str
+    workspace_access: WorkspaceAccess
+    browser_access: BrowserAccess
+    delegation_eligible: bool
+    tools: list[str] = Field(description="tool registry keys")
+    model: str | None = Field(description="model override; null inherits the request-selected or default model")
+    updated_at: str
+
+
+class AgentListOut(WireModel):
+    agents: list[AgentOut]
+    known_tools: list[str] = Field(description="every tool registry key an agent may be given")
+
+
+class AgentPatch(PatchModel):
+    display_name: Annotated[str, Field(min_length=1, max_length=100)] | SkipJsonSchema[None] = None
+    description: Annotated[str, Field(min_length=1, max_length=2000)] | SkipJsonSchema[None] = None
+    instructions: Annotated[str, Field(min_length=1, max_length=50_000)] | SkipJsonSchema[None] = None
+    source_url: Annotated[str, Field(max_length=2000, pattern=r"^(https?://\S+)?$")] | SkipJsonSchema[None] = None
+    workspace_access: WorkspaceAccess | SkipJsonSchema[None] = None
+    browser_access: BrowserAccess | SkipJsonSchema[None] = None
+    delegation_eligible: bool | SkipJsonSchema[None] = None
+    tools: Annotated[list[ToolKey], Field(max_length=32)] | SkipJsonSchema[None] = Field(
+        default=None, description="the complete new tool membership (registry keys)"
+    )
+    model: Annotated[str, Field(min_length=1, max_length=200)] | None = Field(
+        default=None, description="a catalog model id, or null to inherit"
+    )
+
+    NULLABLE: ClassVar[frozenset[str]] = frozenset({"model"})

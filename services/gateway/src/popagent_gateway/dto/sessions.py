@@ -1,0 +1,110 @@
+"""Sessions: summaries, the full session with its AI SDK UI messages, and the save/patch bodies."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic.json_schema import SkipJsonSchema
+
+from popagent_gateway.dto import PatchModel, WireInput, WireModel
+
+MAX_TITLE_CHARS = 500
+MAX_MESSAGES = 2000
+MAX_PARTS = 500
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
+WORKSPACE_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
+
+SessionIdField = Annotated[str, Field(pattern=ID_PATTERN, min_length=1, max_length=128)]
+
+
+class UIPart(BaseModel):
+    """One AI SDK UI message part. `type` selects the shape (text, reasoning, file,
+    step-start, tool-<name>, dynamic-tool, data-<name>, ...); the remaining fields belong
+    to the AI SDK protocol and are stored as sent, so they are open here on purpose."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    type: str = Field(min_length=1, max_length=200, pattern=r"^[a-z][A-Za-z0-9_-]*$")
+
+
+class UIMessage(BaseModel):
+    """An AI SDK UI message (`UIMessage` of the `ai` package)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    id: str = Field(min_length=1, max_length=200)
+    role: Literal["system", "user", "assistant"]
+    metadata: JsonValue = None
+    parts: list[UIPart] = Field(max_length=MAX_PARTS)
+
+
+class SessionSummary(WireModel):
+    id: str
+    title: str
+    # Set by a user rename: later saves keep the title.
+    title_locked: bool
+    workspace_id: str
+    # Send this back with the next save (optimistic lock).
+    revision: int
+    archived: bool
+    archived_at: str | None
+    created_at: str
+    updated_at: str
+    message_count: int
+
+
+class SessionOut(SessionSummary):
+    messages: list[UIMessage]
+
+
+class SessionListOut(WireModel):
+    sessions: list[SessionSummary]
+
+
+class RevisionConflictOut(WireModel):
+    error: Literal["revision conflict"]
+    session: SessionOut
+
+
+class SessionCreate(WireInput):
+    id: SessionIdField | SkipJsonSchema[None] = Field(default=None, description="omit to let the server choose one")
+    title: str = Field(default="", max_length=MAX_TITLE_CHARS)
+    workspace_id: Annotated[str, Field(pattern=WORKSPACE_ID_PATTERN, max_length=63)] | SkipJsonSchema[None] = Field(
+        default=None, description="omit for the default workspace (popagent)"
+    )
+
+
+class SessionSave(WireInput):
+    revision: int = Field(ge=0, le=2**62, description="the revision this save is based on")
+    title: str | SkipJsonSchema[None] = Field(
+        default=None, max_length=MAX_TITLE_CHARS, description="ignored while the title is locked by a rename"
+    )
+    messages: list[UIMessage] = Field(max_length=MAX_MESSAGES)
+
+
+class SessionPatch(PatchModel):
+    title: str | SkipJsonSchema[None] = Field(default=None, min_length=1, max_length=MAX_TITLE_CHARS)
+    archived: bool | SkipJsonSchema[None] = None
+
+    NULLABLE: ClassVar[frozenset[str]] = frozenset()
+
+
+class DeletedOut(WireModel):
+    deleted: int
+
+
+def summary_dict(session: Any) -> dict[str, Any]:
+    """The wire form of a proto Session (no messages); built directly for speed."""
+    return {
+        "id": session.id,
+        "title": session.title,
+        "titleLocked": session.title_locked,
+        "workspaceId": session.workspace_id,
+        "revision": session.revision,
+        "archived": bool(session.archived_at),
+        "archivedAt": session.archived_at or None,
+        "createdAt": session.created_at,
+        "updatedAt": session.updated_at,
+        "messageCount": session.message_count,
+    }

@@ -1,0 +1,177 @@
+"""Settings singletons: agent-runtime and memory (agent-runner), autonomy (evolution), browser (browser-bridge).
+
+Each PATCH body is partial; the per-field bounds here match the owning service's rules
+(tests check they agree), and the owner also checks cross-field rules on the merged row.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+from pydantic.json_schema import SkipJsonSchema
+
+from popagent_gateway.dto import PatchModel, WireModel
+
+Model = Annotated[str, Field(min_length=1, max_length=200)]
+Feedback = Annotated[str, Field(min_length=1, max_length=4000)]
+Guidance = Annotated[str, Field(max_length=8000)]
+Fraction = Annotated[float, Field(ge=0.05, le=0.95)]
+BlockAfter = Annotated[float, Field(ge=1.0, le=4.0)]
+Cron = Annotated[str, Field(min_length=9, max_length=100)]
+
+SupervisorSteps = Annotated[int, Field(ge=2, le=200)]
+SpecialistSteps = Annotated[int, Field(ge=1, le=200)]
+ToolCalls = Annotated[int, Field(ge=1, le=32)]
+Retries = Annotated[int, Field(ge=0, le=10)]
+ContextChars = Annotated[int, Field(ge=0, le=500_000)]
+ResultChars = Annotated[int, Field(ge=256, le=500_000)]
+TaskConcurrency = Annotated[int, Field(ge=1, le=64)]
+PollMs = Annotated[int, Field(ge=100, le=600_000)]
+HeartbeatMs = Annotated[int, Field(ge=100, le=600_000)]
+HeartbeatTimeoutMs = Annotated[int, Field(ge=1_000, le=3_600_000)]
+AttemptTimeoutMs = Annotated[int, Field(ge=1_000, le=86_400_000)]
+AbortAckMs = Annotated[int, Field(ge=100, le=600_000)]
+RetryBaseMs = Annotated[int, Field(ge=100, le=3_600_000)]
+RetryCapMs = Annotated[int, Field(ge=100, le=86_400_000)]
+Tokens = Annotated[int, Field(ge=1_000, le=1_000_000)]
+RetainedMessages = Annotated[int, Field(ge=0, le=1_000)]
+IdleSeconds = Annotated[int, Field(ge=0, le=86_400)]
+PreviousObservationTokens = Annotated[int, Field(ge=0, le=100_000)]
+RetrievalScope = Literal["thread", "resource"]
+
+
+class AgentRuntimeSettingsOut(WireModel):
+    default_model: str
+    supervisor_max_steps: int
+    specialist_max_steps: int
+    max_concurrent_tool_calls: int
+    max_processor_retries: int
+    final_response_feedback: str
+    delegation_context_max_chars: int
+    delegation_result_max_chars: int
+    delegation_failure_text: str
+    delegation_truncation_text: str
+    task_concurrency: int
+    task_poll_interval_ms: int
+    task_heartbeat_interval_ms: int
+    task_heartbeat_timeout_ms: int
+    task_attempt_timeout_ms: int
+    task_abort_ack_timeout_ms: int
+    task_retry_base_ms: int
+    task_retry_cap_ms: int
+    updated_at: str
+
+
+class AgentRuntimeSettingsPatch(PatchModel):
+    default_model: Model | SkipJsonSchema[None] = Field(default=None, description="must be in the model catalog")
+    supervisor_max_steps: SupervisorSteps | SkipJsonSchema[None] = None
+    specialist_max_steps: SpecialistSteps | SkipJsonSchema[None] = None
+    max_concurrent_tool_calls: ToolCalls | SkipJsonSchema[None] = None
+    max_processor_retries: Retries | SkipJsonSchema[None] = None
+    final_response_feedback: Feedback | SkipJsonSchema[None] = None
+    delegation_context_max_chars: ContextChars | SkipJsonSchema[None] = None
+    delegation_result_max_chars: ResultChars | SkipJsonSchema[None] = None
+    delegation_failure_text: Feedback | SkipJsonSchema[None] = None
+    delegation_truncation_text: Feedback | SkipJsonSchema[None] = None
+    task_concurrency: TaskConcurrency | SkipJsonSchema[None] = None
+    task_poll_interval_ms: PollMs | SkipJsonSchema[None] = None
+    task_heartbeat_interval_ms: HeartbeatMs | SkipJsonSchema[None] = None
+    task_heartbeat_timeout_ms: HeartbeatTimeoutMs | SkipJsonSchema[None] = Field(
+        default=None, description="must be greater than taskHeartbeatIntervalMs"
+    )
+    task_attempt_timeout_ms: AttemptTimeoutMs | SkipJsonSchema[None] = Field(
+        default=None, description="must be greater than taskHeartbeatIntervalMs"
+    )
+    task_abort_ack_timeout_ms: AbortAckMs | SkipJsonSchema[None] = None
+    task_retry_base_ms: RetryBaseMs | SkipJsonSchema[None] = None
+    task_retry_cap_ms: RetryCapMs | SkipJsonSchema[None] = Field(
+        default=None, description="must be at least taskRetryBaseMs"
+    )
+
+
+class MemorySettingsOut(WireModel):
+    enabled: bool
+    observation_message_tokens: int
+    reflection_observation_tokens: int
+    raw_history_retention_messages: int
+    async_observation_enabled: bool
+    observation_buffer_activation: float
+    observation_block_after: float
+    async_reflection_enabled: bool
+    reflection_buffer_activation: float
+    reflection_block_after: float
+    idle_activation_seconds: int
+    activate_on_provider_change: bool
+    shared_budget: bool
+    previous_observation_max_tokens: int
+    temporal_markers: bool
+    forward_attachments: bool
+    retrieval_scope: RetrievalScope
+    observer_instructions: str
+    reflector_instructions: str
+    updated_at: str
+
+
+class MemorySettingsPatch(PatchModel):
+    enabled: bool | SkipJsonSchema[None] = None
+    observation_message_tokens: Tokens | SkipJsonSchema[None] = Field(
+        default=None, description="unobserved message tokens that trigger the Observer"
+    )
+    reflection_observation_tokens: Tokens | SkipJsonSchema[None] = Field(
+        default=None, description="observation tokens that trigger the Reflector"
+    )
+    raw_history_retention_messages: RetainedMessages | SkipJsonSchema[None] = Field(
+        default=None, description="recent raw messages kept in context after observation"
+    )
+    async_observation_enabled: bool | SkipJsonSchema[None] = None
+    observation_buffer_activation: Fraction | SkipJsonSchema[None] = Field(
+        default=None, description="fraction of the threshold at which background observation starts"
+    )
+    observation_block_after: BlockAfter | SkipJsonSchema[None] = Field(
+        default=None, description="multiple of the threshold at which a turn waits for observation"
+    )
+    async_reflection_enabled: bool | SkipJsonSchema[None] = None
+    reflection_buffer_activation: Fraction | SkipJsonSchema[None] = None
+    reflection_block_after: BlockAfter | SkipJsonSchema[None] = None
+    idle_activation_seconds: IdleSeconds | SkipJsonSchema[None] = Field(
+        default=None, description="observe after this much idle time; 0 disables"
+    )
+    activate_on_provider_change: bool | SkipJsonSchema[None] = None
+    shared_budget: bool | SkipJsonSchema[None] = Field(
+        default=None, description="shared budgets require both async buffers to be disabled"
+    )
+    previous_observation_max_tokens: PreviousObservationTokens | SkipJsonSchema[None] = None
+    temporal_markers: bool | SkipJsonSchema[None] = None
+    forward_attachments: bool | SkipJsonSchema[None] = None
+    retrieval_scope: RetrievalScope | SkipJsonSchema[None] = Field(
+        default=None, description="thread: this conversation only; resource: every popagent-user thread"
+    )
+    observer_instructions: Guidance | SkipJsonSchema[None] = None
+    reflector_instructions: Guidance | SkipJsonSchema[None] = None
+
+
+class AutonomySettingsOut(WireModel):
+    evolution_enabled: bool
+    skill_creation_enabled: bool
+    self_update_enabled: bool
+    self_update_cron: str
+    updated_at: str
+
+
+class AutonomySettingsPatch(PatchModel):
+    evolution_enabled: bool | SkipJsonSchema[None] = None
+    skill_creation_enabled: bool | SkipJsonSchema[None] = None
+    self_update_enabled: bool | SkipJsonSchema[None] = None
+    self_update_cron: Cron | SkipJsonSchema[None] = Field(
+        default=None, description="five-field cron expression, server timezone"
+    )
+
+
+class BrowserSettingsOut(WireModel):
+    enabled: bool
+    updated_at: str
+
+
+class BrowserSettingsPatch(PatchModel):
+    enabled: bool | SkipJsonSchema[None] = None

@@ -1,0 +1,47 @@
+"""Repository definitions under POPAGENT_WORKSPACE_ROOT."""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar
+
+from pydantic import Field
+from pydantic.json_schema import SkipJsonSchema
+
+from popagent_gateway.dto import PatchModel, WireInput, WireModel
+
+WORKSPACE_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
+Name = Annotated[str, Field(min_length=1, max_length=200)]
+RelativePath = Annotated[str, Field(min_length=1, max_length=1024)]
+Description = Annotated[str, Field(max_length=2000)]
+
+
+class WorkspaceOut(WireModel):
+    id: str
+    name: str
+    path: str = Field(description="relative to POPAGENT_WORKSPACE_ROOT")
+    description: str
+    exists: bool = Field(description="whether the folder exists right now")
+    is_default: bool
+    created_at: str
+    updated_at: str
+
+
+class WorkspaceListOut(WireModel):
+    workspaces: list[WorkspaceOut]
+
+
+class WorkspaceCreate(WireInput):
+    id: Annotated[str, Field(pattern=WORKSPACE_ID_PATTERN)] | SkipJsonSchema[None] = Field(
+        default=None, description="omit to derive it from the name"
+    )
+    name: Name
+    path: RelativePath = Field(description="relative to POPAGENT_WORKSPACE_ROOT; must resolve inside it")
+    description: Description = ""
+
+
+class WorkspacePatch(PatchModel):
+    name: Name | SkipJsonSchema[None] = None
+    path: RelativePath | SkipJsonSchema[None] = None
+    description: Description | SkipJsonSchema[None] = None
+
+    NULLABLE: ClassVar[frozenset[str]] = frozenset()
