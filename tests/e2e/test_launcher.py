@@ -15,7 +15,7 @@ import pytest
 
 from popagent_core.embedded import free_port
 
-pytestmark = [pytest.mark.timeout(120), pytest.mark.xdist_group("stack")]
+pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("stack")]
 
 EXPECTED_COMPONENTS = {
     "postgres",
@@ -40,7 +40,7 @@ class Launched:
     def api_key(self) -> str:
         return (self.data_dir / "api-key").read_text().strip()
 
-    def wait_running(self, timeout_s: float = 60) -> None:
+    def wait_running(self, timeout_s: float = 150) -> None:
         assert self.process.stdout is not None
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

@@ -120,7 +120,7 @@ class OutboxRelay:
         async with self.pool.acquire() as conn, conn.transaction():
             rows = await conn.fetch(
                 "SELECT id, subject, payload FROM popagent_outbox WHERE published_at IS NULL"
-                " ORDER BY created_at, id LIMIT $1 FOR UPDATE SKIP LOCKED",
+                " ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED",
                 self.batch_size,
             )
             failure: BaseException | None = None
@@ -150,36 +150,34 @@ class OutboxRelay:
             )
 
     async def run(self) -> None:
+        """Relay until cancelled; any failure (database or NATS) is retried with backoff."""
         backoff = 0.1
-        listener: asyncpg.Connection | None = None
         last_purge = 0.0
         loop = asyncio.get_running_loop()
         while True:
             try:
-                if listener is None or listener.is_closed():
-                    listener = await self.pool.acquire()
+                async with self.pool.acquire() as listener:
                     await listener.add_listener(OUTBOX_CHANNEL, self.wake)
-                while await self.relay_once() == self.batch_size:
-                    pass
-                backoff = 0.1
-                if loop.time() - last_purge > 3600:
-                    await self.purge_published()
-                    last_purge = loop.time()
-                self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout=self.poll_interval_s)
+                    try:
+                        while True:
+                            while await self.relay_once() == self.batch_size:
+                                pass
+                            backoff = 0.1
+                            if loop.time() - last_purge > 3600:
+                                await self.purge_published()
+                                last_purge = loop.time()
+                            self._wake.clear()
+                            with contextlib.suppress(TimeoutError):
+                                await asyncio.wait_for(self._wake.wait(), timeout=self.poll_interval_s)
+                    finally:
+                        with contextlib.suppress(Exception):
+                            await listener.remove_listener(OUTBOX_CHANNEL, self.wake)
             except asyncio.CancelledError:
-                if listener is not None and not listener.is_closed():
-                    with contextlib.suppress(Exception):
-                        await listener.remove_listener(OUTBOX_CHANNEL, self.wake)
-                        await self.pool.release(listener)
                 raise
             except Exception as exc:
                 logger.warning(
                     "outbox relay failed; retrying", extra={"error": type(exc).__name__, "backoff_s": backoff}
                 )
-                if listener is not None and listener.is_closed():
-                    listener = None
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.max_backoff_s)
 
@@ -228,6 +226,10 @@ async def consume(
                 else:
                     await msg.ack()
         except asyncio.CancelledError:
+            # Leave no subscription behind: drain() on shutdown would wait for it.
+            if sub is not None:
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
             raise
         except Exception as exc:
             logger.warning("consumer error; retrying", extra={"durable": durable, "error": type(exc).__name__})

@@ -42,6 +42,9 @@ async def _enter(method: str, context: grpc.aio.ServicerContext, callers: Caller
 
 
 async def _abort_for(method: str, exc: Exception, context: grpc.aio.ServicerContext) -> None:
+    if isinstance(exc, NotImplementedError):
+        # What the generated servicer base raises for an RPC the service does not implement.
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{method} is not implemented")
     if isinstance(exc, PopagentError):
         if exc.grpc_code == grpc.StatusCode.INTERNAL:
             logger.error("rpc failed", extra={"method": method, "error": type(exc).__name__}, exc_info=exc)

@@ -103,7 +103,6 @@ class Stack:
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Stack]:
         async with self._exit:
-            self._exit.push_async_callback(self.stop_children)
             await self._start()
             yield self
 
@@ -129,6 +128,9 @@ class Stack:
 
     async def _start(self) -> None:
         infra = await self._infrastructure()
+        # Registered after the infrastructure so it runs before it on the way out:
+        # services stop while PostgreSQL and NATS are still there for their goodbyes.
+        self._exit.push_async_callback(self.stop_children)
         tokens, callers = generate_credentials()
         self.api_key = os.environ.get("POPAGENT_API_KEY") or _api_key(self.config.data_dir)
         addresses = {name: f"127.0.0.1:{embedded.free_port()}" for name in GRPC_SERVICES}

@@ -12,6 +12,9 @@ from typing import Any, TypeVar
 from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from popagent_core.auth import CallerRegistry
+from popagent_core.errors import ConfigurationError
+
 _DSN_SCHEMES = ("postgresql://", "postgres://")
 
 
@@ -26,13 +29,22 @@ class ServiceSettings(BaseSettings):
     # This process's own credential for calling other services (internal gRPC auth).
     internal_token: str = Field(default="", validation_alias="POPAGENT_INTERNAL_TOKEN", repr=False)
     # JSON {"caller": "sha256 hex of its token"}: who may call this service's RPCs.
-    internal_callers: str = Field(default="", validation_alias="POPAGENT_INTERNAL_CALLERS")
+    internal_callers: str = Field(validation_alias="POPAGENT_INTERNAL_CALLERS")
 
     @field_validator("database_url")
     @classmethod
     def _postgres_dsn(cls, value: str) -> str:
         if not value.startswith(_DSN_SCHEMES):
             raise ValueError("must be a postgresql:// URL")
+        return value
+
+    @field_validator("internal_callers")
+    @classmethod
+    def _internal_callers(cls, value: str) -> str:
+        try:
+            CallerRegistry.from_json(value)
+        except ConfigurationError as exc:
+            raise ValueError(str(exc).removeprefix("POPAGENT_INTERNAL_CALLERS ")) from None
         return value
 
     @field_validator("nats_url")

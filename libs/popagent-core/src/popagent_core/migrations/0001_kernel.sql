@@ -14,6 +14,9 @@ CREATE TABLE popagent_data_migrations (
 -- reports, relayed to JetStream with Nats-Msg-Id = id, then marked published.
 CREATE TABLE popagent_outbox (
     id uuid PRIMARY KEY,
+    -- Enqueue order: created_at is the transaction's start time, equal for every row of
+    -- one transaction, and ids are random.
+    seq bigint GENERATED ALWAYS AS IDENTITY,
     subject text NOT NULL,
     payload bytea NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now(),
@@ -21,4 +24,4 @@ CREATE TABLE popagent_outbox (
     attempts integer NOT NULL DEFAULT 0
 );
 
-CREATE INDEX popagent_outbox_pending ON popagent_outbox (created_at) WHERE published_at IS NULL;
+CREATE INDEX popagent_outbox_pending ON popagent_outbox (seq) WHERE published_at IS NULL;
