@@ -193,6 +193,9 @@ async def test_additional_context_is_combined_in_order(receiver: HttpsReceiver, 
 # --- failure classes x failure modes -------------------------------------------------------------
 
 FAST_MS = 300
+# A decision arrives within the handler's deadline plus this, whatever the receiver does
+# (well under 100 ms on an idle machine; the slack absorbs a loaded CI box).
+DECISION_MARGIN_S = 0.3
 
 FAILURES: list[tuple[str, FailureClass, Callable[[HttpsReceiver], Reply | None], int]] = [
     ("connection refused", FailureClass.TRANSPORT, lambda r: None, 2000),
@@ -298,8 +301,7 @@ async def test_closed_handler_failure_denies_and_ends_the_chain(
     assert [(r.handler_id, r.outcome, r.failure_class) for r in decision.runs] == [
         ("failing", Outcome.DENY, failure_class)
     ]
-    # A decision within the handler's deadline plus a small margin, whatever the receiver does.
-    assert elapsed < timeout_ms / 1000 + 0.15
+    assert elapsed < timeout_ms / 1000 + DECISION_MARGIN_S
 
 
 @pytest.mark.parametrize(
@@ -321,7 +323,7 @@ async def test_open_handler_failure_counts_as_a_pass_and_the_chain_goes_on(
         ("failing", Outcome.PASS, failure_class),
         ("after", Outcome.PASS, None),
     ]
-    assert elapsed < timeout_ms / 1000 + 0.15
+    assert elapsed < timeout_ms / 1000 + DECISION_MARGIN_S
 
 
 @pytest.mark.parametrize(

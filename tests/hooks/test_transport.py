@@ -204,4 +204,4 @@ async def test_one_deadline_covers_the_whole_exchange(receiver: HttpsReceiver, t
     with pytest.raises(HookFailure) as caught:
         await _post(transport, receiver.url("/drip"), timeout_s=0.5)
     assert caught.value.failure_class is FailureClass.TIMEOUT
-    assert 0.5 <= time.monotonic() - started < 0.65
+    assert 0.5 <= time.monotonic() - started < 0.8
