@@ -20,6 +20,7 @@ import asyncpg
 import nats
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
+from nats.errors import NoServersError
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 from nats.js.errors import NotFoundError
@@ -47,7 +48,7 @@ async def connect(url: str, *, name: str, connect_timeout_s: float = 20.0) -> As
                 connect_timeout=2,
             )
             break
-        except (OSError, nats.errors.NoServersError, TimeoutError) as exc:
+        except (OSError, NoServersError, TimeoutError) as exc:
             if asyncio.get_running_loop().time() > deadline:
                 raise ConnectionError(f"NATS at {url} unreachable: {exc}") from exc
             await asyncio.sleep(0.5)

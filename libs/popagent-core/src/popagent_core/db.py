@@ -44,17 +44,22 @@ async def open_pool(
         await pool.close()
 
 
+def _constraint(exc: asyncpg.PostgresError) -> str:
+    # asyncpg sets the server's error fields as attributes at run time.
+    return str(getattr(exc, "constraint_name", "") or "")
+
+
 @contextlib.contextmanager
 def wrap_db_errors() -> Iterator[None]:
     """Translate driver errors into the popagent error tree (driver error on __cause__)."""
     try:
         yield
     except asyncpg.UniqueViolationError as exc:
-        raise AlreadyExists(f"already exists ({exc.constraint_name})") from exc
+        raise AlreadyExists(f"already exists ({_constraint(exc)})") from exc
     except asyncpg.SerializationError as exc:
         raise Conflict("concurrent update; retry") from exc
     except asyncpg.ForeignKeyViolationError as exc:
-        raise NotFound(f"referenced row not found ({exc.constraint_name})") from exc
+        raise NotFound(f"referenced row not found ({_constraint(exc)})") from exc
     except (asyncpg.CheckViolationError, asyncpg.NotNullViolationError, asyncpg.DataError) as exc:
         raise InvalidArgument(f"invalid value ({type(exc).__name__})") from exc
     except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:

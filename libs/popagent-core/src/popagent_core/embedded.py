@@ -23,7 +23,7 @@ from pathlib import Path
 # pgserver computes a runtime dir at import; on a headless root shell XDG_RUNTIME_DIR is
 # unset and platformdirs warns about its (correct) fallback. Nothing to act on.
 warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
-import pgserver  # noqa: E402
+from pgserver.postgres_server import get_server as pgserver_get_server  # noqa: E402
 
 
 def die_with_parent() -> None:
@@ -67,7 +67,7 @@ def postgres(data_dir: Path) -> Iterator[str]:
     """Start (or reuse) PostgreSQL with pgvector in `data_dir`; yields its DSN; stops it on exit
     when this process holds the last handle."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    server = pgserver.get_server(data_dir, cleanup_mode="stop")
+    server = pgserver_get_server(data_dir, cleanup_mode="stop")
     try:
         yield server.get_uri()
     finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -68,7 +69,7 @@ def map_rpc_errors() -> Iterator[None]:
 
 async def check_health(channel: grpc.aio.Channel, service: str = "", timeout_s: float = 1.0) -> bool:
     """True when the server reports SERVING."""
-    stub = health_pb2_grpc.HealthStub(channel)
+    stub: Any = health_pb2_grpc.HealthStub(channel)  # the generated stub declares no attributes
     try:
         response = await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout_s)
     except grpc.aio.AioRpcError:

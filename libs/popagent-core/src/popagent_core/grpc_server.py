@@ -14,13 +14,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+# The asyncio servicer that grpc_health re-exports as `health.aio.HealthServicer`; imported
+# from its module so type checkers see the class.
+from grpc_health.v1._async import HealthServicer
 
 from popagent_core.auth import CallerRegistry, caller_var
 from popagent_core.errors import PopagentError
 from popagent_core.log import request_id_var
 
 logger = logging.getLogger(__name__)
+
 
 _PUBLIC_PREFIXES = ("/grpc.health.v1.Health/",)
 
@@ -59,11 +64,11 @@ class KernelInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, callers: CallerRegistry | None) -> None:
         self.callers = callers
 
-    async def intercept_service(
+    async def intercept_service(  # pyright: ignore[reportIncompatibleMethodOverride]
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> Any:
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler
@@ -71,9 +76,9 @@ class KernelInterceptor(grpc.aio.ServerInterceptor):
         callers = self.callers
 
         if handler.unary_unary:
-            inner_uu = handler.unary_unary
+            inner_uu: Any = handler.unary_unary
 
-            async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            async def unary_unary(request: Any, context: Any) -> Any:
                 await _enter(method, context, callers)
                 try:
                     return await inner_uu(request, context)
@@ -86,9 +91,9 @@ class KernelInterceptor(grpc.aio.ServerInterceptor):
                 unary_unary, handler.request_deserializer, handler.response_serializer
             )
         if handler.unary_stream:
-            inner_us = handler.unary_stream
+            inner_us: Any = handler.unary_stream
 
-            async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            async def unary_stream(request: Any, context: Any) -> AsyncIterator[Any]:
                 await _enter(method, context, callers)
                 try:
                     async for response in inner_us(request, context):
@@ -104,13 +109,13 @@ class KernelInterceptor(grpc.aio.ServerInterceptor):
         return handler
 
 
-def create_server(callers: CallerRegistry | None) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
+def create_server(callers: CallerRegistry | None) -> tuple[grpc.aio.Server, HealthServicer]:
     """A server with the kernel interceptor and the standard health service registered."""
     server = grpc.aio.server(
         interceptors=[KernelInterceptor(callers)],
         options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 8 * 1024 * 1024)],
     )
-    health_servicer = health.aio.HealthServicer()
+    health_servicer = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     return server, health_servicer
 
@@ -118,7 +123,7 @@ def create_server(callers: CallerRegistry | None) -> tuple[grpc.aio.Server, heal
 @contextlib.asynccontextmanager
 async def running(
     server: grpc.aio.Server,
-    health_servicer: health.aio.HealthServicer,
+    health_servicer: HealthServicer,
     address: str,
     *,
     service_names: tuple[str, ...] = (),

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import asyncpg
 import grpc
-from grpc_health.v1 import health
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
@@ -37,7 +36,7 @@ class Kernel:
     nats: NatsClient
     js: JetStreamContext
     server: grpc.aio.Server
-    health: health.aio.HealthServicer
+    health: grpc_server.HealthServicer
     outbox: bus.OutboxRelay
 
     def serving(self, address: str, *, grace_s: float = 3.0) -> contextlib.AbstractAsyncContextManager[int]:

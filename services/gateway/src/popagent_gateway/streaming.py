@@ -103,7 +103,11 @@ class UIStreamEncoder:
         return b"".join(lines)
 
 
-async def sse_body(first: agent_runner_pb2.TurnEventBatch, call: grpc.aio.UnaryStreamCall) -> AsyncIterator[bytes]:
+async def sse_body(
+    first: agent_runner_pb2.TurnEventBatch,
+    rest: AsyncIterator[agent_runner_pb2.TurnEventBatch],
+    call: grpc.aio.Call,
+) -> AsyncIterator[bytes]:
     """The SSE body: the already-read first batch, every later batch, then [DONE].
 
     A failure after the stream started becomes an error chunk (the HTTP status is
@@ -113,8 +117,8 @@ async def sse_body(first: agent_runner_pb2.TurnEventBatch, call: grpc.aio.UnaryS
     encoder = UIStreamEncoder()
     try:
         yield encoder.encode(first)
-        async for batch in call:
-            data = encoder.encode(batch)  # type: ignore[arg-type]
+        async for batch in rest:
+            data = encoder.encode(batch)
             if data:
                 yield data
         yield DONE

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-import grpc
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
@@ -52,15 +51,14 @@ async def chat(body: ChatRequest, runner: AgentRunnerStub) -> StreamingResponse:
     )
     # Read the first batch before answering: an unknown session or a refused request is
     # then a plain HTTP error (404/400) instead of an error inside a 200 stream.
+    batches = aiter(call)
     try:
-        first = await call.read()
+        first = await anext(batches, agent_runner_pb2.TurnEventBatch())
     except BaseException:
         call.cancel()
         raise
-    if first is grpc.aio.EOF:
-        first = agent_runner_pb2.TurnEventBatch()
     return StreamingResponse(
-        sse_body(first, call),  # type: ignore[arg-type]
+        sse_body(first, batches, call),
         media_type="text/event-stream",
         headers=UI_STREAM_HEADERS,
     )
