@@ -5,6 +5,9 @@
   (`CREATE DATABASE … TEMPLATE`) from a template migrated once per set of migrations,
   so tests run in parallel and never see each other's rows.
 - NATS: `POPAGENT_TEST_NATS_URL` when set, else an embedded nats-server per worker.
+- `POPAGENT_TEST_DOCKER=1`: PostgreSQL (pgvector) and NATS in containers through
+  testcontainers instead, for machines with a Docker engine (each xdist worker starts
+  its own pair).
 """
 
 from __future__ import annotations
@@ -48,9 +51,28 @@ def pg_dsn() -> Iterator[str]:
     if configured:
         yield configured
         return
+    if os.environ.get("POPAGENT_TEST_DOCKER") == "1":
+        yield from _postgres_container()
+        return
     data_dir = Path(tempfile.gettempdir()) / f"popagent-test-pg-{hashlib.sha1(str(REPO_ROOT).encode()).hexdigest()[:8]}"
     with embedded.postgres(data_dir) as dsn:
         yield dsn
+
+
+def _postgres_container() -> Iterator[str]:
+    from testcontainers.community.postgres import PostgresContainer
+
+    with PostgresContainer("pgvector/pgvector:pg16", driver=None) as container:
+        yield container.get_connection_url()
+
+
+def _nats_container() -> Iterator[str]:
+    from testcontainers.core.container import DockerContainer
+    from testcontainers.core.waiting_utils import wait_for_logs
+
+    with DockerContainer("nats:2").with_command("-js").with_exposed_ports(4222) as container:
+        wait_for_logs(container, "Server is ready")
+        yield f"nats://{container.get_container_host_ip()}:{container.get_exposed_port(4222)}"
 
 
 def _fingerprint(services: tuple[str, ...], dirs: tuple[Path, ...]) -> str:
@@ -126,6 +148,9 @@ def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     configured = os.environ.get("POPAGENT_TEST_NATS_URL")
     if configured:
         yield configured
+        return
+    if os.environ.get("POPAGENT_TEST_DOCKER") == "1":
+        yield from _nats_container()
         return
     with embedded.nats(tmp_path_factory.mktemp("nats")) as process:
         yield process.url
