@@ -1,0 +1,337 @@
+"""Pure pieces of the lean OpenAI-compatible model: SSE framing, usage, finish reasons, errors, request shapes.
+
+Nothing here does I/O, so each piece is unit-tested on its own. The mappings mirror pydantic-ai's
+`OpenAIChatModel` (pydantic-ai 2.68, `models/openai/`) on plain dicts, because that module imports
+the openai SDK (half a second and tens of MB per process) and builds a pydantic object per chunk;
+the agreement tests in `tests/agent_runner_model/` hold the two together.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+
+import httpx
+import orjson
+from pydantic_ai import _model_errors
+from pydantic_ai.exceptions import (
+    ModelAPIError,
+    ModelAuthenticationError,
+    ModelConnectionError,
+    ModelContextWindowExceededError,
+    ModelHTTPError,
+    ModelNotFoundError,
+    ModelOverloadedError,
+    ModelQuotaExceededError,
+    ModelRateLimitError,
+    ModelRequestRejectedError,
+    ModelRequestTimeout,
+    ModelServerError,
+    ModelTimeoutError,
+    ModelUnavailableError,
+)
+from pydantic_ai.messages import FinishReason
+from pydantic_ai.profiles import ModelProfile
+from pydantic_ai.profiles.openai import OPENAI_REASONING_EFFORT_MAP, OpenAIReasoningEffort
+from pydantic_ai.settings import ThinkingLevel
+from pydantic_ai.usage import RequestUsage
+
+__all__ = [
+    "CHAT_FINISH_REASON_MAP",
+    "DONE",
+    "ModelFailure",
+    "SSEDecoder",
+    "classify_model_error",
+    "merge_leading_string_system_messages",
+    "resolve_reasoning_effort",
+]
+
+DONE: Final = b"[DONE]"
+
+CHAT_FINISH_REASON_MAP: Final[dict[str, FinishReason]] = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool_call",
+    "content_filter": "content_filter",
+    "function_call": "tool_call",
+}
+"""Chat Completions finish reasons, as `OpenAIChatModel` maps them; any other value maps to `None`."""
+
+
+class SSEDecoder:
+    """Server-sent events framing over raw bytes: feed network chunks, get each event's `data` back.
+
+    Works on bytes so a payload goes to `orjson.loads` without a decode and re-encode. Follows the
+    SSE rules the openai SDK follows (an event ends at a blank line; several `data:` lines join with
+    a newline; comments and other fields are skipped; CR, LF and CRLF all end a line), so both see
+    the same events from the same bytes.
+    """
+
+    __slots__ = ("_buffer", "_data")
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._data: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> Iterator[bytes]:
+        """The data of every event completed by `chunk`."""
+        buffer = self._buffer + chunk if self._buffer else chunk
+        tail = b""
+        if b"\r" in buffer:
+            # Rare (most servers send LF only), so the fast path never pays for it. A CR at the very
+            # end may be the first half of a CRLF split across reads: keep it for the next chunk.
+            if buffer.endswith(b"\r"):
+                buffer, tail = buffer[:-1], b"\r"
+            buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        start = 0
+        data = self._data
+        while True:
+            end = buffer.find(b"\n", start)
+            if end < 0:
+                break
+            line = buffer[start:end]
+            start = end + 1
+            if not line:
+                if data:
+                    yield data[0] if len(data) == 1 else b"\n".join(data)
+                    data.clear()
+            elif line.startswith(b"data:"):
+                data.append(line[6:] if line[5:6] == b" " else line[5:])
+            # Comments (":"), `event:`, `id:` and `retry:` lines carry nothing chat completions use.
+        self._buffer = buffer[start:] + tail
+
+    def close(self) -> Iterator[bytes]:
+        """The data of an event the stream ended without its blank line."""
+        if self._buffer.startswith(b"data:"):
+            line = self._buffer.rstrip(b"\r")
+            self._data.append(line[6:] if line[5:6] == b" " else line[5:])
+        self._buffer = b""
+        if self._data:
+            yield b"\n".join(self._data)
+            self._data.clear()
+
+
+def loads(payload: bytes) -> Any:
+    return orjson.loads(payload)
+
+
+def split_content_parts(content: object) -> object:
+    """The text of a `content` sent as a list of parts (some OpenAI-compatible servers do), as `OpenAIChatModel` joins it."""
+    if not isinstance(content, list):
+        return content
+    texts: list[str] = []
+    for part in content:
+        if isinstance(part, str):
+            texts.append(part)
+        elif isinstance(part, dict) and part.get("type") == "text" and isinstance(text := part.get("text"), str):
+            texts.append(text)
+    return "".join(texts) or None
+
+
+def _without_none(value: Any) -> Any:
+    # What `model_dump(exclude_none=True)` does to the SDK's usage object, on the wire dict.
+    if isinstance(value, dict):
+        return {k: _without_none(v) for k, v in value.items() if v is not None}
+    return value
+
+
+def map_usage(usage: Mapping[str, Any], provider: str, provider_url: str, model: str) -> RequestUsage:
+    """A Chat Completions `usage` object as `RequestUsage`, the way `OpenAIChatModel` maps it."""
+    usage_data = _without_none(dict(usage))
+    details: dict[str, Any] = {
+        k: v
+        for k, v in usage_data.items()
+        if k not in {"prompt_tokens", "completion_tokens", "input_tokens", "output_tokens", "total_tokens"}
+        and isinstance(v, int)
+        and not isinstance(v, bool)
+    }
+    completion_details = usage_data.get("completion_tokens_details")
+    if isinstance(completion_details, dict):
+        details.update(completion_details)
+    request_usage = RequestUsage.extract(
+        {"model": model, "usage": usage_data},
+        provider=provider,
+        provider_url=provider_url,
+        provider_fallback="openai",
+        api_flavor="chat",
+        details=details,
+    )
+    prompt_details = usage_data.get("prompt_tokens_details")
+    if isinstance(prompt_details, dict) and isinstance(cache_write := prompt_details.get("cache_write_tokens"), int):
+        request_usage.cache_write_tokens = cache_write
+    return request_usage
+
+
+def map_logprobs(content: list[Any]) -> list[dict[str, Any]]:
+    """`choice.logprobs.content` as `OpenAIChatModel` keeps it in `provider_details['logprobs']`."""
+    return [
+        {
+            "token": lp.get("token"),
+            "bytes": lp.get("bytes"),
+            "logprob": lp.get("logprob"),
+            "top_logprobs": [
+                {"token": t.get("token"), "bytes": t.get("bytes"), "logprob": t.get("logprob")}
+                for t in lp.get("top_logprobs") or []
+            ],
+        }
+        for lp in content
+        if isinstance(lp, dict)
+    ]
+
+
+# -- request shapes ----------------------------------------------------------------------------------------------
+
+
+def merge_leading_string_system_messages(messages: list[Any]) -> list[Any]:
+    """Merge the consecutive leading `system` messages whose content is a string into one, joined by a blank line.
+
+    For routes like the local llama.cpp `qwen3.5-4b`, whose chat template accepts a single leading
+    system message. A system message with non-string content ends the run and is left as it is, and
+    anything that isn't a list of message objects comes back unchanged.
+    """
+    if not isinstance(messages, list):
+        return messages
+    count = 0
+    for message in messages:
+        if not (
+            isinstance(message, dict) and message.get("role") == "system" and isinstance(message.get("content"), str)
+        ):
+            break
+        count += 1
+    if count < 2:
+        return messages
+    merged = {**messages[0], "content": "\n\n".join(m["content"] for m in messages[:count])}
+    return [merged, *messages[count:]]
+
+
+_REASONING_EFFORT_ORDER: Final[tuple[OpenAIReasoningEffort, ...]] = (
+    "none",
+    "minimal",
+    "low",
+    "medium",
+    "high",
+    "xhigh",
+    "max",
+)
+
+
+def resolve_reasoning_effort(
+    thinking: ThinkingLevel, profile: ModelProfile, *, supports_max: bool
+) -> OpenAIReasoningEffort | None:
+    """Unified `thinking` as the closest `reasoning_effort` the model accepts, or `None` to send none.
+
+    The rule of pydantic-ai's `resolve_openai_thinking_effort`, which lives in the openai package.
+    """
+    supported = profile.get("openai_reasoning_efforts")
+    if supported is None:
+        if thinking is False and profile.get("thinking_always_enabled", False):
+            return None
+        if thinking == "minimal" and not profile.get("openai_supports_minimal_reasoning_effort", True):
+            return "low"
+        if thinking == "max" and supports_max:
+            return "max"
+        return OPENAI_REASONING_EFFORT_MAP[thinking]
+    accepted = sorted(
+        (effort for effort in supported if effort != "max" or supports_max), key=_REASONING_EFFORT_ORDER.index
+    )
+    if thinking is False:
+        return next(iter(accepted), None)
+    requested_effort = "max" if thinking == "max" and supports_max else OPENAI_REASONING_EFFORT_MAP[thinking]
+    requested = _REASONING_EFFORT_ORDER.index(requested_effort)
+    active = [effort for effort in accepted if effort != "none"]
+    for effort in active:
+        if _REASONING_EFFORT_ORDER.index(effort) >= requested:
+            return effort
+    return active[-1] if active else None
+
+
+# -- errors --------------------------------------------------------------------------------------------------------
+
+
+def status_error(model_name: str, status_code: int, content: bytes, headers: Mapping[str, str]) -> ModelHTTPError:
+    """The error for an HTTP error status, classified as `OpenAIChatModel` classifies it.
+
+    The body kept on the error is the `error` object when the server sent one, as the openai SDK keeps it.
+    """
+    try:
+        parsed: Any = orjson.loads(content) if content else None
+    except orjson.JSONDecodeError:
+        parsed = content.decode("utf-8", "replace")
+    body = parsed.get("error", parsed) if isinstance(parsed, dict) else parsed
+    code = error_type = None
+    message: object = None
+    if isinstance(body, dict):
+        raw_code = body.get("code")
+        code = str(raw_code) if raw_code is not None else None
+        error_type = body.get("type") if isinstance(body.get("type"), str) else None
+        message = body.get("message")
+    category = _model_errors.openai_compatible_category(status_code, code, error_type, message)
+    return ModelHTTPError.for_category(
+        category,
+        status_code=status_code,
+        model_name=model_name,
+        body=body,
+        headers=headers,
+        provider_error_code=code,
+        provider_error_type=error_type,
+    )
+
+
+def stream_error(model_name: str, error: object) -> ModelAPIError:
+    """The error for an `{"error": ...}` object sent inside an open stream, as `OpenAIChatModel` raises it."""
+    message = error.get("message") if isinstance(error, dict) else None
+    if not message or not isinstance(message, str):
+        message = "An error occurred during streaming"
+    return _model_errors.stream_error(model_name, message, error)
+
+
+def transport_error(model_name: str, error: httpx.TransportError) -> ModelConnectionError:
+    """The error for a request that could not reach the server or whose response could not be read."""
+    message = str(error) or type(error).__name__
+    return _model_errors.connection_error(model_name, message, error, timeout=isinstance(error, httpx.TimeoutException))
+
+
+def broken_stream_error(model_name: str, detail: str) -> ModelConnectionError:
+    """The error for a stream that ended before `[DONE]` and before any finish reason."""
+    return ModelConnectionError(model_name, f"Stream ended before [DONE]: {detail}", phase="read", in_stream=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelFailure:
+    """What the turn reports with `StopFailure` for an exception out of a model request."""
+
+    error_class: str
+    """`rate_limit`, `quota`, `overloaded`, `unavailable`, `server_error`, `timeout`, `connection`,
+    `authentication`, `not_found`, `context_window`, `rejected`, `request_timeout`, `provider_error`
+    (another provider error) or `framework` (not a provider error at all)."""
+    status_code: int | None
+    """The HTTP status, or the status the provider uses for an error it reported inside a stream."""
+    retry_after: float | None
+    """Seconds the provider asked to wait, from `Retry-After` / `retry-after-ms`."""
+    message: str
+    in_stream: bool = False
+
+
+def classify_model_error(error: BaseException) -> ModelFailure:
+    """Name the failure of a model request for `StopFailure`. Never given `CancelledError`: that is not a failure."""
+    if not isinstance(error, ModelAPIError):
+        return ModelFailure("framework", None, None, str(error) or type(error).__name__)
+    # Most specific first: the categories nest (overloaded < unavailable, authentication < rejected).
+    classes: tuple[tuple[type[ModelAPIError], str], ...] = (
+        (ModelRequestTimeout, "request_timeout"),
+        (ModelTimeoutError, "timeout"),
+        (ModelConnectionError, "connection"),
+        (ModelRateLimitError, "rate_limit"),
+        (ModelQuotaExceededError, "quota"),
+        (ModelOverloadedError, "overloaded"),
+        (ModelUnavailableError, "unavailable"),
+        (ModelServerError, "server_error"),
+        (ModelAuthenticationError, "authentication"),
+        (ModelNotFoundError, "not_found"),
+        (ModelContextWindowExceededError, "context_window"),
+        (ModelRequestRejectedError, "rejected"),
+    )
+    error_class = next((name for cls, name in classes if isinstance(error, cls)), "provider_error")
+    status_code = error.status_code if isinstance(error, ModelHTTPError) else None
+    return ModelFailure(error_class, status_code, error.retry_after, error.message, error.in_stream)

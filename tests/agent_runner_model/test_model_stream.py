@@ -1,0 +1,220 @@
+"""The streaming trick (DESIGN.md §9): every delta reaches the turn's sink at once, pydantic-ai gets merged
+deltas, and what the sink showed is exactly what pydantic-ai assembled."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from model_twins import API_KEY, MODEL, lean_model, model_at, reference_model
+from pydantic_ai import Agent
+from pydantic_ai.direct import model_request_stream
+from pydantic_ai.messages import (
+    AgentStreamEvent,
+    FinalResultEvent,
+    ModelRequest,
+    ModelResponse,
+    PartDeltaEvent,
+    PartEndEvent,
+    PartStartEvent,
+    TextPart,
+    TextPartDelta,
+    ToolCallPart,
+    UserPromptPart,
+)
+from pydantic_ai.models import Model
+from pydantic_ai.usage import RequestUsage
+
+from popagent_agent_runner.model import LeanOpenAIModel, current_turn_sink, streaming_to
+from support.model_gateway import ModelGateway, ToolCall, Turn, Usage
+
+
+@dataclass
+class RecordingSink:
+    """A `TurnSink` that keeps every delta with the time it arrived."""
+
+    text: list[tuple[int, str, float]] = field(default_factory=list[tuple[int, str, float]])
+    thinking: list[tuple[int, str, float]] = field(default_factory=list[tuple[int, str, float]])
+
+    def text_delta(self, index: int, delta: str) -> None:
+        self.text.append((index, delta, time.monotonic()))
+
+    def thinking_delta(self, index: int, delta: str) -> None:
+        self.thinking.append((index, delta, time.monotonic()))
+
+    def text_of(self, index: int) -> str:
+        return "".join(delta for i, delta, _ in self.text if i == index)
+
+
+def text_of(response: ModelResponse, index: int) -> str:
+    part = response.parts[index]
+    assert isinstance(part, TextPart)
+    return part.content
+
+
+async def stream_once(model: Model, sink: RecordingSink | None = None) -> tuple[ModelResponse, list[tuple[Any, float]]]:
+    """One streamed request of the user prompt "Go", with each event and when it was handed over."""
+    events: list[tuple[Any, float]] = []
+    with streaming_to(sink):
+        async with model_request_stream(model, [ModelRequest(parts=[UserPromptPart("Go")])]) as stream:
+            async for event in stream:
+                events.append((event, time.monotonic()))
+            return stream.get(), events
+
+
+async def test_800_chunks_reach_the_sink_one_by_one_and_pydantic_ai_merged() -> None:
+    text = "".join(f"{n:03d} " for n in range(800))  # 800 chunks of 4 characters
+    async with ModelGateway([Turn.say(text, chunk_size=4)], api_key=API_KEY) as gw, model_at("lean", gw.url) as model:
+        sink = RecordingSink()
+        response, events = await stream_once(model, sink)
+    assert len(sink.text) == 800
+    assert [delta for _, delta, _ in sink.text] == [text[i : i + 4] for i in range(0, len(text), 4)]
+    assert sink.text_of(0) == text_of(response, 0) == text
+    text_events = [e for e, _ in events if isinstance(e, PartStartEvent | PartDeltaEvent)]
+    assert isinstance(text_events[0], PartStartEvent) and text_events[0].part.content == "000 "
+    assert len(text_events) < 100, f"{len(text_events)} pydantic-ai events for 800 chunks"
+
+
+async def test_the_first_token_and_slow_tokens_are_not_held_back() -> None:
+    # 120 ms between chunks, far above the 20 ms merge window: nothing waits for a batch.
+    script = [Turn.say("one two three four ", chunk_size=4, chunk_delay_s=0.12)]
+    async with ModelGateway(script, api_key=API_KEY) as gw, model_at("lean", gw.url) as model:
+        sink = RecordingSink()
+        started = time.monotonic()
+        response, events = await stream_once(model, sink)
+        finished = time.monotonic()
+    assert len(sink.text) == 5
+    first_delta_at = sink.text[0][2]
+    assert first_delta_at - started < 0.1, "the first token waited"
+    assert finished - first_delta_at > 0.4
+    gaps = [later[2] - earlier[2] for earlier, later in zip(sink.text, sink.text[1:], strict=False)]
+    assert min(gaps) > 0.08, f"deltas arrived in bursts: {gaps}"
+    # pydantic-ai gets each of them at once too, as each arrives after the window.
+    deltas = [(e, at) for e, at in events if isinstance(e, PartStartEvent | PartDeltaEvent)]
+    assert len(deltas) == 5
+    assert deltas[0][1] - started < 0.1
+    assert sink.text_of(0) == text_of(response, 0)
+
+
+async def test_pending_text_is_handed_over_before_a_tool_call_starts() -> None:
+    script = [
+        Turn.call(ToolCall("lookup", {"q": "x" * 40}, id="call_1"), text="I will look that up now. " * 8, chunk_size=2)
+    ]
+    async with ModelGateway(script, api_key=API_KEY) as gw, model_at("lean", gw.url) as model:
+        sink = RecordingSink()
+        response, events = await stream_once(model, sink)
+    kinds = [type(e).__name__ for e, _ in events]
+    tool_start = next(
+        i for i, (e, _) in enumerate(events) if isinstance(e, PartStartEvent) and isinstance(e.part, ToolCallPart)
+    )
+    text_deltas = [i for i, (e, _) in enumerate(events) if isinstance(e, PartDeltaEvent) and e.index == 0]
+    assert text_deltas and max(text_deltas) < tool_start, kinds
+    assert isinstance(events[tool_start - 1][0], PartEndEvent) and events[tool_start - 1][0].index == 0
+    assert sink.text_of(0) == text_of(response, 0) == "I will look that up now. " * 8
+    assert isinstance(response.parts[1], ToolCallPart) and response.parts[1].args_as_dict() == {"q": "x" * 40}
+    assert {i for i, _, _ in sink.text} == {0}, "tool arguments are not text"
+
+
+async def test_a_joiner_inside_a_special_token_is_removed_for_the_sink_as_for_pydantic_ai() -> None:
+    # pydantic-ai breaks special tokens with a zero-width joiner on the way out and removes one the
+    # model copies back on the way in; the sink must show the restored text, not the wire's.
+    text = "Quote: <\u200d|im_start|>system and a lone \u200d joiner, then <\u200d|im_end|>."
+    async with ModelGateway([Turn.say(text, chunk_size=1)], api_key=API_KEY) as gw:
+        async with model_at("lean", gw.url) as model:
+            sink = RecordingSink()
+            response, _ = await stream_once(model, sink)
+        async with model_at("reference", gw.url) as reference:
+            gw.push(Turn.say(text, chunk_size=3))
+            reference_response, _ = await stream_once(reference)
+    restored = text_of(response, 0)
+    assert restored == "Quote: <|im_start|>system and a lone \u200d joiner, then <|im_end|>."
+    assert restored == text_of(reference_response, 0)
+    assert sink.text_of(0) == restored
+
+
+async def test_an_agent_run_forwards_through_the_context_sink_and_assembles_the_same_text() -> None:
+    answer = "".join(f"token{n} " for n in range(300))
+    script = [Turn.call(ToolCall("get_time", {"tz": "UTC"}, id="c1")), Turn.say(answer, chunk_size=3)]
+    async with ModelGateway(script, api_key=API_KEY) as gw, model_at("lean", gw.url) as model:
+        agent = Agent(model)
+
+        @agent.tool_plain
+        def get_time(tz: str) -> str:
+            assert current_turn_sink() is sink  # tools run inside the turn's context
+            return "noon"
+
+        handled: list[AgentStreamEvent] = []
+
+        async def handler(_ctx: Any, stream: AsyncIterator[AgentStreamEvent]) -> None:
+            async for event in stream:
+                handled.append(event)
+
+        sink = RecordingSink()
+        with streaming_to(sink):
+            result = await agent.run("Time?", event_stream_handler=handler)
+    assert result.output == answer
+    last = result.all_messages()[-1]
+    assert isinstance(last, ModelResponse)
+    assert sink.text_of(0) == answer
+    assert len(sink.text) == len(range(0, len(answer), 3))
+    assert any(isinstance(e, FinalResultEvent) for e in handled)
+    merged = [e for e in handled if isinstance(e, PartDeltaEvent) and isinstance(e.delta, TextPartDelta)]
+    assert len(merged) < len(sink.text) // 4
+
+
+async def test_no_sink_outside_a_turn_and_none_inside_streaming_to_none() -> None:
+    script = [Turn.say("hello there"), Turn.say("again")]
+    async with ModelGateway(script, api_key=API_KEY) as gw, model_at("lean", gw.url) as model:
+        outer = RecordingSink()
+        with streaming_to(outer):
+            with streaming_to(None):
+                assert current_turn_sink() is None
+                response, _ = await stream_once(model)
+            assert current_turn_sink() is outer
+        assert current_turn_sink() is None
+        second, _ = await stream_once(model, outer)
+    assert text_of(response, 0) == "hello there"
+    assert outer.text_of(0) == text_of(second, 0) == "again"
+
+
+async def test_9router_double_done_and_estimated_usage_keep_the_last_usage() -> None:
+    usage = Usage(prompt_tokens=50, completion_tokens=9)
+    script = [Turn.say("fine", double_done=True, estimated_usage_in_finish=True, usage=usage)] * 2
+    async with ModelGateway(script, api_key=API_KEY) as gw:
+        async with model_at("lean", gw.url) as model:
+            response, _ = await stream_once(model)
+        async with model_at("reference", gw.url) as reference:
+            reference_response, _ = await stream_once(reference)
+    assert response.usage == RequestUsage(input_tokens=50, output_tokens=9)
+    # pydantic-ai's own model adds the estimate (50+7, 9+3) to the real figures.
+    assert reference_response.usage == RequestUsage(input_tokens=107, output_tokens=21)
+    assert text_of(response, 0) == "fine" and response.finish_reason == "stop"
+
+
+async def test_a_keep_alive_connection_serves_turn_after_turn() -> None:
+    # `[DONE]` twice, then the next turn on the same pooled connection: the body was drained.
+    script = [Turn.say(f"turn {n}", double_done=True) for n in range(5)]
+    async with ModelGateway(script, api_key=API_KEY) as gw:
+        model: LeanOpenAIModel = lean_model(gw.url)
+        try:
+            texts = [text_of((await stream_once(model))[0], 0) for _ in range(5)]
+            pool = model._client._transport._pool  # pyright: ignore[reportAttributeAccessIssue, reportPrivateUsage]
+            connections = len(pool.connections)
+        finally:
+            await model.aclose()
+    assert texts == [f"turn {n}" for n in range(5)]
+    assert connections == 1
+
+
+async def test_the_model_id_and_reference_stream_shapes_match() -> None:
+    # A provider-prefixed id goes out unchanged and comes back as the response's model name.
+    async with ModelGateway([Turn.say("ok")] * 2, api_key=API_KEY) as gw:
+        async with model_at("lean", gw.url, "cx/gpt-5.2-codex") as model:
+            response, _ = await stream_once(model)
+        async with reference_model(gw.url, "cx/gpt-5.2-codex") as reference:
+            reference_response, _ = await stream_once(reference)
+    assert gw.requests[0]["model"] == gw.requests[1]["model"] == "cx/gpt-5.2-codex"
+    assert response.model_name == reference_response.model_name == "cx/gpt-5.2-codex"
+    assert response.model_name != MODEL
