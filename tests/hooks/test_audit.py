@@ -22,7 +22,7 @@ from popagent_hooks.audit import SESSION_CAP, AuditRepo
 from popagent_hooks.dispatcher import HookRunRecord
 from popagent_hooks.events import Event, Outcome
 from popagent_hooks.transport import FailureClass
-from support.https_receiver import HttpsReceiver, answer, closed_port
+from support.https_receiver import HttpsReceiver, Reply, answer, closed_port
 
 DatabaseFactory = Callable[..., Awaitable[str]]
 NOW = datetime.now(UTC)
@@ -299,3 +299,30 @@ async def test_an_audit_outage_changes_no_decision(
     assert [b[0] for b in before] == [hooks_pb2.DENY, hooks_pb2.PASS, hooks_pb2.DENY]
     assert before[2][1] == FailureClass.TRANSPORT.value
     assert any(r.getMessage() == "hook audit write failed" for r in caplog.records)
+
+
+async def test_handlers_that_ran_before_the_caller_gave_up_are_audited(
+    hooks_dsn: str, nats_url: str, internal_credentials: tuple[dict[str, str], str], receiver: HttpsReceiver
+) -> None:
+    tokens, callers = internal_credentials
+    receiver.script("/fast", answer("pass", reason="fast one"))
+    receiver.script("/slow", Reply(json_body={"schemaVersion": 1, "outcome": "pass"}, delay_s=3))
+    hooks = document(
+        PreToolUse=[handler("fast", receiver.url("/fast")), handler("slow", receiver.url("/slow"), timeoutMs=5000)]
+    )
+    async with running_service(service_env(hooks_dsn, nats_url, callers, receiver, hooks), tokens["agent-runner"]) as (
+        running,
+        channel,
+    ):
+        stub = hooks_pb2_grpc.HooksServiceStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.Dispatch(_dispatch("impatient", "t"), timeout=1.0)
+        assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        runs: list[hooks_pb2.HookRun] = []
+        for _ in range(100):
+            await running.writer.flush()
+            runs = list((await stub.ListSessionRuns(hooks_pb2.ListSessionRunsRequest(session_id="impatient"))).runs)
+            if runs:
+                break
+            await asyncio.sleep(0.05)
+    assert [(r.handler_id, r.reason) for r in runs] == [("fast", "fast one")]

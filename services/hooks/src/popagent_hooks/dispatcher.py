@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -168,18 +169,32 @@ def _now() -> datetime:
 
 
 class Dispatcher:
-    def __init__(self, config: HooksConfig, transport: HookTransport) -> None:
+    def __init__(
+        self,
+        config: HooksConfig,
+        transport: HookTransport,
+        audit: Callable[[list[HookRunRecord]], None] | None = None,
+    ) -> None:
         self.config = config
         self.transport = transport
+        self.audit = audit
 
     async def dispatch(self, request: EventInput) -> Decision:
-        event = request.event
         event_id = request.event_id or str(uuid.uuid4())
         decision = Decision(Outcome.PASS, event_id)
-        handlers = self.config.matching(event, request.target)
+        handlers = self.config.matching(request.event, request.target)
         if not handlers:
             return decision
+        try:
+            await self._run_chain(request, handlers, decision)
+        finally:
+            # Also when the caller gave up mid-chain: the handlers that ran are audited.
+            if self.audit is not None:
+                self.audit(decision.runs)
+        return decision
 
+    async def _run_chain(self, request: EventInput, handlers: list[HandlerConfig], decision: Decision) -> None:
+        event, event_id = request.event, decision.event_id
         detail = self._initial_detail(request)
         replacement_key = _REPLACEMENT_KEY.get(event.rules.replacement)
         contexts: list[str] = []
@@ -229,7 +244,6 @@ class Dispatcher:
                 decision.prompt = detail["prompt"]
             else:
                 decision.arguments = detail["arguments"]
-        return decision
 
     @staticmethod
     def _initial_detail(request: EventInput) -> dict[str, Any]:

@@ -73,7 +73,7 @@ async def build(settings: Settings) -> AsyncIterator[RunningHooks]:
         )
         await stack.enter_async_context(background_task(consumer, name="hooks-session-deleted"))
 
-        dispatcher = Dispatcher(settings.hooks, transport)
+        dispatcher = Dispatcher(settings.hooks, transport, audit=writer.submit)
         hooks_pb2_grpc.add_HooksServiceServicer_to_server(HooksServicer(dispatcher, repo, writer), kernel.server)
         logger.info(
             "hooks configured",

@@ -126,7 +126,6 @@ class HooksServicer(hooks_pb2_grpc.HooksServiceServicer):
         self, request: hooks_pb2.DispatchRequest, context: grpc.aio.ServicerContext
     ) -> hooks_pb2.DispatchResponse:
         decision = await self.dispatcher.dispatch(event_input(request))
-        self.writer.submit(decision.runs)
         return decision_message(decision, self._digest.digest)
 
     async def GetConfigDigest(

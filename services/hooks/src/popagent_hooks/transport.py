@@ -20,6 +20,7 @@ import enum
 import hashlib
 import hmac
 import ipaddress
+import logging
 import socket
 import ssl
 import typing
@@ -28,6 +29,8 @@ from pathlib import Path
 
 import certifi
 import httpcore
+
+logger = logging.getLogger(__name__)
 
 MAX_RESPONSE_BYTES = 64 * 1024
 USER_AGENT = b"popagent-hooks/1"
@@ -230,6 +233,11 @@ class HookTransport:
         except BlockedAddress as exc:
             raise HookFailure(FailureClass.TRANSPORT, f"address refused: {exc}") from None
         except (httpcore.ConnectError, httpcore.NetworkError, httpcore.ProtocolError, ssl.SSLError, OSError) as exc:
+            raise HookFailure(FailureClass.TRANSPORT, f"{type(exc).__name__}: {exc}"[:500]) from None
+        except Exception as exc:
+            # Whatever else the HTTP stack raises must still take the handler's failure mode,
+            # never bypass it; the traceback is kept for whoever reads the log.
+            logger.warning("unexpected hook transport error", exc_info=exc)
             raise HookFailure(FailureClass.TRANSPORT, f"{type(exc).__name__}: {exc}"[:500]) from None
 
     @staticmethod
