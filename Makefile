@@ -55,8 +55,9 @@ bench: setup
 constraints: $(SYNC_STAMP)
 	$(UV) export --all-packages --no-hashes --no-header --no-emit-workspace --no-annotate -o constraints.txt >/dev/null
 
+COMPOSE := $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 compose-config:
-	docker-compose -f deploy/compose.yaml config -q
+	$(COMPOSE) -f deploy/compose.yaml --env-file $(if $(wildcard deploy/.env),deploy/.env,deploy/.env.example) config -q
 
 clean:
 	rm -rf $(VENV) $(PROTO_OUT)/popagent $(PROTO_STAMP)
