@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import cast
 
 import asyncpg
 import pytest
@@ -40,7 +41,9 @@ async def jetstream(url: str) -> AsyncIterator[bus.JetStreamContext]:
 
 async def enqueue(pool: asyncpg.Pool, subject: str, *payloads: bytes) -> list[str]:
     async with pool.acquire() as conn, conn.transaction():
-        return [str(await bus.enqueue_event(conn, subject, payload)) for payload in payloads]
+        # enqueue_event is typed for a bare Connection; a pool hands out a proxy of one.
+        connection = cast(asyncpg.Connection, conn)
+        return [str(await bus.enqueue_event(connection, subject, payload)) for payload in payloads]
 
 
 async def enqueue_each(pool: asyncpg.Pool, subject: str, *payloads: bytes) -> list[str]:
@@ -52,6 +55,10 @@ async def pending_rows(pool: asyncpg.Pool) -> list[asyncpg.Record]:
     return await pool.fetch("SELECT id, attempts FROM popagent_outbox WHERE published_at IS NULL ORDER BY created_at")
 
 
+async def all_marked(pool: asyncpg.Pool) -> bool:
+    return await pending_rows(pool) == []
+
+
 async def test_an_event_enqueued_in_a_rolled_back_transaction_is_never_published(pool, nats_url):
     subject = unique_subject()
     async with jetstream(nats_url) as js:
@@ -59,7 +66,7 @@ async def test_an_event_enqueued_in_a_rolled_back_transaction_is_never_published
         async with pool.acquire() as conn:
             with pytest.raises(RuntimeError, match="state change failed"):
                 async with conn.transaction():
-                    await bus.enqueue_event(conn, subject, b"rolled back")
+                    await bus.enqueue_event(cast(asyncpg.Connection, conn), subject, b"rolled back")
                     raise RuntimeError("state change failed")
         [kept] = await enqueue(pool, subject, b"committed")
 
@@ -83,11 +90,12 @@ async def test_committed_events_reach_jetstream_in_order_with_the_outbox_id_as_m
                 return len(await stream_messages(js, subject)) == 3
 
             await eventually(all_arrived, what="three events in the stream")
+            # Rows are marked when the relay's transaction commits, just after the publishes.
+            await eventually(lambda: all_marked(pool), what="the rows to be marked published")
             messages = await stream_messages(js, subject)
 
     assert [m.data for m in messages] == [b"one", b"two", b"three"]
     assert [m.headers and m.headers["Nats-Msg-Id"] for m in messages] == ids
-    assert await pending_rows(pool) == []
 
 
 async def test_events_enqueued_in_one_transaction_are_published_in_enqueue_order(pool, nats_url):
@@ -107,7 +115,7 @@ async def test_enqueue_refuses_a_subject_outside_the_naming_scheme(pool):
     async with pool.acquire() as conn:
         for bad in ("popagent.nobody.thing.happened", "tasks.task.stopped", "popagent.tasks.stopped"):
             with pytest.raises(ValueError, match=r"popagent\.<owner>"):
-                await bus.enqueue_event(conn, bad, b"x")
+                await bus.enqueue_event(cast(asyncpg.Connection, conn), bad, b"x")
     assert await pool.fetchval("SELECT count(*) FROM popagent_outbox") == 0
 
 
@@ -143,9 +151,9 @@ async def test_events_enqueued_while_nats_is_down_are_delivered_in_order_once_it
                 restarted = await asyncio.to_thread(embedded.start_nats, store_dir, nats_server.port)
 
                 await eventually(lambda: count_is(7), timeout_s=30, what="all seven events after the restart")
+                await eventually(lambda: all_marked(pool), what="the rows to be marked published")
                 await asyncio.sleep(0.5)  # a late duplicate would show up here
                 messages = await stream_messages(js, subject)
-                assert await pending_rows(pool) == []
     finally:
         if restarted is not None:
             restarted.stop()
@@ -221,7 +229,7 @@ async def test_consume_delivers_to_a_durable_consumer_and_acks(pool, nats_url):
 
     assert received == [(ids[0], b"a"), (ids[1], b"b")]
     assert info.config.durable_name == durable
-    assert info.delivered.consumer_seq == 2
+    assert info.delivered is not None and info.delivered.consumer_seq == 2
     assert info.num_redelivered == 0
 
 

@@ -8,12 +8,14 @@ import sys
 import pytest
 from pydantic import AliasChoices, Field, ValidationError
 
+from popagent_core.auth import generate_credentials
 from popagent_core.settings import ServiceSettings, describe_validation_error, load_settings
 from popagent_evolution.settings import Settings
 
 from .conftest import REPO_ROOT, service_env
 
 VALID_DSN = "postgresql://popagent@127.0.0.1:1/popagent"
+_, VALID_CALLERS = generate_credentials(("gateway",))
 
 
 async def run_evolution(env: dict[str, str]) -> tuple[int, list[str]]:
@@ -21,7 +23,7 @@ async def run_evolution(env: dict[str, str]) -> tuple[int, list[str]]:
         sys.executable,
         "-m",
         "popagent_evolution",
-        env=service_env(**env),
+        env=service_env(**{"POPAGENT_INTERNAL_CALLERS": VALID_CALLERS, **env}),
         cwd=REPO_ROOT,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
@@ -71,9 +73,7 @@ async def test_a_bad_setting_exits_2_with_one_line_naming_the_variable(env, vari
 async def test_bad_internal_callers_exit_2_with_one_line_naming_the_variable(callers, secret_value):
     # POPAGENT_INTERNAL_CALLERS is a setting like any other: checked when settings are
     # loaded, not later inside the service where it surfaces as a start-up traceback.
-    env = {"DATABASE_URL": VALID_DSN, "NATS_URL": "nats://127.0.0.1:1"}
-    if callers is not None:
-        env["POPAGENT_INTERNAL_CALLERS"] = callers
+    env = {"DATABASE_URL": VALID_DSN, "NATS_URL": "nats://127.0.0.1:1", "POPAGENT_INTERNAL_CALLERS": callers or ""}
 
     returncode, lines = await run_evolution(env)
 
@@ -85,10 +85,11 @@ async def test_bad_internal_callers_exit_2_with_one_line_naming_the_variable(cal
 
 
 def settings_error(settings_cls: type[ServiceSettings], monkeypatch: pytest.MonkeyPatch, **env: str) -> ValidationError:
+    monkeypatch.setenv("POPAGENT_INTERNAL_CALLERS", VALID_CALLERS)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     with pytest.raises(ValidationError) as caught:
-        settings_cls()
+        settings_cls()  # pyright: ignore[reportCallIssue] - values come from the environment
     return caught.value
 
 
@@ -129,6 +130,7 @@ def test_describe_validation_error_uses_the_first_alias_and_never_the_value(monk
 
 
 def test_load_settings_exits_2_and_writes_one_line(monkeypatch, capsys):
+    monkeypatch.setenv("POPAGENT_INTERNAL_CALLERS", VALID_CALLERS)
     monkeypatch.setenv("DATABASE_URL", "sqlite:///tmp/x")
 
     with pytest.raises(SystemExit) as caught:
@@ -140,13 +142,28 @@ def test_load_settings_exits_2_and_writes_one_line(monkeypatch, capsys):
 
 
 def test_settings_normalise_the_log_level_and_read_the_service_address(monkeypatch):
+    monkeypatch.setenv("POPAGENT_INTERNAL_CALLERS", VALID_CALLERS)
     monkeypatch.setenv("DATABASE_URL", VALID_DSN)
     monkeypatch.setenv("POPAGENT_LOG_LEVEL", "debug")
     monkeypatch.setenv("POPAGENT_EVOLUTION_ADDR", "unix:/tmp/evolution.sock")
     monkeypatch.setenv("NATS_URL", "nats://a:4222, tls://b:4222")
 
-    settings = Settings()
+    settings = Settings()  # pyright: ignore[reportCallIssue] - values come from the environment
 
     assert settings.log_level == "DEBUG"
     assert settings.grpc_address == "unix:/tmp/evolution.sock"
     assert settings.nats_url == "nats://a:4222, tls://b:4222"
+
+
+def test_settings_passed_by_field_name_are_honoured_not_silently_dropped():
+    # load_settings(**overrides) and tests build settings in code; a field name that is
+    # quietly ignored would leave, say, the service on its default port.
+    settings = Settings(
+        database_url=VALID_DSN,
+        internal_callers=VALID_CALLERS,
+        grpc_address="127.0.0.1:1",
+        log_level="ERROR",
+    )
+
+    assert settings.grpc_address == "127.0.0.1:1"
+    assert settings.log_level == "ERROR"
