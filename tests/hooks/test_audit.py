@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import grpc
 import pytest
-from hooks.conftest import HOOKS_MIGRATIONS, document, handler, running_service, service_env
+from hooks.helpers import HOOKS_MIGRATIONS, document, handler, running_service, service_env
 from nats.aio.client import Client as NatsClient
 
 from popagent.events.v1 import events_pb2

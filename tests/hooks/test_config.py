@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 import pytest
-from hooks.conftest import ALLOWED, config_of, handler
+from hooks.helpers import ALLOWED, config_of, handler
 
 from popagent_core.auth import generate_credentials
 from popagent_core.settings import load_settings

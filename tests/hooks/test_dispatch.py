@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from hooks.conftest import handler
+from hooks.helpers import handler
 
 from popagent_hooks.dispatcher import Decision, Dispatcher, EventInput
 from popagent_hooks.events import Event, Outcome

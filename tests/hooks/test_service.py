@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 import httpx
 import pytest
-from hooks.conftest import HOOKS_MIGRATIONS, document, handler, running_service, service_env
+from hooks.helpers import HOOKS_MIGRATIONS, document, handler, running_service, service_env
 
 from popagent.hooks.v1 import hooks_pb2, hooks_pb2_grpc
 from popagent_core.embedded import free_port
