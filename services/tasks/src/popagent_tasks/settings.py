@@ -1,9 +1,71 @@
-"""Settings of the tasks service, built at start."""
+"""Settings of the tasks service, built at start.
+
+The worker's concurrency and timing belong to agent-runner's agent-runtime settings
+(`popagent_agent_runtime_settings`); until agent-runner serves them over gRPC, they
+come from these variables.
+"""
 
 from __future__ import annotations
 
+from pydantic import Field, field_validator, model_validator
+
 from popagent_core.settings import DEFAULT_PORTS, ServiceSettings, grpc_address_field
+from popagent_tasks.schedules import check_timezone, server_timezone
+
+
+def _env(name: str) -> str:
+    return f"POPAGENT_TASKS_{name}"
 
 
 class Settings(ServiceSettings):
     grpc_address: str = grpc_address_field("tasks", DEFAULT_PORTS["tasks"])
+    hooks_address: str = grpc_address_field("hooks", DEFAULT_PORTS["hooks"])
+    # TaskStart/TaskStop go to the hooks service; off only where no hooks service runs.
+    hooks_enabled: bool = Field(default=True, validation_alias=_env("HOOKS_ENABLED"))
+
+    # `module:attribute` of the executor factory. Empty: this process runs no worker
+    # (the API, scheduler and recovery still run; tasks wait for a worker).
+    executor: str = Field(default="", validation_alias=_env("EXECUTOR"))
+    scheduler_enabled: bool = Field(default=True, validation_alias=_env("SCHEDULER_ENABLED"))
+    # Schedules are computed in the server's timezone; the API cannot write it.
+    timezone: str = Field(default_factory=server_timezone, validation_alias=_env("TIMEZONE"))
+
+    concurrency: int = Field(default=10, ge=1, le=1000, validation_alias=_env("CONCURRENCY"))
+    claim_batch: int = Field(default=50, ge=1, le=1000, validation_alias=_env("CLAIM_BATCH"))
+    task_timeout_s: float = Field(default=1800.0, gt=0, validation_alias=_env("TIMEOUT_S"))
+    # How long an aborted executor gets to settle while it keeps its slot.
+    abort_ack_s: float = Field(default=10.0, gt=0, validation_alias=_env("ABORT_ACK_S"))
+    heartbeat_interval_s: float = Field(default=2.0, gt=0, validation_alias=_env("HEARTBEAT_INTERVAL_S"))
+    # A live attempt whose heartbeat is older than this is an orphan of a dead worker.
+    heartbeat_timeout_s: float = Field(default=20.0, gt=0, validation_alias=_env("HEARTBEAT_TIMEOUT_S"))
+    # An orphan older than this is stale: failed instead of replayed.
+    stale_after_s: float = Field(default=6 * 3600.0, gt=0, validation_alias=_env("STALE_AFTER_S"))
+    poll_interval_s: float = Field(default=1.0, gt=0, validation_alias=_env("POLL_INTERVAL_S"))
+    sweep_interval_s: float = Field(default=5.0, gt=0, validation_alias=_env("SWEEP_INTERVAL_S"))
+    retry_base_s: float = Field(default=5.0, gt=0, validation_alias=_env("RETRY_BASE_S"))
+    retry_cap_s: float = Field(default=300.0, gt=0, validation_alias=_env("RETRY_CAP_S"))
+    # On stop, in-flight attempts get this long to finish before they are aborted.
+    shutdown_grace_s: float = Field(default=10.0, ge=0, validation_alias=_env("SHUTDOWN_GRACE_S"))
+    pool_max_size: int = Field(default=10, ge=2, le=200, validation_alias=_env("POOL_MAX_SIZE"))
+
+    @field_validator("timezone")
+    @classmethod
+    def _timezone(cls, value: str) -> str:
+        return check_timezone(value)
+
+    @field_validator("executor")
+    @classmethod
+    def _executor(cls, value: str) -> str:
+        if value and value.count(":") != 1:
+            raise ValueError("must be 'package.module:attribute'")
+        return value
+
+    @model_validator(mode="after")
+    def _timing(self) -> Settings:
+        if self.heartbeat_timeout_s <= 2 * self.heartbeat_interval_s:
+            raise ValueError("POPAGENT_TASKS_HEARTBEAT_TIMEOUT_S must exceed twice POPAGENT_TASKS_HEARTBEAT_INTERVAL_S")
+        if self.stale_after_s <= self.heartbeat_timeout_s:
+            raise ValueError("POPAGENT_TASKS_STALE_AFTER_S must exceed POPAGENT_TASKS_HEARTBEAT_TIMEOUT_S")
+        if self.retry_cap_s < self.retry_base_s:
+            raise ValueError("POPAGENT_TASKS_RETRY_CAP_S must be at least POPAGENT_TASKS_RETRY_BASE_S")
+        return self

@@ -1,0 +1,115 @@
+"""Task states, failure classes and the retry policy (AGENTS_BACKEND.md, background-task Decisions)."""
+
+from __future__ import annotations
+
+import enum
+import random
+from dataclasses import dataclass
+
+
+class Status(enum.StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    CANCELLING = "cancelling"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    DEAD_LETTER = "dead-letter"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+    @property
+    def live(self) -> bool:
+        """Claimed by a worker whose executor may still be running."""
+        return self in (Status.RUNNING, Status.CANCELLING)
+
+
+TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.DEAD_LETTER})
+RESOLVABLE = frozenset({Status.FAILED, Status.CANCELLED, Status.DEAD_LETTER})
+
+
+class Source(enum.StrEnum):
+    USER = "user"
+    SELF_UPDATE = "self-update"
+
+
+class Kind(enum.StrEnum):
+    TASK = "task"
+    REMEDIATION = "remediation"
+
+
+class ErrorClass(enum.StrEnum):
+    """Why an attempt failed. The first six are transient; the rest never retry."""
+
+    TIMEOUT = "timeout"
+    PROVIDER = "provider"
+    RATE_LIMIT = "rate_limit"
+    BROWSER = "browser"
+    DATABASE = "database"
+    INFRASTRUCTURE = "infrastructure"
+    HOOK_DENIED = "hook_denied"
+    ABORTED = "aborted"
+    VALIDATION = "validation"
+    PERMISSION = "permission"
+    CONTAINMENT = "containment"
+    CONFIGURATION = "configuration"
+    UNKNOWN = "unknown"
+
+
+TRANSIENT = frozenset(
+    {
+        ErrorClass.TIMEOUT,
+        ErrorClass.PROVIDER,
+        ErrorClass.RATE_LIMIT,
+        ErrorClass.BROWSER,
+        ErrorClass.DATABASE,
+        ErrorClass.INFRASTRUCTURE,
+    }
+)
+
+DEFAULT_MAX_ATTEMPTS = 3
+MAX_ATTEMPTS_LIMIT = 20
+# Bounds of what the API stores; the gateway enforces its own, smaller, ones too.
+MAX_PROMPT_CHARS = 64 * 1024
+MAX_EVIDENCE_CHARS = 4 * 1024
+MAX_ERROR_CHARS = 2 * 1024
+MAX_OUTCOME_CHARS = 16 * 1024
+
+
+def retry_eligible(source: Source, error_class: ErrorClass) -> bool:
+    """Only contained self-update work replays, and only after a transient failure.
+
+    Every self-update attempt starts from a fresh clone and only a verified commit can
+    escape it, so a replay cannot duplicate side effects. A user task's side effects are
+    unknown, so it fails after any execution error.
+    """
+    return source is Source.SELF_UPDATE and error_class in TRANSIENT
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Capped exponential backoff with jitter: the delay after attempt n lies in
+    [ceiling/2, ceiling], ceiling = min(cap, base * 2**(n-1)).
+
+    The half-ceiling floor keeps a retry from being claimed before the failed attempt's
+    TaskStop has been delivered, so observers see stop-then-start.
+    """
+
+    base_s: float
+    cap_s: float
+
+    def ceiling(self, attempt: int) -> float:
+        return min(self.cap_s, self.base_s * 2 ** max(attempt - 1, 0))
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
+        ceiling = self.ceiling(attempt)
+        return (rng or random).uniform(ceiling / 2, ceiling)
+
+
+def truncate(text: str, limit: int) -> str:
+    """At most `limit` characters, marking the cut."""
+    if len(text) <= limit:
+        return text
+    return text[: max(limit - 1, 0)] + "…"

@@ -1,0 +1,508 @@
+"""The worker runtime: claims due tasks, runs each attempt through the executor, keeps it
+alive with heartbeats, and makes every outcome durable before anyone hears of it.
+
+Per attempt:
+  claim (one statement, attempt number +1 = fencing token) -> TaskStart -> execute
+  -> [timeout / cancel / shutdown / lost claim: abort, wait `abort_ack_s` holding the slot]
+  -> fenced durable transition (+ remediation in the same transaction) -> TaskStop -> free slot.
+
+An executor that does not settle within the acknowledgement interval gets an
+`interrupted` TaskStop; its task stays `running`/`cancelling`, keeps its slot and its
+heartbeat (so no sweep, here or elsewhere, recovers it into an overlapping retry) until
+it settles. Start and stop are serialized; a stop that arrives during start lets the
+recovery pass finish and then keeps polling from starting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import asyncpg
+
+from popagent_core.errors import PopagentError
+from popagent_tasks._aio import wait_event
+from popagent_tasks.executor import AbortReason, AbortSignal, Attempt, Executor, TaskFailure, classify
+from popagent_tasks.model import TRANSIENT, Backoff, ErrorClass, Kind, Source, Status, retry_eligible, truncate
+from popagent_tasks.observer import Observers, StopStatus, TaskLifecycle, TaskStarted, TaskStopped
+from popagent_tasks.repo import TaskRepo, Transition
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+MAX_COMPLETION_BATCH = 500
+# Transitions are retried through database outages; the attempt keeps its slot and heartbeat meanwhile.
+TRANSITION_RETRY_MAX_S = 2.0
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    concurrency: int = 10
+    claim_batch: int = 50
+    task_timeout_s: float = 1800.0
+    abort_ack_s: float = 10.0
+    heartbeat_interval_s: float = 2.0
+    heartbeat_timeout_s: float = 20.0
+    stale_after_s: float = 6 * 3600.0
+    poll_interval_s: float = 1.0
+    sweep_interval_s: float = 5.0
+    backoff: Backoff = field(default_factory=lambda: Backoff(5.0, 300.0))
+    shutdown_grace_s: float = 10.0
+    sweep_batch: int = 500
+
+    @classmethod
+    def from_settings(cls, settings: object) -> RuntimeConfig:
+        get = settings.__getattribute__
+        return cls(
+            concurrency=get("concurrency"),
+            claim_batch=get("claim_batch"),
+            task_timeout_s=get("task_timeout_s"),
+            abort_ack_s=get("abort_ack_s"),
+            heartbeat_interval_s=get("heartbeat_interval_s"),
+            heartbeat_timeout_s=get("heartbeat_timeout_s"),
+            stale_after_s=get("stale_after_s"),
+            poll_interval_s=get("poll_interval_s"),
+            sweep_interval_s=get("sweep_interval_s"),
+            backoff=Backoff(get("retry_base_s"), get("retry_cap_s")),
+            shutdown_grace_s=get("shutdown_grace_s"),
+        )
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def lifecycle_of(row: asyncpg.Record) -> TaskLifecycle:
+    return TaskLifecycle(
+        task_id=str(row["id"]),
+        attempt=row["attempt_count"],
+        max_attempts=row["max_attempts"],
+        kind=row["kind"],
+        source=row["source"],
+        workspace_id=row["workspace_id"],
+        session_id=row["session_id"],
+        model=row["model"],
+        schedule_id=str(row["schedule_id"] or ""),
+        parent_task_id=str(row["parent_task_id"] or ""),
+        turn_id=str(row["turn_id"] or ""),
+        trace_id=row["trace_id"] or "",
+    )
+
+
+def stop_event(transition: Transition, lifecycle: TaskLifecycle) -> TaskStopped:
+    """The TaskStop that reports a committed transition (never anything else)."""
+    row = transition.row
+    status = Status(row["status"])
+    extra = {"remediationTaskId": str(transition.remediation_id)} if transition.remediation_id else {}
+    if status is Status.COMPLETED:
+        return TaskStopped(lifecycle, StopStatus.COMPLETED, outcome=row["outcome"] or "")
+    if status is Status.CANCELLED:
+        return TaskStopped(lifecycle, StopStatus.CANCELLED)
+    error = {"error_class": row["last_error_class"] or "", "error": row["last_error"] or ""}
+    if status is Status.QUEUED:
+        next_at = row["next_attempt_at"]
+        retry = {"nextAttemptAt": next_at.isoformat()} if next_at else {}
+        return TaskStopped(lifecycle, StopStatus.FAILED, will_retry=True, extra=retry, **error)
+    if status is Status.DEAD_LETTER:
+        return TaskStopped(lifecycle, StopStatus.DEAD_LETTER, extra=extra, **error)
+    return TaskStopped(lifecycle, StopStatus.FAILED, extra=extra, **error)
+
+
+def _explain(source: Source, error_class: ErrorClass) -> str:
+    if error_class in TRANSIENT and source is Source.USER:
+        return "user tasks are not replayed after an execution error"
+    return f"{error_class} failures never retry"
+
+
+@dataclass
+class _Slot:
+    row: asyncpg.Record
+    attempt: Attempt
+    lifecycle: TaskLifecycle
+    abort: AbortSignal
+    deadline: float
+    task: asyncio.Task[None] | None = None
+    # The executor settled; the attempt is only waiting for its durable transition.
+    settled: bool = False
+
+    @property
+    def key(self) -> tuple[uuid.UUID, int]:
+        return self.row["id"], self.row["attempt_count"]
+
+
+class _CompletionBatcher:
+    """Completions that arrive while one is being written go out together in the next
+    statement; the first one is never held back to build a batch."""
+
+    def __init__(self, repo: TaskRepo) -> None:
+        self.repo = repo
+        self._pending: list[tuple[uuid.UUID, int, str, asyncio.Future[asyncpg.Record | None]]] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    async def complete(self, task_id: uuid.UUID, attempt: int, outcome: str) -> asyncpg.Record | None:
+        future: asyncio.Future[asyncpg.Record | None] = asyncio.get_running_loop().create_future()
+        self._pending.append((task_id, attempt, outcome, future))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush(), name="tasks-complete")
+        return await future
+
+    async def _flush(self) -> None:
+        while self._pending:
+            batch = self._pending[:MAX_COMPLETION_BATCH]
+            del self._pending[:MAX_COMPLETION_BATCH]
+            try:
+                rows = await self.repo.complete([(task_id, attempt, outcome) for task_id, attempt, outcome, _ in batch])
+            except Exception as exc:
+                for *_, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            by_id = {row["id"]: row for row in rows}
+            for task_id, _, _, future in batch:
+                if not future.done():
+                    future.set_result(by_id.get(task_id))
+
+
+class Worker:
+    def __init__(
+        self,
+        repo: TaskRepo,
+        executor: Executor,
+        observers: Observers,
+        config: RuntimeConfig,
+        *,
+        worker_id: str | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.repo = repo
+        self.executor = executor
+        self.observers = observers
+        self.config = config
+        self.worker_id = worker_id or default_worker_id()
+        self.rng = rng or random.Random()
+        self.slots: dict[uuid.UUID, _Slot] = {}
+        self._batcher = _CompletionBatcher(repo)
+        self._wake = asyncio.Event()
+        self._lifecycle = asyncio.Lock()
+        self._wanted = False
+        self._running = False
+        self._loops: list[asyncio.Task[None]] = []
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._next_retry_at: float | None = None
+        self.recovery_passes = 0
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    async def start(self) -> None:
+        """One recovery pass, then claim and sweep until `stop`. Idempotent."""
+        self._wanted = True
+        async with self._lifecycle:
+            if self._running:
+                return
+            await self.recover()
+            if not self._wanted:
+                # A stop arrived during start: the recovery pass finished, nothing else starts.
+                return
+            self._running = True
+            self._ensure_heartbeat()
+            self._loops = [
+                asyncio.create_task(self._claim_loop(), name="tasks-claim"),
+                asyncio.create_task(self._sweep_loop(), name="tasks-sweep"),
+            ]
+
+    async def stop(self) -> None:
+        """Stop claiming, let in-flight attempts finish within the grace period, then abort
+        the rest and wait the acknowledgement interval. Hung executors keep their slots."""
+        self._wanted = False
+        async with self._lifecycle:
+            if not self._running:
+                return
+            self._running = False
+            for loop_task in self._loops:
+                loop_task.cancel()
+            for loop_task in self._loops:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await loop_task
+            self._loops = []
+            in_flight = self._attempt_tasks()
+            if in_flight and self.config.shutdown_grace_s > 0:
+                await asyncio.wait(in_flight, timeout=self.config.shutdown_grace_s)
+            for slot in list(self.slots.values()):
+                slot.abort.abort(AbortReason.SHUTDOWN)
+            in_flight = self._attempt_tasks()
+            if in_flight:
+                # The margin covers the transition of executors that settle at the last moment.
+                await asyncio.wait(in_flight, timeout=self.config.abort_ack_s + 0.5)
+
+    async def close(self) -> None:
+        """Process teardown after `stop`: drop whatever is still hung (its heartbeat stops,
+        so another worker recovers it once it is stale)."""
+        await self.stop()
+        tasks = [*self._attempt_tasks(), *([self._heartbeat] if self._heartbeat else [])]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        aclose = getattr(self.executor, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+    def wake(self, *_: object) -> None:
+        """New work may be due (the task-enqueued fact, or a local change)."""
+        self._wake.set()
+
+    def _attempt_tasks(self) -> list[asyncio.Task[None]]:
+        return [slot.task for slot in self.slots.values() if slot.task is not None and not slot.task.done()]
+
+    def _ensure_heartbeat(self) -> None:
+        if self._heartbeat is None or self._heartbeat.done():
+            self._heartbeat = asyncio.create_task(self._heartbeat_loop(), name="tasks-heartbeat")
+
+    # -- recovery -----------------------------------------------------------------
+
+    async def recover(self) -> list[Transition]:
+        """One recovery pass over orphans of dead workers (never this worker's own slots)."""
+        transitions: list[Transition] = []
+        while True:
+            batch = await self.repo.recover_orphans(
+                heartbeat_timeout_s=self.config.heartbeat_timeout_s,
+                stale_after_s=self.config.stale_after_s,
+                exclude=list(self.slots),
+                limit=self.config.sweep_batch,
+            )
+            transitions += batch
+            for transition in batch:
+                row = transition.row
+                logger.info(
+                    "orphaned attempt recovered",
+                    extra={"task_id": str(row["id"]), "attempt": row["attempt_count"], "status": row["status"]},
+                )
+                await self.observers.task_stopped(stop_event(transition, lifecycle_of(row)))
+            if len(batch) < self.config.sweep_batch:
+                break
+        self.recovery_passes += 1
+        if any(t.row["status"] == Status.QUEUED or t.remediation_id for t in transitions):
+            self.wake()
+        return transitions
+
+    async def _sweep_loop(self) -> None:
+        while self._running:
+            await asyncio.sleep(self.config.sweep_interval_s)
+            try:
+                await self.recover()
+            except PopagentError:
+                logger.warning("recovery sweep failed; retrying", exc_info=True)
+
+    # -- claiming -----------------------------------------------------------------
+
+    async def _claim_loop(self) -> None:
+        failures = 0
+        while self._running:
+            self._wake.clear()
+            free = self.config.concurrency - len(self.slots)
+            if free > 0:
+                want = min(free, self.config.claim_batch)
+                try:
+                    rows = await self.repo.claim(self.worker_id, want)
+                except PopagentError:
+                    failures += 1
+                    logger.warning("claim failed; retrying", exc_info=True)
+                    await asyncio.sleep(min(0.1 * 2**failures, self.config.poll_interval_s))
+                    continue
+                failures = 0
+                for row in rows:
+                    self._start_attempt(row)
+                if len(rows) == want:
+                    continue
+            timeout = self.config.poll_interval_s
+            if self._next_retry_at is not None:
+                until_retry = self._next_retry_at - time.monotonic()
+                if until_retry <= 0:
+                    self._next_retry_at = None
+                    continue
+                timeout = min(timeout, until_retry)
+            await wait_event(self._wake, timeout)
+
+    def _start_attempt(self, row: asyncpg.Record) -> None:
+        task_id, attempt_number = row["id"], row["attempt_count"]
+
+        async def report_progress(message: str) -> None:
+            await self.repo.attempt_progress(task_id, attempt_number, "progress", message)
+
+        attempt = Attempt(
+            task_id=str(task_id),
+            attempt=attempt_number,
+            max_attempts=row["max_attempts"],
+            kind=Kind(row["kind"]),
+            source=Source(row["source"]),
+            workspace_id=row["workspace_id"],
+            prompt=row["prompt"],
+            model=row["model"],
+            session_id=row["session_id"],
+            schedule_id=str(row["schedule_id"] or ""),
+            parent_task_id=str(row["parent_task_id"] or ""),
+            turn_id=str(row["turn_id"]),
+            trace_id=row["trace_id"],
+            report_progress=report_progress,
+        )
+        slot = _Slot(
+            row=row,
+            attempt=attempt,
+            lifecycle=lifecycle_of(row),
+            abort=AbortSignal(),
+            deadline=time.monotonic() + self.config.task_timeout_s,
+        )
+        self.slots[task_id] = slot
+        slot.task = asyncio.create_task(self._run_attempt(slot), name=f"task-{task_id}-{attempt_number}")
+
+    # -- one attempt --------------------------------------------------------------
+
+    async def _run_attempt(self, slot: _Slot) -> None:
+        try:
+            await self.observers.task_started(TaskStarted(slot.lifecycle, slot.attempt.prompt))
+            execution = asyncio.create_task(self.executor.execute(slot.attempt, slot.abort))
+            aborted = asyncio.create_task(slot.abort.wait())
+            try:
+                await asyncio.wait(
+                    {execution, aborted},
+                    timeout=max(slot.deadline - time.monotonic(), 0),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+            finally:
+                aborted.cancel()
+            if not execution.done():
+                slot.abort.abort(AbortReason.TIMEOUT)
+                await asyncio.wait({execution}, timeout=self.config.abort_ack_s)
+                if not execution.done():
+                    await self._interrupted(slot)
+                    # Keep the slot (and the heartbeat) until the executor finally settles.
+                    await asyncio.wait({execution})
+            slot.settled = True
+            await self._settle(slot, execution)
+        finally:
+            self.slots.pop(slot.key[0], None)
+            self.wake()
+
+    async def _interrupted(self, slot: _Slot) -> None:
+        reason = slot.abort.reason or AbortReason.TIMEOUT
+        if reason is AbortReason.LOST_CLAIM:
+            logger.warning("executor ignored the abort of a lost claim", extra={"task_id": slot.attempt.task_id})
+            return
+        task_id, attempt = slot.key
+        logger.warning(
+            "executor did not acknowledge abort; keeping its slot",
+            extra={"task_id": str(task_id), "attempt": attempt, "reason": reason.value},
+        )
+        with contextlib.suppress(PopagentError):
+            await self.repo.attempt_progress(
+                task_id,
+                attempt,
+                "interrupted",
+                f"abort ({reason}) not acknowledged within {self.config.abort_ack_s:g} s; "
+                "the attempt keeps its slot until its executor settles",
+            )
+        await self.observers.task_stopped(TaskStopped(slot.lifecycle, StopStatus.INTERRUPTED, abort_reason=reason))
+
+    async def _settle(self, slot: _Slot, execution: asyncio.Task[str]) -> None:
+        task_id, attempt = slot.key
+        reason = slot.abort.reason
+        error = None if execution.cancelled() else execution.exception()
+        transition: Transition | None
+        if reason is AbortReason.LOST_CLAIM:
+            logger.info("attempt lost its claim; its result is discarded", extra={"task_id": str(task_id)})
+            return
+        if reason is AbortReason.CANCELLED:
+            transition = await self._durably(lambda: self.repo.settle_cancelled(task_id, attempt))
+        elif error is None and not execution.cancelled() and reason is not AbortReason.TIMEOUT:
+            # (A result that arrives after the deadline's abort is still a timeout: the
+            # deadline decided, and the attempt becomes retry-eligible only now it settled.)
+            outcome = truncate(str(execution.result() or ""), 16 * 1024)
+            row = await self._durably(lambda: self._batcher.complete(task_id, attempt, outcome))
+            transition = Transition(row) if row is not None else None
+        elif reason is AbortReason.SHUTDOWN:
+            released = await self._durably(lambda: self.repo.release([(task_id, attempt)]))
+            transition = released[0] if released else None
+        else:
+            error_class = (
+                ErrorClass.TIMEOUT
+                if reason is AbortReason.TIMEOUT
+                else classify(error or TaskFailure(ErrorClass.UNKNOWN))
+            )
+            message = str(error) if error is not None else "the executor was cancelled"
+            if reason is AbortReason.TIMEOUT:
+                message = f"timed out after {self.config.task_timeout_s:g} s ({message})"
+            source = slot.attempt.source
+            eligible = retry_eligible(source, error_class)
+            delay = self.config.backoff.delay(attempt, self.rng)
+            transition = await self._durably(
+                lambda: self.repo.fail(
+                    task_id,
+                    attempt,
+                    error_class=error_class.value,
+                    message=message,
+                    retry_eligible=eligible,
+                    delay_s=delay,
+                    explain=_explain(source, error_class),
+                )
+            )
+            if transition is not None and transition.row["status"] == Status.QUEUED:
+                due = time.monotonic() + delay
+                self._next_retry_at = min(self._next_retry_at or due, due)
+        if transition is None:
+            # Fenced out: another worker recovered and re-claimed this task meanwhile.
+            logger.info(
+                "stale attempt's transition changed nothing", extra={"task_id": str(task_id), "attempt": attempt}
+            )
+            return
+        await self.observers.task_stopped(stop_event(transition, slot.lifecycle))
+
+    async def _durably(self, operation: Callable[[], Awaitable[T]]) -> T:
+        """Retry a transition through database outages: an attempt's outcome is never dropped."""
+        delay = 0.05
+        while True:
+            try:
+                return await operation()
+            except PopagentError:
+                logger.warning("task transition failed; retrying", exc_info=True)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, TRANSITION_RETRY_MAX_S)
+
+    # -- heartbeats ---------------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        while self._running or self.slots:
+            await asyncio.sleep(self.config.heartbeat_interval_s)
+            await self.heartbeat_once()
+
+    async def heartbeat_once(self) -> None:
+        slots = list(self.slots.values())
+        if not slots:
+            return
+        try:
+            live = await self.repo.heartbeat([slot.key for slot in slots])
+        except PopagentError:
+            logger.warning("heartbeat failed", exc_info=True)
+            return
+        for slot in slots:
+            status = live.get(slot.key[0])
+            if status is None:
+                if not slot.settled and self.slots.get(slot.key[0]) is slot:
+                    logger.warning("attempt lost its claim; aborting", extra={"task_id": slot.attempt.task_id})
+                    slot.abort.abort(AbortReason.LOST_CLAIM)
+            elif status == Status.CANCELLING:
+                slot.abort.abort(AbortReason.CANCELLED)

@@ -1,0 +1,225 @@
+"""The worker against real PostgreSQL: execution, the retry policy class by class, dead
+letter and remediation, timeouts, and best-effort observers."""
+
+from __future__ import annotations
+
+import pytest
+
+from popagent_tasks.model import TRANSIENT, ErrorClass
+from popagent_tasks.observer import TaskStarted, TaskStopped
+from tasks.conftest import Harness, Recorder, wait_until
+from tasks.executors import ScriptedExecutor
+
+NEVER_RETRY = sorted(set(ErrorClass) - TRANSIENT)
+
+
+async def test_a_task_runs_once_and_start_and_stop_share_turn_and_trace_ids(harness: Harness) -> None:
+    worker = harness.worker()
+    await worker.start()
+    task_id = await harness.create("progress:halfway;ok")
+
+    row = await harness.wait_status(task_id, "completed")
+
+    assert row["attempt_count"] == 1
+    assert row["outcome"] == "ok"
+    assert harness.recorder.shape(task_id) == ["start:1", "stop:1:completed"]
+    start, stop = harness.recorder.for_task(task_id)
+    assert isinstance(start, TaskStarted) and isinstance(stop, TaskStopped)
+    assert start.task.turn_id == stop.task.turn_id == str(row["turn_id"])
+    assert start.task.trace_id == stop.task.trace_id == row["trace_id"] and len(row["trace_id"]) == 32
+    assert stop.outcome == "ok"
+    assert start.prompt == "progress:halfway;ok"
+    assert [(p["kind"], p["message"]) for p in await harness.progress(task_id)] == [("progress", "halfway")]
+
+
+@pytest.mark.parametrize("error_class", sorted(TRANSIENT))
+async def test_self_update_work_retries_transient_failures_then_dead_letters_with_one_remediation(
+    harness: Harness, error_class: ErrorClass
+) -> None:
+    executor = ScriptedExecutor()
+    worker = harness.worker(executor)
+    await worker.start()
+    task_id = await harness.create(f"fail:{error_class}", source="self-update", max_attempts=3, workspace="ws-9")
+
+    row = await harness.wait_status(task_id, "dead-letter")
+
+    assert row["attempt_count"] == 3
+    assert row["last_error_class"] == error_class
+    assert row["dead_lettered_at"] is not None
+    assert [call for call in executor.calls if call[0] == str(task_id)] == [(str(task_id), n) for n in (1, 2, 3)]
+    assert harness.recorder.shape(task_id) == [
+        "start:1",
+        "stop:1:failed:retry",
+        "start:2",
+        "stop:2:failed:retry",
+        "start:3",
+        "stop:3:dead-letter",
+    ]
+    kinds = [p["kind"] for p in await harness.progress(task_id)]
+    assert kinds == ["retry_scheduled", "retry_scheduled", "dead_letter", "remediation"]
+    dead = (await harness.progress(task_id))[2]["message"]
+    assert "retries exhausted" in dead and error_class in dead
+
+    remediations = await harness.remediations_of(task_id)
+    assert len(remediations) == 1
+    remediation = remediations[0]
+    assert remediation["workspace_id"] == "ws-9"
+    assert remediation["source"] == "self-update"
+    assert str(task_id) in remediation["prompt"]
+    stop = harness.recorder.for_task(task_id)[-1]
+    assert isinstance(stop, TaskStopped) and stop.extra == {"remediationTaskId": str(remediation["id"])}
+    assert stop.error_class == error_class
+
+
+@pytest.mark.parametrize("error_class", NEVER_RETRY)
+async def test_self_update_work_never_retries_permanent_failures(harness: Harness, error_class: ErrorClass) -> None:
+    worker = harness.worker()
+    await worker.start()
+    task_id = await harness.create(f"fail:{error_class}", source="self-update", max_attempts=3)
+
+    row = await harness.wait_status(task_id, "failed")
+
+    assert row["attempt_count"] == 1
+    assert row["last_error_class"] == error_class
+    assert row["dead_lettered_at"] is None
+    assert harness.recorder.shape(task_id) == ["start:1", "stop:1:failed"]
+    assert len(await harness.remediations_of(task_id)) == 1
+
+
+async def test_an_unexpected_exception_is_an_unknown_failure_that_never_retries(harness: Harness) -> None:
+    worker = harness.worker()
+    await worker.start()
+    task_id = await harness.create("raise", source="self-update")
+
+    row = await harness.wait_status(task_id, "failed")
+
+    assert (row["attempt_count"], row["last_error_class"]) == (1, "unknown")
+
+
+@pytest.mark.parametrize("error_class", sorted(TRANSIENT))
+async def test_user_tasks_fail_after_any_execution_error(harness: Harness, error_class: ErrorClass) -> None:
+    worker = harness.worker()
+    await worker.start()
+    task_id = await harness.create(f"fail:{error_class}", source="user", max_attempts=3)
+
+    row = await harness.wait_status(task_id, "failed")
+
+    assert row["attempt_count"] == 1
+    assert "user tasks are not replayed" in (await harness.progress(task_id))[0]["message"]
+
+
+async def test_a_transient_failure_that_clears_completes_on_a_later_attempt(harness: Harness) -> None:
+    worker = harness.worker()
+    await worker.start()
+    task_id = await harness.create("fail-below:3:rate_limit;ok", source="self-update", max_attempts=5)
+
+    row = await harness.wait_status(task_id, "completed")
+
+    assert row["attempt_count"] == 3
+    assert await harness.remediations_of(task_id) == []
+    assert harness.recorder.shape(task_id)[-1] == "stop:3:completed"
+
+
+async def test_five_failures_dead_letter_with_five_errors_and_bounded_backoff(harness: Harness) -> None:
+    """RELIABILITY #5: each delay lies in [0, min(cap, base * 2**n)]; five errors recorded."""
+    worker = harness.worker()
+    await worker.start()
+    task_id = await harness.create("fail:provider", source="self-update", max_attempts=5)
+    delays: list[float] = []
+    seen_attempts: set[int] = set()
+
+    async def observe() -> bool:
+        row = await harness.row(task_id)
+        if row["status"] == "queued" and row["attempt_count"] not in seen_attempts and row["finished_at"]:
+            seen_attempts.add(row["attempt_count"])
+            delays.append((row["next_attempt_at"] - row["finished_at"]).total_seconds())
+        return row["status"] == "dead-letter"
+
+    while not await observe():
+        pass
+
+    row = await harness.row(task_id)
+    assert row["attempt_count"] == 5
+    errors = [p for p in await harness.progress(task_id) if p["kind"] in ("retry_scheduled", "dead_letter")]
+    assert len(errors) == 5
+    assert all("(provider)" in p["message"] for p in errors)
+    base, cap = worker.config.backoff.base_s, worker.config.backoff.cap_s
+    assert len(delays) == 4
+    for attempt, delay in zip(sorted(seen_attempts), delays, strict=True):
+        assert 0 <= delay <= min(cap, base * 2**attempt) + 0.005, (attempt, delay)
+
+
+async def test_remediation_tasks_never_create_remediation(harness: Harness) -> None:
+    worker = harness.worker()
+    await worker.start()
+    task_id = await harness.create("fail:validation")
+    await harness.wait_status(task_id, "failed")
+    [remediation] = await harness.remediations_of(task_id)
+
+    # The remediation's own prompt is prose, which the scripted executor rejects: it fails too.
+    failed = await harness.wait_status(remediation["id"], "failed")
+
+    assert failed["kind"] == "remediation"
+    assert failed["parent_task_id"] == task_id
+    assert await harness.remediations_of(remediation["id"]) == []
+    total = await harness.pool.fetchval("SELECT count(*) FROM popagent_agent_tasks WHERE kind = 'remediation'")
+    assert total == 1
+
+
+async def test_a_timeout_aborts_the_executor_and_is_retry_eligible_only_for_self_update(harness: Harness) -> None:
+    worker = harness.worker(task_timeout_s=0.3)
+    await worker.start()
+    user_task = await harness.create("sleep:30", source="user")
+    self_update = await harness.create("sleep:30", source="self-update", max_attempts=2)
+
+    user_row = await harness.wait_status(user_task, "failed")
+    self_row = await harness.wait_status(self_update, "dead-letter")
+
+    assert (user_row["attempt_count"], user_row["last_error_class"]) == (1, "timeout")
+    assert (self_row["attempt_count"], self_row["last_error_class"]) == (2, "timeout")
+    assert harness.recorder.shape(self_update) == ["start:1", "stop:1:failed:retry", "start:2", "stop:2:dead-letter"]
+
+
+async def test_a_timed_out_executor_that_ignores_abort_holds_its_row_and_slot_until_it_settles(
+    harness: Harness,
+) -> None:
+    executor = ScriptedExecutor()
+    worker = harness.worker(executor, concurrency=1, task_timeout_s=0.2, abort_ack_s=0.2)
+    await worker.start()
+    hung = await harness.create("release:late", source="self-update", max_attempts=3)
+    waiting = await harness.create("ok")
+
+    await wait_until(lambda: "stop:1:interrupted" in harness.recorder.shape(hung))
+
+    row = await harness.row(hung)
+    assert (row["status"], row["attempt_count"]) == ("running", 1)
+    assert await harness.status(waiting) == "queued"
+    # Even a recovery pass in this runtime, with the heartbeat back-dated, leaves it alone.
+    await harness.backdate_heartbeat(hung, 3600)
+    await worker.recover()
+    assert (await harness.row(hung))["status"] == "running"
+    assert executor.calls == [(str(hung), 1)]
+
+    executor.gate("late").set()
+    await harness.wait_status(waiting, "completed")
+    retried = await harness.row(hung)
+
+    assert retried["last_error_class"] == "timeout"
+    stop = [e for e in harness.recorder.for_task(hung) if isinstance(e, TaskStopped)]
+    assert stop[0].status == "interrupted" and stop[0].abort_reason == "timeout"
+    assert stop[1].status == "failed" and stop[1].will_retry
+
+
+async def test_failing_observers_never_change_the_durable_outcome(harness: Harness) -> None:
+    broken = Recorder(fail=True)
+    worker = harness.worker(observers=[broken, harness.recorder])
+    await worker.start()
+    done = await harness.create("ok")
+    failed = await harness.create("fail:validation")
+
+    assert (await harness.wait_status(done, "completed"))["attempt_count"] == 1
+    assert (await harness.wait_status(failed, "failed"))["attempt_count"] == 1
+    # The broken observer was called, and the next one still heard about everything.
+    assert len(broken.for_task(done)) == 2
+    assert harness.recorder.shape(done) == ["start:1", "stop:1:completed"]
+    assert harness.recorder.shape(failed) == ["start:1", "stop:1:failed"]
