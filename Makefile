@@ -10,6 +10,7 @@ PROTO_FILES := $(shell find protos -name '*.proto')
 PROTO_OUT := libs/popagent-protos/src
 PROTO_STAMP := libs/popagent-protos/.stamp
 SYNC_STAMP := $(VENV)/.synced
+NODE_TEST_DEPS := tests/ai_sdk/node_modules/.package-lock.json
 MEMBER_PYPROJECTS := pyproject.toml $(wildcard libs/*/pyproject.toml services/*/pyproject.toml)
 
 .PHONY: run test test-fast lint typecheck protos setup system-deps bench constraints compose-config clean
@@ -28,7 +29,11 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/pyright
 
-setup: system-deps $(SYNC_STAMP) $(PROTO_STAMP)
+setup: system-deps $(SYNC_STAMP) $(PROTO_STAMP) $(NODE_TEST_DEPS)
+
+# The real AI SDK client the stream tests drive (pinned by its package-lock.json).
+$(NODE_TEST_DEPS): tests/ai_sdk/package.json tests/ai_sdk/package-lock.json
+	npm ci --prefix tests/ai_sdk --no-audit --no-fund --loglevel=error
 
 # uv itself comes from PyPI into the machine's Python.
 $(SYNC_STAMP): $(MEMBER_PYPROJECTS)

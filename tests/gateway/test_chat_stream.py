@@ -9,78 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
 
 import grpc
 import httpx
 import pytest
-import uvicorn
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
-from popagent.agent_runner.v1 import agent_runner_pb2_grpc
-from popagent_core.auth import CallerRegistry
-from popagent_core.embedded import free_port
 from popagent_core.errors import NotFound
-from popagent_core.grpc_server import create_server, running
-from popagent_gateway.app import create_app
-from popagent_gateway.settings import Settings
 
-API_KEY = "c" * 32
-USER_MESSAGE = {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hello"}]}
-
-Script = Callable[[pb.ChatRequest, grpc.aio.ServicerContext], AsyncIterator[pb.TurnEventBatch]]
-
-
-@dataclass
-class ScriptedRunner(agent_runner_pb2_grpc.AgentRunnerServiceServicer):
-    script: Script | None = None
-    requests: list[pb.ChatRequest] = field(default_factory=list)
-    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def Chat(self, request: pb.ChatRequest, context: grpc.aio.ServicerContext):  # type: ignore[override]
-        self.requests.append(request)
-        assert self.script is not None
-        try:
-            async for batch in self.script(request, context):
-                yield batch
-        except asyncio.CancelledError:
-            self.cancelled.set()
-            raise
-
-
-@dataclass
-class Harness:
-    runner: ScriptedRunner
-    url: str
-
-
-@pytest.fixture
-async def harness(internal_credentials: tuple[dict[str, str], str]) -> AsyncIterator[Harness]:
-    tokens, callers = internal_credentials
-    runner = ScriptedRunner()
-    server, health = create_server(CallerRegistry.from_json(callers))
-    agent_runner_pb2_grpc.add_AgentRunnerServiceServicer_to_server(runner, server)
-    grpc_port = free_port()
-    http_port = free_port()
-    settings = Settings(  # type: ignore[call-arg]
-        DATABASE_URL="postgresql://nobody@127.0.0.1:1/none",
-        OBSERVABILITY_DATABASE_URL="postgresql://nobody@127.0.0.1:1/none",
-        POPAGENT_API_KEY=API_KEY,
-        POPAGENT_INTERNAL_TOKEN=tokens["gateway"],
-        POPAGENT_AGENT_RUNNER_ADDR=f"127.0.0.1:{grpc_port}",
-    )
-    config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=http_port, log_config=None, lifespan="on")
-    web = uvicorn.Server(config)
-    async with running(server, health, f"127.0.0.1:{grpc_port}"):
-        serving = asyncio.create_task(web.serve())
-        while not web.started:  # noqa: ASYNC110 - uvicorn exposes a flag, not an event
-            await asyncio.sleep(0.01)
-        try:
-            yield Harness(runner, f"http://127.0.0.1:{http_port}")
-        finally:
-            web.should_exit = True
-            await serving
+from .conftest import API_KEY, USER_MESSAGE, Harness
 
 
 def batch(*events: pb.TurnEvent) -> pb.TurnEventBatch:
