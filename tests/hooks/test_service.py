@@ -99,6 +99,7 @@ async def test_bad_requests_and_unknown_callers_are_refused(
             hooks_pb2.DispatchRequest(event=hooks_pb2.STOP, detail_json=b"[1, 2]"),
             hooks_pb2.DispatchRequest(event=hooks_pb2.STOP, detail_json=b"{not json"),
             hooks_pb2.DispatchRequest(event=hooks_pb2.STOP, session_id="x" * 201),
+            hooks_pb2.DispatchRequest(event=hooks_pb2.STOP, event_id="id\r\nx-injected: 1"),
         ]
         for request in bad:
             with pytest.raises(grpc.aio.AioRpcError) as caught:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import grpc
@@ -16,11 +17,19 @@ from popagent_hooks.events import Event
 
 MAX_DETAIL_BYTES = 1024 * 1024
 MAX_ID_LENGTH = 200
+# The event id is part of the `webhook-id` header, so it is held to header-safe characters.
+_EVENT_ID = re.compile(r"^[A-Za-z0-9._:-]{0,128}$")
 
 
 def _id(value: str, name: str) -> str:
     if len(value) > MAX_ID_LENGTH:
         raise InvalidArgument(f"{name} must be at most {MAX_ID_LENGTH} characters")
+    return value
+
+
+def _event_id(value: str) -> str:
+    if not _EVENT_ID.match(value):
+        raise InvalidArgument("event_id must be at most 128 characters of letters, digits and . _ : -")
     return value
 
 
@@ -51,7 +60,7 @@ def event_input(request: hooks_pb2.DispatchRequest) -> EventInput:
         model=_id(request.model, "model"),
         target=_id(request.target, "target"),
         detail=_detail(request.detail_json),
-        event_id=_id(request.event_id, "event_id"),
+        event_id=_event_id(request.event_id),
     )
 
 
