@@ -124,12 +124,10 @@ async def fresh_database(admin_dsn: str) -> AsyncIterator[str]:
             await conn.close()
 
 
-@pytest.fixture(scope="session")
-async def api_stack(
-    pg_dsn: str, internal_credentials: tuple[dict[str, str], str], tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[ApiStack]:
-    tokens, callers = internal_credentials
-    base = tmp_path_factory.mktemp("api-stack")
+@contextlib.asynccontextmanager
+async def start_api_stack(pg_dsn: str, credentials: tuple[dict[str, str], str], base: Path) -> AsyncIterator[ApiStack]:
+    """Every service this suite needs, on a fresh database, private NATS and free ports."""
+    tokens, callers = credentials
     workspace_root = base / "workspace"
     (workspace_root / "popagent").mkdir(parents=True)
     addresses = {name: f"127.0.0.1:{free_port()}" for name in ("agent-runner", "hooks", "evolution", "browser-bridge")}
@@ -224,6 +222,14 @@ async def api_stack(
             models=models,
             gateway_env=gateway_env,
         )
+
+
+@pytest.fixture(scope="session")
+async def api_stack(
+    pg_dsn: str, internal_credentials: tuple[dict[str, str], str], tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[ApiStack]:
+    async with start_api_stack(pg_dsn, internal_credentials, tmp_path_factory.mktemp("api-stack")) as stack:
+        yield stack
 
 
 @pytest.fixture

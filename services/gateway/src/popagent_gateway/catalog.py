@@ -4,8 +4,8 @@
 `{"data": [{"id", "context_length", "capabilities": {"contextWindow"}}]}`; other
 gateways may report neither window). A fresh answer is kept for `ttl_s`; when a
 refresh fails the last good list is served with a warning (or an empty list when
-there never was one), and the next attempt waits `retry_s` so an outage is not
-hammered. Ids are used exactly as the gateway names them (`cx/gpt-5.3-codex-spark`).
+there never was one), and the next attempt waits `retry_s` (at most 5 s) so an outage
+is not hammered. Ids are used exactly as the gateway names them (`cx/gpt-5.3-codex-spark`).
 """
 
 from __future__ import annotations
@@ -77,14 +77,15 @@ class ModelCatalog:
         *,
         api_key: str = "",
         ttl_s: float = 60.0,
-        retry_s: float = 5.0,
+        retry_s: float | None = None,
         timeout_s: float = 3.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.url = url.rstrip("/") + "/models" if url else ""
         self.api_key = api_key
         self.ttl_s = ttl_s
-        self.retry_s = retry_s
+        # After a failure, wait before asking again (never longer than a fresh answer lives).
+        self.retry_s = retry_s if retry_s is not None else min(5.0, ttl_s)
         self.timeout_s = timeout_s
         self.clock = clock
         self._models: tuple[str, ...] = ()

@@ -6,7 +6,8 @@ import hmac
 from typing import Annotated
 
 import grpc
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Security
+from fastapi.security import APIKeyHeader
 
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
 from popagent.browser_bridge.v1 import browser_bridge_pb2_grpc
@@ -19,13 +20,16 @@ from popagent_gateway.catalog import ModelCatalog
 from popagent_gateway.settings import Settings
 
 API_KEY_HEADER = "x-popagent-key"
+# Declares the key in the OpenAPI document (securitySchemes) so clients and API fuzzers know
+# every /api route needs it; the check itself stays in require_api_key.
+_API_KEY_SCHEME = APIKeyHeader(name=API_KEY_HEADER, scheme_name="popagentKey", auto_error=False)
 
 
 def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-async def require_api_key(request: Request) -> None:
+async def require_api_key(request: Request, _declared: Annotated[str | None, Security(_API_KEY_SCHEME)] = None) -> None:
     """Every /api route depends on this (a route-inventory test checks it)."""
     expected: str = request.app.state.settings.api_key
     if not expected:

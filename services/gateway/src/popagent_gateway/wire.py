@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
 import orjson
-from fastapi import Response
+from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException
 
 from popagent_gateway.dto import ErrorOut
 
@@ -17,6 +19,8 @@ WARNING_HEADER = "x-popagent-warning"
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorOut, "description": "refused by the owning service (reason in `error`)"},
     401: {"model": ErrorOut, "description": "missing or wrong x-popagent-key"},
+    404: {"model": ErrorOut, "description": "no such resource"},
+    409: {"model": ErrorOut, "description": "already exists, or still in use"},
     413: {"model": ErrorOut, "description": "request body over the size cap"},
     422: {"model": ErrorOut, "description": "invalid request; `details` names each field"},
     503: {"model": ErrorOut, "description": "a backing service or the database is unavailable"},
@@ -43,3 +47,19 @@ def field_violations(violations: Iterable[FieldViolation]) -> RequestValidationE
 def warned(response: Response, warning: str | None) -> None:
     if warning:
         response.headers[WARNING_HEADER] = warning
+
+
+class ErrorBodyRoute(APIRoute):
+    """Answers FastAPI's own HTTP errors (a body that is not UTF-8 JSON) as `{"error": ...}`,
+    the shape every other error of the API has, instead of FastAPI's `{"detail": ...}`."""
+
+    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+        handler = super().get_route_handler()
+
+        async def route(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except HTTPException as exc:
+                return json_response({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
+
+        return route

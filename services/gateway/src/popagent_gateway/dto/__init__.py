@@ -7,9 +7,18 @@ fields, wrong JSON types and out-of-range values are refused with 422 naming the
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+import types
+from typing import Any, ClassVar, Union, get_origin
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    ModelWrapValidatorHandler,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 
@@ -41,6 +50,40 @@ class WireInput(BaseModel):
         strict=True,
         json_schema_extra=_closed_schema,
     )
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _plain_field_errors(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
+        """Report an optional field's error under the field's own name.
+
+        An optional field is a union with None, so pydantic reports one error per union
+        member (`["body", "taskConcurrency", "constrained-int"]` and `[..., "none"]`).
+        The client sent a value, not null (null is refused before), so only the value's
+        own error is kept, at `["body", "taskConcurrency"]`.
+        """
+        try:
+            return handler(data)
+        except ValidationError as exc:
+            optional = _optional_aliases(cls)
+            errors: list[Any] = []
+            for error in exc.errors():
+                loc = error["loc"]
+                if len(loc) >= 2 and loc[0] in optional:
+                    if loc[1] == "none":
+                        continue
+                    loc = (loc[0], *loc[2:])
+                errors.append({"type": error["type"], "loc": loc, "input": error["input"], "ctx": error.get("ctx", {})})
+            raise ValidationError.from_exception_data(exc.title, errors) from None
+
+
+def _optional_aliases(model: type[BaseModel]) -> frozenset[str]:
+    aliases = set()
+    for name, info in model.model_fields.items():
+        annotation = info.annotation
+        # Every union in a request body is "value or absent" (None, possibly schema-hidden).
+        if get_origin(annotation) in (Union, types.UnionType):
+            aliases.add(info.alias or name)
+    return frozenset(aliases)
 
 
 class PatchModel(WireInput):

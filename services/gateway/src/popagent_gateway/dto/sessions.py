@@ -67,6 +67,17 @@ class RevisionConflictOut(WireModel):
     session: SessionOut
 
 
+class SessionListQuery(BaseModel):
+    """Query of GET /api/sessions; unknown parameters are refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    archived: bool = Field(default=False, description="true: archived sessions instead of active ones")
+    workspace_id: str | None = Field(
+        default=None, alias="workspaceId", pattern=WORKSPACE_ID_PATTERN, description="only this workspace"
+    )
+
+
 class SessionCreate(WireInput):
     id: SessionIdField | SkipJsonSchema[None] = Field(default=None, description="omit to let the server choose one")
     title: str = Field(default="", max_length=MAX_TITLE_CHARS)

@@ -16,10 +16,10 @@ from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent_gateway.deps import AgentRunnerStateStub
 from popagent_gateway.dto.sessions import (
     ID_PATTERN,
-    WORKSPACE_ID_PATTERN,
     RevisionConflictOut,
     SessionCreate,
     SessionListOut,
+    SessionListQuery,
     SessionOut,
     SessionPatch,
     SessionSave,
@@ -27,9 +27,9 @@ from popagent_gateway.dto.sessions import (
     UIMessage,
     summary_dict,
 )
-from popagent_gateway.wire import ERROR_RESPONSES, json_response
+from popagent_gateway.wire import ERROR_RESPONSES, ErrorBodyRoute, json_response
 
-router = APIRouter(tags=["sessions"], responses=ERROR_RESPONSES)
+router = APIRouter(tags=["sessions"], responses=ERROR_RESPONSES, route_class=ErrorBodyRoute)
 
 RPC_TIMEOUT_S = 10.0
 # Permanent deletion waits for the SessionEnd hook (bounded by the hooks service) and the browser close.
@@ -51,16 +51,10 @@ def _messages_json(messages: list[UIMessage]) -> bytes:
 
 
 @router.get("/sessions", response_model=SessionListOut)
-async def list_sessions(
-    runner: AgentRunnerStateStub,
-    archived: Annotated[bool, Query(description="true: archived sessions instead of active ones")] = False,
-    workspace_id: Annotated[
-        str | None, Query(alias="workspaceId", pattern=WORKSPACE_ID_PATTERN, description="only this workspace")
-    ] = None,
-) -> Response:
+async def list_sessions(runner: AgentRunnerStateStub, query: Annotated[SessionListQuery, Query()]) -> Response:
     """Active (or archived) sessions, most recently updated first, at most 200."""
     response = await runner.ListSessions(
-        pb.ListSessionsRequest(archived=archived, workspace_id=workspace_id or ""), timeout=RPC_TIMEOUT_S
+        pb.ListSessionsRequest(archived=query.archived, workspace_id=query.workspace_id or ""), timeout=RPC_TIMEOUT_S
     )
     return json_response({"sessions": [summary_dict(s) for s in response.sessions]})
 

@@ -16,9 +16,9 @@ from popagent_gateway.dto.workspaces import (
     WorkspaceOut,
     WorkspacePatch,
 )
-from popagent_gateway.wire import ERROR_RESPONSES
+from popagent_gateway.wire import ERROR_RESPONSES, ErrorBodyRoute
 
-router = APIRouter(prefix="/workspaces", tags=["workspaces"], responses=ERROR_RESPONSES)
+router = APIRouter(prefix="/workspaces", tags=["workspaces"], responses=ERROR_RESPONSES, route_class=ErrorBodyRoute)
 
 RPC_TIMEOUT_S = 10.0
 # Each session goes through the full deletion lifecycle (hooks, browser close).

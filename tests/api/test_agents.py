@@ -1,0 +1,148 @@
+"""The four persisted agents over real HTTP: seeded roles, edits, tool and model validation."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from api.conftest import ApiStack
+
+AGENT_IDS = ["popagent", "researcher", "implementer", "reviewer"]
+EDITABLE = (
+    "displayName",
+    "description",
+    "instructions",
+    "sourceUrl",
+    "workspaceAccess",
+    "browserAccess",
+    "delegationEligible",
+    "tools",
+    "model",
+)
+
+
+async def agents(client: httpx.AsyncClient) -> dict[str, dict[str, Any]]:
+    response = await client.get("/api/agents")
+    assert response.status_code == 200
+    return {agent["id"]: agent for agent in response.json()["agents"]}
+
+
+@contextlib.asynccontextmanager
+async def restoring(client: httpx.AsyncClient, agent_id: str) -> AsyncIterator[dict[str, Any]]:
+    before = (await agents(client))[agent_id]
+    try:
+        yield before
+    finally:
+        restore = {key: before[key] for key in EDITABLE}
+        assert (await client.patch(f"/api/agents/{agent_id}", json=restore)).status_code == 200
+
+
+async def test_the_four_roles_are_seeded_with_complete_instructions(client: httpx.AsyncClient) -> None:
+    response = (await client.get("/api/agents")).json()
+    assert [agent["id"] for agent in response["agents"]] == AGENT_IDS
+    assert set(response["knownTools"]) >= {"getTime", "remember", "webSearch", "useBrowserSecret", "bifrostNavigator"}
+    by_id = {agent["id"]: agent for agent in response["agents"]}
+    supervisor = by_id["popagent"]
+    assert supervisor["delegationEligible"] is False
+    assert supervisor["workspaceAccess"] == "read-write"
+    for stage in ("research", "implementation", "review", "synthes", "skip"):
+        assert stage in supervisor["instructions"].lower(), stage
+    for specialist in ("researcher", "reviewer"):
+        assert by_id[specialist]["workspaceAccess"] == "read-only"
+        assert by_id[specialist]["model"] == "cx/gpt-5.3-codex-spark"
+        assert "read-only" in by_id[specialist]["instructions"]
+    assert by_id["implementer"]["model"] is None and supervisor["model"] is None
+    assert by_id["implementer"]["workspaceAccess"] == "read-write"
+    for agent in by_id.values():
+        assert len(agent["instructions"]) > 800
+        assert agent["sourceUrl"].startswith("https://")
+        assert set(agent["tools"]) <= set(response["knownTools"])
+
+
+async def test_an_edit_changes_only_what_was_sent_and_persists(client: httpx.AsyncClient) -> None:
+    async with restoring(client, "implementer") as before:
+        response = await client.patch(
+            "/api/agents/implementer",
+            json={
+                "displayName": "Builder",
+                "instructions": "Build it well.",
+                "workspaceAccess": "read-only",
+                "browserAccess": "read-only",
+                "tools": ["getTime", "bifrostNavigator"],
+                "model": "fake/fake-chat",
+            },
+        )
+        assert response.status_code == 200, response.text
+        after = (await agents(client))["implementer"]
+        assert after == response.json()
+        assert after["displayName"] == "Builder"
+        assert after["tools"] == ["getTime", "bifrostNavigator"]
+        assert after["model"] == "fake/fake-chat"
+        assert after["description"] == before["description"]
+        assert after["delegationEligible"] == before["delegationEligible"]
+        cleared = await client.patch("/api/agents/implementer", json={"model": None})
+        assert cleared.json()["model"] is None
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "needle"),
+    [
+        ({"tools": ["getTime", "rm -rf"]}, 422, "tools"),
+        ({"tools": ["getTime", "launchMissiles"]}, 400, "launchMissiles"),
+        ({"tools": ["getTime", "getTime"]}, 400, "repeat"),
+        ({"workspaceAccess": "admin"}, 422, "workspaceAccess"),
+        ({"browserAccess": "read-write"}, 422, "browserAccess"),
+        ({"displayName": ""}, 422, "displayName"),
+        ({"instructions": None}, 422, "instructions"),
+        ({"sourceUrl": "javascript:alert(1)"}, 422, "sourceUrl"),
+        ({"delegationEligible": "true"}, 422, "delegationEligible"),
+        ({"model": "nobody/no-model"}, 400, "unknown model"),
+        ({"model": ""}, 422, "model"),
+        ({"id": "other"}, 422, "id"),
+        ({}, 422, "at least one field"),
+    ],
+)
+async def test_invalid_edits_are_refused_with_a_reason(
+    client: httpx.AsyncClient, body: dict[str, Any], status: int, needle: str
+) -> None:
+    before = (await agents(client))["researcher"]
+    response = await client.patch("/api/agents/researcher", json=body)
+    assert response.status_code == status, response.text
+    assert needle in response.text
+    assert (await agents(client))["researcher"] == before
+
+
+async def test_the_supervisor_cannot_become_a_delegation_target(client: httpx.AsyncClient) -> None:
+    response = await client.patch("/api/agents/popagent", json={"delegationEligible": True})
+    assert response.status_code == 400
+    assert "delegationEligible" in response.json()["error"]
+
+
+async def test_unknown_agents_answer_404(client: httpx.AsyncClient) -> None:
+    assert (await client.patch("/api/agents/designer", json={"displayName": "x"})).status_code == 404
+    assert (await client.patch("/api/agents/Not_An_Id", json={"displayName": "x"})).status_code == 422
+
+
+async def test_the_role_seed_preserves_rows_that_already_exist(api_stack: ApiStack) -> None:
+    from popagent_agent_runner.service import MIGRATIONS
+
+    seed = (MIGRATIONS / "data" / "0004_seed_agent_roles.sql").read_text()
+    async with api_stack.db("agent_runner") as conn:
+        transaction = conn.transaction()
+        await transaction.start()
+        try:
+            await conn.execute("UPDATE popagent_agents SET instructions = 'user guidance' WHERE id = 'reviewer'")
+            await conn.execute("DELETE FROM popagent_agents WHERE id = 'researcher'")
+            await conn.execute(seed)
+            rows = {
+                r["id"]: r["instructions"] for r in await conn.fetch("SELECT id, instructions FROM popagent_agents")
+            }
+            assert rows["reviewer"] == "user guidance"
+            assert "read-only" in rows["researcher"]
+        finally:
+            # Other tests share this database.
+            await transaction.rollback()

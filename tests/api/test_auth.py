@@ -1,0 +1,66 @@
+"""Auth over real HTTP: every route of this suite's resources refuses a missing or wrong key."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from api.conftest import API_KEY, ApiStack
+
+ROUTES = [
+    ("GET", "/api/models"),
+    ("GET", "/api/sessions"),
+    ("POST", "/api/sessions"),
+    ("GET", "/api/sessions/s1"),
+    ("PUT", "/api/sessions/s1"),
+    ("PATCH", "/api/sessions/s1"),
+    ("DELETE", "/api/sessions/s1"),
+    ("GET", "/api/settings/agent-runtime"),
+    ("PATCH", "/api/settings/agent-runtime"),
+    ("GET", "/api/settings/memory"),
+    ("PATCH", "/api/settings/memory"),
+    ("GET", "/api/settings/autonomy"),
+    ("PATCH", "/api/settings/autonomy"),
+    ("GET", "/api/settings/browser"),
+    ("PATCH", "/api/settings/browser"),
+    ("GET", "/api/agents"),
+    ("PATCH", "/api/agents/researcher"),
+    ("GET", "/api/workspaces"),
+    ("POST", "/api/workspaces"),
+    ("PATCH", "/api/workspaces/popagent"),
+    ("DELETE", "/api/workspaces/popagent"),
+    ("DELETE", "/api/workspaces/popagent/sessions"),
+]
+BAD_KEYS = [{}, {"x-popagent-key": ""}, {"x-popagent-key": API_KEY[:-1]}, {"x-popagent-key": API_KEY.upper()}]
+
+
+@pytest.mark.parametrize(("method", "path"), ROUTES)
+async def test_missing_or_wrong_keys_are_refused_before_anything_runs(
+    api_stack: ApiStack, method: str, path: str
+) -> None:
+    async with httpx.AsyncClient(base_url=api_stack.url) as client:
+        for headers in BAD_KEYS:
+            response = await client.request(method, path, headers=headers, json={"displayName": "x"})
+            assert response.status_code == 401, (method, path, headers)
+            assert response.json() == {"error": "missing or wrong x-popagent-key"}
+    # Nothing the refused requests carried was applied.
+    async with api_stack.client() as client:
+        agents = (await client.get("/api/agents")).json()["agents"]
+        assert "x" not in {agent["displayName"] for agent in agents}
+
+
+def test_the_inventory_above_covers_every_route_of_these_resources() -> None:
+    from popagent_gateway.openapi import document
+
+    covered = {(m, p.replace("s1", "{session_id}").replace("researcher", "{agent_id}")) for m, p in ROUTES}
+    covered = {(m, p.replace("/api/workspaces/popagent", "/api/workspaces/{workspace_id}")) for m, p in covered}
+    paths = document()["paths"]
+    assert isinstance(paths, dict)
+    mine = ("/api/models", "/api/sessions", "/api/settings", "/api/agents", "/api/workspaces")
+    expected = {
+        (method.upper(), path)
+        for path, operations in paths.items()
+        if path.startswith(mine) and not path.endswith("/hooks")
+        for method in operations
+    }
+    assert expected == covered
