@@ -318,7 +318,7 @@ class ModelGateway:
             access_log=False,
             lifespan="off",
             ws="none",
-            http="h11",
+            http="auto",  # httptools when installed, else h11
             timeout_graceful_shutdown=1,
         )
 
