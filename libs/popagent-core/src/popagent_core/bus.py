@@ -203,6 +203,7 @@ async def consume(
     """
     stream = subjects.stream_name(subjects.owner_of(subject))
     sub = None
+    last_error = ""
     while True:
         try:
             if sub is None:
@@ -216,6 +217,7 @@ async def consume(
                 messages = await sub.fetch(batch, timeout=1.0)
             except TimeoutError:
                 continue
+            last_error = ""
             for msg in messages:
                 try:
                     await handler(msg)
@@ -233,6 +235,10 @@ async def consume(
                     await sub.unsubscribe()
             raise
         except Exception as exc:
-            logger.warning("consumer error; retrying", extra={"durable": durable, "error": type(exc).__name__})
+            # The owning service may simply not have created its stream yet: say so once,
+            # not every second until it does.
+            level = logging.DEBUG if type(exc).__name__ == last_error else logging.WARNING
+            last_error = type(exc).__name__
+            logger.log(level, "consumer error; retrying", extra={"durable": durable, "error": last_error})
             sub = None
             await asyncio.sleep(1.0)

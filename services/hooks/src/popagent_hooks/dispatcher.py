@@ -19,9 +19,9 @@ from typing import Any
 
 import orjson
 
+from popagent_core.redaction import redact_tool_detail
 from popagent_hooks.config import HandlerConfig, HooksConfig
 from popagent_hooks.events import Event, MatcherKind, Outcome, Replacement, closed_outcome
-from popagent_hooks.redaction import redact_tool_detail
 from popagent_hooks.transport import FailureClass, HookFailure, HookTransport, sign
 
 SCHEMA_VERSION = 1
