@@ -77,7 +77,9 @@ async def ensure_streams(js: JetStreamContext, owners: tuple[str, ...] = subject
             await js.add_stream(config)
 
 
-async def enqueue_event(conn: asyncpg.Connection, subject: str, payload: bytes) -> uuid.UUID:
+async def enqueue_event(
+    conn: asyncpg.Connection | asyncpg.pool.PoolConnectionProxy, subject: str, payload: bytes
+) -> uuid.UUID:
     """Write an event into the outbox inside the caller's transaction; returns its id."""
     subjects.owner_of(subject)  # refuses malformed subjects early
     event_id = uuid.uuid4()

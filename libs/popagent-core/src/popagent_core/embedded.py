@@ -20,9 +20,11 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
+from platformdirs.api import RuntimeDirWarning
+
 # pgserver computes a runtime dir at import; on a headless root shell XDG_RUNTIME_DIR is
 # unset and platformdirs warns about its (correct) fallback. Nothing to act on.
-warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+warnings.filterwarnings("ignore", category=RuntimeDirWarning)
 from pgserver.postgres_server import get_server as pgserver_get_server  # noqa: E402
 
 
@@ -50,7 +52,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_for_port(port: int, timeout_s: float = 10.0, host: str = "127.0.0.1") -> None:
+def wait_for_port(port: int, timeout_s: float = 30.0, host: str = "127.0.0.1") -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         try:

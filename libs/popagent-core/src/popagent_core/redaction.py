@@ -6,8 +6,8 @@
   element reference before use, and name / origin / success after use. The plaintext
   is resolved below the tool and hook boundaries and never appears here.
 
-Hook dispatch applies it to every tool event; chat ingress, persistence and transcript
-rendering need the same function (it belongs in popagent-core once those land).
+Hook dispatch applies it to every tool event; chat ingress, session/thread persistence
+and transcript rendering use the same function, which is why it lives in the kernel.
 """
 
 from __future__ import annotations

@@ -39,8 +39,12 @@ class Kernel:
     health: grpc_server.HealthServicer
     outbox: bus.OutboxRelay
 
-    def serving(self, address: str, *, grace_s: float = 3.0) -> contextlib.AbstractAsyncContextManager[int]:
-        return grpc_server.running(self.server, self.health, address, grace_s=grace_s)
+    def serving(
+        self, address: str, *, service_names: tuple[str, ...] = (), grace_s: float = 3.0
+    ) -> contextlib.AbstractAsyncContextManager[int]:
+        """Serve; health reports SERVING for "" and for each full service name given
+        (e.g. `evolution_pb2.DESCRIPTOR.services_by_name["EvolutionService"].full_name`)."""
+        return grpc_server.running(self.server, self.health, address, service_names=service_names, grace_s=grace_s)
 
 
 def schema_for(service: str) -> str:

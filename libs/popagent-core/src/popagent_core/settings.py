@@ -21,7 +21,7 @@ _DSN_SCHEMES = ("postgresql://", "postgres://")
 class ServiceSettings(BaseSettings):
     """What every gRPC service needs. Subclasses add their own fields."""
 
-    model_config = SettingsConfigDict(env_ignore_empty=True, extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(env_ignore_empty=True, extra="ignore", frozen=True, populate_by_name=True)
 
     database_url: str = Field(validation_alias="DATABASE_URL")
     nats_url: str = Field(default="nats://127.0.0.1:4222", validation_alias="NATS_URL")

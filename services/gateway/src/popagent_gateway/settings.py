@@ -9,7 +9,7 @@ from popagent_core.settings import DEFAULT_PORTS, grpc_address_field
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_ignore_empty=True, extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(env_ignore_empty=True, extra="ignore", frozen=True, populate_by_name=True)
 
     host: str = Field(default="127.0.0.1", validation_alias="POPAGENT_GATEWAY_HOST")
     port: int = Field(default=8080, ge=0, le=65535, validation_alias="POPAGENT_GATEWAY_PORT")
