@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import grpc
 import pytest
 from fastapi import FastAPI, Request
@@ -134,3 +136,23 @@ def test_health_reports_503_and_the_failing_components_when_nothing_is_up() -> N
     assert body["ok"] is False
     assert body["components"]["postgres"]["ok"] is False
     assert body["components"]["service:hooks"] == {"ok": False, "detail": "not serving"}
+
+
+def test_the_built_ui_is_public_at_the_root_while_api_routes_keep_the_key(tmp_path: Path) -> None:
+    (tmp_path / "assets").mkdir()
+    (tmp_path / "index.html").write_text("<!doctype html><title>popagent</title>")
+    (tmp_path / "assets" / "app.js").write_text("console.log('popagent')")
+    app = create_app(make_settings(POPAGENT_UI_DIR=str(tmp_path)))
+    with TestClient(app) as client:
+        page = client.get("/")
+        assert page.status_code == 200
+        assert "<title>popagent</title>" in page.text
+        assert client.get("/assets/app.js").status_code == 200
+        assert client.get("/api/health").status_code == 401
+
+
+def test_without_a_built_ui_the_root_is_not_found_and_the_api_still_works(tmp_path: Path) -> None:
+    app = create_app(make_settings(POPAGENT_UI_DIR=str(tmp_path / "missing")))
+    with TestClient(app) as client:
+        assert client.get("/").status_code == 404
+        assert client.get("/api/health").status_code == 401

@@ -28,6 +28,7 @@ from popagent_gateway.routes import (
     settings as settings_routes,
 )
 from popagent_gateway.settings import Settings
+from popagent_gateway.ui import mount_ui
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -62,4 +63,6 @@ def create_app(settings: Settings) -> FastAPI:
     ):
         api.include_router(module.router)
     app.include_router(api)
+    # Last, so /api routes win over the static files.
+    mount_ui(app, settings.ui_dir)
     return app

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from popagent_core.settings import DEFAULT_PORTS, grpc_address_field
+from popagent_gateway.ui import DEFAULT_UI_DIR
 
 
 class Settings(BaseSettings):
@@ -20,6 +23,7 @@ class Settings(BaseSettings):
     observability_database_url: str = Field(validation_alias="OBSERVABILITY_DATABASE_URL")
     log_level: str = Field(default="INFO", validation_alias="POPAGENT_LOG_LEVEL")
     internal_token: str = Field(default="", validation_alias="POPAGENT_INTERNAL_TOKEN", repr=False)
+    ui_dir: Path = Field(default=DEFAULT_UI_DIR, validation_alias="POPAGENT_UI_DIR")
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024, validation_alias="POPAGENT_MAX_BODY_BYTES")
     # The model gateway (9Router or any OpenAI-compatible server), e.g. http://127.0.0.1:20128/v1.
     # Unset: /api/models answers an empty catalog with a warning and model checks fail open.
