@@ -21,7 +21,9 @@ def new_key() -> str:
 
 
 class HasStub(Protocol):
-    def stub(self, caller: str | None): ...  # type: ignore[no-untyped-def]
+    def stub(
+        self, caller: str | None
+    ) -> contextlib.AbstractAsyncContextManager[secrets_pb2_grpc.SecretsServiceStub]: ...
 
 
 async def put(

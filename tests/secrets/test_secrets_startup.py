@@ -10,6 +10,12 @@ import sys
 import pytest
 from secrets_support import new_key, process_env
 
+from popagent_core.auth import generate_credentials
+
+# Valid for everything but the key under test, so the only complaint is about the key.
+_, CALLERS = generate_credentials()
+OTHERWISE_VALID = {"DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none", "POPAGENT_INTERNAL_CALLERS": CALLERS}
+
 NOT_BASE64 = "this is not base64 but looks secret!!"
 SHORT = base64.b64encode(b"sixteen byte key").decode()
 LONG = base64.b64encode(os.urandom(48)).decode()
@@ -45,7 +51,7 @@ def start(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 def test_bad_key_exits_2_with_one_line_naming_the_variable(
     key: str | None, reason: str, command: tuple[str, ...]
 ) -> None:
-    env = process_env(DATABASE_URL="postgresql://nobody@127.0.0.1:1/none")
+    env = process_env(**OTHERWISE_VALID)
     if key is not None:
         env["POPAGENT_SECRET_KEY"] = key
     result = start(env, *command)
@@ -69,7 +75,7 @@ def test_bad_key_exits_2_with_one_line_naming_the_variable(
 )
 def test_bad_previous_keys_exit_2_without_echoing_them(previous: str, reason: str) -> None:
     env = process_env(
-        DATABASE_URL="postgresql://nobody@127.0.0.1:1/none",
+        **OTHERWISE_VALID,
         POPAGENT_SECRET_KEY=new_key(),
         POPAGENT_SECRET_PREVIOUS_KEYS=previous,
     )
@@ -84,9 +90,7 @@ def test_bad_previous_keys_exit_2_without_echoing_them(previous: str, reason: st
 
 def test_current_key_repeated_as_previous_is_refused() -> None:
     key = new_key()
-    env = process_env(
-        DATABASE_URL="postgresql://nobody@127.0.0.1:1/none", POPAGENT_SECRET_KEY=key, POPAGENT_SECRET_PREVIOUS_KEYS=key
-    )
+    env = process_env(**OTHERWISE_VALID, POPAGENT_SECRET_KEY=key, POPAGENT_SECRET_PREVIOUS_KEYS=key)
     result = start(env)
     assert result.returncode == 2
     assert "POPAGENT_SECRET_PREVIOUS_KEYS must not repeat a key" in result.stderr

@@ -47,31 +47,27 @@ def _base64_cores(raw: bytes) -> list[bytes]:
     return [core for core in cores if len(core) >= 16]
 
 
-def canary_forms(value: str = CANARY) -> list[bytes]:
-    """Every byte pattern whose presence means `value` leaked."""
+def canary_forms(value: str = CANARY) -> list[tuple[str, bytes, bool]]:
+    """(form name, byte pattern, compare case-insensitively) for every way `value` may leak,
+    most specific first."""
     raw = value.encode()
-    forms = [raw]
+    forms = [("raw", raw, False)]
+    forms.extend(("base64", core, False) for core in _base64_cores(raw))
+    forms.append(("hex", raw.hex().encode(), True))
+    forms.append(("url-encoded", quote(value, safe="").lower().encode(), True))
+    forms.append(("url-encoded (plus)", quote_plus(value, safe="").lower().encode(), True))
     if value == CANARY:
-        forms.append(_CORE.encode())
-    forms.extend(_base64_cores(raw))
+        # Last: a fragment of the value (the random core) without the rest.
+        forms.append(("raw fragment", _CORE.encode(), False))
     return forms
-
-
-def _folded_forms(value: str) -> list[bytes]:
-    """Forms compared case-insensitively (hex digits and %-escapes may be either case)."""
-    raw = value.encode()
-    return [raw.hex().encode(), quote(value, safe="").lower().encode(), quote_plus(value, safe="").lower().encode()]
 
 
 def find_canary(data: str | bytes, value: str = CANARY) -> str | None:
     """The name of the first form of `value` found in `data`, or None."""
     blob = data.encode() if isinstance(data, str) else bytes(data)
-    for form in canary_forms(value):
-        if form in blob:
-            return "raw" if form in (value.encode(), _CORE.encode()) else "base64"
     folded = blob.lower()
-    for name, form in zip(("hex", "url-encoded", "url-encoded (plus)"), _folded_forms(value), strict=True):
-        if form in folded:
+    for name, form, fold in canary_forms(value):
+        if form in (folded if fold else blob):
             return name
     return None
 

@@ -67,29 +67,55 @@ async def reencrypt_all(
     return report
 
 
+class _Rollback(Exception):
+    """Ends a row's transaction without writing (and without counting an encryption)."""
+
+    def __init__(self, row_key: tuple[str, str] | None) -> None:
+        super().__init__()
+        self.row_key = row_key
+
+
 async def _rewrap_next(store: SecretStore, report: ReencryptReport, cursor: tuple[str, str]) -> tuple[str, str] | None:
     """Rewrap the next stale row after `cursor`; returns its key, or None when none is left."""
-    async with store.pool.acquire() as conn, conn.transaction():
-        row = await conn.fetchrow(QUERIES["next_stale_secret"], report.key_id, *cursor)
-        if row is None:
-            return None
-        resource_id, name = row["resource_id"], row["name"]
-        if (resource_id, name) in report.failed:
-            return resource_id, name
-        old = Sealed(row["key_id"], bytes(row["nonce"]), bytes(row["ciphertext"]))
-        try:
-            plaintext = store.keyring.open(old, resource_id, name)
-        except (InvalidTag, UnknownSecretKey) as exc:
-            report.failed.add((resource_id, name))
-            logger.error(
-                "secret could not be re-encrypted",
-                extra={"resource_id": resource_id, "secret": name, "key_id": old.key_id, "error": type(exc).__name__},
+    try:
+        async with store.pool.acquire() as conn, conn.transaction():
+            # The key's counter before the row, as SecretStore.put does: the opposite order
+            # deadlocks with a rotation of the same row running at the same moment.
+            await store.reserve_encryption(conn)
+            row = await conn.fetchrow(QUERIES["next_stale_secret"], report.key_id, *cursor)
+            if row is None:
+                raise _Rollback(None)
+            resource_id, name = row["resource_id"], row["name"]
+            if (resource_id, name) in report.failed:
+                raise _Rollback((resource_id, name))
+            old = Sealed(row["key_id"], bytes(row["nonce"]), bytes(row["ciphertext"]))
+            try:
+                plaintext = store.keyring.open(old, resource_id, name)
+            except (InvalidTag, UnknownSecretKey) as exc:
+                report.failed.add((resource_id, name))
+                logger.error(
+                    "secret could not be re-encrypted",
+                    extra={
+                        "resource_id": resource_id,
+                        "secret": name,
+                        "key_id": old.key_id,
+                        "error": type(exc).__name__,
+                    },
+                )
+                raise _Rollback((resource_id, name)) from None
+            new = store.keyring.seal(plaintext, resource_id, name)
+            updated = await conn.fetchval(
+                QUERIES["rewrap_secret"],
+                resource_id,
+                name,
+                new.key_id,
+                new.nonce,
+                new.ciphertext,
+                old.key_id,
+                old.nonce,
             )
-            return resource_id, name
-        new = await store.seal(conn, plaintext, resource_id, name)
-        updated = await conn.fetchval(
-            QUERIES["rewrap_secret"], resource_id, name, new.key_id, new.nonce, new.ciphertext, old.key_id, old.nonce
-        )
+    except _Rollback as rollback:
+        return rollback.row_key
     if updated is not None:
         report.reencrypted += 1
         logger.info(

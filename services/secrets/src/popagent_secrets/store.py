@@ -80,6 +80,15 @@ class SecretStore:
 
     async def seal(self, conn: PoolConnectionProxy, plaintext: bytes, resource_id: str, name: str) -> Sealed:
         """Seal under the current key, counting the encryption in the caller's transaction."""
+        await self.reserve_encryption(conn)
+        return self.keyring.seal(plaintext, resource_id, name)
+
+    async def reserve_encryption(self, conn: PoolConnectionProxy) -> None:
+        """Count one encryption under the current key, refusing past the limit.
+
+        Locks the key's counter row until the caller's transaction ends; every writer
+        takes it before any secret row, so writers never deadlock each other.
+        """
         key_id = self.keyring.current.key_id
         used: int = await conn.fetchval(QUERIES["count_encryption"], key_id)
         if used > self.limits.max_encryptions_per_key:
@@ -87,7 +96,6 @@ class SecretStore:
                 f"key {key_id} has sealed its maximum of {self.limits.max_encryptions_per_key} values; "
                 "rotate POPAGENT_SECRET_KEY"
             )
-        return self.keyring.seal(plaintext, resource_id, name)
 
     async def list_secrets(self, resource_id: str = "") -> list[SecretInfo]:
         """Names, bindings and timestamps; the query never reads a ciphertext."""
