@@ -9,6 +9,7 @@ A prompt is a `;`-separated script, run in order:
   raise                raise RuntimeError (an unknown failure)
   sleep:<s>            sleep cooperatively; an abort ends it with TaskFailure(aborted)
   hang:<s>             sleep <s> seconds ignoring any abort, then go on
+  hang-below:<n>:<s>   the same, only while the attempt number is below n
   progress:<text>      report durable progress
   release:<name>       wait (ignoring abort) until the test sets the named gate
 
@@ -93,6 +94,10 @@ class ScriptedExecutor:
                 raise TaskFailure(ErrorClass.ABORTED, f"aborted ({abort.reason})")
             elif op == "hang":
                 await asyncio.sleep(float(arg))
+            elif op == "hang-below":
+                below, _, seconds = arg.partition(":")
+                if attempt.attempt < int(below):
+                    await asyncio.sleep(float(seconds))
             elif op == "progress":
                 await attempt.report_progress(arg)
             elif op == "release":

@@ -1,0 +1,243 @@
+"""Several worker processes over one real PostgreSQL: exactly-once under contention,
+SIGKILL and SIGSTOP of a worker mid-task, graceful SIGTERM, severed database sessions,
+and cron uniqueness across scheduler replicas."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import signal
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from popagent_core.db import open_pool
+from popagent_tasks.repo import TaskRepo
+from tasks.conftest import FAST_ENV, tasks_env, wait_for_value
+from tasks.executors import EFFECTS_TABLE
+from tasks.processes import WorkerProcess
+
+pytestmark = pytest.mark.xdist_group("tasks-processes")
+
+Spawn = Callable[..., WorkerProcess]
+
+
+@pytest.fixture
+async def repo(tasks_dsn: str) -> AsyncIterator[TaskRepo]:
+    async with open_pool(tasks_dsn, "tasks", max_size=4) as pool:
+        await pool.execute(EFFECTS_TABLE)
+        yield TaskRepo(pool)
+
+
+@pytest.fixture
+def spawn(
+    tasks_dsn: str, nats_url: str, internal_credentials: tuple[dict[str, str], str], tmp_path: Path
+) -> Iterator[Spawn]:
+    _, callers = internal_credentials
+    started: list[WorkerProcess] = []
+
+    def start(**env: str) -> WorkerProcess:
+        worker_env = tasks_env(tasks_dsn, nats_url, callers, **{**FAST_ENV, **env})
+        process = WorkerProcess(worker_env, tmp_path / f"worker-{len(started)}.log")
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.signal(signal.SIGCONT)
+        process.stop()
+
+
+async def counts(pool: asyncpg.Pool) -> dict[str, int]:
+    rows = await pool.fetch("SELECT status, count(*) AS n FROM popagent_agent_tasks GROUP BY status")
+    return {row["status"]: row["n"] for row in rows}
+
+
+async def wait_all(pool: asyncpg.Pool, total: int, status: str = "completed", within: float = 60) -> None:
+    await wait_for_value(lambda: counts(pool), lambda c: c.get(status, 0) == total, within, interval=0.1)
+
+
+@pytest.mark.timeout(120)
+async def test_four_workers_complete_2000_tasks_exactly_once(repo: TaskRepo, spawn: Spawn) -> None:
+    """RELIABILITY #1: no task lost, none run twice, work spread over the processes."""
+    workers = [spawn(POPAGENT_TASKS_CONCURRENCY="16") for _ in range(4)]
+    for worker in workers:
+        await worker.wait_ready()
+
+    ids = await repo.create_tasks(["effect"] * 2000, source="user", workspace_id="ws-1")
+    await wait_all(repo.pool, 2000)
+
+    pool = repo.pool
+    assert await pool.fetchval("SELECT count(DISTINCT task_id) FROM public.task_effects") == 2000
+    assert await pool.fetchval("SELECT count(*) FROM public.task_effects") == 2000
+    assert await pool.fetchval("SELECT count(*) FROM popagent_agent_tasks WHERE attempt_count <> 1") == 0
+    assert set(await pool.fetchval("SELECT array_agg(task_id) FROM public.task_effects")) == set(ids)
+    pids = {row["pid"] for row in await pool.fetch("SELECT DISTINCT pid FROM public.task_effects")}
+    assert pids <= {w.pid for w in workers} and len(pids) >= 2
+
+
+@pytest.mark.timeout(90)
+async def test_a_sigkilled_workers_task_is_recovered_by_staleness_and_completed_elsewhere(
+    repo: TaskRepo, spawn: Spawn
+) -> None:
+    """RELIABILITY #2: a new fenced attempt, one error recorded, terminal within horizon + sweep."""
+    victim = spawn(POPAGENT_TASKS_CONCURRENCY="1")
+    await victim.wait_ready()
+    [task_id] = await repo.create_tasks(["effect;hang-below:2:60;ok"], source="user", workspace_id="ws-1")
+    await wait_for_value(
+        lambda: repo.pool.fetchval("SELECT count(*) FROM public.task_effects WHERE task_id = $1", task_id), bool
+    )
+    rescuer = spawn()
+    await rescuer.wait_ready()
+
+    victim.signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    row = await wait_for_value(
+        lambda: repo.pool.fetchrow("SELECT * FROM popagent_agent_tasks WHERE id = $1", task_id),
+        lambda r: r["status"] == "completed",
+        30,
+    )
+
+    horizon = float(FAST_ENV["POPAGENT_TASKS_HEARTBEAT_TIMEOUT_S"]) + float(FAST_ENV["POPAGENT_TASKS_SWEEP_INTERVAL_S"])
+    assert time.monotonic() - killed_at <= horizon + 3
+    assert row["attempt_count"] == 2
+    effects = await repo.pool.fetch(
+        "SELECT attempt, pid FROM public.task_effects WHERE task_id = $1 ORDER BY attempt", task_id
+    )
+    assert [(e["attempt"], e["pid"]) for e in effects] == [(1, victim.pid), (2, rescuer.pid)]
+    kinds = [
+        r["kind"]
+        for r in await repo.pool.fetch(
+            "SELECT kind FROM popagent_agent_task_progress WHERE task_id = $1 ORDER BY id", task_id
+        )
+    ]
+    assert kinds == ["recovered"]
+
+
+@pytest.mark.timeout(90)
+async def test_a_paused_workers_late_completion_changes_nothing(repo: TaskRepo, spawn: Spawn) -> None:
+    """RELIABILITY #3 across processes: SIGSTOP past the horizon, reclaim, SIGCONT, stale completion."""
+    paused = spawn(POPAGENT_TASKS_CONCURRENCY="1")
+    await paused.wait_ready()
+    [task_id] = await repo.create_tasks(["effect;hang-below:2:2;ok"], source="user", workspace_id="ws-1")
+    await wait_for_value(
+        lambda: repo.pool.fetchval("SELECT count(*) FROM public.task_effects WHERE task_id = $1", task_id), bool
+    )
+    paused.signal(signal.SIGSTOP)
+    rescuer = spawn()
+    await rescuer.wait_ready()
+    done = await wait_for_value(
+        lambda: repo.pool.fetchrow("SELECT * FROM popagent_agent_tasks WHERE id = $1", task_id),
+        lambda r: r["status"] == "completed",
+        30,
+    )
+
+    paused.signal(signal.SIGCONT)
+    await wait_for_value(
+        lambda: asyncio.sleep(0, paused.log_text()),
+        lambda text: "stale attempt's transition changed nothing" in text or "lost its claim" in text,
+        15,
+    )
+    await asyncio.sleep(0.5)
+
+    after = await repo.pool.fetchrow("SELECT * FROM popagent_agent_tasks WHERE id = $1", task_id)
+    assert (after["status"], after["attempt_count"], after["finished_at"]) == ("completed", 2, done["finished_at"])
+    assert after["claimed_by"] == done["claimed_by"] and str(rescuer.pid) in after["claimed_by"]
+
+
+@pytest.mark.timeout(90)
+async def test_sigterm_finishes_short_work_and_requeues_the_rest(repo: TaskRepo, spawn: Spawn) -> None:
+    """RELIABILITY #10: exit within grace + 2 s; 0 lost runs (all finished or requeued)."""
+    worker = spawn(POPAGENT_TASKS_CONCURRENCY="100", POPAGENT_TASKS_SHUTDOWN_GRACE_S="1")
+    await worker.wait_ready()
+    short = await repo.create_tasks(["hang:0.3;ok"] * 50, source="user", workspace_id="ws-1")
+    long = await repo.create_tasks(["sleep:60"] * 50, source="user", workspace_id="ws-1")
+    await wait_for_value(lambda: counts(repo.pool), lambda c: c.get("running", 0) + c.get("completed", 0) == 100)
+
+    stopping = time.monotonic()
+    worker.signal(signal.SIGTERM)
+    while worker.process.poll() is None:
+        assert time.monotonic() - stopping < 1 + 0.5 + 2 + 2, "worker did not exit in time"
+        await asyncio.sleep(0.05)
+    elapsed = time.monotonic() - stopping
+
+    assert worker.process.returncode == 0
+    assert elapsed <= 1 + 0.5 + 2
+    statuses = dict(
+        await repo.pool.fetch("SELECT id, status FROM popagent_agent_tasks WHERE id = ANY($1::uuid[])", short + long)
+    )
+    assert {statuses[i] for i in short} == {"completed"}
+    assert {statuses[i] for i in long} == {"queued"}
+
+
+@pytest.mark.timeout(120)
+async def test_severed_database_sessions_lose_and_duplicate_nothing(repo: TaskRepo, spawn: Spawn, pg_dsn: str) -> None:
+    """RELIABILITY #8 (pg_terminate_backend part): every task completes; no (task, attempt) runs twice."""
+    workers = [spawn(POPAGENT_TASKS_CONCURRENCY="8") for _ in range(2)]
+    for worker in workers:
+        await worker.wait_ready()
+    database = await repo.pool.fetchval("SELECT current_database()")
+    await repo.create_tasks(["effect;hang:0.01"] * 400, source="user", workspace_id="ws-1")
+
+    admin = await asyncpg.connect(pg_dsn)
+    try:
+        for _ in range(6):
+            await asyncio.sleep(0.3)
+            await admin.fetch(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = $1 AND application_name = 'popagent-tasks'",
+                database,
+            )
+    finally:
+        await admin.close()
+    await wait_all(repo.pool, 400, within=60)
+
+    pool = repo.pool
+    assert await pool.fetchval("SELECT count(DISTINCT task_id) FROM public.task_effects") == 400
+    assert (
+        await pool.fetchval(
+            "SELECT count(*) FROM (SELECT task_id, attempt FROM public.task_effects"
+            " GROUP BY task_id, attempt HAVING count(*) > 1) d"
+        )
+        == 0
+    )
+
+
+@pytest.mark.timeout(120)
+async def test_three_scheduler_replicas_materialize_each_tick_exactly_once(repo: TaskRepo, spawn: Spawn) -> None:
+    """RELIABILITY #7: 50 due ticks, 3 replicas (one killed mid-run) -> exactly 50 tasks."""
+    first = datetime(datetime.now(UTC).year - 49, 1, 1, tzinfo=UTC)
+    schedule_id = await repo.pool.fetchval(
+        "INSERT INTO popagent_agent_schedules (source, workspace_id, name, prompt, model, session_id, cron,"
+        " timezone, next_run_at, enabled, max_attempts)"
+        " VALUES ('user', 'ws-7', 'yearly', 'effect', 'm/x', 's-7', '0 0 1 1 *', 'UTC', $1, true, 4) RETURNING id",
+        first,
+    )
+    replicas = [spawn(POPAGENT_TASKS_TIMEZONE="UTC") for _ in range(3)]
+    victim = random.choice(replicas)
+    await asyncio.sleep(random.uniform(0.5, 2.0))
+    victim.signal(signal.SIGKILL)
+    for replica in replicas:
+        if replica is not victim:
+            await replica.wait_ready()
+
+    await wait_for_value(lambda: counts(repo.pool), lambda c: c.get("completed", 0) >= 50, 60, interval=0.1)
+    await asyncio.sleep(1.0)
+
+    rows = await repo.pool.fetch("SELECT * FROM popagent_agent_tasks WHERE schedule_id = $1", schedule_id)
+    assert len(rows) == 50
+    assert sorted(r["tick"] for r in rows) == [first.replace(year=first.year + i) for i in range(50)]
+    assert {(r["source"], r["workspace_id"], r["max_attempts"], r["session_id"]) for r in rows} == {
+        ("user", "ws-7", 4, "s-7")
+    }
+    assert await repo.pool.fetchval("SELECT count(*) FROM popagent_agent_tasks") == 50
+    schedule = await repo.pool.fetchrow("SELECT * FROM popagent_agent_schedules WHERE id = $1", schedule_id)
+    assert schedule["last_tick"] == first.replace(year=first.year + 49)
+    assert schedule["next_run_at"] == first.replace(year=first.year + 50)
+    with contextlib.suppress(Exception):
+        victim.stop()
