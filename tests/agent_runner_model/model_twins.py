@@ -8,7 +8,7 @@ gateway's URL (each has its own port).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -87,7 +87,7 @@ async def run_agent(
     """One agent run of `kind`'s model against a fresh gateway playing `script`."""
     events: list[AgentStreamEvent] = []
 
-    async def collect(_ctx: Any, stream_events: AsyncIterator[AgentStreamEvent]) -> None:
+    async def collect(_ctx: Any, stream_events: AsyncIterable[AgentStreamEvent]) -> None:
         async for event in stream_events:
             events.append(event)
 

@@ -7,7 +7,7 @@ scripted gateway, and compares the recorded request bodies and the message histo
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable
 from typing import Any
 
 import pytest
@@ -290,7 +290,7 @@ async def test_same_events_when_nothing_is_merged() -> None:
     reference = await run_agent("reference", script, clock_agent, "Time?", stream=True)
     events: list[AgentStreamEvent] = []
 
-    async def collect(_ctx: Any, stream: AsyncIterator[AgentStreamEvent]) -> None:
+    async def collect(_ctx: Any, stream: AsyncIterable[AgentStreamEvent]) -> None:
         async for event in stream:
             events.append(event)
 

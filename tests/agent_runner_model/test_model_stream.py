@@ -3,11 +3,13 @@ deltas, and what the sink showed is exactly what pydantic-ai assembled."""
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from model_twins import API_KEY, MODEL, lean_model, model_at, reference_model
 from pydantic_ai import Agent
 from pydantic_ai.direct import model_request_stream
@@ -27,7 +29,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models import Model
 from pydantic_ai.usage import RequestUsage
 
-from popagent_agent_runner.model import LeanOpenAIModel, current_turn_sink, streaming_to
+from popagent_agent_runner.model import LeanModels, LeanOpenAIModel, current_turn_sink, streaming_to
 from support.model_gateway import ModelGateway, ToolCall, Turn, Usage
 
 
@@ -73,7 +75,8 @@ async def test_800_chunks_reach_the_sink_one_by_one_and_pydantic_ai_merged() -> 
     assert [delta for _, delta, _ in sink.text] == [text[i : i + 4] for i in range(0, len(text), 4)]
     assert sink.text_of(0) == text_of(response, 0) == text
     text_events = [e for e, _ in events if isinstance(e, PartStartEvent | PartDeltaEvent)]
-    assert isinstance(text_events[0], PartStartEvent) and text_events[0].part.content == "000 "
+    first = text_events[0]
+    assert isinstance(first, PartStartEvent) and isinstance(first.part, TextPart) and first.part.content == "000 "
     assert len(text_events) < 100, f"{len(text_events)} pydantic-ai events for 800 chunks"
 
 
@@ -147,7 +150,7 @@ async def test_an_agent_run_forwards_through_the_context_sink_and_assembles_the_
 
         handled: list[AgentStreamEvent] = []
 
-        async def handler(_ctx: Any, stream: AsyncIterator[AgentStreamEvent]) -> None:
+        async def handler(_ctx: Any, stream: AsyncIterable[AgentStreamEvent]) -> None:
             async for event in stream:
                 handled.append(event)
 
@@ -218,3 +221,70 @@ async def test_the_model_id_and_reference_stream_shapes_match() -> None:
     assert gw.requests[0]["model"] == gw.requests[1]["model"] == "cx/gpt-5.2-codex"
     assert response.model_name == reference_response.model_name == "cx/gpt-5.2-codex"
     assert response.model_name != MODEL
+
+
+async def test_cancelling_the_turn_stops_the_stream_and_is_not_translated() -> None:
+    script = [Turn.say("word " * 400, chunk_size=5, chunk_delay_s=0.01)]
+    async with ModelGateway(script, api_key=API_KEY) as gw, model_at("lean", gw.url) as model:
+        first_token = asyncio.Event()
+
+        class SignallingSink(RecordingSink):
+            def text_delta(self, index: int, delta: str) -> None:
+                super().text_delta(index, delta)
+                first_token.set()
+
+        sink = SignallingSink()
+
+        async def turn() -> None:
+            with streaming_to(sink):
+                await Agent(model).run("Talk.", event_stream_handler=drain)
+
+        task = asyncio.create_task(turn())
+        await asyncio.wait_for(first_token.wait(), 5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for _ in range(100):  # the server notices the closed connection on its next write
+            if gw.disconnected:
+                break
+            await asyncio.sleep(0.02)
+    assert gw.disconnected == 1
+    assert 0 < len(sink.text) < 400
+
+
+async def drain(_ctx: Any, stream: AsyncIterable[AgentStreamEvent]) -> None:
+    async for _ in stream:
+        pass
+
+
+async def test_a_cancelled_stream_reports_an_interrupted_response() -> None:
+    script = [Turn.say("word " * 200, chunk_size=5, chunk_delay_s=0.01)]
+    async with ModelGateway(script, api_key=API_KEY) as gw, model_at("lean", gw.url) as model:
+        messages = [ModelRequest(parts=[UserPromptPart("Go")])]
+        async with model_request_stream(model, messages) as stream:
+            seen = 0
+            async for _ in stream:
+                seen += 1
+                if seen == 3:
+                    await stream.cancel()
+            response = stream.get()
+    assert response.state == "interrupted"
+    assert text_of(response, 0).startswith("word word")
+    assert len(text_of(response, 0)) < len("word " * 200)
+
+
+async def test_lean_models_share_one_pool_across_model_ids() -> None:
+    script = [Turn.say("one"), Turn.say("two"), Turn.say("three")]
+    async with ModelGateway(script, api_key=API_KEY) as gw:
+        async with LeanModels(gw.url, API_KEY) as models:
+            assert models.get("fake/fake-chat") is models.get("fake/fake-chat")
+            texts = [
+                text_of((await stream_once(models.get(name)))[0], 0)
+                for name in ("fake/fake-chat", "qwen3.5-4b", "fake/fake-chat")
+            ]
+            pool = models._client._transport._pool  # pyright: ignore[reportAttributeAccessIssue, reportPrivateUsage]
+            connections = len(pool.connections)
+        assert models._client.is_closed  # pyright: ignore[reportPrivateUsage]
+    assert texts == ["one", "two", "three"]
+    assert [r["model"] for r in gw.requests] == ["fake/fake-chat", "qwen3.5-4b", "fake/fake-chat"]
+    assert connections == 1

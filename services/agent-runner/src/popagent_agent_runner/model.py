@@ -25,11 +25,12 @@ from __future__ import annotations
 import asyncio
 import random
 import warnings
-from collections.abc import AsyncGenerator, AsyncIterable, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, ClassVar, assert_never, cast
+from types import TracebackType
+from typing import Any, ClassVar, Self, assert_never, cast
 
 import httpx
 import orjson
@@ -79,7 +80,7 @@ from pydantic_ai.models import (
 )
 from pydantic_ai.models._tool_choice import resolve_tool_choice, support_tool_forcing, tool_forcing_unavailable_reason
 from pydantic_ai.output import OutputObjectDefinition
-from pydantic_ai.profiles import ModelProfile, ModelProfileSpec, merge_profile
+from pydantic_ai.profiles import ModelProfile, merge_profile
 from pydantic_ai.profiles._family import vendor_family_model_profile
 from pydantic_ai.profiles._special_tokens import special_token_route_profile
 from pydantic_ai.profiles.amazon import amazon_model_profile
@@ -113,6 +114,7 @@ from popagent_agent_runner.model_wire import (
 )
 
 __all__ = [
+    "LeanModels",
     "LeanOpenAIModel",
     "ModelFailure",
     "TurnSink",
@@ -222,7 +224,7 @@ class LeanOpenAIModel(Model[Any]):
         api_key: str | None = None,
         provider_name: str = "ninerouter",
         http_client: httpx.AsyncClient | None = None,
-        profile: ModelProfileSpec | None = None,
+        profile: ModelProfile | Callable[[str], ModelProfile | None] | None = None,
         settings: ModelSettings | None = None,
         coalesce_window: float = 0.02,
         max_retries: int = 0,
@@ -950,6 +952,62 @@ class LeanOpenAIModel(Model[Any]):
             finish_reason=finish_reason,
             **common,
         )
+
+
+class LeanModels:
+    """The models of one OpenAI-compatible server (`NINEROUTER_URL`), sharing one keep-alive connection pool.
+
+    A chat picks its model per request; `get` gives the model for an id, built once and kept.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        *,
+        provider_name: str = "ninerouter",
+        http_client: httpx.AsyncClient | None = None,
+        coalesce_window: float = 0.02,
+        max_retries: int = 0,
+        merge_system_messages_for: Iterable[str] = MERGE_SYSTEM_MESSAGES_FOR,
+    ) -> None:
+        self._base_url = base_url
+        self._api_key = api_key
+        self._provider_name = provider_name
+        self._own_client = http_client is None
+        self._client = http_client or httpx.AsyncClient(timeout=DEFAULT_TIMEOUT, limits=DEFAULT_LIMITS)
+        self._coalesce_window = coalesce_window
+        self._max_retries = max_retries
+        self._merge_system_messages_for = tuple(merge_system_messages_for)
+        self._models: dict[str, LeanOpenAIModel] = {}
+
+    def get(self, model_name: str) -> LeanOpenAIModel:
+        """The model for `model_name`, the id exactly as the server lists it (`fake/fake-chat`)."""
+        model = self._models.get(model_name)
+        if model is None:
+            model = self._models[model_name] = LeanOpenAIModel(
+                model_name,
+                base_url=self._base_url,
+                api_key=self._api_key,
+                provider_name=self._provider_name,
+                http_client=self._client,
+                coalesce_window=self._coalesce_window,
+                max_retries=self._max_retries,
+                merge_system_messages_for=self._merge_system_messages_for,
+            )
+        return model
+
+    async def aclose(self) -> None:
+        if self._own_client:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
 
 
 def _retryable(status_code: int) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Mapping
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import httpx
 import orjson
@@ -143,8 +143,7 @@ def map_usage(usage: Mapping[str, Any], provider: str, provider_url: str, model:
         k: v
         for k, v in usage_data.items()
         if k not in {"prompt_tokens", "completion_tokens", "input_tokens", "output_tokens", "total_tokens"}
-        and isinstance(v, int)
-        and not isinstance(v, bool)
+        and isinstance(v, int)  # bools too, as `OpenAIChatModel` keeps them (9Router's `"estimated": true`)
     }
     completion_details = usage_data.get("completion_tokens_details")
     if isinstance(completion_details, dict):
@@ -223,7 +222,7 @@ def resolve_reasoning_effort(
 
     The rule of pydantic-ai's `resolve_openai_thinking_effort`, which lives in the openai package.
     """
-    supported = profile.get("openai_reasoning_efforts")
+    supported = cast("frozenset[OpenAIReasoningEffort] | None", profile.get("openai_reasoning_efforts"))
     if supported is None:
         if thinking is False and profile.get("thinking_always_enabled", False):
             return None
@@ -232,14 +231,14 @@ def resolve_reasoning_effort(
         if thinking == "max" and supports_max:
             return "max"
         return OPENAI_REASONING_EFFORT_MAP[thinking]
-    accepted = sorted(
+    accepted: list[OpenAIReasoningEffort] = sorted(
         (effort for effort in supported if effort != "max" or supports_max), key=_REASONING_EFFORT_ORDER.index
     )
     if thinking is False:
         return next(iter(accepted), None)
     requested_effort = "max" if thinking == "max" and supports_max else OPENAI_REASONING_EFFORT_MAP[thinking]
     requested = _REASONING_EFFORT_ORDER.index(requested_effort)
-    active = [effort for effort in accepted if effort != "none"]
+    active: list[OpenAIReasoningEffort] = [effort for effort in accepted if effort != "none"]
     for effort in active:
         if _REASONING_EFFORT_ORDER.index(effort) >= requested:
             return effort
