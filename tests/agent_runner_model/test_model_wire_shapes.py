@@ -366,3 +366,28 @@ async def test_a_stream_that_ends_without_done_or_finish_reason_is_broken() -> N
     # With a finish reason the answer is whole even without `[DONE]` (some servers omit it).
     whole, _ = await streamed(lean(Wire(sse([chunk({"content": "whole"}), chunk({}, "stop")]))))
     assert whole.parts == [TextPart("whole")]
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (429, b"  Too Many Requests\n"),
+        (502, b""),
+        (500, b'{"detail": "upstream"}'),
+        (404, b'{"error": {"code": "model_not_found", "message": "no such model"}}'),
+    ],
+    ids=["text", "empty", "json-without-error", "model-not-found"],
+)
+async def test_error_bodies_are_kept_like_the_reference(status: int, body: bytes) -> None:
+    raised: list[ModelHTTPError] = []
+    for model in (reference(Wire([body], status=status)), lean(Wire([body], status=status))):
+        with pytest.raises(ModelHTTPError) as error:
+            await streamed(model)
+        raised.append(error.value)
+    theirs, ours = raised
+    assert type(ours) is type(theirs)
+    assert (ours.status_code, ours.body, ours.provider_error_code) == (
+        theirs.status_code,
+        theirs.body,
+        theirs.provider_error_code,
+    )

@@ -253,10 +253,11 @@ def status_error(model_name: str, status_code: int, content: bytes, headers: Map
 
     The body kept on the error is the `error` object when the server sent one, as the openai SDK keeps it.
     """
+    text = content.decode("utf-8", "replace").strip()
     try:
-        parsed: Any = orjson.loads(content) if content else None
+        parsed: Any = orjson.loads(text)
     except orjson.JSONDecodeError:
-        parsed = content.decode("utf-8", "replace")
+        parsed = text  # as the openai SDK keeps a body that isn't JSON
     body = parsed.get("error", parsed) if isinstance(parsed, dict) else parsed
     code = error_type = None
     message: object = None
