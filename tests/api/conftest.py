@@ -141,7 +141,7 @@ async def start_api_stack(pg_dsn: str, credentials: tuple[dict[str, str], str], 
         receiver = await stack.enter_async_context(HttpsReceiver(base / "receiver"))
         receiver.script(SESSION_END_PATH, answer("pass"))
         models = await stack.enter_async_context(ModelGateway(models=CATALOG))
-        common = {"DATABASE_URL": dsn, "NATS_URL": nats.url, "POPAGENT_INTERNAL_CALLERS": callers}
+        common: dict[str, Any] = {"DATABASE_URL": dsn, "NATS_URL": nats.url, "POPAGENT_INTERNAL_CALLERS": callers}
         hooks_document = json.dumps(
             {
                 "version": 1,
@@ -157,43 +157,51 @@ async def start_api_stack(pg_dsn: str, credentials: tuple[dict[str, str], str], 
                 },
             }
         )
-        hooks_settings = HooksSettings(  # type: ignore[call-arg]
-            **common,
-            POPAGENT_INTERNAL_TOKEN=tokens["hooks"],
-            POPAGENT_HOOKS_ADDR=addresses["hooks"],
-            POPAGENT_HOOK_ALLOWED_HOSTS="127.0.0.1",
-            POPAGENT_HOOK_ALLOW_PRIVATE_ADDRESSES="true",
-            POPAGENT_HOOK_CA_FILE=str(receiver.ca_file),
-            POPAGENT_HOOKS=hooks_document,
+        hooks_settings = HooksSettings(
+            **{
+                **common,
+                "POPAGENT_INTERNAL_TOKEN": tokens["hooks"],
+                "POPAGENT_HOOKS_ADDR": addresses["hooks"],
+                "POPAGENT_HOOK_ALLOWED_HOSTS": "127.0.0.1",
+                "POPAGENT_HOOK_ALLOW_PRIVATE_ADDRESSES": "true",
+                "POPAGENT_HOOK_CA_FILE": str(receiver.ca_file),
+                "POPAGENT_HOOKS": hooks_document,
+            }
         )
         await stack.enter_async_context(build_hooks(hooks_settings))
         await stack.enter_async_context(
             build_evolution(
-                EvolutionSettings(  # type: ignore[call-arg]
-                    **common,
-                    POPAGENT_INTERNAL_TOKEN=tokens["evolution"],
-                    POPAGENT_EVOLUTION_ADDR=addresses["evolution"],
+                EvolutionSettings(
+                    **{
+                        **common,
+                        "POPAGENT_INTERNAL_TOKEN": tokens["evolution"],
+                        "POPAGENT_EVOLUTION_ADDR": addresses["evolution"],
+                    }
                 )
             )
         )
         await stack.enter_async_context(
             build_browser_bridge(
-                BrowserBridgeSettings(  # type: ignore[call-arg]
-                    **common,
-                    POPAGENT_INTERNAL_TOKEN=tokens["browser-bridge"],
-                    POPAGENT_BROWSER_BRIDGE_ADDR=addresses["browser-bridge"],
+                BrowserBridgeSettings(
+                    **{
+                        **common,
+                        "POPAGENT_INTERNAL_TOKEN": tokens["browser-bridge"],
+                        "POPAGENT_BROWSER_BRIDGE_ADDR": addresses["browser-bridge"],
+                    }
                 )
             )
         )
         await stack.enter_async_context(
             build_agent_runner(
-                AgentRunnerSettings(  # type: ignore[call-arg]
-                    **common,
-                    POPAGENT_INTERNAL_TOKEN=tokens["agent-runner"],
-                    POPAGENT_AGENT_RUNNER_ADDR=addresses["agent-runner"],
-                    POPAGENT_HOOKS_ADDR=addresses["hooks"],
-                    POPAGENT_BROWSER_BRIDGE_ADDR=addresses["browser-bridge"],
-                    POPAGENT_WORKSPACE_ROOT=str(workspace_root),
+                AgentRunnerSettings(
+                    **{
+                        **common,
+                        "POPAGENT_INTERNAL_TOKEN": tokens["agent-runner"],
+                        "POPAGENT_AGENT_RUNNER_ADDR": addresses["agent-runner"],
+                        "POPAGENT_HOOKS_ADDR": addresses["hooks"],
+                        "POPAGENT_BROWSER_BRIDGE_ADDR": addresses["browser-bridge"],
+                        "POPAGENT_WORKSPACE_ROOT": str(workspace_root),
+                    }
                 )
             )
         )

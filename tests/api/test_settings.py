@@ -181,6 +181,7 @@ async def test_browser_setting_toggles_immediately(client: httpx.AsyncClient) ->
 async def test_a_missing_singleton_row_is_a_configuration_error_not_a_default(api_stack: ApiStack) -> None:
     async with api_stack.db("browser_bridge") as conn:
         row = await conn.fetchrow("SELECT * FROM popagent_browser_settings WHERE id = 1")
+        assert row is not None
         await conn.execute("DELETE FROM popagent_browser_settings")
         try:
             async with api_stack.client() as client:

@@ -6,6 +6,7 @@ Built from the app without starting it or reaching any service.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import orjson
 
@@ -17,9 +18,8 @@ _PLACEHOLDER_DSN = "postgresql://openapi@127.0.0.1:1/openapi"
 
 
 def document() -> dict[str, object]:
-    settings = Settings(  # type: ignore[call-arg]
-        DATABASE_URL=_PLACEHOLDER_DSN, OBSERVABILITY_DATABASE_URL=_PLACEHOLDER_DSN
-    )
+    required: dict[str, Any] = {"DATABASE_URL": _PLACEHOLDER_DSN, "OBSERVABILITY_DATABASE_URL": _PLACEHOLDER_DSN}
+    settings = Settings(**required)
     return create_app(settings).openapi()
 
 

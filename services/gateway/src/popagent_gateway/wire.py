@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Protocol
 
 import orjson
@@ -53,13 +53,14 @@ class ErrorBodyRoute(APIRoute):
     """Answers FastAPI's own HTTP errors (a body that is not UTF-8 JSON) as `{"error": ...}`,
     the shape every other error of the API has, instead of FastAPI's `{"detail": ...}`."""
 
-    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
         async def route(request: Request) -> Response:
             try:
                 return await handler(request)
             except HTTPException as exc:
-                return json_response({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
+                headers = dict(exc.headers) if exc.headers else None
+                return json_response({"error": str(exc.detail)}, status_code=exc.status_code, headers=headers)
 
         return route

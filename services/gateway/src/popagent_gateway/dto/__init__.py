@@ -51,6 +51,17 @@ class WireInput(BaseModel):
         json_schema_extra=_closed_schema,
     )
 
+    # An optional field is absent or a value; null is accepted only for fields listed here
+    # (null then means "clear"), and only those show null in the document.
+    NULLABLE: ClassVar[frozenset[str]] = frozenset()
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _not_null(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None and info.field_name not in cls.NULLABLE:
+            raise ValueError("must not be null")
+        return value
+
     @model_validator(mode="wrap")
     @classmethod
     def _plain_field_errors(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
@@ -87,19 +98,7 @@ def _optional_aliases(model: type[BaseModel]) -> frozenset[str]:
 
 
 class PatchModel(WireInput):
-    """A partial update: only the fields sent change; at least one is required.
-
-    A field may be null only when it is listed in NULLABLE (null then means "clear").
-    """
-
-    NULLABLE: ClassVar[frozenset[str]] = frozenset()
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _not_null(cls, value: Any, info: ValidationInfo) -> Any:
-        if value is None and info.field_name not in cls.NULLABLE:
-            raise ValueError("must not be null")
-        return value
+    """A partial update: only the fields sent change; at least one is required."""
 
     @model_validator(mode="after")
     def _not_empty(self) -> PatchModel:

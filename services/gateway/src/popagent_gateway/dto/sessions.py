@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from pydantic.json_schema import SkipJsonSchema
@@ -88,17 +88,15 @@ class SessionCreate(WireInput):
 
 class SessionSave(WireInput):
     revision: int = Field(ge=0, le=2**62, description="the revision this save is based on")
-    title: str | SkipJsonSchema[None] = Field(
-        default=None, max_length=MAX_TITLE_CHARS, description="ignored while the title is locked by a rename"
+    title: Annotated[str, Field(max_length=MAX_TITLE_CHARS)] | SkipJsonSchema[None] = Field(
+        default=None, description="ignored while the title is locked by a rename"
     )
     messages: list[UIMessage] = Field(max_length=MAX_MESSAGES)
 
 
 class SessionPatch(PatchModel):
-    title: str | SkipJsonSchema[None] = Field(default=None, min_length=1, max_length=MAX_TITLE_CHARS)
+    title: Annotated[str, Field(min_length=1, max_length=MAX_TITLE_CHARS)] | SkipJsonSchema[None] = None
     archived: bool | SkipJsonSchema[None] = None
-
-    NULLABLE: ClassVar[frozenset[str]] = frozenset()
 
 
 class DeletedOut(WireModel):

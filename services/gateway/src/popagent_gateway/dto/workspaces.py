@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar
+from typing import Annotated
 
 from pydantic import Field
 from pydantic.json_schema import SkipJsonSchema
@@ -43,5 +43,3 @@ class WorkspacePatch(PatchModel):
     name: Name | SkipJsonSchema[None] = None
     path: RelativePath | SkipJsonSchema[None] = None
     description: Description | SkipJsonSchema[None] = None
-
-    NULLABLE: ClassVar[frozenset[str]] = frozenset()
