@@ -269,3 +269,24 @@ async def test_permanent_delete_runs_the_lifecycle_and_removes_everything(
     hooks_answer = await client.get(f"{url}/hooks")
     assert hooks_answer.status_code == 200
     assert hooks_answer.json()["runs"] == []
+
+
+async def test_a_deletion_stopped_half_way_is_hidden_and_can_be_finished(
+    client: httpx.AsyncClient, api_stack: ApiStack
+) -> None:
+    session = await create(client)
+    sid = session["id"]
+    url = f"/api/sessions/{sid}"
+    # What a crash after the first step leaves behind: the row marked, nothing else done.
+    async with api_stack.db("agent_runner") as conn:
+        await conn.execute("UPDATE popagent_sessions SET deleting_at = now() WHERE id = $1", sid)
+    assert (await client.get(url)).status_code == 404
+    assert (await client.put(url, json={"revision": 0, "messages": []})).status_code == 404
+    assert (await client.patch(url, json={"archived": True})).status_code == 404
+    for archived in ("false", "true"):
+        listed = (await client.get("/api/sessions", params={"archived": archived})).json()["sessions"]
+        assert sid not in {s["id"] for s in listed}
+    assert (await client.delete(url)).status_code == 204
+    async with api_stack.db("agent_runner") as conn:
+        assert await conn.fetchval("SELECT count(*) FROM popagent_sessions WHERE id = $1", sid) == 0
+    assert (await client.delete(url)).status_code == 404
