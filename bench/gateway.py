@@ -5,8 +5,8 @@ Real processes: embedded PostgreSQL and NATS, agent-runner, and the gateway (uvi
 uvloop, httptools) exactly as `make run` starts them. The bench process is the client:
 a minimal keep-alive HTTP/1.1 client on raw asyncio streams (so the client's own
 parsing cost does not inflate the gateway's figure) and a grpc.aio stub for the direct
-calls. Latency is sequential (one request in flight); requests/s is also measured with
-8 requests in flight. Target: gateway overhead (gateway p50 - direct p50) <= 1 ms.
+calls. Latency is sequential (one request in flight), direct and gateway calls alternating so
+both see the same machine noise; requests/s is also measured with 8 requests in flight. Target: gateway overhead (gateway p50 - direct p50) <= 1 ms.
 """
 
 from __future__ import annotations
@@ -139,15 +139,22 @@ def messages(count: int) -> list[dict[str, Any]]:
     ]
 
 
-async def measure(call: Callable[[], Awaitable[None]]) -> list[float]:
+async def measure(
+    direct: Callable[[], Awaitable[None]], gateway: Callable[[], Awaitable[None]]
+) -> tuple[list[float], list[float]]:
+    """Alternate direct and gateway calls, so both see the same machine noise."""
     for _ in range(WARMUP):
-        await call()
-    samples = []
+        await direct()
+        await gateway()
+    direct_samples, gateway_samples = [], []
     for _ in range(SAMPLES):
         started = time.perf_counter()
-        await call()
-        samples.append(time.perf_counter() - started)
-    return samples
+        await direct()
+        middle = time.perf_counter()
+        await gateway()
+        direct_samples.append(middle - started)
+        gateway_samples.append(time.perf_counter() - middle)
+    return direct_samples, gateway_samples
 
 
 async def throughput(calls: list[Callable[[], Awaitable[None]]], seconds: float = 2.0) -> float:
@@ -227,17 +234,12 @@ async def run() -> None:
                     return [await RawHttp.connect("127.0.0.1", port) for _ in range(count)]
 
                 http.close()
-                direct_list_samples = await measure(direct_list)
                 (http,) = await fresh(1)
-                http_list_samples = await measure(http_list(http))
-                direct_save_samples = await measure(direct_save("bench-0"))
-                (http,) = await fresh(1)
-                http_save_samples = await measure(http_save(http, "bench-1"))
-                http.close()
                 results = {
-                    "GET /api/sessions": (direct_list_samples, http_list_samples),
-                    "session save (PUT)": (direct_save_samples, http_save_samples),
+                    "GET /api/sessions": await measure(direct_list, http_list(http)),
+                    "session save (PUT)": await measure(direct_save("bench-0"), http_save(http, "bench-1")),
                 }
+                http.close()
                 direct_list_rate = await throughput([direct_list] * CONCURRENCY)
                 connections = await fresh(CONCURRENCY)
                 http_list_rate = await throughput([http_list(c) for c in connections])

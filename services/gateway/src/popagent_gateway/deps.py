@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import hmac
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 import grpc
 from fastapi import Depends, Request, Security
@@ -44,12 +45,26 @@ def channel(request: Request, service: str) -> grpc.aio.Channel:
     return request.app.state.channels[service]
 
 
+StubT = TypeVar("StubT")
+
+
+def cached_stub(request: Request, service: str, stub_class: Callable[[grpc.aio.Channel], StubT]) -> StubT:
+    """One stub per (class, channel) for the app's lifetime: building a stub creates a
+    callable per RPC, which per request would cost more than the call's own overhead."""
+    target = channel(request, service)
+    stubs: dict[tuple[object, grpc.aio.Channel], Any] = request.app.state.__dict__.setdefault("stubs", {})
+    stub = stubs.get((stub_class, target))
+    if stub is None:
+        stub = stubs[(stub_class, target)] = stub_class(target)
+    return stub
+
+
 def get_agent_runner(request: Request) -> agent_runner_pb2_grpc.AgentRunnerServiceStub:
-    return agent_runner_pb2_grpc.AgentRunnerServiceStub(channel(request, "agent-runner"))
+    return cached_stub(request, "agent-runner", agent_runner_pb2_grpc.AgentRunnerServiceStub)
 
 
 def get_agent_runner_state(request: Request) -> agent_runner_pb2_grpc.AgentRunnerStateServiceStub:
-    return agent_runner_pb2_grpc.AgentRunnerStateServiceStub(channel(request, "agent-runner"))
+    return cached_stub(request, "agent-runner", agent_runner_pb2_grpc.AgentRunnerStateServiceStub)
 
 
 def get_model_catalog(request: Request) -> ModelCatalog:
@@ -65,23 +80,23 @@ def get_model_catalog(request: Request) -> ModelCatalog:
 
 
 def get_hooks(request: Request) -> hooks_pb2_grpc.HooksServiceStub:
-    return hooks_pb2_grpc.HooksServiceStub(channel(request, "hooks"))
+    return cached_stub(request, "hooks", hooks_pb2_grpc.HooksServiceStub)
 
 
 def get_secrets(request: Request) -> secrets_pb2_grpc.SecretsServiceStub:
-    return secrets_pb2_grpc.SecretsServiceStub(channel(request, "secrets"))
+    return cached_stub(request, "secrets", secrets_pb2_grpc.SecretsServiceStub)
 
 
 def get_tasks(request: Request) -> tasks_pb2_grpc.TasksServiceStub:
-    return tasks_pb2_grpc.TasksServiceStub(channel(request, "tasks"))
+    return cached_stub(request, "tasks", tasks_pb2_grpc.TasksServiceStub)
 
 
 def get_evolution(request: Request) -> evolution_pb2_grpc.EvolutionServiceStub:
-    return evolution_pb2_grpc.EvolutionServiceStub(channel(request, "evolution"))
+    return cached_stub(request, "evolution", evolution_pb2_grpc.EvolutionServiceStub)
 
 
 def get_browser_bridge(request: Request) -> browser_bridge_pb2_grpc.BrowserBridgeServiceStub:
-    return browser_bridge_pb2_grpc.BrowserBridgeServiceStub(channel(request, "browser-bridge"))
+    return cached_stub(request, "browser-bridge", browser_bridge_pb2_grpc.BrowserBridgeServiceStub)
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
