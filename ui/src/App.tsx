@@ -1,0 +1,103 @@
+import { useCallback, useEffect, useRef, useState } from "react";
+import { api } from "./api/client";
+import { ChatPage } from "./chat/ChatPage";
+import { ApiKeyDialog } from "./common/ApiKeyDialog";
+import { Icon } from "./common/Icon";
+import { useLoad } from "./common/useLoad";
+import { href, useRoute } from "./route";
+import { Sidebar } from "./sessions/Sidebar";
+import { SettingsPage } from "./settings/SettingsPage";
+import { TasksPage } from "./tasks/TasksPage";
+
+export function App() {
+  const route = useRoute();
+  const models = useLoad(api.models, []);
+  const workspaces = useLoad(api.workspaces, []);
+  const [workspaceId, setWorkspaceId] = useState("");
+  const [archived, setArchived] = useState(false);
+  const sessions = useLoad(() => api.sessions(archived, workspaceId || undefined), [archived, workspaceId]);
+  const [drawerOpen, setDrawerOpen] = useState(false);
+  const main = useRef<HTMLElement>(null);
+
+  // Moving to another page puts focus on its main region, as a page load would.
+  const page = route.page === "chat" ? `chat:${route.sessionId ?? ""}` : route.page;
+  const firstPage = useRef(true);
+  useEffect(() => {
+    setDrawerOpen(false);
+    if (firstPage.current) {
+      firstPage.current = false;
+      return;
+    }
+    if (route.page !== "chat") main.current?.focus();
+  }, [page, route.page]);
+
+  const refreshSessions = useCallback(() => void sessions.reload(), [sessions.reload]);
+  const sessionId = route.page === "chat" ? route.sessionId : null;
+
+  return (
+    <div className={`app${drawerOpen ? " drawer-open" : ""}`}>
+      <a href="#main" className="skip-link" onClick={(event) => { event.preventDefault(); main.current?.focus(); }}>
+        Skip to content
+      </a>
+      <header className="topbar">
+        {route.page === "chat" ? (
+          <button
+            type="button"
+            className="icon-button drawer-toggle"
+            aria-label={drawerOpen ? "Hide chats" : "Show chats"}
+            aria-expanded={drawerOpen}
+            aria-controls="sidebar"
+            onClick={() => setDrawerOpen((open) => !open)}
+          >
+            <Icon name={drawerOpen ? "close" : "menu"} />
+          </button>
+        ) : null}
+        <a href="#/chat" className="brand">
+          popagent
+        </a>
+        <nav className="main-nav" aria-label="Main">
+          <a href={href({ page: "chat", sessionId: null })} aria-current={route.page === "chat" ? "page" : undefined}>
+            Chat
+          </a>
+          <a href={href({ page: "tasks" })} aria-current={route.page === "tasks" ? "page" : undefined}>
+            Tasks
+          </a>
+          <a href={href({ page: "settings", section: null })} aria-current={route.page === "settings" ? "page" : undefined}>
+            Settings
+          </a>
+        </nav>
+      </header>
+      <div className="layout">
+        {route.page === "chat" ? (
+          <aside id="sidebar" className="sidebar">
+            <Sidebar
+              sessions={sessions.data?.sessions}
+              loadError={sessions.error}
+              archived={archived}
+              onArchivedChange={setArchived}
+              workspaces={workspaces.data?.workspaces ?? []}
+              workspaceId={workspaceId}
+              onWorkspaceChange={setWorkspaceId}
+              currentId={sessionId}
+              onChanged={refreshSessions}
+              onNavigate={() => setDrawerOpen(false)}
+            />
+          </aside>
+        ) : null}
+        <main id="main" ref={main} tabIndex={-1} className={`main ${route.page}`}>
+          {route.page === "chat" ? (
+            <ChatPage
+              sessionId={route.sessionId}
+              models={models.data}
+              workspaceId={workspaceId}
+              onSessionsChanged={refreshSessions}
+            />
+          ) : null}
+          {route.page === "tasks" ? <TasksPage models={models.data} workspaces={workspaces.data?.workspaces ?? []} /> : null}
+          {route.page === "settings" ? <SettingsPage section={route.section} models={models.data} /> : null}
+        </main>
+      </div>
+      <ApiKeyDialog />
+    </div>
+  );
+}

@@ -1,0 +1,52 @@
+// The API key: asked for once when the API answers 401, kept for the tab
+// (sessionStorage), sent as `x-popagent-key` on every /api request.
+
+const STORAGE_KEY = "popagent.apiKey";
+export const KEY_HEADER = "x-popagent-key";
+
+/** Shows the key dialog; resolves with what the user typed. `rejected`: the last key was refused. */
+export type KeyPrompt = (rejected: boolean) => Promise<string>;
+
+let prompt: KeyPrompt | null = null;
+let pending: Promise<void> | null = null;
+
+export function storedKey(): string | null {
+  try {
+    return sessionStorage.getItem(STORAGE_KEY);
+  } catch {
+    return null;
+  }
+}
+
+export function installKeyPrompt(fn: KeyPrompt | null): void {
+  prompt = fn;
+}
+
+/** One prompt at a time: every request that got a 401 meanwhile waits for the same answer. */
+function obtainKey(rejected: boolean): Promise<void> {
+  if (!pending) {
+    if (!prompt) return Promise.reject(new Error("the API needs a key and no prompt is mounted"));
+    pending = prompt(rejected)
+      .then((key) => {
+        sessionStorage.setItem(STORAGE_KEY, key);
+      })
+      .finally(() => {
+        pending = null;
+      });
+  }
+  return pending;
+}
+
+/** fetch for /api: adds the key, and on 401 asks for it and retries with the answer. */
+export async function authedFetch(input: RequestInfo | URL, init?: RequestInit): Promise<Response> {
+  for (;;) {
+    const headers = new Headers(init?.headers);
+    const sent = storedKey();
+    if (sent) headers.set(KEY_HEADER, sent);
+    const response = await fetch(input, { ...init, headers });
+    if (response.status !== 401) return response;
+    // Another request may have obtained a new key while this one was in flight.
+    if (storedKey() !== sent) continue;
+    await obtainKey(sent !== null);
+  }
+}

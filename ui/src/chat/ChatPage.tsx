@@ -1,0 +1,92 @@
+import { useEffect, useState } from "react";
+import { ApiError, api } from "../api/client";
+import type { ModelsOut, SessionSummary } from "../api/types";
+import { messageOf, useLoad } from "../common/useLoad";
+import { navigate } from "../route";
+import { Composer } from "./Composer";
+import { Conversation } from "./Conversation";
+
+// The first message typed before a session existed, handed to the new session's view.
+const firstMessages = new Map<string, string>();
+
+export function ChatPage(props: {
+  sessionId: string | null;
+  models: ModelsOut | undefined;
+  workspaceId: string;
+  onSessionsChanged: (changed?: SessionSummary) => void;
+}) {
+  if (!props.sessionId) return <NewChat {...props} />;
+  return <OpenSession key={props.sessionId} {...props} sessionId={props.sessionId} />;
+}
+
+function NewChat(props: { workspaceId: string; onSessionsChanged: (changed?: SessionSummary) => void }) {
+  const [error, setError] = useState<string | null>(null);
+  const [busy, setBusy] = useState(false);
+  const start = async (text: string) => {
+    setBusy(true);
+    try {
+      const session = await api.createSession({ title: "", ...(props.workspaceId ? { workspaceId: props.workspaceId } : {}) });
+      firstMessages.set(session.id, text);
+      props.onSessionsChanged(session);
+      navigate({ page: "chat", sessionId: session.id });
+    } catch (caught) {
+      setError(messageOf(caught));
+      setBusy(false);
+    }
+  };
+  return (
+    <div className="conversation">
+      <div className="messages" role="log" aria-label="Conversation">
+        <div className="empty">
+          <h1>New chat</h1>
+          <p className="muted">Ask popagent anything. The chat is saved as a session you can find in the sidebar.</p>
+          {error ? (
+            <p role="alert" className="error-text">
+              Could not start a chat: {error}
+            </p>
+          ) : null}
+        </div>
+      </div>
+      <div className="status-row" />
+      <Composer busy={false} disabled={busy} onSend={(text) => void start(text)} onStop={() => undefined} />
+    </div>
+  );
+}
+
+function OpenSession(props: {
+  sessionId: string;
+  models: ModelsOut | undefined;
+  onSessionsChanged: (changed?: SessionSummary) => void;
+}) {
+  const loaded = useLoad(() => api.session(props.sessionId), [props.sessionId]);
+  const [firstMessage] = useState(() => firstMessages.get(props.sessionId));
+  useEffect(() => {
+    firstMessages.delete(props.sessionId);
+  }, [props.sessionId]);
+  if (loaded.error) {
+    const gone = loaded.error instanceof ApiError && loaded.error.status === 404;
+    return (
+      <div className="conversation">
+        <div className="empty" role="alert">
+          <p>{gone ? "This chat no longer exists." : `Could not load this chat: ${loaded.error.message}`}</p>
+          <a href="#/chat">Start a new chat</a>
+        </div>
+      </div>
+    );
+  }
+  if (!loaded.data) {
+    return (
+      <div className="conversation">
+        <p className="empty muted">Loading the chat…</p>
+      </div>
+    );
+  }
+  return (
+    <Conversation
+      session={loaded.data}
+      models={props.models}
+      onSaved={props.onSessionsChanged}
+      {...(firstMessage ? { firstMessage } : {})}
+    />
+  );
+}

@@ -1,0 +1,68 @@
+import { useEffect, useRef, useState, type FormEvent, type KeyboardEvent } from "react";
+
+/** The message box: Enter sends, Shift+Enter adds a line; Send and Stop share one place and size. */
+export function Composer(props: {
+  busy: boolean;
+  disabled?: boolean;
+  onSend: (text: string) => void;
+  onStop: () => void;
+  placeholder?: string;
+}) {
+  const [text, setText] = useState("");
+  const box = useRef<HTMLTextAreaElement>(null);
+
+  useEffect(() => {
+    box.current?.focus();
+  }, []);
+
+  const send = () => {
+    const value = text.trim();
+    if (!value || props.busy || props.disabled) return;
+    props.onSend(value);
+    setText("");
+    box.current?.focus();
+  };
+
+  const onKeyDown = (event: KeyboardEvent<HTMLTextAreaElement>) => {
+    if (event.key === "Enter" && !event.shiftKey && !event.nativeEvent.isComposing) {
+      event.preventDefault();
+      send();
+    } else if (event.key === "Escape" && props.busy) {
+      event.preventDefault();
+      props.onStop();
+    }
+  };
+
+  const onSubmit = (event: FormEvent) => {
+    event.preventDefault();
+    if (props.busy) props.onStop();
+    else send();
+  };
+
+  return (
+    <form className="composer" onSubmit={onSubmit} aria-label="Send a message">
+      <label htmlFor="composer-input" className="visually-hidden">
+        Message
+      </label>
+      <textarea
+        id="composer-input"
+        ref={box}
+        rows={2}
+        value={text}
+        placeholder={props.placeholder ?? "Message popagent (Enter to send, Shift+Enter for a new line)"}
+        onChange={(event) => setText(event.target.value)}
+        onKeyDown={onKeyDown}
+        disabled={props.disabled}
+      />
+      {props.busy ? (
+        <button type="submit" className="composer-button stop" data-testid="stop">
+          Stop
+        </button>
+      ) : (
+        <button type="submit" className="composer-button primary" disabled={!text.trim() || props.disabled} data-testid="send">
+          Send
+        </button>
+      )}
+    </form>
+  );
+}

@@ -1,0 +1,321 @@
+import { useChat } from "@ai-sdk/react";
+import { DefaultChatTransport, type UIMessage } from "ai";
+import { useCallback, useEffect, useLayoutEffect, useMemo, useRef, useState } from "react";
+import { authedFetch } from "../api/auth";
+import { api } from "../api/client";
+import type { ChatRequest, HookRunOut, ModelsOut, SessionOut, SessionSummary, StoredMessage } from "../api/types";
+import { messageOf } from "../common/useLoad";
+import { Composer } from "./Composer";
+import { HookRuns, HookTimeline } from "./HookTimeline";
+import { ModelPicker, formatTokens } from "./ModelPicker";
+import { MessageParts } from "./Parts";
+import { modelOf, reasonOfChatError, textOf, titleFrom, turnIdOf, usageOf } from "./meta";
+
+type SaveState = { kind: "idle" } | { kind: "saving" } | { kind: "saved" } | { kind: "failed"; reason: string };
+
+function sameMessages(a: ReadonlyArray<{ id: string }>, b: ReadonlyArray<{ id: string }>): boolean {
+  return a.length === b.length && a.every((message, index) => message.id === b[index]?.id);
+}
+
+/** One open session: the streaming chat, saving after each turn, hooks per turn. */
+export function Conversation(props: {
+  session: SessionOut;
+  models: ModelsOut | undefined;
+  firstMessage?: string;
+  onSaved: (session: SessionSummary) => void;
+}) {
+  const { session } = props;
+  const [model, setModel] = useState("");
+  const modelRef = useRef(model);
+  modelRef.current = model;
+  useEffect(() => {
+    // Preselect the persisted default once the catalog arrives.
+    if (!model && props.models?.defaultModel) setModel(props.models.defaultModel);
+  }, [props.models, model]);
+
+  const revision = useRef(session.revision);
+  const title = useRef(session.title);
+  const saving = useRef<Promise<void>>(Promise.resolve());
+  const [saveState, setSaveState] = useState<SaveState>({ kind: "idle" });
+  const [conflict, setConflict] = useState<SessionOut | null>(null);
+
+  const transport = useMemo(
+    () =>
+      new DefaultChatTransport<UIMessage>({
+        api: "/api/chat",
+        fetch: authedFetch,
+        // Only the session, model, workspace and newest message: the server rebuilds history.
+        prepareSendMessagesRequest: ({ id, messages }) => {
+          const newest = messages[messages.length - 1];
+          const body: ChatRequest = {
+            id,
+            model: modelRef.current || null,
+            workspaceId: session.workspaceId,
+            message: newest as unknown as ChatRequest["message"],
+          };
+          return { body };
+        },
+      }),
+    [session.workspaceId],
+  );
+
+  const persist = useCallback(
+    (messages: UIMessage[]) => {
+      saving.current = saving.current.then(async () => {
+        setSaveState({ kind: "saving" });
+        try {
+          const result = await api.saveSession(session.id, {
+            revision: revision.current,
+            messages: messages as unknown as StoredMessage[],
+            ...(title.current ? {} : { title: titleFrom(messages) }),
+          });
+          if (result.ok) {
+            revision.current = result.session.revision;
+            title.current = result.session.title;
+            setSaveState({ kind: "saved" });
+            props.onSaved(result.session);
+            return;
+          }
+          const server = result.conflict.session;
+          if (sameMessages(server.messages, messages)) {
+            // The server already holds exactly these messages: nothing of ours is lost.
+            revision.current = server.revision;
+            title.current = server.title;
+            setSaveState({ kind: "saved" });
+            return;
+          }
+          setConflict(server);
+          setSaveState({ kind: "failed", reason: "changed elsewhere" });
+        } catch (error) {
+          setSaveState({ kind: "failed", reason: messageOf(error) });
+        }
+      });
+    },
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+    [session.id],
+  );
+
+  const chat = useChat<UIMessage>({
+    id: session.id,
+    messages: session.messages as unknown as UIMessage[],
+    transport,
+    onFinish: ({ messages }) => persist(messages),
+  });
+  const { messages, status, error, stop, sendMessage, setMessages, clearError } = chat;
+  const busy = status === "submitted" || status === "streaming";
+
+  const send = useCallback(
+    (text: string) => {
+      clearError();
+      void sendMessage({ text });
+    },
+    [sendMessage, clearError],
+  );
+
+  const firstSent = useRef(false);
+  useEffect(() => {
+    if (props.firstMessage && !firstSent.current) {
+      firstSent.current = true;
+      send(props.firstMessage);
+    }
+  }, [props.firstMessage, send]);
+
+  // Keep the newest text in view while it streams, unless the reader scrolled up.
+  const scroller = useRef<HTMLDivElement>(null);
+  const stick = useRef(true);
+  useLayoutEffect(() => {
+    const element = scroller.current;
+    if (element && stick.current) element.scrollTop = element.scrollHeight;
+  }, [messages, status]);
+
+  const [timelineOpen, setTimelineOpen] = useState(false);
+  const [runs, setRuns] = useState<HookRunOut[] | null>(null);
+  const [runsError, setRunsError] = useState<string | null>(null);
+  const loadRuns = useCallback(async () => {
+    try {
+      setRuns((await api.hooks(session.id)).runs);
+      setRunsError(null);
+    } catch (caught) {
+      setRunsError(messageOf(caught));
+    }
+  }, [session.id]);
+  useEffect(() => {
+    if (timelineOpen) void loadRuns();
+  }, [timelineOpen, loadRuns, status]);
+
+  const loadServerCopy = () => {
+    if (!conflict) return;
+    setMessages(conflict.messages as unknown as UIMessage[]);
+    revision.current = conflict.revision;
+    title.current = conflict.title;
+    setConflict(null);
+    setSaveState({ kind: "saved" });
+  };
+  const overwrite = () => {
+    if (!conflict) return;
+    revision.current = conflict.revision;
+    setConflict(null);
+    persist(messages);
+  };
+
+  const lastAssistant = messages.length ? messages[messages.length - 1] : undefined;
+  return (
+    <div className="conversation">
+      <div className="chat-toolbar">
+        <ModelPicker models={props.models} value={model} onChange={setModel} disabled={busy} />
+        <button
+          type="button"
+          className="ghost"
+          aria-expanded={timelineOpen}
+          aria-controls="hook-timeline"
+          onClick={() => setTimelineOpen((open) => !open)}
+        >
+          Hook timeline
+        </button>
+      </div>
+      {conflict ? (
+        <div className="banner warn" role="alert" data-testid="revision-conflict">
+          <p>
+            This chat was changed somewhere else (server revision {conflict.revision}, {conflict.messages.length}{" "}
+            messages). Your last turn was not saved.
+          </p>
+          <details>
+            <summary>Show the server's copy</summary>
+            <ol className="server-copy">
+              {conflict.messages.map((message) => (
+                <li key={message.id}>
+                  <strong>{message.role}:</strong> {textOf(message) || "(no text)"}
+                </li>
+              ))}
+            </ol>
+          </details>
+          <div className="banner-actions">
+            <button type="button" onClick={loadServerCopy}>
+              Load the server's copy
+            </button>
+            <button type="button" className="danger" onClick={overwrite}>
+              Keep mine and overwrite
+            </button>
+          </div>
+        </div>
+      ) : null}
+      <div className="chat-main">
+        <div
+          className="messages"
+          ref={scroller}
+          role="log"
+          aria-label="Conversation"
+          aria-busy={busy}
+          onScroll={(event) => {
+            const element = event.currentTarget;
+            stick.current = element.scrollHeight - element.scrollTop - element.clientHeight < 80;
+          }}
+        >
+          {messages.length === 0 ? <p className="empty muted">Ask popagent anything to start.</p> : null}
+          {messages.map((message) => (
+            <Message
+              key={message.id}
+              message={message}
+              sessionId={session.id}
+              streaming={busy && message === lastAssistant && message.role === "assistant"}
+            />
+          ))}
+          {status === "submitted" ? (
+            <p className="thinking muted" aria-live="polite">
+              Waiting for popagent…
+            </p>
+          ) : null}
+          {error ? (
+            <div className="turn-error" role="alert" data-testid="chat-error">
+              <strong>The turn failed:</strong> {reasonOfChatError(error)}
+              <button type="button" className="ghost small" onClick={clearError}>
+                Dismiss
+              </button>
+            </div>
+          ) : null}
+        </div>
+        {timelineOpen ? (
+          <aside id="hook-timeline" className="timeline-panel" aria-label="Hook timeline">
+            <div className="panel-head">
+              <h2>Hook timeline</h2>
+              <button type="button" className="ghost small" onClick={() => void loadRuns()}>
+                Refresh
+              </button>
+              <button type="button" className="ghost small" onClick={() => setTimelineOpen(false)}>
+                Close
+              </button>
+            </div>
+            {runsError ? <p className="error-text">{runsError}</p> : null}
+            {runs ? <HookTimeline runs={runs} /> : <p className="muted">Loading…</p>}
+          </aside>
+        ) : null}
+      </div>
+      <div className="status-row" aria-live="polite">
+        <span data-testid="chat-status" data-status={status}>
+          {status === "streaming" ? "popagent is answering…" : status === "submitted" ? "sending…" : ""}
+        </span>
+        <span data-testid="save-state" data-state={saveState.kind} className={saveState.kind === "failed" ? "error-text" : "muted"}>
+          {saveState.kind === "saving" ? "saving…" : saveState.kind === "saved" ? "saved" : saveState.kind === "failed" ? `not saved: ${saveState.reason}` : ""}
+        </span>
+      </div>
+      <Composer busy={busy} onSend={send} onStop={() => void stop()} />
+    </div>
+  );
+}
+
+function Message(props: { message: UIMessage; sessionId: string; streaming: boolean }) {
+  const { message } = props;
+  const turnId = message.role === "assistant" ? turnIdOf(message) : null;
+  const usage = usageOf(message);
+  const model = modelOf(message);
+  return (
+    <article
+      className={`message ${message.role}`}
+      data-testid={`message-${message.role}`}
+      data-turn-id={turnId ?? ""}
+      aria-label={message.role === "user" ? "You" : "popagent"}
+    >
+      <div className="message-body">
+        <MessageParts message={message} streaming={props.streaming} />
+      </div>
+      {message.role === "assistant" && !props.streaming && (turnId || usage || model) ? (
+        <footer className="message-foot muted">
+          {model ? <span>{model}</span> : null}
+          {usage ? (
+            <span>
+              {formatTokens(usage.input)} in · {formatTokens(usage.output)} out
+            </span>
+          ) : null}
+          {turnId ? <TurnHooks sessionId={props.sessionId} turnId={turnId} /> : null}
+        </footer>
+      ) : null}
+    </article>
+  );
+}
+
+/** The hook runs of one turn, fetched when opened. */
+function TurnHooks(props: { sessionId: string; turnId: string }) {
+  const [runs, setRuns] = useState<HookRunOut[] | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  const [open, setOpen] = useState(false);
+  useEffect(() => {
+    if (!open) return;
+    let live = true;
+    api.hooks(props.sessionId).then(
+      (answer) => live && setRuns(answer.runs.filter((run) => run.turnId === props.turnId)),
+      (caught: unknown) => live && setError(messageOf(caught)),
+    );
+    return () => {
+      live = false;
+    };
+  }, [open, props.sessionId, props.turnId]);
+  return (
+    <details className="turn-hooks" data-testid="turn-hooks" onToggle={(event) => setOpen(event.currentTarget.open)}>
+      <summary>Hooks</summary>
+      {error ? <p className="error-text">{error}</p> : null}
+      {runs === null && !error ? <p className="muted">Loading…</p> : null}
+      {runs && runs.length === 0 ? <p className="muted">No hook ran in this turn.</p> : null}
+      {runs && runs.length ? <HookRuns runs={runs} /> : null}
+    </details>
+  );
+}

@@ -1,0 +1,266 @@
+// Forms built from the gateway's own body schemas (fields.gen.json, generated from the
+// OpenAPI document): labels, input kinds, bounds and descriptions come from the contract.
+// Browser validation is off (`noValidate`): the server's 422 answer is what the user sees,
+// beside the field it names.
+import { useId, useState, type FormEvent, type ReactNode } from "react";
+import fieldsJson from "../api/fields.gen.json";
+import { ApiError } from "../api/client";
+import { messageOf } from "./useLoad";
+
+export type FieldSpec = {
+  type: string;
+  enum?: string[];
+  minimum?: number;
+  maximum?: number;
+  minLength?: number;
+  maxLength?: number;
+  description?: string;
+  nullable?: boolean;
+  default?: unknown;
+};
+
+export const FORM_FIELDS = fieldsJson as Record<string, Record<string, FieldSpec> | undefined>;
+
+export function fieldsOf(form: string): Record<string, FieldSpec> {
+  return FORM_FIELDS[form] ?? {};
+}
+
+export function humanize(name: string): string {
+  const words = name.replace(/([a-z0-9])([A-Z])/g, "$1 $2").replace(/Ms$/, " (ms)").toLowerCase();
+  return words.charAt(0).toUpperCase() + words.slice(1);
+}
+
+export function hintOf(spec: FieldSpec): string {
+  const parts: string[] = [];
+  if (spec.minimum !== undefined && spec.maximum !== undefined) parts.push(`${spec.minimum} – ${spec.maximum}`);
+  else if (spec.minimum !== undefined) parts.push(`at least ${spec.minimum}`);
+  else if (spec.maximum !== undefined) parts.push(`at most ${spec.maximum}`);
+  if (spec.maxLength !== undefined && spec.type === "string" && !spec.enum) parts.push(`up to ${spec.maxLength} characters`);
+  if (spec.description) parts.push(spec.description);
+  return parts.join(" · ");
+}
+
+/** What an input holds, turned into the JSON the API expects; a value that is not a number is sent as typed, for the server to refuse. */
+export function toJson(spec: FieldSpec, raw: unknown): unknown {
+  if (spec.nullable && raw === "") return null;
+  if ((spec.type === "integer" || spec.type === "number") && typeof raw === "string") {
+    const trimmed = raw.trim();
+    return trimmed !== "" && Number.isFinite(Number(trimmed)) ? Number(trimmed) : raw;
+  }
+  return raw;
+}
+
+export type FieldInputProps = {
+  id: string;
+  name: string;
+  spec: FieldSpec;
+  value: unknown;
+  onChange: (value: unknown) => void;
+  describedBy: string;
+  invalid: boolean;
+};
+
+export function FieldInput(props: FieldInputProps) {
+  const { spec } = props;
+  const common = {
+    id: props.id,
+    name: props.name,
+    "aria-describedby": props.describedBy,
+    "aria-invalid": props.invalid || undefined,
+  };
+  if (spec.type === "boolean") {
+    return <input type="checkbox" {...common} checked={props.value === true} onChange={(event) => props.onChange(event.target.checked)} />;
+  }
+  if (spec.enum) {
+    return (
+      <select {...common} value={String(props.value ?? "")} onChange={(event) => props.onChange(event.target.value)}>
+        {spec.enum.map((option) => (
+          <option key={option} value={option}>
+            {option}
+          </option>
+        ))}
+      </select>
+    );
+  }
+  if (spec.type === "integer" || spec.type === "number") {
+    return (
+      <input
+        type="number"
+        inputMode={spec.type === "integer" ? "numeric" : "decimal"}
+        step={spec.type === "integer" ? 1 : "any"}
+        {...common}
+        value={String(props.value ?? "")}
+        onChange={(event) => props.onChange(event.target.value)}
+      />
+    );
+  }
+  if ((spec.maxLength ?? 0) >= 2000) {
+    return <textarea rows={4} {...common} value={String(props.value ?? "")} onChange={(event) => props.onChange(event.target.value)} />;
+  }
+  return <input type="text" {...common} value={String(props.value ?? "")} onChange={(event) => props.onChange(event.target.value)} />;
+}
+
+/** A labelled field with its hint and the server's message for it. */
+export function Field(props: {
+  formId: string;
+  name: string;
+  spec: FieldSpec;
+  label?: string;
+  error?: string | undefined;
+  children?: (input: FieldInputProps) => ReactNode;
+  value: unknown;
+  onChange: (value: unknown) => void;
+}) {
+  const id = `${props.formId}-${props.name}`;
+  const hint = hintOf(props.spec);
+  const describedBy = [hint ? `${id}-hint` : "", props.error ? `${id}-error` : ""].filter(Boolean).join(" ");
+  const input: FieldInputProps = {
+    id,
+    name: props.name,
+    spec: props.spec,
+    value: props.value,
+    onChange: props.onChange,
+    describedBy,
+    invalid: !!props.error,
+  };
+  const checkbox = props.spec.type === "boolean" && !props.children;
+  return (
+    <div className={`field${checkbox ? " checkbox" : ""}${props.error ? " has-error" : ""}`} data-field={props.name}>
+      <label htmlFor={id} className="field-label">
+        {props.label ?? humanize(props.name)}
+      </label>
+      {props.children ? props.children(input) : <FieldInput {...input} />}
+      {hint ? (
+        <span id={`${id}-hint`} className="field-hint">
+          {hint}
+        </span>
+      ) : null}
+      {props.error ? (
+        <span id={`${id}-error`} className="field-error" role="alert" data-testid="field-error">
+          {props.error}
+        </span>
+      ) : null}
+    </div>
+  );
+}
+
+export type SubmitState = { kind: "idle" } | { kind: "saving" } | { kind: "saved" } | { kind: "failed"; reason: string };
+
+/** Runs a save, keeping the server's per-field messages and its reason. */
+export function useSubmit() {
+  const [state, setState] = useState<SubmitState>({ kind: "idle" });
+  const [errors, setErrors] = useState<Record<string, string>>({});
+  const run = async <T,>(save: () => Promise<T>): Promise<T | undefined> => {
+    setState({ kind: "saving" });
+    setErrors({});
+    try {
+      const result = await save();
+      setState({ kind: "saved" });
+      return result;
+    } catch (error) {
+      if (error instanceof ApiError) {
+        setErrors(error.fields);
+        setState({ kind: "failed", reason: error.message });
+      } else {
+        setState({ kind: "failed", reason: messageOf(error) });
+      }
+      return undefined;
+    }
+  };
+  return { state, errors, run, setState, setErrors };
+}
+
+export function SubmitStatus({ state, unshown }: { state: SubmitState; unshown?: string[] }) {
+  return (
+    <span className="submit-status" aria-live="polite" data-testid="submit-status" data-state={state.kind}>
+      {state.kind === "saving" ? "Saving…" : null}
+      {state.kind === "saved" ? "Saved." : null}
+      {state.kind === "failed" ? (
+        <span className="error-text">
+          Not saved: {state.reason}
+          {unshown?.length ? ` (${unshown.join("; ")})` : ""}
+        </span>
+      ) : null}
+    </span>
+  );
+}
+
+/** A settings object's form: shows every writable field of `form` (a PATCH schema) and sends only the changed ones. */
+export function PatchForm<Out extends object>(props: {
+  form: string;
+  title: string;
+  description?: string;
+  value: Out;
+  onSave: (patch: Record<string, unknown>) => Promise<Out>;
+  onSaved?: (value: Out) => void;
+  custom?: Record<string, (input: FieldInputProps) => ReactNode>;
+  labels?: Record<string, string>;
+  exclude?: string[];
+}) {
+  const formId = useId().replace(/:/g, "");
+  const specs = Object.entries(fieldsOf(props.form)).filter(([name]) => !props.exclude?.includes(name));
+  const [value, setValue] = useState(props.value);
+  const [draft, setDraft] = useState<Record<string, unknown>>({});
+  const submit = useSubmit();
+  const current = value as Record<string, unknown>;
+  const shown = (name: string) => (name in draft ? draft[name] : current[name]);
+  const changed = specs.filter(
+    ([name, spec]) => name in draft && JSON.stringify(toJson(spec, draft[name])) !== JSON.stringify(current[name]),
+  );
+
+  const onSubmit = async (event: FormEvent) => {
+    event.preventDefault();
+    if (!changed.length) {
+      submit.setState({ kind: "idle" });
+      return;
+    }
+    const patch = Object.fromEntries(changed.map(([name, spec]) => [name, toJson(spec, draft[name])]));
+    const saved = await submit.run(() => props.onSave(patch));
+    if (saved !== undefined) {
+      setValue(saved);
+      setDraft({});
+      props.onSaved?.(saved);
+    }
+  };
+
+  const unshown = Object.entries(submit.errors)
+    .filter(([name]) => !specs.some(([field]) => field === name))
+    .map(([name, message]) => (name ? `${name}: ${message}` : message));
+
+  return (
+    <form className="settings-form" noValidate onSubmit={(event) => void onSubmit(event)} aria-labelledby={`${formId}-title`} data-form={props.form}>
+      <div className="form-head">
+        <h2 id={`${formId}-title`}>{props.title}</h2>
+        {props.description ? <p className="muted">{props.description}</p> : null}
+      </div>
+      <div className="form-grid">
+        {specs.map(([name, spec]) => {
+          const render = props.custom?.[name];
+          return (
+            <Field
+              key={name}
+              formId={formId}
+              name={name}
+              spec={spec}
+              label={props.labels?.[name]}
+              error={submit.errors[name]}
+              value={shown(name)}
+              onChange={(next) => setDraft((old) => ({ ...old, [name]: next }))}
+            >
+              {render}
+            </Field>
+          );
+        })}
+      </div>
+      <div className="form-actions">
+        <button type="submit" className="primary" disabled={submit.state.kind === "saving"}>
+          Save
+        </button>
+        <button type="button" className="ghost" disabled={!Object.keys(draft).length} onClick={() => { setDraft({}); submit.setState({ kind: "idle" }); submit.setErrors({}); }}>
+          Discard changes
+        </button>
+        <SubmitStatus state={submit.state} unshown={unshown} />
+      </div>
+    </form>
+  );
+}

@@ -1,0 +1,206 @@
+import type { ReactNode } from "react";
+import { api } from "../api/client";
+import type {
+  AgentOut,
+  AgentPatch,
+  AgentRuntimeSettingsPatch,
+  AutonomySettingsPatch,
+  BrowserSettingsPatch,
+  MemorySettingsPatch,
+  ModelsOut,
+} from "../api/types";
+import { FORM_FIELDS, PatchForm, type FieldInputProps } from "../common/forms";
+import { useLoad } from "../common/useLoad";
+import { href } from "../route";
+
+type Section = { id: string; label: string; form: string; render: (models: ModelsOut | undefined) => ReactNode };
+
+/** A model select filled from /api/models; `inherit` adds an empty choice meaning "no override". */
+export function modelSelect(models: ModelsOut | undefined, inherit?: string) {
+  return function ModelSelect(input: FieldInputProps) {
+    const current = typeof input.value === "string" ? input.value : "";
+    const catalog = models?.models ?? [];
+    const options = current && !catalog.includes(current) ? [current, ...catalog] : catalog;
+    return (
+      <select
+        id={input.id}
+        name={input.name}
+        aria-describedby={input.describedBy}
+        aria-invalid={input.invalid || undefined}
+        value={current}
+        onChange={(event) => input.onChange(event.target.value)}
+      >
+        {inherit !== undefined ? <option value="">{inherit}</option> : null}
+        {options.map((model) => (
+          <option key={model} value={model}>
+            {model}
+            {models?.contextWindows[model] ? ` (${Math.round((models.contextWindows[model] ?? 0) / 1000)}K)` : ""}
+          </option>
+        ))}
+      </select>
+    );
+  };
+}
+
+function Loading<T>({ load, children }: { load: () => Promise<T>; children: (value: T) => ReactNode }) {
+  const loaded = useLoad(load, []);
+  if (loaded.error) return <p role="alert" className="error-text">Could not load: {loaded.error.message}</p>;
+  if (!loaded.data) return <p className="muted">Loading…</p>;
+  return <>{children(loaded.data)}</>;
+}
+
+function toolsInput(known: string[]) {
+  return function Tools(input: FieldInputProps) {
+    const selected = Array.isArray(input.value) ? (input.value as string[]) : [];
+    const all = [...new Set([...known, ...selected])];
+    return (
+      <div id={input.id} role="group" aria-describedby={input.describedBy} className="checkbox-group">
+        {all.map((tool) => (
+          <label key={tool} className="checkbox-option">
+            <input
+              type="checkbox"
+              checked={selected.includes(tool)}
+              onChange={(event) =>
+                input.onChange(event.target.checked ? [...selected, tool] : selected.filter((name) => name !== tool))
+              }
+            />
+            <code>{tool}</code>
+          </label>
+        ))}
+      </div>
+    );
+  };
+}
+
+function Agents({ models }: { models: ModelsOut | undefined }) {
+  return (
+    <Loading load={api.agents}>
+      {(list) => (
+        <div className="stack">
+          <p className="muted">
+            The supervisor and its specialists. Edits apply on the next run. Delegation eligibility and the description decide whom the
+            supervisor delegates to.
+          </p>
+          {list.agents.map((agent: AgentOut) => (
+            <details key={agent.id} className="card" data-agent-id={agent.id}>
+              <summary>
+                <strong>{agent.displayName}</strong> <span className="muted">({agent.id})</span>
+                {agent.model ? <span className="badge pending">{agent.model}</span> : null}
+              </summary>
+              <PatchForm
+                form="AgentPatch"
+                title={`${agent.displayName} profile`}
+                value={agent}
+                onSave={(patch) => api.patchAgent(agent.id, patch as AgentPatch)}
+                labels={{ model: "Model override", sourceUrl: "Source URL" }}
+                custom={{ tools: toolsInput(list.knownTools), model: modelSelect(models, "inherit the chat's model") }}
+              />
+            </details>
+          ))}
+        </div>
+      )}
+    </Loading>
+  );
+}
+
+const SECTIONS: Section[] = [
+  { id: "agents", label: "Agents", form: "AgentPatch", render: (models) => <Agents models={models} /> },
+  {
+    id: "agent-runtime",
+    label: "Agent runtime",
+    form: "AgentRuntimeSettingsPatch",
+    render: (models) => (
+      <Loading load={api.agentRuntime}>
+        {(value) => (
+          <PatchForm
+            form="AgentRuntimeSettingsPatch"
+            title="Agent runtime"
+            description="Default model, step ceilings, tool-call and retry limits, delegation bounds and background-task timing. Applies on the next turn."
+            value={value}
+            onSave={(patch) => api.patchAgentRuntime(patch as AgentRuntimeSettingsPatch)}
+            custom={{ defaultModel: modelSelect(models) }}
+          />
+        )}
+      </Loading>
+    ),
+  },
+  {
+    id: "memory",
+    label: "Memory",
+    form: "MemorySettingsPatch",
+    render: () => (
+      <Loading load={api.memory}>
+        {(value) => (
+          <PatchForm
+            form="MemorySettingsPatch"
+            title="Observational memory"
+            description="When old messages are compacted into observations, how much raw history stays, and what the Observer and Reflector are told. Applies on the next turn."
+            value={value}
+            onSave={(patch) => api.patchMemory(patch as MemorySettingsPatch)}
+          />
+        )}
+      </Loading>
+    ),
+  },
+  {
+    id: "autonomy",
+    label: "Autonomy",
+    form: "AutonomySettingsPatch",
+    render: () => (
+      <Loading load={api.autonomy}>
+        {(value) => (
+          <PatchForm
+            form="AutonomySettingsPatch"
+            title="Autonomy"
+            description="Evolution, skill creation and contained self-update. A disabled policy wins before any learned change."
+            value={value}
+            onSave={(patch) => api.patchAutonomy(patch as AutonomySettingsPatch)}
+          />
+        )}
+      </Loading>
+    ),
+  },
+  {
+    id: "browser",
+    label: "Browser",
+    form: "BrowserSettingsPatch",
+    render: () => (
+      <Loading load={api.browser}>
+        {(value) => (
+          <PatchForm
+            form="BrowserSettingsPatch"
+            title="Browser"
+            description="The global browser capability. Applies at once, without a restart."
+            value={value}
+            onSave={(patch) => api.patchBrowser(patch as BrowserSettingsPatch)}
+          />
+        )}
+      </Loading>
+    ),
+  },
+];
+
+export function SettingsPage(props: { section: string | null; models: ModelsOut | undefined }) {
+  // A section whose body the gateway does not describe is not offered.
+  const sections = SECTIONS.filter((section) => FORM_FIELDS[section.form]);
+  const current = sections.find((section) => section.id === props.section) ?? sections[0];
+  return (
+    <div className="page settings-page">
+      <h1>Settings</h1>
+      <nav className="tabs" aria-label="Settings sections">
+        {sections.map((section) => (
+          <a
+            key={section.id}
+            href={href({ page: "settings", section: section.id })}
+            aria-current={section === current ? "page" : undefined}
+          >
+            {section.label}
+          </a>
+        ))}
+      </nav>
+      <section className="settings-section" aria-label={current?.label}>
+        {current ? <div key={current.id}>{current.render(props.models)}</div> : null}
+      </section>
+    </div>
+  );
+}

@@ -1,0 +1,373 @@
+import { useEffect, useId, useState, type FormEvent } from "react";
+import { api } from "../api/client";
+import type { CreateScheduleBody, CreateTaskBody, ModelsOut, ScheduleOut, TaskOut, UpdateScheduleBody, WorkspaceOut } from "../api/types";
+import { useConfirm } from "../common/confirm";
+import { Field, PatchForm, fieldsOf, useSubmit, SubmitStatus, type FieldInputProps } from "../common/forms";
+import { messageOf, useLoad } from "../common/useLoad";
+import { modelSelect } from "../settings/SettingsPage";
+import { CreateForm } from "./CreateForm";
+
+const ACTIVE = new Set(["queued", "running", "cancelling"]);
+const RESOLVABLE = new Set(["failed", "cancelled", "dead-letter"]);
+const TERMINAL = new Set(["completed", "failed", "cancelled", "dead-letter"]);
+const TONE: Record<string, string> = {
+  queued: "pending",
+  running: "pending",
+  cancelling: "warn",
+  completed: "ok",
+  failed: "bad",
+  cancelled: "warn",
+  "dead-letter": "bad",
+};
+const POLL_MS = 5000;
+
+function stamp(iso: string | null): string {
+  if (!iso) return "—";
+  const date = new Date(iso);
+  return Number.isNaN(date.getTime()) ? iso : date.toLocaleString();
+}
+
+function workspaceSelect(workspaces: WorkspaceOut[]) {
+  return function WorkspaceSelect(input: FieldInputProps) {
+    return (
+      <select
+        id={input.id}
+        name={input.name}
+        aria-describedby={input.describedBy}
+        aria-invalid={input.invalid || undefined}
+        value={String(input.value ?? "")}
+        onChange={(event) => input.onChange(event.target.value)}
+      >
+        {workspaces.map((workspace) => (
+          <option key={workspace.id} value={workspace.id}>
+            {workspace.name}
+          </option>
+        ))}
+      </select>
+    );
+  };
+}
+
+export function TasksPage(props: { models: ModelsOut | undefined; workspaces: WorkspaceOut[] }) {
+  const tasks = useLoad(() => api.tasks(), []);
+  const schedules = useLoad(() => api.schedules(), []);
+  const [dialog, confirm] = useConfirm();
+  const [actionError, setActionError] = useState<string | null>(null);
+
+  useEffect(() => {
+    const timer = window.setInterval(() => {
+      if (document.visibilityState === "visible") {
+        void tasks.reload();
+        void schedules.reload();
+      }
+    }, POLL_MS);
+    return () => window.clearInterval(timer);
+  }, [tasks.reload, schedules.reload]);
+
+  const defaultWorkspace = props.workspaces.find((workspace) => workspace.isDefault)?.id ?? props.workspaces[0]?.id ?? "";
+  const custom = {
+    workspaceId: workspaceSelect(props.workspaces),
+    model: modelSelect(props.models, "the default model"),
+  };
+
+  const act = async (what: string, run: () => Promise<unknown>) => {
+    setActionError(null);
+    try {
+      await run();
+    } catch (error) {
+      setActionError(`Could not ${what}: ${messageOf(error)}`);
+    }
+    await Promise.all([tasks.reload(), schedules.reload()]);
+  };
+
+  return (
+    <div className="page tasks-page">
+      <h1>Tasks and schedules</h1>
+      {actionError ? (
+        <p role="alert" className="banner bad">
+          {actionError}
+        </p>
+      ) : null}
+      <section aria-labelledby="tasks-heading" className="stack">
+        <div className="section-head">
+          <h2 id="tasks-heading">Background tasks</h2>
+          <button type="button" className="ghost small" onClick={() => void tasks.reload()}>
+            Refresh
+          </button>
+        </div>
+        <details className="card">
+          <summary>New task</summary>
+          {props.workspaces.length ? (
+            <CreateForm
+              key={defaultWorkspace}
+              form="CreateTaskBody"
+              title="Queue a background task"
+              submitLabel="Queue task"
+              defaults={{ workspaceId: defaultWorkspace }}
+              order={["prompt", "workspaceId", "model", "maxAttempts"]}
+              exclude={["sessionId"]}
+              custom={custom}
+              onCreate={async (body) => {
+                const task = await api.createTask(body as CreateTaskBody);
+                await tasks.reload();
+                return task;
+              }}
+            />
+          ) : (
+            <p className="muted">Loading workspaces…</p>
+          )}
+        </details>
+        {tasks.error ? <p role="alert" className="error-text">Could not load tasks: {tasks.error.message}</p> : null}
+        <ul className="task-list" data-testid="task-list">
+          {tasks.data?.tasks.length === 0 ? <li className="muted">No background tasks yet.</li> : null}
+          {tasks.data?.tasks.map((task) => (
+            <TaskItem
+              key={task.id}
+              task={task}
+              onCancel={() => void act("cancel the task", () => api.cancelTask(task.id))}
+              onResolved={() => void tasks.reload()}
+              onDelete={async () => {
+                if (
+                  await confirm({
+                    title: "Delete this task record?",
+                    message: <p>The record is removed. This never cancels work or rolls anything back.</p>,
+                    confirmLabel: "Delete",
+                    danger: true,
+                  })
+                ) {
+                  await act("delete the task", () => api.deleteTask(task.id));
+                }
+              }}
+            />
+          ))}
+        </ul>
+      </section>
+
+      <section aria-labelledby="schedules-heading" className="stack">
+        <div className="section-head">
+          <h2 id="schedules-heading">Schedules</h2>
+          <button type="button" className="ghost small" onClick={() => void schedules.reload()}>
+            Refresh
+          </button>
+        </div>
+        <details className="card">
+          <summary>New schedule</summary>
+          {props.workspaces.length ? (
+            <CreateForm
+              key={defaultWorkspace}
+              form="CreateScheduleBody"
+              title="Create a schedule"
+              submitLabel="Create schedule"
+              defaults={{ workspaceId: defaultWorkspace }}
+              order={["name", "cron", "prompt", "workspaceId", "model", "enabled", "maxAttempts"]}
+              exclude={["sessionId"]}
+              custom={custom}
+              onCreate={async (body) => {
+                const schedule = await api.createSchedule(body as CreateScheduleBody);
+                await schedules.reload();
+                return schedule;
+              }}
+            />
+          ) : (
+            <p className="muted">Loading workspaces…</p>
+          )}
+        </details>
+        {schedules.error ? <p role="alert" className="error-text">Could not load schedules: {schedules.error.message}</p> : null}
+        <ul className="task-list" data-testid="schedule-list">
+          {schedules.data?.schedules.length === 0 ? <li className="muted">No schedules yet.</li> : null}
+          {schedules.data?.schedules.map((schedule) => (
+            <ScheduleItem
+              key={`${schedule.id}-${schedule.updatedAt}`}
+              schedule={schedule}
+              models={props.models}
+              onSaved={() => void schedules.reload()}
+              onToggle={() => void act("change the schedule", () => api.patchSchedule(schedule.id, { enabled: !schedule.enabled }))}
+              onDelete={async () => {
+                if (
+                  await confirm({
+                    title: "Delete this schedule?",
+                    message: <p>“{schedule.name}” stops creating tasks. Tasks it already created stay.</p>,
+                    confirmLabel: "Delete",
+                    danger: true,
+                  })
+                ) {
+                  await act("delete the schedule", () => api.deleteSchedule(schedule.id));
+                }
+              }}
+            />
+          ))}
+        </ul>
+      </section>
+      {dialog}
+    </div>
+  );
+}
+
+function TaskItem(props: { task: TaskOut; onCancel: () => void; onResolved: () => void; onDelete: () => void }) {
+  const { task } = props;
+  const [resolving, setResolving] = useState(false);
+  return (
+    <li className="card task" data-testid="task-item" data-task-id={task.id} data-status={task.status}>
+      <div className="task-head">
+        <span className={`badge ${TONE[task.status] ?? "pending"}`}>{task.status}</span>
+        <span className="task-prompt">{task.prompt.length > 160 ? `${task.prompt.slice(0, 159)}…` : task.prompt}</span>
+      </div>
+      <div className="task-meta muted">
+        <span>{task.workspaceId}</span>
+        <span>{task.model || "default model"}</span>
+        <span>
+          attempt {task.attemptCount}/{task.maxAttempts}
+        </span>
+        <span>{task.source}</span>
+        {task.scheduleId ? <span>from a schedule</span> : null}
+        <span>created {stamp(task.createdAt)}</span>
+        {task.nextAttemptAt ? <span>next attempt {stamp(task.nextAttemptAt)}</span> : null}
+      </div>
+      {task.lastError ? (
+        <p className="error-text small-text">
+          {task.lastErrorClass ? `${task.lastErrorClass}: ` : ""}
+          {task.lastError}
+        </p>
+      ) : null}
+      {task.outcome ? <p className="small-text">{task.outcome}</p> : null}
+      {task.resolution ? <p className="small-text">Resolved: {task.resolution}</p> : null}
+      {task.progress.length ? (
+        <details>
+          <summary>Progress ({task.progress.length})</summary>
+          <ol className="progress">
+            {task.progress.map((step, index) => (
+              <li key={index}>
+                <span className="muted">#{step.attempt} {step.kind}</span> {step.message}
+              </li>
+            ))}
+          </ol>
+        </details>
+      ) : null}
+      <div className="task-actions">
+        {ACTIVE.has(task.status) && task.status !== "cancelling" ? (
+          <button type="button" className="small" onClick={props.onCancel}>
+            Cancel
+          </button>
+        ) : null}
+        {RESOLVABLE.has(task.status) ? (
+          <button type="button" className="small" aria-expanded={resolving} onClick={() => setResolving((open) => !open)}>
+            Resolve…
+          </button>
+        ) : null}
+        {TERMINAL.has(task.status) ? (
+          <button type="button" className="small danger" onClick={props.onDelete}>
+            Delete
+          </button>
+        ) : null}
+      </div>
+      {resolving ? (
+        <ResolveForm
+          taskId={task.id}
+          onDone={() => {
+            setResolving(false);
+            props.onResolved();
+          }}
+        />
+      ) : null}
+    </li>
+  );
+}
+
+function ResolveForm(props: { taskId: string; onDone: () => void }) {
+  const formId = useId().replace(/:/g, "");
+  const [evidence, setEvidence] = useState("");
+  const submit = useSubmit();
+  const spec = fieldsOf("ResolveTaskBody").evidence ?? { type: "string" };
+  const onSubmit = async (event: FormEvent) => {
+    event.preventDefault();
+    const done = await submit.run(() => api.resolveTask(props.taskId, { evidence }));
+    if (done !== undefined) props.onDone();
+  };
+  return (
+    <form className="resolve-form" noValidate onSubmit={(event) => void onSubmit(event)}>
+      <Field
+        formId={formId}
+        name="evidence"
+        spec={{ ...spec, maxLength: Math.max(spec.maxLength ?? 0, 2000) }}
+        label="Evidence (what fixed it)"
+        error={submit.errors.evidence}
+        value={evidence}
+        onChange={(value) => setEvidence(String(value))}
+      />
+      <div className="form-actions">
+        <button type="submit" className="primary small">
+          Mark completed
+        </button>
+        <SubmitStatus state={submit.state} />
+      </div>
+    </form>
+  );
+}
+
+function ScheduleItem(props: {
+  schedule: ScheduleOut;
+  models: ModelsOut | undefined;
+  onSaved: () => void;
+  onToggle: () => void;
+  onDelete: () => void;
+}) {
+  const { schedule } = props;
+  const [editing, setEditing] = useState(false);
+  const user = schedule.source === "user";
+  return (
+    <li className="card task" data-testid="schedule-item" data-schedule-id={schedule.id}>
+      <div className="task-head">
+        <span className={`badge ${schedule.enabled ? "ok" : "warn"}`}>{schedule.enabled ? "enabled" : "disabled"}</span>
+        <strong>{schedule.name}</strong>
+        <code>{schedule.cron}</code>
+        <span className="muted">({schedule.timezone})</span>
+      </div>
+      <div className="task-meta muted">
+        <span>{schedule.workspaceId}</span>
+        <span>{schedule.model || "default model"}</span>
+        <span>{schedule.source}</span>
+        <span>last run {stamp(schedule.lastTick)}</span>
+      </div>
+      <div className="next-runs" data-testid="next-runs">
+        <span className="muted">Next runs (server time):</span>
+        {schedule.nextRuns.length ? (
+          <ol>
+            {schedule.nextRuns.slice(0, 5).map((run) => (
+              <li key={run}>
+                <time dateTime={run}>{stamp(run)}</time>
+              </li>
+            ))}
+          </ol>
+        ) : (
+          <span className="muted"> none</span>
+        )}
+      </div>
+      {user ? (
+        <div className="task-actions">
+          <button type="button" className="small" onClick={props.onToggle}>
+            {schedule.enabled ? "Disable" : "Enable"}
+          </button>
+          <button type="button" className="small" aria-expanded={editing} onClick={() => setEditing((open) => !open)}>
+            Edit…
+          </button>
+          <button type="button" className="small danger" onClick={props.onDelete}>
+            Delete
+          </button>
+        </div>
+      ) : (
+        <p className="muted small-text">A system schedule: managed by the autonomy settings.</p>
+      )}
+      {editing ? (
+        <PatchForm
+          form="UpdateScheduleBody"
+          title={`Edit ${schedule.name}`}
+          value={schedule}
+          exclude={["sessionId"]}
+          custom={{ model: modelSelect(props.models, "the default model") }}
+          onSave={(patch) => api.patchSchedule(schedule.id, patch as UpdateScheduleBody)}
+          onSaved={props.onSaved}
+        />
+      ) : null}
+    </li>
+  );
+}
