@@ -49,6 +49,13 @@ async def test_missing_or_wrong_keys_are_refused_before_anything_runs(
         assert "x" not in {agent["displayName"] for agent in agents}
 
 
+async def test_the_key_is_checked_before_the_body_is_parsed(api_stack: ApiStack) -> None:
+    async with httpx.AsyncClient(base_url=api_stack.url) as client:
+        for body in (b"{not json", b"\xff\xfe", b"[1, 2]"):
+            response = await client.put("/api/sessions/s1", content=body, headers={"content-type": "application/json"})
+            assert response.status_code == 401, (body, response.text)
+
+
 def test_the_inventory_above_covers_every_route_of_these_resources() -> None:
     from popagent_gateway.openapi import document
 
