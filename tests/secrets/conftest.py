@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
-from secrets_support import new_key, secrets_stub
+from secrets_support import new_key, outbox_drained, secrets_stub
 
 from popagent.secrets.v1 import secrets_pb2_grpc
 from popagent_core.embedded import free_port
@@ -67,3 +67,4 @@ async def secrets_service(
     settings = service_settings(secrets_dsn, nats_url, callers_json, new_key())
     async with build(settings):
         yield SecretsUnderTest(settings.grpc_address, secrets_dsn, settings, tokens)
+        await outbox_drained(secrets_dsn)

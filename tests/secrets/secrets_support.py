@@ -12,6 +12,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Protocol
 
+import asyncpg
+
 from popagent.secrets.v1 import secrets_pb2, secrets_pb2_grpc
 from popagent_core.grpc_client import check_health, open_channel
 
@@ -78,3 +80,24 @@ async def running_process(env: dict[str, str], stderr_path: Path) -> AsyncIterat
             except TimeoutError:
                 process.kill()
                 await process.wait()
+
+
+async def outbox_drained(dsn: str) -> None:
+    """Wait until the relay has published every pending event of the secrets schema.
+
+    Stopping an in-process service right after a write can hang on Python 3.11: the
+    kernel's OutboxRelay waits with `asyncio.wait_for(wake.wait(), …)`, which swallows a
+    cancellation landing together with the NOTIFY wake-up (CPython gh-86296), so its task
+    never ends. Stopping with nothing left to relay keeps the two apart.
+    """
+    conn = await asyncpg.connect(dsn)
+    try:
+        for _ in range(500):  # at most ~10 s
+            pending = await conn.fetchval("SELECT count(*) FROM secrets.popagent_outbox WHERE published_at IS NULL")
+            if not pending:
+                break
+            await asyncio.sleep(0.02)
+        # Let the relay get back to waiting after the batch it just published.
+        await asyncio.sleep(0.1)
+    finally:
+        await conn.close()

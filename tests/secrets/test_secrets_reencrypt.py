@@ -12,7 +12,7 @@ import sys
 
 import asyncpg
 import grpc
-from secrets_support import process_env, secrets_stub
+from secrets_support import outbox_drained, process_env, secrets_stub
 
 from popagent.secrets.v1 import secrets_pb2
 from popagent_core.auth import generate_credentials
@@ -128,6 +128,7 @@ async def test_reencrypt_moves_every_row_to_the_current_key_while_serving(
         finally:
             stop.set()
             await traffic
+        await outbox_drained(dsn)
 
     assert failures == []
     assert len(served) > 0
