@@ -24,6 +24,8 @@ def make_settings(**overrides: object) -> Settings:
         "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
         "OBSERVABILITY_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
         "POPAGENT_API_KEY": API_KEY,
+        # Routes these tests add after create_app must not be shadowed by a built UI at /.
+        "POPAGENT_UI_DIR": "/nonexistent/popagent-ui",
     }
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]
@@ -156,3 +158,26 @@ def test_without_a_built_ui_the_root_is_not_found_and_the_api_still_works(tmp_pa
     with TestClient(app) as client:
         assert client.get("/").status_code == 404
         assert client.get("/api/health").status_code == 401
+
+
+def test_a_keyless_request_with_a_malformed_body_is_401_not_422() -> None:
+    app = create_app(make_settings())
+    with TestClient(app) as client:
+        response = client.put("/api/sessions/s1", content=b"{not json", headers={"content-type": "application/json"})
+    assert response.status_code == 401
+    assert response.json() == {"error": "missing or wrong x-popagent-key"}
+
+
+def test_framework_refusals_use_the_api_error_shape() -> None:
+    app = create_app(make_settings())
+    with TestClient(app) as client:
+        missing = client.get("/api/no-such-route", headers={"x-popagent-key": API_KEY})
+        not_json = client.put(
+            "/api/sessions/s1",
+            content=b"\xff\xfe",
+            headers={"x-popagent-key": API_KEY, "content-type": "application/json"},
+        )
+    assert missing.status_code == 404
+    assert missing.json() == {"error": "Not Found"}
+    assert not_json.status_code in (400, 422)
+    assert "error" in not_json.json() and "detail" not in not_json.json()

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Depends, FastAPI
 
 from popagent_core.grpc_client import open_channel
-from popagent_gateway.bounded import BoundedBodyMiddleware
+from popagent_gateway.bounded import ApiKeyMiddleware, BoundedBodyMiddleware
 from popagent_gateway.deps import require_api_key
 from popagent_gateway.errors import install_error_handlers
 from popagent_gateway.routes import (
@@ -44,7 +44,9 @@ def create_app(settings: Settings) -> FastAPI:
     app = FastAPI(title="popagent", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings
     install_error_handlers(app)
+    # Added last = outermost: the key is checked before the body is read at all.
     app.add_middleware(BoundedBodyMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(ApiKeyMiddleware, api_key=settings.api_key)
 
     api = APIRouter(prefix="/api", dependencies=[Depends(require_api_key)])
     for module in (

@@ -1,9 +1,45 @@
-"""Body-size bound for every request, enforced while reading (413 before the app sees it)."""
+"""ASGI guards in front of the app: the API key on /api, and the body-size bound enforced
+while reading (413 before the app sees it)."""
 
 from __future__ import annotations
 
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from popagent_gateway.deps import API_KEY_HEADER, UNAUTHENTICATED_MESSAGE, api_key_matches
+
+
+async def send_json(send: Send, status: int, payload: dict[str, object]) -> None:
+    body = orjson.dumps(payload)
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+API_KEY_HEADER_BYTES = API_KEY_HEADER.encode()
+
+
+class ApiKeyMiddleware:
+    """Refuses /api requests without the key before routing and body parsing, so a
+    keyless request with a malformed body is a 401, never a 422 that reveals the schema.
+    The per-route dependency stays as the inventory-checked second line."""
+
+    def __init__(self, app: ASGIApp, api_key: str) -> None:
+        self.app = app
+        self.api_key = api_key
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self.api_key and scope["path"].startswith("/api"):
+            supplied = next((v for k, v in scope.get("headers", ()) if k == API_KEY_HEADER_BYTES), b"")
+            if not api_key_matches(self.api_key, supplied.decode("latin-1")):
+                await send_json(send, 401, {"error": UNAUTHENTICATED_MESSAGE})
+                return
+        await self.app(scope, receive, send)
 
 
 class BodyTooLarge(Exception):
@@ -50,12 +86,4 @@ class BoundedBodyMiddleware:
                 await self._reject(send)
 
     async def _reject(self, send: Send) -> None:
-        body = orjson.dumps({"error": f"request body exceeds {self.max_bytes} bytes"})
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await send_json(send, 413, {"error": f"request body exceeds {self.max_bytes} bytes"})

@@ -30,15 +30,19 @@ def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
+UNAUTHENTICATED_MESSAGE = "missing or wrong x-popagent-key"
+
+
+def api_key_matches(expected: str, supplied: str) -> bool:
+    """No key configured admits everyone; otherwise an exact, constant-time match."""
+    # Constant time: the comparison must not tell how much of the key was right.
+    return not expected or hmac.compare_digest(supplied.encode(), expected.encode())
+
+
 async def require_api_key(request: Request, _declared: Annotated[str | None, Security(_API_KEY_SCHEME)] = None) -> None:
     """Every /api route depends on this (a route-inventory test checks it)."""
-    expected: str = request.app.state.settings.api_key
-    if not expected:
-        return
-    supplied = request.headers.get(API_KEY_HEADER, "")
-    # Constant time: the comparison must not tell how much of the key was right.
-    if not hmac.compare_digest(supplied.encode(), expected.encode()):
-        raise Unauthenticated("missing or wrong x-popagent-key")
+    if not api_key_matches(request.app.state.settings.api_key, request.headers.get(API_KEY_HEADER, "")):
+        raise Unauthenticated(UNAUTHENTICATED_MESSAGE)
 
 
 def channel(request: Request, service: str) -> grpc.aio.Channel:

@@ -8,6 +8,7 @@ import grpc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from popagent_core.errors import HTTP_STATUS_BY_GRPC_CODE, PopagentError, http_status_for
 
@@ -32,6 +33,11 @@ def install_error_handlers(app: FastAPI) -> None:
         if exc.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN):
             message = "internal error"
         return JSONResponse(error_body(message), status_code=status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # FastAPI's own refusals (a body that is not JSON, 404, 405) in the API's one shape.
+        return JSONResponse(error_body(str(exc.detail)), status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
