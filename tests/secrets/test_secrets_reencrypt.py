@@ -216,3 +216,35 @@ async def test_reencrypt_takes_locks_in_the_same_order_as_writers(make_database)
         finally:
             await writer.close()
     assert (report.reencrypted, report.remaining, report.failed) == (1, 0, set())
+
+
+async def test_reencrypt_skips_a_row_a_live_write_holds_and_comes_back_for_it(make_database) -> None:
+    dsn = await make_database({"secrets": MIGRATIONS})
+    old, new = os.urandom(32), os.urandom(32)
+    async with open_pool(dsn, "secrets") as pool:
+        old_store = SecretStore(pool, Keyring(old))
+        await old_store.put(R, "held", "held-value")
+        await old_store.put(R, "free", "free-value")
+        writer = await asyncpg.connect(dsn)
+        try:
+            async with writer.transaction():
+                # A bind of "held" midway: it holds the row (not the key's counter).
+                await writer.execute("SELECT 1 FROM secrets.popagent_secrets WHERE name = 'held' FOR UPDATE")
+                rewrap = asyncio.create_task(reencrypt_all(pool, Keyring(new, (old,)), max_passes=1000, pause_s=0.05))
+                for _ in range(500):  # until the free row has moved (at most ~10 s)
+                    free_key = await writer.fetchval("SELECT key_id FROM secrets.popagent_secrets WHERE name = 'free'")
+                    if free_key == key_id_for(new):
+                        break
+                    await asyncio.sleep(0.02)
+                else:
+                    raise TimeoutError("re-encryption did not move the free row while the other was held")
+                # Not waited on: the held row is still on the old key and re-encryption is still running.
+                assert not rewrap.done()
+                held_key = await writer.fetchval("SELECT key_id FROM secrets.popagent_secrets WHERE name = 'held'")
+                assert held_key == key_id_for(old)
+            report = await asyncio.wait_for(rewrap, timeout=10)
+        finally:
+            await writer.close()
+    assert (report.reencrypted, report.remaining, report.failed) == (2, 0, set())
+    keys = {row["name"]: row["key_id"] for row in await stored_rows(dsn)}
+    assert keys == {"held": key_id_for(new), "free": key_id_for(new)}

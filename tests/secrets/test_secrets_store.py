@@ -1,0 +1,47 @@
+"""Store bounds: secrets per resource and origins per secret (real PostgreSQL)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from popagent_core.db import open_pool
+from popagent_core.errors import NotFound, ResourceExhausted
+from popagent_secrets.crypto import Keyring
+from popagent_secrets.service import MIGRATIONS
+from popagent_secrets.store import SecretStore, StoreLimits
+
+R = "popagent-user"
+
+
+async def test_a_resource_holds_a_bounded_number_of_secrets(make_database) -> None:
+    dsn = await make_database({"secrets": MIGRATIONS})
+    async with open_pool(dsn, "secrets") as pool:
+        store = SecretStore(pool, Keyring(os.urandom(32)), StoreLimits(max_secrets_per_resource=3))
+        for name in ("a", "b", "c"):
+            await store.put(R, name, "v")
+        with pytest.raises(ResourceExhausted, match="at most 3 secrets"):
+            await store.put(R, "d", "v")
+        await store.put(R, "a", "rotated")  # rotating an existing one is not a new secret
+        await store.put("other-resource", "d", "v")  # the bound is per resource
+        assert [s.name for s in await store.list_secrets(R)] == ["a", "b", "c"]
+
+
+async def test_a_secret_is_bound_to_a_bounded_number_of_origins(make_database) -> None:
+    dsn = await make_database({"secrets": MIGRATIONS})
+    async with open_pool(dsn, "secrets") as pool:
+        store = SecretStore(pool, Keyring(os.urandom(32)), StoreLimits(max_origins_per_secret=2))
+        await store.put(R, "a", "v")
+        await store.bind(R, "a", "https://one.example")
+        await store.bind(R, "a", "https://two.example")
+        await store.bind(R, "a", "https://two.example:443")  # the same origin again: no new binding
+        with pytest.raises(ResourceExhausted, match="at most 2 origins"):
+            await store.bind(R, "a", "https://three.example")
+        info = (await store.list_secrets(R))[0]
+        assert info.origins == ("https://one.example", "https://two.example")
+        with pytest.raises(NotFound):
+            await store.bind(R, "missing", "https://one.example")
+        await store.delete(R, "a")
+        with pytest.raises(NotFound):
+            await store.resolve(R, "a", "https://one.example")
