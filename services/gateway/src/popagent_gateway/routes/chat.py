@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
+import orjson
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
@@ -12,8 +13,11 @@ from pydantic_ai.ui.vercel_ai.request_types import UIMessage
 
 from popagent.agent_runner.v1 import agent_runner_pb2
 from popagent_core.errors import InvalidArgument
-from popagent_gateway.deps import AgentRunnerStub
+from popagent_core.redaction import redact_tool_payload
+from popagent_gateway.catalog import ensure_known_model
+from popagent_gateway.deps import AgentRunnerStub, ModelCatalogDep
 from popagent_gateway.streaming import UI_STREAM_HEADERS, sse_body
+from popagent_gateway.wire import WARNING_HEADER
 
 router = APIRouter()
 
@@ -36,17 +40,36 @@ class ChatRequest(BaseModel):
     message: UserMessage
 
 
+_TOOL_PAYLOADS = (("input", "input"), ("output", "output"), ("errorText", "error"))
+
+
+def redacted_message(message: UserMessage) -> bytes:
+    """The message as it goes further: payloads of retired secret tools replaced by `[redacted]`
+    (and browser-secret payloads cut to their metadata), the spec's redaction at chat ingress."""
+    raw: dict[str, Any] = message.model_dump(mode="json", by_alias=True, exclude_none=True)
+    for part in raw["parts"]:
+        kind = part.get("type", "")
+        if kind.startswith("tool-"):
+            tool = kind.removeprefix("tool-")
+            for key, phase in _TOOL_PAYLOADS:
+                if key in part:
+                    part[key] = redact_tool_payload(tool, part[key], phase)  # type: ignore[arg-type]
+    return orjson.dumps(raw)
+
+
 @router.post("/chat", response_class=StreamingResponse)
-async def chat(body: ChatRequest, runner: AgentRunnerStub) -> StreamingResponse:
+async def chat(body: ChatRequest, runner: AgentRunnerStub, catalog: ModelCatalogDep) -> StreamingResponse:
     """Run one chat turn and stream it (AI SDK UI message stream v1 over SSE)."""
     if not body.message.parts or len(body.message.parts) > MAX_PARTS:
         raise InvalidArgument(f"message must have 1 to {MAX_PARTS} parts")
+    # An unknown model is refused (400) before the turn starts; a catalog outage fails open.
+    warning = await ensure_known_model(catalog, body.model) if body.model else None
     call = runner.Chat(
         agent_runner_pb2.ChatRequest(
             session_id=body.id,
             model=body.model or "",
             workspace_id=body.workspace_id or "",
-            message_json=body.message.model_dump_json(by_alias=True, exclude_none=True),
+            message_json=redacted_message(body.message).decode(),
         )
     )
     # Read the first batch before answering: an unknown session or a refused request is
@@ -57,8 +80,5 @@ async def chat(body: ChatRequest, runner: AgentRunnerStub) -> StreamingResponse:
     except BaseException:
         call.cancel()
         raise
-    return StreamingResponse(
-        sse_body(first, batches, call),
-        media_type="text/event-stream",
-        headers=UI_STREAM_HEADERS,
-    )
+    headers = {**UI_STREAM_HEADERS, WARNING_HEADER: warning} if warning else UI_STREAM_HEADERS
+    return StreamingResponse(sse_body(first, batches, call), media_type="text/event-stream", headers=headers)

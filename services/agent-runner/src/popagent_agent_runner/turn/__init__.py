@@ -1,0 +1,46 @@
+"""The chat turn: supervisor and specialists, tools, hook points, memory threads, streamed events.
+
+| module | does |
+|---|---|
+| `runner.py` | the turn, from the newest user message to a stored answer |
+| `agents_factory.py` | pydantic-ai agents built per run from the persisted profiles |
+| `delegation.py` | the supervisor's delegation tools and the specialist runs |
+| `capability.py` | step bounds, step observation, `PreToolUse`/`PostToolUse*` |
+| `hooks_points.py` | the turn's hook dispatch, gate and observational |
+| `tools/` | the tool registry (`getTime`, `remember`) |
+| `events.py` | the batched turn events and the assistant UI message |
+| `thread_store.py` | thread history in, messages and outcome evidence out |
+| `memories.py` | long-term memories and recall |
+| `chat_servicer.py` | `AgentRunnerService` (Chat, memories) |
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+
+from popagent_agent_runner.model import LeanModels
+from popagent_agent_runner.turn.agents_factory import AgentFactory
+from popagent_agent_runner.turn.chat_servicer import ChatServicer
+from popagent_agent_runner.turn.memories import MemoryStore
+from popagent_agent_runner.turn.runner import TurnRunner
+from popagent_agent_runner.turn.thread_store import ThreadStore
+from popagent_agent_runner.turn.tools import ToolRegistry
+from popagent_core.db import load_queries
+from popagent_hooks.client import HooksClient
+
+QUERIES = load_queries(Path(__file__).parent / "queries.sql")
+
+
+@contextlib.asynccontextmanager
+async def chat_service(
+    pool: asyncpg.Pool, hooks: HooksClient, ninerouter_url: str, ninerouter_api_key: str
+) -> AsyncIterator[ChatServicer]:
+    """The `AgentRunnerService` servicer, with the one model connection pool it owns."""
+    async with LeanModels(ninerouter_url, ninerouter_api_key or None) as models:
+        memories = MemoryStore(pool, QUERIES)
+        runner = TurnRunner(ThreadStore(pool, QUERIES), memories, hooks, AgentFactory(models, ToolRegistry()))
+        yield ChatServicer(runner, memories)

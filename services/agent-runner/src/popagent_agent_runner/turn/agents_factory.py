@@ -1,0 +1,76 @@
+"""pydantic-ai agents built per run from the persisted profiles and the turn's settings snapshot.
+
+Nothing about an agent lives in code: instructions, tool membership, model override and
+delegation eligibility come from popagent_agents as this turn read them, so an edit
+applies on the next run. Every agent reaches its model through the one lean
+OpenAI-compatible client (`NINEROUTER_URL`), on the profile's override or the turn's
+route.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from pydantic_ai import Agent, RunContext, Tool
+
+from popagent_agent_runner.model import LeanModels
+from popagent_agent_runner.turn.capability import TurnCapability
+from popagent_agent_runner.turn.delegation import Delegation, DelegationActivity
+from popagent_agent_runner.turn.deps import SUPERVISOR_ID, AgentProfile, StepObserver, TurnContext, TurnDeps
+from popagent_agent_runner.turn.tools import ToolRegistry
+
+
+def final_step_feedback(ctx: RunContext[TurnDeps]) -> str:
+    """On the step reserved for the answer (tools withdrawn), the persisted feedback says so."""
+    if ctx.run_step >= ctx.deps.max_steps:
+        return ctx.deps.turn.snapshot.final_response_feedback
+    return ""
+
+
+class AgentFactory:
+    def __init__(self, models: LeanModels, registry: ToolRegistry) -> None:
+        self.models = models
+        self.registry = registry
+        self.delegation = Delegation(self.specialist, self.specialist_deps)
+        self._capability = TurnCapability()
+
+    def _agent(self, turn: TurnContext, profile: AgentProfile, tools: list[Tool[TurnDeps]]) -> Agent[TurnDeps, str]:
+        return Agent(
+            self.models.get(turn.model_for(profile)),
+            name=profile.id,
+            deps_type=TurnDeps,
+            instructions=[profile.instructions, final_step_feedback],
+            tools=tools,
+            capabilities=[self._capability],
+        )
+
+    def supervisor(self, turn: TurnContext) -> Agent[TurnDeps, str]:
+        profile = turn.profiles[SUPERVISOR_ID]
+        tools = self.registry.tools_for(profile.tools) + self.delegation.tools(turn)
+        return self._agent(turn, profile, tools)
+
+    def supervisor_deps(self, turn: TurnContext, steps: StepObserver) -> TurnDeps:
+        return TurnDeps(
+            turn=turn,
+            agent_id=SUPERVISOR_ID,
+            thread_id=turn.session_id,
+            max_steps=turn.snapshot.supervisor_max_steps,
+            tool_slots=asyncio.Semaphore(turn.snapshot.max_concurrent_tool_calls),
+            steps=steps,
+        )
+
+    def specialist(self, turn: TurnContext, profile: AgentProfile) -> Agent[TurnDeps, str]:
+        # Only the registry's tools: specialists get no delegation tools.
+        return self._agent(turn, profile, self.registry.tools_for(profile.tools))
+
+    def specialist_deps(
+        self, turn: TurnContext, profile: AgentProfile, thread_id: str, activity: DelegationActivity
+    ) -> TurnDeps:
+        return TurnDeps(
+            turn=turn,
+            agent_id=profile.id,
+            thread_id=thread_id,
+            max_steps=turn.snapshot.specialist_max_steps,
+            tool_slots=asyncio.Semaphore(turn.snapshot.max_concurrent_tool_calls),
+            steps=activity,
+        )

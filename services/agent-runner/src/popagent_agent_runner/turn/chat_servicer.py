@@ -1,0 +1,93 @@
+"""AgentRunnerService: the chat turn as a stream of event batches, and the long-term memories.
+
+`Chat` prepares the turn first, so an unknown session or a refused request is an error
+status before anything is streamed (the gateway answers 404/400). The turn then runs as
+its own task while this call hands every batch of queued events to gRPC; when the caller
+goes away gRPC cancels this call, and the turn is cancelled with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import grpc
+
+from popagent.agent_runner.v1 import agent_runner_pb2 as pb
+from popagent.agent_runner.v1 import agent_runner_pb2_grpc
+from popagent_agent_runner.turn.events import TurnEvents, TurnOutput
+from popagent_agent_runner.turn.memories import Memory, MemoryStore
+from popagent_agent_runner.turn.runner import TurnInput, TurnRunner, parse_user_message
+from popagent_core.errors import InvalidArgument
+
+
+def memory_message(memory: Memory) -> pb.Memory:
+    return pb.Memory(
+        id=memory.id,
+        content=memory.content,
+        source=memory.source,
+        session_id=memory.session_id,
+        turn_id=memory.turn_id,
+        created_at=memory.created_at,
+        updated_at=memory.updated_at,
+    )
+
+
+class ChatServicer(agent_runner_pb2_grpc.AgentRunnerServiceServicer):
+    def __init__(self, runner: TurnRunner, memories: MemoryStore) -> None:
+        self.runner = runner
+        self.memories = memories
+
+    async def Chat(  # type: ignore[override]
+        self, request: pb.ChatRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.TurnEventBatch]:
+        if not request.session_id:
+            raise InvalidArgument("session_id is required")
+        turn = TurnInput(
+            session_id=request.session_id,
+            message=parse_user_message(request.message_json),
+            model=request.model,
+            workspace_id=request.workspace_id,
+        )
+        prepared = await self.runner.prepare(turn)
+        events = TurnEvents()
+        output = TurnOutput(events)
+
+        async def run() -> None:
+            try:
+                await self.runner.run(prepared, output)
+            finally:
+                events.close()
+
+        task = asyncio.create_task(run(), name=f"turn-{turn.turn_id}")
+        try:
+            async for batch in events.batches():
+                yield batch
+            await task
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def ListMemories(
+        self, request: pb.ListMemoriesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListMemoriesResponse:
+        memories = await self.memories.list(request.query, request.limit or 200)
+        return pb.ListMemoriesResponse(memories=[memory_message(m) for m in memories])
+
+    async def CreateMemory(
+        self, request: pb.CreateMemoryRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateMemoryResponse:
+        memory, created = await self.memories.create(request.content, source="user")
+        return pb.CreateMemoryResponse(memory=memory_message(memory), created=created)
+
+    async def UpdateMemory(self, request: pb.UpdateMemoryRequest, context: grpc.aio.ServicerContext) -> pb.Memory:
+        return memory_message(await self.memories.update(request.id, request.content))
+
+    async def DeleteMemory(
+        self, request: pb.DeleteMemoryRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteMemoryResponse:
+        await self.memories.delete(request.id)
+        return pb.DeleteMemoryResponse()

@@ -1,0 +1,217 @@
+"""The turn's output: typed turn events for the gateway, and the assistant UI message they build.
+
+`TurnOutput` is the one place a turn writes to. Each call appends protobuf `TurnEvent`s to
+a queue and updates the AI SDK UI message that a client reading the stream reconstructs
+(the parts `step-start`, `text`, `tool-<name>`, `data-agentActivity`), so what the turn
+persists is what the UI showed. It is also the lean model's `TurnSink`: text deltas
+arrive synchronously from the model stream and must never block.
+
+`batches()` hands the consumer everything queued since its last read as one
+`TurnEventBatch`: a fast model costs one gRPC message per batch instead of one per
+token, and the first event is never held back to build a batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+
+from popagent.agent_runner.v1 import agent_runner_pb2 as pb
+
+
+def dumps(value: Any) -> str:
+    return orjson.dumps(value, default=str).decode()
+
+
+class TurnEvents:
+    """A single-consumer queue of turn events, drained in batches."""
+
+    def __init__(self) -> None:
+        self._events: list[pb.TurnEvent] = []
+        self._ready = asyncio.Event()
+        self._closed = False
+
+    def put(self, event: pb.TurnEvent) -> None:
+        self._events.append(event)
+        self._ready.set()
+
+    def close(self) -> None:
+        """No more events: `batches()` ends once the queue is empty."""
+        self._closed = True
+        self._ready.set()
+
+    async def batches(self) -> AsyncIterator[pb.TurnEventBatch]:
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            if self._events:
+                events, self._events = self._events, []
+                yield pb.TurnEventBatch(events=events)
+            if self._closed and not self._events:
+                return
+
+
+class _Text:
+    __slots__ = ("index", "part", "pieces")
+
+    def __init__(self, index: int, part: dict[str, Any]) -> None:
+        self.index = index
+        self.part = part
+        self.pieces: list[str] = []
+
+
+class TurnOutput:
+    """Events for the stream plus the assistant UI message, kept in step."""
+
+    def __init__(self, events: TurnEvents) -> None:
+        self.events = events
+        self.message_id = ""
+        self.metadata: dict[str, Any] = {}
+        self.parts: list[dict[str, Any]] = []
+        self._step_open = False
+        self._text: _Text | None = None
+        self._text_count = 0
+        self._tools: dict[str, dict[str, Any]] = {}
+        self._activities: dict[str, dict[str, Any]] = {}
+
+    # -- stream shape ------------------------------------------------------------------
+
+    def start(self, turn_id: str, message_id: str, model: str) -> None:
+        self.message_id = message_id
+        self.metadata = {"turnId": turn_id, "model": model}
+        self.events.put(pb.TurnEvent(start=pb.TurnStart(turn_id=turn_id, message_id=message_id, model=model)))
+
+    def step_start(self) -> None:
+        self.step_finish()
+        self._step_open = True
+        self.parts.append({"type": "step-start"})
+        self.events.put(pb.TurnEvent(step_start=pb.StepBoundary()))
+
+    def step_finish(self) -> None:
+        if not self._step_open:
+            return
+        self.text_end()
+        self._step_open = False
+        self.events.put(pb.TurnEvent(step_finish=pb.StepBoundary()))
+
+    # -- text (the TurnSink protocol, called for every streamed delta) ---------------------
+
+    def text_delta(self, index: int, delta: str) -> None:
+        text = self._text
+        if text is None or text.index != index:
+            text = self._text_start(index)
+        text.pieces.append(delta)
+        self.events.put(pb.TurnEvent(text_delta=pb.TextDelta(part_id=text.part["_id"], delta=delta)))
+
+    def thinking_delta(self, index: int, delta: str) -> None:
+        """Reasoning is not part of the UI stream (the contract has no reasoning event)."""
+
+    def say(self, text: str) -> None:
+        """A whole text part at once (a refusal, a limit message): its own step."""
+        self.step_start()
+        self.text_delta(-1, text)
+        self.step_finish()
+
+    def _text_start(self, index: int) -> _Text:
+        self.text_end()
+        if not self._step_open:
+            self.step_start()
+        self._text_count += 1
+        part_id = f"{self.message_id}-text-{self._text_count}"
+        part: dict[str, Any] = {"type": "text", "text": "", "state": "streaming", "_id": part_id}
+        self.parts.append(part)
+        self._text = _Text(index, part)
+        self.events.put(pb.TurnEvent(text_start=pb.PartBoundary(part_id=part_id)))
+        return self._text
+
+    def text_end(self) -> None:
+        text, self._text = self._text, None
+        if text is None:
+            return
+        text.part["text"] = "".join(text.pieces)
+        text.part["state"] = "done"
+        self.events.put(pb.TurnEvent(text_end=pb.PartBoundary(part_id=text.part["_id"])))
+
+    # -- tools and activity ------------------------------------------------------------
+
+    def tool_input(self, tool_call_id: str, tool_name: str, arguments: dict[str, Any]) -> None:
+        self.text_end()
+        if not self._step_open:
+            self.step_start()
+        part: dict[str, Any] = {
+            "type": f"tool-{tool_name}",
+            "toolCallId": tool_call_id,
+            "state": "input-available",
+            "input": arguments,
+        }
+        self._tools[tool_call_id] = part
+        self.parts.append(part)
+        self.events.put(
+            pb.TurnEvent(
+                tool_input=pb.ToolInput(tool_call_id=tool_call_id, tool_name=tool_name, input_json=dumps(arguments))
+            )
+        )
+
+    def tool_output(self, tool_call_id: str, output: Any) -> None:
+        part = self._tools.get(tool_call_id)
+        if part is not None:
+            part["state"] = "output-available"
+            part["output"] = output
+        self.events.put(pb.TurnEvent(tool_output=pb.ToolOutput(tool_call_id=tool_call_id, output_json=dumps(output))))
+
+    def tool_error(self, tool_call_id: str, error_text: str) -> None:
+        part = self._tools.get(tool_call_id)
+        if part is not None:
+            part["state"] = "output-error"
+            part["errorText"] = error_text
+        self.events.put(
+            pb.TurnEvent(
+                tool_output=pb.ToolOutput(tool_call_id=tool_call_id, output_json=dumps(error_text), is_error=True)
+            )
+        )
+
+    def activity(self, activity_id: str, data: dict[str, Any]) -> None:
+        """A `data-agentActivity` part; a later call with the same id replaces it (as the AI SDK does)."""
+        part = self._activities.get(activity_id)
+        if part is None:
+            part = self._activities[activity_id] = {"type": "data-agentActivity", "id": activity_id, "data": data}
+            self.parts.append(part)
+        else:
+            part["data"] = data
+        self.events.put(pb.TurnEvent(agent_activity=pb.AgentActivity(activity_id=activity_id, data_json=dumps(data))))
+
+    # -- the end -----------------------------------------------------------------------
+
+    def finish(self, finish_reason: str, input_tokens: int, output_tokens: int) -> None:
+        self.step_finish()
+        self.metadata["usage"] = {"inputTokens": input_tokens, "outputTokens": output_tokens}
+        self.events.put(
+            pb.TurnEvent(
+                finish=pb.TurnFinish(
+                    finish_reason=finish_reason,
+                    usage=pb.Usage(input_tokens=input_tokens, output_tokens=output_tokens),
+                )
+            )
+        )
+
+    def error(self, error_class: str, message: str) -> None:
+        self.text_end()
+        self.events.put(pb.TurnEvent(error=pb.TurnError(error_class=error_class, message=message)))
+
+    def text(self) -> str:
+        """Every text the assistant message holds so far, joined."""
+        pieces: list[str] = []
+        for part in self.parts:
+            if part["type"] == "text":
+                text = self._text
+                pieces.append("".join(text.pieces) if text is not None and text.part is part else part["text"])
+        return "\n\n".join(piece for piece in pieces if piece)
+
+    def ui_message(self) -> dict[str, Any]:
+        """The assistant message as the AI SDK client reconstructs it from this stream."""
+        self.text_end()
+        parts = [{k: v for k, v in part.items() if k != "_id"} for part in self.parts]
+        return {"id": self.message_id, "role": "assistant", "parts": parts, "metadata": dict(self.metadata)}

@@ -1,0 +1,83 @@
+"""The turn's lifecycle-hook dispatch points, bound to one session, turn and model.
+
+Gate events (`UserPromptSubmit`, `SubagentStart`, `PreToolUse`, `Stop`) come back as a
+decision; observational ones (`SessionStart`, `SubagentStop`, `PostToolUse`,
+`PostToolUseFailure`, `StopFailure`) are fire-and-report: a failure is logged and never
+changes the turn. The hooks client answers an event without a matching handler at once,
+with no RPC. Free text in a detail is bounded so no event can exceed the service's cap.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from popagent_core.errors import PopagentError
+from popagent_hooks.client import HookDecision, HooksClient
+from popagent_hooks.events import Event, Outcome, closed_outcome
+
+logger = logging.getLogger(__name__)
+
+# Free text (prompts, responses, results) in one hook detail.
+MAX_DETAIL_TEXT = 16 * 1024
+
+
+def bounded(text: str, limit: int = MAX_DETAIL_TEXT) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+@dataclass(frozen=True)
+class TurnHooks:
+    client: HooksClient
+    session_id: str
+    turn_id: str
+    model: str
+
+    async def gate(
+        self, event: Event, *, target: str = "", tool_call_id: str = "", detail: Mapping[str, Any]
+    ) -> HookDecision:
+        """A gate event's decision. A dispatch the hooks service refused fails closed, like a transport failure."""
+        try:
+            return await self.client.dispatch(
+                event,
+                session_id=self.session_id,
+                turn_id=self.turn_id,
+                tool_call_id=tool_call_id,
+                model=self.model,
+                target=target,
+                detail=detail,
+            )
+        except PopagentError as exc:
+            logger.warning("hook dispatch failed", extra={"event": event.value, "error": str(exc)})
+            return HookDecision(closed_outcome(event), reason=f"hook dispatch failed: {exc}", failure_class="transport")
+
+    async def observe(
+        self, event: Event, *, target: str = "", tool_call_id: str = "", detail: Mapping[str, Any]
+    ) -> None:
+        try:
+            await self.client.dispatch(
+                event,
+                session_id=self.session_id,
+                turn_id=self.turn_id,
+                tool_call_id=tool_call_id,
+                model=self.model,
+                target=target,
+                detail=detail,
+            )
+        except PopagentError as exc:
+            logger.warning("observational hook dispatch failed", extra={"event": event.value, "error": str(exc)})
+
+
+def denied(decision: HookDecision, what: str) -> str:
+    """What the model (or the user) is told about a denial."""
+    reason = decision.reason or "no reason given"
+    text = f"{what} was denied by a hook: {reason}"
+    if decision.additional_context:
+        text += f"\n{decision.additional_context}"
+    return text
+
+
+def is_deny(decision: HookDecision) -> bool:
+    return decision.outcome is Outcome.DENY

@@ -1,0 +1,99 @@
+-- Queries of the chat turn: sessions as the turn sees them, thread history, memories.
+
+-- name: turn_prelude
+-- Everything a chat turn reads before it starts, in one round trip: the session's
+-- workspace, the runtime-settings snapshot, the agent profiles and the thread history.
+-- History holds the model-side messages oldest first as one JSON array; when the thread
+-- already holds message $2 (a retried request), only what came before it. No row: no
+-- such session.
+SELECT s.workspace_id,
+       (SELECT to_jsonb(r) FROM popagent_agent_runtime_settings r WHERE r.id = 1)::text AS runtime,
+       (SELECT jsonb_agg(to_jsonb(a) ORDER BY a.position) FROM popagent_agents a)::text AS agents,
+       (
+           SELECT coalesce(jsonb_agg(e.message ORDER BY m.seq, e.ord), '[]'::jsonb)
+           FROM popagent_thread_messages m
+           CROSS JOIN LATERAL jsonb_array_elements(m.content -> 'model') WITH ORDINALITY AS e(message, ord)
+           WHERE m.thread_id = s.id
+             AND m.seq < coalesce(
+                 (SELECT r.seq FROM popagent_thread_messages r WHERE r.thread_id = s.id AND r.id = $2),
+                 9223372036854775807
+             )
+       )::text AS history
+FROM popagent_sessions s
+WHERE s.id = $1 AND s.deleting_at IS NULL
+
+-- name: lock_session_for_turn
+-- Held until the turn's messages commit: a permanent deletion (which marks, then removes
+-- the row) waits for it, so a turn never re-creates the thread of a deleted session.
+SELECT id FROM popagent_sessions WHERE id = $1 AND deleting_at IS NULL FOR KEY SHARE
+
+-- Threads ---------------------------------------------------------------------------
+
+-- name: thread_message_seq
+SELECT seq FROM popagent_thread_messages WHERE thread_id = $1 AND id = $2
+
+-- name: upsert_thread
+INSERT INTO popagent_threads (id, resource_id, parent_id)
+VALUES ($1, $2, $3)
+ON CONFLICT (id) DO UPDATE SET updated_at = now()
+
+-- name: insert_thread_message
+-- Deduplicated by message id: a retried request never stores a message twice.
+INSERT INTO popagent_thread_messages (thread_id, id, role, content)
+VALUES ($1, $2, $3, $4::jsonb)
+ON CONFLICT (thread_id, id) DO NOTHING
+
+-- name: delete_thread_messages_after
+-- A retried prompt replaces what answered it before (the AI SDK's regenerate).
+DELETE FROM popagent_thread_messages WHERE thread_id = $1 AND seq > $2
+
+-- name: thread_messages
+SELECT id, role, content::text AS content FROM popagent_thread_messages WHERE thread_id = $1 ORDER BY seq
+
+-- Memories --------------------------------------------------------------------------
+
+-- name: list_memories
+SELECT id, content, source, session_id, turn_id, created_at, updated_at
+FROM popagent_memories
+WHERE $1::text = '' OR search @@ websearch_to_tsquery('english', $1)
+ORDER BY updated_at DESC, id
+LIMIT $2
+
+-- name: get_memory
+SELECT id, content, source, session_id, turn_id, created_at, updated_at FROM popagent_memories WHERE id = $1
+
+-- name: insert_memory
+-- An identical fact (ignoring case) is kept once: the existing row comes back instead.
+WITH inserted AS (
+    INSERT INTO popagent_memories (id, content, source, session_id, turn_id)
+    VALUES ($1, $2, $3, $4, $5)
+    ON CONFLICT (md5(lower(content))) DO NOTHING
+    RETURNING id, content, source, session_id, turn_id, created_at, updated_at, true AS created
+)
+SELECT * FROM inserted
+UNION ALL
+SELECT id, content, source, session_id, turn_id, created_at, updated_at, false AS created
+FROM popagent_memories
+WHERE md5(lower(content)) = md5(lower($2)) AND NOT EXISTS (SELECT 1 FROM inserted)
+
+-- name: update_memory
+UPDATE popagent_memories SET content = $2, updated_at = now()
+WHERE id = $1
+RETURNING id, content, source, session_id, turn_id, created_at, updated_at
+
+-- name: delete_memory
+DELETE FROM popagent_memories WHERE id = $1
+
+-- name: recall_memories
+-- Cross-session recall: the memories sharing the most (stemmed) words with the prompt,
+-- ranked by ts_rank_cd. Any word may match (an OR query built from the prompt's own
+-- lexemes); a memory sharing none is not recalled.
+WITH query AS (
+    SELECT to_tsquery('simple', string_agg(quote_literal(lexeme), ' | ')) AS q
+    FROM unnest(tsvector_to_array(to_tsvector('english', $1))) AS lexeme
+)
+SELECT m.id, m.content, ts_rank_cd(m.search, query.q) AS rank
+FROM popagent_memories m, query
+WHERE query.q IS NOT NULL AND m.search @@ query.q
+ORDER BY rank DESC, m.updated_at DESC
+LIMIT $2

@@ -1,0 +1,177 @@
+"""Memory threads: what a turn reads before it starts and what it stores when it completes.
+
+A chat session's thread has the session's id (resource `popagent-user`). Each stored row
+is one UI message, keyed by its id so a retried request never stores it twice, with the
+model-side messages (pydantic-ai's serialized `ModelMessage`s) it stands for:
+
+    {"ui": <AI SDK UI message>, "model": [<ModelMessage JSON>, ...]}
+
+The next turn's history is the concatenation of the `model` lists in order, so the
+model sees exactly what it saw before (tool calls, tool results, delegation results),
+and the `ui` part keeps what the user saw (text, tool parts, `data-agentActivity`).
+A delegated specialist's run is stored on its own isolated thread, a child of the chat
+thread (so deleting the chat thread removes it).
+
+Everything a turn stores goes in one transaction together with its outbox event; a
+turn that fails stores nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+import orjson
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest, ToolCallPart, ToolReturnPart
+
+from popagent.events.v1 import events_pb2
+from popagent_agent_runner.turn.deps import USER_RESOURCE, AgentProfile, RuntimeSnapshot, SpecialistRun
+from popagent_core import subjects
+from popagent_core.bus import enqueue_event
+from popagent_core.db import wrap_db_errors
+from popagent_core.errors import ConfigurationError, NotFound
+from popagent_core.redaction import REDACTED, RETIRED_SECRET_TOOLS, redact_tool_payload
+
+SPECIALIST_RESOURCE = "popagent-specialist"
+
+
+@dataclass(frozen=True)
+class TurnState:
+    workspace_id: str
+    snapshot: RuntimeSnapshot
+    profiles: dict[str, AgentProfile]
+    history: list[ModelMessage]
+
+
+def _profile(raw: Mapping[str, Any]) -> AgentProfile:
+    return AgentProfile(
+        id=raw["id"],
+        display_name=raw["display_name"],
+        description=raw["description"],
+        instructions=raw["instructions"],
+        delegation_eligible=raw["delegation_eligible"],
+        tools=tuple(raw["tools"]),
+        model=raw["model"],
+    )
+
+
+def _stored(messages: Sequence[ModelMessage]) -> list[ModelMessage]:
+    """Messages as stored: retired secret-tool payloads redacted (the kernel's one redaction), and
+    requests without their instructions, which every run derives afresh from the persisted profile
+    (so an edit applies on the next run and a thread does not repeat them turn after turn)."""
+    stored: list[ModelMessage] = []
+    for message in messages:
+        if isinstance(message, ModelRequest) and message.instructions is not None:
+            message = dataclasses.replace(message, instructions=None)
+        stored.append(message)
+        for part in message.parts:
+            if isinstance(part, ToolCallPart) and part.tool_name in RETIRED_SECRET_TOOLS:
+                part.args = orjson.dumps({"redacted": REDACTED}).decode()
+            elif isinstance(part, ToolReturnPart) and part.tool_name in RETIRED_SECRET_TOOLS:
+                part.content = redact_tool_payload(part.tool_name, part.content, "output")
+    return stored
+
+
+def redact_ui_message(message: dict[str, Any]) -> dict[str, Any]:
+    """A UI message with the payloads of secret-bearing tool parts redacted."""
+    parts = message.get("parts")
+    if not isinstance(parts, list):
+        return message
+    redacted: list[Any] = []
+    for part in parts:
+        kind = part.get("type", "") if isinstance(part, dict) else ""
+        tool = kind.removeprefix("tool-") if isinstance(kind, str) and kind.startswith("tool-") else ""
+        if tool:
+            part = dict(part)
+            for key, phase in (("input", "input"), ("output", "output"), ("errorText", "error")):
+                if key in part:
+                    part[key] = redact_tool_payload(tool, part[key], phase)  # type: ignore[arg-type]
+        redacted.append(part)
+    return {**message, "parts": redacted}
+
+
+def _content(ui: dict[str, Any] | None, model: Sequence[ModelMessage]) -> str:
+    body: dict[str, Any] = {"model": ModelMessagesTypeAdapter.dump_python(_stored(model), mode="json")}
+    if ui is not None:
+        body["ui"] = redact_ui_message(ui)
+    return orjson.dumps(body).decode()
+
+
+class ThreadStore:
+    def __init__(self, pool: asyncpg.Pool, queries: Mapping[str, str]) -> None:
+        self.pool = pool
+        self.q = queries
+
+    async def prelude(self, session_id: str, message_id: str) -> TurnState:
+        """The session's turn state; NotFound when there is no such (live) session."""
+        with wrap_db_errors():
+            row = await self.pool.fetchrow(self.q["turn_prelude"], session_id, message_id)
+        if row is None:
+            raise NotFound(f"session {session_id!r} not found")
+        if row["runtime"] is None:
+            raise ConfigurationError("agent-runtime settings row is missing")
+        agents = orjson.loads(row["agents"] or "[]")
+        profiles = {raw["id"]: _profile(raw) for raw in agents}
+        return TurnState(
+            workspace_id=row["workspace_id"],
+            snapshot=RuntimeSnapshot.from_row(orjson.loads(row["runtime"])),
+            profiles=profiles,
+            history=ModelMessagesTypeAdapter.validate_json(row["history"]),
+        )
+
+    async def commit_turn(
+        self,
+        *,
+        session_id: str,
+        user_ui: dict[str, Any],
+        assistant_ui: dict[str, Any],
+        messages: Sequence[ModelMessage],
+        specialist_runs: Sequence[SpecialistRun],
+        outcome: events_pb2.TurnCompleted,
+    ) -> None:
+        """Store the turn's user and assistant messages (and specialist threads) with its outcome event.
+
+        `messages` are the turn's new model messages; the first is the user's request.
+        Raises NotFound when the session was deleted while the turn ran.
+        """
+        first, rest = (
+            (messages[0], messages[1:]) if messages and isinstance(messages[0], ModelRequest) else (None, messages)
+        )
+        user_content = _content(user_ui, [first] if first is not None else [])
+        assistant_content = _content(assistant_ui, rest)
+        specialist_rows = [
+            (run, _content(None, run.messages[:1]), _content(None, run.messages[1:])) for run in specialist_runs
+        ]
+        with wrap_db_errors():
+            async with self.pool.acquire() as conn, conn.transaction():
+                if await conn.fetchval(self.q["lock_session_for_turn"], session_id) is None:
+                    raise NotFound(f"session {session_id!r} was deleted during the turn")
+                await conn.execute(self.q["upsert_thread"], session_id, USER_RESOURCE, None)
+                seq = await conn.fetchval(self.q["thread_message_seq"], session_id, user_ui["id"])
+                if seq is not None:
+                    await conn.execute(self.q["delete_thread_messages_after"], session_id, seq)
+                await conn.execute(self.q["insert_thread_message"], session_id, user_ui["id"], "user", user_content)
+                await conn.execute(
+                    self.q["insert_thread_message"], session_id, assistant_ui["id"], "assistant", assistant_content
+                )
+                for run, prompt, answer in specialist_rows:
+                    resource = f"{SPECIALIST_RESOURCE}:{run.agent_id}"
+                    await conn.execute(self.q["upsert_thread"], run.thread_id, resource, session_id)
+                    await conn.execute(self.q["insert_thread_message"], run.thread_id, "prompt", "user", prompt)
+                    await conn.execute(self.q["insert_thread_message"], run.thread_id, "answer", "assistant", answer)
+                await enqueue_event(conn, subjects.TURN_COMPLETED, outcome.SerializeToString())
+
+    async def publish_outcome(self, outcome: events_pb2.TurnCompleted) -> None:
+        """The outcome of a turn that stored nothing (a failure, a refusal)."""
+        with wrap_db_errors():
+            async with self.pool.acquire() as conn, conn.transaction():
+                await enqueue_event(conn, subjects.TURN_COMPLETED, outcome.SerializeToString())
+
+    async def messages(self, thread_id: str) -> list[tuple[str, str, dict[str, Any]]]:
+        """(id, role, content) of a thread's stored rows, oldest first."""
+        with wrap_db_errors():
+            rows = await self.pool.fetch(self.q["thread_messages"], thread_id)
+        return [(row["id"], row["role"], orjson.loads(row["content"])) for row in rows]

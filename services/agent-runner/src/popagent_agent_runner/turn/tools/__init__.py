@@ -1,0 +1,37 @@
+"""The tool registry: the tools the model sees, by the registry key hook matchers use.
+
+Adding a tool is one module with a `TOOL` and one entry in `TOOLS`. An agent gets the
+registered tools named in its persisted membership; a name its profile lists that is
+not registered here yet (a tool that comes with its own issue) is simply not offered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from pydantic_ai import Tool
+
+from popagent_agent_runner.turn.deps import TurnDeps
+from popagent_agent_runner.turn.tools import get_time, remember
+
+TOOLS: tuple[Tool[TurnDeps], ...] = (get_time.TOOL, remember.TOOL)
+
+
+class ToolRegistry:
+    def __init__(self, tools: Sequence[Tool[TurnDeps]] = TOOLS) -> None:
+        self._tools: dict[str, Tool[TurnDeps]] = {}
+        for tool in tools:
+            if tool.name in self._tools:
+                raise ValueError(f"tool {tool.name!r} is registered twice")
+            self._tools[tool.name] = tool
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._tools)
+
+    def tools_for(self, names: Iterable[str]) -> list[Tool[TurnDeps]]:
+        """The registered tools among `names`, in that order."""
+        return [self._tools[name] for name in names if name in self._tools]
