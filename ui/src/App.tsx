@@ -17,6 +17,12 @@ export function App() {
   const [archived, setArchived] = useState(false);
   const sessions = useLoad(() => api.sessions(archived, workspaceId || undefined), [archived, workspaceId]);
   const [drawerOpen, setDrawerOpen] = useState(false);
+  // The model for new turns: the persisted default until the user picks another (for this tab).
+  const [model, setModel] = useState("");
+  const defaultModel = models.data?.defaultModel ?? "";
+  useEffect(() => {
+    if (!model && defaultModel) setModel(defaultModel);
+  }, [model, defaultModel]);
   const main = useRef<HTMLElement>(null);
 
   // Moving to another page puts focus on its main region, as a page load would.
@@ -89,6 +95,8 @@ export function App() {
             <ChatPage
               sessionId={route.sessionId}
               models={models.data}
+              model={model}
+              onModelChange={setModel}
               workspaceId={workspaceId}
               onSessionsChanged={refreshSessions}
             />

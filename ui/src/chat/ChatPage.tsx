@@ -5,21 +5,24 @@ import { messageOf, useLoad } from "../common/useLoad";
 import { navigate } from "../route";
 import { Composer } from "./Composer";
 import { Conversation } from "./Conversation";
+import { ModelPicker } from "./ModelPicker";
 
 // The first message typed before a session existed, handed to the new session's view.
 const firstMessages = new Map<string, string>();
 
-export function ChatPage(props: {
-  sessionId: string | null;
+type Shared = {
   models: ModelsOut | undefined;
-  workspaceId: string;
+  model: string;
+  onModelChange: (model: string) => void;
   onSessionsChanged: (changed?: SessionSummary) => void;
-}) {
+};
+
+export function ChatPage(props: Shared & { sessionId: string | null; workspaceId: string }) {
   if (!props.sessionId) return <NewChat {...props} />;
   return <OpenSession key={props.sessionId} {...props} sessionId={props.sessionId} />;
 }
 
-function NewChat(props: { workspaceId: string; onSessionsChanged: (changed?: SessionSummary) => void }) {
+function NewChat(props: Shared & { workspaceId: string }) {
   const [error, setError] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
   const start = async (text: string) => {
@@ -36,6 +39,9 @@ function NewChat(props: { workspaceId: string; onSessionsChanged: (changed?: Ses
   };
   return (
     <div className="conversation">
+      <div className="chat-toolbar">
+        <ModelPicker models={props.models} value={props.model} onChange={props.onModelChange} />
+      </div>
       <div className="messages" role="log" aria-label="Conversation">
         <div className="empty">
           <h1>New chat</h1>
@@ -53,11 +59,7 @@ function NewChat(props: { workspaceId: string; onSessionsChanged: (changed?: Ses
   );
 }
 
-function OpenSession(props: {
-  sessionId: string;
-  models: ModelsOut | undefined;
-  onSessionsChanged: (changed?: SessionSummary) => void;
-}) {
+function OpenSession(props: Shared & { sessionId: string }) {
   const loaded = useLoad(() => api.session(props.sessionId), [props.sessionId]);
   const [firstMessage] = useState(() => firstMessages.get(props.sessionId));
   useEffect(() => {
@@ -85,6 +87,8 @@ function OpenSession(props: {
     <Conversation
       session={loaded.data}
       models={props.models}
+      model={props.model}
+      onModelChange={props.onModelChange}
       onSaved={props.onSessionsChanged}
       {...(firstMessage ? { firstMessage } : {})}
     />

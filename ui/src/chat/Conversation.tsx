@@ -21,17 +21,14 @@ function sameMessages(a: ReadonlyArray<{ id: string }>, b: ReadonlyArray<{ id: s
 export function Conversation(props: {
   session: SessionOut;
   models: ModelsOut | undefined;
+  model: string;
+  onModelChange: (model: string) => void;
   firstMessage?: string;
   onSaved: (session: SessionSummary) => void;
 }) {
-  const { session } = props;
-  const [model, setModel] = useState("");
+  const { session, model } = props;
   const modelRef = useRef(model);
   modelRef.current = model;
-  useEffect(() => {
-    // Preselect the persisted default once the catalog arrives.
-    if (!model && props.models?.defaultModel) setModel(props.models.defaultModel);
-  }, [props.models, model]);
 
   const revision = useRef(session.revision);
   const title = useRef(session.title);
@@ -162,7 +159,7 @@ export function Conversation(props: {
   return (
     <div className="conversation">
       <div className="chat-toolbar">
-        <ModelPicker models={props.models} value={model} onChange={setModel} disabled={busy} />
+        <ModelPicker models={props.models} value={model} onChange={props.onModelChange} disabled={busy} />
         <button
           type="button"
           className="ghost"
@@ -227,7 +224,7 @@ export function Conversation(props: {
           ) : null}
           {error ? (
             <div className="turn-error" role="alert" data-testid="chat-error">
-              <strong>The turn failed:</strong> {reasonOfChatError(error)}
+              <strong>The turn failed:</strong> <span data-testid="chat-error-reason">{reasonOfChatError(error)}</span>
               <button type="button" className="ghost small" onClick={clearError}>
                 Dismiss
               </button>

@@ -30,12 +30,12 @@ export function humanize(name: string): string {
   return words.charAt(0).toUpperCase() + words.slice(1);
 }
 
-export function hintOf(spec: FieldSpec): string {
+export function hintOf(spec: FieldSpec, lengths = true): string {
   const parts: string[] = [];
   if (spec.minimum !== undefined && spec.maximum !== undefined) parts.push(`${spec.minimum} – ${spec.maximum}`);
   else if (spec.minimum !== undefined) parts.push(`at least ${spec.minimum}`);
   else if (spec.maximum !== undefined) parts.push(`at most ${spec.maximum}`);
-  if (spec.maxLength !== undefined && spec.type === "string" && !spec.enum) parts.push(`up to ${spec.maxLength} characters`);
+  if (lengths && spec.maxLength !== undefined && spec.type === "string" && !spec.enum) parts.push(`up to ${spec.maxLength} characters`);
   if (spec.description) parts.push(spec.description);
   return parts.join(" · ");
 }
@@ -112,7 +112,8 @@ export function Field(props: {
   onChange: (value: unknown) => void;
 }) {
   const id = `${props.formId}-${props.name}`;
-  const hint = hintOf(props.spec);
+  // A custom input (a select of known values) makes the length bound noise.
+  const hint = hintOf(props.spec, !props.children);
   const describedBy = [hint ? `${id}-hint` : "", props.error ? `${id}-error` : ""].filter(Boolean).join(" ");
   const input: FieldInputProps = {
     id,
@@ -142,6 +143,19 @@ export function Field(props: {
       ) : null}
     </div>
   );
+}
+
+/** The writable fields of a body schema, those named in `order` first, in that order. */
+export function orderedFields(form: string, exclude?: string[], order?: string[]): [string, FieldSpec][] {
+  const specs = Object.entries(fieldsOf(form)).filter(([name]) => !exclude?.includes(name));
+  if (order) {
+    const rank = (name: string) => {
+      const index = order.indexOf(name);
+      return index === -1 ? order.length : index;
+    };
+    specs.sort(([a], [b]) => rank(a) - rank(b));
+  }
+  return specs;
 }
 
 export type SubmitState = { kind: "idle" } | { kind: "saving" } | { kind: "saved" } | { kind: "failed"; reason: string };
@@ -196,9 +210,10 @@ export function PatchForm<Out extends object>(props: {
   custom?: Record<string, (input: FieldInputProps) => ReactNode>;
   labels?: Record<string, string>;
   exclude?: string[];
+  order?: string[];
 }) {
   const formId = useId().replace(/:/g, "");
-  const specs = Object.entries(fieldsOf(props.form)).filter(([name]) => !props.exclude?.includes(name));
+  const specs = orderedFields(props.form, props.exclude, props.order);
   const [value, setValue] = useState(props.value);
   const [draft, setDraft] = useState<Record<string, unknown>>({});
   const submit = useSubmit();
@@ -211,6 +226,9 @@ export function PatchForm<Out extends object>(props: {
   const onSubmit = async (event: FormEvent) => {
     event.preventDefault();
     if (!changed.length) {
+      // Every field is back to its stored value: nothing to send, nothing wrong.
+      setDraft({});
+      submit.setErrors({});
       submit.setState({ kind: "idle" });
       return;
     }

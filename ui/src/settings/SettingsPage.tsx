@@ -72,6 +72,8 @@ function toolsInput(known: string[]) {
   };
 }
 
+const AGENT_ORDER = ["displayName", "description", "instructions", "model", "workspaceAccess", "browserAccess", "delegationEligible", "tools", "sourceUrl"];
+
 function Agents({ models }: { models: ModelsOut | undefined }) {
   return (
     <Loading load={api.agents}>
@@ -93,6 +95,7 @@ function Agents({ models }: { models: ModelsOut | undefined }) {
                 value={agent}
                 onSave={(patch) => api.patchAgent(agent.id, patch as AgentPatch)}
                 labels={{ model: "Model override", sourceUrl: "Source URL" }}
+                order={AGENT_ORDER}
                 custom={{ tools: toolsInput(list.knownTools), model: modelSelect(models, "inherit the chat's model") }}
               />
             </details>

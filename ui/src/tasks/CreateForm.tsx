@@ -1,5 +1,5 @@
 import { useId, useState, type FormEvent, type ReactNode } from "react";
-import { Field, SubmitStatus, fieldsOf, toJson, useSubmit, type FieldInputProps } from "../common/forms";
+import { Field, SubmitStatus, fieldsOf, orderedFields, toJson, useSubmit, type FieldInputProps } from "../common/forms";
 
 function initial(form: string, overrides: Record<string, unknown>): Record<string, unknown> {
   const values: Record<string, unknown> = {};
@@ -18,17 +18,11 @@ export function CreateForm(props: {
   order?: string[];
   exclude?: string[];
   custom?: Record<string, (input: FieldInputProps) => ReactNode>;
+  labels?: Record<string, string>;
   onCreate: (body: Record<string, unknown>) => Promise<unknown>;
 }) {
   const formId = useId().replace(/:/g, "");
-  const specs = Object.entries(fieldsOf(props.form)).filter(([name]) => !props.exclude?.includes(name));
-  if (props.order) {
-    const rank = (name: string) => {
-      const index = props.order?.indexOf(name) ?? -1;
-      return index === -1 ? 1000 : index;
-    };
-    specs.sort(([a], [b]) => rank(a) - rank(b));
-  }
+  const specs = orderedFields(props.form, props.exclude, props.order);
   const [values, setValues] = useState(() => initial(props.form, props.defaults ?? {}));
   const submit = useSubmit();
 
@@ -53,6 +47,7 @@ export function CreateForm(props: {
             formId={formId}
             name={name}
             spec={spec}
+            label={props.labels?.[name]}
             error={submit.errors[name]}
             value={values[name]}
             onChange={(next) => setValues((old) => ({ ...old, [name]: next }))}

@@ -20,6 +20,7 @@ const TONE: Record<string, string> = {
   "dead-letter": "bad",
 };
 const POLL_MS = 5000;
+const LABELS = { workspaceId: "Workspace", cron: "Cron (5 fields, server timezone)" };
 
 function stamp(iso: string | null): string {
   if (!iso) return "—";
@@ -107,6 +108,7 @@ export function TasksPage(props: { models: ModelsOut | undefined; workspaces: Wo
               order={["prompt", "workspaceId", "model", "maxAttempts"]}
               exclude={["sessionId"]}
               custom={custom}
+              labels={LABELS}
               onCreate={async (body) => {
                 const task = await api.createTask(body as CreateTaskBody);
                 await tasks.reload();
@@ -162,6 +164,7 @@ export function TasksPage(props: { models: ModelsOut | undefined; workspaces: Wo
               order={["name", "cron", "prompt", "workspaceId", "model", "enabled", "maxAttempts"]}
               exclude={["sessionId"]}
               custom={custom}
+              labels={LABELS}
               onCreate={async (body) => {
                 const schedule = await api.createSchedule(body as CreateScheduleBody);
                 await schedules.reload();
@@ -363,6 +366,8 @@ function ScheduleItem(props: {
           title={`Edit ${schedule.name}`}
           value={schedule}
           exclude={["sessionId"]}
+          order={["name", "cron", "prompt", "model", "enabled", "maxAttempts"]}
+          labels={LABELS}
           custom={{ model: modelSelect(props.models, "the default model") }}
           onSave={(patch) => api.patchSchedule(schedule.id, patch as UpdateScheduleBody)}
           onSaved={props.onSaved}

@@ -1,0 +1,224 @@
+"""The web UI in a real browser against the whole stack.
+
+The test starts a private NATS, a fresh database, the scripted model server, an HTTPS hook
+receiver that denies the clock tool, and the seven services as real processes (the
+launcher's `Stack`); the gateway serves the built UI (ui/dist) at `/`. Then
+tests/ui/browser.mjs drives Debian's headless Chromium through playwright-core: the API
+key prompt, the model picker, streamed text, a delegation, Stop, the hook timeline of a
+denied tool call, a reload that keeps the delegation activity, rename/archive/delete of
+sessions, and a settings validation error. Screenshots of the chat and the settings page
+at 1440 and 375 px wide go to tests/output/ui/.
+
+Needs: `npm ci --prefix ui && npm --prefix ui run build` (make test does both) and
+`/usr/bin/chromium` (Debian's chromium package).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from popagent_core import embedded
+from popagent_core.embedded import free_port
+from popagent_core.launcher import Stack, StackConfig
+from support.https_receiver import HttpsReceiver, answer, make_secret
+from support.model_gateway import ModelGateway, ModelInfo, ToolCall, Turn
+
+pytestmark = [pytest.mark.timeout(480), pytest.mark.xdist_group("stack")]
+
+REPO = Path(__file__).resolve().parents[2]
+UI_DIST = REPO / "ui" / "dist"
+PLAYWRIGHT = REPO / "ui" / "node_modules" / "playwright-core"
+DRIVER = Path(__file__).with_name("browser.mjs")
+OUTPUT = REPO / "tests" / "output" / "ui"
+CHROMIUM = Path(os.environ.get("POPAGENT_CHROMIUM", "/usr/bin/chromium"))
+
+API_KEY = "browser-test-key-" + "k" * 16
+DENY_PATH = "/pre-tool-use"
+DENY_REASON = "blocked by the UI test policy"
+CATALOG = (
+    ModelInfo("fake/fake-chat", context_length=128_000),
+    ModelInfo("cx/gpt-5.3-codex", context_length=400_000),
+    ModelInfo("cx/gpt-5.3-codex-spark", context_length=128_000),
+)
+HELLO = "Hello from the scripted model! This answer streams in small pieces so the browser sees it grow."
+SLOW = "Slow answer: " + " ".join(f"word{n}" for n in range(800))
+DELEGATION_TOOL = re.compile(r"research", re.IGNORECASE)
+ANY_DELEGATION_TOOL = re.compile(r"delegat|handoff|transfer|specialist|subagent", re.IGNORECASE)
+AGENT_ARGUMENT = re.compile(r"^(agent|agent_?id|specialist|target|to|name)$", re.IGNORECASE)
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return ""
+
+
+def _tools(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    tools = {}
+    for tool in body.get("tools") or []:
+        function = tool.get("function") or {}
+        if "name" in function:
+            tools[function["name"]] = function.get("parameters") or {}
+    return tools
+
+
+def _arguments(schema: dict[str, Any]) -> dict[str, Any]:
+    """Arguments for a delegation tool from its JSON schema: the researcher and a task."""
+    arguments: dict[str, Any] = {}
+    for name, prop in (schema.get("properties") or {}).items():
+        kind = prop.get("type")
+        if AGENT_ARGUMENT.match(name):
+            arguments[name] = "researcher"
+        elif kind == "string" or kind is None:
+            arguments[name] = "Find the answer to the browser test's question."
+        elif kind == "integer" or kind == "number":
+            arguments[name] = 1
+        elif kind == "boolean":
+            arguments[name] = False
+    return arguments
+
+
+def respond(body: dict[str, Any]) -> Turn:
+    """The scripted model. The newest user prompt picks the scenario; a request that offers no
+    delegation tool is a specialist's."""
+    messages = body.get("messages") or []
+    prompt = next((_text(m) for m in reversed(messages) if m.get("role") == "user"), "")
+    after_tool = bool(messages) and messages[-1].get("role") == "tool"
+    tools = _tools(body)
+    delegation = [name for name in tools if DELEGATION_TOOL.search(name)] or [
+        name for name in tools if ANY_DELEGATION_TOOL.search(name)
+    ]
+    pieces = {"chunk_size": 3, "chunk_delay_s": 0.02}
+    if not delegation:
+        return Turn.say("Researcher notes: the answer is 42.", **pieces)
+    if "delegate" in prompt.lower():
+        if after_tool:
+            return Turn.say("The researcher says the answer is 42.", **pieces)
+        name = delegation[0]
+        return Turn.call(ToolCall(name, _arguments(tools[name])))
+    if "slow" in prompt.lower():
+        return Turn.say(SLOW, chunk_size=4, chunk_delay_s=0.05)
+    if "clock" in prompt.lower():
+        if after_tool:
+            return Turn.say("The clock tool was blocked by policy, so I cannot tell the time.", **pieces)
+        if "getTime" not in tools:
+            return Turn.say(f"NO getTime TOOL WAS OFFERED (tools: {sorted(tools)})")
+        return Turn.call(ToolCall("getTime", {}))
+    return Turn.say(HELLO, **pieces)
+
+
+def _hooks_document(receiver: HttpsReceiver) -> str:
+    return json.dumps(
+        {
+            "version": 1,
+            "hooks": {
+                "PreToolUse": [
+                    {
+                        "id": "ui-test-clock-policy",
+                        "type": "http",
+                        "url": receiver.url(DENY_PATH),
+                        "matcher": ["getTime"],
+                        "secret": make_secret(),
+                        "timeoutMs": 5000,
+                    }
+                ]
+            },
+        }
+    )
+
+
+def _prerequisites() -> list[str]:
+    missing = []
+    if not (UI_DIST / "index.html").is_file():
+        missing.append(f"the built UI ({UI_DIST}/index.html): run `npm ci --prefix ui && npm --prefix ui run build`")
+    if not PLAYWRIGHT.is_dir():
+        missing.append(f"playwright-core ({PLAYWRIGHT}): run `npm ci --prefix ui`")
+    if not CHROMIUM.is_file():
+        missing.append(f"Chromium ({CHROMIUM}): run `apt-get install -y chromium`")
+    if shutil.which("node") is None:
+        missing.append("node")
+    return missing
+
+
+@pytest.fixture
+async def stack(
+    tmp_path: Path, make_database: Any, nats_server: embedded.NatsProcess, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[Stack, ModelGateway, HttpsReceiver]]:
+    missing = _prerequisites()
+    assert not missing, "the browser test needs: " + "; ".join(missing)
+    dsn = await make_database()
+    (tmp_path / "receiver").mkdir()
+    (tmp_path / "workspace" / "popagent").mkdir(parents=True)
+    async with HttpsReceiver(tmp_path / "receiver") as receiver, ModelGateway(respond, models=CATALOG) as models:
+        receiver.script(DENY_PATH, answer("deny", reason=DENY_REASON))
+        for name, value in {
+            "DATABASE_URL": dsn,
+            "OBSERVABILITY_DATABASE_URL": dsn,
+            "NATS_URL": nats_server.url,
+            "NINEROUTER_URL": models.url,
+            "POPAGENT_API_KEY": API_KEY,
+            "POPAGENT_UI_DIR": str(UI_DIST),
+            "POPAGENT_WORKSPACE_ROOT": str(tmp_path / "workspace"),
+            "POPAGENT_HOOKS": _hooks_document(receiver),
+            "POPAGENT_HOOK_ALLOWED_HOSTS": "127.0.0.1",
+            "POPAGENT_HOOK_ALLOW_PRIVATE_ADDRESSES": "true",
+            "POPAGENT_HOOK_CA_FILE": str(receiver.ca_file),
+        }.items():
+            monkeypatch.setenv(name, value)
+        config = StackConfig(data_dir=tmp_path / "data", gateway_port=free_port(), echo_logs=False, start_timeout_s=120)
+        running = Stack(config)
+        async with running.running():
+            yield running, models, receiver
+
+
+async def test_the_web_ui_in_a_real_browser(stack: tuple[Stack, ModelGateway, HttpsReceiver], tmp_path: Path) -> None:
+    running, models, receiver = stack
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    config = tmp_path / "browser.json"
+    config.write_text(
+        json.dumps({"url": running.url, "apiKey": API_KEY, "outDir": str(OUTPUT), "denyReason": DENY_REASON})
+    )
+    process = await asyncio.create_subprocess_exec(
+        "node",
+        str(DRIVER),
+        str(config),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=REPO,
+    )
+    stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=360)
+    lines = stdout.decode().strip().splitlines()
+    assert lines, f"the browser driver printed no report (exit {process.returncode}):\n{stderr.decode()[-3000:]}"
+    steps = json.loads(lines[-1])["steps"]
+    failed = [f"{s['step']}: {s['detail']}" for s in steps if not s["ok"]]
+    logs = running.config.data_dir / "logs"
+    assert not failed, (
+        "browser steps failed:\n  "
+        + "\n  ".join(failed)
+        + f"\n(screenshots in {OUTPUT}; service logs in {logs})\n"
+        + stderr.decode()[-2000:]
+    )
+    assert process.returncode == 0, stderr.decode()[-3000:]
+    names = [s["step"] for s in steps]
+    for expected in ("streamed text", "delegation", "stop", "hook timeline with a deny", "reload keeps activity"):
+        assert expected in names
+    # Stop reached the model: the scripted server saw the client abandon the slow stream.
+    assert models.disconnected >= 1
+    # The deny came from the real hook receiver, for the clock tool.
+    denied = receiver.requests_for(DENY_PATH)
+    assert denied, "the PreToolUse hook was never called"
+    assert all(request.json().get("detail", {}).get("toolName", "getTime") == "getTime" for request in denied)
+    for shot in ("chat-1440.png", "chat-375.png", "settings-1440.png", "settings-375.png"):
+        assert (OUTPUT / shot).stat().st_size > 10_000, f"{shot} is missing or empty"
