@@ -279,6 +279,32 @@ try {
     return row.replace(/\s+/g, " ");
   });
 
+  await step("revision conflict", ["streamed text"], async () => {
+    // Another tab saves first: the UI's next save is stale, and it must show the server's copy.
+    const path = `/api/sessions/${encodeURIComponent(chatSessionId)}`;
+    const { body: server } = await apiGet(path);
+    const edited = { id: `edited-${Date.now()}`, role: "user", parts: [{ type: "text", text: "Edited in another tab." }] };
+    const put = await fetch(`${url}${path}`, {
+      method: "PUT",
+      headers: { "x-popagent-key": apiKey, "content-type": "application/json" },
+      body: JSON.stringify({ revision: server.revision, messages: [...server.messages, edited] }),
+    });
+    check(put.status === 200, `the other tab's save answered ${put.status}`);
+    await send("Hello again.");
+    await waitTurnOver();
+    const banner = page.locator('[data-testid="revision-conflict"]');
+    await banner.waitFor({ timeout: 15_000 });
+    check((await page.locator('[data-testid="save-state"]').getAttribute("data-state")) === "failed", "the stale save is not reported");
+    await banner.locator("summary").click();
+    check((await banner.innerText()).includes("Edited in another tab."), "the banner does not show the server's copy");
+    await banner.getByRole("button", { name: "Load the server's copy" }).click();
+    await banner.waitFor({ state: "detached" });
+    const users = await page.locator('[data-testid="message-user"]').allInnerTexts();
+    check(users.some((text) => text.includes("Edited in another tab.")), "the server's copy was not loaded");
+    check(!users.some((text) => text.includes("Hello again.")), "the unsaved turn is still shown after loading the server's copy");
+    return `conflict at revision ${server.revision + 1} shown and resolved by loading the server's copy`;
+  });
+
   await step("reload keeps activity", ["delegation", "stop"], async () => {
     await page.reload();
     await assistants().first().waitFor({ timeout: 15_000 });

@@ -212,7 +212,16 @@ async def test_the_web_ui_in_a_real_browser(stack: tuple[Stack, ModelGateway, Ht
     )
     assert process.returncode == 0, stderr.decode()[-3000:]
     names = [s["step"] for s in steps]
-    for expected in ("streamed text", "delegation", "stop", "hook timeline with a deny", "reload keeps activity"):
+    for expected in (
+        "streamed text",
+        "delegation",
+        "stop",
+        "hook timeline with a deny",
+        "revision conflict",
+        "reload keeps activity",
+        "rename and archive",
+        "setting validation error",
+    ):
         assert expected in names
     # Stop reached the model: the scripted server saw the client abandon the slow stream.
     assert models.disconnected >= 1
