@@ -47,10 +47,21 @@ def start(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     ],
     ids=["missing", "empty", "not-base64", "16-bytes", "48-bytes", "urlsafe", "all-zero"],
 )
-@pytest.mark.parametrize("command", [(), ("reencrypt",)], ids=["serve", "reencrypt"])
-def test_bad_key_exits_2_with_one_line_naming_the_variable(
-    key: str | None, reason: str, command: tuple[str, ...]
-) -> None:
+def test_bad_key_exits_2_with_one_line_naming_the_variable(key: str | None, reason: str) -> None:
+    check_refused(key, reason)
+
+
+@pytest.mark.parametrize(
+    ("key", "reason"),
+    [(None, "is required but not set"), (SHORT, "must decode to exactly 32 bytes (got 16)")],
+    ids=["missing", "16-bytes"],
+)
+def test_reencrypt_refuses_a_bad_key_the_same_way(key: str | None, reason: str) -> None:
+    check_refused(key, reason, "reencrypt")
+
+
+def check_refused(key: str | None, reason: str, *command: str) -> None:
+    """Start the real process with `key`: exit 2, one line naming the variable, no value."""
     env = process_env(**OTHERWISE_VALID)
     if key is not None:
         env["POPAGENT_SECRET_KEY"] = key
