@@ -43,13 +43,15 @@ class Stack:
 @contextlib.asynccontextmanager
 async def serve_gateway(tasks_address: str, token: str, dsn: str) -> AsyncIterator[httpx.AsyncClient]:
     port = free_port()
-    settings = GatewaySettings(
-        DATABASE_URL=dsn,
-        OBSERVABILITY_DATABASE_URL=dsn,
-        POPAGENT_API_KEY=API_KEY,
-        POPAGENT_INTERNAL_TOKEN=token,
-        POPAGENT_TASKS_ADDR=tasks_address,
-    )  # type: ignore[call-arg]
+    settings = GatewaySettings.model_validate(
+        {
+            "DATABASE_URL": dsn,
+            "OBSERVABILITY_DATABASE_URL": dsn,
+            "POPAGENT_API_KEY": API_KEY,
+            "POPAGENT_INTERNAL_TOKEN": token,
+            "POPAGENT_TASKS_ADDR": tasks_address,
+        }
+    )
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
     serving = asyncio.create_task(server.serve())
     try:

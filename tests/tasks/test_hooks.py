@@ -47,15 +47,17 @@ async def test_task_lifecycle_reaches_https_hooks_with_one_turn_id_and_never_cha
     receiver.script("/tasks", answer("pass") if reply == "pass" else Reply(status=500, json_body={"oops": True}))
     hooks_address = f"127.0.0.1:{free_port()}"
     hooks_settings = HooksSettings(
-        DATABASE_URL=dsn,
-        NATS_URL=nats_url,
-        POPAGENT_INTERNAL_CALLERS=callers,
-        POPAGENT_HOOKS_ADDR=hooks_address,
-        POPAGENT_HOOK_ALLOWED_HOSTS="127.0.0.1",
-        POPAGENT_HOOK_ALLOW_PRIVATE_ADDRESSES="true",
-        POPAGENT_HOOK_CA_FILE=str(receiver.ca_file),
-        POPAGENT_HOOKS=hooks_document(receiver, "/tasks"),
-    )  # type: ignore[call-arg]
+        **{
+            "DATABASE_URL": dsn,
+            "NATS_URL": nats_url,
+            "POPAGENT_INTERNAL_CALLERS": callers,
+            "POPAGENT_HOOKS_ADDR": hooks_address,
+            "POPAGENT_HOOK_ALLOWED_HOSTS": "127.0.0.1",
+            "POPAGENT_HOOK_ALLOW_PRIVATE_ADDRESSES": "true",
+            "POPAGENT_HOOK_CA_FILE": str(receiver.ca_file),
+            "POPAGENT_HOOKS": hooks_document(receiver, "/tasks"),
+        }
+    )
     env = tasks_env(
         dsn,
         nats_url,

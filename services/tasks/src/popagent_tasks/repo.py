@@ -13,8 +13,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import cast
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from popagent.events.v1 import events_pb2
 from popagent_core import bus, subjects
@@ -33,6 +35,7 @@ logger = logging.getLogger(__name__)
 QUERIES = load_queries(Path(__file__).parent / "queries.sql")
 
 Wake = Callable[[str], Awaitable[None]]
+Conn = asyncpg.Connection | PoolConnectionProxy
 
 
 class TaskNotFound(NotFound):
@@ -152,10 +155,6 @@ class TaskRepo:
             progress.setdefault(row["task_id"], []).append(Progress(row["attempt"], row["kind"], row["message"]))
         return progress
 
-    async def progress_rows(self, task_id: uuid.UUID) -> list[asyncpg.Record]:
-        with wrap_db_errors():
-            return await self.pool.fetch(QUERIES["recent_progress"], [task_id], 1_000_000)
-
     async def cancel_task(self, task_id: str) -> asyncpg.Record:
         key = parse_id(task_id, TaskNotFound)
         with wrap_db_errors():
@@ -257,17 +256,15 @@ class TaskRepo:
                 status = Status(row["status"])
                 head = f"attempt {attempt}/{row['max_attempts']} failed ({error_class}): {message}"
                 if status is Status.QUEUED:
-                    entry = ("retry_scheduled", f"{head}; retrying in {delay_s:.1f} s")
+                    kind, note = "retry_scheduled", f"{head}; retrying in {delay_s:.1f} s"
                 elif status is Status.DEAD_LETTER:
-                    entry = (
-                        "dead_letter",
-                        f"{head}; retries exhausted after {attempt} attempts: dead-lettered, not retried again",
-                    )
+                    kind = "dead_letter"
+                    note = f"{head}; retries exhausted after {attempt} attempts: dead-lettered, not retried again"
                 elif status is Status.CANCELLED:
-                    entry = ("cancelled", f"cancelled; the executor settled with {error_class}: {message}")
+                    kind, note = "cancelled", f"cancelled; the executor settled with {error_class}: {message}"
                 else:
-                    entry = ("failed", f"{head}; not retried: {explain}")
-                await _progress(conn, [(task_id, attempt, *entry)])
+                    kind, note = "failed", f"{head}; not retried: {explain}"
+                await _progress(conn, [(task_id, attempt, kind, note)])
                 transition = (await _terminal_followups(conn, [row], wake_queued=False))[0]
         if transition.remediation_id is not None:
             await self._after_enqueue("remediation")
@@ -308,9 +305,6 @@ class TaskRepo:
         if any(t.remediation_id or t.row["status"] == Status.QUEUED for t in transitions):
             await self._after_enqueue("recovered")
         return transitions
-
-    async def notify_enqueued(self, reason: str) -> None:
-        await self._after_enqueue(reason)
 
     # -- schedules ------------------------------------------------------------------
 
@@ -389,7 +383,7 @@ class TaskRepo:
                     )
                 if created:
                     await bus.enqueue_event(
-                        conn,
+                        cast(asyncpg.Connection, conn),
                         subjects.TASK_ENQUEUED,
                         events_pb2.TaskEnqueued(task_id="").SerializeToString(),
                     )
@@ -402,13 +396,15 @@ class TaskRepo:
             return await self.pool.fetchval(QUERIES["next_schedule_due"])
 
 
-async def _enqueue_fact(conn: asyncpg.Connection, task_id: uuid.UUID) -> None:
+async def _enqueue_fact(conn: Conn, task_id: uuid.UUID) -> None:
     await bus.enqueue_event(
-        conn, subjects.TASK_ENQUEUED, events_pb2.TaskEnqueued(task_id=str(task_id)).SerializeToString()
+        cast(asyncpg.Connection, conn),
+        subjects.TASK_ENQUEUED,
+        events_pb2.TaskEnqueued(task_id=str(task_id)).SerializeToString(),
     )
 
 
-async def _progress(conn: asyncpg.Connection, entries: Sequence[tuple[uuid.UUID, int, str, str]]) -> None:
+async def _progress(conn: Conn, entries: Sequence[tuple[uuid.UUID, int, str, str]]) -> None:
     if not entries:
         return
     await conn.execute(
@@ -433,9 +429,7 @@ def _recovery_entry(row: asyncpg.Record, why: str) -> tuple[uuid.UUID, int, str,
     return (row["id"], attempt, "cancelled", f"{why} while cancelling; cancelled")
 
 
-async def _terminal_followups(
-    conn: asyncpg.Connection, rows: Sequence[asyncpg.Record], *, wake_queued: bool
-) -> list[Transition]:
+async def _terminal_followups(conn: Conn, rows: Sequence[asyncpg.Record], *, wake_queued: bool) -> list[Transition]:
     """Inside the transition's transaction: one remediation per terminal failure of a task,
     and the wake-up fact when that (or requeued work, if `wake_queued`) is due now."""
     transitions = []

@@ -3,7 +3,7 @@
 Every replica runs the same parts: the API (unless `serve_api` is off, for worker-only
 processes), the scheduler, and, when an executor is configured, the worker with its
 recovery sweep. Unwinding stops the worker first (grace, abort, acknowledgement), then
-the scheduler, then the API.
+the API (with its own grace), then the scheduler.
 """
 
 from __future__ import annotations

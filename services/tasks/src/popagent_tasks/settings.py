@@ -7,7 +7,7 @@ come from these variables.
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from popagent_core.settings import DEFAULT_PORTS, ServiceSettings, grpc_address_field
 from popagent_tasks.schedules import check_timezone, server_timezone
@@ -60,12 +60,26 @@ class Settings(ServiceSettings):
             raise ValueError("must be 'package.module:attribute'")
         return value
 
-    @model_validator(mode="after")
-    def _timing(self) -> Settings:
-        if self.heartbeat_timeout_s <= 2 * self.heartbeat_interval_s:
-            raise ValueError("POPAGENT_TASKS_HEARTBEAT_TIMEOUT_S must exceed twice POPAGENT_TASKS_HEARTBEAT_INTERVAL_S")
-        if self.stale_after_s <= self.heartbeat_timeout_s:
-            raise ValueError("POPAGENT_TASKS_STALE_AFTER_S must exceed POPAGENT_TASKS_HEARTBEAT_TIMEOUT_S")
-        if self.retry_cap_s < self.retry_base_s:
-            raise ValueError("POPAGENT_TASKS_RETRY_CAP_S must be at least POPAGENT_TASKS_RETRY_BASE_S")
-        return self
+    @field_validator("heartbeat_timeout_s")
+    @classmethod
+    def _heartbeat_timeout(cls, value: float, info: ValidationInfo) -> float:
+        interval = info.data.get("heartbeat_interval_s")
+        if interval is not None and value <= 2 * interval:
+            raise ValueError("must exceed twice POPAGENT_TASKS_HEARTBEAT_INTERVAL_S")
+        return value
+
+    @field_validator("stale_after_s")
+    @classmethod
+    def _stale_after(cls, value: float, info: ValidationInfo) -> float:
+        timeout = info.data.get("heartbeat_timeout_s")
+        if timeout is not None and value <= timeout:
+            raise ValueError("must exceed POPAGENT_TASKS_HEARTBEAT_TIMEOUT_S")
+        return value
+
+    @field_validator("retry_cap_s")
+    @classmethod
+    def _retry_cap(cls, value: float, info: ValidationInfo) -> float:
+        base = info.data.get("retry_base_s")
+        if base is not None and value < base:
+            raise ValueError("must be at least POPAGENT_TASKS_RETRY_BASE_S")
+        return value

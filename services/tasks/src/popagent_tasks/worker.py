@@ -35,6 +35,7 @@ from popagent_tasks.executor import AbortReason, AbortSignal, Attempt, Executor,
 from popagent_tasks.model import TRANSIENT, Backoff, ErrorClass, Kind, Source, Status, retry_eligible, truncate
 from popagent_tasks.observer import Observers, StopStatus, TaskLifecycle, TaskStarted, TaskStopped
 from popagent_tasks.repo import TaskRepo, Transition
+from popagent_tasks.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -61,20 +62,19 @@ class RuntimeConfig:
     sweep_batch: int = 500
 
     @classmethod
-    def from_settings(cls, settings: object) -> RuntimeConfig:
-        get = settings.__getattribute__
+    def from_settings(cls, settings: Settings) -> RuntimeConfig:
         return cls(
-            concurrency=get("concurrency"),
-            claim_batch=get("claim_batch"),
-            task_timeout_s=get("task_timeout_s"),
-            abort_ack_s=get("abort_ack_s"),
-            heartbeat_interval_s=get("heartbeat_interval_s"),
-            heartbeat_timeout_s=get("heartbeat_timeout_s"),
-            stale_after_s=get("stale_after_s"),
-            poll_interval_s=get("poll_interval_s"),
-            sweep_interval_s=get("sweep_interval_s"),
-            backoff=Backoff(get("retry_base_s"), get("retry_cap_s")),
-            shutdown_grace_s=get("shutdown_grace_s"),
+            concurrency=settings.concurrency,
+            claim_batch=settings.claim_batch,
+            task_timeout_s=settings.task_timeout_s,
+            abort_ack_s=settings.abort_ack_s,
+            heartbeat_interval_s=settings.heartbeat_interval_s,
+            heartbeat_timeout_s=settings.heartbeat_timeout_s,
+            stale_after_s=settings.stale_after_s,
+            poll_interval_s=settings.poll_interval_s,
+            sweep_interval_s=settings.sweep_interval_s,
+            backoff=Backoff(settings.retry_base_s, settings.retry_cap_s),
+            shutdown_grace_s=settings.shutdown_grace_s,
         )
 
 
@@ -108,14 +108,15 @@ def stop_event(transition: Transition, lifecycle: TaskLifecycle) -> TaskStopped:
         return TaskStopped(lifecycle, StopStatus.COMPLETED, outcome=row["outcome"] or "")
     if status is Status.CANCELLED:
         return TaskStopped(lifecycle, StopStatus.CANCELLED)
-    error = {"error_class": row["last_error_class"] or "", "error": row["last_error"] or ""}
+    error_class, error = row["last_error_class"] or "", row["last_error"] or ""
     if status is Status.QUEUED:
         next_at = row["next_attempt_at"]
         retry = {"nextAttemptAt": next_at.isoformat()} if next_at else {}
-        return TaskStopped(lifecycle, StopStatus.FAILED, will_retry=True, extra=retry, **error)
-    if status is Status.DEAD_LETTER:
-        return TaskStopped(lifecycle, StopStatus.DEAD_LETTER, extra=extra, **error)
-    return TaskStopped(lifecycle, StopStatus.FAILED, extra=extra, **error)
+        return TaskStopped(
+            lifecycle, StopStatus.FAILED, error_class=error_class, error=error, will_retry=True, extra=retry
+        )
+    stop_status = StopStatus.DEAD_LETTER if status is Status.DEAD_LETTER else StopStatus.FAILED
+    return TaskStopped(lifecycle, stop_status, error_class=error_class, error=error, extra=extra)
 
 
 def _explain(source: Source, error_class: ErrorClass) -> str:
