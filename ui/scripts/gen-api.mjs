@@ -45,6 +45,8 @@ const FORMS = [
   "CreateScheduleBody",
   "UpdateScheduleBody",
   "ResolveTaskBody",
+  "MemoryCreate",
+  "MemoryPatch",
 ];
 const schemas = doc.components?.schemas ?? {};
 const deref = (node) => {

@@ -103,13 +103,18 @@ export const api = {
   agentRuntime: () => call<T.AgentRuntimeSettingsOut>("GET", "/api/settings/agent-runtime"),
   patchAgentRuntime: (body: T.AgentRuntimeSettingsPatch) =>
     call<T.AgentRuntimeSettingsOut>("PATCH", "/api/settings/agent-runtime", body),
-  memory: () => call<T.MemorySettingsOut>("GET", "/api/settings/memory"),
-  patchMemory: (body: T.MemorySettingsPatch) => call<T.MemorySettingsOut>("PATCH", "/api/settings/memory", body),
+  memorySettings: () => call<T.MemorySettingsOut>("GET", "/api/settings/memory"),
+  patchMemorySettings: (body: T.MemorySettingsPatch) => call<T.MemorySettingsOut>("PATCH", "/api/settings/memory", body),
   autonomy: () => call<T.AutonomySettingsOut>("GET", "/api/settings/autonomy"),
   patchAutonomy: (body: T.AutonomySettingsPatch) =>
     call<T.AutonomySettingsOut>("PATCH", "/api/settings/autonomy", body),
   browser: () => call<T.BrowserSettingsOut>("GET", "/api/settings/browser"),
   patchBrowser: (body: T.BrowserSettingsPatch) => call<T.BrowserSettingsOut>("PATCH", "/api/settings/browser", body),
+
+  memories: (q?: string) => call<T.MemoryListOut>("GET", `/api/memories${query({ q })}`),
+  createMemory: (body: T.MemoryCreate) => call<T.MemoryOut>("POST", "/api/memories", body),
+  patchMemory: (id: string, body: T.MemoryPatch) => call<T.MemoryOut>("PATCH", `/api/memories/${enc(id)}`, body),
+  deleteMemory: (id: string) => call<void>("DELETE", `/api/memories/${enc(id)}`),
 
   tasks: (workspaceId?: string) => call<T.TaskListOut>("GET", `/api/tasks${query({ workspaceId })}`),
   createTask: (body: T.CreateTaskBody) => call<T.TaskOut>("POST", "/api/tasks", body),

@@ -38,3 +38,7 @@ export type ScheduleOut = S["ScheduleOut"];
 export type ScheduleListOut = S["ScheduleListOut"];
 export type CreateScheduleBody = S["CreateScheduleBody"];
 export type UpdateScheduleBody = S["UpdateScheduleBody"];
+export type MemoryOut = S["MemoryOut"];
+export type MemoryListOut = S["MemoryListOut"];
+export type MemoryCreate = S["MemoryCreate"];
+export type MemoryPatch = S["MemoryPatch"];

@@ -84,31 +84,63 @@ function pick(data: Record<string, unknown>, ...names: string[]): string | null 
 }
 
 const SHOWN = new Set([
-  "agent", "agentId", "agentName", "specialist", "name", "status", "phase", "state",
-  "iteration", "step", "text", "summary", "message",
+  "agent", "agentId", "agentName", "specialist", "name", "status", "phase", "state", "iteration", "step",
+  "iterations", "text", "summary", "message", "model", "durationMs", "reason", "error", "errorClass", "threadId",
 ]);
 
-/** A specialist's delegation telemetry (`data-agentActivity`), live and after reload. */
+type Iteration = { step?: unknown; toolCalls?: unknown; preview?: unknown };
+
+function iterationsOf(fields: Record<string, unknown>): Iteration[] {
+  return Array.isArray(fields.iterations) ? (fields.iterations as unknown[]).map((item) => record(item) as Iteration) : [];
+}
+
+function tone(status: string): string {
+  if (/fail|error|denied|cancel/i.test(status)) return "bad";
+  if (/done|complete|finish|ok|success/i.test(status)) return "ok";
+  return "pending";
+}
+
+/** A specialist's delegation telemetry (`data-agentActivity`), re-sent under one id as it iterates; live and after reload. */
 export function AgentActivity({ data }: { data: unknown }) {
   const fields = record(data);
   const agent = pick(fields, "agentName", "agent", "agentId", "specialist", "name") ?? "specialist";
   const status = pick(fields, "status", "phase", "state");
-  const iteration = pick(fields, "iteration", "step");
-  const text = pick(fields, "summary", "text", "message");
+  const iterations = iterationsOf(fields);
+  const iteration = pick(fields, "iteration", "step") ?? (iterations.length ? String(iterations.length) : null);
+  const last = iterations[iterations.length - 1];
+  const text =
+    pick(fields, "summary", "text", "message", "reason", "error") ?? (typeof last?.preview === "string" ? last.preview : null);
+  const model = pick(fields, "model");
+  const duration = typeof fields.durationMs === "number" ? `${(fields.durationMs / 1000).toFixed(1)} s` : null;
   const rest = Object.entries(fields).filter(([key]) => !SHOWN.has(key));
   return (
-    <div className="activity" data-testid="agent-activity" data-agent={agent} role="group" aria-label={`Delegation to ${agent}`}>
+    <div className="activity" data-testid="agent-activity" data-agent={agent} data-status={status ?? ""} role="group" aria-label={`Delegation to ${agent}`}>
       <div className="activity-head">
         <span aria-hidden="true" className="activity-icon">↳</span>
         <span className="activity-agent">{agent}</span>
-        {status ? <span className={`badge ${/fail|error|denied/i.test(status) ? "bad" : /done|complete|finish|ok/i.test(status) ? "ok" : "pending"}`}>{status}</span> : null}
+        {status ? <span className={`badge ${tone(status)}`}>{status}</span> : null}
         {iteration ? <span className="muted">iteration {iteration}</span> : null}
+        {model ? <span className="muted">{model}</span> : null}
+        {duration ? <span className="muted">{duration}</span> : null}
       </div>
       {text ? <p className="activity-text">{text}</p> : null}
-      {rest.length ? (
+      {iterations.length || rest.length ? (
         <details className="activity-more">
           <summary>details</summary>
-          <pre>{prettyJson(Object.fromEntries(rest))}</pre>
+          {iterations.length ? (
+            <ol className="activity-iterations">
+              {iterations.map((step, index) => {
+                const tools = Array.isArray(step.toolCalls) ? (step.toolCalls as unknown[]).map(String) : [];
+                return (
+                  <li key={index}>
+                    {tools.length ? <code>{tools.join(", ")}</code> : <span className="muted">no tool calls</span>}
+                    {typeof step.preview === "string" && step.preview ? <span> — {step.preview}</span> : null}
+                  </li>
+                );
+              })}
+            </ol>
+          ) : null}
+          {rest.length ? <pre>{prettyJson(Object.fromEntries(rest))}</pre> : null}
         </details>
       ) : null}
     </div>

@@ -12,6 +12,7 @@ import type {
 import { FORM_FIELDS, PatchForm, type FieldInputProps } from "../common/forms";
 import { useLoad } from "../common/useLoad";
 import { href } from "../route";
+import { Memories } from "./Memories";
 
 type Section = { id: string; label: string; form: string; render: (models: ModelsOut | undefined) => ReactNode };
 
@@ -129,22 +130,23 @@ const SECTIONS: Section[] = [
   },
   {
     id: "memory",
-    label: "Memory",
+    label: "Memory compaction",
     form: "MemorySettingsPatch",
     render: () => (
-      <Loading load={api.memory}>
+      <Loading load={api.memorySettings}>
         {(value) => (
           <PatchForm
             form="MemorySettingsPatch"
             title="Observational memory"
             description="When old messages are compacted into observations, how much raw history stays, and what the Observer and Reflector are told. Applies on the next turn."
             value={value}
-            onSave={(patch) => api.patchMemory(patch as MemorySettingsPatch)}
+            onSave={(patch) => api.patchMemorySettings(patch as MemorySettingsPatch)}
           />
         )}
       </Loading>
     ),
   },
+  { id: "memories", label: "Long-term memories", form: "MemoryCreate", render: () => <Memories /> },
   {
     id: "autonomy",
     label: "Autonomy",
