@@ -1,1 +1,4 @@
-"""Root conftest: the kernel's pytest plugin (real PostgreSQL and NATS) is loaded via addopts."""
+"""Root conftest. The kernel's plugin (real PostgreSQL and NATS) loads through addopts; the
+canary plugin makes every test fail whose captured output holds the session's canary secret."""
+
+pytest_plugins = ["support.canary", "pytester"]

@@ -16,10 +16,6 @@ from popagent_core.settings import load_settings
 from popagent_secrets.service import MIGRATIONS, build
 from popagent_secrets.settings import Settings
 
-# The canary plugin is not registered suite-wide yet; importing its fixture makes it
-# available here (and is harmless once tests/conftest.py registers the plugin).
-from support.canary import canary_secret  # noqa: F401
-
 
 @dataclass
 class SecretsUnderTest:

@@ -82,3 +82,20 @@ def assert_no_canary(data: str | bytes, value: str = CANARY, where: str = "outpu
 def canary_secret() -> str:
     """The session's canary value: provision it as a secret, then check it never leaves."""
     return CANARY
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    """Across the whole suite: a test whose captured output (stdout, stderr, log records)
+    holds the canary in any form fails, whatever it asserted itself."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    for title, content in report.sections:
+        # A phase's report repeats the sections of the phases before it; judge each once.
+        if not title.endswith(f" {report.when}"):
+            continue
+        form = find_canary(content)
+        if form is not None and report.outcome != "failed":
+            report.outcome = "failed"
+            report.longrepr = f"canary secret leaked into captured output: {title} ({form} form)"
+            return

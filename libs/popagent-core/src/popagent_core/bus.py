@@ -26,6 +26,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 from nats.js.errors import NotFoundError
 
 from popagent_core import subjects
+from popagent_core.lifecycle import wait_event
 
 logger = logging.getLogger(__name__)
 
@@ -170,8 +171,7 @@ class OutboxRelay:
                                 await self.purge_published()
                                 last_purge = loop.time()
                             self._wake.clear()
-                            with contextlib.suppress(TimeoutError):
-                                await asyncio.wait_for(self._wake.wait(), timeout=self.poll_interval_s)
+                            await wait_event(self._wake, self.poll_interval_s)
                     finally:
                         with contextlib.suppress(Exception):
                             await listener.remove_listener(OUTBOX_CHANNEL, self.wake)
