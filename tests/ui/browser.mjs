@@ -332,6 +332,7 @@ try {
     // The sessions list is a drawer at this width.
     await page.getByRole("button", { name: "Show chats" }).click();
     await page.locator('[data-testid="session-list"]').waitFor({ state: "visible" });
+    await page.waitForTimeout(400); // the drawer slides in
     await page.screenshot({ path: resolve(outDir, "chat-375-sessions.png") });
     await page.getByRole("button", { name: "Hide chats" }).click();
     await page.setViewportSize(WIDE);
