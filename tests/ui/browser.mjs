@@ -314,6 +314,7 @@ try {
     check(/research/i.test(await activities.first().innerText()), "the persisted activity does not name the researcher");
     const texts = await page.locator('[data-testid="message-assistant"] [data-testid="message-text"]').allInnerTexts();
     check(texts.some((text) => text.startsWith("Slow")), "the stopped turn's partial answer was not kept");
+    check((await page.locator('[data-testid="message-stopped"]').count()) === 1, "the stopped turn is not marked as stopped");
     const { body: session } = await apiGet(`/api/sessions/${encodeURIComponent(chatSessionId)}`);
     const types = session.messages.flatMap((message) => message.parts.map((part) => part.type));
     check(types.includes("data-agentActivity"), "the stored session has no data-agentActivity part");

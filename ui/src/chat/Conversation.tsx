@@ -9,7 +9,7 @@ import { Composer } from "./Composer";
 import { HookRuns, HookTimeline } from "./HookTimeline";
 import { ModelPicker, formatTokens } from "./ModelPicker";
 import { MessageParts } from "./Parts";
-import { modelOf, reasonOfChatError, textOf, titleFrom, turnIdOf, usageOf } from "./meta";
+import { failureOf, modelOf, reasonOfChatError, stoppedOf, textOf, titleFrom, turnIdOf, usageOf } from "./meta";
 
 type SaveState = { kind: "idle" } | { kind: "saving" } | { kind: "saved" } | { kind: "failed"; reason: string };
 
@@ -92,17 +92,36 @@ export function Conversation(props: {
     [session.id],
   );
 
+  const lastError = useRef<string | null>(null);
+  const setMessagesRef = useRef<(messages: UIMessage[]) => void>(() => undefined);
   const chat = useChat<UIMessage>({
     id: session.id,
     messages: session.messages as unknown as UIMessage[],
     transport,
-    onFinish: ({ messages }) => persist(messages),
+    onFinish: ({ message, messages, isAbort, isError }) => {
+      // Keep how the turn ended with its message: a reopened session shows "stopped" or the reason.
+      const ended = isAbort ? { stopped: true } : isError && lastError.current ? { failure: lastError.current } : null;
+      if (ended && messages.some((item) => item.id === message.id && item.role === "assistant")) {
+        const marked = messages.map((item) =>
+          item.id === message.id ? { ...item, metadata: { ...(item.metadata as object | undefined), ...ended } } : item,
+        );
+        setMessagesRef.current(marked);
+        persist(marked);
+        return;
+      }
+      persist(messages);
+    },
+    onError: (error) => {
+      lastError.current = reasonOfChatError(error);
+    },
   });
   const { messages, status, error, stop, sendMessage, setMessages, clearError } = chat;
+  setMessagesRef.current = setMessages;
   const busy = status === "submitted" || status === "streaming";
 
   const send = useCallback(
     (text: string) => {
+      lastError.current = null;
       clearError();
       void sendMessage({ text });
     },
@@ -265,6 +284,8 @@ function Message(props: { message: UIMessage; sessionId: string; streaming: bool
   const turnId = message.role === "assistant" ? turnIdOf(message) : null;
   const usage = usageOf(message);
   const model = modelOf(message);
+  const stopped = stoppedOf(message);
+  const failure = failureOf(message);
   return (
     <article
       className={`message ${message.role}`}
@@ -275,8 +296,18 @@ function Message(props: { message: UIMessage; sessionId: string; streaming: bool
       <div className="message-body">
         <MessageParts message={message} streaming={props.streaming} />
       </div>
-      {message.role === "assistant" && !props.streaming && (turnId || usage || model) ? (
+      {failure && !props.streaming ? (
+        <p className="error-text small-text" data-testid="message-failure">
+          The turn failed: {failure}
+        </p>
+      ) : null}
+      {message.role === "assistant" && !props.streaming && (turnId || usage || model || stopped) ? (
         <footer className="message-foot muted">
+          {stopped ? (
+            <span className="badge warn" data-testid="message-stopped">
+              stopped
+            </span>
+          ) : null}
           {model ? <span>{model}</span> : null}
           {usage ? (
             <span>

@@ -26,6 +26,17 @@ export function usageOf(message: UIMessage): { input: number; output: number } |
   return { input: typeof input === "number" ? input : 0, output: typeof output === "number" ? output : 0 };
 }
 
+/** Set by this UI when the user stopped the turn, so a reopened session still says so. */
+export function stoppedOf(message: UIMessage): boolean {
+  return record(message.metadata).stopped === true;
+}
+
+/** Set by this UI when the turn ended with an error, so a reopened session still shows the reason. */
+export function failureOf(message: UIMessage): string | null {
+  const reason = record(message.metadata).failure;
+  return typeof reason === "string" && reason ? reason : null;
+}
+
 export function textOf(message: { parts: ReadonlyArray<{ type: string }> }): string {
   return message.parts
     .map((part) => (part.type === "text" && "text" in part && typeof part.text === "string" ? part.text : ""))
