@@ -11,8 +11,10 @@ what the services did.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
+import os
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -39,6 +41,9 @@ from popagent_gateway.app import create_app
 from popagent_gateway.settings import Settings as GatewaySettings
 from popagent_hooks.service import build as build_hooks
 from popagent_hooks.settings import Settings as HooksSettings
+from popagent_secrets.service import build as build_secrets
+from popagent_secrets.settings import Settings as SecretsSettings
+from support.canary import CANARY
 from support.https_receiver import HttpsReceiver, answer, make_secret
 from support.model_gateway import ModelGateway, ModelInfo
 
@@ -49,6 +54,10 @@ CATALOG = (
     ModelInfo("cx/gpt-5.3-codex-spark", context_length=128_000),
 )
 SESSION_END_PATH = "/session-end"
+
+
+CANARY_RESOURCE = "canary"
+CANARY_NAME = "session-canary"
 
 
 @dataclass
@@ -130,7 +139,9 @@ async def start_api_stack(pg_dsn: str, credentials: tuple[dict[str, str], str], 
     tokens, callers = credentials
     workspace_root = base / "workspace"
     (workspace_root / "popagent").mkdir(parents=True)
-    addresses = {name: f"127.0.0.1:{free_port()}" for name in ("agent-runner", "hooks", "evolution", "browser-bridge")}
+    addresses = {
+        name: f"127.0.0.1:{free_port()}" for name in ("agent-runner", "hooks", "evolution", "browser-bridge", "secrets")
+    }
     # A private broker: the hooks service's durable consumer name is fixed, so sharing the
     # worker's NATS with other hook tests would split session-deleted events between them.
     nats = embedded.start_nats(base / "nats")
@@ -181,6 +192,18 @@ async def start_api_stack(pg_dsn: str, credentials: tuple[dict[str, str], str], 
             )
         )
         await stack.enter_async_context(
+            build_secrets(
+                SecretsSettings(
+                    **{
+                        **common,
+                        "POPAGENT_INTERNAL_TOKEN": tokens["secrets"],
+                        "POPAGENT_SECRETS_ADDR": addresses["secrets"],
+                        "POPAGENT_SECRET_KEY": base64.b64encode(os.urandom(32)).decode(),
+                    }
+                )
+            )
+        )
+        await stack.enter_async_context(
             build_browser_bridge(
                 BrowserBridgeSettings(
                     **{
@@ -217,9 +240,14 @@ async def start_api_stack(pg_dsn: str, credentials: tuple[dict[str, str], str], 
             "POPAGENT_BROWSER_BRIDGE_ADDR": addresses["browser-bridge"],
             # Nothing listens there: these routes are not part of this suite.
             "POPAGENT_TASKS_ADDR": f"127.0.0.1:{free_port()}",
-            "POPAGENT_SECRETS_ADDR": f"127.0.0.1:{free_port()}",
+            "POPAGENT_SECRETS_ADDR": addresses["secrets"],
         }
         url = await stack.enter_async_context(serve_gateway(GatewaySettings(**gateway_env)))
+        # The session's canary lives in the stack as a real secret, so every answer the
+        # stack gives (fuzzed ones included) can be checked for it.
+        async with httpx.AsyncClient(base_url=url, headers={"x-popagent-key": API_KEY}) as client:
+            provisioned = await client.put(f"/api/secrets/{CANARY_RESOURCE}/{CANARY_NAME}", json={"value": CANARY})
+            provisioned.raise_for_status()
         yield ApiStack(
             url=url,
             dsn=dsn,

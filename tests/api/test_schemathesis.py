@@ -29,12 +29,25 @@ from schemathesis.config import SchemathesisConfig
 from schemathesis.core.result import Ok
 
 from api.conftest import API_KEY, start_api_stack
+from support.canary import find_canary
 
 pytestmark = pytest.mark.timeout(180)
 
-MY_PATHS = r"^/api/(models|sessions|settings|agents|workspaces)"
+MY_PATHS = r"^/api/(models|sessions|settings|agents|workspaces|secrets)"
 MAX_EXAMPLES = 20
+
+
+@schemathesis.check
+def no_canary(ctx: Any, response: Any, case: Any) -> bool | None:
+    """The stack holds the session's canary as a secret: no answer may ever carry it."""
+    form = find_canary(response.content)
+    if form is not None:
+        raise AssertionError(f"canary secret in the response of {case.operation.label} ({form} form)")
+    return None
+
+
 CHECKS = [
+    no_canary,
     not_a_server_error,
     negative_data_rejection,
     ignored_auth,
@@ -90,5 +103,5 @@ async def test_schemathesis_finds_no_failure_in_the_live_gateway(
             document = (await client.get("/openapi.json")).json()
         # The fuzzer is synchronous; the stack runs in this event loop, so it runs in a thread.
         operations, failures = await asyncio.to_thread(fuzz, document, stack.url)
-    assert operations == 22
+    assert operations == 27
     assert failures == [], "\n\n".join(failures)

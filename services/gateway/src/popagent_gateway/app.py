@@ -29,6 +29,7 @@ from popagent_gateway.routes import (
 )
 from popagent_gateway.settings import Settings
 from popagent_gateway.ui import mount_ui
+from popagent_gateway.wire import ERROR_RESPONSES
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -48,7 +49,10 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(BoundedBodyMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(ApiKeyMiddleware, api_key=settings.api_key)
 
-    api = APIRouter(prefix="/api", dependencies=[Depends(require_api_key)])
+    # Every /api route documents the edge's error answers (401 from the key, 413 from the
+    # body cap, 422 from validation, the mapped service statuses), so clients and
+    # schemathesis see what the edge really answers.
+    api = APIRouter(prefix="/api", dependencies=[Depends(require_api_key)], responses=ERROR_RESPONSES)
     for module in (
         health,
         models,
