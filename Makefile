@@ -54,7 +54,7 @@ $(PROTO_STAMP): $(PROTO_FILES) $(SYNC_STAMP)
 	@touch $@
 
 bench: setup
-	# -P: a bench file must never shadow a standard module (bench/secrets.py vs secrets).
+	# -P: the bench folder is not put on sys.path, so no bench script can shadow a module.
 	for b in bench/*.py; do echo "== $$b"; $(VPY) -P $$b || exit 1; done
 
 # The pin list (no hashes, no download addresses) used by deploy/Dockerfile.

@@ -26,9 +26,7 @@ import grpc
 import httpcore
 
 ROOT = Path(__file__).resolve().parents[1]
-# Run as a script, this folder comes first on sys.path, where a sibling benchmark named like a
-# standard-library module (bench/secrets.py) would shadow it; the receiver lives in tests/.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
+# The HTTPS receiver lives in tests/.
 sys.path.insert(0, str(ROOT / "tests"))
 
 from popagent.hooks.v1 import hooks_pb2_grpc  # noqa: E402

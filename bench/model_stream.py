@@ -12,23 +12,18 @@ below `OpenAIChatModel`'s.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# Run as `python bench/model_stream.py`, the script's folder comes first on the import path, where a
-# benchmark named like a standard module (`secrets.py`) would shadow it for pydantic and nats.
-sys.path.remove(str(Path(__file__).resolve().parent))
-
 import argparse
 import asyncio
 import json
 import os
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx

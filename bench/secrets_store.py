@@ -1,6 +1,6 @@
 """Secrets latency: seal + store and resolve, against a bare insert / select of the same row.
 
-    .venv/bin/python bench/secrets.py [--iterations 2000]
+    .venv/bin/python bench/secrets_store.py [--iterations 2000]
 
 Uses DATABASE_URL when set (in a scratch database it creates and drops), else an embedded
 PostgreSQL in a temporary folder. The store path is the service's own (`SecretStore`):
@@ -13,17 +13,10 @@ sides alike. Prints p50/p99 in microseconds and the ratio to the baseline.
 
 from __future__ import annotations
 
-import os
-import sys
-
-# Run as a script, this file's folder is sys.path[0], and this file's name would shadow the
-# standard library's `secrets` (which nats, asyncpg and others import).
-if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
-    sys.path.pop(0)
-
 import argparse
 import asyncio
 import contextlib
+import os
 import statistics
 import tempfile
 import time
