@@ -196,6 +196,7 @@ async def test_severed_database_sessions_lose_and_duplicate_nothing(repo: TaskRe
     finally:
         await admin.close()
     await wait_all(repo.pool, 400, within=60)
+    assert [w.process.poll() for w in workers] == [None, None], "a worker died of a severed session"
 
     pool = repo.pool
     assert await pool.fetchval("SELECT count(DISTINCT task_id) FROM public.task_effects") == 400

@@ -20,7 +20,7 @@ import asyncpg
 from croniter import croniter
 
 from popagent_core.db import wrap_db_errors
-from popagent_core.errors import InvalidArgument, PopagentError
+from popagent_core.errors import InvalidArgument
 from popagent_tasks._aio import wait_event
 from popagent_tasks.repo import QUERIES, TaskRepo
 
@@ -125,7 +125,7 @@ class Scheduler:
                 due = await self.repo.next_schedule_due()
                 if due is not None:
                     sleep_s = min(max((due - datetime.now(UTC)).total_seconds(), 0.01), self.max_sleep_s)
-            except PopagentError:
+            except Exception:
                 logger.warning("schedule materialization failed; retrying", exc_info=True)
             await wait_event(self._wake, sleep_s)
 

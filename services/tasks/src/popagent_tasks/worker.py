@@ -29,7 +29,6 @@ from typing import TypeVar
 
 import asyncpg
 
-from popagent_core.errors import PopagentError
 from popagent_tasks._aio import wait_event
 from popagent_tasks.executor import AbortReason, AbortSignal, Attempt, Executor, TaskFailure, classify
 from popagent_tasks.model import TRANSIENT, Backoff, ErrorClass, Kind, Source, Status, retry_eligible, truncate
@@ -306,7 +305,7 @@ class Worker:
             await asyncio.sleep(self.config.sweep_interval_s)
             try:
                 await self.recover()
-            except PopagentError:
+            except Exception:
                 logger.warning("recovery sweep failed; retrying", exc_info=True)
 
     # -- claiming -----------------------------------------------------------------
@@ -320,7 +319,10 @@ class Worker:
                 want = min(free, self.config.claim_batch)
                 try:
                     rows = await self.repo.claim(self.worker_id, want)
-                except PopagentError:
+                except Exception:
+                    # Any failure, not only the mapped ones (asyncpg raises InternalClientError
+                    # when a severed connection is released): a claim loop that died would
+                    # leave this worker silently idle.
                     failures += 1
                     logger.warning("claim failed; retrying", exc_info=True)
                     await asyncio.sleep(min(0.1 * 2**failures, self.config.poll_interval_s))
@@ -409,7 +411,7 @@ class Worker:
             "executor did not acknowledge abort; keeping its slot",
             extra={"task_id": str(task_id), "attempt": attempt, "reason": reason.value},
         )
-        with contextlib.suppress(PopagentError):
+        with contextlib.suppress(Exception):
             await self.repo.attempt_progress(
                 task_id,
                 attempt,
@@ -473,12 +475,16 @@ class Worker:
         await self.observers.task_stopped(stop_event(transition, slot.lifecycle))
 
     async def _durably(self, operation: Callable[[], Awaitable[T]]) -> T:
-        """Retry a transition through database outages: an attempt's outcome is never dropped."""
+        """Retry a transition through database outages: an attempt's outcome is never dropped.
+
+        Every failure is retried: the fenced statements are idempotent, and a transition
+        that can never succeed (the row was recovered elsewhere) returns None, not an error.
+        """
         delay = 0.05
         while True:
             try:
                 return await operation()
-            except PopagentError:
+            except Exception:
                 logger.warning("task transition failed; retrying", exc_info=True)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, TRANSITION_RETRY_MAX_S)
@@ -496,7 +502,7 @@ class Worker:
             return
         try:
             live = await self.repo.heartbeat([slot.key for slot in slots])
-        except PopagentError:
+        except Exception:
             logger.warning("heartbeat failed", exc_info=True)
             return
         for slot in slots:
