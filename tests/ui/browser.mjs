@@ -422,6 +422,56 @@ try {
     return `shown beside the field: "${message}"; ${valid} saved`;
   });
 
+  await step("schedule with a cron error and the server's next runs", ["api key prompt"], async () => {
+    await page.goto(`${url}/#/tasks`);
+    await page.getByText("New schedule").click();
+    const form = page.locator('form[data-form="CreateScheduleBody"]');
+    await form.getByLabel("Name").fill("Browser test nightly");
+    await form.getByLabel(/^Cron/).fill("not a cron");
+    await form.getByLabel("Prompt").fill("Summarise the day.");
+    await form.getByRole("button", { name: "Create schedule" }).click();
+    const status = form.locator('[data-testid="submit-status"]');
+    await form.locator('[data-testid="submit-status"][data-state="saved"], [data-testid="submit-status"][data-state="failed"]').waitFor({ timeout: 10_000 });
+    const error = form.locator('[data-field="cron"] [data-testid="field-error"]');
+    check((await error.count()) === 1, `no error beside the cron field; the form says "${await status.innerText()}"`);
+    const message = await error.innerText();
+    await form.getByLabel(/^Cron/).fill("0 3 * * *");
+    await form.getByRole("button", { name: "Create schedule" }).click();
+    const item = page.locator('[data-testid="schedule-item"]').filter({ hasText: "Browser test nightly" });
+    await item.waitFor({ timeout: 10_000 });
+    const { body } = await apiGet("/api/schedules");
+    const stored = body.schedules.find((schedule) => schedule.name === "Browser test nightly");
+    check(stored && stored.nextRuns.length > 0, "the server has no next runs for the schedule");
+    const shown = await item.locator('[data-testid="next-runs"] time').evaluateAll((nodes) => nodes.map((node) => node.getAttribute("datetime")));
+    check(shown.length > 0 && shown.every((run, index) => run === stored.nextRuns[index]), "the next runs shown are not the server's");
+    await item.getByRole("button", { name: "Delete" }).click();
+    await page.getByRole("dialog", { name: "Delete this schedule?" }).getByRole("button", { name: "Delete" }).click();
+    await item.waitFor({ state: "detached" });
+    return `cron error beside the field ("${message}"); ${shown.length} next runs from the server`;
+  });
+
+  await step("long-term memories", ["api key prompt"], async () => {
+    await page.goto(`${url}/#/settings/memories`);
+    const form = page.locator('form[data-form="MemoryCreate"]');
+    await form.getByLabel("New memory").fill("The browser test prefers short answers.");
+    await form.getByRole("button", { name: "Remember" }).click();
+    const status = form.locator('[data-testid="submit-status"]');
+    await form.locator('[data-testid="submit-status"][data-state="saved"], [data-testid="submit-status"][data-state="failed"]').waitFor({ timeout: 10_000 });
+    check((await status.getAttribute("data-state")) === "saved", `the memory was refused: "${await status.innerText()}"`);
+    const item = page.locator('[data-testid="memory-item"]').filter({ hasText: "The browser test prefers short answers." });
+    await item.waitFor({ timeout: 10_000 });
+    await form.getByLabel("New memory").fill("x".repeat(2001));
+    await form.getByRole("button", { name: "Remember" }).click();
+    const error = form.locator('[data-testid="field-error"]');
+    await error.waitFor({ timeout: 10_000 });
+    await item.getByRole("button", { name: "Forget" }).click();
+    await page.getByRole("dialog", { name: "Forget this memory?" }).getByRole("button", { name: "Forget" }).click();
+    await item.waitFor({ state: "detached" });
+    const { body } = await apiGet("/api/memories");
+    check(!body.memories.some((memory) => memory.content.includes("browser test")), "the forgotten memory is still stored");
+    return `added, refused over the bound ("${await error.innerText()}"), forgotten`;
+  });
+
   await step("no outside requests", [], async () => {
     check(outsideRequests.length === 0, `the page asked outside the server: ${outsideRequests.slice(0, 5).join(", ")}`);
     check(consoleErrors.length === 0, `page errors: ${consoleErrors.slice(0, 3).join(" | ")}`);

@@ -5,8 +5,9 @@ receiver that denies the clock tool, and the seven services as real processes (t
 launcher's `Stack`); the gateway serves the built UI (ui/dist) at `/`. Then
 tests/ui/browser.mjs drives Debian's headless Chromium through playwright-core: the API
 key prompt, the model picker, streamed text, a delegation, Stop, the hook timeline of a
-denied tool call, a reload that keeps the delegation activity, rename/archive/delete of
-sessions, and a settings validation error. Screenshots of the chat and the settings page
+denied tool call, a stale save's revision conflict, a reload that keeps the delegation
+activity, rename/archive/delete of sessions, a settings validation error, a schedule's
+cron error and next runs, and long-term memories. Screenshots of the chat and the settings page
 at 1440 and 375 px wide go to tests/output/ui/.
 
 Needs: `npm ci --prefix ui && npm --prefix ui run build` (make test does both) and
@@ -221,6 +222,8 @@ async def test_the_web_ui_in_a_real_browser(stack: tuple[Stack, ModelGateway, Ht
         "reload keeps activity",
         "rename and archive",
         "setting validation error",
+        "schedule with a cron error and the server's next runs",
+        "long-term memories",
     ):
         assert expected in names
     # Stop reached the model: the scripted server saw the client abandon the slow stream.

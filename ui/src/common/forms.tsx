@@ -160,8 +160,18 @@ export function orderedFields(form: string, exclude?: string[], order?: string[]
 
 export type SubmitState = { kind: "idle" } | { kind: "saving" } | { kind: "saved" } | { kind: "failed"; reason: string };
 
+/**
+ * A refusal without per-field details (a 400 from the owning service) whose reason starts
+ * with a field's name ("cron '...' is not a valid ...") belongs beside that field.
+ */
+export function fieldOfReason(reason: string, names: string[]): string | null {
+  const first = /^[A-Za-z_][A-Za-z0-9_]*/.exec(reason.trim())?.[0]?.toLowerCase();
+  if (!first) return null;
+  return names.find((name) => name.toLowerCase() === first || name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`) === first) ?? null;
+}
+
 /** Runs a save, keeping the server's per-field messages and its reason. */
-export function useSubmit() {
+export function useSubmit(names: string[] = []) {
   const [state, setState] = useState<SubmitState>({ kind: "idle" });
   const [errors, setErrors] = useState<Record<string, string>>({});
   const run = async <T,>(save: () => Promise<T>): Promise<T | undefined> => {
@@ -173,7 +183,8 @@ export function useSubmit() {
       return result;
     } catch (error) {
       if (error instanceof ApiError) {
-        setErrors(error.fields);
+        const field = Object.keys(error.fields).length ? null : fieldOfReason(error.message, names);
+        setErrors(field ? { [field]: error.message } : error.fields);
         setState({ kind: "failed", reason: error.message });
       } else {
         setState({ kind: "failed", reason: messageOf(error) });
@@ -216,7 +227,7 @@ export function PatchForm<Out extends object>(props: {
   const specs = orderedFields(props.form, props.exclude, props.order);
   const [value, setValue] = useState(props.value);
   const [draft, setDraft] = useState<Record<string, unknown>>({});
-  const submit = useSubmit();
+  const submit = useSubmit(specs.map(([name]) => name));
   const current = value as Record<string, unknown>;
   const shown = (name: string) => (name in draft ? draft[name] : current[name]);
   const changed = specs.filter(

@@ -82,7 +82,7 @@ export function Memories() {
 function NewMemory(props: { onCreated: () => void }) {
   const formId = useId().replace(/:/g, "");
   const [content, setContent] = useState("");
-  const submit = useSubmit();
+  const submit = useSubmit(["content"]);
   const spec = fieldsOf("MemoryCreate").content ?? { type: "string" };
   const onSubmit = async (event: FormEvent) => {
     event.preventDefault();
@@ -110,7 +110,7 @@ function MemoryItem(props: { memory: MemoryOut; onSaved: () => void; onDelete: (
   const formId = useId().replace(/:/g, "");
   const [editing, setEditing] = useState(false);
   const [content, setContent] = useState(memory.content);
-  const submit = useSubmit();
+  const submit = useSubmit(["content"]);
   const spec = fieldsOf("MemoryPatch").content ?? { type: "string" };
   const onSubmit = async (event: FormEvent) => {
     event.preventDefault();

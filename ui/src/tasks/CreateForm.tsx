@@ -24,7 +24,7 @@ export function CreateForm(props: {
   const formId = useId().replace(/:/g, "");
   const specs = orderedFields(props.form, props.exclude, props.order);
   const [values, setValues] = useState(() => initial(props.form, props.defaults ?? {}));
-  const submit = useSubmit();
+  const submit = useSubmit(specs.map(([name]) => name));
 
   const onSubmit = async (event: FormEvent) => {
     event.preventDefault();

@@ -279,7 +279,7 @@ function TaskItem(props: { task: TaskOut; onCancel: () => void; onResolved: () =
 function ResolveForm(props: { taskId: string; onDone: () => void }) {
   const formId = useId().replace(/:/g, "");
   const [evidence, setEvidence] = useState("");
-  const submit = useSubmit();
+  const submit = useSubmit(["evidence"]);
   const spec = fieldsOf("ResolveTaskBody").evidence ?? { type: "string" };
   const onSubmit = async (event: FormEvent) => {
     event.preventDefault();
