@@ -27,6 +27,9 @@ const report = [];
 const passed = new Set();
 
 class StepFailed extends Error {}
+// What a 501 / "Method not found!" means here: agent-runner does not serve AgentRunnerService.
+const UNSERVED =
+  " (agent-runner serves no AgentRunnerService: the chat turn's ChatServicer, which also answers /api/memories, is not registered in its gRPC server)";
 function check(condition, message) {
   if (!condition) throw new StepFailed(message);
 }
@@ -104,7 +107,7 @@ async function waitTurnOver(timeout = 60_000) {
   const shown = page.locator('[data-testid="chat-error"]');
   if (await shown.count()) {
     const status = chatStatuses[chatStatuses.length - 1];
-    const hint = status === 501 ? " (the agent-runner chat turn is not implemented: the gRPC Chat method answers UNIMPLEMENTED)" : "";
+    const hint = status === 501 ? UNSERVED : "";
     const reason = (await shown.locator('[data-testid="chat-error-reason"]').innerText()).trim();
     throw new StepFailed(`the UI shows a failed turn: "${reason}"; POST /api/chat answered HTTP ${status}${hint}`);
   }
@@ -457,7 +460,8 @@ try {
     await form.getByRole("button", { name: "Remember" }).click();
     const status = form.locator('[data-testid="submit-status"]');
     await form.locator('[data-testid="submit-status"][data-state="saved"], [data-testid="submit-status"][data-state="failed"]').waitFor({ timeout: 10_000 });
-    check((await status.getAttribute("data-state")) === "saved", `the memory was refused: "${await status.innerText()}"`);
+    const said = await status.innerText();
+    check((await status.getAttribute("data-state")) === "saved", `the memory was refused: "${said}"${/Method not found/.test(said) ? UNSERVED : ""}`);
     const item = page.locator('[data-testid="memory-item"]').filter({ hasText: "The browser test prefers short answers." });
     await item.waitFor({ timeout: 10_000 });
     await form.getByLabel("New memory").fill("x".repeat(2001));
