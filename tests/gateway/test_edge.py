@@ -42,7 +42,7 @@ def api_routes(app: FastAPI) -> list[RouteContext]:
     return [
         r
         for r in iter_route_contexts(app.routes)
-        if isinstance(r.original_route, APIRoute) and r.path.startswith("/api")
+        if isinstance(r.original_route, APIRoute) and (r.path or "").startswith("/api")
     ]
 
 
@@ -62,7 +62,7 @@ def test_every_api_route_refuses_missing_empty_wrong_and_wrong_case_keys() -> No
     app = create_app(make_settings())
     with TestClient(app) as client:
         for route in api_routes(app):
-            path = route.path.replace("{", "").replace("}", "")
+            path = (route.path or "").replace("{", "").replace("}", "")
             for method in route.methods or ():
                 for headers in ({}, {"x-popagent-key": ""}, {"x-popagent-key": "k" * 31}, {"x-popagent-key": "K" * 32}):
                     response = client.request(method, path, headers=headers)
