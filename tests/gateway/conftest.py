@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 import pytest
@@ -55,15 +56,14 @@ async def harness(internal_credentials: tuple[dict[str, str], str]) -> AsyncIter
     agent_runner_pb2_grpc.add_AgentRunnerServiceServicer_to_server(runner, server)
     grpc_port = free_port()
     http_port = free_port()
-    settings = Settings(
-        **{
-            "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
-            "OBSERVABILITY_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
-            "POPAGENT_API_KEY": API_KEY,
-            "POPAGENT_INTERNAL_TOKEN": tokens["gateway"],
-            "POPAGENT_AGENT_RUNNER_ADDR": f"127.0.0.1:{grpc_port}",
-        }
-    )
+    environment: dict[str, Any] = {
+        "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
+        "OBSERVABILITY_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
+        "POPAGENT_API_KEY": API_KEY,
+        "POPAGENT_INTERNAL_TOKEN": tokens["gateway"],
+        "POPAGENT_AGENT_RUNNER_ADDR": f"127.0.0.1:{grpc_port}",
+    }
+    settings = Settings(**environment)
     config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=http_port, log_config=None, lifespan="on")
     web = uvicorn.Server(config)
     async with running(server, health, f"127.0.0.1:{grpc_port}"):
