@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import signal
 import sys
 import tempfile
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
@@ -97,6 +99,14 @@ async def script(text: str, model: str) -> AsyncIterator[list[pb.TurnEvent]]:
     ]
 
 
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling, which would re-raise the signal before the stack stops."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
 def make_app(stack: Stack) -> Starlette:
     client = httpx.AsyncClient(base_url=stack.url, timeout=None)
 
@@ -144,7 +154,11 @@ async def main(port: int) -> None:
         async with Stack(StackConfig(data_dir=data, gateway_port=free_port(), echo_logs=False)).running() as stack:
             sys.stdout.write(f"dev UI: http://127.0.0.1:{port}/  API key: {stack.api_key}  (gateway {stack.url})\n")
             sys.stdout.flush()
-            server = uvicorn.Server(uvicorn.Config(make_app(stack), host="127.0.0.1", port=port, log_level="warning"))
+            server = _Server(uvicorn.Config(make_app(stack), host="127.0.0.1", port=port, log_level="warning"))
+            # Ctrl-C / SIGTERM end the proxy; the stack (and its embedded PostgreSQL) then stops cleanly.
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
             await server.serve()
 
 
