@@ -285,3 +285,31 @@ async def test_a_cancelled_consumer_lets_the_connection_close_promptly(pool, nat
 
     assert handled == [b"a", b"b"]
     assert closing_took < 1.0, f"closing the NATS connection took {closing_took:.1f}s"
+
+
+async def test_a_broker_that_returns_without_its_store_gets_the_stream_back_and_the_events(
+    pool, nats_server: embedded.NatsProcess, tmp_path: Path
+):
+    subject = unique_subject()
+    restarted: embedded.NatsProcess | None = None
+    try:
+        async with jetstream(nats_server.url) as js:
+            relay = bus.OutboxRelay(pool, js, poll_interval_s=0.2, max_backoff_s=0.5)
+            async with background_task(relay.run, name="relay"):
+                await asyncio.to_thread(nats_server.stop)
+                # Same port, empty store: the stream is gone and publishes find no responder.
+                restarted = await asyncio.to_thread(embedded.start_nats, tmp_path / "empty-store", nats_server.port)
+                ids = await enqueue_each(pool, subject, b"after-0", b"after-1")
+
+                async def both_arrived() -> bool:
+                    try:
+                        return len(await stream_messages(js, subject)) == 2
+                    except Exception:
+                        return False
+
+                await eventually(both_arrived, timeout_s=30, what="events after the stream was recreated")
+                messages = await stream_messages(js, subject)
+    finally:
+        if restarted is not None:
+            restarted.stop()
+    assert [m.headers and m.headers["Nats-Msg-Id"] for m in messages] == ids

@@ -20,10 +20,10 @@ import asyncpg
 import nats
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
-from nats.errors import NoServersError
+from nats.errors import NoRespondersError, NoServersError
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
-from nats.js.errors import NotFoundError
+from nats.js.errors import NoStreamResponseError, NotFoundError
 
 from popagent_core import subjects
 from popagent_core.lifecycle import wait_event
@@ -139,6 +139,10 @@ class OutboxRelay:
                 except Exception as exc:
                     failure = exc
                     await conn.execute("UPDATE popagent_outbox SET attempts = attempts + 1 WHERE id = $1", row["id"])
+                    if isinstance(exc, (NoRespondersError, NoStreamResponseError)):
+                        # No stream answers for the subject: the broker came back without its
+                        # store. Recreate the owner's stream so the retry can land.
+                        await ensure_streams(self.js, (subjects.owner_of(row["subject"]),))
                     break
                 await conn.execute("UPDATE popagent_outbox SET published_at = now() WHERE id = $1", row["id"])
                 published += 1

@@ -62,7 +62,8 @@ def wrap_db_errors() -> Iterator[None]:
         raise NotFound(f"referenced row not found ({_constraint(exc)})") from exc
     except (asyncpg.CheckViolationError, asyncpg.NotNullViolationError, asyncpg.DataError) as exc:
         raise InvalidArgument(f"invalid value ({type(exc).__name__})") from exc
-    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+    # InternalClientError: what asyncpg raises when releasing a connection the server severed.
+    except (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError, OSError) as exc:
         raise StorageError(f"database error: {type(exc).__name__}") from exc
 
 
