@@ -43,7 +43,9 @@ const TOOL_STATE: Record<string, { label: string; tone: string }> = {
 /** One tool call on one line; input and output behind a disclosure. */
 export function ToolCall({ part }: { part: ToolUIPart | DynamicToolUIPart }) {
   const name = getToolName(part);
-  const state = TOOL_STATE[part.state] ?? { label: part.state, tone: "pending" };
+  // A hook's deny comes back as the tool's error; say so rather than "failed".
+  const hookDenied = part.state === "output-error" && /denied by a hook/i.test(part.errorText ?? "");
+  const state = hookDenied ? { label: "denied by a hook", tone: "bad" } : (TOOL_STATE[part.state] ?? { label: part.state, tone: "pending" });
   const input = "input" in part ? part.input : undefined;
   return (
     <details className="tool" data-testid="tool-call" data-tool={name} data-state={part.state}>
