@@ -17,6 +17,7 @@ from popagent_agent_runner.sessions import SessionDeleter, SessionStore
 from popagent_agent_runner.settings import Settings
 from popagent_agent_runner.settings_store import SingletonSettings
 from popagent_agent_runner.state_servicer import AgentRunnerStateServicer
+from popagent_agent_runner.turn import chat_service
 from popagent_agent_runner.workspaces import AgentWorkspaceStore
 from popagent_core.db import load_queries
 from popagent_core.errors import PopagentError
@@ -44,11 +45,12 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
             open_channel(settings.browser_bridge_address, settings.internal_token)
         )
         pool = kernel.pool
+        hooks = HooksClient(hooks_pb2_grpc.HooksServiceStub(hooks_channel))
         workspaces = AgentWorkspaceStore(pool, settings.workspace_root, QUERIES)
         deleter = SessionDeleter(
             pool,
             workspaces,
-            HooksClient(hooks_pb2_grpc.HooksServiceStub(hooks_channel)),
+            hooks,
             browser_bridge_pb2_grpc.BrowserBridgeServiceStub(browser_channel),
             QUERIES,
         )
@@ -61,6 +63,10 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
             SingletonSettings(pool, "memory", settings_rules.MEMORY, QUERIES, "memory_settings"),
         )
         agent_runner_pb2_grpc.add_AgentRunnerStateServiceServicer_to_server(servicer, kernel.server)
+        chat = await stack.enter_async_context(
+            chat_service(pool, hooks, settings.ninerouter_url, settings.ninerouter_api_key)
+        )
+        agent_runner_pb2_grpc.add_AgentRunnerServiceServicer_to_server(chat, kernel.server)
         port = await stack.enter_async_context(kernel.serving(settings.grpc_address))
         await _resume_pending_deletions(deleter, settings.pending_deletion_grace_s)
         yield RunningAgentRunner(port, deleter)

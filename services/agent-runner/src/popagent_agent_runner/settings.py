@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from popagent_core.settings import DEFAULT_PORTS, ServiceSettings, grpc_address_field
 
@@ -17,3 +17,13 @@ class Settings(ServiceSettings):
     workspace_root: Path = Field(default=Path("workspace"), validation_alias="POPAGENT_WORKSPACE_ROOT")
     # A deletion left half-done (hidden row) for this long is finished by the start-up sweep.
     pending_deletion_grace_s: float = Field(default=60.0, ge=0, validation_alias="POPAGENT_PENDING_DELETION_GRACE_S")
+    # The OpenAI-compatible model gateway every agent reaches its model through (9Router by default).
+    ninerouter_url: str = Field(default="http://127.0.0.1:20128/v1", validation_alias="NINEROUTER_URL")
+    ninerouter_api_key: str = Field(default="", validation_alias="NINEROUTER_API_KEY", repr=False)
+
+    @field_validator("ninerouter_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http(s) URL")
+        return value

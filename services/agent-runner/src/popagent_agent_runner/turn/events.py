@@ -72,6 +72,8 @@ class TurnOutput:
         self.metadata: dict[str, Any] = {}
         self.parts: list[dict[str, Any]] = []
         self._step_open = False
+        # Whether the current step has streamed anything (a failure then broke a response).
+        self.step_has_output = False
         self._text: _Text | None = None
         self._text_count = 0
         self._tools: dict[str, dict[str, Any]] = {}
@@ -87,6 +89,7 @@ class TurnOutput:
     def step_start(self) -> None:
         self.step_finish()
         self._step_open = True
+        self.step_has_output = False
         self.parts.append({"type": "step-start"})
         self.events.put(pb.TurnEvent(step_start=pb.StepBoundary()))
 
@@ -104,6 +107,7 @@ class TurnOutput:
         if text is None or text.index != index:
             text = self._text_start(index)
         text.pieces.append(delta)
+        self.step_has_output = True
         self.events.put(pb.TurnEvent(text_delta=pb.TextDelta(part_id=text.part["_id"], delta=delta)))
 
     def thinking_delta(self, index: int, delta: str) -> None:
@@ -149,6 +153,7 @@ class TurnOutput:
         }
         self._tools[tool_call_id] = part
         self.parts.append(part)
+        self.step_has_output = True
         self.events.put(
             pb.TurnEvent(
                 tool_input=pb.ToolInput(tool_call_id=tool_call_id, tool_name=tool_name, input_json=dumps(arguments))
@@ -198,7 +203,7 @@ class TurnOutput:
         )
 
     def error(self, error_class: str, message: str) -> None:
-        self.text_end()
+        self.step_finish()
         self.events.put(pb.TurnEvent(error=pb.TurnError(error_class=error_class, message=message)))
 
     def text(self) -> str:

@@ -30,12 +30,12 @@ import contextlib
 import logging
 import re
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 from pydantic_ai import Agent, RunContext
-from pydantic_ai.exceptions import UsageLimitExceeded
+from pydantic_ai.exceptions import ModelHTTPError, UsageLimitExceeded
 from pydantic_ai.messages import (
     AgentStreamEvent,
     BinaryContent,
@@ -44,8 +44,11 @@ from pydantic_ai.messages import (
     FunctionToolResultEvent,
     ImageUrl,
     ModelMessage,
+    ModelRequest,
     ModelResponse,
+    TextPart,
     UserContent,
+    UserPromptPart,
 )
 from pydantic_ai.usage import RunUsage, UsageLimits
 
@@ -205,7 +208,18 @@ def _ui_handler(output: TurnOutput):
     return handle
 
 
-def failure_message(failure: ModelFailure) -> str:
+def provider_message(error: BaseException, failure: ModelFailure) -> str:
+    """The provider's own explanation when its error body has one, else the failure's message."""
+    body = error.body if isinstance(error, ModelHTTPError) else None
+    if isinstance(body, dict):
+        nested = body.get("error")
+        for candidate in (body.get("message"), nested.get("message") if isinstance(nested, dict) else nested):
+            if isinstance(candidate, str) and candidate:
+                return candidate
+    return failure.message
+
+
+def failure_message(failure: ModelFailure, detail: str) -> str:
     """What the user reads when the model provider failed."""
     what = {
         "rate_limit": "The model provider is rate limiting requests",
@@ -227,7 +241,7 @@ def failure_message(failure: ModelFailure) -> str:
     if failure.retry_after is not None:
         details.append(f"retry after {failure.retry_after:g} s")
     suffix = f" ({', '.join(details)})" if details else ""
-    return f"{what}{suffix}: {bounded(failure.message, 500)}"
+    return f"{what}{suffix}: {bounded(detail, 500)}"
 
 
 class TurnRunner:
@@ -278,6 +292,9 @@ class TurnRunner:
             raise
         except Exception as exc:
             failure = classify_model_error(exc)
+            detail = provider_message(exc, failure)
+            # A transport error while a response was arriving is a broken stream too.
+            in_stream = failure.in_stream or output.step_has_output
             if failure.error_class == "framework" and not isinstance(exc, PopagentError):
                 logger.error("turn failed", extra={"session_id": turn.session_id}, exc_info=exc)
             else:
@@ -288,11 +305,11 @@ class TurnRunner:
                     "errorClass": failure.error_class,
                     "statusCode": failure.status_code,
                     "retryAfter": failure.retry_after,
-                    "message": bounded(failure.message, 2000),
-                    "inStream": failure.in_stream,
+                    "message": bounded(detail, 2000),
+                    "inStream": in_stream,
                 },
             )
-            message = str(exc) if isinstance(exc, PopagentError) else failure_message(failure)
+            message = str(exc) if isinstance(exc, PopagentError) else failure_message(failure, detail)
             output.error(failure.error_class, message)
             await self._publish_failure(context, goal, failure.error_class, message)
 
@@ -334,11 +351,15 @@ class TurnRunner:
                 result = await self._run_supervisor(agent, prompt, history, deps, usage, instructions)
             except UsageLimitExceeded as exc:
                 # The final step is reserved for an answer, so this means the model kept calling
-                # tools (or answered invalidly) on it: end with a plain account of that.
-                output.say(
+                # tools (or answered invalidly) on it: end with a plain account of that. The thread
+                # keeps the prompt and that account, not the unfinished tool calls of the run.
+                limit_text = (
                     "I stopped before finishing: this turn reached its limit of "
                     f"{snapshot.supervisor_max_steps} model steps ({exc}). Ask me to continue if you want more."
                 )
+                output.say(limit_text)
+                new_messages.append(ModelRequest(parts=[UserPromptPart(content=prompt)]))
+                new_messages.append(ModelResponse(parts=[TextPart(content=limit_text)]))
                 finish_reason = "length"
                 break
             new_messages.extend(result.new_messages())
@@ -368,7 +389,7 @@ class TurnRunner:
                 prompt = f"{prompt}\n\n{decision.additional_context}"
 
         usage.incr(context.specialist_usage)
-        user_ui = {k: v for k, v in message.items() if k != "metadata"}
+        user_ui = message
         output.metadata["usage"] = {"inputTokens": usage.input_tokens, "outputTokens": usage.output_tokens}
         assistant_ui = output.ui_message()
         answer = output.text()
@@ -397,7 +418,7 @@ class TurnRunner:
             return await agent.run(
                 prompt,
                 message_history=history,
-                deps=replace(deps, tool_slots=asyncio.Semaphore(deps.turn.snapshot.max_concurrent_tool_calls)),
+                deps=deps,
                 usage=usage,
                 usage_limits=UsageLimits(request_limit=usage.requests + deps.max_steps),
                 event_stream_handler=_ui_handler(deps.turn.output),

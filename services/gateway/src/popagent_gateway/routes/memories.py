@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent_gateway.deps import AgentRunnerStub
@@ -39,6 +39,15 @@ class MemoryListOut(WireModel):
     memories: list[MemoryOut]
 
 
+class MemoryListQuery(BaseModel):
+    """Query of GET /api/memories; unknown parameters are refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    q: str = Field(default="", max_length=500, description="full-text search (web-search syntax)")
+    limit: int = Field(default=LIST_LIMIT, ge=1, le=LIST_LIMIT)
+
+
 class MemoryCreate(WireInput):
     content: Content
 
@@ -59,13 +68,11 @@ def memory_out(memory: pb.Memory) -> MemoryOut:
 
 
 @router.get("", response_model=MemoryListOut)
-async def list_memories(
-    runner: AgentRunnerStub,
-    q: Annotated[str, Query(max_length=500, description="full-text search (web-search syntax)")] = "",
-    limit: Annotated[int, Query(ge=1, le=LIST_LIMIT)] = LIST_LIMIT,
-) -> MemoryListOut:
+async def list_memories(runner: AgentRunnerStub, query: Annotated[MemoryListQuery, Query()]) -> MemoryListOut:
     """Long-term memories, most recently changed first (at most 200), optionally searched."""
-    response = await runner.ListMemories(pb.ListMemoriesRequest(query=q, limit=limit), timeout=RPC_TIMEOUT_S)
+    response = await runner.ListMemories(
+        pb.ListMemoriesRequest(query=query.q, limit=query.limit), timeout=RPC_TIMEOUT_S
+    )
     return MemoryListOut(memories=[memory_out(m) for m in response.memories])
 
 

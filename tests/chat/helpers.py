@@ -1,0 +1,123 @@
+"""Helpers of the chat tests: sessions, one chat turn over HTTP, the SSE chunks, what was stored."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import httpx
+import orjson
+
+from chat.stack import MODEL, ChatStack
+from popagent.events.v1 import events_pb2
+from popagent_core import subjects
+
+
+def user_message(text: str, message_id: str | None = None, **extra: Any) -> dict[str, Any]:
+    return {
+        "id": message_id or f"user-{uuid.uuid4().hex[:8]}",
+        "role": "user",
+        "parts": [{"type": "text", "text": text}],
+        **extra,
+    }
+
+
+async def new_session(client: httpx.AsyncClient) -> str:
+    response = await client.post("/api/sessions", json={"title": "chat test"})
+    assert response.status_code == 201, response.text
+    return response.json()["id"]
+
+
+async def read_sse(response: httpx.Response) -> list[Any]:
+    chunks: list[Any] = []
+    async for line in response.aiter_lines():
+        if line.startswith("data: "):
+            payload = line.removeprefix("data: ")
+            chunks.append(payload if payload == "[DONE]" else json.loads(payload))
+    return chunks
+
+
+async def chat(
+    client: httpx.AsyncClient,
+    session_id: str,
+    message: dict[str, Any] | str,
+    *,
+    model: str | None = MODEL,
+    expect_status: int = 200,
+) -> list[Any]:
+    """One turn: POST /api/chat and every chunk of the stream ([DONE] included)."""
+    body: dict[str, Any] = {"id": session_id, "message": user_message(message) if isinstance(message, str) else message}
+    if model is not None:
+        body["model"] = model
+    async with client.stream("POST", "/api/chat", json=body) as response:
+        if response.status_code != expect_status:
+            await response.aread()
+            raise AssertionError(f"status {response.status_code}: {response.text}")
+        if expect_status != 200:
+            await response.aread()
+            return [response.json()]
+        assert response.headers["x-vercel-ai-ui-message-stream"] == "v1"
+        return await read_sse(response)
+
+
+def shape(chunks: list[Any]) -> list[Any]:
+    """The chunk sequence with generated ids replaced by stable placeholders.
+
+    Text part ids become `t1`, `t2`... in order of appearance, tool call ids `c1`, `c2`...,
+    activity ids `a1`...; the message id, turn id and usage stay out (checked on their own).
+    """
+    names: dict[str, str] = {}
+
+    def stable(kind: str, value: str) -> str:
+        key = f"{kind}:{value}"
+        if key not in names:
+            names[key] = f"{kind}{sum(1 for k in names if k.startswith(kind + ':')) + 1}"
+        return names[key]
+
+    shaped: list[Any] = []
+    for chunk in chunks:
+        if not isinstance(chunk, dict):
+            shaped.append(chunk)
+            continue
+        chunk = dict(chunk)
+        kind = chunk["type"]
+        if kind == "start":
+            chunk = {"type": "start"}
+        elif kind == "finish":
+            chunk = {"type": "finish", "finishReason": chunk.get("finishReason")}
+        elif kind.startswith("text-"):
+            chunk["id"] = stable("t", chunk["id"])
+        elif kind.startswith("tool-"):
+            chunk["toolCallId"] = stable("c", chunk["toolCallId"])
+        elif kind == "data-agentActivity":
+            chunk = {"type": kind, "id": stable("a", chunk["id"]), "status": chunk["data"]["status"]}
+        shaped.append(chunk)
+    return shaped
+
+
+def of_type(chunks: list[Any], kind: str) -> list[dict[str, Any]]:
+    return [c for c in chunks if isinstance(c, dict) and c["type"] == kind]
+
+
+def text_of(chunks: list[Any]) -> str:
+    return "".join(c["delta"] for c in chunks if isinstance(c, dict) and c["type"] == "text-delta")
+
+
+async def thread_rows(stack: ChatStack, thread_id: str) -> list[tuple[str, str, dict[str, Any]]]:
+    async with stack.db() as conn:
+        rows = await conn.fetch(
+            "SELECT id, role, content::text AS content FROM popagent_thread_messages WHERE thread_id = $1 ORDER BY seq",
+            thread_id,
+        )
+    return [(row["id"], row["role"], orjson.loads(row["content"])) for row in rows]
+
+
+async def turn_events(stack: ChatStack, session_id: str) -> list[events_pb2.TurnCompleted]:
+    """The TurnCompleted facts the turns of a session put in the outbox, oldest first."""
+    async with stack.db() as conn:
+        rows = await conn.fetch(
+            "SELECT payload FROM popagent_outbox WHERE subject = $1 ORDER BY seq", subjects.TURN_COMPLETED
+        )
+    events = [events_pb2.TurnCompleted.FromString(bytes(row["payload"])) for row in rows]
+    return [event for event in events if event.session_id == session_id]

@@ -1,0 +1,227 @@
+"""The real chat stack for the chat tests, built once per test session (per xdist worker).
+
+In one event loop: the hooks service (with a handler for every event the turn
+dispatches, each on its own path of a real HTTPS receiver), agent-runner with its chat
+turn pointed at the scripted model server over real HTTP, and the gateway app served by
+uvicorn, on a fresh database and a private NATS server. Tests talk HTTP to the gateway,
+script the model server and the hook receiver, and read the database to check what the
+turn stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import uvicorn
+
+from popagent_agent_runner.service import build as build_agent_runner
+from popagent_agent_runner.settings import Settings as AgentRunnerSettings
+from popagent_core import embedded
+from popagent_core.embedded import free_port
+from popagent_core.testing.plugin import with_database
+from popagent_gateway.app import create_app
+from popagent_gateway.settings import Settings as GatewaySettings
+from popagent_hooks.service import build as build_hooks
+from popagent_hooks.settings import Settings as HooksSettings
+from support.https_receiver import HttpsReceiver, answer, make_secret
+from support.model_gateway import ModelGateway, ModelInfo
+
+API_KEY = "chat-tests-api-key-" + "k" * 16
+MODEL = "fake/fake-chat"
+CATALOG = (
+    ModelInfo(MODEL),
+    ModelInfo("cx/gpt-5.3-codex"),
+    ModelInfo("cx/gpt-5.3-codex-spark"),
+)
+SPECIALISTS = ("researcher", "implementer", "reviewer")
+
+# Every hook event the chat turn dispatches -> (receiver path, matcher or None).
+HOOK_PATHS: dict[str, tuple[str, list[str] | None]] = {
+    "SessionStart": ("/session-start", None),
+    "UserPromptSubmit": ("/prompt", None),
+    # No handler matches `remember`: its calls must cost no hook RPC at all.
+    "PreToolUse": ("/pre-tool", ["getTime", *SPECIALISTS]),
+    "PostToolUse": ("/post-tool", None),
+    "PostToolUseFailure": ("/post-tool-failure", None),
+    "SubagentStart": ("/subagent-start", None),
+    "SubagentStop": ("/subagent-stop", None),
+    "Stop": ("/stop", None),
+    "StopFailure": ("/stop-failure", None),
+}
+
+
+def hooks_document(receiver: HttpsReceiver) -> str:
+    hooks: dict[str, list[dict[str, Any]]] = {}
+    for event, (path, matcher) in HOOK_PATHS.items():
+        handler: dict[str, Any] = {
+            "id": event.lower(),
+            "type": "http",
+            "url": receiver.url(path),
+            "secret": make_secret(),
+            "timeoutMs": 5000,
+        }
+        if matcher is not None:
+            handler["matcher"] = matcher
+        hooks[event] = [handler]
+    return json.dumps({"version": 1, "hooks": hooks})
+
+
+@dataclass
+class ChatStack:
+    url: str
+    dsn: str
+    receiver: HttpsReceiver
+    models: ModelGateway
+    runner_address: str
+    tokens: dict[str, str]
+    nats_url: str
+
+    def client(self, **kwargs: Any) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            base_url=self.url, headers={"x-popagent-key": API_KEY}, timeout=httpx.Timeout(30.0), **kwargs
+        )
+
+    def reset(self) -> None:
+        """Every hook path answers pass and records afresh; the model script is empty."""
+        for path, _ in HOOK_PATHS.values():
+            self.receiver.script(path, answer("pass"))
+        self.receiver.requests.clear()
+        self.models.requests.clear()
+        self.models.responder = None
+        # A failed test may leave turns queued; the next test must not get them.
+        self.models._turns.clear()  # pyright: ignore[reportPrivateUsage]
+
+    def hook_requests(self, event: str) -> list[dict[str, Any]]:
+        path = HOOK_PATHS[event][0]
+        return [request.json() for request in self.receiver.requests_for(path)]
+
+    @contextlib.asynccontextmanager
+    async def db(self) -> AsyncIterator[asyncpg.Connection]:
+        conn = await asyncpg.connect(self.dsn, server_settings={"search_path": "agent_runner"})
+        try:
+            yield conn
+        finally:
+            await conn.close()
+
+
+@contextlib.asynccontextmanager
+async def serve_gateway(settings: GatewaySettings) -> AsyncIterator[str]:
+    port = free_port()
+    config = uvicorn.Config(
+        create_app(settings), host="127.0.0.1", port=port, log_config=None, access_log=False, lifespan="on"
+    )
+    server = uvicorn.Server(config)
+    serving = asyncio.create_task(server.serve())
+    while not server.started:
+        if serving.done():
+            serving.result()
+        await asyncio.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await serving
+
+
+@contextlib.asynccontextmanager
+async def fresh_database(admin_dsn: str) -> AsyncIterator[str]:
+    name = f"popagent_chat_{uuid.uuid4().hex[:12]}"
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    try:
+        yield with_database(admin_dsn, name)
+    finally:
+        conn = await asyncpg.connect(admin_dsn)
+        try:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await conn.close()
+
+
+@contextlib.asynccontextmanager
+async def start_chat_stack(
+    pg_dsn: str, credentials: tuple[dict[str, str], str], base: Path
+) -> AsyncIterator[ChatStack]:
+    tokens, callers = credentials
+    workspace_root = base / "workspace"
+    (workspace_root / "popagent").mkdir(parents=True)
+    addresses = {name: f"127.0.0.1:{free_port()}" for name in ("agent-runner", "hooks")}
+    # A private broker: the hooks service's durable consumer names are fixed.
+    nats = embedded.start_nats(base / "nats")
+    async with contextlib.AsyncExitStack() as stack:
+        stack.callback(nats.stop)
+        dsn = await stack.enter_async_context(fresh_database(pg_dsn))
+        (base / "receiver").mkdir()
+        receiver = await stack.enter_async_context(HttpsReceiver(base / "receiver"))
+        models = await stack.enter_async_context(ModelGateway(models=CATALOG, api_key="sk-chat-tests"))
+        common: dict[str, Any] = {"DATABASE_URL": dsn, "NATS_URL": nats.url, "POPAGENT_INTERNAL_CALLERS": callers}
+        await stack.enter_async_context(
+            build_hooks(
+                HooksSettings(
+                    **{
+                        **common,
+                        "POPAGENT_INTERNAL_TOKEN": tokens["hooks"],
+                        "POPAGENT_HOOKS_ADDR": addresses["hooks"],
+                        "POPAGENT_HOOK_ALLOWED_HOSTS": "127.0.0.1",
+                        "POPAGENT_HOOK_ALLOW_PRIVATE_ADDRESSES": "true",
+                        "POPAGENT_HOOK_CA_FILE": str(receiver.ca_file),
+                        "POPAGENT_HOOKS": hooks_document(receiver),
+                    }
+                )
+            )
+        )
+        await stack.enter_async_context(
+            build_agent_runner(
+                AgentRunnerSettings(
+                    **{
+                        **common,
+                        "POPAGENT_INTERNAL_TOKEN": tokens["agent-runner"],
+                        "POPAGENT_AGENT_RUNNER_ADDR": addresses["agent-runner"],
+                        "POPAGENT_HOOKS_ADDR": addresses["hooks"],
+                        # Nothing listens there: session deletion tolerates it (best effort).
+                        "POPAGENT_BROWSER_BRIDGE_ADDR": f"127.0.0.1:{free_port()}",
+                        "POPAGENT_WORKSPACE_ROOT": str(workspace_root),
+                        "NINEROUTER_URL": models.url,
+                        "NINEROUTER_API_KEY": "sk-chat-tests",
+                    }
+                )
+            )
+        )
+        unused = f"127.0.0.1:{free_port()}"
+        gateway = GatewaySettings(
+            **{
+                "DATABASE_URL": dsn,
+                "OBSERVABILITY_DATABASE_URL": dsn,
+                "POPAGENT_API_KEY": API_KEY,
+                "POPAGENT_INTERNAL_TOKEN": tokens["gateway"],
+                "NINEROUTER_URL": models.url,
+                "POPAGENT_AGENT_RUNNER_ADDR": addresses["agent-runner"],
+                "POPAGENT_HOOKS_ADDR": addresses["hooks"],
+                "POPAGENT_EVOLUTION_ADDR": unused,
+                "POPAGENT_BROWSER_BRIDGE_ADDR": unused,
+                "POPAGENT_TASKS_ADDR": unused,
+                "POPAGENT_SECRETS_ADDR": unused,
+            }
+        )
+        url = await stack.enter_async_context(serve_gateway(gateway))
+        yield ChatStack(
+            url=url,
+            dsn=dsn,
+            receiver=receiver,
+            models=models,
+            runner_address=addresses["agent-runner"],
+            tokens=tokens,
+            nats_url=nats.url,
+        )

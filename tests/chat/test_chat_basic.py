@@ -1,0 +1,254 @@
+"""POST /api/chat end to end over real HTTP: plain answers, tools, threads, the request contract."""
+
+from __future__ import annotations
+
+import json
+from unittest.mock import ANY
+
+from chat.helpers import chat, new_session, of_type, shape, thread_rows, turn_events, user_message
+from chat.stack import MODEL, ChatStack
+from support.model_gateway import ToolCall, Turn
+
+
+async def test_a_plain_answer_streams_the_exact_chunk_sequence_and_is_stored(stack: ChatStack) -> None:
+    stack.models.push(Turn.say("Hello there, friend.", chunk_size=5))
+    async with stack.client() as client:
+        session = await new_session(client)
+        message = user_message("hi")
+        chunks = await chat(client, session, message)
+
+    assert shape(chunks) == [
+        {"type": "start"},
+        {"type": "start-step"},
+        {"type": "text-start", "id": "t1"},
+        *({"type": "text-delta", "id": "t1", "delta": d} for d in ("Hello", " ther", "e, fr", "iend.")),
+        {"type": "text-end", "id": "t1"},
+        {"type": "finish-step"},
+        {"type": "finish", "finishReason": "stop"},
+        "[DONE]",
+    ]
+    start, finish = chunks[0], chunks[-2]
+    turn_id = start["messageMetadata"]["turnId"]
+    assert start["messageMetadata"] == {"turnId": turn_id, "model": MODEL}
+    usage = finish["messageMetadata"]["usage"]
+    assert finish["messageMetadata"] == {"turnId": turn_id, "usage": usage}
+    assert usage["outputTokens"] > 0 and usage["inputTokens"] > 0
+
+    rows = await thread_rows(stack, session)
+    assert [(row_id, role) for row_id, role, _ in rows] == [(message["id"], "user"), (start["messageId"], "assistant")]
+    assert rows[0][2]["ui"] == message
+    assert rows[1][2]["ui"] == {
+        "id": start["messageId"],
+        "role": "assistant",
+        "parts": [{"type": "step-start"}, {"type": "text", "text": "Hello there, friend.", "state": "done"}],
+        "metadata": {"turnId": turn_id, "model": MODEL, "usage": usage},
+    }
+    [event] = await turn_events(stack, session)
+    assert (event.turn_id, event.kind, event.goal, event.evidence, event.agent_id) == (
+        turn_id,
+        "outcome",
+        "hi",
+        "Hello there, friend.",
+        "popagent",
+    )
+    assert len(event.trace_id) == 32
+
+
+async def test_the_next_turn_gets_the_thread_as_history_and_the_model_sees_the_selected_route(
+    stack: ChatStack,
+) -> None:
+    stack.models.push(Turn.say("First answer."), Turn.say("Second answer."))
+    async with stack.client() as client:
+        session = await new_session(client)
+        await chat(client, session, "first question")
+        await chat(client, session, "second question", model=None)
+
+    first, second = stack.models.requests
+    assert first["model"] == MODEL
+    # No model in the request: the persisted default route.
+    assert second["model"] == "cx/gpt-5.3-codex"
+    conversation = [(m["role"], m["content"]) for m in second["messages"] if m["role"] != "system"]
+    assert conversation == [
+        ("user", "first question"),
+        ("assistant", "First answer."),
+        ("user", "second question"),
+    ]
+    # Instructions come from the persisted profile on every run, not from stored history.
+    systems = [m for m in second["messages"] if m["role"] == "system"]
+    assert len(systems) == 1 and systems[0]["content"].startswith("You are popagent")
+
+
+async def test_a_tool_call_streams_input_and_output_then_the_answer(stack: ChatStack) -> None:
+    stack.models.push(
+        Turn.call(ToolCall("getTime", {"time_zone": "Europe/Paris"}, id="call-time")),
+        Turn.say("It is noon.", chunk_size=20),
+    )
+    async with stack.client() as client:
+        session = await new_session(client)
+        chunks = await chat(client, session, "what time is it?")
+
+    assert shape(chunks) == [
+        {"type": "start"},
+        {"type": "start-step"},
+        {"type": "tool-input-start", "toolCallId": "c1", "toolName": "getTime"},
+        {
+            "type": "tool-input-available",
+            "toolCallId": "c1",
+            "toolName": "getTime",
+            "input": {"time_zone": "Europe/Paris"},
+        },
+        {"type": "tool-output-available", "toolCallId": "c1", "output": ANY},
+        {"type": "finish-step"},
+        {"type": "start-step"},
+        {"type": "text-start", "id": "t1"},
+        {"type": "text-delta", "id": "t1", "delta": "It is noon."},
+        {"type": "text-end", "id": "t1"},
+        {"type": "finish-step"},
+        {"type": "finish", "finishReason": "stop"},
+        "[DONE]",
+    ]
+    output = chunks[4]["output"]
+    assert output["timeZone"] == "Europe/Paris" and output["iso"][-6:] in {"+01:00", "+02:00"}
+    # The model got the tool result back, under the call's id.
+    tool_message = stack.models.requests[1]["messages"][-1]
+    assert tool_message["role"] == "tool" and tool_message["tool_call_id"] == "call-time"
+    assert json.loads(tool_message["content"]) == output
+    # PreToolUse saw the arguments before the tool ran, PostToolUse the result after.
+    [pre] = stack.hook_requests("PreToolUse")
+    [post] = stack.hook_requests("PostToolUse")
+    assert (pre["toolCallId"], pre["detail"]) == (
+        "call-time",
+        {"toolName": "getTime", "arguments": {"time_zone": "Europe/Paris"}, "agent": "popagent"},
+    )
+    assert post["detail"]["result"] == output
+    assert pre["turnId"] == post["turnId"] == chunks[0]["messageMetadata"]["turnId"]
+
+    # The stored turn replays the tool call for the next turn.
+    rows = await thread_rows(stack, session)
+    parts = rows[1][2]["ui"]["parts"]
+    assert [p["type"] for p in parts] == ["step-start", "tool-getTime", "step-start", "text"]
+    assert parts[1] == {
+        "type": "tool-getTime",
+        "toolCallId": "call-time",
+        "state": "output-available",
+        "input": {"time_zone": "Europe/Paris"},
+        "output": output,
+    }
+
+
+async def test_a_tool_error_goes_back_to_the_model_and_shows_as_an_output_error(stack: ChatStack) -> None:
+    stack.models.push(
+        Turn.call(ToolCall("getTime", {"time_zone": "Mars/Olympus"}, id="call-bad")),
+        Turn.say("Sorry."),
+    )
+    async with stack.client() as client:
+        session = await new_session(client)
+        chunks = await chat(client, session, "time on mars?")
+    [error] = of_type(chunks, "tool-output-error")
+    assert error["toolCallId"] == "call-bad" and "unknown time zone 'Mars/Olympus'" in error["errorText"]
+    assert "unknown time zone" in stack.models.requests[1]["messages"][-1]["content"]
+    [failure] = stack.hook_requests("PostToolUseFailure")
+    assert "unknown time zone" in failure["detail"]["error"]
+    assert stack.hook_requests("PostToolUse") == []
+
+
+async def test_remember_stores_a_memory_and_a_later_session_recalls_it(stack: ChatStack) -> None:
+    fact = "The user's favourite editor is Helix with a dark theme."
+    stack.models.push(
+        Turn.call(ToolCall("remember", {"content": fact}, id="call-mem")),
+        Turn.say("Noted."),
+        Turn.say("You like Helix."),
+    )
+    async with stack.client() as client:
+        first = await new_session(client)
+        chunks = await chat(client, first, "remember that my favourite editor is Helix")
+        [stored] = of_type(chunks, "tool-output-available")
+        assert stored["output"]["stored"] is True
+        memories = (await client.get("/api/memories", params={"q": "Helix"})).json()["memories"]
+        assert [(m["id"], m["content"], m["source"], m["sessionId"]) for m in memories] == [
+            (stored["output"]["id"], fact, "agent", first)
+        ]
+        second = await new_session(client)
+        await chat(client, second, "which editor do I like?")
+
+    # No PreToolUse handler matches `remember`: the hooks service was never asked.
+    assert [r["detail"]["toolName"] for r in stack.hook_requests("PreToolUse")] == []
+    recall_request = stack.models.requests[2]
+    system = "\n".join(m["content"] for m in recall_request["messages"] if m["role"] == "system")
+    assert fact in system
+    # The other session's conversation itself is not there, only the memory.
+    assert [m["content"] for m in recall_request["messages"] if m["role"] == "user"] == ["which editor do I like?"]
+
+
+async def test_a_retried_request_never_stores_a_message_twice(stack: ChatStack) -> None:
+    stack.models.push(Turn.say("One."), Turn.say("Two."), Turn.say("Three."))
+    async with stack.client() as client:
+        session = await new_session(client)
+        first = user_message("count")
+        await chat(client, session, first)
+        # The same message again (a retry or a regenerate): it replaces the earlier answer.
+        retried = await chat(client, session, first)
+        await chat(client, session, "and again")
+
+    rows = await thread_rows(stack, session)
+    assert [(role, text_of_ui(content["ui"])) for _, role, content in rows] == [
+        ("user", "count"),
+        ("assistant", "Two."),
+        ("user", "and again"),
+        ("assistant", "Three."),
+    ]
+    assert rows[1][0] == retried[0]["messageId"]
+    # The retry's model request did not include the first answer.
+    assert [m["content"] for m in stack.models.requests[1]["messages"] if m["role"] != "system"] == ["count"]
+
+
+def text_of_ui(message: dict[str, object]) -> str:
+    parts = message["parts"]
+    assert isinstance(parts, list)
+    return "".join(p["text"] for p in parts if p["type"] == "text")
+
+
+async def test_unknown_session_is_a_404_before_any_stream(stack: ChatStack) -> None:
+    async with stack.client() as client:
+        [body] = await chat(client, "no-such-session", "hi", expect_status=404)
+    assert body == {"error": "session 'no-such-session' not found"}
+    assert stack.models.requests == []
+
+
+async def test_unknown_model_is_refused_before_the_turn(stack: ChatStack) -> None:
+    async with stack.client() as client:
+        session = await new_session(client)
+        [body] = await chat(client, session, "hi", model="nobody/unknown-model", expect_status=400)
+    assert "unknown model 'nobody/unknown-model'" in body["error"]
+    assert stack.models.requests == []
+
+
+async def test_a_workspace_other_than_the_sessions_is_refused(stack: ChatStack) -> None:
+    async with stack.client() as client:
+        session = await new_session(client)
+        response = await client.post(
+            "/api/chat", json={"id": session, "workspaceId": "elsewhere", "message": user_message("hi")}
+        )
+    assert response.status_code == 400
+    assert "is not the session's workspace" in response.json()["error"]
+
+
+async def test_retired_secret_tool_payloads_are_redacted_at_ingress(stack: ChatStack) -> None:
+    stack.models.push(Turn.say("ok"))
+    message = user_message("hi")
+    message["parts"].append(
+        {
+            "type": "tool-storeSecret",
+            "toolCallId": "old-1",
+            "state": "output-available",
+            "input": {"name": "bank", "value": "hunter2"},
+            "output": {"stored": "hunter2"},
+        }
+    )
+    async with stack.client() as client:
+        session = await new_session(client)
+        await chat(client, session, message)
+    rows = await thread_rows(stack, session)
+    stored = rows[0][2]["ui"]["parts"][1]
+    assert (stored["input"], stored["output"]) == ("[redacted]", "[redacted]")
+    assert "hunter2" not in json.dumps(rows)

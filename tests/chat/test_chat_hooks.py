@@ -1,0 +1,209 @@
+"""Lifecycle hooks at every point of a chat turn, through the real hooks service and a real HTTPS receiver."""
+
+from __future__ import annotations
+
+import base64
+
+from chat.helpers import chat, new_session, of_type, shape, text_of, thread_rows, turn_events, user_message
+from chat.stack import ChatStack
+from support.https_receiver import Reply, answer
+from support.model_gateway import ToolCall, Turn
+
+
+async def test_session_start_fires_once_per_session_in_the_process(stack: ChatStack) -> None:
+    stack.models.push(Turn.say("one"), Turn.say("two"), Turn.say("three"))
+    async with stack.client() as client:
+        first = await new_session(client)
+        second = await new_session(client)
+        await chat(client, first, "a")
+        await chat(client, first, "b")
+        await chat(client, second, "c")
+    starts = stack.hook_requests("SessionStart")
+    assert [(r["sessionId"], r["detail"]) for r in starts] == [
+        (first, {"workspaceId": "popagent", "source": "chat"}),
+        (second, {"workspaceId": "popagent", "source": "chat"}),
+    ]
+
+
+async def test_a_denied_prompt_ends_the_turn_with_the_reason_and_no_model_call(stack: ChatStack) -> None:
+    stack.receiver.script("/prompt", answer("deny", reason="no talk of the weather"))
+    async with stack.client() as client:
+        session = await new_session(client)
+        chunks = await chat(client, session, "what's the weather?")
+    assert shape(chunks) == [
+        {"type": "start"},
+        {"type": "start-step"},
+        {"type": "text-start", "id": "t1"},
+        {"type": "text-delta", "id": "t1", "delta": "This message was denied by a hook: no talk of the weather"},
+        {"type": "text-end", "id": "t1"},
+        {"type": "finish-step"},
+        {"type": "finish", "finishReason": "other"},
+        "[DONE]",
+    ]
+    assert stack.models.requests == []
+    [prompt] = stack.hook_requests("UserPromptSubmit")
+    assert prompt["detail"] == {"prompt": "what's the weather?", "attachments": 0}
+    # Nothing reaches the thread; the refusal is recorded as the turn's outcome.
+    assert await thread_rows(stack, session) == []
+    [event] = await turn_events(stack, session)
+    assert (event.kind, event.failure_class) == ("failure", "hook_denied")
+
+
+async def test_a_modified_prompt_replaces_the_text_and_keeps_attachments(stack: ChatStack) -> None:
+    stack.receiver.script(
+        "/prompt", answer("modify", replacement="Describe the picture.", additionalContext="Be brief.")
+    )
+    stack.models.push(Turn.say("A red dot."))
+    png = base64.b64encode(b"\x89PNG\r\n\x1a\n fake image").decode()
+    message = user_message("first line")
+    message["parts"] += [
+        {"type": "file", "mediaType": "image/png", "url": f"data:image/png;base64,{png}"},
+        {"type": "text", "text": "second line"},
+    ]
+    async with stack.client() as client:
+        session = await new_session(client)
+        chunks = await chat(client, session, message)
+    assert text_of(chunks) == "A red dot."
+    [request] = stack.models.requests
+    user = request["messages"][-1]
+    assert user["role"] == "user"
+    assert user["content"] == [
+        {"type": "text", "text": "Describe the picture."},
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{png}"}},
+    ]
+    system = "\n".join(m["content"] for m in request["messages"] if m["role"] == "system")
+    assert "Be brief." in system
+    [prompt] = stack.hook_requests("UserPromptSubmit")
+    assert prompt["detail"] == {"prompt": "first line\nsecond line", "attachments": 1}
+    rows = await thread_rows(stack, session)
+    assert rows[0][2]["ui"]["parts"] == [
+        {"type": "text", "text": "Describe the picture."},
+        message["parts"][1],
+    ]
+
+
+async def test_a_denied_tool_call_returns_the_reason_to_the_model(stack: ChatStack) -> None:
+    stack.receiver.script("/pre-tool", answer("deny", reason="clocks are off limits"))
+    stack.models.push(Turn.call(ToolCall("getTime", {}, id="call-1")), Turn.say("I cannot tell the time."))
+    async with stack.client() as client:
+        session = await new_session(client)
+        chunks = await chat(client, session, "time?")
+    assert shape(chunks)[:6] == [
+        {"type": "start"},
+        {"type": "start-step"},
+        {"type": "tool-input-start", "toolCallId": "c1", "toolName": "getTime"},
+        {"type": "tool-input-available", "toolCallId": "c1", "toolName": "getTime", "input": {}},
+        {
+            "type": "tool-output-error",
+            "toolCallId": "c1",
+            "errorText": "The getTime call was denied by a hook: clocks are off limits",
+        },
+        {"type": "finish-step"},
+    ]
+    assert text_of(chunks) == "I cannot tell the time."
+    tool_message = stack.models.requests[1]["messages"][-1]
+    assert tool_message["role"] == "tool" and "clocks are off limits" in tool_message["content"]
+    # The tool never ran, so there is no post-tool event of either kind.
+    assert stack.hook_requests("PostToolUse") == stack.hook_requests("PostToolUseFailure") == []
+
+
+async def test_a_modified_tool_call_runs_with_the_replacement_arguments(stack: ChatStack) -> None:
+    stack.receiver.script("/pre-tool", answer("modify", replacement={"time_zone": "Asia/Tokyo"}))
+    stack.models.push(Turn.call(ToolCall("getTime", {"time_zone": "UTC"}, id="call-1")), Turn.say("Done."))
+    async with stack.client() as client:
+        session = await new_session(client)
+        chunks = await chat(client, session, "time in UTC?")
+    [tool_input] = of_type(chunks, "tool-input-available")
+    [output] = of_type(chunks, "tool-output-available")
+    assert tool_input["input"] == {"time_zone": "Asia/Tokyo"}
+    assert output["output"]["timeZone"] == "Asia/Tokyo" and output["output"]["iso"].endswith("+09:00")
+    [post] = stack.hook_requests("PostToolUse")
+    assert post["detail"]["arguments"] == {"time_zone": "Asia/Tokyo"}
+
+
+async def test_a_modified_tool_call_is_validated_again_by_the_tools_schema(stack: ChatStack) -> None:
+    stack.receiver.script("/pre-tool", answer("modify", replacement={"time_zone": 42}))
+    stack.models.push(Turn.call(ToolCall("getTime", {}, id="call-1")), Turn.say("Giving up."))
+    async with stack.client() as client:
+        session = await new_session(client)
+        chunks = await chat(client, session, "time?")
+    [error] = of_type(chunks, "tool-output-error")
+    assert "Input should be a valid string" in error["errorText"]
+    assert "Input should be a valid string" in stack.models.requests[1]["messages"][-1]["content"]
+    assert stack.hook_requests("PostToolUse") == []
+
+
+async def test_stop_continue_reruns_with_the_hooks_reason(stack: ChatStack) -> None:
+    stops = iter([answer("continue", reason="Also say goodbye."), answer("pass")])
+    stack.receiver.script("/stop", lambda request: next(stops))
+    stack.models.push(Turn.say("Hello."), Turn.say("Goodbye."))
+    async with stack.client() as client:
+        session = await new_session(client)
+        chunks = await chat(client, session, "greet me")
+    assert shape(chunks) == [
+        {"type": "start"},
+        {"type": "start-step"},
+        {"type": "text-start", "id": "t1"},
+        {"type": "text-delta", "id": "t1", "delta": "Hello."},
+        {"type": "text-end", "id": "t1"},
+        {"type": "finish-step"},
+        {"type": "start-step"},
+        {"type": "text-start", "id": "t2"},
+        {"type": "text-delta", "id": "t2", "delta": "Goodbye."},
+        {"type": "text-end", "id": "t2"},
+        {"type": "finish-step"},
+        {"type": "finish", "finishReason": "stop"},
+        "[DONE]",
+    ]
+    second = stack.models.requests[1]["messages"]
+    assert [(m["role"], m["content"]) for m in second if m["role"] != "system"] == [
+        ("user", "greet me"),
+        ("assistant", "Hello."),
+        ("user", "Also say goodbye."),
+    ]
+    assert [(r["detail"]["response"], r["detail"]["retry"]) for r in stack.hook_requests("Stop")] == [
+        ("Hello.", 0),
+        ("Goodbye.", 1),
+    ]
+    rows = await thread_rows(stack, session)
+    assert [p.get("text") for p in rows[1][2]["ui"]["parts"] if p["type"] == "text"] == ["Hello.", "Goodbye."]
+
+
+async def test_stop_continue_is_capped_and_then_blocks_completion(stack: ChatStack) -> None:
+    stack.receiver.script("/stop", answer("continue", reason="Not good enough."))
+    stack.models.push(*(Turn.say(f"Attempt {n}.") for n in range(1, 5)))
+    async with stack.client() as client:
+        session = await new_session(client)
+        chunks = await chat(client, session, "write a poem")
+    # One run and maxProcessorRetries (3) re-runs, then completion is refused.
+    assert len(stack.models.requests) == 4
+    assert text_of(chunks) == "Attempt 1.Attempt 2.Attempt 3.Attempt 4."
+    assert shape(chunks)[-3:] == [
+        {"type": "finish-step"},
+        {"type": "error", "errorText": "A Stop hook kept this turn from completing after 3 retries: Not good enough."},
+        "[DONE]",
+    ]
+    assert len(stack.hook_requests("Stop")) == 4
+    assert await thread_rows(stack, session) == []
+    [event] = await turn_events(stack, session)
+    assert (event.kind, event.failure_class) == ("failure", "stop_blocked")
+
+
+async def test_a_failing_fail_closed_prompt_hook_denies(stack: ChatStack) -> None:
+    stack.receiver.script("/prompt", Reply(status=500, raw_body=b"{}"))
+    async with stack.client() as client:
+        session = await new_session(client)
+        chunks = await chat(client, session, "hi")
+    assert stack.models.requests == []
+    assert text_of(chunks).startswith("This message was denied by a hook:")
+
+
+async def test_every_hook_request_of_a_turn_carries_its_turn_and_session_ids(stack: ChatStack) -> None:
+    stack.models.push(Turn.call(ToolCall("getTime", {}, id="c")), Turn.say("ok"))
+    async with stack.client() as client:
+        session = await new_session(client)
+        chunks = await chat(client, session, "time")
+    turn_id = chunks[0]["messageMetadata"]["turnId"]
+    seen = [(r.path, r.json()["turnId"], r.json()["sessionId"]) for r in stack.receiver.requests]
+    assert [path for path, _, _ in seen] == ["/session-start", "/prompt", "/pre-tool", "/post-tool", "/stop"]
+    assert {(t, s) for _, t, s in seen} == {(turn_id, session)}
