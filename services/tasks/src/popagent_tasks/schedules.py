@@ -21,7 +21,7 @@ from croniter import croniter
 
 from popagent_core.db import wrap_db_errors
 from popagent_core.errors import InvalidArgument
-from popagent_tasks._aio import wait_event
+from popagent_core.lifecycle import wait_event
 from popagent_tasks.repo import QUERIES, TaskRepo
 
 logger = logging.getLogger(__name__)

@@ -29,7 +29,7 @@ from typing import TypeVar
 
 import asyncpg
 
-from popagent_tasks._aio import wait_event
+from popagent_core.lifecycle import wait_event
 from popagent_tasks.executor import AbortReason, AbortSignal, Attempt, Executor, TaskFailure, classify
 from popagent_tasks.model import TRANSIENT, Backoff, ErrorClass, Kind, Source, Status, retry_eligible, truncate
 from popagent_tasks.observer import Observers, StopStatus, TaskLifecycle, TaskStarted, TaskStopped
