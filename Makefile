@@ -11,14 +11,20 @@ PROTO_OUT := libs/popagent-protos/src
 PROTO_STAMP := libs/popagent-protos/.stamp
 SYNC_STAMP := $(VENV)/.synced
 NODE_TEST_DEPS := tests/ai_sdk/node_modules/.package-lock.json
+UI_DEPS := ui/node_modules/.package-lock.json
+UI_BUILD := ui/dist/index.html
+# The UI is rebuilt when its sources change or when the gateway's API (its types) may have.
+UI_SOURCES := $(shell find ui/src ui/scripts -type f -not -name '*.gen.*' 2>/dev/null) ui/index.html ui/vite.config.ts ui/tsconfig.json
+GATEWAY_SOURCES := $(shell find services/gateway/src -name '*.py')
 MEMBER_PYPROJECTS := pyproject.toml $(wildcard libs/*/pyproject.toml services/*/pyproject.toml)
 
-.PHONY: run test test-fast lint typecheck protos setup system-deps bench constraints compose-config clean
+.PHONY: run test test-fast lint typecheck protos setup system-deps bench constraints compose-config clean ui
 
 run: setup
 	$(VPY) -m popagent_core.launcher
 
 test: setup
+	@npm --prefix ui run --silent size
 	$(VPY) -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 test-fast: setup
@@ -29,7 +35,16 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/pyright
 
-setup: system-deps $(SYNC_STAMP) $(PROTO_STAMP) $(NODE_TEST_DEPS)
+setup: system-deps $(SYNC_STAMP) $(PROTO_STAMP) $(NODE_TEST_DEPS) $(UI_BUILD)
+
+ui: $(UI_BUILD)
+
+$(UI_DEPS): ui/package.json ui/package-lock.json
+	npm ci --prefix ui --no-audit --no-fund --loglevel=error
+
+# Types come from the gateway's OpenAPI document (gen:api), so the build needs the venv.
+$(UI_BUILD): $(UI_DEPS) $(SYNC_STAMP) $(PROTO_STAMP) $(UI_SOURCES) $(GATEWAY_SOURCES)
+	npm --prefix ui run build
 
 # The real AI SDK client the stream tests drive (pinned by its package-lock.json).
 $(NODE_TEST_DEPS): tests/ai_sdk/package.json tests/ai_sdk/package-lock.json
@@ -66,4 +81,4 @@ compose-config:
 	$(COMPOSE) -f deploy/compose.yaml --env-file $(if $(wildcard deploy/.env),deploy/.env,deploy/.env.example) config -q
 
 clean:
-	rm -rf $(VENV) $(PROTO_OUT)/popagent $(PROTO_STAMP)
+	rm -rf $(VENV) $(PROTO_OUT)/popagent $(PROTO_STAMP) ui/node_modules ui/dist tests/ai_sdk/node_modules

@@ -4,6 +4,8 @@ set -euo pipefail
 need=()
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 command -v git >/dev/null 2>&1 || need+=(git)
+# Headless Chromium for the browser test of the web UI (driven by playwright-core).
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   echo "popagent needs these Debian packages: ${need[*]} (run: sudo apt-get install -y ${need[*]})" >&2
