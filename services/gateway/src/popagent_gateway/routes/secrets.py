@@ -44,6 +44,22 @@ class OriginBody(BaseModel):
     origin: str = Field(min_length=1, max_length=MAX_ORIGIN_CHARS)
 
 
+class SecretListQuery(BaseModel):
+    """GET query: optionally one resource; any other parameter is refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    resourceId: str = Field(default="", max_length=MAX_ID_CHARS)
+
+
+class OriginQuery(BaseModel):
+    """DELETE query: the exact origin to unbind; any other parameter is refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    origin: str = Field(min_length=1, max_length=MAX_ORIGIN_CHARS)
+
+
 class SecretOut(BaseModel):
     resourceId: str
     name: str
@@ -67,12 +83,11 @@ def _out(info: secrets_pb2.SecretInfo) -> SecretOut:
 
 
 @router.get("", response_model=SecretListOut)
-async def list_secrets(
-    stub: SecretsStub,
-    resource_id: Annotated[str, Query(alias="resourceId", max_length=MAX_ID_CHARS)] = "",
-) -> SecretListOut:
+async def list_secrets(stub: SecretsStub, query: Annotated[SecretListQuery, Query()]) -> SecretListOut:
     """List secrets (names, bound origins, timestamps); never values or ciphertext."""
-    response = await stub.ListSecrets(secrets_pb2.ListSecretsRequest(resource_id=resource_id), timeout=RPC_TIMEOUT_S)
+    response = await stub.ListSecrets(
+        secrets_pb2.ListSecretsRequest(resource_id=query.resourceId), timeout=RPC_TIMEOUT_S
+    )
     return SecretListOut(secrets=[_out(info) for info in response.secrets])
 
 
@@ -105,10 +120,11 @@ async def bind_origin(resource_id: ResourceId, name: SecretName, body: OriginBod
 async def unbind_origin(
     resource_id: ResourceId,
     name: SecretName,
-    origin: Annotated[str, Query(min_length=1, max_length=MAX_ORIGIN_CHARS)],
+    query: Annotated[OriginQuery, Query()],
     stub: SecretsStub,
 ) -> SecretOut:
     """Remove one origin binding."""
+    origin = query.origin
     info = await stub.UnbindOrigin(
         secrets_pb2.UnbindOriginRequest(resource_id=resource_id, name=name, origin=origin), timeout=RPC_TIMEOUT_S
     )
