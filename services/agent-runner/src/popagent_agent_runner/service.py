@@ -17,6 +17,7 @@ from popagent_agent_runner.sessions import SessionDeleter, SessionStore
 from popagent_agent_runner.settings import Settings
 from popagent_agent_runner.settings_store import SingletonSettings
 from popagent_agent_runner.state_servicer import AgentRunnerStateServicer
+from popagent_agent_runner.task_turn import TaskServicer, TaskTurns
 from popagent_agent_runner.turn import chat_service
 from popagent_agent_runner.workspaces import AgentWorkspaceStore
 from popagent_core.db import load_queries
@@ -54,8 +55,9 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
             browser_bridge_pb2_grpc.BrowserBridgeServiceStub(browser_channel),
             QUERIES,
         )
+        sessions = SessionStore(pool, workspaces, QUERIES)
         servicer = AgentRunnerStateServicer(
-            SessionStore(pool, workspaces, QUERIES),
+            sessions,
             deleter,
             AgentStore(pool, QUERIES),
             workspaces,
@@ -67,6 +69,10 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
             chat_service(pool, hooks, settings.ninerouter_url, settings.ninerouter_api_key)
         )
         agent_runner_pb2_grpc.add_AgentRunnerServiceServicer_to_server(chat, kernel.server)
+        # Background task attempts run through the same turn runner as chat.
+        agent_runner_pb2_grpc.add_AgentRunnerTaskServiceServicer_to_server(
+            TaskServicer(TaskTurns(chat.runner, sessions)), kernel.server
+        )
         port = await stack.enter_async_context(kernel.serving(settings.grpc_address))
         await _resume_pending_deletions(deleter, settings.pending_deletion_grace_s)
         yield RunningAgentRunner(port, deleter)

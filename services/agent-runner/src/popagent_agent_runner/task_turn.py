@@ -1,0 +1,272 @@
+"""A background task attempt as one agent turn, and `AgentRunnerTaskService.RunTask`.
+
+The attempt runs through the chat turn's own `TurnRunner` (same agents, delegation,
+recall, step limits, `UserPromptSubmit`/tool/`Stop`/`StopFailure` hooks and final-response
+guard) under the turn and trace ids the tasks service already used for `TaskStart`, and
+without `SessionStart` (a task is not a chat session opening). What differs is only the
+output: nothing streams to a UI; the final response text becomes the task's outcome and a
+failure becomes one of the tasks service's failure classes.
+
+A task without a session runs in a session of its own, `task-<task id>`, created on the
+first attempt and reused by retries so a replay sees what the failed attempt stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from popagent.agent_runner.v1 import agent_runner_pb2 as pb
+from popagent.agent_runner.v1 import agent_runner_pb2_grpc
+from popagent_agent_runner.sessions import SessionStore
+from popagent_agent_runner.turn.events import TurnEvents, TurnOutput
+from popagent_agent_runner.turn.hooks_points import bounded
+from popagent_agent_runner.turn.runner import TurnInput, TurnRunner
+from popagent_core.errors import AlreadyExists, InvalidArgument, NotFound, PopagentError
+from popagent_hooks.client import HookDecision, HooksClient
+from popagent_hooks.events import Event, Outcome
+
+logger = logging.getLogger(__name__)
+
+# The tasks service stores at most this much outcome (popagent_tasks.model.MAX_OUTCOME_CHARS).
+MAX_OUTCOME_CHARS = 16 * 1024
+MAX_ERROR_CHARS = 2 * 1024
+MAX_PROGRESS_CHARS = 200
+TASK_SESSION_TITLE_CHARS = 60
+
+# The turn's failure classes (`classify_model_error`, plus the Stop guard's) as task failure
+# classes. Transient provider trouble retries (self-update only); a request the provider
+# refuses as such, or a misconfigured route, would fail the same way again.
+_ERROR_CLASS = {
+    "rate_limit": "rate_limit",
+    "quota": "rate_limit",
+    "overloaded": "provider",
+    "unavailable": "provider",
+    "server_error": "provider",
+    "connection": "provider",
+    "provider_error": "provider",
+    "timeout": "timeout",
+    "request_timeout": "timeout",
+    "authentication": "configuration",
+    "not_found": "configuration",
+    "context_window": "validation",
+    "rejected": "validation",
+    "stop_blocked": "hook_denied",
+    "framework": "unknown",
+}
+
+
+def task_error_class(turn_error_class: str) -> str:
+    return _ERROR_CLASS.get(turn_error_class, "unknown")
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    ok: bool
+    outcome: str = ""
+    error_class: str = ""
+    error_message: str = ""
+
+
+class _DiscardedEvents(TurnEvents):
+    """Nobody reads a task turn's UI stream; its events are dropped as they come."""
+
+    def put(self, event: pb.TurnEvent) -> None:
+        return
+
+    def put_text(self, event: pb.TurnEvent) -> None:
+        return
+
+
+class _TaskOutput(TurnOutput):
+    """The turn's output, remembering how it ended and reporting coarse progress."""
+
+    def __init__(self, progress: Callable[[str], None]) -> None:
+        super().__init__(_DiscardedEvents())
+        self.progress = progress
+        self.finished = False
+        self.error_class = ""
+        self.error_message = ""
+        self.steps = 0
+
+    def step_start(self) -> None:
+        super().step_start()
+        self.steps += 1
+        self.progress(f"step {self.steps}")
+
+    def tool_input(self, tool_call_id: str, tool_name: str, arguments: dict[str, Any]) -> None:
+        super().tool_input(tool_call_id, tool_name, arguments)
+        self.progress(bounded(f"tool {tool_name}", MAX_PROGRESS_CHARS))
+
+    def finish(self, finish_reason: str, input_tokens: int, output_tokens: int) -> None:
+        super().finish(finish_reason, input_tokens, output_tokens)
+        self.finished = True
+
+    def error(self, error_class: str, message: str) -> None:
+        super().error(error_class, message)
+        self.error_class = error_class
+        self.error_message = message
+
+
+class _PromptGateHooks(HooksClient):
+    """The service's hooks client, also remembering a `UserPromptSubmit` denial.
+
+    The chat turn answers a denied prompt with a refusal message and a normal finish;
+    for a task that is a `hook_denied` failure, so the denial itself must be seen.
+    """
+
+    def __init__(self, inner: HooksClient) -> None:
+        super().__init__(inner.stub, digest_ttl_s=inner.digest_ttl_s, clock=inner.clock)
+        self.prompt_denied: HookDecision | None = None
+
+    async def dispatch(
+        self,
+        event: Event,
+        *,
+        session_id: str = "",
+        turn_id: str = "",
+        tool_call_id: str = "",
+        model: str = "",
+        target: str = "",
+        detail: Mapping[str, Any] | None = None,
+        event_id: str = "",
+    ) -> HookDecision:
+        decision = await super().dispatch(
+            event,
+            session_id=session_id,
+            turn_id=turn_id,
+            tool_call_id=tool_call_id,
+            model=model,
+            target=target,
+            detail=detail,
+            event_id=event_id,
+        )
+        if event is Event.USER_PROMPT_SUBMIT and decision.outcome is Outcome.DENY:
+            self.prompt_denied = decision
+        return decision
+
+
+class TaskTurns:
+    """Runs task attempts over the chat turn's runner parts."""
+
+    def __init__(self, runner: TurnRunner, sessions: SessionStore) -> None:
+        self.runner = runner
+        self.sessions = sessions
+
+    async def run(self, request: pb.RunTaskRequest, progress: Callable[[str], None]) -> TaskResult:
+        if not request.task_id or not request.prompt:
+            raise InvalidArgument("task_id and prompt are required")
+        try:
+            session_id = await self._session(request)
+            hooks = _PromptGateHooks(self.runner.hooks)
+            # A runner per attempt: the same threads, memories and agents, its own hook observer.
+            runner = TurnRunner(self.runner.threads, self.runner.memories, hooks, self.runner.factory)
+            turn = TurnInput(
+                session_id=session_id,
+                message={
+                    "id": f"task-{request.task_id}-{request.attempt}",
+                    "role": "user",
+                    "parts": [{"type": "text", "text": request.prompt}],
+                },
+                model=request.model,
+                workspace_id=request.workspace_id,
+                turn_id=request.turn_id or uuid.uuid4().hex,
+                trace_id=request.trace_id or uuid.uuid4().hex,
+                session_start=False,
+            )
+            prepared = await runner.prepare(turn)
+        except (InvalidArgument, NotFound) as exc:
+            return TaskResult(False, error_class="validation", error_message=bounded(str(exc), MAX_ERROR_CHARS))
+        output = _TaskOutput(progress)
+        deadline = request.deadline_s if request.deadline_s > 0 else None
+        try:
+            async with asyncio.timeout(deadline):
+                await runner.run(prepared, output)
+        except TimeoutError:
+            return TaskResult(False, error_class="timeout", error_message=f"the turn ran past {deadline:g} s")
+        if hooks.prompt_denied is not None:
+            reason = hooks.prompt_denied.reason or "no reason given"
+            return TaskResult(
+                False, error_class="hook_denied", error_message=bounded(f"UserPromptSubmit denied: {reason}", 2048)
+            )
+        if output.error_class:
+            return TaskResult(
+                False,
+                error_class=task_error_class(output.error_class),
+                error_message=bounded(output.error_message, MAX_ERROR_CHARS),
+            )
+        if not output.finished:
+            return TaskResult(False, error_class="unknown", error_message="the turn ended without a response")
+        return TaskResult(True, outcome=bounded(output.text(), MAX_OUTCOME_CHARS))
+
+    async def _session(self, request: pb.RunTaskRequest) -> str:
+        if request.session_id:
+            return request.session_id
+        session_id = f"task-{request.task_id}"
+        title = bounded(f"Task: {request.prompt.splitlines()[0]}", TASK_SESSION_TITLE_CHARS)
+        with contextlib.suppress(AlreadyExists):
+            await self.sessions.create(session_id, title, request.workspace_id)
+        return session_id
+
+
+class TaskServicer(agent_runner_pb2_grpc.AgentRunnerTaskServiceServicer):
+    def __init__(self, turns: TaskTurns) -> None:
+        self.turns = turns
+
+    async def RunTask(  # type: ignore[override]
+        self, request: pb.RunTaskRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.TaskTurnEvent]:
+        events: asyncio.Queue[pb.TaskTurnEvent] = asyncio.Queue()
+
+        async def run() -> None:
+            try:
+                result = await self.turns.run(request, lambda text: events.put_nowait(pb.TaskTurnEvent(progress=text)))
+            except PopagentError as exc:
+                # Storage or configuration trouble outside the turn: the worker classifies it.
+                logger.warning("task turn failed", extra={"task_id": request.task_id, "error": str(exc)})
+                raise
+            events.put_nowait(
+                pb.TaskTurnEvent(
+                    result=pb.TaskTurnResult(
+                        ok=result.ok,
+                        outcome=result.outcome,
+                        error_class=result.error_class,
+                        error_message=result.error_message,
+                    )
+                )
+            )
+
+        # The turn runs beside this call; when the caller cancels, gRPC cancels this call
+        # and the `finally` cancels the turn with it.
+        task = asyncio.create_task(run(), name=f"task-turn-{request.task_id}-{request.attempt}")
+        try:
+            while True:
+                getter = asyncio.ensure_future(events.get())
+                await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+                if getter.done():
+                    event = getter.result()
+                    yield event
+                    if event.HasField("result"):
+                        break
+                    continue
+                getter.cancel()
+                while not events.empty():
+                    event = events.get_nowait()
+                    yield event
+                    if event.HasField("result"):
+                        break
+                await task  # raises the turn's error, if any
+                break
+            await task
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
