@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 import orjson
-from fastapi import Request, Response
+from fastapi import Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.routing import APIRoute
-from starlette.exceptions import HTTPException
 
-from popagent_gateway.deps import require_api_key
 from popagent_gateway.dto import ErrorOut
 
 WARNING_HEADER = "x-popagent-warning"
@@ -48,27 +45,3 @@ def field_violations(violations: Iterable[FieldViolation]) -> RequestValidationE
 def warned(response: Response, warning: str | None) -> None:
     if warning:
         response.headers[WARNING_HEADER] = warning
-
-
-class ErrorBodyRoute(APIRoute):
-    """The route class of the resource routers.
-
-    - Checks the API key before FastAPI reads the body: otherwise a request without the
-      key but with a malformed body would get 422 instead of 401. The router-level
-      dependency stays (the route inventory checks it); this only moves the refusal first.
-    - Answers FastAPI's own HTTP errors (a body that is not UTF-8 JSON) as `{"error": ...}`,
-      the shape every other error of the API has, instead of FastAPI's `{"detail": ...}`.
-    """
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-
-        async def route(request: Request) -> Response:
-            await require_api_key(request)
-            try:
-                return await handler(request)
-            except HTTPException as exc:
-                headers = dict(exc.headers) if exc.headers else None
-                return json_response({"error": str(exc.detail)}, status_code=exc.status_code, headers=headers)
-
-        return route

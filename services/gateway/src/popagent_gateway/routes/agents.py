@@ -10,9 +10,9 @@ from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent_gateway.catalog import ensure_known_model
 from popagent_gateway.deps import AgentRunnerStateStub, ModelCatalogDep
 from popagent_gateway.dto.agents import AGENT_ID_PATTERN, AgentListOut, AgentOut, AgentPatch
-from popagent_gateway.wire import ERROR_RESPONSES, ErrorBodyRoute, warned
+from popagent_gateway.wire import warned
 
-router = APIRouter(prefix="/agents", tags=["agents"], responses=ERROR_RESPONSES, route_class=ErrorBodyRoute)
+router = APIRouter(prefix="/agents", tags=["agents"])
 
 RPC_TIMEOUT_S = 10.0
 

@@ -14,9 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent_gateway.deps import AgentRunnerStub
 from popagent_gateway.dto import WireInput, WireModel
-from popagent_gateway.wire import ERROR_RESPONSES, ErrorBodyRoute
 
-router = APIRouter(prefix="/memories", tags=["memories"], responses=ERROR_RESPONSES, route_class=ErrorBodyRoute)
+router = APIRouter(prefix="/memories", tags=["memories"])
 
 RPC_TIMEOUT_S = 10.0
 MAX_CONTENT_CHARS = 2000

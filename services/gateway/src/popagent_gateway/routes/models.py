@@ -9,9 +9,8 @@ from fastapi import APIRouter
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent_gateway.deps import AgentRunnerStateStub, ModelCatalogDep
 from popagent_gateway.dto.models import ModelsOut
-from popagent_gateway.wire import ERROR_RESPONSES, ErrorBodyRoute
 
-router = APIRouter(tags=["models"], responses=ERROR_RESPONSES, route_class=ErrorBodyRoute)
+router = APIRouter(tags=["models"])
 
 RPC_TIMEOUT_S = 10.0
 

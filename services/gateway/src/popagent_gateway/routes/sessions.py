@@ -27,9 +27,9 @@ from popagent_gateway.dto.sessions import (
     UIMessage,
     summary_dict,
 )
-from popagent_gateway.wire import ERROR_RESPONSES, ErrorBodyRoute, json_response
+from popagent_gateway.wire import json_response
 
-router = APIRouter(tags=["sessions"], responses=ERROR_RESPONSES, route_class=ErrorBodyRoute)
+router = APIRouter(tags=["sessions"])
 
 RPC_TIMEOUT_S = 10.0
 # Permanent deletion waits for the SessionEnd hook (bounded by the hooks service) and the browser close.

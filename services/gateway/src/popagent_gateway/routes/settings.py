@@ -28,9 +28,9 @@ from popagent_gateway.dto.settings import (
     MemorySettingsOut,
     MemorySettingsPatch,
 )
-from popagent_gateway.wire import ERROR_RESPONSES, ErrorBodyRoute, field_violations, warned
+from popagent_gateway.wire import field_violations, warned
 
-router = APIRouter(prefix="/settings", tags=["settings"], responses=ERROR_RESPONSES, route_class=ErrorBodyRoute)
+router = APIRouter(prefix="/settings", tags=["settings"])
 
 RPC_TIMEOUT_S = 10.0
 

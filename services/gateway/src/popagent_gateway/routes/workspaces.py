@@ -16,9 +16,8 @@ from popagent_gateway.dto.workspaces import (
     WorkspaceOut,
     WorkspacePatch,
 )
-from popagent_gateway.wire import ERROR_RESPONSES, ErrorBodyRoute
 
-router = APIRouter(prefix="/workspaces", tags=["workspaces"], responses=ERROR_RESPONSES, route_class=ErrorBodyRoute)
+router = APIRouter(prefix="/workspaces", tags=["workspaces"])
 
 RPC_TIMEOUT_S = 10.0
 # Each session goes through the full deletion lifecycle (hooks, browser close).
