@@ -143,6 +143,8 @@ class Stack:
         for name, address in addresses.items():
             base[f"POPAGENT_{name.upper().replace('-', '_')}_ADDR"] = address
         base["POPAGENT_GATEWAY_PORT"] = str(self.config.gateway_port)
+        # The tasks worker runs each attempt as an agent turn in agent-runner (POPAGENT_AGENT_RUNNER_ADDR above).
+        base.setdefault("POPAGENT_TASKS_EXECUTOR", "popagent_tasks.agent_runner_executor:executor")
         self.env = base
 
         deadline = time.monotonic() + self.config.start_timeout_s

@@ -1,13 +1,14 @@
 """Settings of the tasks service, built at start.
 
 The worker's concurrency and timing belong to agent-runner's agent-runtime settings
-(`popagent_agent_runtime_settings`); until agent-runner serves them over gRPC, they
-come from these variables.
+(`popagent_agent_runtime_settings`): with the agent-runner executor they are read from
+agent-runner when the worker starts; these variables are the fallback for executors
+that have no agent-runner to ask (tests' own).
 """
 
 from __future__ import annotations
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import AliasChoices, Field, ValidationInfo, field_validator
 
 from popagent_core.settings import DEFAULT_PORTS, ServiceSettings, grpc_address_field
 from popagent_tasks.schedules import check_timezone, server_timezone
@@ -21,6 +22,8 @@ class Settings(ServiceSettings):
     grpc_address: str = grpc_address_field("tasks", DEFAULT_PORTS["tasks"])
     hooks_address: str = grpc_address_field("hooks", DEFAULT_PORTS["hooks"])
     # TaskStart/TaskStop go to the hooks service; off only where no hooks service runs.
+    # Where the agent-runner executor runs task turns; empty: no agent-runner is configured.
+    agent_runner_address: str = Field(default="", validation_alias=AliasChoices("POPAGENT_AGENT_RUNNER_ADDR"))
     hooks_enabled: bool = Field(default=True, validation_alias=_env("HOOKS_ENABLED"))
 
     # `module:attribute` of the executor factory. Empty: this process runs no worker

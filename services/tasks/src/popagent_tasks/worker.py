@@ -213,6 +213,7 @@ class Worker:
         async with self._lifecycle:
             if self._running:
                 return
+            await self._configure()
             await self.recover()
             if not self._wanted:
                 # A stop arrived during start: the recovery pass finished, nothing else starts.
@@ -223,6 +224,17 @@ class Worker:
                 asyncio.create_task(self._claim_loop(), name="tasks-claim"),
                 asyncio.create_task(self._sweep_loop(), name="tasks-sweep"),
             ]
+
+    async def _configure(self) -> None:
+        """An executor that knows where the runtime settings live (agent-runner's) supplies them."""
+        runtime_config = getattr(self.executor, "runtime_config", None)
+        if runtime_config is not None:
+            self.config = await runtime_config(self.config)
+        else:
+            logger.info(
+                "worker runtime from POPAGENT_TASKS_* settings (no agent-runner configured)",
+                extra={"concurrency": self.config.concurrency, "task_timeout_s": self.config.task_timeout_s},
+            )
 
     async def stop(self) -> None:
         """Stop claiming, let in-flight attempts finish within the grace period, then abort

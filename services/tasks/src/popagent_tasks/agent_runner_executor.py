@@ -1,0 +1,159 @@
+"""The real executor: each attempt runs as one agent turn in agent-runner (`RunTask`).
+
+`POPAGENT_TASKS_EXECUTOR=popagent_tasks.agent_runner_executor:executor` with
+`POPAGENT_AGENT_RUNNER_ADDR` set. Progress the turn streams is made durable through the
+attempt's `report_progress`; the final `result` event is the outcome or a `TaskFailure`
+of the class agent-runner named. The abort signal cancels the call, which cancels the
+turn in agent-runner.
+
+The worker's concurrency and timing are agent-runner's agent-runtime settings, read once
+when the worker starts (`runtime_config`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+from popagent.agent_runner.v1 import agent_runner_pb2 as pb
+from popagent.agent_runner.v1 import agent_runner_pb2_grpc
+from popagent_core.errors import ConfigurationError, DeadlineExceeded, PopagentError, Unavailable
+from popagent_core.grpc_client import map_rpc_errors, open_channel
+from popagent_tasks.executor import AbortSignal, Attempt, TaskFailure
+from popagent_tasks.model import MAX_ERROR_CHARS, MAX_OUTCOME_CHARS, Backoff, ErrorClass, truncate
+from popagent_tasks.settings import Settings
+from popagent_tasks.worker import RuntimeConfig
+
+logger = logging.getLogger(__name__)
+
+# agent-runner starts beside this service; the worker waits this long for its settings.
+SETTINGS_WAIT_S = 30.0
+SETTINGS_CALL_TIMEOUT_S = 5.0
+
+
+def runtime_from(settings: pb.AgentRuntimeSettings, base: RuntimeConfig) -> RuntimeConfig:
+    """The worker's runtime from the agent-runtime settings; the rest (claim batch,
+    sweep, staleness, shutdown grace) stays as this process's settings say."""
+    heartbeat_timeout_s = settings.task_heartbeat_timeout_ms / 1000
+    return dataclasses.replace(
+        base,
+        concurrency=settings.task_concurrency,
+        poll_interval_s=settings.task_poll_interval_ms / 1000,
+        heartbeat_interval_s=settings.task_heartbeat_interval_ms / 1000,
+        heartbeat_timeout_s=heartbeat_timeout_s,
+        task_timeout_s=settings.task_attempt_timeout_ms / 1000,
+        abort_ack_s=settings.task_abort_ack_timeout_ms / 1000,
+        backoff=Backoff(settings.task_retry_base_ms / 1000, settings.task_retry_cap_ms / 1000),
+        stale_after_s=max(base.stale_after_s, heartbeat_timeout_s * 2),
+    )
+
+
+def _error_class(name: str) -> ErrorClass:
+    try:
+        return ErrorClass(name)
+    except ValueError:
+        return ErrorClass.UNKNOWN
+
+
+class AgentRunnerExecutor:
+    def __init__(self, address: str, token: str) -> None:
+        self.address = address
+        self.token = token
+        self._channel: grpc.aio.Channel | None = None
+        self._stack = contextlib.AsyncExitStack()
+
+    async def _open(self) -> grpc.aio.Channel:
+        if self._channel is None:
+            self._channel = await self._stack.enter_async_context(open_channel(self.address, self.token))
+        return self._channel
+
+    async def aclose(self) -> None:
+        await self._stack.aclose()
+        self._channel = None
+
+    async def runtime_config(self, base: RuntimeConfig) -> RuntimeConfig:
+        """The agent-runtime settings as the worker's runtime, waiting for agent-runner to answer."""
+        stub = agent_runner_pb2_grpc.AgentRunnerStateServiceStub(await self._open())
+        deadline = time.monotonic() + SETTINGS_WAIT_S
+        delay = 0.1
+        while True:
+            try:
+                with map_rpc_errors():
+                    settings = await stub.GetAgentRuntimeSettings(
+                        pb.GetAgentRuntimeSettingsRequest(), timeout=SETTINGS_CALL_TIMEOUT_S
+                    )
+                break
+            except (Unavailable, DeadlineExceeded) as exc:
+                if time.monotonic() + delay > deadline:
+                    raise Unavailable(f"agent-runner settings unavailable at {self.address}: {exc}") from exc
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        config = runtime_from(settings, base)
+        logger.info(
+            "worker runtime from agent-runner's agent-runtime settings",
+            extra={
+                "address": self.address,
+                "concurrency": config.concurrency,
+                "task_timeout_s": config.task_timeout_s,
+                "retry_base_s": config.backoff.base_s,
+            },
+        )
+        return config
+
+    async def execute(self, attempt: Attempt, abort: AbortSignal) -> str:
+        stub = agent_runner_pb2_grpc.AgentRunnerTaskServiceStub(await self._open())
+        request = pb.RunTaskRequest(
+            task_id=attempt.task_id,
+            attempt=attempt.attempt,
+            turn_id=attempt.turn_id,
+            trace_id=attempt.trace_id,
+            prompt=attempt.prompt,
+            model=attempt.model,
+            session_id=attempt.session_id,
+            workspace_id=attempt.workspace_id,
+            execution_source=attempt.source.value,
+            kind=attempt.kind.value,
+            parent_task_id=attempt.parent_task_id,
+            schedule_id=attempt.schedule_id,
+        )
+        call = stub.RunTask(request)
+        run = asyncio.create_task(self._consume(call, attempt))
+        aborted = asyncio.create_task(abort.wait())
+        try:
+            await asyncio.wait({run, aborted}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            aborted.cancel()
+        if not run.done():
+            # Cancelling the call cancels the turn in agent-runner.
+            call.cancel()
+            with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError, PopagentError, TaskFailure):
+                await run
+            raise TaskFailure(ErrorClass.ABORTED, f"aborted ({abort.reason})")
+        return run.result()
+
+    async def _consume(self, call: Any, attempt: Attempt) -> str:
+        events: AsyncIterator[pb.TaskTurnEvent] = call.__aiter__()
+        with map_rpc_errors():
+            async for event in events:
+                if event.HasField("progress"):
+                    await attempt.report_progress(event.progress)
+                    continue
+                result = event.result
+                if result.ok:
+                    return truncate(result.outcome, MAX_OUTCOME_CHARS)
+                raise TaskFailure(_error_class(result.error_class), truncate(result.error_message, MAX_ERROR_CHARS))
+        raise TaskFailure(ErrorClass.INFRASTRUCTURE, "agent-runner ended the task turn without a result")
+
+
+def executor(settings: Settings) -> AgentRunnerExecutor:
+    """The factory `POPAGENT_TASKS_EXECUTOR` names."""
+    if not settings.agent_runner_address:
+        raise ConfigurationError("the agent-runner executor needs POPAGENT_AGENT_RUNNER_ADDR")
+    return AgentRunnerExecutor(settings.agent_runner_address, settings.internal_token)
