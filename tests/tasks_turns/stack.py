@@ -42,7 +42,7 @@ TASK_HOOK_PATHS: dict[str, tuple[str, list[str] | None]] = {
     "TaskStop": ("/task-stop", None),
 }
 # Fast worker timing, set in agent-runner's settings (the worker must read it from there).
-RUNTIME = {
+RUNTIME: dict[str, Any] = {
     "task_concurrency": 4,
     "task_poll_interval_ms": 200,
     "task_heartbeat_interval_ms": 200,
