@@ -10,7 +10,7 @@ import pytest
 
 from popagent.tasks.v1 import tasks_pb2 as tpb
 from support.https_receiver import answer
-from support.model_gateway import Turn
+from support.model_gateway import ToolCall, Turn
 from tasks_turns.stack import TaskTurnStack
 
 
@@ -50,6 +50,26 @@ async def test_a_user_task_runs_as_a_turn_and_completes_with_the_answer(stack: T
     assert start["turnId"] == stop["turnId"] == prompt["turnId"] == final["turnId"] == task.turn_id
     # A task is not a chat session opening.
     assert stack.hook_requests("SessionStart") == []
+    # The worker's timing came from agent-runner's settings, not the tasks env defaults (10).
+    assert stack.running.worker is not None and stack.running.worker.config.concurrency == 4
+
+
+async def test_a_task_turn_calls_tools_through_the_same_hooks_and_reports_progress(stack: TaskTurnStack) -> None:
+    stack.models.push(
+        Turn.call(ToolCall("getTime", {"time_zone": "UTC"}, id="call-time")),
+        Turn.say("It is late."),
+    )
+    task_id = await stack.create("What time is it?")
+    task = await stack.wait(task_id, "completed", "failed", "dead-letter")
+    assert (task.status, task.outcome) == ("completed", "It is late.")
+    [pre] = stack.hook_requests("PreToolUse")
+    [post] = stack.hook_requests("PostToolUse")
+    assert pre["turnId"] == post["turnId"] == task.turn_id
+    assert pre["toolCallId"] == "call-time"
+    # The tool result went back to the model.
+    assert stack.models.requests[1]["messages"][-1]["role"] == "tool"
+    progress = [(p.kind, p.message) for p in task.progress]
+    assert ("progress", "tool getTime") in progress
 
 
 @pytest.mark.parametrize(("status", "error_class"), [(500, "provider"), (429, "rate_limit")])

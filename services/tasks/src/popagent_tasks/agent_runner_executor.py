@@ -67,6 +67,10 @@ class AgentRunnerExecutor:
         self.address = address
         self.token = token
         self._channel: grpc.aio.Channel | None = None
+        # Sent as the turn's own deadline: past the worker's deadline and abort
+        # acknowledgement, so the worker normally decides, and a turn whose call was
+        # lost still ends in agent-runner. 0 until the worker's runtime is known.
+        self.turn_deadline_s = 0.0
         self._stack = contextlib.AsyncExitStack()
 
     async def _open(self) -> grpc.aio.Channel:
@@ -96,6 +100,7 @@ class AgentRunnerExecutor:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
         config = runtime_from(settings, base)
+        self.turn_deadline_s = config.task_timeout_s + config.abort_ack_s + 1.0
         logger.info(
             "worker runtime from agent-runner's agent-runtime settings",
             extra={
@@ -122,6 +127,7 @@ class AgentRunnerExecutor:
             kind=attempt.kind.value,
             parent_task_id=attempt.parent_task_id,
             schedule_id=attempt.schedule_id,
+            deadline_s=self.turn_deadline_s,
         )
         call = stub.RunTask(request)
         run = asyncio.create_task(self._consume(call, attempt))
