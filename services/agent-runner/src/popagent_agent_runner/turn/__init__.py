@@ -12,6 +12,7 @@
 | `thread_store.py` | thread history in, messages and outcome evidence out |
 | `memories.py` | long-term memories and recall |
 | `chat_servicer.py` | `AgentRunnerService` (Chat, memories) |
+| `model_transport.py` | HTTP/1.1 to the model server on asyncio streams, behind httpx's API |
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import asyncpg
+import httpx
 
 from popagent_agent_runner.model import LeanModels
 from popagent_agent_runner.turn.agents_factory import AgentFactory
 from popagent_agent_runner.turn.chat_servicer import ChatServicer
 from popagent_agent_runner.turn.memories import MemoryStore
+from popagent_agent_runner.turn.model_transport import LeanTransport
 from popagent_agent_runner.turn.runner import TurnRunner
 from popagent_agent_runner.turn.thread_store import ThreadStore
 from popagent_agent_runner.turn.tools import ToolRegistry
@@ -33,6 +36,10 @@ from popagent_core.db import load_queries
 from popagent_hooks.client import HooksClient
 
 QUERIES = load_queries(Path(__file__).parent / "queries.sql")
+COALESCE_WINDOW_S = 0.25
+# A slow local model may take minutes to its first token; connecting must be quick.
+CONNECT_TIMEOUT_S = 5.0
+READ_TIMEOUT_S = 600.0
 
 
 @contextlib.asynccontextmanager
@@ -40,7 +47,16 @@ async def chat_service(
     pool: asyncpg.Pool, hooks: HooksClient, ninerouter_url: str, ninerouter_api_key: str
 ) -> AsyncIterator[ChatServicer]:
     """The `AgentRunnerService` servicer, with the one model connection pool it owns."""
-    async with LeanModels(ninerouter_url, ninerouter_api_key or None) as models:
+    # The UI gets every text delta from the model's sink the moment it arrives; pydantic-ai's own
+    # events carry nothing the turn reads while text streams (tool calls are handed over at once),
+    # and each costs ~250 µs of CPU, so they come merged over a quarter of a second.
+    transport = LeanTransport(connect_timeout_s=CONNECT_TIMEOUT_S, read_timeout_s=READ_TIMEOUT_S)
+    async with (
+        httpx.AsyncClient(transport=transport, timeout=None) as http,
+        LeanModels(
+            ninerouter_url, ninerouter_api_key or None, http_client=http, coalesce_window=COALESCE_WINDOW_S
+        ) as models,
+    ):
         memories = MemoryStore(pool, QUERIES)
         runner = TurnRunner(ThreadStore(pool, QUERIES), memories, hooks, AgentFactory(models, ToolRegistry()))
         yield ChatServicer(runner, memories)

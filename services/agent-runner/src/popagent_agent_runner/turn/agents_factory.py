@@ -20,11 +20,15 @@ from popagent_agent_runner.turn.deps import SUPERVISOR_ID, AgentProfile, StepObs
 from popagent_agent_runner.turn.tools import ToolRegistry
 
 
-def final_step_feedback(ctx: RunContext[TurnDeps]) -> str:
+async def final_step_feedback(ctx: RunContext[TurnDeps]) -> str:
     """On the step reserved for the answer (tools withdrawn), the persisted feedback says so."""
     if ctx.run_step >= ctx.deps.max_steps:
         return ctx.deps.turn.snapshot.final_response_feedback
     return ""
+
+
+# Built agents kept for reuse (an agent holds no run state); bounded so edited profiles age out.
+MAX_CACHED_AGENTS = 64
 
 
 class AgentFactory:
@@ -33,16 +37,26 @@ class AgentFactory:
         self.registry = registry
         self.delegation = Delegation(self.specialist, self.specialist_deps)
         self._capability = TurnCapability()
+        # An agent is rebuilt only when something the model sees changes: its profile (as this
+        # turn read it), its model or its tools. Building one costs more than a millisecond.
+        self._agents: dict[tuple[object, ...], Agent[TurnDeps, str]] = {}
 
     def _agent(self, turn: TurnContext, profile: AgentProfile, tools: list[Tool[TurnDeps]]) -> Agent[TurnDeps, str]:
-        return Agent(
-            self.models.get(turn.model_for(profile)),
-            name=profile.id,
-            deps_type=TurnDeps,
-            instructions=[profile.instructions, final_step_feedback],
-            tools=tools,
-            capabilities=[self._capability],
-        )
+        model = turn.model_for(profile)
+        key = (profile.id, profile.instructions, model, tuple(id(tool) for tool in tools))
+        agent = self._agents.get(key)
+        if agent is None:
+            if len(self._agents) >= MAX_CACHED_AGENTS:
+                self._agents.clear()
+            agent = self._agents[key] = Agent(
+                self.models.get(model),
+                name=profile.id,
+                deps_type=TurnDeps,
+                instructions=[profile.instructions, final_step_feedback],
+                tools=tools,
+                capabilities=[self._capability],
+            )
+        return agent
 
     def supervisor(self, turn: TurnContext) -> Agent[TurnDeps, str]:
         profile = turn.profiles[SUPERVISOR_ID]

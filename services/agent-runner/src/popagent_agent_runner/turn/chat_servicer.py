@@ -21,6 +21,9 @@ from popagent_agent_runner.turn.memories import Memory, MemoryStore
 from popagent_agent_runner.turn.runner import TurnInput, TurnRunner, parse_user_message
 from popagent_core.errors import InvalidArgument
 
+# After the first batch, at most one batch of turn events per this interval (see TurnEvents).
+BATCH_INTERVAL_S = 0.025
+
 
 def memory_message(memory: Memory) -> pb.Memory:
     return pb.Memory(
@@ -51,7 +54,7 @@ class ChatServicer(agent_runner_pb2_grpc.AgentRunnerServiceServicer):
             workspace_id=request.workspace_id,
         )
         prepared = await self.runner.prepare(turn)
-        events = TurnEvents()
+        events = TurnEvents(BATCH_INTERVAL_S)
         output = TurnOutput(events)
 
         async def run() -> None:

@@ -40,6 +40,8 @@ from popagent_hooks.events import Event, Outcome
 logger = logging.getLogger(__name__)
 
 MAX_BRIEF_CHARS = 20_000
+# Delegation tools kept built (profile edits make new ones; the cache restarts when it is full).
+MAX_CACHED_TOOLS = 64
 # Text of the specialist's reply shown in each iteration's telemetry.
 PREVIEW_CHARS = 200
 
@@ -132,13 +134,22 @@ class Delegation:
     def __init__(self, build_agent: SpecialistBuilder, build_deps: DepsBuilder) -> None:
         self.build_agent = build_agent
         self.build_deps = build_deps
+        # A tool's schema costs milliseconds to build and depends only on what the model reads.
+        self._tools: dict[tuple[str, str, str], Tool[TurnDeps]] = {}
 
     def tools(self, turn: TurnContext) -> list[Tool[TurnDeps]]:
-        return [
-            self._tool(profile)
-            for profile in turn.profiles.values()
-            if profile.delegation_eligible and profile.id != SUPERVISOR_ID
-        ]
+        tools: list[Tool[TurnDeps]] = []
+        for profile in turn.profiles.values():
+            if not profile.delegation_eligible or profile.id == SUPERVISOR_ID:
+                continue
+            key = (profile.id, profile.display_name, profile.description)
+            tool = self._tools.get(key)
+            if tool is None:
+                if len(self._tools) > MAX_CACHED_TOOLS:
+                    self._tools.clear()
+                tool = self._tools[key] = self._tool(profile)
+            tools.append(tool)
+        return tools
 
     def _tool(self, profile: AgentProfile) -> Tool[TurnDeps]:
         async def delegate(

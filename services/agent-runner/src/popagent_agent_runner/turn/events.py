@@ -27,15 +27,30 @@ def dumps(value: Any) -> str:
 
 
 class TurnEvents:
-    """A single-consumer queue of turn events, drained in batches."""
+    """A single-consumer queue of turn events, drained in batches.
 
-    def __init__(self) -> None:
+    Every batch leaves the moment its first event is queued until the first text has gone out,
+    so neither the start nor the first token ever waits. After that a batch leaves at most every
+    `min_interval_s`: a paced model stream (one token every few ms) would otherwise cost one gRPC
+    message, one gateway wake-up and one SSE write per token, which is what limits concurrent
+    chats on a small machine; a few ms of smoothing is invisible in a UI.
+    """
+
+    def __init__(self, min_interval_s: float = 0.0) -> None:
         self._events: list[pb.TurnEvent] = []
         self._ready = asyncio.Event()
         self._closed = False
+        self._text_queued = False
+        self.min_interval_s = min_interval_s
 
     def put(self, event: pb.TurnEvent) -> None:
         self._events.append(event)
+        self._ready.set()
+
+    def put_text(self, event: pb.TurnEvent) -> None:
+        """A text event: from the batch that carries the first one on, batches are paced."""
+        self._events.append(event)
+        self._text_queued = True
         self._ready.set()
 
     def close(self) -> None:
@@ -44,11 +59,20 @@ class TurnEvents:
         self._ready.set()
 
     async def batches(self) -> AsyncIterator[pb.TurnEventBatch]:
+        loop = asyncio.get_running_loop()
+        paced = False
+        sent_at = 0.0
         while True:
             await self._ready.wait()
+            if paced and not self._closed:
+                wait = sent_at + self.min_interval_s - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
             self._ready.clear()
             if self._events:
                 events, self._events = self._events, []
+                paced = self._text_queued
+                sent_at = loop.time()
                 yield pb.TurnEventBatch(events=events)
             if self._closed and not self._events:
                 return
@@ -108,7 +132,7 @@ class TurnOutput:
             text = self._text_start(index)
         text.pieces.append(delta)
         self.step_has_output = True
-        self.events.put(pb.TurnEvent(text_delta=pb.TextDelta(part_id=text.part["_id"], delta=delta)))
+        self.events.put_text(pb.TurnEvent(text_delta=pb.TextDelta(part_id=text.part["_id"], delta=delta)))
 
     def thinking_delta(self, index: int, delta: str) -> None:
         """Reasoning is not part of the UI stream (the contract has no reasoning event)."""

@@ -112,13 +112,22 @@ class MemoryStore:
         if not prompt.strip():
             return []
         with wrap_db_errors():
-            rows = await self.pool.fetch(self.q["recall_memories"], prompt[: 4 * MAX_QUERY_CHARS], limit)
-        recalled: list[str] = []
-        budget = RECALL_MAX_CHARS
-        for row in rows:
-            content: str = row["content"]
-            if len(content) > budget:
-                break
-            recalled.append(content)
-            budget -= len(content)
-        return recalled
+            rows = await self.pool.fetch(self.q["recall_memories"], recall_query(prompt), limit)
+        return bounded_recall([row["content"] for row in rows])
+
+
+def recall_query(prompt: str) -> str:
+    """The part of a prompt recall looks at (its words; a long prompt's start)."""
+    return prompt[: 4 * MAX_QUERY_CHARS]
+
+
+def bounded_recall(contents: list[str]) -> list[str]:
+    """Recalled memories, best first, cut to the per-turn character budget."""
+    recalled: list[str] = []
+    budget = RECALL_MAX_CHARS
+    for content in contents:
+        if len(content) > budget:
+            break
+        recalled.append(content)
+        budget -= len(content)
+    return recalled

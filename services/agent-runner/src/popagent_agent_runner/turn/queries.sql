@@ -2,11 +2,25 @@
 
 -- name: turn_prelude
 -- Everything a chat turn reads before it starts, in one round trip: the session's
--- workspace, the runtime-settings snapshot, the agent profiles and the thread history.
--- History holds the model-side messages oldest first as one JSON array; when the thread
--- already holds message $2 (a retried request), only what came before it. No row: no
--- such session.
+-- workspace, the runtime-settings snapshot, the agent profiles, the thread history and the
+-- memories recalled for prompt $3 (at most $4; see recall_memories). History holds the
+-- model-side messages oldest first as one JSON array; when the thread already holds
+-- message $2 (a retried request), only what came before it. No row: no such session.
+WITH query AS (
+    SELECT to_tsquery('simple', string_agg(quote_literal(lexeme), ' | ')) AS q
+    FROM unnest(tsvector_to_array(to_tsvector('english', $3))) AS lexeme
+)
 SELECT s.workspace_id,
+       (
+           SELECT coalesce(jsonb_agg(r.content ORDER BY r.rank DESC, r.updated_at DESC), '[]'::jsonb)
+           FROM (
+               SELECT m.content, ts_rank_cd(m.search, query.q) AS rank, m.updated_at
+               FROM popagent_memories m, query
+               WHERE query.q IS NOT NULL AND m.search @@ query.q
+               ORDER BY rank DESC, m.updated_at DESC
+               LIMIT $4
+           ) r
+       )::text AS recalled,
        (SELECT to_jsonb(r) FROM popagent_agent_runtime_settings r WHERE r.id = 1)::text AS runtime,
        (SELECT jsonb_agg(to_jsonb(a) ORDER BY a.position) FROM popagent_agents a)::text AS agents,
        (

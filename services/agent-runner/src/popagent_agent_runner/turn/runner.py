@@ -59,7 +59,7 @@ from popagent_agent_runner.turn.capability import arguments_object, jsonable
 from popagent_agent_runner.turn.deps import SUPERVISOR_ID, TurnContext, TurnDeps
 from popagent_agent_runner.turn.events import TurnOutput
 from popagent_agent_runner.turn.hooks_points import TurnHooks, bounded, denied
-from popagent_agent_runner.turn.memories import MemoryStore
+from popagent_agent_runner.turn.memories import RECALL_LIMIT, MemoryStore, bounded_recall, recall_query
 from popagent_agent_runner.turn.thread_store import ThreadStore, TurnState
 from popagent_core.errors import InvalidArgument, NotFound, PopagentError
 from popagent_core.log import trace_id_var, turn_id_var
@@ -178,6 +178,20 @@ def user_content(message: dict[str, Any]) -> str | list[UserContent]:
     return content
 
 
+def turn_instructions(recalled: list[str], additional_context: str) -> str | None:
+    """Recalled memories and any context a prompt hook added, for this turn's model calls only."""
+    sections: list[str] = []
+    if recalled:
+        listed = "\n".join(f"- {memory}" for memory in recalled)
+        sections.append(
+            "Long-term memories that may be relevant (recalled from earlier conversations by shared "
+            f"words; use them only where they apply):\n{listed}"
+        )
+    if additional_context:
+        sections.append(additional_context)
+    return "\n\n".join(sections) or None
+
+
 class _UISteps:
     """The supervisor's model requests are the assistant message's steps."""
 
@@ -254,7 +268,11 @@ class TurnRunner:
 
     async def prepare(self, turn: TurnInput) -> PreparedTurn:
         """Everything the turn needs before its first event; raises NotFound for an unknown session."""
-        state = await self.threads.prelude(turn.session_id, turn.message["id"])
+        # Recall rides along with the prelude for the prompt as sent; only a prompt a hook
+        # rewrites costs a second query.
+        state = await self.threads.prelude(
+            turn.session_id, turn.message["id"], recall_query(prompt_text(turn.message)), RECALL_LIMIT
+        )
         if turn.workspace_id and turn.workspace_id != state.workspace_id:
             raise InvalidArgument(
                 f"workspaceId {turn.workspace_id!r} is not the session's workspace ({state.workspace_id!r})"
@@ -335,7 +353,11 @@ class TurnRunner:
             message = with_prompt_text(message, decision.prompt)
             text = decision.prompt
 
-        instructions = await self._turn_instructions(text, decision.additional_context)
+        if decision.outcome is Outcome.MODIFY and decision.prompt is not None:
+            recalled = await self.memories.recall(text)
+        else:
+            recalled = bounded_recall(prepared.state.recalled)
+        instructions = turn_instructions(recalled, decision.additional_context)
         factory = self.factory
         agent = factory.supervisor(context)
         deps = factory.supervisor_deps(context, _UISteps(output))
@@ -424,20 +446,6 @@ class TurnRunner:
                 event_stream_handler=_ui_handler(deps.turn.output),
                 instructions=instructions,
             )
-
-    async def _turn_instructions(self, prompt: str, additional_context: str) -> str | None:
-        """Recalled memories and any context a prompt hook added, for this turn's model calls only."""
-        recalled = await self.memories.recall(prompt)
-        sections: list[str] = []
-        if recalled:
-            listed = "\n".join(f"- {memory}" for memory in recalled)
-            sections.append(
-                "Long-term memories that may be relevant (recalled from earlier conversations by shared "
-                f"words; use them only where they apply):\n{listed}"
-            )
-        if additional_context:
-            sections.append(additional_context)
-        return "\n\n".join(sections) or None
 
     def _remember_session(self, session_id: str) -> None:
         self._seen[session_id] = None

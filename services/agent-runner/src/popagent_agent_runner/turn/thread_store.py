@@ -44,6 +44,8 @@ class TurnState:
     snapshot: RuntimeSnapshot
     profiles: dict[str, AgentProfile]
     history: list[ModelMessage]
+    # Memories recalled for the prompt as the request carried it, best first (not yet bounded).
+    recalled: list[str]
 
 
 def _profile(raw: Mapping[str, Any]) -> AgentProfile:
@@ -105,10 +107,10 @@ class ThreadStore:
         self.pool = pool
         self.q = queries
 
-    async def prelude(self, session_id: str, message_id: str) -> TurnState:
+    async def prelude(self, session_id: str, message_id: str, prompt: str, recall_limit: int) -> TurnState:
         """The session's turn state; NotFound when there is no such (live) session."""
         with wrap_db_errors():
-            row = await self.pool.fetchrow(self.q["turn_prelude"], session_id, message_id)
+            row = await self.pool.fetchrow(self.q["turn_prelude"], session_id, message_id, prompt, recall_limit)
         if row is None:
             raise NotFound(f"session {session_id!r} not found")
         if row["runtime"] is None:
@@ -120,6 +122,7 @@ class ThreadStore:
             snapshot=RuntimeSnapshot.from_row(orjson.loads(row["runtime"])),
             profiles=profiles,
             history=ModelMessagesTypeAdapter.validate_json(row["history"]),
+            recalled=orjson.loads(row["recalled"]),
         )
 
     async def commit_turn(

@@ -1,0 +1,408 @@
+"""Chat through the whole stack against streaming straight from the same scripted model server, same run.
+
+Real processes, as `make run` starts them: embedded PostgreSQL and NATS, the hooks service (no
+hooks configured), agent-runner (its chat turn on the lean model, `NINEROUTER_URL` pointing at the
+scripted server) and the gateway (uvicorn, uvloop, httptools), plus the scripted model server
+(tests/support/model_gateway.py) as its own process answering every request with the same streamed
+text. The bench process is the client for both paths, with the same code:
+
+- direct: `POST /v1/chat/completions` (stream) to the model server;
+- stack: `POST /api/chat` to the gateway (session, newest message), read as the AI SDK stream.
+
+Time to first token is request sent -> first text byte received (a `content` delta direct, a
+`text-delta` chunk through the stack); tokens/s is the scripted chunks of all turns divided by
+wall time. At each level, `N` chats are in flight at once, each running turns back to back
+(starts spread over one stream's duration, so the level measures steady state, not one burst
+of simultaneous starts). The client is a minimal HTTP/1.1 reader on asyncio streams, so its own
+CPU (it shares the machine's cores) stays small for both paths. At each concurrency the CPU each
+process spent per streamed chunk is printed too (DESIGN.md §9).
+Targets: added time to first token <= 15 ms p50; stack throughput >= 90% of direct.
+
+    .venv/bin/python bench/chat.py [--chunks 200] [--chunk-delay-ms 5] [--rounds 5] [--levels 1,50]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Run as `python bench/chat.py`, the script's folder comes first on the import path, where a
+# benchmark named like a standard module (`secrets.py`) would shadow it for pydantic and nats.
+sys.path.remove(str(Path(__file__).resolve().parent))
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+import httpx
+import orjson
+import uvloop
+
+from popagent_core import embedded
+from popagent_core.auth import generate_credentials
+from popagent_core.grpc_client import check_health, open_channel
+from popagent_core.launcher import _ensure_database  # pyright: ignore[reportPrivateUsage]
+
+REPO = Path(__file__).resolve().parents[1]
+API_KEY = "bench-api-key-" + "k" * 24
+MODEL_KEY = "sk-bench"
+MODEL = "fake/fake-chat"
+CHUNK_CHARS = 4
+
+
+# The scripted server binds its listening socket with proto 0, and asyncio sets TCP_NODELAY only on
+# sockets whose proto is IPPROTO_TCP: a response's first body write then waits for the delayed ACK of
+# its headers (40 ms on a reused connection), which no real model gateway does (Node, 9Router's
+# runtime, sets noDelay). The bench runs the same server with TCP sockets marked as such.
+SERVE_WITH_NODELAY = """
+import socket, sys
+
+class TcpSocket(socket.socket):
+    def __init__(self, family=-1, type=-1, proto=-1, fileno=None):
+        if fileno is None and family == socket.AF_INET and type == socket.SOCK_STREAM and proto in (-1, 0):
+            proto = socket.IPPROTO_TCP
+        super().__init__(family, type, proto, fileno)
+
+socket.socket = TcpSocket
+from support.model_gateway import main
+main(sys.argv[1:])
+"""
+
+
+@dataclass
+class Turn:
+    ttft: float
+    seconds: float
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far (from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextlib.asynccontextmanager
+async def model_server(chunks: int, chunk_delay_s: float) -> AsyncIterator[tuple[str, int]]:
+    """(url, pid) of the scripted server answering one streamed text of `chunks` chunks, forever."""
+    text = "".join(f"{n % 1000:03d} " for n in range(chunks))
+    turn = {"text": text, "chunk_size": CHUNK_CHARS, "chunk_delay_s": chunk_delay_s}
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as script:
+        json.dump({"turns": [turn], "loop": True, "api_key": MODEL_KEY}, script)
+    port = embedded.free_port()
+    env = {**os.environ, "PYTHONPATH": str(REPO / "tests")}
+    command = [sys.executable, "-c", SERVE_WITH_NODELAY, "--port", str(port), "--script", script.name]
+    process = await asyncio.create_subprocess_exec(
+        *command, "--no-record", env=env, stdout=subprocess.PIPE, preexec_fn=embedded.die_with_parent
+    )
+    try:
+        assert process.stdout is not None
+        line = (await process.stdout.readline()).decode()
+        if "listening on" not in line:
+            raise RuntimeError(f"model server did not start: {line!r}")
+        yield line.rsplit(" ", 1)[-1].strip(), process.pid
+    finally:
+        process.terminate()
+        await process.wait()
+        os.unlink(script.name)
+
+
+def spawn(module: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", module],
+        env=env,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        preexec_fn=embedded.die_with_parent,
+    )
+
+
+@contextlib.asynccontextmanager
+async def stack(data: Path, model_url: str) -> AsyncIterator[tuple[str, dict[str, int]]]:
+    """(gateway url, pid by service) of hooks, agent-runner and the gateway on embedded PostgreSQL and NATS."""
+    tokens, callers = generate_credentials()
+    addresses = {name: f"127.0.0.1:{embedded.free_port()}" for name in ("agent-runner", "hooks")}
+    gateway_port = embedded.free_port()
+    unused = f"127.0.0.1:{embedded.free_port()}"
+    with embedded.postgres(data / "pg") as admin_dsn, embedded.nats(data / "nats") as nats:
+        dsn = await _ensure_database(admin_dsn, f"popagent_bench_{uuid.uuid4().hex[:8]}")
+        (data / "workspace" / "popagent").mkdir(parents=True, exist_ok=True)
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("POPAGENT_", "NINEROUTER_"))}
+        base |= {
+            "DATABASE_URL": dsn,
+            "OBSERVABILITY_DATABASE_URL": dsn,
+            "NATS_URL": nats.url,
+            "NINEROUTER_URL": model_url,
+            "NINEROUTER_API_KEY": MODEL_KEY,
+            "POPAGENT_INTERNAL_CALLERS": callers,
+            "POPAGENT_AGENT_RUNNER_ADDR": addresses["agent-runner"],
+            "POPAGENT_HOOKS_ADDR": addresses["hooks"],
+            "POPAGENT_BROWSER_BRIDGE_ADDR": unused,
+            "POPAGENT_EVOLUTION_ADDR": unused,
+            "POPAGENT_TASKS_ADDR": unused,
+            "POPAGENT_SECRETS_ADDR": unused,
+            "POPAGENT_WORKSPACE_ROOT": str(data / "workspace"),
+            "POPAGENT_API_KEY": API_KEY,
+            "POPAGENT_GATEWAY_PORT": str(gateway_port),
+            "POPAGENT_LOG_LEVEL": "WARNING",
+        }
+        children = {
+            name: spawn(f"popagent_{name.replace('-', '_')}", base | {"POPAGENT_INTERNAL_TOKEN": tokens[name]}, log)
+            for name, log in (
+                ("hooks", data / "hooks.log"),
+                ("agent-runner", data / "runner.log"),
+                ("gateway", data / "gateway.log"),
+            )
+        }
+        try:
+            for name, address in addresses.items():
+                async with open_channel(address, "") as channel:
+                    while not await check_health(channel, timeout_s=0.5):
+                        if any(child.poll() is not None for child in children.values()):
+                            raise RuntimeError(f"{name} or another service died; see {data}/*.log")
+                        await asyncio.sleep(0.1)
+            url = f"http://127.0.0.1:{gateway_port}"
+            async with httpx.AsyncClient() as probe:
+                while True:
+                    with contextlib.suppress(httpx.HTTPError):
+                        if (await probe.get(f"{url}/api/health", headers={"x-popagent-key": API_KEY})).status_code:
+                            break
+                    await asyncio.sleep(0.05)
+            yield url, {name: child.pid for name, child in children.items()}
+        finally:
+            for child in children.values():
+                child.terminate()
+            for child in children.values():
+                child.wait(10)
+
+
+class RawStream:
+    """One keep-alive HTTP/1.1 connection for streamed POSTs, read with the least client CPU.
+
+    The bench client shares the machine's cores with the stack; httpx spends ~90 µs of CPU per
+    streamed chunk, which would be charged to whichever path runs more processes. This reads
+    chunked bodies straight off an asyncio stream (as bench/gateway.py's client does).
+    """
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str) -> None:
+        self.reader, self.writer, self.host = reader, writer, host
+
+    @classmethod
+    async def connect(cls, url: str) -> RawStream:
+        host, port = url.split("//", 1)[1].split("/", 1)[0].split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        return cls(reader, writer, f"{host}:{port}")
+
+    async def post(self, path: str, body: bytes, headers: dict[str, str], marker: bytes) -> Turn:
+        """Send one streamed request; time to the first body byte holding `marker`, and to the end."""
+        head = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+        request = (f"POST {path} HTTP/1.1\r\nhost: {self.host}\r\n{head}content-length: {len(body)}\r\n\r\n").encode()
+        started = time.perf_counter()
+        self.writer.write(request + body)
+        status_line = await self.reader.readline()
+        if not status_line:
+            # The server closed the idle connection (keep-alive timeout): reconnect and resend.
+            self.writer.close()
+            self.reader, self.writer = await asyncio.open_connection(*self.host.split(":"))
+            started = time.perf_counter()
+            self.writer.write(request + body)
+            status_line = await self.reader.readline()
+        status = int(status_line.split()[1])
+        chunked, length = False, 0
+        while (line := await self.reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.partition(b":")
+            name = name.strip().lower()
+            if name == b"transfer-encoding" and b"chunked" in value.lower():
+                chunked = True
+            elif name == b"content-length":
+                length = int(value)
+        if not chunked:
+            payload = await self.reader.readexactly(length)
+            raise RuntimeError(f"{path} answered {status}: {payload[:300]!r}")
+        first = 0.0
+        tail = b""
+        while True:
+            size = int((await self.reader.readline()).split(b";")[0], 16)
+            data = await self.reader.readexactly(size + 2)
+            if size == 0:
+                break
+            if not first:
+                # The marker may straddle two chunks: look at the end of the previous one too.
+                if marker in tail + data:
+                    first = time.perf_counter()
+                tail = data[-len(marker) - 2 :]
+        if status != 200 or not first:
+            raise RuntimeError(f"{path} answered {status} without text")
+        return Turn(first - started, time.perf_counter() - started)
+
+
+class Connections:
+    """One connection per concurrent chat and target, kept across rounds."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.pool: list[RawStream] = []
+        self._lock = asyncio.Lock()
+
+    async def get(self, index: int) -> RawStream:
+        async with self._lock:
+            while len(self.pool) <= index:
+                self.pool.append(await RawStream.connect(self.url))
+        return self.pool[index]
+
+
+def direct_turn(model_url: str) -> Callable[[int], Awaitable[Turn]]:
+    body = orjson.dumps(
+        {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "Go"}],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    )
+    headers = {"authorization": f"Bearer {MODEL_KEY}", "content-type": "application/json"}
+    connections = Connections(model_url)
+    path = model_url.split("//", 1)[1].split("/", 1)[1]
+
+    async def turn(index: int) -> Turn:
+        connection = await connections.get(index)
+        return await connection.post(f"/{path}/chat/completions", body, headers, b'"content":"')
+
+    return turn
+
+
+def stack_turn(url: str, sessions: list[str]) -> Callable[[int], Awaitable[Turn]]:
+    headers = {"x-popagent-key": API_KEY, "content-type": "application/json"}
+    connections = Connections(url)
+
+    async def turn(index: int) -> Turn:
+        message = {"id": uuid.uuid4().hex, "role": "user", "parts": [{"type": "text", "text": "Go"}]}
+        body = orjson.dumps({"id": sessions[index], "model": MODEL, "message": message})
+        connection = await connections.get(index)
+        return await connection.post("/api/chat", body, headers, b'"type":"text-delta"')
+
+    return turn
+
+
+@dataclass
+class Level:
+    turns: list[Turn]
+    wall: float
+    cpu: dict[str, float]
+
+
+async def run_level(
+    turn: Callable[[int], Awaitable[Turn]], concurrency: int, turns_each: int, stream_s: float, pids: dict[str, int]
+) -> Level:
+    """`concurrency` chats in flight: each worker runs `turns_each` turns back to back.
+
+    Workers start spread over one stream's duration, so the level is in steady state (as many
+    chats streaming at once as asked) rather than one burst of simultaneous starts.
+    """
+    cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    turns: list[Turn] = []
+
+    async def worker(index: int) -> None:
+        await asyncio.sleep(stream_s * index / concurrency)
+        for _ in range(turns_each):
+            turns.append(await turn(index))
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker(i) for i in range(concurrency)))
+    wall = time.perf_counter() - started
+    cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
+    return Level(turns, wall, cpu)
+
+
+def p50_ms(values: list[float]) -> float:
+    return statistics.median(values) * 1000
+
+
+async def run(chunks: int, chunk_delay_s: float, rounds: int, levels: list[int]) -> None:
+    with tempfile.TemporaryDirectory(prefix="popagent-bench-chat-") as tmp:
+        async with (
+            model_server(chunks, chunk_delay_s) as (model_url, model_pid),
+            stack(Path(tmp), model_url) as (url, pids),
+        ):
+            pids = {**pids, "model-server": model_pid, "bench-client": os.getpid()}
+            async with httpx.AsyncClient(timeout=30) as client:
+                sessions = []
+                for _ in range(max(levels)):
+                    created = await client.post(
+                        f"{url}/api/sessions", json={"title": "bench"}, headers={"x-popagent-key": API_KEY}
+                    )
+                    created.raise_for_status()
+                    sessions.append(created.json()["id"])
+            direct = direct_turn(model_url)
+            through = stack_turn(url, sessions)
+            stream_s = chunks * chunk_delay_s
+            # Warm both paths (connections, caches, the hooks digest, code paths).
+            await run_level(direct, max(levels), 2, stream_s, pids)
+            await run_level(through, max(levels), 2, stream_s, pids)
+            print(
+                f"chat bench: {chunks} chunks of {CHUNK_CHARS} characters per turn, "
+                f"{chunk_delay_s * 1000:g} ms between chunks, {rounds} turns per chat and level\n"
+            )
+            for concurrency in levels:
+                # At least 20 turns per path and level, so a p50 means something at low concurrency.
+                turns_each = max(rounds, -(-20 // concurrency))
+                results = {
+                    "direct": [await run_level(direct, concurrency, turns_each, stream_s, pids)],
+                    "stack": [await run_level(through, concurrency, turns_each, stream_s, pids)],
+                }
+                report(concurrency, chunks, results)
+
+
+def report(concurrency: int, chunks: int, results: dict[str, list[Level]]) -> None:
+    summary: dict[str, dict[str, float]] = {}
+    for name, levels in results.items():
+        ttfts = [t.ttft for level in levels for t in level.turns]
+        total_chunks = chunks * sum(len(level.turns) for level in levels)
+        wall = sum(level.wall for level in levels)
+        cpu = {process: sum(level.cpu[process] for level in levels) for process in levels[0].cpu}
+        summary[name] = {
+            "ttft_p50": p50_ms(ttfts),
+            "ttft_p90": sorted(ttfts)[int(len(ttfts) * 0.9)] * 1000,
+            "tokens_per_s": total_chunks / wall,
+            **{f"cpu_us:{process}": seconds / total_chunks * 1e6 for process, seconds in cpu.items()},
+        }
+    direct, through = summary["direct"], summary["stack"]
+    added = through["ttft_p50"] - direct["ttft_p50"]
+    ratio = through["tokens_per_s"] / direct["tokens_per_s"]
+    print(f"concurrent chats: {concurrency}")
+    for name in ("direct", "stack"):
+        row = summary[name]
+        print(
+            f"  {name:<7} time to first token p50 {row['ttft_p50']:7.2f} ms  p90 {row['ttft_p90']:7.2f} ms   "
+            f"{row['tokens_per_s']:9.0f} tokens/s"
+        )
+    print(f"  added time to first token (p50): {added:+.2f} ms  (target <= 15 ms: {'ok' if added <= 15 else 'MISSED'})")
+    print(f"  stack throughput / direct: {ratio:.1%}  (target >= 90%: {'ok' if ratio >= 0.9 else 'MISSED'})")
+    processes = [key.split(":", 1)[1] for key in through if key.startswith("cpu_us:")]
+    print("  CPU per streamed chunk, µs (stack run; direct run in brackets):")
+    for process in processes:
+        print(f"    {process:<13} {through['cpu_us:' + process]:7.1f}   [{direct['cpu_us:' + process]:6.1f}]")
+    print()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--chunks", type=int, default=200, help="chunks of 4 characters per answer")
+    parser.add_argument("--chunk-delay-ms", type=float, default=5.0, help="pause between chunks (0: unpaced)")
+    parser.add_argument("--rounds", type=int, default=4, help="turns per chat, level and path")
+    parser.add_argument("--levels", default="1,50", help="comma-separated concurrency levels")
+    args = parser.parse_args()
+    levels = [int(level) for level in args.levels.split(",")]
+    uvloop.run(run(args.chunks, args.chunk_delay_ms / 1000, args.rounds, levels))
+
+
+if __name__ == "__main__":
+    main()

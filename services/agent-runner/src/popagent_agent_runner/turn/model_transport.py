@@ -1,0 +1,378 @@
+"""A lean HTTP/1.1 transport for the model client: httpx's interface, asyncio streams underneath.
+
+Why (DESIGN.md §9, measured by bench/chat.py): a model streams one small SSE chunk every few
+milliseconds, so every chunk is its own socket read. Through httpx's default transport each
+read crosses httpcore, h11 and anyio (a cancel scope per read for the timeout), about 100 µs of
+CPU per chunk on a small machine, which alone saturates agent-runner's one core at ~50
+concurrent chats. This transport reads straight from an asyncio `Protocol`'s buffer (a few µs
+per chunk) and keeps httpx's API, so the lean model, its error mapping and its tests see an
+ordinary `httpx.AsyncClient`.
+
+What it does: HTTP/1.1 with keep-alive connections pooled per origin, `Content-Length`,
+chunked and close-delimited bodies, `http` and `https`, a connect timeout and an idle read
+timeout (no bytes for that long), and a request on a pooled connection the server had
+already closed is sent again once on a new one. Failures are raised as httpx's own
+exceptions (`ConnectError`, `ConnectTimeout`, `ReadError`, `ReadTimeout`,
+`RemoteProtocolError`). No proxies, no HTTP/2, no upgrades: it is for one OpenAI-compatible
+server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import ssl
+from collections.abc import AsyncIterator
+from typing import cast
+
+import httpx
+
+MAX_HEAD_BYTES = 64 * 1024
+MAX_IDLE_PER_ORIGIN = 100
+_CRLF = b"\r\n"
+
+
+class _Connection(asyncio.Protocol):
+    """One connection: bytes received wait in a buffer until a reader takes them."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, read_timeout_s: float | None) -> None:
+        self.loop = loop
+        self.read_timeout_s = read_timeout_s
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.closed = False
+        self.error: BaseException | None = None
+        self.reused = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._last_data = loop.time()
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._timed_out = False
+
+    # -- asyncio.Protocol --------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        self._last_data = self.loop.time()
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self.closed = True
+        self._wake()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if exc is not None and self.error is None:
+            self.error = exc
+        self._stop_watchdog()
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # -- the idle read timeout: one timer per wait, not per byte ---------------------------
+
+    def _check_idle(self) -> None:
+        self._watchdog = None
+        assert self.read_timeout_s is not None
+        idle = self.loop.time() - self._last_data
+        if idle >= self.read_timeout_s:
+            self._timed_out = True
+            self.abort()
+        else:
+            self._watchdog = self.loop.call_later(self.read_timeout_s - idle, self._check_idle)
+
+    def _stop_watchdog(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+
+    async def more(self) -> None:
+        """Wait for more bytes; ReadError/ReadTimeout when the connection ends first."""
+        if self.closed:
+            raise self._ended()
+        if self.read_timeout_s is not None and self._watchdog is None:
+            self._last_data = self.loop.time()
+            self._watchdog = self.loop.call_later(self.read_timeout_s, self._check_idle)
+        self._waiter = self.loop.create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+        if self.closed and not self.buffer:
+            raise self._ended()
+
+    def _ended(self) -> httpx.TransportError:
+        if self._timed_out:
+            return httpx.ReadTimeout("no data from the model server within the read timeout")
+        return httpx.ReadError(str(self.error) if self.error else "the server closed the connection")
+
+    # -- reading -----------------------------------------------------------------------
+
+    async def read_head(self) -> bytes:
+        while True:
+            end = self.buffer.find(b"\r\n\r\n")
+            if end >= 0:
+                head = bytes(self.buffer[:end])
+                del self.buffer[: end + 4]
+                return head
+            if len(self.buffer) > MAX_HEAD_BYTES:
+                raise httpx.RemoteProtocolError("response head too large")
+            await self.more()
+
+    async def read_line(self) -> bytes:
+        while True:
+            end = self.buffer.find(_CRLF)
+            if end >= 0:
+                line = bytes(self.buffer[:end])
+                del self.buffer[: end + 2]
+                return line
+            if len(self.buffer) > MAX_HEAD_BYTES:
+                raise httpx.RemoteProtocolError("chunk size line too long")
+            await self.more()
+
+    async def read_exactly(self, size: int) -> bytes:
+        while len(self.buffer) < size:
+            await self.more()
+        data = bytes(self.buffer[:size])
+        del self.buffer[:size]
+        return data
+
+    async def read_some(self) -> bytes:
+        """What is buffered, or the next bytes to arrive; b"" once the server closed."""
+        if not self.buffer:
+            if self.closed:
+                return b""
+            try:
+                await self.more()
+            except httpx.ReadError:
+                if self._timed_out:
+                    raise
+                return b""
+        data = bytes(self.buffer)
+        self.buffer.clear()
+        return data
+
+    def write(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(data)
+
+    def idle(self) -> None:
+        self._stop_watchdog()
+
+    def abort(self) -> None:
+        self.closed = True
+        self._stop_watchdog()
+        if self.transport is not None:
+            self.transport.abort()
+        self._wake()
+
+
+class _Body(httpx.AsyncByteStream):
+    """A response body; the connection goes back to the pool once it was read to the end."""
+
+    def __init__(
+        self,
+        transport: LeanTransport,
+        key: tuple[str, str, int],
+        conn: _Connection,
+        framing: str,
+        length: int,
+        keep_alive: bool,
+    ) -> None:
+        self._transport = transport
+        self._key = key
+        self._conn: _Connection | None = conn
+        self._framing = framing
+        self._length = length
+        self._keep_alive = keep_alive
+        self._done = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        conn = self._conn
+        if conn is None:
+            raise httpx.StreamClosed()
+        if self._framing == "length":
+            remaining = self._length
+            while remaining > 0:
+                if not conn.buffer:
+                    await conn.more()
+                data = bytes(conn.buffer[:remaining])
+                del conn.buffer[: len(data)]
+                remaining -= len(data)
+                yield data
+        elif self._framing == "chunked":
+            while True:
+                size_line = await conn.read_line()
+                try:
+                    size = int(size_line.split(b";", 1)[0], 16)
+                except ValueError:
+                    raise httpx.RemoteProtocolError(f"bad chunk size {size_line[:20]!r}") from None
+                if size == 0:
+                    while await conn.read_line():
+                        pass  # trailers
+                    break
+                data = await conn.read_exactly(size + 2)
+                yield data[:-2]
+        else:
+            while data := await conn.read_some():
+                yield data
+            conn.closed = True
+        self._done = True
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        if self._done and self._keep_alive and not conn.closed:
+            self._transport.release(self._key, conn)
+        else:
+            # Unread or cut short (a cancelled turn): the server must see the connection go.
+            conn.abort()
+
+
+class LeanTransport(httpx.AsyncBaseTransport):
+    def __init__(
+        self,
+        *,
+        connect_timeout_s: float = 5.0,
+        read_timeout_s: float | None = 600.0,
+        ssl_context: ssl.SSLContext | None = None,
+        max_idle_per_origin: int = MAX_IDLE_PER_ORIGIN,
+    ) -> None:
+        self.connect_timeout_s = connect_timeout_s
+        self.read_timeout_s = read_timeout_s
+        self.ssl_context = ssl_context
+        self.max_idle_per_origin = max_idle_per_origin
+        self._idle: dict[tuple[str, str, int], collections.deque[_Connection]] = {}
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        if url.scheme not in ("http", "https"):
+            raise httpx.UnsupportedProtocol(f"unsupported URL scheme {url.scheme!r}")
+        key = (url.scheme, url.host, url.port or (443 if url.scheme == "https" else 80))
+        body = await request.aread()
+        head = self._head(request, body)
+        while True:
+            conn = await self._connection(key)
+            try:
+                conn.write(head + body)
+                status, reason, headers = self._parse_head(await conn.read_head())
+            except httpx.ReadError:
+                conn.abort()
+                if conn.reused:
+                    # The server closed this pooled connection before it saw the request.
+                    continue
+                raise
+            except BaseException:
+                conn.abort()
+                raise
+            break
+        framing, length = self._framing(request, status, headers)
+        keep_alive = framing != "close" and not any(
+            name.lower() == b"connection" and b"close" in value.lower() for name, value in headers
+        )
+        stream = _Body(self, key, conn, framing, length, keep_alive)
+        return httpx.Response(
+            status,
+            headers=headers,
+            stream=stream,
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": reason},
+        )
+
+    def release(self, key: tuple[str, str, int], conn: _Connection) -> None:
+        conn.idle()
+        pool = self._idle.setdefault(key, collections.deque())
+        if len(pool) >= self.max_idle_per_origin:
+            conn.abort()
+            return
+        pool.append(conn)
+
+    async def aclose(self) -> None:
+        for pool in self._idle.values():
+            while pool:
+                pool.pop().abort()
+        self._idle.clear()
+
+    async def _connection(self, key: tuple[str, str, int]) -> _Connection:
+        pool = self._idle.get(key)
+        while pool:
+            conn = pool.pop()
+            if not conn.closed and not conn.buffer:
+                conn.reused = True
+                return conn
+            conn.abort()
+        loop = asyncio.get_running_loop()
+        scheme, host, port = key
+        context = (self.ssl_context or ssl.create_default_context()) if scheme == "https" else None
+        try:
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(
+                    lambda: _Connection(loop, self.read_timeout_s),
+                    host,
+                    port,
+                    ssl=context,
+                    server_hostname=host if context else None,
+                ),
+                self.connect_timeout_s,
+            )
+        except TimeoutError:
+            raise httpx.ConnectTimeout(f"connecting to {host}:{port} timed out") from None
+        except (OSError, ssl.SSLError) as error:
+            raise httpx.ConnectError(f"cannot connect to {host}:{port}: {error}") from error
+        return conn
+
+    @staticmethod
+    def _head(request: httpx.Request, body: bytes) -> bytes:
+        url = request.url
+        lines = [f"{request.method} {url.raw_path.decode('ascii')} HTTP/1.1".encode()]
+        seen_length = False
+        for name, value in request.headers.raw:
+            lower = name.lower()
+            if lower == b"transfer-encoding":
+                continue
+            if lower == b"content-length":
+                seen_length = True
+            lines.append(name + b": " + value)
+        if not seen_length and (body or request.method in ("POST", "PUT", "PATCH")):
+            lines.append(b"Content-Length: " + str(len(body)).encode())
+        return _CRLF.join(lines) + b"\r\n\r\n"
+
+    @staticmethod
+    def _parse_head(head: bytes) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+        status_line, _, rest = head.partition(_CRLF)
+        parts = status_line.split(b" ", 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+            raise httpx.RemoteProtocolError(f"bad status line {status_line[:100]!r}")
+        headers: list[tuple[bytes, bytes]] = []
+        for line in rest.split(_CRLF) if rest else ():
+            name, sep, value = line.partition(b":")
+            if not sep:
+                raise httpx.RemoteProtocolError(f"bad header line {line[:100]!r}")
+            headers.append((name.strip(), value.strip()))
+        return int(parts[1]), parts[2] if len(parts) > 2 else b"", headers
+
+    @staticmethod
+    def _framing(request: httpx.Request, status: int, headers: list[tuple[bytes, bytes]]) -> tuple[str, int]:
+        """("length", n), ("chunked", 0) or ("close", 0): how the body ends."""
+        if request.method == "HEAD" or status in (204, 304) or 100 <= status < 200:
+            return "length", 0
+        length: int | None = None
+        for name, value in headers:
+            lower = name.lower()
+            if lower == b"transfer-encoding" and b"chunked" in value.lower():
+                return "chunked", 0
+            if lower == b"content-length":
+                with contextlib.suppress(ValueError):
+                    length = int(value)
+        if length is not None:
+            return "length", length
+        return "close", 0
