@@ -39,6 +39,8 @@ logger = logging.getLogger(__name__)
 MAX_OUTCOME_CHARS = 16 * 1024
 MAX_ERROR_CHARS = 2 * 1024
 MAX_PROGRESS_CHARS = 200
+# Nobody reads a task turn's UI event stream; it is drained and dropped this often.
+DRAIN_INTERVAL_S = 0.25
 TASK_SESSION_TITLE_CHARS = 60
 
 # The turn's failure classes (`classify_model_error`, plus the Stop guard's) as task failure
@@ -75,21 +77,16 @@ class TaskResult:
     error_message: str = ""
 
 
-class _DiscardedEvents(TurnEvents):
-    """Nobody reads a task turn's UI stream; its events are dropped as they come."""
-
-    def put(self, event: pb.TurnEvent) -> None:
-        return
-
-    def put_text(self, event: pb.TurnEvent) -> None:
-        return
+async def _drain(events: TurnEvents) -> None:
+    async for _ in events.batches():
+        pass
 
 
 class _TaskOutput(TurnOutput):
     """The turn's output, remembering how it ended and reporting coarse progress."""
 
     def __init__(self, progress: Callable[[str], None]) -> None:
-        super().__init__(_DiscardedEvents())
+        super().__init__(TurnEvents(DRAIN_INTERVAL_S))
         self.progress = progress
         self.finished = False
         self.error_class = ""
@@ -186,11 +183,17 @@ class TaskTurns:
             return TaskResult(False, error_class="validation", error_message=bounded(str(exc), MAX_ERROR_CHARS))
         output = _TaskOutput(progress)
         deadline = request.deadline_s if request.deadline_s > 0 else None
+        drain = asyncio.create_task(_drain(output.events), name=f"task-turn-drain-{request.task_id}")
         try:
             async with asyncio.timeout(deadline):
                 await runner.run(prepared, output)
         except TimeoutError:
             return TaskResult(False, error_class="timeout", error_message=f"the turn ran past {deadline:g} s")
+        finally:
+            output.events.close()
+            drain.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await drain
         if hooks.prompt_denied is not None:
             reason = hooks.prompt_denied.reason or "no reason given"
             return TaskResult(
@@ -249,22 +252,21 @@ class TaskServicer(agent_runner_pb2_grpc.AgentRunnerTaskServiceServicer):
         try:
             while True:
                 getter = asyncio.ensure_future(events.get())
-                await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
-                if getter.done():
+                try:
+                    await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    getter.cancel()
+                if getter.done() and not getter.cancelled():
                     event = getter.result()
-                    yield event
-                    if event.HasField("result"):
-                        break
-                    continue
-                getter.cancel()
-                while not events.empty():
+                elif not events.empty():
                     event = events.get_nowait()
-                    yield event
-                    if event.HasField("result"):
-                        break
-                await task  # raises the turn's error, if any
-                break
-            await task
+                else:
+                    # The turn ended without a result: its error becomes this call's status.
+                    await task
+                    return
+                yield event
+                if event.HasField("result"):
+                    return
         finally:
             if not task.done():
                 task.cancel()
