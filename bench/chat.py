@@ -394,7 +394,7 @@ def report(concurrency: int, chunks: int, results: dict[str, list[Level]]) -> No
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--chunks", type=int, default=200, help="chunks of 4 characters per answer")
     parser.add_argument("--chunk-delay-ms", type=float, default=5.0, help="pause between chunks (0: unpaced)")
     parser.add_argument("--rounds", type=int, default=4, help="turns per chat, level and path")

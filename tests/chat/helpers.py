@@ -66,6 +66,8 @@ def shape(chunks: list[Any]) -> list[Any]:
 
     Text part ids become `t1`, `t2`... in order of appearance, tool call ids `c1`, `c2`...,
     activity ids `a1`...; the message id, turn id and usage stay out (checked on their own).
+    Adjacent text deltas of one part are joined: how a part's text is split into deltas
+    depends on timing (the runner merges deltas that wait in one batch), its text does not.
     """
     names: dict[str, str] = {}
 
@@ -92,6 +94,10 @@ def shape(chunks: list[Any]) -> list[Any]:
             chunk["toolCallId"] = stable("c", chunk["toolCallId"])
         elif kind == "data-agentActivity":
             chunk = {"type": kind, "id": stable("a", chunk["id"]), "status": chunk["data"]["status"]}
+        previous = shaped[-1] if shaped else None
+        if isinstance(previous, dict) and kind == previous["type"] == "text-delta" and previous["id"] == chunk["id"]:
+            previous["delta"] += chunk["delta"]
+            continue
         shaped.append(chunk)
     return shaped
 

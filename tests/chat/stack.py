@@ -200,22 +200,20 @@ async def start_chat_stack(
             )
         )
         unused = f"127.0.0.1:{free_port()}"
-        gateway = GatewaySettings(
-            **{
-                "DATABASE_URL": dsn,
-                "OBSERVABILITY_DATABASE_URL": dsn,
-                "POPAGENT_API_KEY": API_KEY,
-                "POPAGENT_INTERNAL_TOKEN": tokens["gateway"],
-                "NINEROUTER_URL": models.url,
-                "POPAGENT_AGENT_RUNNER_ADDR": addresses["agent-runner"],
-                "POPAGENT_HOOKS_ADDR": addresses["hooks"],
-                "POPAGENT_EVOLUTION_ADDR": unused,
-                "POPAGENT_BROWSER_BRIDGE_ADDR": unused,
-                "POPAGENT_TASKS_ADDR": unused,
-                "POPAGENT_SECRETS_ADDR": unused,
-            }
-        )
-        url = await stack.enter_async_context(serve_gateway(gateway))
+        gateway_env: dict[str, Any] = {
+            "DATABASE_URL": dsn,
+            "OBSERVABILITY_DATABASE_URL": dsn,
+            "POPAGENT_API_KEY": API_KEY,
+            "POPAGENT_INTERNAL_TOKEN": tokens["gateway"],
+            "NINEROUTER_URL": models.url,
+            "POPAGENT_AGENT_RUNNER_ADDR": addresses["agent-runner"],
+            "POPAGENT_HOOKS_ADDR": addresses["hooks"],
+            "POPAGENT_EVOLUTION_ADDR": unused,
+            "POPAGENT_BROWSER_BRIDGE_ADDR": unused,
+            "POPAGENT_TASKS_ADDR": unused,
+            "POPAGENT_SECRETS_ADDR": unused,
+        }
+        url = await stack.enter_async_context(serve_gateway(GatewaySettings(**gateway_env)))
         yield ChatStack(
             url=url,
             dsn=dsn,

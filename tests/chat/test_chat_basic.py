@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from unittest.mock import ANY
 
 from chat.helpers import chat, new_session, of_type, shape, thread_rows, turn_events, user_message
@@ -21,7 +22,7 @@ async def test_a_plain_answer_streams_the_exact_chunk_sequence_and_is_stored(sta
         {"type": "start"},
         {"type": "start-step"},
         {"type": "text-start", "id": "t1"},
-        *({"type": "text-delta", "id": "t1", "delta": d} for d in ("Hello", " ther", "e, fr", "iend.")),
+        {"type": "text-delta", "id": "t1", "delta": "Hello there, friend."},
         {"type": "text-end", "id": "t1"},
         {"type": "finish-step"},
         {"type": "finish", "finishReason": "stop"},
@@ -52,6 +53,24 @@ async def test_a_plain_answer_streams_the_exact_chunk_sequence_and_is_stored(sta
         "popagent",
     )
     assert len(event.trace_id) == 32
+
+
+async def test_text_streams_as_the_model_produces_it(stack: ChatStack) -> None:
+    """The first token goes out at once and the rest follows as it arrives, never the whole answer at the end."""
+    stack.models.push(Turn.say("".join(f"w{n} " for n in range(12)), chunk_size=3, chunk_delay_s=0.1))
+    async with stack.client() as client:
+        session = await new_session(client)
+        message = user_message("slowly please")
+        started = time.monotonic()
+        arrivals: list[float] = []
+        async with client.stream("POST", "/api/chat", json={"id": session, "model": MODEL, "message": message}) as r:
+            async for line in r.aiter_lines():
+                if '"text-delta"' in line:
+                    arrivals.append(time.monotonic() - started)
+    # The model takes 1.2 s for the whole answer (13 chunks, 100 ms apart).
+    assert arrivals[0] < 0.5
+    assert arrivals[-1] > 1.0
+    assert len(arrivals) >= 8
 
 
 async def test_the_next_turn_gets_the_thread_as_history_and_the_model_sees_the_selected_route(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import uuid
 
 from chat.helpers import chat, new_session, of_type, shape, text_of, thread_rows, turn_events, user_message
 from chat.stack import ChatStack
@@ -55,12 +56,16 @@ async def test_a_modified_prompt_replaces_the_text_and_keeps_attachments(stack: 
     )
     stack.models.push(Turn.say("A red dot."))
     png = base64.b64encode(b"\x89PNG\r\n\x1a\n fake image").decode()
-    message = user_message("first line")
+    message = user_message("firstline")
     message["parts"] += [
         {"type": "file", "mediaType": "image/png", "url": f"data:image/png;base64,{png}"},
-        {"type": "text", "text": "second line"},
+        {"type": "text", "text": "secondline"},
     ]
+    tag = uuid.uuid4().hex[:8]
     async with stack.client() as client:
+        # Recall runs on the prompt the model gets: the replacement's words, not the original's.
+        for memory in (f"The picture {tag} in the hallway is a red dot.", f"A firstline {tag} secondline memo."):
+            assert (await client.post("/api/memories", json={"content": memory})).status_code == 201
         session = await new_session(client)
         chunks = await chat(client, session, message)
     assert text_of(chunks) == "A red dot."
@@ -73,8 +78,10 @@ async def test_a_modified_prompt_replaces_the_text_and_keeps_attachments(stack: 
     ]
     system = "\n".join(m["content"] for m in request["messages"] if m["role"] == "system")
     assert "Be brief." in system
+    assert f"The picture {tag} in the hallway is a red dot." in system
+    assert "secondline" not in system
     [prompt] = stack.hook_requests("UserPromptSubmit")
-    assert prompt["detail"] == {"prompt": "first line\nsecond line", "attachments": 1}
+    assert prompt["detail"] == {"prompt": "firstline\nsecondline", "attachments": 1}
     rows = await thread_rows(stack, session)
     assert rows[0][2]["ui"]["parts"] == [
         {"type": "text", "text": "Describe the picture."},

@@ -7,8 +7,9 @@ persists is what the UI showed. It is also the lean model's `TurnSink`: text del
 arrive synchronously from the model stream and must never block.
 
 `batches()` hands the consumer everything queued since its last read as one
-`TurnEventBatch`: a fast model costs one gRPC message per batch instead of one per
-token, and the first event is never held back to build a batch.
+`TurnEventBatch` (text deltas of one part that wait together become one delta): a fast
+model costs one gRPC message and one SSE chunk per batch instead of one per token, and
+neither the start nor the first token is ever held back to build a batch.
 """
 
 from __future__ import annotations
@@ -41,15 +42,25 @@ class TurnEvents:
         self._ready = asyncio.Event()
         self._closed = False
         self._text_queued = False
+        # The pending text delta the next delta of the same part is appended to.
+        self._open_delta: pb.TextDelta | None = None
         self.min_interval_s = min_interval_s
 
     def put(self, event: pb.TurnEvent) -> None:
+        self._open_delta = None
         self._events.append(event)
         self._ready.set()
 
-    def put_text(self, event: pb.TurnEvent) -> None:
-        """A text event: from the batch that carries the first one on, batches are paced."""
+    def put_text(self, part_id: str, delta: str) -> None:
+        """A text delta, merged into the one still waiting for the same part (one SSE chunk, not
+        one per token); from the batch that carries the first text on, batches are paced."""
+        pending = self._open_delta
+        if pending is not None and pending.part_id == part_id:
+            pending.delta += delta
+            return
+        event = pb.TurnEvent(text_delta=pb.TextDelta(part_id=part_id, delta=delta))
         self._events.append(event)
+        self._open_delta = event.text_delta
         self._text_queued = True
         self._ready.set()
 
@@ -71,6 +82,7 @@ class TurnEvents:
             self._ready.clear()
             if self._events:
                 events, self._events = self._events, []
+                self._open_delta = None
                 paced = self._text_queued
                 sent_at = loop.time()
                 yield pb.TurnEventBatch(events=events)
@@ -132,7 +144,7 @@ class TurnOutput:
             text = self._text_start(index)
         text.pieces.append(delta)
         self.step_has_output = True
-        self.events.put_text(pb.TurnEvent(text_delta=pb.TextDelta(part_id=text.part["_id"], delta=delta)))
+        self.events.put_text(text.part["_id"], delta)
 
     def thinking_delta(self, index: int, delta: str) -> None:
         """Reasoning is not part of the UI stream (the contract has no reasoning event)."""
