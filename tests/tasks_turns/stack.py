@@ -113,8 +113,9 @@ class TaskTurnStack:
 
 @contextlib.asynccontextmanager
 async def start_task_turn_stack(
-    pg_dsn: str, credentials: tuple[dict[str, str], str], base: Path
+    pg_dsn: str, credentials: tuple[dict[str, str], str], base: Path, **runtime: int
 ) -> AsyncIterator[TaskTurnStack]:
+    """The stack; `runtime` overrides agent-runtime settings the worker reads at start."""
     tokens, callers = credentials
     workspace_root = base / "workspace"
     (workspace_root / "popagent").mkdir(parents=True)
@@ -161,7 +162,7 @@ async def start_task_turn_stack(
         # A caller other than the gateway may create self-update tasks.
         channel = await stack.enter_async_context(open_channel(addresses["agent-runner"], tokens["evolution"]))
         state = agent_runner_pb2_grpc.AgentRunnerStateServiceStub(channel)
-        updated = await state.UpdateAgentRuntimeSettings(arpb.UpdateAgentRuntimeSettingsRequest(**RUNTIME))
+        updated = await state.UpdateAgentRuntimeSettings(arpb.UpdateAgentRuntimeSettingsRequest(**(RUNTIME | runtime)))
         assert not updated.violations, updated.violations
         running = await stack.enter_async_context(
             build_tasks(
