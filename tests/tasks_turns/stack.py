@@ -113,7 +113,7 @@ class TaskTurnStack:
 
 @contextlib.asynccontextmanager
 async def start_task_turn_stack(
-    pg_dsn: str, credentials: tuple[dict[str, str], str], base: Path, **runtime: int
+    pg_dsn: str, credentials: tuple[dict[str, str], str], base: Path, **runtime: Any
 ) -> AsyncIterator[TaskTurnStack]:
     """The stack; `runtime` overrides agent-runtime settings the worker reads at start."""
     tokens, callers = credentials
