@@ -2,32 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
-import json
-from pathlib import Path
 from typing import Any
 
 from chat.helpers import new_session, thread_rows
 from chat.stack import API_KEY, ChatStack
+from support.ai_sdk_client import run_ai_sdk_chat
 from support.model_gateway import ToolCall, Turn
-
-CLIENT = Path(__file__).resolve().parents[1] / "ai_sdk" / "chat-client.mjs"
 
 
 async def run_client(url: str, session_id: str, text: str) -> dict[str, Any]:
-    process = await asyncio.create_subprocess_exec(
-        "node",
-        str(CLIENT),
-        url,
-        API_KEY,
-        session_id,
-        text,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=30)
-    assert process.returncode == 0, stderr.decode()
-    return json.loads(stdout)
+    return await run_ai_sdk_chat(url, API_KEY, session_id, text)
 
 
 async def test_the_ai_sdk_client_rebuilds_exactly_the_stored_assistant_message(stack: ChatStack) -> None:

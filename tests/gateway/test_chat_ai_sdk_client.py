@@ -6,35 +6,21 @@ it reconstructs must hold exactly what the runner streamed.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
+from typing import Any
 
 import grpc
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
+from support.ai_sdk_client import run_ai_sdk_chat
 
 from .conftest import API_KEY, Harness
 from .test_chat_stream import batch, start
 
-CLIENT = Path(__file__).resolve().parents[1] / "ai_sdk" / "chat-client.mjs"
 
-
-async def run_client(url: str, session_id: str, text: str) -> dict[str, object]:
-    process = await asyncio.create_subprocess_exec(
-        "node",
-        str(CLIENT),
-        url,
-        API_KEY,
-        session_id,
-        text,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=30)
-    assert process.returncode == 0, stderr.decode()
-    return json.loads(stdout)
+async def run_client(url: str, session_id: str, text: str) -> dict[str, Any]:
+    return await run_ai_sdk_chat(url, API_KEY, session_id, text)
 
 
 async def test_the_ai_sdk_client_reconstructs_text_tools_activity_and_metadata(harness: Harness) -> None:
