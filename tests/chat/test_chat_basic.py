@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import time
 from unittest.mock import ANY
 
+import nats.js.errors
+
 from chat.helpers import chat, new_session, of_type, shape, thread_rows, turn_events, user_message
 from chat.stack import MODEL, ChatStack
+from popagent.events.v1 import events_pb2
+from popagent_core import bus, subjects
 from support.model_gateway import ToolCall, Turn
 
 
@@ -71,6 +77,26 @@ async def test_text_streams_as_the_model_produces_it(stack: ChatStack) -> None:
     assert arrivals[0] < 0.5
     assert arrivals[-1] > 1.0
     assert len(arrivals) >= 8
+
+
+async def test_the_turn_outcome_reaches_jetstream_through_the_outbox(stack: ChatStack) -> None:
+    stack.models.push(Turn.say("Relayed."))
+    async with stack.client() as client:
+        session = await new_session(client)
+        chunks = await chat(client, session, "publish me")
+    turn_id = chunks[0]["messageMetadata"]["turnId"]
+    async with bus.connect(stack.nats_url, name="chat-tests") as nc:
+        js = nc.jetstream()
+        deadline = asyncio.get_running_loop().time() + 10
+        while True:
+            with contextlib.suppress(nats.js.errors.NotFoundError):
+                last = await js.get_last_msg(subjects.stream_name("agent_runner"), subjects.TURN_COMPLETED)
+                event = events_pb2.TurnCompleted.FromString(last.data or b"")
+                if event.turn_id == turn_id:
+                    break
+            assert asyncio.get_running_loop().time() < deadline, "TurnCompleted was not relayed"
+            await asyncio.sleep(0.05)
+    assert (event.session_id, event.kind, event.goal, event.evidence) == (session, "outcome", "publish me", "Relayed.")
 
 
 async def test_the_next_turn_gets_the_thread_as_history_and_the_model_sees_the_selected_route(
@@ -271,3 +297,16 @@ async def test_retired_secret_tool_payloads_are_redacted_at_ingress(stack: ChatS
     stored = rows[0][2]["ui"]["parts"][1]
     assert (stored["input"], stored["output"]) == ("[redacted]", "[redacted]")
     assert "hunter2" not in json.dumps(rows)
+
+
+async def test_outcome_evidence_is_bounded_and_secret_redacted(stack: ChatStack) -> None:
+    secret = "sk-" + "a1b2c3d4" * 4
+    stack.models.push(Turn.say(f"I will not repeat {secret}. " + "filler " * 600))
+    async with stack.client() as client:
+        session = await new_session(client)
+        await chat(client, session, f"my api_key = hunter22 and the key is {secret}; " + "context " * 200)
+    [event] = await turn_events(stack, session)
+    assert secret not in event.goal and secret not in event.evidence
+    assert "hunter22" not in event.goal
+    assert event.goal.startswith("my api_key = [redacted] and the key is [redacted];")
+    assert len(event.goal) <= 501 and len(event.evidence) <= 2001
