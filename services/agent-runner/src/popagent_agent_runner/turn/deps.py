@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import asyncpg
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.usage import RunUsage
 
@@ -60,7 +59,7 @@ class AgentProfile:
     model: str | None
 
     @classmethod
-    def from_row(cls, row: asyncpg.Record) -> AgentProfile:
+    def from_row(cls, row: Mapping[str, Any]) -> AgentProfile:
         return cls(
             id=row["id"],
             display_name=row["display_name"],

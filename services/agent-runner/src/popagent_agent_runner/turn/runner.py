@@ -30,11 +30,12 @@ import contextlib
 import logging
 import re
 import uuid
+from collections.abc import AsyncIterable, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from pydantic_ai import Agent, RunContext
+from pydantic_ai import Agent, AgentRunResult, RunContext
 from pydantic_ai.exceptions import ModelHTTPError, UsageLimitExceeded
 from pydantic_ai.messages import (
     AgentStreamEvent,
@@ -61,7 +62,7 @@ from popagent_agent_runner.turn.events import TurnOutput
 from popagent_agent_runner.turn.hooks_points import TurnHooks, bounded, denied
 from popagent_agent_runner.turn.memories import RECALL_LIMIT, MemoryStore, bounded_recall, recall_query
 from popagent_agent_runner.turn.thread_store import ThreadStore, TurnState
-from popagent_core.errors import InvalidArgument, NotFound, PopagentError
+from popagent_core.errors import ConfigurationError, InvalidArgument, PopagentError
 from popagent_core.log import trace_id_var, turn_id_var
 from popagent_hooks.client import HooksClient
 from popagent_hooks.events import Event, Outcome
@@ -205,9 +206,13 @@ class _UISteps:
         self.output.text_end()
 
 
-def _ui_handler(output: TurnOutput):
-    async def handle(ctx: RunContext[TurnDeps], stream: Any) -> None:
-        event: AgentStreamEvent
+UIHandler = Callable[[RunContext[TurnDeps], AsyncIterable[AgentStreamEvent]], Awaitable[None]]
+
+
+def _ui_handler(output: TurnOutput) -> UIHandler:
+    """The supervisor's tool calls and results as they happen (its text comes from the sink)."""
+
+    async def handle(ctx: RunContext[TurnDeps], stream: AsyncIterable[AgentStreamEvent]) -> None:
         async for event in stream:
             if isinstance(event, FunctionToolCallEvent):
                 part = event.part
@@ -278,7 +283,7 @@ class TurnRunner:
                 f"workspaceId {turn.workspace_id!r} is not the session's workspace ({state.workspace_id!r})"
             )
         if SUPERVISOR_ID not in state.profiles:
-            raise PopagentError(f"agent profile {SUPERVISOR_ID!r} is missing")
+            raise ConfigurationError(f"agent profile {SUPERVISOR_ID!r} is missing")
         if len(prompt_text(turn.message)) > MAX_PROMPT_CHARS:
             raise InvalidArgument(f"the message text must be at most {MAX_PROMPT_CHARS} characters")
         route = turn.model or state.snapshot.default_model
@@ -352,8 +357,6 @@ class TurnRunner:
         if decision.outcome is Outcome.MODIFY and decision.prompt is not None:
             message = with_prompt_text(message, decision.prompt)
             text = decision.prompt
-
-        if decision.outcome is Outcome.MODIFY and decision.prompt is not None:
             recalled = await self.memories.recall(text)
         else:
             recalled = bounded_recall(prepared.state.recalled)
@@ -411,14 +414,13 @@ class TurnRunner:
                 prompt = f"{prompt}\n\n{decision.additional_context}"
 
         usage.incr(context.specialist_usage)
-        user_ui = message
         output.metadata["usage"] = {"inputTokens": usage.input_tokens, "outputTokens": usage.output_tokens}
         assistant_ui = output.ui_message()
         answer = output.text()
         outcome = self._outcome(context, text, "outcome", answer or "(no text)", "")
         await self.threads.commit_turn(
             session_id=context.session_id,
-            user_ui=user_ui,
+            user_ui=message,
             assistant_ui=assistant_ui,
             messages=new_messages,
             specialist_runs=context.specialist_runs,
@@ -434,7 +436,7 @@ class TurnRunner:
         deps: TurnDeps,
         usage: RunUsage,
         instructions: str | None,
-    ) -> Any:
+    ) -> AgentRunResult[str]:
         # A fresh step budget per run: the final step of each is reserved for an answer.
         with streaming_to(deps.turn.output):
             return await agent.run(
@@ -473,6 +475,3 @@ class TurnRunner:
         # Evidence of a failure is best effort: the turn already failed and said so.
         with contextlib.suppress(PopagentError):
             await self._publish(context, goal, "failure", text, failure_class)
-
-
-__all__ = ["NotFound", "PreparedTurn", "TurnInput", "TurnRunner", "parse_user_message"]

@@ -48,18 +48,6 @@ class TurnState:
     recalled: list[str]
 
 
-def _profile(raw: Mapping[str, Any]) -> AgentProfile:
-    return AgentProfile(
-        id=raw["id"],
-        display_name=raw["display_name"],
-        description=raw["description"],
-        instructions=raw["instructions"],
-        delegation_eligible=raw["delegation_eligible"],
-        tools=tuple(raw["tools"]),
-        model=raw["model"],
-    )
-
-
 def _stored(messages: Sequence[ModelMessage]) -> list[ModelMessage]:
     """Messages as stored: retired secret-tool payloads redacted (the kernel's one redaction), and
     requests without their instructions, which every run derives afresh from the persisted profile
@@ -116,7 +104,7 @@ class ThreadStore:
         if row["runtime"] is None:
             raise ConfigurationError("agent-runtime settings row is missing")
         agents = orjson.loads(row["agents"] or "[]")
-        profiles = {raw["id"]: _profile(raw) for raw in agents}
+        profiles = {raw["id"]: AgentProfile.from_row(raw) for raw in agents}
         return TurnState(
             workspace_id=row["workspace_id"],
             snapshot=RuntimeSnapshot.from_row(orjson.loads(row["runtime"])),

@@ -1,0 +1,56 @@
+"""The batching queue between the turn and gRPC: nothing waits before the first text, deltas merge after it."""
+
+from __future__ import annotations
+
+import asyncio
+
+from popagent.agent_runner.v1 import agent_runner_pb2 as pb
+from popagent_agent_runner.turn.events import TurnEvents, TurnOutput
+
+
+def kinds(batch: pb.TurnEventBatch) -> list[str]:
+    return [str(event.WhichOneof("event")) for event in batch.events]
+
+
+async def test_the_start_and_the_first_token_leave_at_once_and_later_deltas_merge() -> None:
+    events = TurnEvents(min_interval_s=0.2)
+    output = TurnOutput(events)
+    batches = events.batches()
+    loop = asyncio.get_running_loop()
+
+    output.start("turn", "message", "model")
+    started = loop.time()
+    assert kinds(await anext(batches)) == ["start"]
+    output.step_start()
+    output.text_delta(0, "Hel")
+    first = await anext(batches)
+    assert kinds(first) == ["step_start", "text_start", "text_delta"]
+    assert first.events[2].text_delta.delta == "Hel"
+    assert loop.time() - started < 0.1
+
+    # From now on batches are paced; what arrives meanwhile leaves together, one delta per part.
+    output.text_delta(0, "lo ")
+    output.text_delta(0, "wor")
+    paced = asyncio.ensure_future(anext(batches))
+    await asyncio.sleep(0.05)
+    output.text_delta(0, "ld")
+    assert not paced.done()
+    second = await paced
+    assert loop.time() - started >= 0.19
+    assert kinds(second) == ["text_delta"]
+    assert second.events[0].text_delta.delta == "lo world"
+
+    # Closing flushes at once, and a part boundary splits the merge.
+    output.text_delta(0, "!")
+    output.text_end()
+    output.finish("stop", 1, 2)
+    events.close()
+    closing = loop.time()
+    third = await anext(batches)
+    assert loop.time() - closing < 0.1
+    assert kinds(third) == ["text_delta", "text_end", "step_finish", "finish"]
+    assert [b async for b in batches] == []
+    assert output.ui_message()["parts"] == [
+        {"type": "step-start"},
+        {"type": "text", "text": "Hello world!", "state": "done"},
+    ]
