@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import httpx
 import pytest
 
 from popagent_agent_runner.turn.model_transport import LeanTransport
-from support.https_receiver import closed_port
+from support.https_receiver import HttpsReceiver, Reply, closed_port
 from support.model_gateway import ModelGateway, Turn
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -169,3 +171,18 @@ async def test_closing_a_stream_early_closes_the_connection(client: httpx.AsyncC
                 break
             await asyncio.sleep(0.02)
         assert gw.disconnected == 1
+
+
+async def test_https_with_a_trusted_ca(tmp_path: Path) -> None:
+    async with HttpsReceiver(tmp_path) as receiver:
+        receiver.script("/v1/models", Reply(json_body={"object": "list", "data": []}))
+        context = ssl.create_default_context(cafile=str(receiver.ca_file))
+        async with httpx.AsyncClient(transport=LeanTransport(ssl_context=context), timeout=None) as http:
+            first = await http.get(receiver.url("/v1/models"))
+            second = await http.get(receiver.url("/v1/models"))
+        async with httpx.AsyncClient(transport=LeanTransport(), timeout=None) as untrusting:
+            with pytest.raises(httpx.ConnectError):
+                await untrusting.get(receiver.url("/v1/models"))
+    assert first.json() == second.json() == {"object": "list", "data": []}
+    # One connection, kept alive for both requests (the refused handshake never reached the server).
+    assert receiver.connections == 1

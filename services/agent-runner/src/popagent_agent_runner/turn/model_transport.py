@@ -312,7 +312,12 @@ class LeanTransport(httpx.AsyncBaseTransport):
             conn.abort()
         loop = asyncio.get_running_loop()
         scheme, host, port = key
-        context = (self.ssl_context or ssl.create_default_context()) if scheme == "https" else None
+        context = None
+        if scheme == "https":
+            if self.ssl_context is None:
+                # Loading the trust store costs milliseconds: once per transport, not per connection.
+                self.ssl_context = ssl.create_default_context()
+            context = self.ssl_context
         try:
             _, conn = await asyncio.wait_for(
                 loop.create_connection(
