@@ -310,3 +310,30 @@ async def test_outcome_evidence_is_bounded_and_secret_redacted(stack: ChatStack)
     assert "hunter22" not in event.goal
     assert event.goal.startswith("my api_key = [redacted] and the key is [redacted];")
     assert len(event.goal) <= 501 and len(event.evidence) <= 2001
+
+
+async def test_history_written_by_another_replica_is_seen_by_the_next_turn(stack: ChatStack) -> None:
+    """The runner keeps parsed history between turns; anything else writing the thread must win."""
+    stack.models.push(Turn.say("First."), Turn.say("Second."), Turn.say("Third."))
+    async with stack.client() as client:
+        session = await new_session(client)
+        await chat(client, session, "one")
+        await chat(client, session, "two")
+        rows = await thread_rows(stack, session)
+        injected = {"model": rows[0][2]["model"], "ui": user_message("from another replica")}
+        injected["model"][0]["parts"][0]["content"] = "from another replica"
+        async with stack.db() as conn:
+            await conn.execute(
+                "INSERT INTO popagent_thread_messages (thread_id, id, role, content) VALUES ($1, 'other', 'user', $2)",
+                session,
+                json.dumps(injected),
+            )
+        await chat(client, session, "three")
+    users = [m["content"] for m in stack.models.requests[2]["messages"] if m["role"] == "user"]
+    assert users == ["one", "two", "from another replica", "three"]
+    # And the cached history of the second turn matched what a fresh read gives.
+    assert [m["content"] for m in stack.models.requests[1]["messages"] if m["role"] != "system"] == [
+        "one",
+        "First.",
+        "two",
+    ]

@@ -2,13 +2,21 @@
 
 -- name: turn_prelude
 -- Everything a chat turn reads before it starts, in one round trip: the session's
--- workspace, the runtime-settings snapshot, the agent profiles, the thread history and the
--- memories recalled for prompt $3 (at most $4; see recall_memories). History holds the
--- model-side messages oldest first as one JSON array; when the thread already holds
--- message $2 (a retried request), only what came before it. No row: no such session.
+-- workspace, the runtime-settings snapshot, the agent profiles, the memories recalled for
+-- prompt $3 (at most $4; see recall_memories) and the thread: its version (message count
+-- and last seq), whether it already holds message $2 (a retried request), and its history,
+-- the model-side messages oldest first as one JSON array (on a retry only what came before
+-- message $2). The history is left out (NULL) when the caller's copy is of version ($5, $6)
+-- and nothing is retried. No row: no such session.
 WITH query AS (
     SELECT to_tsquery('simple', string_agg(quote_literal(lexeme), ' | ')) AS q
     FROM unnest(tsvector_to_array(to_tsvector('english', $3))) AS lexeme
+),
+thread AS (
+    SELECT count(*) AS messages, coalesce(max(seq), 0) AS last_seq,
+           max(seq) FILTER (WHERE id = $2) AS retried_seq
+    FROM popagent_thread_messages
+    WHERE thread_id = $1
 )
 SELECT s.workspace_id,
        (
@@ -23,18 +31,18 @@ SELECT s.workspace_id,
        )::text AS recalled,
        (SELECT to_jsonb(r) FROM popagent_agent_runtime_settings r WHERE r.id = 1)::text AS runtime,
        (SELECT jsonb_agg(to_jsonb(a) ORDER BY a.position) FROM popagent_agents a)::text AS agents,
-       (
+       thread.messages, thread.last_seq, thread.retried_seq IS NOT NULL AS retried,
+       CASE WHEN thread.retried_seq IS NULL AND thread.messages = $5 AND thread.last_seq = $6 THEN NULL ELSE (
            SELECT coalesce(jsonb_agg(e.message ORDER BY m.seq, e.ord), '[]'::jsonb)
            FROM popagent_thread_messages m
            CROSS JOIN LATERAL jsonb_array_elements(m.content -> 'model') WITH ORDINALITY AS e(message, ord)
-           WHERE m.thread_id = s.id
-             AND m.seq < coalesce(
-                 (SELECT r.seq FROM popagent_thread_messages r WHERE r.thread_id = s.id AND r.id = $2),
-                 9223372036854775807
-             )
-       )::text AS history
-FROM popagent_sessions s
+           WHERE m.thread_id = s.id AND m.seq < coalesce(thread.retried_seq, 9223372036854775807)
+       )::text END AS history
+FROM popagent_sessions s, thread
 WHERE s.id = $1 AND s.deleting_at IS NULL
+
+-- name: thread_version
+SELECT count(*) AS messages, coalesce(max(seq), 0) AS last_seq FROM popagent_thread_messages WHERE thread_id = $1
 
 -- name: lock_session_for_turn
 -- Held until the turn's messages commit: a permanent deletion (which marks, then removes

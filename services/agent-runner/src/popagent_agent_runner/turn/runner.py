@@ -295,6 +295,9 @@ class TurnRunner:
         turn_id_var.set(turn.turn_id)
         trace_id_var.set(turn.trace_id)
         output.start(turn.turn_id, prepared.message_id, prepared.route)
+        # Let the start go out now: the gateway answers the request as soon as it arrives,
+        # while this turn spends the next milliseconds of CPU setting up the model call.
+        await asyncio.sleep(0)
         hooks = TurnHooks(self.hooks, turn.session_id, turn.turn_id, prepared.route)
         context = TurnContext(
             session_id=turn.session_id,
@@ -420,6 +423,7 @@ class TurnRunner:
         outcome = self._outcome(context, text, "outcome", answer or "(no text)", "")
         await self.threads.commit_turn(
             session_id=context.session_id,
+            base=prepared.state,
             user_ui=message,
             assistant_ui=assistant_ui,
             messages=new_messages,

@@ -18,6 +18,7 @@ turn that fails stores nothing.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -38,6 +39,13 @@ from popagent_core.redaction import REDACTED, RETIRED_SECRET_TOOLS, redact_tool_
 SPECIALIST_RESOURCE = "popagent-specialist"
 
 
+# Threads whose parsed history this process keeps (the sessions it served last).
+HISTORY_CACHE_SIZE = 256
+
+Version = tuple[int, int]
+"""A thread's (message count, last seq): any insert or delete changes it."""
+
+
 @dataclass(frozen=True)
 class TurnState:
     workspace_id: str
@@ -46,6 +54,9 @@ class TurnState:
     history: list[ModelMessage]
     # Memories recalled for the prompt as the request carried it, best first (not yet bounded).
     recalled: list[str]
+    # The thread's version when it was read; whether the newest message is already in it.
+    version: Version = (0, 0)
+    retried: bool = False
 
 
 def _stored(messages: Sequence[ModelMessage]) -> list[ModelMessage]:
@@ -83,8 +94,8 @@ def redact_ui_message(message: dict[str, Any]) -> dict[str, Any]:
     return {**message, "parts": redacted}
 
 
-def _content(ui: dict[str, Any] | None, model: Sequence[ModelMessage]) -> str:
-    body: dict[str, Any] = {"model": ModelMessagesTypeAdapter.dump_python(_stored(model), mode="json")}
+def _content(ui: dict[str, Any] | None, stored: Sequence[ModelMessage]) -> str:
+    body: dict[str, Any] = {"model": ModelMessagesTypeAdapter.dump_python(list(stored), mode="json")}
     if ui is not None:
         body["ui"] = redact_ui_message(ui)
     return orjson.dumps(body).decode()
@@ -94,29 +105,53 @@ class ThreadStore:
     def __init__(self, pool: asyncpg.Pool, queries: Mapping[str, str]) -> None:
         self.pool = pool
         self.q = queries
+        # Parsed history by thread, with the version it is of. A session's next turn usually
+        # runs here, and history is the largest thing a turn reads: with a current copy the
+        # prelude skips building, sending and parsing it. Any other writer changes the version.
+        self._history: collections.OrderedDict[str, tuple[Version, list[ModelMessage]]] = collections.OrderedDict()
 
     async def prelude(self, session_id: str, message_id: str, prompt: str, recall_limit: int) -> TurnState:
         """The session's turn state; NotFound when there is no such (live) session."""
+        cached = self._history.get(session_id)
+        known: Version = cached[0] if cached is not None else (-1, -1)
         with wrap_db_errors():
-            row = await self.pool.fetchrow(self.q["turn_prelude"], session_id, message_id, prompt, recall_limit)
+            row = await self.pool.fetchrow(self.q["turn_prelude"], session_id, message_id, prompt, recall_limit, *known)
         if row is None:
+            self._history.pop(session_id, None)
             raise NotFound(f"session {session_id!r} not found")
         if row["runtime"] is None:
             raise ConfigurationError("agent-runtime settings row is missing")
+        version: Version = (row["messages"], row["last_seq"])
+        if row["history"] is None:
+            assert cached is not None
+            self._history.move_to_end(session_id)
+            history = list(cached[1])
+        else:
+            history = ModelMessagesTypeAdapter.validate_json(row["history"])
+            if not row["retried"]:
+                self._keep(session_id, version, history)
         agents = orjson.loads(row["agents"] or "[]")
-        profiles = {raw["id"]: AgentProfile.from_row(raw) for raw in agents}
         return TurnState(
             workspace_id=row["workspace_id"],
             snapshot=RuntimeSnapshot.from_row(orjson.loads(row["runtime"])),
-            profiles=profiles,
-            history=ModelMessagesTypeAdapter.validate_json(row["history"]),
+            profiles={raw["id"]: AgentProfile.from_row(raw) for raw in agents},
+            history=history,
             recalled=orjson.loads(row["recalled"]),
+            version=version,
+            retried=row["retried"],
         )
+
+    def _keep(self, thread_id: str, version: Version, history: list[ModelMessage]) -> None:
+        self._history[thread_id] = (version, list(history))
+        self._history.move_to_end(thread_id)
+        while len(self._history) > HISTORY_CACHE_SIZE:
+            self._history.popitem(last=False)
 
     async def commit_turn(
         self,
         *,
         session_id: str,
+        base: TurnState,
         user_ui: dict[str, Any],
         assistant_ui: dict[str, Any],
         messages: Sequence[ModelMessage],
@@ -125,22 +160,30 @@ class ThreadStore:
     ) -> None:
         """Store the turn's user and assistant messages (and specialist threads) with its outcome event.
 
-        `messages` are the turn's new model messages; the first is the user's request.
-        Raises NotFound when the session was deleted while the turn ran.
+        `base` is the state the turn started from; `messages` are its new model messages, the
+        first being the user's request. Raises NotFound when the session was deleted meanwhile.
         """
+        self._history.pop(session_id, None)
         first, rest = (
             (messages[0], messages[1:]) if messages and isinstance(messages[0], ModelRequest) else (None, messages)
         )
-        user_content = _content(user_ui, [first] if first is not None else [])
-        assistant_content = _content(assistant_ui, rest)
+        stored_user = _stored([first] if first is not None else [])
+        stored_answer = _stored(rest)
+        user_content = _content(user_ui, stored_user)
+        assistant_content = _content(assistant_ui, stored_answer)
         specialist_rows = [
-            (run, _content(None, run.messages[:1]), _content(None, run.messages[1:])) for run in specialist_runs
+            (run, _content(None, _stored(run.messages[:1])), _content(None, _stored(run.messages[1:])))
+            for run in specialist_runs
         ]
+        kept: Version | None = None
         with wrap_db_errors():
             async with self.pool.acquire() as conn, conn.transaction():
                 if await conn.fetchval(self.q["lock_session_for_turn"], session_id) is None:
                     raise NotFound(f"session {session_id!r} was deleted during the turn")
                 await conn.execute(self.q["upsert_thread"], session_id, USER_RESOURCE, None)
+                before = await conn.fetchrow(self.q["thread_version"], session_id)
+                # The turn's history plus its messages is the thread only if nobody wrote in between.
+                extends = not base.retried and (before["messages"], before["last_seq"]) == base.version
                 seq = await conn.fetchval(self.q["thread_message_seq"], session_id, user_ui["id"])
                 if seq is not None:
                     await conn.execute(self.q["delete_thread_messages_after"], session_id, seq)
@@ -148,12 +191,17 @@ class ThreadStore:
                 await conn.execute(
                     self.q["insert_thread_message"], session_id, assistant_ui["id"], "assistant", assistant_content
                 )
+                if extends and seq is None:
+                    after = await conn.fetchrow(self.q["thread_version"], session_id)
+                    kept = (after["messages"], after["last_seq"])
                 for run, prompt, answer in specialist_rows:
                     resource = f"{SPECIALIST_RESOURCE}:{run.agent_id}"
                     await conn.execute(self.q["upsert_thread"], run.thread_id, resource, session_id)
                     await conn.execute(self.q["insert_thread_message"], run.thread_id, "prompt", "user", prompt)
                     await conn.execute(self.q["insert_thread_message"], run.thread_id, "answer", "assistant", answer)
                 await enqueue_event(conn, subjects.TURN_COMPLETED, outcome.SerializeToString())
+        if kept is not None:
+            self._keep(session_id, kept, [*base.history, *stored_user, *stored_answer])
 
     async def publish_outcome(self, outcome: events_pb2.TurnCompleted) -> None:
         """The outcome of a turn that stored nothing (a failure, a refusal)."""
