@@ -27,13 +27,6 @@ Targets: added time to first token <= 15 ms p50; stack throughput >= 90% of dire
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# Run as `python bench/chat.py`, the script's folder comes first on the import path, where a
-# benchmark named like a standard module (`secrets.py`) would shadow it for pydantic and nats.
-sys.path.remove(str(Path(__file__).resolve().parent))
-
 import argparse
 import asyncio
 import contextlib
@@ -41,11 +34,13 @@ import json
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import orjson

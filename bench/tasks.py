@@ -20,8 +20,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-# Run as a script, this folder comes first on sys.path, and bench/secrets.py would shadow
-# the standard library's `secrets` (which nats imports).
+# Run as a plain script, this folder comes first on sys.path; keep it off (make bench uses -P)
+# so no bench file can ever shadow a standard module.
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != BENCH_DIR]
 
