@@ -98,6 +98,26 @@ async def test_list_is_capped_at_200_rows(client: httpx.AsyncClient, api_stack: 
     assert len(listed) == 200
 
 
+async def test_a_saved_session_never_keeps_retired_secret_tool_payloads(client: httpx.AsyncClient) -> None:
+    created = await create(client)
+    secret_call = {
+        "type": "tool-recallSecret",
+        "toolCallId": "c9",
+        "state": "output-available",
+        "input": {"name": "bank"},
+        "output": "hunter2-plaintext",
+    }
+    kept_call = {"type": "tool-getTime", "toolCallId": "c1", "state": "output-available", "input": {}, "output": 12}
+    message = {"id": "m1", "role": "assistant", "parts": [secret_call, kept_call]}
+    saved = await client.put(f"/api/sessions/{created['id']}", json={"revision": 0, "messages": [message]})
+    assert saved.status_code == 200, saved.text
+    loaded = (await client.get(f"/api/sessions/{created['id']}")).json()
+    stored_secret, stored_kept = loaded["messages"][0]["parts"]
+    assert (stored_secret["input"], stored_secret["output"]) == ("[redacted]", "[redacted]")
+    assert stored_kept == kept_call
+    assert "hunter2" not in str(loaded)
+
+
 async def test_fifty_concurrent_saves_with_one_revision_yield_one_success_and_49_conflicts(
     api_stack: ApiStack,
 ) -> None:

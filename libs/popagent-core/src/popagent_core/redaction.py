@@ -61,3 +61,21 @@ def redact_tool_detail(tool_name: str, detail: dict[str, Any]) -> dict[str, Any]
         if key in redacted:
             redacted[key] = redact_tool_payload(tool_name, redacted[key], phase)
     return redacted
+
+
+def redact_ui_message(message: dict[str, Any]) -> dict[str, Any]:
+    """A UI message with the payloads of secret-bearing tool parts redacted."""
+    parts = message.get("parts")
+    if not isinstance(parts, list):
+        return message
+    redacted: list[Any] = []
+    for part in parts:
+        kind = part.get("type", "") if isinstance(part, dict) else ""
+        tool = kind.removeprefix("tool-") if isinstance(kind, str) and kind.startswith("tool-") else ""
+        if tool:
+            part = dict(part)
+            for key, phase in (("input", "input"), ("output", "output"), ("errorText", "error")):
+                if key in part:
+                    part[key] = redact_tool_payload(tool, part[key], phase)  # type: ignore[arg-type]
+        redacted.append(part)
+    return {**message, "parts": redacted}

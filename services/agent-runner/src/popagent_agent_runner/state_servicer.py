@@ -7,6 +7,7 @@ from typing import Any
 
 import asyncpg
 import grpc
+import orjson
 from google.protobuf.message import Message
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
@@ -17,6 +18,7 @@ from popagent_agent_runner.settings_rules import Violation
 from popagent_agent_runner.settings_store import SingletonSettings
 from popagent_agent_runner.workspaces import AgentWorkspaceStore, WorkspaceRecord
 from popagent_core.errors import InvalidArgument
+from popagent_core.redaction import redact_ui_message
 
 MAX_MESSAGES_BYTES = 8 * 1024 * 1024 - 64 * 1024
 
@@ -115,9 +117,13 @@ class AgentRunnerStateServicer(agent_runner_pb2_grpc.AgentRunnerStateServiceServ
         if len(request.messages_json) > MAX_MESSAGES_BYTES:
             raise InvalidArgument("messages are too large")
         try:
-            messages = request.messages_json.decode() if request.messages_json else "[]"
-        except UnicodeDecodeError:
+            parsed = orjson.loads(request.messages_json or b"[]")
+        except orjson.JSONDecodeError:
             raise InvalidArgument("messages_json must be UTF-8 JSON") from None
+        if not isinstance(parsed, list):
+            raise InvalidArgument("messages_json must be a JSON array of UI messages")
+        # Session persistence is one of the places retired secret-tool payloads never pass.
+        messages = orjson.dumps([redact_ui_message(m) if isinstance(m, dict) else m for m in parsed]).decode()
         result = await self.sessions.save(
             request.id, request.revision, _optional(request, "title"), messages, request.message_count
         )

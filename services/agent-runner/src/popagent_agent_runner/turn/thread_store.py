@@ -34,7 +34,7 @@ from popagent_core import subjects
 from popagent_core.bus import enqueue_event
 from popagent_core.db import wrap_db_errors
 from popagent_core.errors import ConfigurationError, NotFound
-from popagent_core.redaction import REDACTED, RETIRED_SECRET_TOOLS, redact_tool_payload
+from popagent_core.redaction import REDACTED, RETIRED_SECRET_TOOLS, redact_tool_payload, redact_ui_message
 
 SPECIALIST_RESOURCE = "popagent-specialist"
 
@@ -74,24 +74,6 @@ def _stored(messages: Sequence[ModelMessage]) -> list[ModelMessage]:
             elif isinstance(part, ToolReturnPart) and part.tool_name in RETIRED_SECRET_TOOLS:
                 part.content = redact_tool_payload(part.tool_name, part.content, "output")
     return stored
-
-
-def redact_ui_message(message: dict[str, Any]) -> dict[str, Any]:
-    """A UI message with the payloads of secret-bearing tool parts redacted."""
-    parts = message.get("parts")
-    if not isinstance(parts, list):
-        return message
-    redacted: list[Any] = []
-    for part in parts:
-        kind = part.get("type", "") if isinstance(part, dict) else ""
-        tool = kind.removeprefix("tool-") if isinstance(kind, str) and kind.startswith("tool-") else ""
-        if tool:
-            part = dict(part)
-            for key, phase in (("input", "input"), ("output", "output"), ("errorText", "error")):
-                if key in part:
-                    part[key] = redact_tool_payload(tool, part[key], phase)  # type: ignore[arg-type]
-        redacted.append(part)
-    return {**message, "parts": redacted}
 
 
 def _content(ui: dict[str, Any] | None, stored: Sequence[ModelMessage]) -> str:
