@@ -42,6 +42,13 @@ def _out(model: type[Out], message: Message) -> Out:
     return model.model_validate(values)
 
 
+def _updated(model: type[Out], answer: Any) -> Out:
+    """An owner's update answer: its range/cross-field violations as a 422, else the new row."""
+    if answer.violations:
+        raise field_violations(answer.violations)
+    return _out(model, answer.settings)
+
+
 @router.get("/agent-runtime", response_model=AgentRuntimeSettingsOut)
 async def get_agent_runtime_settings(runner: AgentRunnerStateStub) -> AgentRuntimeSettingsOut:
     """Default model, step ceilings, tool-call and retry limits, delegation bounds and background-task timing."""
@@ -59,9 +66,7 @@ async def update_agent_runtime_settings(
     answer = await runner.UpdateAgentRuntimeSettings(
         runner_pb.UpdateAgentRuntimeSettingsRequest(**body.changes()), timeout=RPC_TIMEOUT_S
     )
-    if answer.violations:
-        raise field_violations(answer.violations)
-    return _out(AgentRuntimeSettingsOut, answer.settings)
+    return _updated(AgentRuntimeSettingsOut, answer)
 
 
 @router.get("/memory", response_model=MemorySettingsOut)
@@ -77,9 +82,7 @@ async def update_memory_settings(body: MemorySettingsPatch, runner: AgentRunnerS
     answer = await runner.UpdateMemorySettings(
         runner_pb.UpdateMemorySettingsRequest(**body.changes()), timeout=RPC_TIMEOUT_S
     )
-    if answer.violations:
-        raise field_violations(answer.violations)
-    return _out(MemorySettingsOut, answer.settings)
+    return _updated(MemorySettingsOut, answer)
 
 
 @router.get("/autonomy", response_model=AutonomySettingsOut)
@@ -95,9 +98,7 @@ async def update_autonomy_settings(body: AutonomySettingsPatch, evolution: Evolu
     answer = await evolution.UpdateAutonomySettings(
         evolution_pb.UpdateAutonomySettingsRequest(**body.changes()), timeout=RPC_TIMEOUT_S
     )
-    if answer.violations:
-        raise field_violations(answer.violations)
-    return _out(AutonomySettingsOut, answer.settings)
+    return _updated(AutonomySettingsOut, answer)
 
 
 @router.get("/browser", response_model=BrowserSettingsOut)
