@@ -52,13 +52,21 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_for_port(port: int, timeout_s: float = 30.0, host: str = "127.0.0.1") -> None:
+class ServerExited(Exception):
+    """The server process ended before it listened."""
+
+
+def wait_for_port(
+    port: int, timeout_s: float = 30.0, host: str = "127.0.0.1", process: subprocess.Popen[bytes] | None = None
+) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         try:
             with socket.create_connection((host, port), timeout=0.2):
                 return
         except OSError:
+            if process is not None and process.poll() is not None:
+                raise ServerExited(f"exited with code {process.returncode} before listening on {port}") from None
             if time.monotonic() > deadline:
                 raise TimeoutError(f"nothing listening on {host}:{port} after {timeout_s}s") from None
             time.sleep(0.02)
@@ -96,23 +104,35 @@ class NatsProcess:
 
 
 def start_nats(store_dir: Path, port: int | None = None, log_file: Path | None = None) -> NatsProcess:
-    """nats-server with JetStream on loopback, storing streams under `store_dir`."""
+    """nats-server with JetStream on loopback, storing streams under `store_dir`.
+
+    Without a fixed port it takes a free one; another process can grab that port between
+    the probe and the server's bind (parallel tests do), so a server that exits before
+    listening is retried on a fresh port.
+    """
     store_dir.mkdir(parents=True, exist_ok=True)
-    port = port or free_port()
-    output = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115 - owned by the child
-    process = subprocess.Popen(
-        [nats_server_binary(), "-js", "-sd", str(store_dir), "-a", "127.0.0.1", "-p", str(port)],
-        stdout=output,
-        stderr=output,
-        preexec_fn=die_with_parent,
-        env={k: v for k, v in os.environ.items() if not k.startswith("POPAGENT_")},
-    )
-    try:
-        wait_for_port(port)
-    except TimeoutError:
-        process.kill()
-        raise
-    return NatsProcess(process, port)
+    attempts = 1 if port else 5
+    for attempt in range(attempts):
+        chosen = port or free_port()
+        output = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115 - owned by the child
+        process = subprocess.Popen(
+            [nats_server_binary(), "-js", "-sd", str(store_dir), "-a", "127.0.0.1", "-p", str(chosen)],
+            stdout=output,
+            stderr=output,
+            preexec_fn=die_with_parent,
+            env={k: v for k, v in os.environ.items() if not k.startswith("POPAGENT_")},
+        )
+        try:
+            wait_for_port(chosen, process=process)
+        except ServerExited:
+            if attempt == attempts - 1:
+                raise
+            continue
+        except TimeoutError:
+            process.kill()
+            raise
+        return NatsProcess(process, chosen)
+    raise AssertionError("unreachable")
 
 
 @contextlib.contextmanager
