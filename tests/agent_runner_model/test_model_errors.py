@@ -20,7 +20,8 @@ from pydantic_ai.exceptions import (
 )
 from pydantic_ai.messages import ModelRequest, UserPromptPart
 
-from popagent_agent_runner.model import LeanOpenAIModel, classify_model_error
+from popagent_agent_runner.model import LeanOpenAIModel, classify_model_error, streaming_to
+from popagent_agent_runner.turn.agent_runs import run_agent
 from popagent_core.embedded import free_port
 from support.model_gateway import ModelGateway, Turn
 
@@ -108,7 +109,46 @@ async def test_a_stream_broken_before_done_is_a_connection_error_through_an_agen
             await Agent(model).run("Talk.", event_stream_handler=handler)
     assert error.value.phase == "read"
     assert seen, "the first chunks were streamed before the break"
-    assert classify_model_error(error.value).error_class == "connection"
+    failure = classify_model_error(error.value)
+    assert (failure.error_class, failure.in_stream) == ("connection", True)
+
+
+async def test_a_stream_broken_inside_a_turns_request_is_a_broken_stream() -> None:
+    # A turn's agents answer pydantic-ai unstreamed (`run_agent`); the server stream still broke mid-answer.
+    script = [Turn.say("a long answer that never ends " * 10, chunk_size=5, break_after_chunks=6)]
+    async with ModelGateway(script, api_key=API_KEY) as gw, model_at("lean", gw.url) as model:
+        sink = TextSink()
+        with pytest.raises(ModelConnectionError) as error, streaming_to(sink):
+            await run_agent(Agent(model), "Talk.", tool_events=ignore_events)
+    assert error.value.phase == "read"
+    assert sink.text, "the first chunks reached the sink before the break"
+    failure = classify_model_error(error.value)
+    assert (failure.error_class, failure.in_stream) == ("connection", True)
+
+
+async def test_a_transport_error_while_reading_a_stream_is_in_stream() -> None:
+    # The scripted server stops mid-body of a chunked response: the client sees a transport error, not EOF.
+    script = [Turn.say("partial answer " * 20, chunk_size=5, break_after_chunks=3)]
+    async with ModelGateway(script, api_key=API_KEY) as gw, model_at("lean", gw.url) as model:
+        with pytest.raises(ModelConnectionError) as error:
+            await call(model, stream=True)
+    assert error.value.in_stream
+
+
+class TextSink:
+    def __init__(self) -> None:
+        self.text: list[str] = []
+
+    def text_delta(self, index: int, delta: str) -> None:
+        self.text.append(delta)
+
+    def thinking_delta(self, index: int, delta: str) -> None:
+        pass
+
+
+async def ignore_events(stream: Any) -> None:
+    async for _ in stream:
+        pass
 
 
 async def test_a_slow_first_byte_past_the_timeout_is_a_timeout() -> None:

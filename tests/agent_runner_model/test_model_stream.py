@@ -12,10 +12,12 @@ from typing import Any
 import pytest
 from model_twins import API_KEY, MODEL, lean_model, model_at, reference_model
 from pydantic_ai import Agent
-from pydantic_ai.direct import model_request_stream
+from pydantic_ai.direct import model_request, model_request_stream
 from pydantic_ai.messages import (
     AgentStreamEvent,
     FinalResultEvent,
+    FunctionToolCallEvent,
+    FunctionToolResultEvent,
     ModelRequest,
     ModelResponse,
     PartDeltaEvent,
@@ -30,6 +32,7 @@ from pydantic_ai.models import Model
 from pydantic_ai.usage import RequestUsage
 
 from popagent_agent_runner.model import LeanModels, LeanOpenAIModel, current_turn_sink, streaming_to
+from popagent_agent_runner.turn.agent_runs import run_agent
 from support.model_gateway import ModelGateway, ToolCall, Turn, Usage
 
 
@@ -288,3 +291,118 @@ async def test_lean_models_share_one_pool_across_model_ids() -> None:
     assert texts == ["one", "two", "three"]
     assert [r["model"] for r in gw.requests] == ["fake/fake-chat", "qwen3.5-4b", "fake/fake-chat"]
     assert connections == 1
+
+
+# -- `request()` inside a turn: streamed from the server, one finished response for pydantic-ai ----------
+
+
+async def test_a_request_inside_a_turn_streams_to_the_sink_and_answers_the_streamed_response() -> None:
+    text = "".join(f"{n:03d} " for n in range(200))
+    usage = Usage(prompt_tokens=12, completion_tokens=200)
+    script = [Turn.say(text, chunk_size=4, usage=usage)] * 2
+    async with ModelGateway(script, api_key=API_KEY) as gw, model_at("lean", gw.url) as model:
+        sink = RecordingSink()
+        with streaming_to(sink):
+            response = await model_request(model, [ModelRequest(parts=[UserPromptPart("Go")])])
+        streamed, _ = await stream_once(model)
+    assert gw.requests[0]["stream"] is True and gw.requests[0] == gw.requests[1]
+    assert [delta for _, delta, _ in sink.text] == [text[i : i + 4] for i in range(0, len(text), 4)]
+    assert text_of(response, 0) == sink.text_of(0) == text
+    # What pydantic-ai is answered is what its own streaming would have assembled.
+    assert response.parts == streamed.parts
+    assert response.usage == streamed.usage == RequestUsage(input_tokens=12, output_tokens=200)
+    assert (response.finish_reason, response.model_name) == (streamed.finish_reason, streamed.model_name)
+
+
+async def test_a_request_outside_a_turn_is_not_streamed() -> None:
+    async with ModelGateway([Turn.say("plain")], api_key=API_KEY) as gw, model_at("lean", gw.url) as model:
+        with streaming_to(None):
+            response = await model_request(model, [ModelRequest(parts=[UserPromptPart("Go")])])
+    assert "stream" not in gw.requests[0] or gw.requests[0]["stream"] is False
+    assert text_of(response, 0) == "plain"
+
+
+async def test_run_agent_streams_tool_events_only_and_the_text_to_the_sink() -> None:
+    answer = "".join(f"token{n} " for n in range(100))
+    script = [Turn.call(ToolCall("get_time", {"tz": "UTC"}, id="c1")), Turn.say(answer, chunk_size=3)]
+    async with ModelGateway(script, api_key=API_KEY) as gw, model_at("lean", gw.url) as model:
+        agent = Agent(model)
+
+        @agent.tool_plain
+        def get_time(tz: str) -> str:
+            return f"noon {tz}"
+
+        handled: list[AgentStreamEvent] = []
+
+        async def tool_events(stream: AsyncIterable[AgentStreamEvent]) -> None:
+            async for event in stream:
+                handled.append(event)
+
+        sink = RecordingSink()
+        with streaming_to(sink):
+            result = await run_agent(agent, "Time?", tool_events=tool_events)
+    assert result.output == answer == sink.text_of(0)
+    assert all(request["stream"] is True for request in gw.requests)
+    # Only the tool step was streamed: its call and its result, nothing of the model's responses.
+    assert [type(e).__name__ for e in handled] == ["FunctionToolCallEvent", "FunctionToolResultEvent"]
+    call, outcome = handled
+    assert isinstance(call, FunctionToolCallEvent) and call.part.args_as_dict() == {"tz": "UTC"}
+    assert isinstance(outcome, FunctionToolResultEvent) and outcome.part.content == "noon UTC"
+    assert [type(m).__name__ for m in result.new_messages()] == [
+        "ModelRequest",
+        "ModelResponse",
+        "ModelRequest",
+        "ModelResponse",
+    ]
+
+
+async def test_run_agent_events_a_handler_leaves_unread_are_drained() -> None:
+    script = [Turn.call(ToolCall("get_time", {"tz": "UTC"}, id="c1")), Turn.say("done")]
+    async with ModelGateway(script, api_key=API_KEY) as gw, model_at("lean", gw.url) as model:
+        agent = Agent(model)
+        ran: list[str] = []
+
+        @agent.tool_plain
+        def get_time(tz: str) -> str:
+            ran.append(tz)
+            return "noon"
+
+        async def ignore(stream: AsyncIterable[AgentStreamEvent]) -> None:
+            return None
+
+        result = await run_agent(agent, "Time?", tool_events=ignore)
+    assert ran == ["UTC"] and result.output == "done"
+
+
+async def test_cancelling_a_turn_inside_a_streamed_request_stops_the_stream() -> None:
+    script = [Turn.say("word " * 400, chunk_size=5, chunk_delay_s=0.01)]
+    async with ModelGateway(script, api_key=API_KEY) as gw, model_at("lean", gw.url) as model:
+        first_token = asyncio.Event()
+
+        class SignallingSink(RecordingSink):
+            def text_delta(self, index: int, delta: str) -> None:
+                super().text_delta(index, delta)
+                first_token.set()
+
+        sink = SignallingSink()
+
+        async def turn() -> None:
+            with streaming_to(sink):
+                await run_agent(Agent(model), "Talk.", tool_events=drain_events)
+
+        task = asyncio.create_task(turn())
+        await asyncio.wait_for(first_token.wait(), 5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for _ in range(100):
+            if gw.disconnected:
+                break
+            await asyncio.sleep(0.02)
+    assert gw.disconnected == 1
+    assert 0 < len(sink.text) < 400
+
+
+async def drain_events(stream: AsyncIterable[AgentStreamEvent]) -> None:
+    async for _ in stream:
+        pass

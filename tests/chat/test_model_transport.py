@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from popagent_agent_runner.model_wire import PACE_READS
 from popagent_agent_runner.turn.model_transport import LeanTransport
 from support.https_receiver import HttpsReceiver, Reply, closed_port
 from support.model_gateway import ModelGateway, Turn
@@ -159,6 +160,95 @@ async def test_failures_are_httpx_transport_errors(client: httpx.AsyncClient) ->
     async with raw_server(garbage) as (url, _):
         with pytest.raises(httpx.RemoteProtocolError):
             await client.get(f"{url}/x")
+
+
+async def test_chunked_bodies_split_anywhere_arrive_whole_and_buffered_chunks_together(
+    client: httpx.AsyncClient,
+) -> None:
+    chunks = [f"data: {n:03d}\n\n".encode() for n in range(12)]
+    wire = b"".join(f"{len(c):x};ext=1\r\n".encode() + c + b"\r\n" for c in chunks) + b"0\r\nTrailer: x\r\n\r\n"
+    release = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        # Cut mid size line, mid payload and mid CRLF, and send half of the body before the reader looks.
+        half = len(wire) // 2
+        for piece in (wire[:7], wire[7:19], wire[19:half]):
+            writer.write(piece)
+            await writer.drain()
+            await asyncio.sleep(0.02)
+        await release.wait()
+        writer.write(wire[half:])
+        await writer.drain()
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+
+    async with raw_server(handler) as (url, connections):
+        async with client.stream("GET", f"{url}/stream") as response:
+            pieces: list[bytes] = []
+            async for piece in response.aiter_raw():
+                pieces.append(piece)
+                release.set()
+        again = await client.get(f"{url}/again")
+    assert b"".join(pieces) == b"".join(chunks)
+    # Chunks that waited together were handed on together, and a piece is always whole chunks.
+    assert len(pieces) < len(chunks)
+    assert all(piece.endswith(b"\n\n") for piece in pieces)
+    # The trailer was read and the connection went back to the pool.
+    assert again.content == b"ok" and len(connections) == 1
+
+
+async def test_a_paced_body_is_read_at_most_once_per_interval(client: httpx.AsyncClient) -> None:
+    # 60 chunks 5 ms apart: unpaced, each arrives on its own; paced at 50 ms, a read takes ~10 at once.
+    script = [Turn.say("x" * 120, chunk_size=2, chunk_delay_s=0.005)] * 2
+    async with ModelGateway(script) as gw:
+        reads: dict[str, list[bytes]] = {}
+        for label, interval in (("unpaced", 0.0), ("paced", 0.05)):
+            async with client.stream("POST", f"{gw.url}/chat/completions", json={"model": "m", "messages": []}) as r:
+                reads[label] = []
+                async for raw in r.aiter_raw():
+                    if not reads[label] and interval:
+                        r.extensions[PACE_READS](interval)
+                    reads[label].append(raw)
+    assert content_of(b"".join(reads["paced"])) == content_of(b"".join(reads["unpaced"])) == "x" * 120
+    assert len(reads["unpaced"]) > 40
+    assert len(reads["paced"]) <= 12, f"{len(reads['paced'])} reads of a paced body"
+
+
+async def test_pacing_ends_when_the_connection_returns_to_the_pool(client: httpx.AsyncClient) -> None:
+    script = [Turn.say("y" * 40, chunk_size=2, chunk_delay_s=0.005)] * 2
+    async with ModelGateway(script) as gw:
+        reads: list[list[bytes]] = []
+        connections: list[object] = []
+        for pace in (True, False):
+            async with client.stream("POST", f"{gw.url}/chat/completions", json={"model": "m", "messages": []}) as r:
+                reads.append([])
+                connections.append(r.extensions[PACE_READS].__self__)
+                async for raw in r.aiter_raw():
+                    if pace and len(reads[-1]) == 0:
+                        r.extensions[PACE_READS](0.05)
+                    reads[-1].append(raw)
+    assert connections[0] is connections[1], "both answers came over one pooled connection"
+    assert len(reads[0]) <= 5
+    assert len(reads[1]) > 15, "the pooled connection was still paced"
+
+
+async def test_a_pace_longer_than_the_read_timeout_is_not_a_timeout() -> None:
+    transport = LeanTransport(read_timeout_s=0.2)
+    script = [Turn.say("w" * 40, chunk_size=2, chunk_delay_s=0.01)]
+    body = b""
+    async with (
+        httpx.AsyncClient(transport=transport, timeout=None) as http,
+        ModelGateway(script) as gw,
+        http.stream("POST", f"{gw.url}/chat/completions", json={"model": "m", "messages": []}) as r,
+    ):
+        async for raw in r.aiter_raw():
+            if not body:
+                r.extensions[PACE_READS](5.0)
+            body += raw
+    assert content_of(body) == "w" * 40
 
 
 async def test_closing_a_stream_early_closes_the_connection(client: httpx.AsyncClient) -> None:

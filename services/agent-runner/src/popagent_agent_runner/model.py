@@ -23,6 +23,7 @@ on purpose:
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import warnings
 from collections.abc import AsyncGenerator, AsyncIterable, Callable, Iterable, Mapping, Sequence
@@ -100,6 +101,7 @@ from popagent_agent_runner.model_stream import LeanStreamedResponse, TurnSink, c
 from popagent_agent_runner.model_wire import (
     CHAT_FINISH_REASON_MAP,
     DONE,
+    PACE_READS,
     ModelFailure,
     SSEDecoder,
     classify_model_error,
@@ -356,7 +358,10 @@ class LeanOpenAIModel(Model[Any]):
         model_request_parameters: ModelRequestParameters,
     ) -> ModelResponse:
         check_allow_model_requests()
+        sink = current_turn_sink()
         model_settings, model_request_parameters = self.prepare_request(model_settings, model_request_parameters)
+        if sink is not None:
+            return await self._request_through(sink, messages, model_settings, model_request_parameters)
         request = await self._build_request(messages, False, model_settings or {}, model_request_parameters)
         response = await self._send(request, stream=False, settings=model_settings or {})
         try:
@@ -366,6 +371,36 @@ class LeanOpenAIModel(Model[Any]):
                 model_name=self._model_name, message=f"Failed to decode response as JSON: {error}"
             ) from error
         return self._process_response(data)
+
+    async def _request_through(
+        self,
+        sink: TurnSink,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        params: ModelRequestParameters,
+    ) -> ModelResponse:
+        """A request streamed from the server with its text handed to `sink` as it arrives, answered to
+        pydantic-ai as one finished response (what `request_stream` would have assembled).
+
+        A turn's agents run unstreamed for pydantic-ai (`turn.agent_runs`), which spares its per-event
+        stream machinery, while the user still sees every token at once. pydantic-ai is handed nothing
+        until the response is complete, so its deltas are merged whole (an unbounded window).
+        """
+        request = await self._build_request(messages, True, model_settings or {}, params)
+        response = await self._send(request, stream=True, settings=model_settings or {})
+        try:
+            stream = await self._open_stream(response, params, sink, window=math.inf)
+            # Once the first content went to the sink, read no more often than the sink forwards.
+            pace = response.extensions.get(PACE_READS)
+            interval = getattr(sink, "forward_interval_s", 0.0)
+            async for _ in stream:
+                if pace is not None:
+                    if interval:
+                        pace(interval)
+                    pace = None
+            return stream.get()
+        finally:
+            await response.aclose()
 
     @asynccontextmanager
     async def request_stream(
@@ -386,7 +421,11 @@ class LeanOpenAIModel(Model[Any]):
             await response.aclose()
 
     async def _open_stream(
-        self, response: httpx.Response, params: ModelRequestParameters, sink: TurnSink | None
+        self,
+        response: httpx.Response,
+        params: ModelRequestParameters,
+        sink: TurnSink | None,
+        window: float | None = None,
     ) -> LeanStreamedResponse:
         # Read up to the first event before handing the stream over, as `OpenAIChatModel` peeks: an
         # error event or an empty stream fails the request itself, and the model name comes from it.
@@ -426,7 +465,7 @@ class LeanOpenAIModel(Model[Any]):
             _first_chunk=first,
             _backlog=backlog[1:],
             _sink=sink,
-            _window=self._coalesce_window,
+            _window=self._coalesce_window if window is None else window,
         )
         stream.canonical_system = self._canonical_system_stamp
         return stream

@@ -220,7 +220,7 @@ class LeanStreamedResponse(StreamedResponse):
         except httpx.TransportError as error:
             if self.cancelled:
                 raise
-            raise transport_error(self._model_name, error) from error
+            raise transport_error(self._model_name, error, in_stream=True) from error
         if done:
             await self._drain()
         elif not (self._has_finish_reason or self._has_refusal or self.cancelled):

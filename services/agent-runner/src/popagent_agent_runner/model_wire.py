@@ -48,6 +48,9 @@ __all__ = [
 ]
 
 DONE: Final = b"[DONE]"
+PACE_READS: Final = "popagent.pace_reads"
+"""A response extension of the model transport: `pace(interval_s)` reads the rest of the body at most once
+per interval (see `turn.model_transport`)."""
 
 CHAT_FINISH_REASON_MAP: Final[dict[str, FinishReason]] = {
     "stop": "stop",
@@ -286,10 +289,17 @@ def stream_error(model_name: str, error: object) -> ModelAPIError:
     return _model_errors.stream_error(model_name, message, error)
 
 
-def transport_error(model_name: str, error: httpx.TransportError) -> ModelConnectionError:
-    """The error for a request that could not reach the server or whose response could not be read."""
+def transport_error(model_name: str, error: httpx.TransportError, *, in_stream: bool = False) -> ModelConnectionError:
+    """The error for a request that could not reach the server or whose response could not be read.
+
+    `in_stream`: the response had begun streaming (a broken stream, which `StopFailure` reports as such).
+    """
     message = str(error) or type(error).__name__
-    return _model_errors.connection_error(model_name, message, error, timeout=isinstance(error, httpx.TimeoutException))
+    failure = _model_errors.connection_error(
+        model_name, message, error, timeout=isinstance(error, httpx.TimeoutException)
+    )
+    failure.in_stream = in_stream
+    return failure
 
 
 def broken_stream_error(model_name: str, detail: str) -> ModelConnectionError:

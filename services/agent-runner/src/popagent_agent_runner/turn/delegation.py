@@ -32,6 +32,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.usage import RunUsage, UsageLimits
 
 from popagent_agent_runner.model import classify_model_error, streaming_to
+from popagent_agent_runner.turn.agent_runs import run_agent
 from popagent_agent_runner.turn.deps import SUPERVISOR_ID, AgentProfile, SpecialistRun, TurnContext, TurnDeps
 from popagent_agent_runner.turn.events import TurnOutput
 from popagent_agent_runner.turn.hooks_points import bounded, denied
@@ -114,8 +115,8 @@ class DelegationActivity:
         iteration["toolCalls"] = [part.tool_name for part in response.tool_calls]
         self.emit()
 
-    async def handler(self, ctx: RunContext[TurnDeps], stream: AsyncIterable[AgentStreamEvent]) -> None:
-        """Streams the specialist's requests (text goes nowhere) and counts its tool outcomes."""
+    async def tool_events(self, stream: AsyncIterable[AgentStreamEvent]) -> None:
+        """Counts the outcomes of the specialist's tool calls."""
         async for event in stream:
             if isinstance(event, FunctionToolResultEvent) and self.iterations:
                 outcomes = self.iterations[-1].setdefault("toolResults", {})
@@ -201,12 +202,13 @@ class Delegation:
         try:
             # The specialist's text must not stream as the supervisor's: it is telemetry.
             with streaming_to(None):
-                result = await agent.run(
+                result = await run_agent(
+                    agent,
                     prompt,
+                    tool_events=activity.tool_events,
                     deps=deps,
                     usage=usage,
                     usage_limits=UsageLimits(request_limit=snapshot.specialist_max_steps),
-                    event_stream_handler=activity.handler,
                     instructions=instructions,
                 )
         except asyncio.CancelledError:

@@ -138,6 +138,11 @@ class TurnOutput:
 
     # -- text (the TurnSink protocol, called for every streamed delta) ---------------------
 
+    @property
+    def forward_interval_s(self) -> float:
+        """How often text leaves for the gateway once it flows: the model stream need not be read more often."""
+        return self.events.min_interval_s
+
     def text_delta(self, index: int, delta: str) -> None:
         text = self._text
         if text is None or text.index != index:

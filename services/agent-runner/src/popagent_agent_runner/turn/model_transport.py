@@ -28,6 +28,8 @@ from typing import cast
 
 import httpx
 
+from popagent_agent_runner.model_wire import PACE_READS
+
 MAX_HEAD_BYTES = 64 * 1024
 MAX_IDLE_PER_ORIGIN = 100
 _CRLF = b"\r\n"
@@ -48,6 +50,9 @@ class _Connection(asyncio.Protocol):
         self._last_data = loop.time()
         self._watchdog: asyncio.TimerHandle | None = None
         self._timed_out = False
+        # Read pacing (see `pace`): the interval, and the timer that resumes reading.
+        self._pace_s = 0.0
+        self._resume: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol --------------------------------------------------------------
 
@@ -58,6 +63,9 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.buffer += data
         self._last_data = self.loop.time()
+        if self._pace_s and self._resume is None and self.transport is not None:
+            self.transport.pause_reading()
+            self._resume = self.loop.call_later(self._pace_s, self._resume_reading)
         self._wake()
 
     def eof_received(self) -> bool:
@@ -70,7 +78,32 @@ class _Connection(asyncio.Protocol):
         if exc is not None and self.error is None:
             self.error = exc
         self._stop_watchdog()
+        self._stop_pacing()
         self._wake()
+
+    # -- read pacing ---------------------------------------------------------------------
+
+    def pace(self, interval_s: float) -> None:
+        """Read at most once per `interval_s` from now on (0: as bytes arrive), until the connection is pooled.
+
+        A model streams a small chunk every few ms, and every read costs an event-loop wake-up and a
+        pass through the body's readers. A turn forwards its text in batches anyway (`TurnEvents`),
+        so once the first text went out, reading at that pace loses the user nothing: the kernel
+        keeps what arrives meanwhile and the next read takes all of it at once.
+        """
+        if self.read_timeout_s is not None:
+            # A pause must never look like a silent server to the idle read timeout.
+            interval_s = min(interval_s, self.read_timeout_s / 4)
+        self._pace_s = interval_s
+        if not interval_s:
+            self._resume_reading()
+
+    def _resume_reading(self) -> None:
+        if self._resume is not None:
+            self._resume.cancel()
+            self._resume = None
+        if self.transport is not None and not self.closed:
+            self.transport.resume_reading()
 
     def _wake(self) -> None:
         waiter, self._waiter = self._waiter, None
@@ -138,13 +171,6 @@ class _Connection(asyncio.Protocol):
                 raise httpx.RemoteProtocolError("chunk size line too long")
             await self.more()
 
-    async def read_exactly(self, size: int) -> bytes:
-        while len(self.buffer) < size:
-            await self.more()
-        data = bytes(self.buffer[:size])
-        del self.buffer[:size]
-        return data
-
     async def read_some(self) -> bytes:
         """What is buffered, or the next bytes to arrive; b"" once the server closed."""
         if not self.buffer:
@@ -166,13 +192,50 @@ class _Connection(asyncio.Protocol):
 
     def idle(self) -> None:
         self._stop_watchdog()
+        self.pace(0.0)
+
+    def _stop_pacing(self) -> None:
+        self._pace_s = 0.0
+        if self._resume is not None:
+            self._resume.cancel()
+            self._resume = None
 
     def abort(self) -> None:
         self.closed = True
         self._stop_watchdog()
+        self._stop_pacing()
         if self.transport is not None:
             self.transport.abort()
         self._wake()
+
+
+def _take_chunks(buffer: bytearray) -> tuple[list[bytes], bool]:
+    """The payloads of the complete chunks at the start of `buffer` (removed from it), and whether the
+    last chunk (size 0) was among them; a partial chunk stays for the next read."""
+    pieces: list[bytes] = []
+    start = 0
+    ended = False
+    while True:
+        end = buffer.find(_CRLF, start)
+        if end < 0:
+            if len(buffer) - start > MAX_HEAD_BYTES:
+                raise httpx.RemoteProtocolError("chunk size line too long")
+            break
+        try:
+            size = int(bytes(buffer[start:end]).split(b";", 1)[0], 16)
+        except ValueError:
+            raise httpx.RemoteProtocolError(f"bad chunk size {bytes(buffer[start : start + 20])!r}") from None
+        if size == 0:
+            start = end + 2
+            ended = True
+            break
+        data_end = end + 2 + size
+        if len(buffer) < data_end + 2:
+            break
+        pieces.append(bytes(buffer[end + 2 : data_end]))
+        start = data_end + 2
+    del buffer[:start]
+    return pieces, ended
 
 
 class _Body(httpx.AsyncByteStream):
@@ -209,18 +272,17 @@ class _Body(httpx.AsyncByteStream):
                 remaining -= len(data)
                 yield data
         elif self._framing == "chunked":
+            # Every complete chunk buffered is handed on as one piece: a paced read (or a busy loop)
+            # finds several SSE events waiting, and they then cost one pass through the readers.
             while True:
-                size_line = await conn.read_line()
-                try:
-                    size = int(size_line.split(b";", 1)[0], 16)
-                except ValueError:
-                    raise httpx.RemoteProtocolError(f"bad chunk size {size_line[:20]!r}") from None
-                if size == 0:
+                pieces, ended = _take_chunks(conn.buffer)
+                if pieces:
+                    yield b"".join(pieces)
+                if ended:
                     while await conn.read_line():
                         pass  # trailers
                     break
-                data = await conn.read_exactly(size + 2)
-                yield data[:-2]
+                await conn.more()
         else:
             while data := await conn.read_some():
                 yield data
@@ -285,7 +347,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
             status,
             headers=headers,
             stream=stream,
-            extensions={"http_version": b"HTTP/1.1", "reason_phrase": reason},
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": reason, PACE_READS: conn.pace},
         )
 
     def release(self, key: tuple[str, str, int], conn: _Connection) -> None:

@@ -30,12 +30,12 @@ import contextlib
 import logging
 import re
 import uuid
-from collections.abc import AsyncIterable, Awaitable, Callable
+from collections.abc import AsyncIterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from pydantic_ai import Agent, AgentRunResult, RunContext
+from pydantic_ai import Agent, AgentRunResult
 from pydantic_ai.exceptions import ModelHTTPError, UsageLimitExceeded
 from pydantic_ai.messages import (
     AgentStreamEvent,
@@ -55,6 +55,7 @@ from pydantic_ai.usage import RunUsage, UsageLimits
 
 from popagent.events.v1 import events_pb2
 from popagent_agent_runner.model import ModelFailure, classify_model_error, streaming_to
+from popagent_agent_runner.turn.agent_runs import ToolEvents, run_agent
 from popagent_agent_runner.turn.agents_factory import AgentFactory
 from popagent_agent_runner.turn.capability import arguments_object, jsonable
 from popagent_agent_runner.turn.deps import SUPERVISOR_ID, TurnContext, TurnDeps
@@ -206,13 +207,10 @@ class _UISteps:
         self.output.text_end()
 
 
-UIHandler = Callable[[RunContext[TurnDeps], AsyncIterable[AgentStreamEvent]], Awaitable[None]]
-
-
-def _ui_handler(output: TurnOutput) -> UIHandler:
+def _ui_tool_events(output: TurnOutput) -> ToolEvents:
     """The supervisor's tool calls and results as they happen (its text comes from the sink)."""
 
-    async def handle(ctx: RunContext[TurnDeps], stream: AsyncIterable[AgentStreamEvent]) -> None:
+    async def handle(stream: AsyncIterable[AgentStreamEvent]) -> None:
         async for event in stream:
             if isinstance(event, FunctionToolCallEvent):
                 part = event.part
@@ -443,13 +441,14 @@ class TurnRunner:
     ) -> AgentRunResult[str]:
         # A fresh step budget per run: the final step of each is reserved for an answer.
         with streaming_to(deps.turn.output):
-            return await agent.run(
+            return await run_agent(
+                agent,
                 prompt,
+                tool_events=_ui_tool_events(deps.turn.output),
                 message_history=history,
                 deps=deps,
                 usage=usage,
                 usage_limits=UsageLimits(request_limit=usage.requests + deps.max_steps),
-                event_stream_handler=_ui_handler(deps.turn.output),
                 instructions=instructions,
             )
 
