@@ -1,4 +1,8 @@
-"""Request dependencies: API-key auth and the gRPC stubs of the owning services."""
+"""Request dependencies: API-key auth and the gRPC stubs of the owning services.
+
+Every dependency is `async def`, though none awaits: FastAPI runs a plain `def` dependency in a
+worker thread, a thread hop per dependency per request that cost more than the rest of the gateway's
+work on a chat turn (py-spy under bench/chat.py)."""
 
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ API_KEY_HEADER = "x-popagent-key"
 _API_KEY_SCHEME = APIKeyHeader(name=API_KEY_HEADER, scheme_name="popagentKey", auto_error=False)
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
@@ -63,15 +67,15 @@ def cached_stub(request: Request, service: str, stub_class: Callable[[grpc.aio.C
     return stub
 
 
-def get_agent_runner(request: Request) -> agent_runner_pb2_grpc.AgentRunnerServiceStub:
+async def get_agent_runner(request: Request) -> agent_runner_pb2_grpc.AgentRunnerServiceStub:
     return cached_stub(request, "agent-runner", agent_runner_pb2_grpc.AgentRunnerServiceStub)
 
 
-def get_agent_runner_state(request: Request) -> agent_runner_pb2_grpc.AgentRunnerStateServiceStub:
+async def get_agent_runner_state(request: Request) -> agent_runner_pb2_grpc.AgentRunnerStateServiceStub:
     return cached_stub(request, "agent-runner", agent_runner_pb2_grpc.AgentRunnerStateServiceStub)
 
 
-def get_model_catalog(request: Request) -> ModelCatalog:
+async def get_model_catalog(request: Request) -> ModelCatalog:
     """The app's one model catalog cache, made on first use from the settings."""
     state = request.app.state
     catalog: ModelCatalog | None = getattr(state, "model_catalog", None)
@@ -83,23 +87,23 @@ def get_model_catalog(request: Request) -> ModelCatalog:
     return catalog
 
 
-def get_hooks(request: Request) -> hooks_pb2_grpc.HooksServiceStub:
+async def get_hooks(request: Request) -> hooks_pb2_grpc.HooksServiceStub:
     return cached_stub(request, "hooks", hooks_pb2_grpc.HooksServiceStub)
 
 
-def get_secrets(request: Request) -> secrets_pb2_grpc.SecretsServiceStub:
+async def get_secrets(request: Request) -> secrets_pb2_grpc.SecretsServiceStub:
     return cached_stub(request, "secrets", secrets_pb2_grpc.SecretsServiceStub)
 
 
-def get_tasks(request: Request) -> tasks_pb2_grpc.TasksServiceStub:
+async def get_tasks(request: Request) -> tasks_pb2_grpc.TasksServiceStub:
     return cached_stub(request, "tasks", tasks_pb2_grpc.TasksServiceStub)
 
 
-def get_evolution(request: Request) -> evolution_pb2_grpc.EvolutionServiceStub:
+async def get_evolution(request: Request) -> evolution_pb2_grpc.EvolutionServiceStub:
     return cached_stub(request, "evolution", evolution_pb2_grpc.EvolutionServiceStub)
 
 
-def get_browser_bridge(request: Request) -> browser_bridge_pb2_grpc.BrowserBridgeServiceStub:
+async def get_browser_bridge(request: Request) -> browser_bridge_pb2_grpc.BrowserBridgeServiceStub:
     return cached_stub(request, "browser-bridge", browser_bridge_pb2_grpc.BrowserBridgeServiceStub)
 
 
