@@ -54,3 +54,35 @@ async def test_the_start_and_the_first_token_leave_at_once_and_later_deltas_merg
         {"type": "step-start"},
         {"type": "text", "text": "Hello world!", "state": "done"},
     ]
+
+
+async def test_a_non_text_event_takes_the_waiting_text_with_it_at_once() -> None:
+    events = TurnEvents(min_interval_s=5.0)
+    output = TurnOutput(events)
+    batches = events.batches()
+    loop = asyncio.get_running_loop()
+    output.start("turn", "message", "model")
+    await anext(batches)
+    output.text_delta(0, "Let me check")
+    await anext(batches)  # the first text: at once; from here on text is paced at 5 s
+
+    waiting = asyncio.ensure_future(anext(batches))
+    output.text_delta(0, " the time.")
+    await asyncio.sleep(0.05)
+    assert not waiting.done(), "a text delta alone waits for the interval"
+    asked = loop.time()
+    output.tool_input("call-1", "getTime", {})
+    batch = await waiting
+    assert loop.time() - asked < 0.5, "a tool call waited for the text interval"
+    assert kinds(batch) == ["text_delta", "text_end", "tool_input"]
+    assert batch.events[0].text_delta.delta == " the time."
+
+    # The turn's end is not held back either, however long the interval.
+    output.step_start()
+    output.text_delta(1, "Noon.")
+    output.finish("stop", 3, 4)
+    ending = loop.time()
+    events.close()
+    rest = [b async for b in batches]
+    assert loop.time() - ending < 0.5
+    assert [kind for b in rest for kind in kinds(b)][-1] == "finish"

@@ -31,10 +31,11 @@ class TurnEvents:
     """A single-consumer queue of turn events, drained in batches.
 
     Every batch leaves the moment its first event is queued until the first text has gone out,
-    so neither the start nor the first token ever waits. After that a batch leaves at most every
-    `min_interval_s`: a paced model stream (one token every few ms) would otherwise cost one gRPC
-    message, one gateway wake-up and one SSE write per token, which is what limits concurrent
-    chats on a small machine; a few ms of smoothing is invisible in a UI.
+    so neither the start nor the first token ever waits. After that, text deltas leave at most
+    every `min_interval_s`: a paced model stream (one token every few ms) would otherwise cost one
+    gRPC message, one gateway wake-up and one SSE write per token, which is what limits concurrent
+    chats on a small machine. Any other event (a tool call, a step or text boundary, the finish)
+    takes what is waiting with it at once, so a turn's structure and its end are never held back.
     """
 
     def __init__(self, min_interval_s: float = 0.0) -> None:
@@ -42,6 +43,9 @@ class TurnEvents:
         self._ready = asyncio.Event()
         self._closed = False
         self._text_queued = False
+        # Whether an event other than a text delta waits (it leaves without pacing).
+        self._urgent = False
+        self._pause_waiter: asyncio.Future[None] | None = None
         # The pending text delta the next delta of the same part is appended to.
         self._open_delta: pb.TextDelta | None = None
         self.min_interval_s = min_interval_s
@@ -49,7 +53,9 @@ class TurnEvents:
     def put(self, event: pb.TurnEvent) -> None:
         self._open_delta = None
         self._events.append(event)
+        self._urgent = True
         self._ready.set()
+        self._end_pause()
 
     def put_text(self, part_id: str, delta: str) -> None:
         """A text delta, merged into the one still waiting for the same part (one SSE chunk, not
@@ -68,6 +74,22 @@ class TurnEvents:
         """No more events: `batches()` ends once the queue is empty."""
         self._closed = True
         self._ready.set()
+        self._end_pause()
+
+    async def _pause(self, loop: asyncio.AbstractEventLoop, seconds: float) -> None:
+        """Wait `seconds`, or less if a non-text event arrives or the queue closes meanwhile."""
+        waiter = self._pause_waiter = loop.create_future()
+        timer = loop.call_later(seconds, self._end_pause)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._pause_waiter = None
+
+    def _end_pause(self) -> None:
+        waiter = self._pause_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     async def batches(self) -> AsyncIterator[pb.TurnEventBatch]:
         loop = asyncio.get_running_loop()
@@ -75,14 +97,15 @@ class TurnEvents:
         sent_at = 0.0
         while True:
             await self._ready.wait()
-            if paced and not self._closed:
+            if paced and not self._closed and not self._urgent:
                 wait = sent_at + self.min_interval_s - loop.time()
                 if wait > 0:
-                    await asyncio.sleep(wait)
+                    await self._pause(loop, wait)
             self._ready.clear()
             if self._events:
                 events, self._events = self._events, []
                 self._open_delta = None
+                self._urgent = False
                 paced = self._text_queued
                 sent_at = loop.time()
                 yield pb.TurnEventBatch(events=events)
