@@ -23,10 +23,15 @@ STREAM = subjects.stream_name(SCHEMA)
 
 
 @pytest.fixture
-async def pool(make_database, tmp_path: Path) -> AsyncIterator[asyncpg.Pool]:
-    """A pool on a schema holding only the kernel tables (the outbox among them)."""
+async def dsn(make_database, tmp_path: Path) -> str:
+    """A database whose schema holds only the kernel tables (the outbox among them)."""
     dsn = await make_database()
     await migrate(dsn, SCHEMA, tmp_path / "no-service-migrations")
+    return dsn
+
+
+@pytest.fixture
+async def pool(dsn: str) -> AsyncIterator[asyncpg.Pool]:
     async with db.open_pool(dsn, SCHEMA, max_size=4) as pool:
         yield pool
 
@@ -312,4 +317,30 @@ async def test_a_broker_that_returns_without_its_store_gets_the_stream_back_and_
     finally:
         if restarted is not None:
             restarted.stop()
+    assert [m.headers and m.headers["Nats-Msg-Id"] for m in messages] == ids
+
+
+async def test_relays_of_several_worker_processes_keep_the_order_and_publish_each_event_once(pool, dsn, nats_url):
+    # A service's worker processes each run a relay (with a pool of its own) on the same outbox:
+    # while events are enqueued, three relays race; JetStream must still get every event once, in order.
+    subject = unique_subject()
+    payloads = [f"event-{i:03d}".encode() for i in range(120)]
+    async with jetstream(nats_url) as js, contextlib.AsyncExitStack() as running:
+        for number in range(3):
+            own_pool = await running.enter_async_context(db.open_pool(dsn, SCHEMA, max_size=2))
+            relay = bus.OutboxRelay(own_pool, js, batch_size=7, poll_interval_s=0.05)
+            await running.enter_async_context(background_task(relay.run, name=f"relay-{number}"))
+        ids: list[str] = []
+        for start in range(0, len(payloads), 40):
+            # 40 rows per commit: each wake-up finds a backlog the three relays could split.
+            ids += await enqueue(pool, subject, *payloads[start : start + 40])
+            await asyncio.sleep(0.02)
+
+        async def all_arrived() -> bool:
+            return len(await stream_messages(js, subject)) >= len(payloads)
+
+        await eventually(all_arrived, what="every event in the stream")
+        await eventually(lambda: all_marked(pool), what="every row marked published")
+        messages = await stream_messages(js, subject)
+    assert [m.data for m in messages] == payloads
     assert [m.headers and m.headers["Nats-Msg-Id"] for m in messages] == ids

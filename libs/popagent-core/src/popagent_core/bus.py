@@ -122,6 +122,12 @@ class OutboxRelay:
         """
         published = 0
         async with self.pool.acquire() as conn, conn.transaction():
+            # One relay of a schema at a time (a service may run several worker processes, each with
+            # its relay): another relay waits for this batch's commit, then goes on from the next row,
+            # so events leave in `seq` order whichever process relays them.
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended('popagent_outbox.' || current_schema(), 0))"
+            )
             rows = await conn.fetch(
                 "SELECT id, subject, payload FROM popagent_outbox WHERE published_at IS NULL"
                 " ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED",
