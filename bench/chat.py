@@ -1,8 +1,9 @@
 """Chat through the whole stack against streaming straight from the same scripted model server, same run.
 
 Real processes, as `make run` starts them: embedded PostgreSQL and NATS, the hooks service (no
-hooks configured), agent-runner (its chat turn on the lean model, `NINEROUTER_URL` pointing at the
-scripted server) and the gateway (uvicorn, uvloop, httptools), plus the scripted model server
+hooks configured), agent-runner as its worker processes (`--runner-workers`, by default as many as
+`make run` starts; its chat turn on the lean model, `NINEROUTER_URL` pointing at the scripted
+server) and the gateway (uvicorn, uvloop, httptools), plus the scripted model server
 (tests/support/model_gateway.py) as its own process answering every request with the same streamed
 text. The bench process is the client for both paths, with the same code:
 
@@ -22,7 +23,7 @@ resolution), at fifty they are the streaming cost. For the stack, the time to th
 (the gateway answers once the runner's first batch, `start`, arrived) is printed as well.
 Targets: added time to first token <= 15 ms p50; stack throughput >= 90% of direct.
 
-    .venv/bin/python bench/chat.py [--chunks 200] [--chunk-delay-ms 5] [--rounds 4] [--levels 1,50]
+    .venv/bin/python bench/chat.py [--chunks 200] [--chunk-delay-ms 5] [--rounds 4] [--levels 1,50] [--runner-workers N]
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ import uvloop
 from popagent_core import embedded
 from popagent_core.auth import generate_credentials
 from popagent_core.grpc_client import check_health, open_channel
-from popagent_core.launcher import _ensure_database  # pyright: ignore[reportPrivateUsage]
+from popagent_core.launcher import _ensure_database, default_runner_workers  # pyright: ignore[reportPrivateUsage]
 
 REPO = Path(__file__).resolve().parents[1]
 API_KEY = "bench-api-key-" + "k" * 24
@@ -126,10 +127,13 @@ def spawn(module: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes
 
 
 @contextlib.asynccontextmanager
-async def stack(data: Path, model_url: str) -> AsyncIterator[tuple[str, dict[str, int]]]:
-    """(gateway url, pid by service) of hooks, agent-runner and the gateway on embedded PostgreSQL and NATS."""
+async def stack(data: Path, model_url: str, runner_workers: int) -> AsyncIterator[tuple[str, dict[str, int]]]:
+    """(gateway url, pid by process) of hooks, agent-runner's workers and the gateway on embedded PostgreSQL and NATS."""
     tokens, callers = generate_credentials()
-    addresses = {name: f"127.0.0.1:{embedded.free_port()}" for name in ("agent-runner", "hooks")}
+    runners = [f"127.0.0.1:{embedded.free_port()}" for _ in range(runner_workers)]
+    addresses = {"hooks": f"127.0.0.1:{embedded.free_port()}"} | {
+        f"agent-runner-{number}": address for number, address in enumerate(runners, start=1)
+    }
     gateway_port = embedded.free_port()
     unused = f"127.0.0.1:{embedded.free_port()}"
     with embedded.postgres(data / "pg") as admin_dsn, embedded.nats(data / "nats") as nats:
@@ -143,7 +147,7 @@ async def stack(data: Path, model_url: str) -> AsyncIterator[tuple[str, dict[str
             "NINEROUTER_URL": model_url,
             "NINEROUTER_API_KEY": MODEL_KEY,
             "POPAGENT_INTERNAL_CALLERS": callers,
-            "POPAGENT_AGENT_RUNNER_ADDR": addresses["agent-runner"],
+            "POPAGENT_AGENT_RUNNER_ADDR": ",".join(runners),
             "POPAGENT_HOOKS_ADDR": addresses["hooks"],
             "POPAGENT_BROWSER_BRIDGE_ADDR": unused,
             "POPAGENT_EVOLUTION_ADDR": unused,
@@ -155,13 +159,16 @@ async def stack(data: Path, model_url: str) -> AsyncIterator[tuple[str, dict[str
             "POPAGENT_LOG_LEVEL": "WARNING",
         }
         children = {
-            name: spawn(f"popagent_{name.replace('-', '_')}", base | {"POPAGENT_INTERNAL_TOKEN": tokens[name]}, log)
-            for name, log in (
-                ("hooks", data / "hooks.log"),
-                ("agent-runner", data / "runner.log"),
-                ("gateway", data / "gateway.log"),
-            )
+            "hooks": spawn("popagent_hooks", base | {"POPAGENT_INTERNAL_TOKEN": tokens["hooks"]}, data / "hooks.log")
         }
+        for number, address in enumerate(runners, start=1):
+            worker = {"POPAGENT_INTERNAL_TOKEN": tokens["agent-runner"], "POPAGENT_AGENT_RUNNER_ADDR": address}
+            children[f"agent-runner-{number}"] = spawn(
+                "popagent_agent_runner", base | worker, data / f"runner-{number}.log"
+            )
+        children["gateway"] = spawn(
+            "popagent_gateway", base | {"POPAGENT_INTERNAL_TOKEN": tokens["gateway"]}, data / "gateway.log"
+        )
         try:
             for name, address in addresses.items():
                 async with open_channel(address, "") as channel:
@@ -327,11 +334,11 @@ def p50_ms(values: list[float]) -> float:
     return statistics.median(values) * 1000
 
 
-async def run(chunks: int, chunk_delay_s: float, rounds: int, levels: list[int]) -> None:
+async def run(chunks: int, chunk_delay_s: float, rounds: int, levels: list[int], runner_workers: int) -> None:
     with tempfile.TemporaryDirectory(prefix="popagent-bench-chat-") as tmp:
         async with (
             model_server(chunks, chunk_delay_s) as (model_url, model_pid),
-            stack(Path(tmp), model_url) as (url, pids),
+            stack(Path(tmp), model_url, runner_workers) as (url, pids),
         ):
             pids = {**pids, "model-server": model_pid, "bench-client": os.getpid()}
             async with httpx.AsyncClient(timeout=30) as client:
@@ -350,7 +357,8 @@ async def run(chunks: int, chunk_delay_s: float, rounds: int, levels: list[int])
             await run_level(through, max(levels), 2, stream_s, pids)
             print(
                 f"chat bench: {chunks} chunks of {CHUNK_CHARS} characters per turn, "
-                f"{chunk_delay_s * 1000:g} ms between chunks, {rounds} turns per chat and level\n"
+                f"{chunk_delay_s * 1000:g} ms between chunks, {rounds} turns per chat and level, "
+                f"agent-runner as {runner_workers} worker{'s' if runner_workers > 1 else ''}\n"
             )
             for concurrency in levels:
                 # At least 20 turns per path and level, so a p50 means something at low concurrency.
@@ -391,7 +399,7 @@ def report(concurrency: int, chunks: int, results: dict[str, list[Level]]) -> No
     processes = [key.split(":", 1)[1] for key in through if key.startswith("cpu_us:")]
     print("  CPU per streamed chunk, µs (stack run; direct run in brackets):")
     for process in processes:
-        print(f"    {process:<13} {through['cpu_us:' + process]:7.1f}   [{direct['cpu_us:' + process]:6.1f}]")
+        print(f"    {process:<15} {through['cpu_us:' + process]:7.1f}   [{direct['cpu_us:' + process]:6.1f}]")
     print()
 
 
@@ -401,9 +409,12 @@ def main() -> None:
     parser.add_argument("--chunk-delay-ms", type=float, default=5.0, help="pause between chunks (0: unpaced)")
     parser.add_argument("--rounds", type=int, default=4, help="turns per chat, level and path")
     parser.add_argument("--levels", default="1,50", help="comma-separated concurrency levels")
+    parser.add_argument(
+        "--runner-workers", type=int, default=default_runner_workers(), help="agent-runner worker processes"
+    )
     args = parser.parse_args()
     levels = [int(level) for level in args.levels.split(",")]
-    uvloop.run(run(args.chunks, args.chunk_delay_ms / 1000, args.rounds, levels))
+    uvloop.run(run(args.chunks, args.chunk_delay_ms / 1000, args.rounds, levels, args.runner_workers))
 
 
 if __name__ == "__main__":

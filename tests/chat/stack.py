@@ -1,8 +1,9 @@
 """The real chat stack for the chat tests, built once per test session (per xdist worker).
 
 In one event loop: the hooks service (with a handler for every event the turn
-dispatches, each on its own path of a real HTTPS receiver), agent-runner with its chat
-turn pointed at the scripted model server over real HTTP, and the gateway app served by
+dispatches, each on its own path of a real HTTPS receiver), agent-runner as two workers
+(as `make run` starts it) with its chat turn pointed at the scripted model server over real
+HTTP, and the gateway app served by
 uvicorn, on a fresh database and a private NATS server. Tests talk HTTP to the gateway,
 script the model server and the hook receiver, and read the database to check what the
 turn stored.
@@ -157,7 +158,8 @@ async def start_chat_stack(
     tokens, callers = credentials
     workspace_root = base / "workspace"
     (workspace_root / "popagent").mkdir(parents=True)
-    addresses = {name: f"127.0.0.1:{free_port()}" for name in ("agent-runner", "hooks")}
+    addresses = {name: f"127.0.0.1:{free_port()}" for name in ("agent-runner", "agent-runner-2", "hooks")}
+    runner_workers = [addresses["agent-runner"], addresses["agent-runner-2"]]
     # A private broker: the hooks service's durable consumer names are fixed.
     nats = embedded.start_nats(base / "nats")
     async with contextlib.AsyncExitStack() as stack:
@@ -182,23 +184,24 @@ async def start_chat_stack(
                 )
             )
         )
-        await stack.enter_async_context(
-            build_agent_runner(
-                AgentRunnerSettings(
-                    **{
-                        **common,
-                        "POPAGENT_INTERNAL_TOKEN": tokens["agent-runner"],
-                        "POPAGENT_AGENT_RUNNER_ADDR": addresses["agent-runner"],
-                        "POPAGENT_HOOKS_ADDR": addresses["hooks"],
-                        # Nothing listens there: session deletion tolerates it (best effort).
-                        "POPAGENT_BROWSER_BRIDGE_ADDR": f"127.0.0.1:{free_port()}",
-                        "POPAGENT_WORKSPACE_ROOT": str(workspace_root),
-                        "NINEROUTER_URL": models.url,
-                        "NINEROUTER_API_KEY": "sk-chat-tests",
-                    }
+        for worker in runner_workers:
+            await stack.enter_async_context(
+                build_agent_runner(
+                    AgentRunnerSettings(
+                        **{
+                            **common,
+                            "POPAGENT_INTERNAL_TOKEN": tokens["agent-runner"],
+                            "POPAGENT_AGENT_RUNNER_ADDR": worker,
+                            "POPAGENT_HOOKS_ADDR": addresses["hooks"],
+                            # Nothing listens there: session deletion tolerates it (best effort).
+                            "POPAGENT_BROWSER_BRIDGE_ADDR": f"127.0.0.1:{free_port()}",
+                            "POPAGENT_WORKSPACE_ROOT": str(workspace_root),
+                            "NINEROUTER_URL": models.url,
+                            "NINEROUTER_API_KEY": "sk-chat-tests",
+                        }
+                    )
                 )
             )
-        )
         unused = f"127.0.0.1:{free_port()}"
         gateway_env: dict[str, Any] = {
             "DATABASE_URL": dsn,
@@ -206,7 +209,7 @@ async def start_chat_stack(
             "POPAGENT_API_KEY": API_KEY,
             "POPAGENT_INTERNAL_TOKEN": tokens["gateway"],
             "NINEROUTER_URL": models.url,
-            "POPAGENT_AGENT_RUNNER_ADDR": addresses["agent-runner"],
+            "POPAGENT_AGENT_RUNNER_ADDR": ",".join(runner_workers),
             "POPAGENT_HOOKS_ADDR": addresses["hooks"],
             "POPAGENT_EVOLUTION_ADDR": unused,
             "POPAGENT_BROWSER_BRIDGE_ADDR": unused,

@@ -12,13 +12,15 @@ from support.model_gateway import ToolCall, Turn
 
 
 async def test_session_start_fires_once_per_session_in_the_process(stack: ChatStack) -> None:
-    stack.models.push(Turn.say("one"), Turn.say("two"), Turn.say("three"))
+    # agent-runner runs as two workers here: the gateway sends all of a session's turns to one of
+    # them, so its SessionStart still fires once (round robin would fire it in both).
+    stack.models.push(*(Turn.say(word) for word in ("one", "two", "three", "four", "five")))
     async with stack.client() as client:
         first = await new_session(client)
         second = await new_session(client)
-        await chat(client, first, "a")
-        await chat(client, first, "b")
-        await chat(client, second, "c")
+        for prompt in ("a", "b", "c", "d"):
+            await chat(client, first, prompt)
+        await chat(client, second, "e")
     starts = stack.hook_requests("SessionStart")
     assert [(r["sessionId"], r["detail"]) for r in starts] == [
         (first, {"workspaceId": "popagent", "source": "chat"}),

@@ -87,7 +87,8 @@ def postgres_of(data_dir: Path) -> psutil.Process | None:
 
 
 def test_stack_starts_reports_health_and_ctrl_c_leaves_no_process(tmp_path: Path) -> None:
-    stack = launch(tmp_path)
+    # Two agent-runner workers whatever the machine's default, so the worker path runs end to end.
+    stack = launch(tmp_path, {"POPAGENT_AGENT_RUNNER_WORKERS": "2"})
     try:
         stack.wait_running()
         health = httpx.get(f"{stack.url}/api/health", headers={"x-popagent-key": stack.api_key})
@@ -104,6 +105,8 @@ def test_stack_starts_reports_health_and_ctrl_c_leaves_no_process(tmp_path: Path
         names = " ".join(" ".join(p.cmdline()) for p in children)
         for module in ("popagent_gateway", "popagent_hooks", "popagent_agent_runner", "nats-server"):
             assert module in names
+        runners = [p for p in children if "popagent_agent_runner" in " ".join(p.cmdline())]
+        assert len(runners) == 2
         embedded_pg = postgres_of(stack.data_dir)
         assert embedded_pg is not None and embedded_pg.is_running()
 
@@ -179,3 +182,12 @@ def test_configured_servers_are_used_instead_of_embedded_ones(tmp_path: Path, pg
     finally:
         stack.process.send_signal(signal.SIGTERM)
         stack.process.wait(30)
+
+
+@pytest.mark.parametrize("workers", ["0", "two", "17"])
+def test_a_bad_worker_count_exits_2_with_one_line_naming_the_variable(tmp_path: Path, workers: str) -> None:
+    stack = launch(tmp_path, {"POPAGENT_AGENT_RUNNER_WORKERS": workers})
+    assert stack.process.wait(30) == 2
+    output = stack.read_rest().strip().splitlines()
+    assert len(output) == 1 and output[0].startswith("POPAGENT_AGENT_RUNNER_WORKERS:")
+    assert not (tmp_path / "data").exists(), "nothing was started"

@@ -11,6 +11,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from popagent_core.errors import from_grpc_code
 from popagent_core.log import request_id_var
+from popagent_core.settings import split_addresses
 
 
 class _Credentials:
@@ -43,12 +44,23 @@ class _UnaryStreamCredentials(_Credentials, grpc.aio.UnaryStreamClientIntercepto
         return await continuation(self.details(client_call_details), request)
 
 
+def channel_target(address: str) -> tuple[str, list[tuple[str, Any]]]:
+    """The gRPC target and extra channel options for `address`: a list of workers is one target whose
+    calls gRPC spreads round robin over the workers that are up."""
+    addresses = split_addresses(address)
+    if len(addresses) == 1:
+        return addresses[0], []
+    return "ipv4:" + ",".join(addresses), [("grpc.lb_policy_name", "round_robin")]
+
+
 @contextlib.asynccontextmanager
 async def open_channel(address: str, token: str) -> AsyncIterator[grpc.aio.Channel]:
+    """A channel to `address` (one address, or a comma-separated list of one service's workers)."""
+    target, options = channel_target(address)
     channel = grpc.aio.insecure_channel(
-        address,
+        target,
         interceptors=[_UnaryUnaryCredentials(token), _UnaryStreamCredentials(token)],
-        options=[("grpc.max_receive_message_length", 8 * 1024 * 1024)],
+        options=[("grpc.max_receive_message_length", 8 * 1024 * 1024), *options],
     )
     try:
         yield channel

@@ -3,7 +3,9 @@
 With DATABASE_URL / OBSERVABILITY_DATABASE_URL / NATS_URL unset it starts embedded
 PostgreSQL (pgserver, with pgvector; Unix socket only) and NATS with JetStream under a
 git-ignored data folder and reuses them on the next start. Every service is its own
-process; the launcher waits for each one's gRPC health, then the gateway's
+process (agent-runner as `POPAGENT_AGENT_RUNNER_WORKERS` worker processes, one per two cores
+by default: a chat turn is CPU-bound Python, and the gateway sends each session to one
+worker); the launcher waits for each one's gRPC health, then the gateway's
 /api/health, prints the URL and API key, and on Ctrl-C/SIGTERM stops every child it
 started. Children also get PR_SET_PDEATHSIG so a killed launcher leaves no orphans.
 A service that dies is reported by name with its last log lines, and the stack stops.
@@ -49,12 +51,26 @@ class StackError(Exception):
     """The stack could not start or a service died."""
 
 
+MAX_RUNNER_WORKERS = 16
+
+
+def default_runner_workers() -> int:
+    """One agent-runner worker per two cores, up to four.
+
+    The runner is about half of the stack's CPU per streamed token (bench/chat.py); the other half
+    (gateway, PostgreSQL, NATS, the model gateway) needs the other core. On two cores a second
+    worker measured no better at 50 or 100 concurrent chats, and costs a process's memory.
+    """
+    return max(1, min(4, (os.cpu_count() or 1) // 2))
+
+
 @dataclass
 class StackConfig:
     data_dir: Path
     gateway_port: int = 8080
     echo_logs: bool = True
     start_timeout_s: float = 60.0
+    runner_workers: int = field(default_factory=default_runner_workers)
 
 
 def _secret_key(data_dir: Path) -> str:
@@ -134,6 +150,12 @@ class Stack:
         tokens, callers = generate_credentials()
         self.api_key = os.environ.get("POPAGENT_API_KEY") or _api_key(self.config.data_dir)
         addresses = {name: f"127.0.0.1:{embedded.free_port()}" for name in GRPC_SERVICES}
+        # agent-runner's workers listen one address each; its clients get them all as one list.
+        workers = self.config.runner_workers
+        runner_addresses = [
+            addresses["agent-runner"],
+            *(f"127.0.0.1:{embedded.free_port()}" for _ in range(workers - 1)),
+        ]
         base = {k: v for k, v in os.environ.items() if k not in ("POPAGENT_INTERNAL_TOKEN",)}
         base.update(infra)
         base["POPAGENT_INTERNAL_CALLERS"] = callers
@@ -142,6 +164,7 @@ class Stack:
         base.setdefault("POPAGENT_WORKSPACE_ROOT", str(REPO_ROOT / "workspace"))
         for name, address in addresses.items():
             base[f"POPAGENT_{name.upper().replace('-', '_')}_ADDR"] = address
+        base["POPAGENT_AGENT_RUNNER_ADDR"] = ",".join(runner_addresses)
         base["POPAGENT_GATEWAY_PORT"] = str(self.config.gateway_port)
         # The tasks worker runs each attempt as an agent turn in agent-runner (POPAGENT_AGENT_RUNNER_ADDR above).
         base.setdefault("POPAGENT_TASKS_EXECUTOR", "popagent_tasks.agent_runner_executor:executor")
@@ -149,14 +172,25 @@ class Stack:
 
         deadline = time.monotonic() + self.config.start_timeout_s
         # All at once: the gateway needs no service to start, only to report healthy.
+        listening: dict[str, str] = {}
         for name in ALL_SERVICES:
-            await self._spawn(name, dict(base, POPAGENT_INTERNAL_TOKEN=tokens[name]))
-        await asyncio.gather(*(self._wait_grpc(name, addresses[name], deadline) for name in GRPC_SERVICES))
+            env = dict(base, POPAGENT_INTERNAL_TOKEN=tokens[name])
+            if name != "agent-runner":
+                await self._spawn(name, env)
+                if name in addresses:
+                    listening[name] = addresses[name]
+                continue
+            for number, address in enumerate(runner_addresses, start=1):
+                worker = name if workers == 1 else f"{name}-{number}"
+                await self._spawn(worker, dict(env, POPAGENT_AGENT_RUNNER_ADDR=address), module=name)
+                listening[worker] = address
+        await asyncio.gather(*(self._wait_grpc(name, address, deadline) for name, address in listening.items()))
         self.url = f"http://127.0.0.1:{self.config.gateway_port}"
         await self._wait_http(deadline)
 
-    async def _spawn(self, name: str, env: dict[str, str]) -> None:
-        module = f"popagent_{name.replace('-', '_')}"
+    async def _spawn(self, name: str, env: dict[str, str], module: str = "") -> None:
+        """Start the service `module` (default: `name`) as the child `name`."""
+        module = f"popagent_{(module or name).replace('-', '_')}"
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -216,7 +250,7 @@ class Stack:
 
     async def stop_children(self, timeout_s: float = 10.0) -> None:
         """SIGTERM every child (gateway first), wait, SIGKILL whatever is left."""
-        order = [self.children[n] for n in reversed(ALL_SERVICES) if n in self.children]
+        order = list(reversed(self.children.values()))  # started in ALL_SERVICES order: gateway first
         for child in order:
             if child.process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -268,7 +302,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=int(os.environ.get("POPAGENT_GATEWAY_PORT", "8080")))
     parser.add_argument("--quiet", action="store_true", help="do not echo service logs")
     args = parser.parse_args(argv)
+    workers = os.environ.get("POPAGENT_AGENT_RUNNER_WORKERS", "")
+    if workers and (not workers.isdigit() or not 1 <= int(workers) <= MAX_RUNNER_WORKERS):
+        sys.stderr.write(f"POPAGENT_AGENT_RUNNER_WORKERS: must be a whole number from 1 to {MAX_RUNNER_WORKERS}\n")
+        raise SystemExit(2)
     config = StackConfig(data_dir=args.data_dir.resolve(), gateway_port=args.port, echo_logs=not args.quiet)
+    if workers:
+        config.runner_workers = int(workers)
     raise SystemExit(asyncio.run(_main(config)))
 
 

@@ -6,6 +6,7 @@ wrong (`load_settings`); the value itself is never echoed, since it may be a sec
 
 from __future__ import annotations
 
+import ipaddress
 import sys
 from typing import Any, TypeVar
 
@@ -64,7 +65,11 @@ class ServiceSettings(BaseSettings):
 
 
 def grpc_address_field(service: str, default_port: int) -> Any:
-    """The listen/dial address of one service: `POPAGENT_<SERVICE>_ADDR`, host:port or unix:path."""
+    """The listen/dial address of one service: `POPAGENT_<SERVICE>_ADDR`, host:port or unix:path.
+
+    A client of agent-runner may be given its workers as a comma-separated list of IPv4:port
+    (`check_dial_addresses`); a service listens on one address (`check_listen_address`).
+    """
     env = f"POPAGENT_{service.upper().replace('-', '_')}_ADDR"
     return Field(default=f"127.0.0.1:{default_port}", validation_alias=AliasChoices(env))
 
@@ -108,3 +113,36 @@ def load_settings(settings_cls: type[S], service: str, **overrides: Any) -> S:
     except ValidationError as error:
         sys.stderr.write(f"popagent-{service}: bad configuration: {describe_validation_error(settings_cls, error)}\n")
         raise SystemExit(2) from None
+
+
+def split_addresses(value: str) -> list[str]:
+    """The addresses of a `POPAGENT_<SERVICE>_ADDR` value: one address, or several IP:port separated by commas.
+
+    Several are the worker processes of one service (agent-runner); raises ValueError naming a bad entry.
+    """
+    addresses = [entry.strip() for entry in value.split(",")]
+    if any(not entry for entry in addresses):
+        raise ValueError("an address list must not have empty entries")
+    if len(addresses) > 1:
+        for entry in addresses:
+            host, _, port = entry.rpartition(":")
+            try:
+                ipaddress.IPv4Address(host)
+            except ValueError:
+                raise ValueError(f"a list of addresses takes IPv4:port entries only, got {entry!r}") from None
+            if not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"bad port in {entry!r}")
+    return addresses
+
+
+def check_dial_addresses(value: str) -> str:
+    """A field validator's check of an address a client dials: one address or a list of workers."""
+    split_addresses(value)
+    return value
+
+
+def check_listen_address(value: str) -> str:
+    """A field validator's check of the address a service listens on: exactly one."""
+    if "," in value:
+        raise ValueError("a service listens on one address; only its clients take a list of workers")
+    return value

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import Field, field_validator
 
-from popagent_core.settings import DEFAULT_PORTS, ServiceSettings, grpc_address_field
+from popagent_core.settings import DEFAULT_PORTS, ServiceSettings, check_listen_address, grpc_address_field
 
 
 class Settings(ServiceSettings):
@@ -20,6 +20,11 @@ class Settings(ServiceSettings):
     # The OpenAI-compatible model gateway every agent reaches its model through (9Router by default).
     ninerouter_url: str = Field(default="http://127.0.0.1:20128/v1", validation_alias="NINEROUTER_URL")
     ninerouter_api_key: str = Field(default="", validation_alias="NINEROUTER_API_KEY", repr=False)
+
+    @field_validator("grpc_address")
+    @classmethod
+    def _one_address(cls, value: str) -> str:
+        return check_listen_address(value)
 
     @field_validator("ninerouter_url")
     @classmethod

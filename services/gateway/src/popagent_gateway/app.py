@@ -40,6 +40,17 @@ def create_app(settings: Settings) -> FastAPI:
                 name: await stack.enter_async_context(open_channel(address, settings.internal_token))
                 for name, address in settings.service_addresses().items()
             }
+            # One channel per agent-runner worker, for session-affine chat turns (deps.runner_for_session);
+            # with one worker it is the service channel itself.
+            workers = settings.agent_runner_workers
+            app.state.runner_workers = (
+                [app.state.channels["agent-runner"]]
+                if len(workers) == 1
+                else [
+                    await stack.enter_async_context(open_channel(address, settings.internal_token))
+                    for address in workers
+                ]
+            )
             yield
 
     app = FastAPI(title="popagent", version="0.1.0", lifespan=lifespan)

@@ -7,6 +7,7 @@ work on a chat turn (py-spy under bench/chat.py)."""
 from __future__ import annotations
 
 import hmac
+import zlib
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
@@ -59,7 +60,10 @@ StubT = TypeVar("StubT")
 def cached_stub(request: Request, service: str, stub_class: Callable[[grpc.aio.Channel], StubT]) -> StubT:
     """One stub per (class, channel) for the app's lifetime: building a stub creates a
     callable per RPC, which per request would cost more than the call's own overhead."""
-    target = channel(request, service)
+    return _stub_for(request, channel(request, service), stub_class)
+
+
+def _stub_for(request: Request, target: grpc.aio.Channel, stub_class: Callable[[grpc.aio.Channel], StubT]) -> StubT:
     stubs: dict[tuple[object, grpc.aio.Channel], Any] = request.app.state.__dict__.setdefault("stubs", {})
     stub = stubs.get((stub_class, target))
     if stub is None:
@@ -69,6 +73,24 @@ def cached_stub(request: Request, service: str, stub_class: Callable[[grpc.aio.C
 
 async def get_agent_runner(request: Request) -> agent_runner_pb2_grpc.AgentRunnerServiceStub:
     return cached_stub(request, "agent-runner", agent_runner_pb2_grpc.AgentRunnerServiceStub)
+
+
+def runner_for_session(request: Request, session_id: str) -> agent_runner_pb2_grpc.AgentRunnerServiceStub:
+    """The agent-runner worker a session's turns go to.
+
+    Always the same one while it is up (a stable hash of the session id), so the worker's parsed
+    history of the session stays current and `SessionStart` fires once per session and worker;
+    a worker that is down is passed over for the next.
+    """
+    workers: list[grpc.aio.Channel] = request.app.state.runner_workers
+    first = zlib.crc32(session_id.encode()) % len(workers)
+    for offset in range(len(workers)):
+        target = workers[(first + offset) % len(workers)]
+        if target.get_state(try_to_connect=True) is not grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+            break
+    else:
+        target = workers[first]
+    return _stub_for(request, target, agent_runner_pb2_grpc.AgentRunnerServiceStub)
 
 
 async def get_agent_runner_state(request: Request) -> agent_runner_pb2_grpc.AgentRunnerStateServiceStub:

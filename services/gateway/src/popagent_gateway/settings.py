@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from popagent_core.settings import DEFAULT_PORTS, grpc_address_field
+from popagent_core.settings import DEFAULT_PORTS, check_dial_addresses, grpc_address_field, split_addresses
 from popagent_gateway.ui import DEFAULT_UI_DIR
 
 
@@ -37,6 +37,16 @@ class Settings(BaseSettings):
     evolution_address: str = grpc_address_field("evolution", DEFAULT_PORTS["evolution"])
     secrets_address: str = grpc_address_field("secrets", DEFAULT_PORTS["secrets"])
     browser_bridge_address: str = grpc_address_field("browser-bridge", DEFAULT_PORTS["browser-bridge"])
+
+    @field_validator("agent_runner_address")
+    @classmethod
+    def _runner_workers(cls, value: str) -> str:
+        return check_dial_addresses(value)
+
+    @property
+    def agent_runner_workers(self) -> list[str]:
+        """agent-runner's worker processes: a session's turns all go to one of them."""
+        return split_addresses(self.agent_runner_address)
 
     @field_validator("database_url", "observability_database_url")
     @classmethod

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import AliasChoices, Field, ValidationInfo, field_validator
 
-from popagent_core.settings import DEFAULT_PORTS, ServiceSettings, grpc_address_field
+from popagent_core.settings import DEFAULT_PORTS, ServiceSettings, check_dial_addresses, grpc_address_field
 from popagent_tasks.schedules import check_timezone, server_timezone
 
 
@@ -22,7 +22,8 @@ class Settings(ServiceSettings):
     grpc_address: str = grpc_address_field("tasks", DEFAULT_PORTS["tasks"])
     hooks_address: str = grpc_address_field("hooks", DEFAULT_PORTS["hooks"])
     # TaskStart/TaskStop go to the hooks service; off only where no hooks service runs.
-    # Where the agent-runner executor runs task turns; empty: no agent-runner is configured.
+    # Where the agent-runner executor runs task turns (one address, or its workers as a list of
+    # IPv4:port, spread round robin); empty: no agent-runner is configured.
     agent_runner_address: str = Field(default="", validation_alias=AliasChoices("POPAGENT_AGENT_RUNNER_ADDR"))
     hooks_enabled: bool = Field(default=True, validation_alias=_env("HOOKS_ENABLED"))
 
@@ -50,6 +51,11 @@ class Settings(ServiceSettings):
     # On stop, in-flight attempts get this long to finish before they are aborted.
     shutdown_grace_s: float = Field(default=10.0, ge=0, validation_alias=_env("SHUTDOWN_GRACE_S"))
     pool_max_size: int = Field(default=10, ge=2, le=200, validation_alias=_env("POOL_MAX_SIZE"))
+
+    @field_validator("agent_runner_address")
+    @classmethod
+    def _runner_workers(cls, value: str) -> str:
+        return check_dial_addresses(value) if value else value
 
     @field_validator("timezone")
     @classmethod

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import orjson
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -15,7 +15,7 @@ from popagent.agent_runner.v1 import agent_runner_pb2
 from popagent_core.errors import InvalidArgument
 from popagent_core.redaction import redact_tool_payload
 from popagent_gateway.catalog import ensure_known_model
-from popagent_gateway.deps import AgentRunnerStub, ModelCatalogDep
+from popagent_gateway.deps import ModelCatalogDep, runner_for_session
 from popagent_gateway.streaming import UI_STREAM_HEADERS, sse_body
 from popagent_gateway.wire import WARNING_HEADER
 
@@ -58,13 +58,13 @@ def redacted_message(message: UserMessage) -> bytes:
 
 
 @router.post("/chat", response_class=StreamingResponse)
-async def chat(body: ChatRequest, runner: AgentRunnerStub, catalog: ModelCatalogDep) -> StreamingResponse:
+async def chat(body: ChatRequest, request: Request, catalog: ModelCatalogDep) -> StreamingResponse:
     """Run one chat turn and stream it (AI SDK UI message stream v1 over SSE)."""
     if not body.message.parts or len(body.message.parts) > MAX_PARTS:
         raise InvalidArgument(f"message must have 1 to {MAX_PARTS} parts")
     # An unknown model is refused (400) before the turn starts; a catalog outage fails open.
     warning = await ensure_known_model(catalog, body.model) if body.model else None
-    call = runner.Chat(
+    call = runner_for_session(request, body.id).Chat(
         agent_runner_pb2.ChatRequest(
             session_id=body.id,
             model=body.model or "",

@@ -39,6 +39,14 @@ async def _postgres(dsn: str) -> ComponentHealth:
 
 
 async def _service(request: Request, name: str) -> ComponentHealth:
+    if name == "agent-runner":
+        # Every worker must serve: a session's turns go to one of them.
+        addresses = request.app.state.settings.agent_runner_workers
+        workers = await asyncio.gather(
+            *(check_health(worker, timeout_s=1.0) for worker in request.app.state.runner_workers)
+        )
+        down = [address for address, healthy in zip(addresses, workers, strict=True) if not healthy]
+        return ComponentHealth(ok=not down, detail=f"not serving: {', '.join(down)}" if down else "")
     healthy = await check_health(request.app.state.channels[name], timeout_s=1.0)
     return ComponentHealth(ok=healthy, detail="" if healthy else "not serving")
 
