@@ -108,11 +108,14 @@ def start_nats(store_dir: Path, port: int | None = None, log_file: Path | None =
 
     Without a fixed port it takes a free one; another process can grab that port between
     the probe and the server's bind (parallel tests do), so a server that exits before
-    listening is retried on a fresh port.
+    listening is retried on a fresh port. On a fixed port (a restart in place) it is retried
+    after a pause: the server just stopped there may still be letting go of it.
     """
     store_dir.mkdir(parents=True, exist_ok=True)
-    attempts = 1 if port else 5
+    attempts = 3 if port else 5
     for attempt in range(attempts):
+        if port and attempt:
+            time.sleep(0.5)
         chosen = port or free_port()
         output = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115 - owned by the child
         process = subprocess.Popen(
