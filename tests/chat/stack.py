@@ -83,6 +83,7 @@ class ChatStack:
     receiver: HttpsReceiver
     models: ModelGateway
     runner_address: str
+    runner_workers: list[str]
     tokens: dict[str, str]
     nats_url: str
 
@@ -223,6 +224,7 @@ async def start_chat_stack(
             receiver=receiver,
             models=models,
             runner_address=addresses["agent-runner"],
+            runner_workers=runner_workers,
             tokens=tokens,
             nats_url=nats.url,
         )

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import base64
 import uuid
+import zlib
 
 from chat.helpers import chat, new_session, of_type, shape, text_of, thread_rows, turn_events, user_message
 from chat.stack import ChatStack
+from popagent.agent_runner.v1 import agent_runner_pb2, agent_runner_pb2_grpc
+from popagent_core.grpc_client import open_channel
 from support.https_receiver import Reply, answer
 from support.model_gateway import ToolCall, Turn
 
 
-async def test_session_start_fires_once_per_session_in_the_process(stack: ChatStack) -> None:
-    # agent-runner runs as two workers here: the gateway sends all of a session's turns to one of
-    # them, so its SessionStart still fires once (round robin would fire it in both).
+async def test_session_start_fires_at_creation_and_not_again_for_its_turns(stack: ChatStack) -> None:
+    # agent-runner runs as two workers here: the gateway sends a session's creation and all of its
+    # turns to one of them, so SessionStart fires once (round robin would fire it again on resume).
     stack.models.push(*(Turn.say(word) for word in ("one", "two", "three", "four", "five")))
     async with stack.client() as client:
         first = await new_session(client)
@@ -23,9 +26,29 @@ async def test_session_start_fires_once_per_session_in_the_process(stack: ChatSt
         await chat(client, second, "e")
     starts = stack.hook_requests("SessionStart")
     assert [(r["sessionId"], r["detail"]) for r in starts] == [
-        (first, {"workspaceId": "popagent", "source": "chat"}),
-        (second, {"workspaceId": "popagent", "source": "chat"}),
+        (first, {"workspaceId": "popagent", "source": "create"}),
+        (second, {"workspaceId": "popagent", "source": "create"}),
     ]
+
+
+async def test_session_start_fires_on_the_first_resume_in_a_process_that_did_not_create_it(
+    stack: ChatStack,
+) -> None:
+    # Created by the worker its turns do not go to (as after a restart, or by another process):
+    # the worker that runs its first turn resumes it, once.
+    session = f"resumed-{uuid.uuid4().hex}"
+    affine = zlib.crc32(session.encode()) % len(stack.runner_workers)  # the gateway's routing rule
+    other = stack.runner_workers[(affine + 1) % len(stack.runner_workers)]
+    async with open_channel(other, stack.tokens["gateway"]) as channel:
+        await agent_runner_pb2_grpc.AgentRunnerStateServiceStub(channel).CreateSession(
+            agent_runner_pb2.CreateSessionRequest(id=session, title="elsewhere")
+        )
+    stack.models.push(Turn.say("one"), Turn.say("two"))
+    async with stack.client() as client:
+        await chat(client, session, "a")
+        await chat(client, session, "b")
+    starts = [(r["sessionId"], r["detail"]["source"]) for r in stack.hook_requests("SessionStart")]
+    assert starts == [(session, "create"), (session, "resume")]
 
 
 async def test_a_denied_prompt_ends_the_turn_with_the_reason_and_no_model_call(stack: ChatStack) -> None:

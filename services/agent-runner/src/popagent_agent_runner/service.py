@@ -13,7 +13,7 @@ from popagent.browser_bridge.v1 import browser_bridge_pb2_grpc
 from popagent.hooks.v1 import hooks_pb2_grpc
 from popagent_agent_runner import settings_rules
 from popagent_agent_runner.agents import AgentStore
-from popagent_agent_runner.sessions import SessionDeleter, SessionStore
+from popagent_agent_runner.sessions import SessionDeleter, SessionStarts, SessionStore
 from popagent_agent_runner.settings import Settings
 from popagent_agent_runner.settings_store import SingletonSettings
 from popagent_agent_runner.state_servicer import AgentRunnerStateServicer
@@ -56,6 +56,7 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
             QUERIES,
         )
         sessions = SessionStore(pool, workspaces, QUERIES)
+        starts = SessionStarts(hooks)
         servicer = AgentRunnerStateServicer(
             sessions,
             deleter,
@@ -63,10 +64,11 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
             workspaces,
             SingletonSettings(pool, "agent-runtime", settings_rules.AGENT_RUNTIME, QUERIES, "agent_runtime_settings"),
             SingletonSettings(pool, "memory", settings_rules.MEMORY, QUERIES, "memory_settings"),
+            starts,
         )
         agent_runner_pb2_grpc.add_AgentRunnerStateServiceServicer_to_server(servicer, kernel.server)
         chat = await stack.enter_async_context(
-            chat_service(pool, hooks, settings.ninerouter_url, settings.ninerouter_api_key)
+            chat_service(pool, hooks, starts, settings.ninerouter_url, settings.ninerouter_api_key)
         )
         agent_runner_pb2_grpc.add_AgentRunnerServiceServicer_to_server(chat, kernel.server)
         # Background task attempts run through the same turn runner as chat.

@@ -14,6 +14,7 @@ called again (or the start-up sweep does); nothing is ever half visible.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import uuid
 from dataclasses import dataclass
@@ -113,6 +114,47 @@ class SessionStore:
         if row is None:
             raise NotFound(f"session {session_id!r} not found")
         return row
+
+
+# Sessions a process remembers having started (SessionStart fires once per session and process).
+SEEN_SESSIONS_CAP = 100_000
+
+
+class SessionStarts:
+    """`SessionStart` (AGENTS_HOOKS.md): when a session is created, and when this process first resumes one.
+
+    The process remembers the sessions it created or resumed (the newest `SEEN_SESSIONS_CAP`), so
+    a session's later turns fire nothing; the gateway sends a session's creation and its turns to
+    one agent-runner worker, so a session normally starts once. Observational: a dispatch failure
+    is logged and changes nothing.
+    """
+
+    def __init__(self, hooks: HooksClient, cap: int = SEEN_SESSIONS_CAP) -> None:
+        self.hooks = hooks
+        self.cap = cap
+        self._seen: collections.OrderedDict[str, None] = collections.OrderedDict()
+
+    async def created(self, session_id: str, workspace_id: str) -> None:
+        self._remember(session_id)
+        await self._dispatch(session_id, {"workspaceId": workspace_id, "source": "create"})
+
+    def first_resume(self, session_id: str) -> bool:
+        """Whether this process has not seen the session yet (it has from now on)."""
+        if session_id in self._seen:
+            return False
+        self._remember(session_id)
+        return True
+
+    def _remember(self, session_id: str) -> None:
+        self._seen[session_id] = None
+        if len(self._seen) > self.cap:
+            self._seen.popitem(last=False)
+
+    async def _dispatch(self, session_id: str, detail: dict[str, str]) -> None:
+        try:
+            await self.hooks.dispatch(Event.SESSION_START, session_id=session_id, detail=detail)
+        except PopagentError as exc:
+            logger.warning("SessionStart dispatch failed", extra={"session_id": session_id, "error": str(exc)})
 
 
 class SessionDeleter:

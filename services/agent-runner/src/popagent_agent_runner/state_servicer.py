@@ -13,7 +13,7 @@ from google.protobuf.message import Message
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
 from popagent_agent_runner.agents import KNOWN_TOOLS, AgentChanges, AgentStore
-from popagent_agent_runner.sessions import SessionDeleter, SessionStore
+from popagent_agent_runner.sessions import SessionDeleter, SessionStarts, SessionStore
 from popagent_agent_runner.settings_rules import Violation
 from popagent_agent_runner.settings_store import SingletonSettings
 from popagent_agent_runner.workspaces import AgentWorkspaceStore, WorkspaceRecord
@@ -88,7 +88,9 @@ class AgentRunnerStateServicer(agent_runner_pb2_grpc.AgentRunnerStateServiceServ
         workspaces: AgentWorkspaceStore,
         runtime_settings: SingletonSettings,
         memory_settings: SingletonSettings,
+        starts: SessionStarts,
     ) -> None:
+        self.starts = starts
         self.sessions = sessions
         self.deleter = deleter
         self.agents = agents
@@ -106,6 +108,7 @@ class AgentRunnerStateServicer(agent_runner_pb2_grpc.AgentRunnerStateServiceServ
 
     async def CreateSession(self, request: pb.CreateSessionRequest, context: grpc.aio.ServicerContext) -> pb.Session:
         row = await self.sessions.create(request.id, request.title, request.workspace_id)
+        await self.starts.created(row["id"], row["workspace_id"])
         return session_message(row)
 
     async def GetSession(self, request: pb.GetSessionRequest, context: grpc.aio.ServicerContext) -> pb.Session:

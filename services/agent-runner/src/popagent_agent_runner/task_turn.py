@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,8 +30,6 @@ from popagent_agent_runner.turn.events import TurnEvents, TurnOutput
 from popagent_agent_runner.turn.hooks_points import bounded
 from popagent_agent_runner.turn.runner import TurnInput, TurnRunner
 from popagent_core.errors import AlreadyExists, InvalidArgument, NotFound, PopagentError
-from popagent_hooks.client import HookDecision, HooksClient
-from popagent_hooks.events import Event, Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -83,14 +81,11 @@ async def _drain(events: TurnEvents) -> None:
 
 
 class _TaskOutput(TurnOutput):
-    """The turn's output, remembering how it ended and reporting coarse progress."""
+    """The turn's output, reporting coarse progress (nothing streams to a UI)."""
 
     def __init__(self, progress: Callable[[str], None]) -> None:
         super().__init__(TurnEvents(DRAIN_INTERVAL_S))
         self.progress = progress
-        self.finished = False
-        self.error_class = ""
-        self.error_message = ""
         self.steps = 0
 
     def step_start(self) -> None:
@@ -101,53 +96,6 @@ class _TaskOutput(TurnOutput):
     def tool_input(self, tool_call_id: str, tool_name: str, arguments: dict[str, Any]) -> None:
         super().tool_input(tool_call_id, tool_name, arguments)
         self.progress(bounded(f"tool {tool_name}", MAX_PROGRESS_CHARS))
-
-    def finish(self, finish_reason: str, input_tokens: int, output_tokens: int) -> None:
-        super().finish(finish_reason, input_tokens, output_tokens)
-        self.finished = True
-
-    def error(self, error_class: str, message: str) -> None:
-        super().error(error_class, message)
-        self.error_class = error_class
-        self.error_message = message
-
-
-class _PromptGateHooks(HooksClient):
-    """The service's hooks client, also remembering a `UserPromptSubmit` denial.
-
-    The chat turn answers a denied prompt with a refusal message and a normal finish;
-    for a task that is a `hook_denied` failure, so the denial itself must be seen.
-    """
-
-    def __init__(self, inner: HooksClient) -> None:
-        super().__init__(inner.stub, digest_ttl_s=inner.digest_ttl_s, clock=inner.clock)
-        self.prompt_denied: HookDecision | None = None
-
-    async def dispatch(
-        self,
-        event: Event,
-        *,
-        session_id: str = "",
-        turn_id: str = "",
-        tool_call_id: str = "",
-        model: str = "",
-        target: str = "",
-        detail: Mapping[str, Any] | None = None,
-        event_id: str = "",
-    ) -> HookDecision:
-        decision = await super().dispatch(
-            event,
-            session_id=session_id,
-            turn_id=turn_id,
-            tool_call_id=tool_call_id,
-            model=model,
-            target=target,
-            detail=detail,
-            event_id=event_id,
-        )
-        if event is Event.USER_PROMPT_SUBMIT and decision.outcome is Outcome.DENY:
-            self.prompt_denied = decision
-        return decision
 
 
 class TaskTurns:
@@ -162,9 +110,6 @@ class TaskTurns:
             raise InvalidArgument("task_id and prompt are required")
         try:
             session_id = await self._session(request)
-            hooks = _PromptGateHooks(self.runner.hooks)
-            # A runner per attempt: the same threads, memories and agents, its own hook observer.
-            runner = TurnRunner(self.runner.threads, self.runner.memories, hooks, self.runner.factory)
             turn = TurnInput(
                 session_id=session_id,
                 message={
@@ -178,7 +123,7 @@ class TaskTurns:
                 trace_id=request.trace_id or uuid.uuid4().hex,
                 session_start=False,
             )
-            prepared = await runner.prepare(turn)
+            prepared = await self.runner.prepare(turn)
         except (InvalidArgument, NotFound) as exc:
             return TaskResult(False, error_class="validation", error_message=bounded(str(exc), MAX_ERROR_CHARS))
         output = _TaskOutput(progress)
@@ -186,7 +131,7 @@ class TaskTurns:
         drain = asyncio.create_task(_drain(output.events), name=f"task-turn-drain-{request.task_id}")
         try:
             async with asyncio.timeout(deadline):
-                await runner.run(prepared, output)
+                end = await self.runner.run(prepared, output)
         except TimeoutError:
             return TaskResult(False, error_class="timeout", error_message=f"the turn ran past {deadline:g} s")
         finally:
@@ -194,19 +139,19 @@ class TaskTurns:
             drain.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await drain
-        if hooks.prompt_denied is not None:
-            reason = hooks.prompt_denied.reason or "no reason given"
-            return TaskResult(
-                False, error_class="hook_denied", error_message=bounded(f"UserPromptSubmit denied: {reason}", 2048)
-            )
-        if output.error_class:
+        if end.outcome == "prompt_denied":
+            # The chat turn answers a denied prompt with a refusal; for a task it is a failure.
             return TaskResult(
                 False,
-                error_class=task_error_class(output.error_class),
-                error_message=bounded(output.error_message, MAX_ERROR_CHARS),
+                error_class="hook_denied",
+                error_message=bounded(f"UserPromptSubmit denied: {end.message}", MAX_ERROR_CHARS),
             )
-        if not output.finished:
-            return TaskResult(False, error_class="unknown", error_message="the turn ended without a response")
+        if end.outcome == "failed":
+            return TaskResult(
+                False,
+                error_class=task_error_class(end.error_class),
+                error_message=bounded(end.message, MAX_ERROR_CHARS),
+            )
         return TaskResult(True, outcome=bounded(output.text(), MAX_OUTCOME_CHARS))
 
     async def _session(self, request: pb.RunTaskRequest) -> str:

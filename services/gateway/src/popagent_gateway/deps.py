@@ -75,12 +75,16 @@ async def get_agent_runner(request: Request) -> agent_runner_pb2_grpc.AgentRunne
     return cached_stub(request, "agent-runner", agent_runner_pb2_grpc.AgentRunnerServiceStub)
 
 
-def runner_for_session(request: Request, session_id: str) -> agent_runner_pb2_grpc.AgentRunnerServiceStub:
-    """The agent-runner worker a session's turns go to.
+def runner_for_session(
+    request: Request,
+    session_id: str,
+    stub_class: Callable[[grpc.aio.Channel], StubT] = agent_runner_pb2_grpc.AgentRunnerServiceStub,
+) -> StubT:
+    """The agent-runner worker a session's creation and turns go to (a `stub_class` stub of it).
 
     Always the same one while it is up (a stable hash of the session id), so the worker's parsed
-    history of the session stays current and `SessionStart` fires once per session and worker;
-    a worker that is down is passed over for the next.
+    history of the session stays current and `SessionStart` fires once, at creation; a worker that
+    is down is passed over for the next.
     """
     workers: list[grpc.aio.Channel] = request.app.state.runner_workers
     first = zlib.crc32(session_id.encode()) % len(workers)
@@ -90,7 +94,7 @@ def runner_for_session(request: Request, session_id: str) -> agent_runner_pb2_gr
             break
     else:
         target = workers[first]
-    return _stub_for(request, target, agent_runner_pb2_grpc.AgentRunnerServiceStub)
+    return _stub_for(request, target, stub_class)
 
 
 async def get_agent_runner_state(request: Request) -> agent_runner_pb2_grpc.AgentRunnerStateServiceStub:

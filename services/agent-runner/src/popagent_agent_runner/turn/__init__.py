@@ -25,6 +25,7 @@ import asyncpg
 import httpx
 
 from popagent_agent_runner.model import LeanModels
+from popagent_agent_runner.sessions import SessionStarts
 from popagent_agent_runner.turn.agents_factory import AgentFactory
 from popagent_agent_runner.turn.chat_servicer import ChatServicer
 from popagent_agent_runner.turn.memories import MemoryStore
@@ -44,7 +45,7 @@ READ_TIMEOUT_S = 600.0
 
 @contextlib.asynccontextmanager
 async def chat_service(
-    pool: asyncpg.Pool, hooks: HooksClient, ninerouter_url: str, ninerouter_api_key: str
+    pool: asyncpg.Pool, hooks: HooksClient, starts: SessionStarts, ninerouter_url: str, ninerouter_api_key: str
 ) -> AsyncIterator[ChatServicer]:
     """The `AgentRunnerService` servicer, with the one model connection pool it owns."""
     # The UI gets every text delta from the model's sink the moment it arrives; pydantic-ai's own
@@ -58,5 +59,5 @@ async def chat_service(
         ) as models,
     ):
         memories = MemoryStore(pool, QUERIES)
-        runner = TurnRunner(ThreadStore(pool, QUERIES), memories, hooks, AgentFactory(models, ToolRegistry()))
+        runner = TurnRunner(ThreadStore(pool, QUERIES), memories, hooks, AgentFactory(models, ToolRegistry()), starts)
         yield ChatServicer(runner, memories)

@@ -4,7 +4,8 @@
     await runner.run(prepared, output)                # events go to `output` as they happen
 
 The order of a turn (hook timing from AGENTS_HOOKS.md):
-1. `start` event; `SessionStart` the first time this process sees the session;
+1. `start` event; `SessionStart` the first time this process sees the session (`SessionStarts`:
+   its creation here fired it already);
 2. `UserPromptSubmit` before recall and the model: `deny` ends the turn with the reason,
    `modify` replaces the prompt's text (attachments stay);
 3. recall: the long-term memories most relevant to the prompt, injected as instructions;
@@ -18,21 +19,21 @@ A provider, stream or framework failure fires `StopFailure`, ends the stream wit
 `error` event and stores nothing but the failure evidence. Cancellation (the client went
 away) stops everything and stores nothing.
 
-`run` takes a prepared turn and an output, so a background task attempt is a second thin
-entry point over the same turn (its own ids, no `SessionStart`).
+`run` takes a prepared turn and an output and says how the turn ended (`TurnEnd`), so a
+background task attempt is a second thin entry point over the same turn (its own ids, no
+`SessionStart`, the ending mapped onto the task's outcome).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import re
 import uuid
 from collections.abc import AsyncIterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 from pydantic_ai import Agent, AgentRunResult
@@ -55,6 +56,7 @@ from pydantic_ai.usage import RunUsage, UsageLimits
 
 from popagent.events.v1 import events_pb2
 from popagent_agent_runner.model import ModelFailure, classify_model_error, streaming_to
+from popagent_agent_runner.sessions import SessionStarts
 from popagent_agent_runner.turn.agent_runs import ToolEvents, run_agent
 from popagent_agent_runner.turn.agents_factory import AgentFactory
 from popagent_agent_runner.turn.capability import arguments_object, jsonable
@@ -74,8 +76,6 @@ MAX_PROMPT_CHARS = 100_000
 # Bounds of the evolution evidence published with every turn.
 GOAL_CHARS = 500
 EVIDENCE_CHARS = 2000
-# Sessions this process has seen (SessionStart fires once per session per process).
-SEEN_SESSIONS_CAP = 100_000
 
 _SECRETS = (
     re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.DOTALL),
@@ -112,6 +112,24 @@ class TurnInput:
     turn_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     trace_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     session_start: bool = True
+
+
+@dataclass(frozen=True)
+class TurnEnd:
+    """How a turn ended; a cancelled turn raises `CancelledError` instead.
+
+    - `answered`: the assistant's response is stored and the stream finished;
+    - `prompt_denied`: `UserPromptSubmit` denied the prompt (`message` is the hook's reason); the
+      stream finished with the refusal, nothing was stored;
+    - `failed`: the stream ended with an `error` event of `error_class` saying `message`.
+    """
+
+    outcome: Literal["answered", "prompt_denied", "failed"]
+    error_class: str = ""
+    message: str = ""
+
+
+ANSWERED = TurnEnd("answered")
 
 
 @dataclass(frozen=True)
@@ -262,12 +280,19 @@ def failure_message(failure: ModelFailure, detail: str) -> str:
 
 
 class TurnRunner:
-    def __init__(self, threads: ThreadStore, memories: MemoryStore, hooks: HooksClient, factory: AgentFactory) -> None:
+    def __init__(
+        self,
+        threads: ThreadStore,
+        memories: MemoryStore,
+        hooks: HooksClient,
+        factory: AgentFactory,
+        starts: SessionStarts,
+    ) -> None:
         self.threads = threads
         self.memories = memories
         self.hooks = hooks
         self.factory = factory
-        self._seen: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self.starts = starts
 
     async def prepare(self, turn: TurnInput) -> PreparedTurn:
         """Everything the turn needs before its first event; raises NotFound for an unknown session."""
@@ -287,7 +312,7 @@ class TurnRunner:
         route = turn.model or state.snapshot.default_model
         return PreparedTurn(turn, state, message_id=f"msg-{uuid.uuid4().hex}", route=route)
 
-    async def run(self, prepared: PreparedTurn, output: TurnOutput) -> None:
+    async def run(self, prepared: PreparedTurn, output: TurnOutput) -> TurnEnd:
         """Run the turn to its end; every outcome but cancellation ends in `finish` or `error`."""
         turn = prepared.input
         turn_id_var.set(turn.turn_id)
@@ -311,7 +336,7 @@ class TurnRunner:
         )
         goal = prompt_text(turn.message)
         try:
-            await self._turn(prepared, context, output)
+            return await self._turn(prepared, context, output)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -336,13 +361,13 @@ class TurnRunner:
             message = str(exc) if isinstance(exc, PopagentError) else failure_message(failure, detail)
             output.error(failure.error_class, message)
             await self._publish_failure(context, goal, failure.error_class, message)
+            return TurnEnd("failed", failure.error_class, message)
 
-    async def _turn(self, prepared: PreparedTurn, context: TurnContext, output: TurnOutput) -> None:
+    async def _turn(self, prepared: PreparedTurn, context: TurnContext, output: TurnOutput) -> TurnEnd:
         turn = prepared.input
         hooks = context.hooks
-        if turn.session_start and turn.session_id not in self._seen:
-            self._remember_session(turn.session_id)
-            await hooks.observe(Event.SESSION_START, detail={"workspaceId": context.workspace_id, "source": "chat"})
+        if turn.session_start and self.starts.first_resume(turn.session_id):
+            await hooks.observe(Event.SESSION_START, detail={"workspaceId": context.workspace_id, "source": "resume"})
 
         message = turn.message
         text = prompt_text(message)
@@ -354,7 +379,7 @@ class TurnRunner:
             output.say(denied(decision, "This message"))
             output.finish("other", 0, 0)
             await self._publish(context, text, "failure", denied(decision, "The prompt"), "hook_denied")
-            return
+            return TurnEnd("prompt_denied", "hook_denied", decision.reason or "no reason given")
         if decision.outcome is Outcome.MODIFY and decision.prompt is not None:
             message = with_prompt_text(message, decision.prompt)
             text = decision.prompt
@@ -408,7 +433,7 @@ class TurnRunner:
                 )
                 output.error("stop_blocked", message_text)
                 await self._publish(context, text, "failure", message_text, "stop_blocked")
-                return
+                return TurnEnd("failed", "stop_blocked", message_text)
             retries += 1
             prompt = decision.reason or "Continue: your answer is not complete yet."
             if decision.additional_context:
@@ -429,6 +454,7 @@ class TurnRunner:
             outcome=outcome,
         )
         output.finish(finish_reason, usage.input_tokens, usage.output_tokens)
+        return ANSWERED
 
     async def _run_supervisor(
         self,
@@ -451,11 +477,6 @@ class TurnRunner:
                 usage_limits=UsageLimits(request_limit=usage.requests + deps.max_steps),
                 instructions=instructions,
             )
-
-    def _remember_session(self, session_id: str) -> None:
-        self._seen[session_id] = None
-        if len(self._seen) > SEEN_SESSIONS_CAP:
-            self._seen.popitem(last=False)
 
     def _outcome(
         self, context: TurnContext, goal: str, kind: str, text: str, failure_class: str

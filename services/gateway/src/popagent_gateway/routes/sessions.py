@@ -6,14 +6,16 @@ messages travel as one JSON blob and are spliced into the answer without re-pars
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated
 
 import orjson
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import TypeAdapter
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
-from popagent_gateway.deps import AgentRunnerStateStub
+from popagent.agent_runner.v1 import agent_runner_pb2_grpc
+from popagent_gateway.deps import AgentRunnerStateStub, runner_for_session
 from popagent_gateway.dto.sessions import (
     ID_PATTERN,
     RevisionConflictOut,
@@ -60,10 +62,13 @@ async def list_sessions(runner: AgentRunnerStateStub, query: Annotated[SessionLi
 
 
 @router.post("/sessions", response_model=SessionSummary, status_code=201)
-async def create_session(body: SessionCreate, runner: AgentRunnerStateStub) -> Response:
+async def create_session(body: SessionCreate, request: Request) -> Response:
     """Create an empty session (revision 0) in a workspace (default: popagent)."""
+    # The id is chosen here so the creation goes to the worker the session's turns will go to.
+    session_id = body.id or str(uuid.uuid4())
+    runner = runner_for_session(request, session_id, agent_runner_pb2_grpc.AgentRunnerStateServiceStub)
     session = await runner.CreateSession(
-        pb.CreateSessionRequest(id=body.id or "", title=body.title, workspace_id=body.workspace_id or ""),
+        pb.CreateSessionRequest(id=session_id, title=body.title, workspace_id=body.workspace_id or ""),
         timeout=RPC_TIMEOUT_S,
     )
     return json_response(summary_dict(session), status_code=201)
