@@ -237,5 +237,7 @@ async def test_every_hook_request_of_a_turn_carries_its_turn_and_session_ids(sta
         chunks = await chat(client, session, "time")
     turn_id = chunks[0]["messageMetadata"]["turnId"]
     seen = [(r.path, r.json()["turnId"], r.json()["sessionId"]) for r in stack.receiver.requests]
-    assert [path for path, _, _ in seen] == ["/session-start", "/prompt", "/pre-tool", "/post-tool", "/stop"]
-    assert {(t, s) for _, t, s in seen} == {(turn_id, session)}
+    # SessionStart came with the session's creation, before any turn: it carries no turn id.
+    assert seen[0] == ("/session-start", None, session)
+    assert [path for path, _, _ in seen[1:]] == ["/prompt", "/pre-tool", "/post-tool", "/stop"]
+    assert {(t, s) for _, t, s in seen[1:]} == {(turn_id, session)}
