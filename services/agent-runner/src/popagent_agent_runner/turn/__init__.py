@@ -37,7 +37,6 @@ from popagent_core.db import load_queries
 from popagent_hooks.client import HooksClient
 
 QUERIES = load_queries(Path(__file__).parent / "queries.sql")
-COALESCE_WINDOW_S = 0.25
 # A slow local model may take minutes to its first token; connecting must be quick.
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 600.0
@@ -48,15 +47,12 @@ async def chat_service(
     pool: asyncpg.Pool, hooks: HooksClient, starts: SessionStarts, ninerouter_url: str, ninerouter_api_key: str
 ) -> AsyncIterator[ChatServicer]:
     """The `AgentRunnerService` servicer, with the one model connection pool it owns."""
-    # The UI gets every text delta from the model's sink the moment it arrives; pydantic-ai's own
-    # events carry nothing the turn reads while text streams (tool calls are handed over at once),
-    # and each costs ~250 µs of CPU, so they come merged over a quarter of a second.
+    # The turn's agents run unstreamed for pydantic-ai (`agent_runs`): the model streams every text
+    # delta to the turn's sink and answers pydantic-ai with the finished response.
     transport = LeanTransport(connect_timeout_s=CONNECT_TIMEOUT_S, read_timeout_s=READ_TIMEOUT_S)
     async with (
         httpx.AsyncClient(transport=transport, timeout=None) as http,
-        LeanModels(
-            ninerouter_url, ninerouter_api_key or None, http_client=http, coalesce_window=COALESCE_WINDOW_S
-        ) as models,
+        LeanModels(ninerouter_url, ninerouter_api_key or None, http_client=http) as models,
     ):
         memories = MemoryStore(pool, QUERIES)
         runner = TurnRunner(ThreadStore(pool, QUERIES), memories, hooks, AgentFactory(models, ToolRegistry()), starts)
