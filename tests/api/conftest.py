@@ -15,7 +15,6 @@ import base64
 import contextlib
 import json
 import os
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,6 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
-import uvicorn
 
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
 from popagent_agent_runner.service import build as build_agent_runner
@@ -34,10 +32,8 @@ from popagent_browser_bridge.settings import Settings as BrowserBridgeSettings
 from popagent_core import embedded
 from popagent_core.embedded import free_port
 from popagent_core.grpc_client import open_channel
-from popagent_core.testing.plugin import with_database
 from popagent_evolution.service import build as build_evolution
 from popagent_evolution.settings import Settings as EvolutionSettings
-from popagent_gateway.app import create_app
 from popagent_gateway.settings import Settings as GatewaySettings
 from popagent_hooks.service import build as build_hooks
 from popagent_hooks.settings import Settings as HooksSettings
@@ -46,6 +42,7 @@ from popagent_secrets.settings import Settings as SecretsSettings
 from support.canary import CANARY
 from support.https_receiver import HttpsReceiver, answer, make_secret
 from support.model_gateway import ModelGateway, ModelInfo
+from support.stacks import fresh_database, serve_gateway
 
 API_KEY = "api-key-for-tests-" + "x" * 16
 CATALOG = (
@@ -97,43 +94,6 @@ class ApiStack:
 
 
 @contextlib.asynccontextmanager
-async def serve_gateway(settings: GatewaySettings) -> AsyncIterator[str]:
-    port = free_port()
-    config = uvicorn.Config(
-        create_app(settings), host="127.0.0.1", port=port, log_config=None, access_log=False, lifespan="on"
-    )
-    server = uvicorn.Server(config)
-    serving = asyncio.create_task(server.serve())
-    while not server.started:
-        if serving.done():
-            serving.result()
-        await asyncio.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await serving
-
-
-@contextlib.asynccontextmanager
-async def fresh_database(admin_dsn: str) -> AsyncIterator[str]:
-    name = f"popagent_api_{uuid.uuid4().hex[:12]}"
-    conn = await asyncpg.connect(admin_dsn)
-    try:
-        await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
-    try:
-        yield with_database(admin_dsn, name)
-    finally:
-        conn = await asyncpg.connect(admin_dsn)
-        try:
-            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await conn.close()
-
-
-@contextlib.asynccontextmanager
 async def start_api_stack(pg_dsn: str, credentials: tuple[dict[str, str], str], base: Path) -> AsyncIterator[ApiStack]:
     """Every service this suite needs, on a fresh database, private NATS and free ports."""
     tokens, callers = credentials
@@ -147,7 +107,7 @@ async def start_api_stack(pg_dsn: str, credentials: tuple[dict[str, str], str], 
     nats = embedded.start_nats(base / "nats")
     async with contextlib.AsyncExitStack() as stack:
         stack.callback(nats.stop)
-        dsn = await stack.enter_async_context(fresh_database(pg_dsn))
+        dsn = await stack.enter_async_context(fresh_database(pg_dsn, "popagent_api"))
         (base / "receiver").mkdir()
         receiver = await stack.enter_async_context(HttpsReceiver(base / "receiver"))
         receiver.script(SESSION_END_PATH, answer("pass"))

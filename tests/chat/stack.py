@@ -11,10 +11,7 @@ turn stored.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import json
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,19 +19,17 @@ from typing import Any
 
 import asyncpg
 import httpx
-import uvicorn
 
 from popagent_agent_runner.service import build as build_agent_runner
 from popagent_agent_runner.settings import Settings as AgentRunnerSettings
 from popagent_core import embedded
 from popagent_core.embedded import free_port
-from popagent_core.testing.plugin import with_database
-from popagent_gateway.app import create_app
 from popagent_gateway.settings import Settings as GatewaySettings
 from popagent_hooks.service import build as build_hooks
 from popagent_hooks.settings import Settings as HooksSettings
-from support.https_receiver import HttpsReceiver, answer, make_secret
+from support.https_receiver import HttpsReceiver, answer
 from support.model_gateway import ModelGateway, ModelInfo
+from support.stacks import fresh_database, hooks_document, serve_gateway
 
 API_KEY = "chat-tests-api-key-" + "k" * 16
 MODEL = "fake/fake-chat"
@@ -58,22 +53,6 @@ HOOK_PATHS: dict[str, tuple[str, list[str] | None]] = {
     "Stop": ("/stop", None),
     "StopFailure": ("/stop-failure", None),
 }
-
-
-def hooks_document(receiver: HttpsReceiver) -> str:
-    hooks: dict[str, list[dict[str, Any]]] = {}
-    for event, (path, matcher) in HOOK_PATHS.items():
-        handler: dict[str, Any] = {
-            "id": event.lower(),
-            "type": "http",
-            "url": receiver.url(path),
-            "secret": make_secret(),
-            "timeoutMs": 5000,
-        }
-        if matcher is not None:
-            handler["matcher"] = matcher
-        hooks[event] = [handler]
-    return json.dumps({"version": 1, "hooks": hooks})
 
 
 @dataclass
@@ -116,43 +95,6 @@ class ChatStack:
 
 
 @contextlib.asynccontextmanager
-async def serve_gateway(settings: GatewaySettings) -> AsyncIterator[str]:
-    port = free_port()
-    config = uvicorn.Config(
-        create_app(settings), host="127.0.0.1", port=port, log_config=None, access_log=False, lifespan="on"
-    )
-    server = uvicorn.Server(config)
-    serving = asyncio.create_task(server.serve())
-    while not server.started:
-        if serving.done():
-            serving.result()
-        await asyncio.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await serving
-
-
-@contextlib.asynccontextmanager
-async def fresh_database(admin_dsn: str) -> AsyncIterator[str]:
-    name = f"popagent_chat_{uuid.uuid4().hex[:12]}"
-    conn = await asyncpg.connect(admin_dsn)
-    try:
-        await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
-    try:
-        yield with_database(admin_dsn, name)
-    finally:
-        conn = await asyncpg.connect(admin_dsn)
-        try:
-            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await conn.close()
-
-
-@contextlib.asynccontextmanager
 async def start_chat_stack(
     pg_dsn: str, credentials: tuple[dict[str, str], str], base: Path
 ) -> AsyncIterator[ChatStack]:
@@ -165,7 +107,7 @@ async def start_chat_stack(
     nats = embedded.start_nats(base / "nats")
     async with contextlib.AsyncExitStack() as stack:
         stack.callback(nats.stop)
-        dsn = await stack.enter_async_context(fresh_database(pg_dsn))
+        dsn = await stack.enter_async_context(fresh_database(pg_dsn, "popagent_chat"))
         (base / "receiver").mkdir()
         receiver = await stack.enter_async_context(HttpsReceiver(base / "receiver"))
         models = await stack.enter_async_context(ModelGateway(models=CATALOG, api_key="sk-chat-tests"))
@@ -180,7 +122,7 @@ async def start_chat_stack(
                         "POPAGENT_HOOK_ALLOWED_HOSTS": "127.0.0.1",
                         "POPAGENT_HOOK_ALLOW_PRIVATE_ADDRESSES": "true",
                         "POPAGENT_HOOK_CA_FILE": str(receiver.ca_file),
-                        "POPAGENT_HOOKS": hooks_document(receiver),
+                        "POPAGENT_HOOKS": hooks_document(receiver, HOOK_PATHS),
                     }
                 )
             )

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chat.stack import CATALOG, HOOK_PATHS, MODEL, fresh_database
+from chat.stack import CATALOG, HOOK_PATHS, MODEL
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as arpb
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
@@ -33,8 +32,9 @@ from popagent_hooks.settings import Settings as HooksSettings
 from popagent_tasks.service import RunningTasks
 from popagent_tasks.service import build as build_tasks
 from popagent_tasks.settings import Settings as TasksSettings
-from support.https_receiver import HttpsReceiver, answer, make_secret
+from support.https_receiver import HttpsReceiver, answer
 from support.model_gateway import ModelGateway
+from support.stacks import fresh_database, hooks_document
 
 TASK_HOOK_PATHS: dict[str, tuple[str, list[str] | None]] = {
     **HOOK_PATHS,
@@ -52,22 +52,6 @@ RUNTIME: dict[str, Any] = {
     "task_retry_base_ms": 100,
     "task_retry_cap_ms": 200,
 }
-
-
-def hooks_document(receiver: HttpsReceiver) -> str:
-    hooks: dict[str, list[dict[str, Any]]] = {}
-    for event, (path, matcher) in TASK_HOOK_PATHS.items():
-        handler: dict[str, Any] = {
-            "id": event.lower(),
-            "type": "http",
-            "url": receiver.url(path),
-            "secret": make_secret(),
-            "timeoutMs": 5000,
-        }
-        if matcher is not None:
-            handler["matcher"] = matcher
-        hooks[event] = [handler]
-    return json.dumps({"version": 1, "hooks": hooks})
 
 
 @dataclass
@@ -123,7 +107,7 @@ async def start_task_turn_stack(
     nats = embedded.start_nats(base / "nats")
     async with contextlib.AsyncExitStack() as stack:
         stack.callback(nats.stop)
-        dsn = await stack.enter_async_context(fresh_database(pg_dsn))
+        dsn = await stack.enter_async_context(fresh_database(pg_dsn, "popagent_task_turns"))
         (base / "receiver").mkdir()
         receiver = await stack.enter_async_context(HttpsReceiver(base / "receiver"))
         models = await stack.enter_async_context(ModelGateway(models=CATALOG, api_key="sk-task-tests"))
@@ -138,7 +122,7 @@ async def start_task_turn_stack(
                         "POPAGENT_HOOK_ALLOWED_HOSTS": "127.0.0.1",
                         "POPAGENT_HOOK_ALLOW_PRIVATE_ADDRESSES": "true",
                         "POPAGENT_HOOK_CA_FILE": str(receiver.ca_file),
-                        "POPAGENT_HOOKS": hooks_document(receiver),
+                        "POPAGENT_HOOKS": hooks_document(receiver, TASK_HOOK_PATHS),
                     }
                 )
             )
