@@ -4,11 +4,14 @@ deltas, and what the sink showed is exactly what pydantic-ai assembled."""
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
 import time
 from collections.abc import AsyncIterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import pytest
 from model_twins import API_KEY, MODEL, lean_model, model_at, reference_model
 from pydantic_ai import Agent
@@ -33,6 +36,7 @@ from pydantic_ai.usage import RequestUsage
 
 from popagent_agent_runner.model import LeanModels, LeanOpenAIModel, current_turn_sink, streaming_to
 from popagent_agent_runner.turn.agent_runs import run_agent
+from popagent_agent_runner.turn.model_transport import LeanTransport
 from support.model_gateway import ModelGateway, ToolCall, Turn, Usage
 
 
@@ -406,3 +410,56 @@ async def test_cancelling_a_turn_inside_a_streamed_request_stops_the_stream() ->
 async def drain_events(stream: AsyncIterable[AgentStreamEvent]) -> None:
     async for _ in stream:
         pass
+
+
+async def test_reads_are_paced_from_the_first_text_on_and_reasoning_before_it_is_not() -> None:
+    # Hand-written SSE: 6 reasoning deltas then 12 text deltas, 30 ms apart. The sink forwards every
+    # 0.2 s, so from the first text on the body may be read that seldom; reasoning before it is not
+    # paced, so the answer's first token does not wait for an interval.
+    def event(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": MODEL}
+        chunk["choices"] = [{"index": 0, "delta": delta, "finish_reason": finish}]
+        return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+    deltas = [{"reasoning_content": f"r{n} "} for n in range(6)] + [{"content": f"t{n} "} for n in range(12)]
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(
+            next(line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")).split(b":")[1]
+        )
+        await reader.readexactly(length)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for delta in deltas:
+            body = event(delta)
+            writer.write(f"{len(body):x}\r\n".encode() + body + b"\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.03)
+        for body in (event({}, "stop"), b"data: [DONE]\n\n"):
+            writer.write(f"{len(body):x}\r\n".encode() + body + b"\r\n")
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    class PacedSink(RecordingSink):
+        forward_interval_s = 0.2
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    http = httpx.AsyncClient(transport=LeanTransport(), timeout=None)
+    model = LeanOpenAIModel(MODEL, base_url=f"http://127.0.0.1:{port}/v1", api_key=API_KEY, http_client=http)
+    sink = PacedSink()
+    try:
+        with streaming_to(sink):
+            response = await model_request(model, [ModelRequest(parts=[UserPromptPart("Go")])])
+    finally:
+        await http.aclose()
+        server.close()
+    thinking = [at for _, _, at in sink.thinking]
+    text = [at for _, _, at in sink.text]
+    assert "".join(d for _, d, _ in sink.text) == text_of(response, 1) == "".join(f"t{n} " for n in range(12))
+    assert max(b - a for a, b in itertools.pairwise(thinking)) < 0.15, "reasoning was paced"
+    assert text[0] - thinking[-1] < 0.15, "the first text token waited for a paced read"
+    # From the first text on, deltas arrive together (one group per paced read), not one by one
+    # 30 ms apart as they were sent.
+    arrivals = 1 + sum(1 for a, b in itertools.pairwise(text) if b - a > 0.01)
+    assert arrivals <= 4, f"12 text deltas arrived in {arrivals} groups"

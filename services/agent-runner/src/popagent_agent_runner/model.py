@@ -59,6 +59,7 @@ from pydantic_ai.messages import (
     ModelSettingsDeltaPart,
     NativeToolCallPart,
     NativeToolReturnPart,
+    PartStartEvent,
     SpeechPart,
     SystemPromptPart,
     TextContent,
@@ -430,13 +431,13 @@ class LeanOpenAIModel(Model[Any]):
         response = await self._send(request, stream=True, settings=model_settings or {})
         try:
             stream = await self._open_stream(response, params, sink, window=math.inf)
-            # Once the first content went to the sink, read no more often than the sink forwards.
-            pace = response.extensions.get(PACE_READS)
-            interval = getattr(sink, "forward_interval_s", 0.0)
-            async for _ in stream:
-                if pace is not None:
-                    if interval:
-                        pace(interval)
+            # Once the first text went to the sink, read no more often than the sink forwards it
+            # (reasoning before it is read as it comes: the answer's first token must not wait).
+            interval: float = getattr(sink, "forward_interval_s", 0.0)
+            pace = response.extensions.get(PACE_READS) if interval else None
+            async for event in stream:
+                if pace is not None and isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
+                    pace(interval)
                     pace = None
             return stream.get()
         finally:
