@@ -344,3 +344,20 @@ async def test_relays_of_several_worker_processes_keep_the_order_and_publish_eac
         messages = await stream_messages(js, subject)
     assert [m.data for m in messages] == payloads
     assert [m.headers and m.headers["Nats-Msg-Id"] for m in messages] == ids
+
+
+async def test_a_commit_wakes_the_relay_without_waiting_for_its_poll(pool, nats_url):
+    subject = unique_subject()
+    async with jetstream(nats_url) as js:
+        relay = bus.OutboxRelay(pool, js, poll_interval_s=30.0)
+        async with background_task(relay.run, name="relay"):
+            await asyncio.sleep(0.2)  # the relay has done its first pass and waits for a wake-up
+            started = asyncio.get_running_loop().time()
+            await enqueue(pool, subject, b"wake")
+
+            async def arrived() -> bool:
+                return len(await stream_messages(js, subject)) == 1
+
+            await eventually(arrived, what="the event, long before the 30 s poll")
+            took = asyncio.get_running_loop().time() - started
+    assert took < 5.0

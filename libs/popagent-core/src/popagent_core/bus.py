@@ -84,10 +84,15 @@ async def enqueue_event(
     """Write an event into the outbox inside the caller's transaction; returns its id."""
     subjects.owner_of(subject)  # refuses malformed subjects early
     event_id = uuid.uuid4()
+    # One round trip: the row and the relay's wake-up (delivered at commit, like NOTIFY).
     await conn.execute(
-        "INSERT INTO popagent_outbox (id, subject, payload) VALUES ($1, $2, $3)", event_id, subject, payload
+        "WITH event AS (INSERT INTO popagent_outbox (id, subject, payload) VALUES ($1, $2, $3) RETURNING id)"
+        " SELECT pg_notify($4, '') FROM event",
+        event_id,
+        subject,
+        payload,
+        OUTBOX_CHANNEL,
     )
-    await conn.execute(f"NOTIFY {OUTBOX_CHANNEL}")
     return event_id
 
 
