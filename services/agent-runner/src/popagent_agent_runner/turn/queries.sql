@@ -41,9 +41,6 @@ SELECT s.workspace_id,
 FROM popagent_sessions s, thread
 WHERE s.id = $1 AND s.deleting_at IS NULL
 
--- name: thread_version
-SELECT count(*) AS messages, coalesce(max(seq), 0) AS last_seq FROM popagent_thread_messages WHERE thread_id = $1
-
 -- name: lock_session_for_turn
 -- Held until the turn's messages commit: a permanent deletion (which marks, then removes
 -- the row) waits for it, so a turn never re-creates the thread of a deleted session.
@@ -51,19 +48,24 @@ SELECT id FROM popagent_sessions WHERE id = $1 AND deleting_at IS NULL FOR KEY S
 
 -- Threads ---------------------------------------------------------------------------
 
--- name: thread_message_seq
-SELECT seq FROM popagent_thread_messages WHERE thread_id = $1 AND id = $2
+-- name: thread_version_and_seq
+-- The thread's version (message count, last seq) and the seq of message $2 if it is stored.
+SELECT count(*) AS messages, coalesce(max(seq), 0) AS last_seq, max(seq) FILTER (WHERE id = $2) AS message_seq
+FROM popagent_thread_messages WHERE thread_id = $1
+
+-- name: insert_thread_messages
+-- A turn's messages, in order, each deduplicated by id; returns the seqs of those stored now.
+INSERT INTO popagent_thread_messages (thread_id, id, role, content)
+SELECT $1, m.id, m.role, m.content::jsonb
+FROM unnest($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS m(id, role, content, position)
+ORDER BY m.position
+ON CONFLICT (thread_id, id) DO NOTHING
+RETURNING seq
 
 -- name: upsert_thread
 INSERT INTO popagent_threads (id, resource_id, parent_id)
 VALUES ($1, $2, $3)
 ON CONFLICT (id) DO UPDATE SET updated_at = now()
-
--- name: insert_thread_message
--- Deduplicated by message id: a retried request never stores a message twice.
-INSERT INTO popagent_thread_messages (thread_id, id, role, content)
-VALUES ($1, $2, $3, $4::jsonb)
-ON CONFLICT (thread_id, id) DO NOTHING
 
 -- name: delete_thread_messages_after
 -- A retried prompt replaces what answered it before (the AI SDK's regenerate).

@@ -163,24 +163,32 @@ class ThreadStore:
                 if await conn.fetchval(self.q["lock_session_for_turn"], session_id) is None:
                     raise NotFound(f"session {session_id!r} was deleted during the turn")
                 await conn.execute(self.q["upsert_thread"], session_id, USER_RESOURCE, None)
-                before = await conn.fetchrow(self.q["thread_version"], session_id)
+                before = await conn.fetchrow(self.q["thread_version_and_seq"], session_id, user_ui["id"])
                 # The turn's history plus its messages is the thread only if nobody wrote in between.
                 extends = not base.retried and (before["messages"], before["last_seq"]) == base.version
-                seq = await conn.fetchval(self.q["thread_message_seq"], session_id, user_ui["id"])
+                seq = before["message_seq"]
                 if seq is not None:
                     await conn.execute(self.q["delete_thread_messages_after"], session_id, seq)
-                await conn.execute(self.q["insert_thread_message"], session_id, user_ui["id"], "user", user_content)
-                await conn.execute(
-                    self.q["insert_thread_message"], session_id, assistant_ui["id"], "assistant", assistant_content
+                stored = await conn.fetch(
+                    self.q["insert_thread_messages"],
+                    session_id,
+                    [user_ui["id"], assistant_ui["id"]],
+                    ["user", "assistant"],
+                    [user_content, assistant_content],
                 )
-                if extends and seq is None:
-                    after = await conn.fetchrow(self.q["thread_version"], session_id)
-                    kept = (after["messages"], after["last_seq"])
+                if extends and seq is None and len(stored) == 2:
+                    # Both rows are new and follow the version the turn read: the thread is now that plus them.
+                    kept = (before["messages"] + 2, max(row["seq"] for row in stored))
                 for run, prompt, answer in specialist_rows:
                     resource = f"{SPECIALIST_RESOURCE}:{run.agent_id}"
                     await conn.execute(self.q["upsert_thread"], run.thread_id, resource, session_id)
-                    await conn.execute(self.q["insert_thread_message"], run.thread_id, "prompt", "user", prompt)
-                    await conn.execute(self.q["insert_thread_message"], run.thread_id, "answer", "assistant", answer)
+                    await conn.execute(
+                        self.q["insert_thread_messages"],
+                        run.thread_id,
+                        ["prompt", "answer"],
+                        ["user", "assistant"],
+                        [prompt, answer],
+                    )
                 await enqueue_event(conn, subjects.TURN_COMPLETED, outcome.SerializeToString())
         if kept is not None:
             self._keep(session_id, kept, [*base.history, *stored_user, *stored_answer])
