@@ -361,3 +361,33 @@ async def test_a_commit_wakes_the_relay_without_waiting_for_its_poll(pool, nats_
             await eventually(arrived, what="the event, long before the 30 s poll")
             took = asyncio.get_running_loop().time() - started
     assert took < 5.0
+
+
+class CountingRelay(bus.OutboxRelay):
+    passes = 0
+
+    async def relay_once(self) -> int:
+        self.passes += 1
+        return await super().relay_once()
+
+
+async def test_a_commit_in_another_schema_does_not_wake_this_relay(pool, dsn, tmp_path: Path, nats_url):
+    # Every service keeps its outbox in its own schema of one database; a turn's event must not
+    # wake the relays of the other six services (each would run an empty transaction per event).
+    await migrate(dsn, "tasks", tmp_path / "no-tasks-migrations")
+    async with jetstream(nats_url) as js, db.open_pool(dsn, "tasks", max_size=2) as other_pool:
+        await bus.ensure_streams(js, ("tasks",))
+        relay = CountingRelay(pool, js, poll_interval_s=30.0)
+        async with background_task(relay.run, name="relay"):
+            await asyncio.sleep(0.3)
+            before = relay.passes
+            for n in range(5):
+                await enqueue(other_pool, f"popagent.tasks.test{n}.happened", b"elsewhere")
+            await asyncio.sleep(0.5)
+            assert relay.passes == before, "another schema's commits woke this relay"
+            await enqueue(pool, unique_subject(), b"here")
+
+            async def woken() -> bool:
+                return relay.passes > before
+
+            await eventually(woken, what="this schema's commit to wake its relay")

@@ -30,7 +30,9 @@ from popagent_core.lifecycle import wait_event
 
 logger = logging.getLogger(__name__)
 
-OUTBOX_CHANNEL = "popagent_outbox"
+# Every service's outbox lives in its own schema of one database: each relay listens on the channel
+# of its schema only (`popagent_outbox_<schema>`), so a commit wakes its own relay, not all of them.
+OUTBOX_CHANNEL_PREFIX = "popagent_outbox_"
 PUBLISH_TIMEOUT_S = 2.0
 
 
@@ -84,14 +86,14 @@ async def enqueue_event(
     """Write an event into the outbox inside the caller's transaction; returns its id."""
     subjects.owner_of(subject)  # refuses malformed subjects early
     event_id = uuid.uuid4()
-    # One round trip: the row and the relay's wake-up (delivered at commit, like NOTIFY).
+    # One round trip: the row and the wake-up of this schema's relay (delivered at commit, like NOTIFY).
     await conn.execute(
         "WITH event AS (INSERT INTO popagent_outbox (id, subject, payload) VALUES ($1, $2, $3) RETURNING id)"
-        " SELECT pg_notify($4, '') FROM event",
+        " SELECT pg_notify($4 || current_schema(), '') FROM event",
         event_id,
         subject,
         payload,
-        OUTBOX_CHANNEL,
+        OUTBOX_CHANNEL_PREFIX,
     )
     return event_id
 
@@ -176,7 +178,8 @@ class OutboxRelay:
         while True:
             try:
                 async with self.pool.acquire() as listener:
-                    await listener.add_listener(OUTBOX_CHANNEL, self.wake)
+                    channel = OUTBOX_CHANNEL_PREFIX + await listener.fetchval("SELECT current_schema()")
+                    await listener.add_listener(channel, self.wake)
                     try:
                         while True:
                             while await self.relay_once() == self.batch_size:
@@ -189,7 +192,7 @@ class OutboxRelay:
                             await wait_event(self._wake, self.poll_interval_s)
                     finally:
                         with contextlib.suppress(Exception):
-                            await listener.remove_listener(OUTBOX_CHANNEL, self.wake)
+                            await listener.remove_listener(channel, self.wake)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
