@@ -102,7 +102,7 @@ async def model_server(chunks: int, chunk_delay_s: float) -> AsyncIterator[tuple
     env = {**os.environ, "PYTHONPATH": str(REPO / "tests")}
     command = [sys.executable, "-c", SERVE_WITH_NODELAY, "--port", str(port), "--script", script.name]
     process = await asyncio.create_subprocess_exec(
-        *command, "--no-record", env=env, stdout=subprocess.PIPE, preexec_fn=embedded.die_with_parent
+        *embedded.orphan_safe([*command, "--no-record"]), env=env, stdout=subprocess.PIPE
     )
     try:
         assert process.stdout is not None
@@ -118,11 +118,10 @@ async def model_server(chunks: int, chunk_delay_s: float) -> AsyncIterator[tuple
 
 def spawn(module: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", module],
+        embedded.orphan_safe([sys.executable, "-m", module]),
         env=env,
         stdout=log.open("ab"),
         stderr=subprocess.STDOUT,
-        preexec_fn=embedded.die_with_parent,
     )
 
 

@@ -73,11 +73,10 @@ class RawHttp:
 
 def spawn(module: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", module],
+        embedded.orphan_safe([sys.executable, "-m", module]),
         env=env,
         stdout=log.open("ab"),
         stderr=subprocess.STDOUT,
-        preexec_fn=embedded.die_with_parent,
     )
 
 

@@ -60,11 +60,10 @@ TESTS_DIR = BENCH_DIR.parent / "tests"
 def spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     output = log.open("ab")
     return subprocess.Popen(
-        [sys.executable, "-m", "popagent_tasks", *args],
+        embedded.orphan_safe([sys.executable, "-m", "popagent_tasks", *args]),
         env={**os.environ, **env, "PYTHONPATH": str(TESTS_DIR)},
         stdout=output,
         stderr=output,
-        preexec_fn=embedded.die_with_parent,
     )
 
 

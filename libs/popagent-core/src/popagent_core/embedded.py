@@ -8,16 +8,14 @@ on the next start.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from platformdirs.api import RuntimeDirWarning
@@ -28,11 +26,18 @@ warnings.filterwarnings("ignore", category=RuntimeDirWarning)
 from pgserver.postgres_server import get_server as pgserver_get_server  # noqa: E402
 
 
-def die_with_parent() -> None:
-    """preexec_fn: the child gets SIGTERM when its parent dies, however the parent dies (Linux)."""
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    pr_set_pdeathsig = 1
-    libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+def orphan_safe(command: Sequence[str]) -> list[str]:
+    """`command`, run so that it gets SIGTERM when the process that started it dies, however it dies.
+
+    util-linux's `setpriv --pdeathsig` sets that between fork and exec in a process that runs no
+    Python. A `preexec_fn` doing the same makes the child run Python after the fork, and when the
+    parent has live gRPC channels, gRPC's fork handlers crash that child with SIGABRT before its
+    exec (grpc/grpc#43055; seen here as nats-server and a service "exiting" with -6 at start).
+    """
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        raise FileNotFoundError("setpriv not found: it comes with util-linux")
+    return [setpriv, "--pdeathsig", "TERM", "--", *command]
 
 
 def nats_server_binary() -> str:
@@ -108,21 +113,17 @@ def start_nats(store_dir: Path, port: int | None = None, log_file: Path | None =
 
     Without a fixed port it takes a free one; another process can grab that port between
     the probe and the server's bind (parallel tests do), so a server that exits before
-    listening is retried on a fresh port. On a fixed port (a restart in place) it is retried
-    after a pause: the server just stopped there may still be letting go of it.
+    listening is retried on a fresh port.
     """
     store_dir.mkdir(parents=True, exist_ok=True)
-    attempts = 3 if port else 5
+    attempts = 1 if port else 5
     for attempt in range(attempts):
-        if port and attempt:
-            time.sleep(0.5)
         chosen = port or free_port()
         output = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115 - owned by the child
         process = subprocess.Popen(
-            [nats_server_binary(), "-js", "-sd", str(store_dir), "-a", "127.0.0.1", "-p", str(chosen)],
+            orphan_safe([nats_server_binary(), "-js", "-sd", str(store_dir), "-a", "127.0.0.1", "-p", str(chosen)]),
             stdout=output,
             stderr=output,
-            preexec_fn=die_with_parent,
             env={k: v for k, v in os.environ.items() if not k.startswith("POPAGENT_")},
         )
         try:

@@ -192,13 +192,10 @@ class Stack:
         """Start the service `module` (default: `name`) as the child `name`."""
         module = f"popagent_{(module or name).replace('-', '_')}"
         process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            module,
+            *embedded.orphan_safe([sys.executable, "-m", module]),
             env=env,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
-            preexec_fn=embedded.die_with_parent,
         )
         child = Child(name, process)
         child.pump = asyncio.create_task(self._pump(child), name=f"pump-{name}")
