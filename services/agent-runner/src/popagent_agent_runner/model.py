@@ -7,7 +7,10 @@ of the same name and assembles the same `ModelResponse` (the agreement tests in
 on purpose:
 
 - Streaming hands text to the turn's `TurnSink` at once and pydantic-ai coalesced deltas (see
-  `model_stream`), which is what makes streaming cheap.
+  `model_stream`), which is what makes streaming cheap. With a sink set, `request()` streams too
+  (text to the sink, the finished response to pydantic-ai), so a turn's agents run unstreamed.
+- Tool schemas go through the profile's JSON-schema transformer once per distinct schema, not on
+  every request.
 - When a stream reports usage more than once (9Router puts an estimate on the finish chunk before
   the real figures), the last report wins; `OpenAIChatModel` adds them up.
 - A stream that ends before `[DONE]` and before any finish reason raises `ModelConnectionError`;

@@ -8,6 +8,8 @@ into one event. The first delta of every part is handed over at once, so a part 
 delay, and anything pending is handed over before any other kind of delta, at the end of the
 stream and at part boundaries, so the events keep their order. The merged content is the exact
 concatenation of what the sink was given, so the assembled `ModelResponse` equals what the UI showed.
+A turn's own requests go through `LeanOpenAIModel.request`, which reads this stream with an unbounded
+window: pydantic-ai gets the finished response only (`turn.agent_runs`).
 """
 
 from __future__ import annotations
