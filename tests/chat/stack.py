@@ -25,11 +25,9 @@ from popagent_agent_runner.settings import Settings as AgentRunnerSettings
 from popagent_core import embedded
 from popagent_core.embedded import free_port
 from popagent_gateway.settings import Settings as GatewaySettings
-from popagent_hooks.service import build as build_hooks
-from popagent_hooks.settings import Settings as HooksSettings
 from support.https_receiver import HttpsReceiver, answer
 from support.model_gateway import ModelGateway, ModelInfo
-from support.stacks import fresh_database, hooks_document, serve_gateway
+from support.stacks import fresh_database, serve_gateway, serve_hooks
 
 API_KEY = "chat-tests-api-key-" + "k" * 16
 MODEL = "fake/fake-chat"
@@ -112,21 +110,7 @@ async def start_chat_stack(
         receiver = await stack.enter_async_context(HttpsReceiver(base / "receiver"))
         models = await stack.enter_async_context(ModelGateway(models=CATALOG, api_key="sk-chat-tests"))
         common: dict[str, Any] = {"DATABASE_URL": dsn, "NATS_URL": nats.url, "POPAGENT_INTERNAL_CALLERS": callers}
-        await stack.enter_async_context(
-            build_hooks(
-                HooksSettings(
-                    **{
-                        **common,
-                        "POPAGENT_INTERNAL_TOKEN": tokens["hooks"],
-                        "POPAGENT_HOOKS_ADDR": addresses["hooks"],
-                        "POPAGENT_HOOK_ALLOWED_HOSTS": "127.0.0.1",
-                        "POPAGENT_HOOK_ALLOW_PRIVATE_ADDRESSES": "true",
-                        "POPAGENT_HOOK_CA_FILE": str(receiver.ca_file),
-                        "POPAGENT_HOOKS": hooks_document(receiver, HOOK_PATHS),
-                    }
-                )
-            )
-        )
+        await stack.enter_async_context(serve_hooks(common, tokens["hooks"], addresses["hooks"], receiver, HOOK_PATHS))
         for worker in runner_workers:
             await stack.enter_async_context(
                 build_agent_runner(

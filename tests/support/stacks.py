@@ -1,8 +1,8 @@
 """Pieces the in-process test stacks share (tests/api, tests/chat, tests/tasks_turns).
 
 Each suite builds its own stack of real services in one event loop; what they build it
-from is here once: a fresh database per stack, the gateway app served by uvicorn, and a
-hook configuration with one handler per event on its own path of the HTTPS receiver.
+from is here once: a fresh database per stack, the gateway app served by uvicorn, and the
+hooks service with one handler per event on its own path of the HTTPS receiver.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from popagent_core.embedded import free_port
 from popagent_core.testing.plugin import with_database
 from popagent_gateway.app import create_app
 from popagent_gateway.settings import Settings as GatewaySettings
+from popagent_hooks.service import build as build_hooks
+from popagent_hooks.settings import Settings as HooksSettings
 from support.https_receiver import HttpsReceiver, make_secret
 
 # Hook event -> (receiver path, matcher or None for every target).
@@ -81,3 +83,23 @@ def hooks_document(receiver: HttpsReceiver, paths: HookPaths) -> str:
             handler["matcher"] = matcher
         hooks[event] = [handler]
     return json.dumps({"version": 1, "hooks": hooks})
+
+
+@contextlib.asynccontextmanager
+async def serve_hooks(
+    common: Mapping[str, Any], token: str, address: str, receiver: HttpsReceiver, paths: HookPaths
+) -> AsyncIterator[None]:
+    """The hooks service on `address`, with one handler per event of `paths` on `receiver`."""
+    settings = HooksSettings(
+        **{
+            **common,
+            "POPAGENT_INTERNAL_TOKEN": token,
+            "POPAGENT_HOOKS_ADDR": address,
+            "POPAGENT_HOOK_ALLOWED_HOSTS": "127.0.0.1",
+            "POPAGENT_HOOK_ALLOW_PRIVATE_ADDRESSES": "true",
+            "POPAGENT_HOOK_CA_FILE": str(receiver.ca_file),
+            "POPAGENT_HOOKS": hooks_document(receiver, paths),
+        }
+    )
+    async with build_hooks(settings):
+        yield

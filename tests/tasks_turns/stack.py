@@ -27,14 +27,12 @@ from popagent_agent_runner.settings import Settings as AgentRunnerSettings
 from popagent_core import embedded
 from popagent_core.embedded import free_port
 from popagent_core.grpc_client import open_channel
-from popagent_hooks.service import build as build_hooks
-from popagent_hooks.settings import Settings as HooksSettings
 from popagent_tasks.service import RunningTasks
 from popagent_tasks.service import build as build_tasks
 from popagent_tasks.settings import Settings as TasksSettings
 from support.https_receiver import HttpsReceiver, answer
 from support.model_gateway import ModelGateway
-from support.stacks import fresh_database, hooks_document
+from support.stacks import fresh_database, serve_hooks
 
 TASK_HOOK_PATHS: dict[str, tuple[str, list[str] | None]] = {
     **HOOK_PATHS,
@@ -113,19 +111,7 @@ async def start_task_turn_stack(
         models = await stack.enter_async_context(ModelGateway(models=CATALOG, api_key="sk-task-tests"))
         common: dict[str, Any] = {"DATABASE_URL": dsn, "NATS_URL": nats.url, "POPAGENT_INTERNAL_CALLERS": callers}
         await stack.enter_async_context(
-            build_hooks(
-                HooksSettings(
-                    **{
-                        **common,
-                        "POPAGENT_INTERNAL_TOKEN": tokens["hooks"],
-                        "POPAGENT_HOOKS_ADDR": addresses["hooks"],
-                        "POPAGENT_HOOK_ALLOWED_HOSTS": "127.0.0.1",
-                        "POPAGENT_HOOK_ALLOW_PRIVATE_ADDRESSES": "true",
-                        "POPAGENT_HOOK_CA_FILE": str(receiver.ca_file),
-                        "POPAGENT_HOOKS": hooks_document(receiver, TASK_HOOK_PATHS),
-                    }
-                )
-            )
+            serve_hooks(common, tokens["hooks"], addresses["hooks"], receiver, TASK_HOOK_PATHS)
         )
         await stack.enter_async_context(
             build_agent_runner(
