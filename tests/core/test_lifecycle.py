@@ -99,3 +99,21 @@ async def test_a_start_up_failure_exits_1_with_the_error_logged(pg_dsn, nats_url
     [entry] = log_lines(log)
     assert entry["level"] == "error" and entry["msg"] == "service failed"
     assert "popagent_no_such_database" in entry["exc"]
+
+
+def test_settling_the_heap_freezes_what_start_up_built_and_raises_the_young_threshold():
+    # In a child process: freezing the test runner's own heap would outlive this test.
+    script = (
+        "import gc\n"
+        "from popagent_core.lifecycle import YOUNG_COLLECTION_THRESHOLD, settle_heap\n"
+        "before = gc.get_freeze_count()\n"
+        "settle_heap()\n"
+        "print(before, gc.get_freeze_count(), gc.get_threshold()[0], YOUNG_COLLECTION_THRESHOLD)\n"
+    )
+    before, frozen, threshold, expected = map(
+        int, subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True).stdout.split()
+    )
+    assert before == 0
+    # Everything imported so far (popagent_core and its dependencies) is out of the collector's view.
+    assert frozen > 10_000
+    assert threshold == expected > 700

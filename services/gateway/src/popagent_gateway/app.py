@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Depends, FastAPI
 
 from popagent_core.grpc_client import open_channel
+from popagent_core.lifecycle import settle_heap
 from popagent_gateway.bounded import ApiKeyMiddleware, BoundedBodyMiddleware
 from popagent_gateway.deps import require_api_key
 from popagent_gateway.errors import install_error_handlers
@@ -51,6 +52,7 @@ def create_app(settings: Settings) -> FastAPI:
                     for address in workers
                 ]
             )
+            settle_heap()
             yield
 
     app = FastAPI(title="popagent", version="0.1.0", lifespan=lifespan)
