@@ -36,6 +36,8 @@ lint: setup
 	$(VENV)/bin/pyright
 
 setup: system-deps $(SYNC_STAMP) $(PROTO_STAMP) $(NODE_TEST_DEPS) $(UI_BUILD)
+	@# The project's own modules (editable installs) too; only changed files are compiled again.
+	@$(VPY) -m compileall -q -j 0 libs services >/dev/null
 
 ui: $(UI_BUILD)
 
@@ -50,10 +52,13 @@ $(UI_BUILD): $(UI_DEPS) $(SYNC_STAMP) $(PROTO_STAMP) $(UI_SOURCES) $(GATEWAY_SOU
 $(NODE_TEST_DEPS): tests/ai_sdk/package.json tests/ai_sdk/package-lock.json
 	npm ci --prefix tests/ai_sdk --no-audit --no-fund --loglevel=error
 
-# uv itself comes from PyPI into the machine's Python.
+# uv itself comes from PyPI into the machine's Python. Dependencies are installed with their bytecode
+# compiled: a process never writes .pyc where PYTHONDONTWRITEBYTECODE is set (it is on the dev and CI
+# machines), and then every service process compiled pydantic, grpc, FastAPI... at each start
+# (agent-runner's imports: 2.6 s of CPU from source, 1.0 s compiled).
 $(SYNC_STAMP): $(MEMBER_PYPROJECTS)
 	@$(UV) --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet "uv==$(UV_VERSION)"
-	$(UV) sync --all-packages --python $(PYTHON)
+	$(UV) sync --all-packages --python $(PYTHON) --compile-bytecode
 	@touch $@
 
 system-deps:
