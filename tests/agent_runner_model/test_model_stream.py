@@ -343,8 +343,10 @@ async def test_run_agent_streams_tool_events_only_and_the_text_to_the_sink() -> 
             return f"noon {tz}"
 
         handled: list[AgentStreamEvent] = []
+        streamed_steps: list[int] = []
 
         async def tool_events(stream: AsyncIterable[AgentStreamEvent]) -> None:
+            streamed_steps.append(len(handled))
             async for event in stream:
                 handled.append(event)
 
@@ -353,7 +355,9 @@ async def test_run_agent_streams_tool_events_only_and_the_text_to_the_sink() -> 
             result = await run_agent(agent, "Time?", tool_events=tool_events)
     assert result.output == answer == sink.text_of(0)
     assert all(request["stream"] is True for request in gw.requests)
-    # Only the tool step was streamed: its call and its result, nothing of the model's responses.
+    # Only the tool step was streamed: its call and its result, nothing of the model's responses;
+    # the step of the text answer, which has no tool calls, was not streamed at all.
+    assert streamed_steps == [0]
     assert [type(e).__name__ for e in handled] == ["FunctionToolCallEvent", "FunctionToolResultEvent"]
     call, outcome = handled
     assert isinstance(call, FunctionToolCallEvent) and call.part.args_as_dict() == {"tz": "UTC"}

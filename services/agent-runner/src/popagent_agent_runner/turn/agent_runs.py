@@ -5,9 +5,9 @@ pydantic-ai's stream machinery (parts manager, agent stream, several layers of a
 about 2 ms of CPU per model request plus ~40 µs per event on this machine, which is most of what a
 chat turn costs the runner. A turn does not need it: the lean model hands streamed text to the
 turn's sink itself (`model_stream`), and when a sink is set its `request()` streams from the server
-and answers pydantic-ai with the finished response. So here only the tool-execution node is streamed,
-for its call and result events (the UI's tool parts, a specialist's tool outcomes); every other node
-runs as `agent.run` would run it.
+and answers pydantic-ai with the finished response. So here only a tool-execution node that has tool
+calls is streamed, for its call and result events (the UI's tool parts, a specialist's tool outcomes);
+every other node runs as `agent.run` would run it.
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ async def run_agent(
     """`agent.run(prompt, **run_options)`, with the events of each tool-execution step handed to `tool_events`."""
     async with agent.iter(prompt, **run_options) as run:
         async for node in run:
-            if Agent.is_call_tools_node(node):
+            # Only a step with tool calls has events to hand on (pydantic-ai's `_run_stream` yields
+            # none for a text answer), and streaming a step costs ~1.5 ms of CPU with five tools.
+            if Agent.is_call_tools_node(node) and node.model_response.tool_calls:
                 async with node.stream(run.ctx) as events:
                     await tool_events(events)
                     # Whatever the handler left unread, so the step finishes.
