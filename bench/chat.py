@@ -17,9 +17,10 @@ wall time. At each level, `N` chats are in flight at once, each running turns ba
 of simultaneous starts). Each chat keeps its session, so the thread history the runner loads
 and the model gets grows turn by turn, as in real use. The client is a minimal HTTP/1.1 reader on
 asyncio streams, so its own CPU (it shares the machine's cores) stays small for both paths. At
-each concurrency the CPU each process spent per streamed chunk is printed too (DESIGN.md §9);
-at one chat those figures are mostly the processes' idle background work (and /proc's 10 ms
-resolution), at fifty they are the streaming cost. For the stack, the time to the response head
+each concurrency the CPU each process spent per streamed chunk is printed too (DESIGN.md §9),
+PostgreSQL's (server and backends) and NATS's included; at one chat those figures are mostly the
+processes' idle background work (and /proc's 10 ms resolution), at fifty they are the streaming
+cost. For the stack, the time to the response head
 (the gateway answers once the runner's first batch, `start`, arrived) is printed as well.
 Targets: added time to first token <= 15 ms p50; stack throughput >= 90% of direct.
 
@@ -45,6 +46,7 @@ from pathlib import Path
 
 import httpx
 import orjson
+import psutil
 import uvloop
 
 from popagent_core import embedded
@@ -86,9 +88,27 @@ class Turn:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process so far (from /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    """User + system CPU of a process so far (from /proc); PostgreSQL's with its backends'."""
+    if pid in SERVER_GROUPS:
+        return sum(own_cpu_seconds(p) for p in [pid, *(child.pid for child in psutil.Process(pid).children())])
+    return own_cpu_seconds(pid)
+
+
+# Processes whose CPU is counted with their children's (PostgreSQL's postmaster: its backends).
+SERVER_GROUPS: set[int] = set()
+
+
+def own_cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return 0.0  # a backend that ended between the listing and the read
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def postmaster_pid(data_dir: Path) -> int:
+    """The embedded PostgreSQL server's pid, from its data folder's postmaster.pid."""
+    return int((data_dir / "postmaster.pid").read_text().split()[0])
 
 
 @contextlib.asynccontextmanager
@@ -127,7 +147,8 @@ def spawn(module: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes
 
 @contextlib.asynccontextmanager
 async def stack(data: Path, model_url: str, runner_workers: int) -> AsyncIterator[tuple[str, dict[str, int]]]:
-    """(gateway url, pid by process) of hooks, agent-runner's workers and the gateway on embedded PostgreSQL and NATS."""
+    """(gateway url, pid by process) of hooks, agent-runner's workers and the gateway on embedded PostgreSQL and
+    NATS (their pids too: PostgreSQL's CPU is its server's and its backends')."""
     tokens, callers = generate_credentials()
     runners = [f"127.0.0.1:{embedded.free_port()}" for _ in range(runner_workers)]
     addresses = {"hooks": f"127.0.0.1:{embedded.free_port()}"} | {
@@ -182,7 +203,10 @@ async def stack(data: Path, model_url: str, runner_workers: int) -> AsyncIterato
                         if (await probe.get(f"{url}/api/health", headers={"x-popagent-key": API_KEY})).status_code:
                             break
                     await asyncio.sleep(0.05)
-            yield url, {name: child.pid for name, child in children.items()}
+            postmaster = postmaster_pid(next((data / "pg").rglob("postmaster.pid")).parent)
+            SERVER_GROUPS.add(postmaster)
+            infra = {"postgres": postmaster, "nats": nats.process.pid}
+            yield url, {name: child.pid for name, child in children.items()} | infra
         finally:
             for child in children.values():
                 child.terminate()
