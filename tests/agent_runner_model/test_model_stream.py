@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterable
 from dataclasses import dataclass, field
@@ -284,6 +286,23 @@ async def test_a_cancelled_stream_reports_an_interrupted_response() -> None:
     assert response.state == "interrupted"
     assert text_of(response, 0).startswith("word word")
     assert len(text_of(response, 0)) < len("word " * 200)
+
+
+def test_preloading_lean_models_loads_the_pricing_data_a_first_model_would_and_keeps_no_model() -> None:
+    # A fresh interpreter: this one may have built a model already.
+    script = (
+        "import asyncio\n"
+        "from genai_prices import data_snapshot\n"
+        "from popagent_agent_runner.model import LeanModels\n"
+        "async def main():\n"
+        "    async with LeanModels('http://127.0.0.1:9/v1', 'k') as models:\n"
+        "        loaded = data_snapshot._bundled_snapshot.cache_info().currsize\n"
+        "        models.preload()\n"
+        "        print(loaded, data_snapshot._bundled_snapshot.cache_info().currsize, len(models._models))\n"
+        "asyncio.run(main())\n"
+    )
+    printed = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True).stdout
+    assert printed.split() == ["0", "1", "0"]
 
 
 async def test_lean_models_share_one_pool_across_model_ids() -> None:

@@ -54,6 +54,7 @@ async def chat_service(
         httpx.AsyncClient(transport=transport, timeout=None) as http,
         LeanModels(ninerouter_url, ninerouter_api_key or None, http_client=http) as models,
     ):
+        models.preload()
         memories = MemoryStore(pool, QUERIES)
         runner = TurnRunner(ThreadStore(pool, QUERIES), memories, hooks, AgentFactory(models, ToolRegistry()), starts)
         yield ChatServicer(runner, memories)
