@@ -371,6 +371,26 @@ class CountingRelay(bus.OutboxRelay):
         return await super().relay_once()
 
 
+async def test_events_committed_while_the_woken_relay_waits_go_out_in_its_one_pass(pool, nats_url):
+    subject = unique_subject()
+    async with jetstream(nats_url) as js:
+        relay = CountingRelay(pool, js, poll_interval_s=30.0, coalesce_s=0.5)
+        async with background_task(relay.run, name="relay"):
+            await asyncio.sleep(0.2)  # the first pass is done; the relay waits for a wake-up
+            passes = relay.passes
+            # Four transactions, each a wake-up, well within the half second the woken relay waits.
+            ids = await enqueue_each(pool, subject, b"1", b"2", b"3", b"4")
+
+            async def arrived() -> bool:
+                return len(await stream_messages(js, subject)) == 4
+
+            await eventually(arrived, what="the four events")
+            assert relay.passes - passes == 1
+            messages = await stream_messages(js, subject)
+            assert [m.headers and m.headers["Nats-Msg-Id"] for m in messages] == ids
+            assert await all_marked(pool)
+
+
 async def test_a_commit_in_another_schema_does_not_wake_this_relay(pool, dsn, tmp_path: Path, nats_url):
     # Every service keeps its outbox in its own schema of one database; a turn's event must not
     # wake the relays of the other six services (each would run an empty transaction per event).

@@ -108,6 +108,7 @@ class OutboxRelay:
         *,
         batch_size: int = 100,
         poll_interval_s: float = 1.0,
+        coalesce_s: float = 0.02,
         max_backoff_s: float = 5.0,
         retention_s: float = 24 * 3600,
     ) -> None:
@@ -115,6 +116,10 @@ class OutboxRelay:
         self.js = js
         self.batch_size = batch_size
         self.poll_interval_s = poll_interval_s
+        # Woken by a commit, the relay waits this long first, so the events other transactions
+        # commit meanwhile go out in the same pass: a pass costs its transaction's round trips
+        # whatever it carries, and a busy agent-runner commits dozens of turns a second.
+        self.coalesce_s = coalesce_s
         self.max_backoff_s = max_backoff_s
         self.retention_s = retention_s
         self._wake = asyncio.Event()
@@ -127,7 +132,7 @@ class OutboxRelay:
 
         Raises on a NATS failure after committing the rows it did publish.
         """
-        published = 0
+        published: list[object] = []
         async with self.pool.acquire() as conn, conn.transaction():
             # One relay of a schema at a time (a service may run several worker processes, each with
             # its relay): another relay waits for this batch's commit, then goes on from the next row,
@@ -157,11 +162,12 @@ class OutboxRelay:
                         # store. Recreate the owner's stream so the retry can land.
                         await ensure_streams(self.js, (subjects.owner_of(row["subject"]),))
                     break
-                await conn.execute("UPDATE popagent_outbox SET published_at = now() WHERE id = $1", row["id"])
-                published += 1
+                published.append(row["id"])
+            if published:
+                await conn.execute("UPDATE popagent_outbox SET published_at = now() WHERE id = ANY($1)", published)
         if failure is not None:
             raise failure
-        return published
+        return len(published)
 
     async def purge_published(self) -> None:
         async with self.pool.acquire() as conn:
@@ -189,7 +195,8 @@ class OutboxRelay:
                                 await self.purge_published()
                                 last_purge = loop.time()
                             self._wake.clear()
-                            await wait_event(self._wake, self.poll_interval_s)
+                            if await wait_event(self._wake, self.poll_interval_s):
+                                await asyncio.sleep(self.coalesce_s)
                     finally:
                         with contextlib.suppress(Exception):
                             await listener.remove_listener(channel, self.wake)
