@@ -147,6 +147,26 @@ async def test_a_pool_sees_its_own_schema_first(make_database):
         assert await beta.fetchval("SELECT owner FROM things") == "beta"
 
 
+async def test_a_pool_connection_is_released_without_a_reset_round_trip_and_with_its_transaction_ended(
+    make_database,
+):
+    dsn = await make_database()
+    async with db.open_pool(dsn, "public", min_size=1, max_size=1) as pool:
+        sent: list[str] = []
+        async with pool.acquire() as conn:
+            conn.add_query_logger(lambda record: sent.append(record.query))
+        assert await pool.fetchval("SELECT 1") == 1
+        assert await pool.fetchval("SELECT 2") == 2
+        # Only the queries themselves: no `RESET ALL` (and the rest of asyncpg's reset) in between.
+        assert sent == ["SELECT 1", "SELECT 2"]
+        # A transaction left open is still rolled back before the connection is used again.
+        async with pool.acquire() as conn:
+            await conn.execute("BEGIN; CREATE TABLE left_open (x int)")
+        assert await pool.fetchval("SELECT to_regclass('left_open') IS NULL") is True
+        # The search path, a start-up setting, survives releases.
+        assert await pool.fetchval("SHOW search_path") == "public,public"
+
+
 @pytest.mark.parametrize("schema", ["Upper", "1digit", "semi;colon", 'quo"te', "a" * 64, ""])
 def test_schema_names_are_checked_before_use_in_sql(schema):
     with pytest.raises(ValueError, match="invalid schema name"):

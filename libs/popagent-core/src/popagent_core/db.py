@@ -30,18 +30,32 @@ def check_schema_name(schema: str) -> str:
 async def open_pool(
     dsn: str, schema: str, *, min_size: int = 1, max_size: int = 10, application_name: str = "popagent"
 ) -> AsyncIterator[asyncpg.Pool]:
-    """A pool whose connections see `schema` first (then `public`, for extensions)."""
+    """A pool whose connections see `schema` first (then `public`, for extensions).
+
+    A connection goes back to the pool without asyncpg's reset query (`pg_advisory_unlock_all`,
+    `CLOSE ALL`, `UNLISTEN *`, `RESET ALL`): that is a round trip on every release, and a release
+    ends every `pool.fetch*`/`execute` before its result is returned, so each one cost two round
+    trips. Pool code keeps no session state to reset: `search_path` and `application_name` are
+    start-up settings, advisory locks and cursors are transaction-scoped, and the outbox relay
+    undoes its own LISTEN. asyncpg still rolls back a transaction left open. Keep it so: use
+    `SET LOCAL` and `pg_advisory_xact_lock`, never their session forms, on a pool connection.
+    """
     check_schema_name(schema)
     pool = await asyncpg.create_pool(
         dsn,
         min_size=min_size,
         max_size=max_size,
         server_settings={"search_path": f"{schema},public", "application_name": application_name},
+        reset=_keep_session,
     )
     try:
         yield pool
     finally:
         await pool.close()
+
+
+async def _keep_session(connection: asyncpg.Connection) -> None:
+    """No reset query on release (see `open_pool`)."""
 
 
 def _constraint(exc: asyncpg.PostgresError) -> str:
