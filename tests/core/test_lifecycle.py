@@ -13,6 +13,7 @@ import pytest
 
 from popagent_core.embedded import free_port
 from popagent_core.grpc_client import check_health, open_channel
+from popagent_core.lifecycle import wait_event
 from popagent_core.testing.plugin import with_database
 
 from .conftest import REPO_ROOT, service_env
@@ -117,3 +118,27 @@ def test_settling_the_heap_freezes_what_start_up_built_and_raises_the_young_thre
     # Everything imported so far (popagent_core and its dependencies) is out of the collector's view.
     assert frozen > 10_000
     assert threshold == expected > 700
+
+
+async def test_a_loop_waiting_on_an_event_stops_even_when_something_it_awaited_swallowed_its_cancellation():
+    # What asyncio.wait_for does on Python 3.11 when its result and a cancellation race (CPython
+    # gh-86296): the awaited call returns and the task goes on, still marked as cancelling.
+    event = asyncio.Event()
+    rounds = 0
+
+    async def relay_like_loop() -> None:
+        nonlocal rounds
+        for _ in range(3):  # bounded, so a regression fails instead of hanging the test run
+            rounds += 1
+            try:
+                await asyncio.sleep(0.2)
+            except asyncio.CancelledError:
+                pass
+            await wait_event(event, 0.05)
+
+    task = asyncio.create_task(relay_like_loop())
+    await asyncio.sleep(0.01)
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=2)
+    assert task in done and task.cancelled()
+    assert rounds == 1
