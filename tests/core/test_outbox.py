@@ -411,3 +411,52 @@ async def test_a_commit_in_another_schema_does_not_wake_this_relay(pool, dsn, tm
                 return relay.passes > before
 
             await eventually(woken, what="this schema's commit to wake its relay")
+
+
+class SwallowingSubscription:
+    """A pull subscription whose fetch, once, loses a cancellation to its own timeout: what
+    `asyncio.wait_for` (which nats.py's fetch uses) does on Python 3.11 when the two race."""
+
+    def __init__(self) -> None:
+        self.swallowed = False
+        self.fetches = 0
+
+    async def fetch(self, batch: int, timeout: float) -> list[Msg]:  # noqa: ASYNC109 - nats.py's signature
+        self.fetches += 1
+        try:
+            await asyncio.sleep(timeout)
+        except asyncio.CancelledError:
+            if self.swallowed:
+                raise
+            self.swallowed = True
+        raise TimeoutError
+
+    async def unsubscribe(self) -> None:
+        return None
+
+
+class OneSubscriptionJetStream:
+    def __init__(self, subscription: SwallowingSubscription) -> None:
+        self.subscription = subscription
+
+    async def pull_subscribe(self, *args: object, **kwargs: object) -> SwallowingSubscription:
+        return self.subscription
+
+
+async def test_a_consumer_stops_even_when_a_fetch_swallowed_its_cancellation():
+    subscription = SwallowingSubscription()
+    js = cast(bus.JetStreamContext, OneSubscriptionJetStream(subscription))
+
+    async def handler(msg: Msg) -> None:
+        raise AssertionError("no message is fetched")
+
+    task = asyncio.create_task(bus.consume(js, subject=unique_subject(), durable="swallow", handler=handler))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=3)
+    if not done:
+        task.cancel()  # the fetch swallows only once: this one ends the loop
+        await asyncio.wait({task}, timeout=3)
+    assert subscription.swallowed
+    assert task in done and task.cancelled()
+    assert subscription.fetches == 1

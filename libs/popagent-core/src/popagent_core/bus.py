@@ -26,7 +26,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 from nats.js.errors import NoStreamResponseError, NotFoundError
 
 from popagent_core import subjects
-from popagent_core.lifecycle import wait_event
+from popagent_core.lifecycle import raise_if_cancelling, wait_event
 
 logger = logging.getLogger(__name__)
 
@@ -233,6 +233,8 @@ async def consume(
     last_error = ""
     while True:
         try:
+            # `fetch` waits with asyncio.wait_for, which on Python 3.11 may swallow a cancellation.
+            raise_if_cancelling()
             if sub is None:
                 sub = await js.pull_subscribe(
                     subject,

@@ -81,6 +81,13 @@ async def background_task(coro_factory: Callable[[], object], name: str):  # typ
             await task
 
 
+def raise_if_cancelling() -> None:
+    """Raise CancelledError in a task that was asked to stop and went on anyway (see `wait_event`)."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 async def wait_event(event: asyncio.Event, seconds: float) -> bool:
     """Wait for `event` at most `seconds`; True if it is set.
 
@@ -91,9 +98,7 @@ async def wait_event(event: asyncio.Event, seconds: float) -> bool:
     outbox relay cancelled just as an acknowledgement arrived went on relaying, so its
     service never finished stopping (seen in the tasks SIGTERM test, 3 runs in 6).
     """
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError
+    raise_if_cancelling()
     if event.is_set():
         return True
     waiter = asyncio.ensure_future(event.wait())
