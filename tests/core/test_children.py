@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import time
 from typing import Any
 
 import grpc
@@ -59,7 +60,12 @@ def test_a_child_gets_sigterm_when_its_parent_is_killed() -> None:
     try:
         assert parent.stdout is not None
         child = psutil.Process(int(parent.stdout.readline()))
-        assert child.is_running()
+        # setpriv sets the death signal, then becomes the sleeper: a parent killed before that
+        # (the child's first milliseconds, on a busy machine) would leave it without one.
+        deadline = time.monotonic() + 10
+        while child.name() == "setpriv":
+            assert time.monotonic() < deadline, "the child never started its command"
+            time.sleep(0.01)
         parent.kill()
         parent.wait(10)
         try:

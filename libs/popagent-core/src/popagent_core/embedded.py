@@ -33,6 +33,8 @@ def orphan_safe(command: Sequence[str]) -> list[str]:
     Python. A `preexec_fn` doing the same makes the child run Python after the fork, and when the
     parent has live gRPC channels, gRPC's fork handlers crash that child with SIGABRT before its
     exec (grpc/grpc#43055; seen here as nats-server and a service "exiting" with -6 at start).
+    A parent that dies in the child's first milliseconds, before setpriv has set the signal,
+    still leaves it orphaned: nothing outside the child can close that window.
     """
     setpriv = shutil.which("setpriv")
     if setpriv is None:
