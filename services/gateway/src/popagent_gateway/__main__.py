@@ -14,7 +14,7 @@ def main() -> None:
     settings = load_settings(Settings, "gateway")
     configure_logging("gateway", settings.log_level)
     uvicorn.run(
-        create_app(settings),
+        create_app(settings, own_process=True),
         host=settings.host,
         port=settings.port,
         loop="uvloop",

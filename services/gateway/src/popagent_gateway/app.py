@@ -33,7 +33,7 @@ from popagent_gateway.ui import mount_ui
 from popagent_gateway.wire import ERROR_RESPONSES
 
 
-def create_app(settings: Settings) -> FastAPI:
+def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
@@ -52,7 +52,10 @@ def create_app(settings: Settings) -> FastAPI:
                     for address in workers
                 ]
             )
-            settle_heap()
+            if own_process:
+                # The gateway is this process's only job (`python -m popagent_gateway`); an app a
+                # test or a bench hosts leaves its host's collector alone.
+                settle_heap()
             yield
 
     app = FastAPI(title="popagent", version="0.1.0", lifespan=lifespan)
