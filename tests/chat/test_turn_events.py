@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent_agent_runner.turn.events import TurnEvents, TurnOutput
@@ -12,13 +13,17 @@ def kinds(batch: pb.TurnEventBatch) -> list[str]:
     return [str(event.WhichOneof("event")) for event in batch.events]
 
 
-async def test_the_start_and_the_first_token_leave_at_once_and_later_deltas_merge() -> None:
-    events = TurnEvents(min_interval_s=0.2)
+def started_turn(min_interval_s: float) -> tuple[TurnEvents, TurnOutput, AsyncIterator[pb.TurnEventBatch]]:
+    """A turn's event queue with its output, the turn started (`start` queued), and its batches."""
+    events = TurnEvents(min_interval_s=min_interval_s)
     output = TurnOutput(events)
-    batches = events.batches()
-    loop = asyncio.get_running_loop()
-
     output.start("turn", "message", "model")
+    return events, output, events.batches()
+
+
+async def test_the_start_and_the_first_token_leave_at_once_and_later_deltas_merge() -> None:
+    events, output, batches = started_turn(0.2)
+    loop = asyncio.get_running_loop()
     started = loop.time()
     assert kinds(await anext(batches)) == ["start"]
     output.step_start()
@@ -57,11 +62,8 @@ async def test_the_start_and_the_first_token_leave_at_once_and_later_deltas_merg
 
 
 async def test_a_non_text_event_takes_the_waiting_text_with_it_at_once() -> None:
-    events = TurnEvents(min_interval_s=5.0)
-    output = TurnOutput(events)
-    batches = events.batches()
+    events, output, batches = started_turn(5.0)
     loop = asyncio.get_running_loop()
-    output.start("turn", "message", "model")
     await anext(batches)
     output.text_delta(0, "Let me check")
     await anext(batches)  # the first text: at once; from here on text is paced at 5 s
