@@ -87,15 +87,15 @@ class Turn:
     seconds: float
 
 
+# Processes whose CPU is counted with their children's (PostgreSQL's postmaster: its backends).
+SERVER_GROUPS: set[int] = set()
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU of a process so far (from /proc); PostgreSQL's with its backends'."""
     if pid in SERVER_GROUPS:
         return sum(own_cpu_seconds(p) for p in [pid, *(child.pid for child in psutil.Process(pid).children())])
     return own_cpu_seconds(pid)
-
-
-# Processes whose CPU is counted with their children's (PostgreSQL's postmaster: its backends).
-SERVER_GROUPS: set[int] = set()
 
 
 def own_cpu_seconds(pid: int) -> float:
