@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -53,7 +54,42 @@ def nats_server_binary() -> str:
     return found
 
 
+# Ports handed out by `free_port` come from below the kernel's ephemeral range. A port from
+# bind(("", 0)) is an ephemeral one, and between its probe and the server's own bind (seconds,
+# for a stack that starts PostgreSQL first) any outgoing connection on the machine may be given
+# it as its local port: CI saw the gateway fail with EADDRINUSE that way while parallel tests
+# connected. The kernel never picks a port outside that range by itself, so there only another
+# explicit pick can collide, and a random pick over thousands of ports makes that rare.
+_PICK_FLOOR = 20000
+_LINUX_DEFAULT_EPHEMERAL = (32768, 60999)
+_port_picker = random.Random()  # its own generator: a test seeding `random` must not repeat our ports
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return _LINUX_DEFAULT_EPHEMERAL
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
 def free_port() -> int:
+    """A loopback TCP port that nothing holds now and that the kernel will not hand out by itself."""
+    low, high = _ephemeral_range()
+    candidates = [*range(_PICK_FLOOR, min(low, 65536)), *range(max(high + 1, _PICK_FLOOR), 65536)]
+    for port in _port_picker.sample(candidates, min(len(candidates), 200)):
+        if _bindable(port):
+            return port
+    # A machine whose ephemeral range covers everything above the floor: fall back to the kernel's pick.
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
