@@ -74,10 +74,7 @@ class ChatStack:
         for path, _ in HOOK_PATHS.values():
             self.receiver.script(path, answer("pass"))
         self.receiver.requests.clear()
-        self.models.requests.clear()
-        self.models.responder = None
-        # A failed test may leave turns queued; the next test must not get them.
-        self.models._turns.clear()  # pyright: ignore[reportPrivateUsage]
+        self.models.reset()
 
     def hook_requests(self, event: str) -> list[dict[str, Any]]:
         path = HOOK_PATHS[event][0]

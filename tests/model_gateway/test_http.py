@@ -166,6 +166,29 @@ async def test_an_exhausted_script_answers_400_saying_so_and_push_adds_turns():
     assert answered.json()["choices"][0]["message"]["content"] == "now there is one"
 
 
+async def test_reset_forgets_queued_turns_the_responder_and_the_records_but_keeps_the_models():
+    models = [ModelInfo("only/one")]
+    gateway = ModelGateway([Turn.say("used"), Turn.say("left over")], api_key=KEY, models=models)
+    async with gateway as gw, httpx.AsyncClient() as client:
+        await client.post(f"{gw.url}/chat/completions", json=chat(stream=False), headers=AUTH)
+        await client.post(f"{gw.url}/chat/completions", json=chat(stream=False))
+        gw.responder = lambda body: Turn.say("from the responder")
+        assert (gw.pending, len(gw.requests), gw.unauthorized) == (1, 1, 1)
+
+        gw.reset()
+
+        assert (gw.pending, gw.requests, gw.unauthorized, gw.disconnected) == (0, [], 0, 0)
+        assert gw.responder is None
+        exhausted = await client.post(f"{gw.url}/chat/completions", json=chat(stream=False), headers=AUTH)
+        listed = await client.get(f"{gw.url}/models")
+
+    assert exhausted.status_code == 400
+    assert "no scripted turn left" in exhausted.json()["error"]["message"]
+    assert [model["id"] for model in listed.json()["data"]] == ["only/one"]
+    # Only the request after the reset is recorded.
+    assert len(gw.requests) == 1
+
+
 async def test_429_carries_retry_after_and_500_is_a_server_error():
     script = [Turn.fail(429, "slow down", retry_after=7), Turn.fail(500)]
     async with ModelGateway(script) as gw, httpx.AsyncClient() as client:

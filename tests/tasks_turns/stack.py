@@ -63,9 +63,7 @@ class TaskTurnStack:
         for path, _ in TASK_HOOK_PATHS.values():
             self.receiver.script(path, answer("pass"))
         self.receiver.requests.clear()
-        self.models.requests.clear()
-        self.models.responder = None
-        self.models._turns.clear()  # pyright: ignore[reportPrivateUsage]
+        self.models.reset()
 
     def hook_requests(self, event: str) -> list[dict[str, Any]]:
         return [request.json() for request in self.receiver.requests_for(TASK_HOOK_PATHS[event][0])]
