@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from api.conftest import ApiStack
+from support.stacks import Stack
 
 AGENT_IDS = ["popagent", "researcher", "implementer", "reviewer"]
 EDITABLE = (
@@ -127,7 +127,7 @@ async def test_unknown_agents_answer_404(client: httpx.AsyncClient) -> None:
     assert (await client.patch("/api/agents/Not_An_Id", json={"displayName": "x"})).status_code == 422
 
 
-async def test_the_role_seed_preserves_rows_that_already_exist(api_stack: ApiStack) -> None:
+async def test_the_role_seed_preserves_rows_that_already_exist(api_stack: Stack) -> None:
     from popagent_agent_runner.service import MIGRATIONS
 
     seed = (MIGRATIONS / "data" / "0004_seed_agent_roles.sql").read_text()
