@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -13,6 +12,7 @@ import orjson
 
 from popagent.events.v1 import events_pb2
 from popagent_core import subjects
+from support.sse import read_sse
 from support.stacks import MODEL, Stack
 
 
@@ -29,15 +29,6 @@ async def new_session(client: httpx.AsyncClient) -> str:
     response = await client.post("/api/sessions", json={"title": "chat test"})
     assert response.status_code == 201, response.text
     return response.json()["id"]
-
-
-async def read_sse(response: httpx.Response) -> list[Any]:
-    chunks: list[Any] = []
-    async for line in response.aiter_lines():
-        if line.startswith("data: "):
-            payload = line.removeprefix("data: ")
-            chunks.append(payload if payload == "[DONE]" else json.loads(payload))
-    return chunks
 
 
 async def chat(

@@ -1,51 +1,20 @@
-"""Fixtures for gateway tests: a scripted agent-runner on real gRPC behind the real gateway app on real HTTP."""
+"""Fixtures of the gateway tests: a scripted agent-runner on real gRPC behind the real gateway app on real HTTP."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
 from typing import Any
 
-import grpc
 import pytest
-import uvicorn
 
-from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
 from popagent_core.auth import CallerRegistry
 from popagent_core.embedded import free_port
 from popagent_core.grpc_server import create_server, running
-from popagent_gateway.app import create_app
 from popagent_gateway.settings import Settings
+from support.stacks import serve_gateway
 
-API_KEY = "c" * 32
-USER_MESSAGE = {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hello"}]}
-
-Script = Callable[[pb.ChatRequest, grpc.aio.ServicerContext], AsyncIterator[pb.TurnEventBatch]]
-
-
-@dataclass
-class ScriptedRunner(agent_runner_pb2_grpc.AgentRunnerServiceServicer):
-    script: Script | None = None
-    requests: list[pb.ChatRequest] = field(default_factory=list)
-    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def Chat(self, request: pb.ChatRequest, context: grpc.aio.ServicerContext):  # type: ignore[override]
-        self.requests.append(request)
-        assert self.script is not None
-        try:
-            async for batch in self.script(request, context):
-                yield batch
-        except asyncio.CancelledError:
-            self.cancelled.set()
-            raise
-
-
-@dataclass
-class Harness:
-    runner: ScriptedRunner
-    url: str
+from .harness import API_KEY, Harness, ScriptedRunner
 
 
 @pytest.fixture
@@ -54,24 +23,13 @@ async def harness(internal_credentials: tuple[dict[str, str], str]) -> AsyncIter
     runner = ScriptedRunner()
     server, health = create_server(CallerRegistry.from_json(callers))
     agent_runner_pb2_grpc.add_AgentRunnerServiceServicer_to_server(runner, server)
-    grpc_port = free_port()
-    http_port = free_port()
+    grpc_address = f"127.0.0.1:{free_port()}"
     environment: dict[str, Any] = {
         "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
         "OBSERVABILITY_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
         "POPAGENT_API_KEY": API_KEY,
         "POPAGENT_INTERNAL_TOKEN": tokens["gateway"],
-        "POPAGENT_AGENT_RUNNER_ADDR": f"127.0.0.1:{grpc_port}",
+        "POPAGENT_AGENT_RUNNER_ADDR": grpc_address,
     }
-    settings = Settings(**environment)
-    config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=http_port, log_config=None, lifespan="on")
-    web = uvicorn.Server(config)
-    async with running(server, health, f"127.0.0.1:{grpc_port}"):
-        serving = asyncio.create_task(web.serve())
-        while not web.started:  # noqa: ASYNC110 - uvicorn exposes a flag, not an event
-            await asyncio.sleep(0.01)
-        try:
-            yield Harness(runner, f"http://127.0.0.1:{http_port}")
-        finally:
-            web.should_exit = True
-            await serving
+    async with running(server, health, grpc_address), serve_gateway(Settings(**environment)) as url:
+        yield Harness(runner, url)
