@@ -9,13 +9,17 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 import asyncpg
 
 from popagent.secrets.v1 import secrets_pb2, secrets_pb2_grpc
+from popagent_core.embedded import free_port
 from popagent_core.grpc_client import check_health, open_channel
+from popagent_core.settings import load_settings
+from popagent_secrets.settings import Settings
 
 
 def new_key() -> str:
@@ -101,3 +105,30 @@ async def outbox_drained(dsn: str) -> None:
         await asyncio.sleep(0.1)
     finally:
         await conn.close()
+
+
+@dataclass
+class SecretsUnderTest:
+    address: str
+    dsn: str
+    settings: Settings
+    tokens: dict[str, str]
+
+    @contextlib.asynccontextmanager
+    async def stub(self, caller: str | None) -> AsyncIterator[secrets_pb2_grpc.SecretsServiceStub]:
+        """A stub authenticated as `caller` (None: no credential at all)."""
+        async with secrets_stub(self.address, self.tokens[caller] if caller else "") as stub:
+            yield stub
+
+
+def service_settings(dsn: str, nats_url: str, callers_json: str, key: str, previous: str = "") -> Settings:
+    env = {
+        "DATABASE_URL": dsn,
+        "NATS_URL": nats_url,
+        "POPAGENT_SECRETS_ADDR": f"127.0.0.1:{free_port()}",
+        "POPAGENT_INTERNAL_CALLERS": callers_json,
+        "POPAGENT_SECRET_KEY": key,
+    }
+    if previous:
+        env["POPAGENT_SECRET_PREVIOUS_KEYS"] = previous
+    return load_settings(Settings, "secrets", **env)
