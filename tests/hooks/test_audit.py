@@ -23,6 +23,7 @@ from popagent_hooks.dispatcher import HookRunRecord
 from popagent_hooks.events import Event, Outcome
 from popagent_hooks.transport import FailureClass
 from support.https_receiver import HttpsReceiver, Reply, answer, closed_port
+from support.waiting import eventually
 
 DatabaseFactory = Callable[..., Awaitable[str]]
 NOW = datetime.now(UTC)
@@ -230,10 +231,7 @@ async def test_the_maintenance_job_runs_in_the_service(
     await _insert_directly(hooks_dsn, "busy", 510, age=timedelta(0))
     await _insert_directly(hooks_dsn, "stale", 4, age=timedelta(days=40))
     async with running_service(service_env(hooks_dsn, nats_url, callers, None, None), tokens["gateway"]):
-        for _ in range(200):
-            if await _row_count(hooks_dsn) == SESSION_CAP:
-                break
-            await asyncio.sleep(0.05)
+        await eventually(lambda: _row_count(hooks_dsn), until=lambda count: count == SESSION_CAP, within=10)
     assert await _row_count(hooks_dsn) == SESSION_CAP
 
 

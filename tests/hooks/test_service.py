@@ -22,6 +22,7 @@ from popagent_core.grpc_client import check_health, open_channel
 from popagent_hooks.client import HooksClient
 from popagent_hooks.events import Event, Outcome
 from support.https_receiver import HttpsReceiver, answer, closed_port, make_secret, verify_signature
+from support.waiting import eventually
 
 DatabaseFactory = Callable[..., Awaitable[str]]
 Credentials = tuple[dict[str, str], str]
@@ -255,11 +256,14 @@ async def test_the_real_process_dispatches_signed_requests_and_stops_cleanly(
     )
     try:
         async with open_channel(f"127.0.0.1:{port}", tokens["agent-runner"]) as channel:
-            for _ in range(300):
+
+            async def healthy() -> bool:
                 if await check_health(channel, timeout_s=0.2):
-                    break
+                    return True
                 assert process.returncode is None, "the service exited during start-up"
-                await asyncio.sleep(0.05)
+                return False
+
+            await eventually(healthy, within=15, what="the hooks service to become healthy")
             client = HooksClient(hooks_pb2_grpc.HooksServiceStub(channel))
             decision = await client.dispatch(
                 Event.USER_PROMPT_SUBMIT, session_id="s", turn_id="t", detail={"prompt": "hello"}

@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from support.model_gateway import ModelGateway, ModelInfo, ToolCall, Turn, Usage, tool_call_then_answer
+from support.waiting import eventually
 
 KEY = "sk-test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -284,10 +285,7 @@ async def test_a_client_that_walks_away_mid_stream_is_counted_and_the_stream_sto
                     break
 
         # The counter moves only when the streaming loop notices and returns.
-        for _ in range(250):
-            if gw.disconnected:
-                break
-            await asyncio.sleep(0.02)
+        await eventually(lambda: gw.disconnected, within=5, interval=0.02, what="the streaming loop to notice")
 
         assert gw.disconnected == 1
 
