@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -204,15 +203,12 @@ async def test_session_rows_are_removed_when_the_session_deleted_event_arrives(
             len((await stub.ListSessionRuns(hooks_pb2.ListSessionRunsRequest(session_id="deleted-session"))).runs) == 1
         )
         await _publish_session_deleted(nc, "deleted-session")
-        runs: list[hooks_pb2.HookRun] = []
-        for _ in range(200):
-            runs = list(
-                (await stub.ListSessionRuns(hooks_pb2.ListSessionRunsRequest(session_id="deleted-session"))).runs
-            )
-            if not runs:
-                break
-            await asyncio.sleep(0.05)
-        assert runs == []
+
+        async def deleted_runs() -> list[hooks_pb2.HookRun]:
+            request = hooks_pb2.ListSessionRunsRequest(session_id="deleted-session")
+            return list((await stub.ListSessionRuns(request)).runs)
+
+        await eventually(deleted_runs, until=lambda runs: runs == [], within=10, what="the session's runs to go")
         assert len((await stub.ListSessionRuns(hooks_pb2.ListSessionRunsRequest(session_id="other-session"))).runs) == 1
 
 
@@ -316,11 +312,10 @@ async def test_handlers_that_ran_before_the_caller_gave_up_are_audited(
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await stub.Dispatch(_dispatch("impatient", "t"), timeout=1.0)
         assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-        runs: list[hooks_pb2.HookRun] = []
-        for _ in range(100):
+
+        async def flushed_runs() -> list[hooks_pb2.HookRun]:
             await running.writer.flush()
-            runs = list((await stub.ListSessionRuns(hooks_pb2.ListSessionRunsRequest(session_id="impatient"))).runs)
-            if runs:
-                break
-            await asyncio.sleep(0.05)
+            return list((await stub.ListSessionRuns(hooks_pb2.ListSessionRunsRequest(session_id="impatient"))).runs)
+
+        runs = await eventually(flushed_runs, within=5, what="the impatient run to be written")
     assert [(r.handler_id, r.reason) for r in runs] == [("fast", "fast one")]
