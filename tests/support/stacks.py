@@ -104,10 +104,13 @@ async def serve_gateway(settings: GatewaySettings) -> AsyncIterator[str]:
     )
     server = uvicorn.Server(config)
     serving = asyncio.create_task(server.serve())
-    while not server.started:
+
+    def started() -> bool:
         if serving.done():
-            serving.result()
-        await asyncio.sleep(0.01)
+            serving.result()  # start-up failed: raise its error
+        return server.started
+
+    await eventually(started, within=60, interval=0.01, what="the gateway to start")
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
