@@ -36,9 +36,9 @@ from pydantic_ai.messages import (
 from pydantic_ai.models import Model
 from pydantic_ai.usage import RequestUsage
 
-from popagent_agent_runner.model import LeanModels, LeanOpenAIModel, current_turn_sink, streaming_to
+from popagent_agent_runner.llm.model import LeanModels, LeanOpenAIModel, current_turn_sink, streaming_to
+from popagent_agent_runner.llm.transport import LeanTransport
 from popagent_agent_runner.turn.agent_runs import run_agent
-from popagent_agent_runner.turn.model_transport import LeanTransport
 from support.model_gateway import ModelGateway, ToolCall, Turn, Usage
 
 
@@ -293,7 +293,7 @@ def test_preloading_lean_models_loads_the_pricing_data_a_first_model_would_and_k
     script = (
         "import asyncio\n"
         "from genai_prices import data_snapshot\n"
-        "from popagent_agent_runner.model import LeanModels\n"
+        "from popagent_agent_runner.llm.model import LeanModels\n"
         "async def main():\n"
         "    async with LeanModels('http://127.0.0.1:9/v1', 'k') as models:\n"
         "        loaded = data_snapshot._bundled_snapshot.cache_info().currsize\n"

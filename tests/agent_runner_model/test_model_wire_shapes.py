@@ -43,8 +43,8 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai_compatible import OpenAICompatibleProvider
 from pydantic_ai.tools import ToolDefinition
 
-from popagent_agent_runner import model as lean_module
-from popagent_agent_runner.model import LeanOpenAIModel, streaming_to
+from popagent_agent_runner.llm import model as lean_module
+from popagent_agent_runner.llm.model import LeanOpenAIModel, streaming_to
 
 BASE_URL = "http://wire.test/v1"
 MODEL = "deepseek/deepseek-reasoner"

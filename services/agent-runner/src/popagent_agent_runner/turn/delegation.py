@@ -31,7 +31,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.usage import RunUsage, UsageLimits
 
-from popagent_agent_runner.model import classify_model_error, streaming_to
+from popagent_agent_runner.llm.model import classify_model_error, streaming_to
 from popagent_agent_runner.turn.agent_runs import run_agent
 from popagent_agent_runner.turn.deps import SUPERVISOR_ID, AgentProfile, SpecialistRun, TurnContext, TurnDeps
 from popagent_agent_runner.turn.events import TurnOutput

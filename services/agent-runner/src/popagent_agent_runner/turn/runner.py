@@ -55,8 +55,8 @@ from pydantic_ai.messages import (
 from pydantic_ai.usage import RunUsage, UsageLimits
 
 from popagent.events.v1 import events_pb2
-from popagent_agent_runner.model import ModelFailure, classify_model_error, streaming_to
-from popagent_agent_runner.sessions import SessionStarts
+from popagent_agent_runner.llm.model import ModelFailure, classify_model_error, streaming_to
+from popagent_agent_runner.state.sessions import SessionStarts
 from popagent_agent_runner.turn.agent_runs import ToolEvents, run_agent
 from popagent_agent_runner.turn.agents_factory import AgentFactory
 from popagent_agent_runner.turn.capability import arguments_object, jsonable

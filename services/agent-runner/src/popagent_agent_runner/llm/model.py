@@ -7,7 +7,7 @@ of the same name and assembles the same `ModelResponse` (the agreement tests in
 on purpose:
 
 - Streaming hands text to the turn's `TurnSink` at once and pydantic-ai coalesced deltas (see
-  `model_stream`), which is what makes streaming cheap. With a sink set, `request()` streams too
+  `llm.stream`), which is what makes streaming cheap. With a sink set, `request()` streams too
   (text to the sink, the finished response to pydantic-ai), so a turn's agents run unstreamed.
 - Tool schemas go through the profile's JSON-schema transformer once per distinct schema, not on
   every request.
@@ -103,8 +103,8 @@ from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.usage import RequestUsage
 
-from popagent_agent_runner.model_stream import LeanStreamedResponse, TurnSink, current_turn_sink, streaming_to
-from popagent_agent_runner.model_wire import (
+from popagent_agent_runner.llm.stream import LeanStreamedResponse, TurnSink, current_turn_sink, streaming_to
+from popagent_agent_runner.llm.wire import (
     CHAT_FINISH_REASON_MAP,
     DONE,
     PACE_READS,

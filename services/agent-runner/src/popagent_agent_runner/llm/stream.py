@@ -42,7 +42,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models import StreamedResponse
 from pydantic_ai.profiles import DEFAULT_THINKING_TAGS, ModelProfile
 
-from popagent_agent_runner.model_wire import (
+from popagent_agent_runner.llm.wire import (
     CHAT_FINISH_REASON_MAP,
     DONE,
     SSEDecoder,

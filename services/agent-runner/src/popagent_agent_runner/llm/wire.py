@@ -50,7 +50,7 @@ __all__ = [
 DONE: Final = b"[DONE]"
 PACE_READS: Final = "popagent.pace_reads"
 """A response extension of the model transport: `pace(interval_s)` reads the rest of the body at most once
-per interval (see `turn.model_transport`)."""
+per interval (see `llm.transport`)."""
 
 CHAT_FINISH_REASON_MAP: Final[dict[str, FinishReason]] = {
     "stop": "stop",
