@@ -27,8 +27,6 @@ from typing import Any, Final, Protocol
 
 import httpx
 import orjson
-from pydantic_ai._special_tokens import _StreamedTextRestorer  # pyright: ignore[reportPrivateUsage]
-from pydantic_ai._utils import now_utc, number_to_datetime
 from pydantic_ai.exceptions import ModelAPIError
 from pydantic_ai.messages import (
     ModelResponseStreamEvent,
@@ -42,17 +40,9 @@ from pydantic_ai.messages import (
 from pydantic_ai.models import StreamedResponse
 from pydantic_ai.profiles import DEFAULT_THINKING_TAGS, ModelProfile
 
-from popagent_agent_runner.llm.wire import (
-    CHAT_FINISH_REASON_MAP,
-    DONE,
-    SSEDecoder,
-    broken_stream_error,
-    map_logprobs,
-    map_usage,
-    split_content_parts,
-    stream_error,
-    transport_error,
-)
+from popagent_agent_runner.llm.pydantic_ai_internals import StreamedTextRestorer, now_utc, number_to_datetime
+from popagent_agent_runner.llm.response import CHAT_FINISH_REASON_MAP, map_logprobs, map_usage, split_content_parts
+from popagent_agent_runner.llm.wire import DONE, SSEDecoder, broken_stream_error, stream_error, transport_error
 
 __all__ = ["LeanStreamedResponse", "TurnSink", "current_turn_sink", "streaming_to"]
 
@@ -147,7 +137,7 @@ class LeanStreamedResponse(StreamedResponse):
     _restoring: bool = field(default=False, init=False)
     _sink_index: int = field(default=-1, init=False)
     _sink_tail: str = field(default="", init=False)
-    _sink_restorer: _StreamedTextRestorer | None = field(default=None, init=False)
+    _sink_restorer: StreamedTextRestorer | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         profile = self._model_profile
@@ -558,7 +548,7 @@ class LeanStreamedResponse(StreamedResponse):
                 self._sink_tail = text
                 sink.text_delta(index, text)
                 return
-            restorer = self._sink_restorer = _StreamedTextRestorer(previous=self._sink_tail[-1:])
+            restorer = self._sink_restorer = StreamedTextRestorer(previous=self._sink_tail[-1:])
         if restored := restorer.feed(text):
             sink.text_delta(index, restored)
 
