@@ -3,6 +3,9 @@
 | module | does |
 |---|---|
 | `runner.py` | the turn, from the newest user message to a stored answer |
+| `ui_message.py` | the newest user UI message checked, its prompt text and the model-side prompt |
+| `evidence.py` | the evolution evidence a turn publishes, with credentials redacted |
+| `failure_texts.py` | what the user reads when the model provider failed |
 | `agents_factory.py` | pydantic-ai agents built per run from the persisted profiles |
 | `delegation.py` | the supervisor's delegation tools and the specialist runs |
 | `capability.py` | step bounds, step observation, `PreToolUse`/`PostToolUse*` |

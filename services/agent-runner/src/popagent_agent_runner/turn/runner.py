@@ -29,22 +29,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import uuid
 from collections.abc import AsyncIterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import orjson
 from pydantic_ai import Agent, AgentRunResult
-from pydantic_ai.exceptions import ModelHTTPError, UsageLimitExceeded
+from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.messages import (
     AgentStreamEvent,
-    BinaryContent,
-    DocumentUrl,
     FunctionToolCallEvent,
     FunctionToolResultEvent,
-    ImageUrl,
     ModelMessage,
     ModelRequest,
     ModelResponse,
@@ -55,16 +50,19 @@ from pydantic_ai.messages import (
 from pydantic_ai.usage import RunUsage, UsageLimits
 
 from popagent.events.v1 import events_pb2
-from popagent_agent_runner.llm.model import ModelFailure, classify_model_error, streaming_to
+from popagent_agent_runner.llm.model import classify_model_error, streaming_to
 from popagent_agent_runner.state.sessions import SessionStarts
 from popagent_agent_runner.turn.agent_runs import ToolEvents, run_agent
 from popagent_agent_runner.turn.agents_factory import AgentFactory
 from popagent_agent_runner.turn.capability import arguments_object, jsonable
 from popagent_agent_runner.turn.deps import SUPERVISOR_ID, TurnContext, TurnDeps
 from popagent_agent_runner.turn.events import TurnOutput
+from popagent_agent_runner.turn.evidence import EVIDENCE_CHARS, GOAL_CHARS, evidence
+from popagent_agent_runner.turn.failure_texts import failure_message, provider_message
 from popagent_agent_runner.turn.hooks_points import TurnHooks, bounded, denied
 from popagent_agent_runner.turn.memories import RECALL_LIMIT, MemoryStore, bounded_recall, recall_query
 from popagent_agent_runner.turn.thread_store import ThreadStore, TurnState
+from popagent_agent_runner.turn.ui_message import prompt_text, user_content, with_prompt_text
 from popagent_core.errors import ConfigurationError, InvalidArgument, PopagentError
 from popagent_core.log import trace_id_var, turn_id_var
 from popagent_hooks.client import HooksClient
@@ -73,31 +71,6 @@ from popagent_hooks.events import Event, Outcome
 logger = logging.getLogger(__name__)
 
 MAX_PROMPT_CHARS = 100_000
-# Bounds of the evolution evidence published with every turn.
-GOAL_CHARS = 500
-EVIDENCE_CHARS = 2000
-
-_SECRETS = (
-    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.DOTALL),
-    re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_-]{16,}"),
-    re.compile(r"\bwhsec_[A-Za-z0-9+/=]{16,}"),
-    re.compile(r"\b(?:ghp|gho|ghs|ghu|github_pat)_[A-Za-z0-9_]{20,}"),
-    re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"),
-    re.compile(r"\bAKIA[0-9A-Z]{16}\b"),
-    re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{16,}"),
-)
-_SECRET_ASSIGNMENT = re.compile(r"(?i)\b(password|passwd|secret|token|api[_-]?key)(\s*[:=]\s*)(\S+)")
-
-
-def redact_secrets(text: str) -> str:
-    """Evidence text with anything that looks like a credential replaced by `[redacted]`."""
-    for pattern in _SECRETS:
-        text = pattern.sub("[redacted]", text)
-    return _SECRET_ASSIGNMENT.sub(lambda m: f"{m.group(1)}{m.group(2)}[redacted]", text)
-
-
-def evidence(text: str, limit: int) -> str:
-    return bounded(redact_secrets(text), limit)
 
 
 @dataclass(frozen=True)
@@ -138,64 +111,6 @@ class PreparedTurn:
     state: TurnState
     message_id: str
     route: str
-
-
-def parse_user_message(message_json: str) -> dict[str, Any]:
-    """The newest UI message, checked to be a user message with at least one part."""
-    try:
-        message = orjson.loads(message_json)
-    except orjson.JSONDecodeError:
-        raise InvalidArgument("message must be a JSON UI message") from None
-    if not isinstance(message, dict) or message.get("role") != "user":
-        raise InvalidArgument("message must be a user UI message")
-    if not isinstance(message.get("id"), str) or not 1 <= len(message["id"]) <= 128:
-        raise InvalidArgument("message id must be 1 to 128 characters")
-    parts = message.get("parts")
-    if not isinstance(parts, list) or not parts or not all(isinstance(p, dict) for p in parts):
-        raise InvalidArgument("message must have parts")
-    return message
-
-
-def prompt_text(message: dict[str, Any]) -> str:
-    return "\n".join(p["text"] for p in message["parts"] if p.get("type") == "text" and isinstance(p.get("text"), str))
-
-
-def with_prompt_text(message: dict[str, Any], text: str) -> dict[str, Any]:
-    """Every text part collapsed into one replacement, where the first was; other parts kept."""
-    parts: list[dict[str, Any]] = []
-    replaced = False
-    for part in message["parts"]:
-        if part.get("type") == "text":
-            if not replaced:
-                parts.append({"type": "text", "text": text})
-                replaced = True
-            continue
-        parts.append(part)
-    if not replaced:
-        parts.insert(0, {"type": "text", "text": text})
-    return {**message, "parts": parts}
-
-
-def user_content(message: dict[str, Any]) -> str | list[UserContent]:
-    """The model-side prompt: text parts and file attachments (data URLs or http(s) URLs).
-
-    Text alone is one string, as a model request usually carries it.
-    """
-    content: list[UserContent] = []
-    for part in message["parts"]:
-        kind = part.get("type")
-        if kind == "text" and isinstance(part.get("text"), str):
-            content.append(part["text"])
-        elif kind == "file" and isinstance(part.get("url"), str):
-            url: str = part["url"]
-            media_type = str(part.get("mediaType") or "")
-            if url.startswith("data:"):
-                content.append(BinaryContent.from_data_uri(url))
-            elif url.startswith(("https://", "http://")):
-                content.append(ImageUrl(url=url) if media_type.startswith("image/") else DocumentUrl(url=url))
-    if all(isinstance(item, str) for item in content):
-        return "\n".join(item for item in content if isinstance(item, str))
-    return content
 
 
 def turn_instructions(recalled: list[str], additional_context: str) -> str | None:
@@ -241,42 +156,6 @@ def _ui_tool_events(output: TurnOutput) -> ToolEvents:
                     output.tool_error(part.tool_call_id, part.model_response_str(wrap_if_error=False))
 
     return handle
-
-
-def provider_message(error: BaseException, failure: ModelFailure) -> str:
-    """The provider's own explanation when its error body has one, else the failure's message."""
-    body = error.body if isinstance(error, ModelHTTPError) else None
-    if isinstance(body, dict):
-        nested = body.get("error")
-        for candidate in (body.get("message"), nested.get("message") if isinstance(nested, dict) else nested):
-            if isinstance(candidate, str) and candidate:
-                return candidate
-    return failure.message
-
-
-def failure_message(failure: ModelFailure, detail: str) -> str:
-    """What the user reads when the model provider failed."""
-    what = {
-        "rate_limit": "The model provider is rate limiting requests",
-        "quota": "The model provider's quota is exhausted",
-        "overloaded": "The model provider is overloaded",
-        "unavailable": "The model provider is unavailable",
-        "server_error": "The model provider failed",
-        "timeout": "The model provider did not answer in time",
-        "request_timeout": "The model provider did not answer in time",
-        "connection": "The connection to the model provider broke",
-        "authentication": "The model provider refused the credentials",
-        "not_found": "The model provider does not know this model",
-        "context_window": "The conversation is too long for this model",
-        "rejected": "The model provider rejected the request",
-        "provider_error": "The model provider reported an error",
-        "framework": "The turn failed",
-    }.get(failure.error_class, "The turn failed")
-    details = [f"HTTP {failure.status_code}"] if failure.status_code else []
-    if failure.retry_after is not None:
-        details.append(f"retry after {failure.retry_after:g} s")
-    suffix = f" ({', '.join(details)})" if details else ""
-    return f"{what}{suffix}: {bounded(detail, 500)}"
 
 
 class TurnRunner:
