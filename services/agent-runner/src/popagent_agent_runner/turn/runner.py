@@ -113,6 +113,24 @@ class PreparedTurn:
     route: str
 
 
+@dataclass(frozen=True)
+class GatedPrompt:
+    """The prompt `UserPromptSubmit` let through: the user UI message to store, its text, the turn's instructions."""
+
+    message: dict[str, Any]
+    text: str
+    instructions: str | None
+
+
+@dataclass
+class SupervisorRun:
+    """What the supervisor's runs of one turn leave to commit."""
+
+    new_messages: list[ModelMessage] = field(default_factory=list[ModelMessage])
+    usage: RunUsage = field(default_factory=RunUsage)
+    finish_reason: str = "stop"
+
+
 def turn_instructions(recalled: list[str], additional_context: str) -> str | None:
     """Recalled memories and any context a prompt hook added, for this turn's model calls only."""
     sections: list[str] = []
@@ -215,7 +233,7 @@ class TurnRunner:
         )
         goal = prompt_text(turn.message)
         try:
-            return await self._turn(prepared, context, output)
+            return await self._turn(prepared, context)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -242,15 +260,27 @@ class TurnRunner:
             await self._publish_failure(context, goal, failure.error_class, message)
             return TurnEnd("failed", failure.error_class, message)
 
-    async def _turn(self, prepared: PreparedTurn, context: TurnContext, output: TurnOutput) -> TurnEnd:
-        turn = prepared.input
-        hooks = context.hooks
-        if turn.session_start and self.starts.first_resume(turn.session_id):
-            await hooks.observe(Event.SESSION_START, detail={"workspaceId": context.workspace_id, "source": "resume"})
+    async def _turn(self, prepared: PreparedTurn, context: TurnContext) -> TurnEnd:
+        """The turn's steps: gate the prompt, run the supervisor until `Stop` lets it stop, commit."""
+        if prepared.input.session_start and self.starts.first_resume(context.session_id):
+            await context.hooks.observe(
+                Event.SESSION_START, detail={"workspaceId": context.workspace_id, "source": "resume"}
+            )
+        prompt = await self._gate_prompt(prepared, context)
+        if isinstance(prompt, TurnEnd):
+            return prompt
+        run = await self._run_until_stopped(prepared, context, prompt)
+        if isinstance(run, TurnEnd):
+            return run
+        await self._commit(prepared, context, prompt, run)
+        return ANSWERED
 
-        message = turn.message
+    async def _gate_prompt(self, prepared: PreparedTurn, context: TurnContext) -> GatedPrompt | TurnEnd:
+        """`UserPromptSubmit` on the prompt, then recall: the prompt the supervisor gets, or the end of a denied turn."""
+        output = context.output
+        message = prepared.input.message
         text = prompt_text(message)
-        decision = await hooks.gate(
+        decision = await context.hooks.gate(
             Event.USER_PROMPT_SUBMIT,
             detail={"prompt": text, "attachments": sum(1 for p in message["parts"] if p.get("type") == "file")},
         )
@@ -265,20 +295,26 @@ class TurnRunner:
             recalled = await self.memories.recall(text)
         else:
             recalled = bounded_recall(prepared.state.recalled)
-        instructions = turn_instructions(recalled, decision.additional_context)
-        factory = self.factory
-        agent = factory.supervisor(context)
-        deps = factory.supervisor_deps(context, _UISteps(output))
+        return GatedPrompt(message, text, turn_instructions(recalled, decision.additional_context))
+
+    async def _run_until_stopped(
+        self, prepared: PreparedTurn, context: TurnContext, prompt: GatedPrompt
+    ) -> SupervisorRun | TurnEnd:
+        """Run the supervisor until `Stop` lets the answer stand (each `continue` re-runs it with the hook's reason).
+
+        Ends the turn instead when a `continue` comes after `maxProcessorRetries` retries.
+        """
+        output = context.output
+        agent = self.factory.supervisor(context)
+        deps = self.factory.supervisor_deps(context, _UISteps(output))
         snapshot = context.snapshot
         history: list[ModelMessage] = prepared.state.history
-        prompt: str | list[UserContent] = user_content(message)
-        new_messages: list[ModelMessage] = []
-        usage = RunUsage()
+        model_prompt: str | list[UserContent] = user_content(prompt.message)
+        run = SupervisorRun()
         retries = 0
-        finish_reason = "stop"
         while True:
             try:
-                result = await self._run_supervisor(agent, prompt, history, deps, usage, instructions)
+                result = await self._run_supervisor(agent, model_prompt, history, deps, run.usage, prompt.instructions)
             except UsageLimitExceeded as exc:
                 # The final step is reserved for an answer, so this means the model kept calling
                 # tools (or answered invalidly) on it: end with a plain account of that. The thread
@@ -288,13 +324,13 @@ class TurnRunner:
                     f"{snapshot.supervisor_max_steps} model steps ({exc}). Ask me to continue if you want more."
                 )
                 output.say(limit_text)
-                new_messages.append(ModelRequest(parts=[UserPromptPart(content=prompt)]))
-                new_messages.append(ModelResponse(parts=[TextPart(content=limit_text)]))
-                finish_reason = "length"
-                break
-            new_messages.extend(result.new_messages())
+                run.new_messages.append(ModelRequest(parts=[UserPromptPart(content=model_prompt)]))
+                run.new_messages.append(ModelResponse(parts=[TextPart(content=limit_text)]))
+                run.finish_reason = "length"
+                return run
+            run.new_messages.extend(result.new_messages())
             history = result.all_messages()
-            decision = await hooks.gate(
+            decision = await context.hooks.gate(
                 Event.STOP,
                 detail={
                     "response": bounded(result.output),
@@ -303,7 +339,7 @@ class TurnRunner:
                 },
             )
             if decision.outcome is not Outcome.CONTINUE:
-                break
+                return run
             if retries >= snapshot.max_processor_retries:
                 reason = decision.reason or "no reason given"
                 message_text = (
@@ -311,29 +347,33 @@ class TurnRunner:
                     f"{'retry' if retries == 1 else 'retries'}: {reason}"
                 )
                 output.error("stop_blocked", message_text)
-                await self._publish(context, text, "failure", message_text, "stop_blocked")
+                await self._publish(context, prompt.text, "failure", message_text, "stop_blocked")
                 return TurnEnd("failed", "stop_blocked", message_text)
             retries += 1
-            prompt = decision.reason or "Continue: your answer is not complete yet."
+            model_prompt = decision.reason or "Continue: your answer is not complete yet."
             if decision.additional_context:
-                prompt = f"{prompt}\n\n{decision.additional_context}"
+                model_prompt = f"{model_prompt}\n\n{decision.additional_context}"
 
+    async def _commit(
+        self, prepared: PreparedTurn, context: TurnContext, prompt: GatedPrompt, run: SupervisorRun
+    ) -> None:
+        """Store the user and assistant messages, the specialist threads and the outcome evidence, then `finish`."""
+        output = context.output
+        usage = run.usage
         usage.incr(context.specialist_usage)
         output.metadata["usage"] = {"inputTokens": usage.input_tokens, "outputTokens": usage.output_tokens}
-        assistant_ui = output.ui_message()
+        assistant_ui = output.ui_message()  # ends the open text part, so it comes before `text()`
         answer = output.text()
-        outcome = self._outcome(context, text, "outcome", answer or "(no text)", "")
         await self.threads.commit_turn(
             session_id=context.session_id,
             base=prepared.state,
-            user_ui=message,
+            user_ui=prompt.message,
             assistant_ui=assistant_ui,
-            messages=new_messages,
+            messages=run.new_messages,
             specialist_runs=context.specialist_runs,
-            outcome=outcome,
+            outcome=self._outcome(context, prompt.text, "outcome", answer or "(no text)", ""),
         )
-        output.finish(finish_reason, usage.input_tokens, usage.output_tokens)
-        return ANSWERED
+        output.finish(run.finish_reason, usage.input_tokens, usage.output_tokens)
 
     async def _run_supervisor(
         self,
