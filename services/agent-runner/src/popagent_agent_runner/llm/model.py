@@ -12,7 +12,10 @@ on purpose:
 - Tool schemas go through the profile's JSON-schema transformer once per distinct schema, not on
   every request.
 - When a stream reports usage more than once (9Router puts an estimate on the finish chunk before
-  the real figures), the last report wins; `OpenAIChatModel` adds them up.
+  the real figures), the last report wins; `OpenAIChatModel` adds them up. An estimate that no real
+  report followed keeps its `estimated` detail (`response.is_estimated`). A turn streams every
+  request (`streaming_to(DROP_TEXT)` where nobody reads the text): 9Router's non-streamed answers
+  overstate `prompt_tokens` by 2000.
 - A stream that ends before `[DONE]` and before any finish reason raises `ModelConnectionError`;
   `OpenAIChatModel` lets the raw transport error through or accepts the truncated answer.
 - There are no automatic retries unless asked for (`max_retries`): the turn decides, and reports
@@ -45,8 +48,14 @@ from pydantic_ai.settings import ModelSettings
 
 from popagent_agent_runner.llm.profile import compatible_model_profile
 from popagent_agent_runner.llm.request import ChatRequestEncoding
-from popagent_agent_runner.llm.response import decode_completion
-from popagent_agent_runner.llm.stream import LeanStreamedResponse, TurnSink, current_turn_sink, streaming_to
+from popagent_agent_runner.llm.response import decode_completion, is_estimated
+from popagent_agent_runner.llm.stream import (
+    DROP_TEXT,
+    LeanStreamedResponse,
+    TurnSink,
+    current_turn_sink,
+    streaming_to,
+)
 from popagent_agent_runner.llm.wire import (
     DONE,
     PACE_READS,
@@ -59,6 +68,7 @@ from popagent_agent_runner.llm.wire import (
 )
 
 __all__ = [
+    "DROP_TEXT",
     "LeanModels",
     "LeanOpenAIModel",
     "ModelFailure",
@@ -66,6 +76,7 @@ __all__ = [
     "classify_model_error",
     "compatible_model_profile",
     "current_turn_sink",
+    "is_estimated",
     "streaming_to",
 ]
 

@@ -14,7 +14,7 @@ from typing import Any, Final, cast
 from pydantic_ai import UnexpectedModelBehavior
 from pydantic_ai.messages import FinishReason, ModelResponse, ModelResponsePart, ThinkingPart, ToolCallPart
 from pydantic_ai.profiles.openai import OpenAIModelProfile
-from pydantic_ai.usage import RequestUsage
+from pydantic_ai.usage import RequestUsage, RunUsage
 
 from popagent_agent_runner.llm.pydantic_ai_internals import (
     guard_tool_call_id,
@@ -23,7 +23,18 @@ from popagent_agent_runner.llm.pydantic_ai_internals import (
     split_content_into_text_and_thinking,
 )
 
-__all__ = ["CHAT_FINISH_REASON_MAP", "decode_completion", "map_logprobs", "map_usage", "split_content_parts"]
+__all__ = [
+    "CHAT_FINISH_REASON_MAP",
+    "ESTIMATED",
+    "decode_completion",
+    "is_estimated",
+    "map_logprobs",
+    "map_usage",
+    "split_content_parts",
+]
+
+ESTIMATED: Final = "estimated"
+"""The usage detail 9Router's estimate carries (`"estimated": true`), kept by `map_usage` as `OpenAIChatModel` keeps it."""
 
 CHAT_FINISH_REASON_MAP: Final[dict[str, FinishReason]] = {
     "stop": "stop",
@@ -96,6 +107,11 @@ def map_logprobs(content: list[Any]) -> list[dict[str, Any]]:
         for lp in content
         if isinstance(lp, dict)
     ]
+
+
+def is_estimated(usage: RunUsage | RequestUsage) -> bool:
+    """Whether any request counted in `usage` reported only an estimate (its stream sent no real usage after it)."""
+    return usage.details.get(ESTIMATED, 0) > 0
 
 
 def decode_completion(

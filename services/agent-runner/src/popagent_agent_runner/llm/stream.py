@@ -44,7 +44,7 @@ from popagent_agent_runner.llm.pydantic_ai_internals import StreamedTextRestorer
 from popagent_agent_runner.llm.response import CHAT_FINISH_REASON_MAP, map_logprobs, map_usage, split_content_parts
 from popagent_agent_runner.llm.wire import DONE, SSEDecoder, broken_stream_error, stream_error, transport_error
 
-__all__ = ["LeanStreamedResponse", "TurnSink", "current_turn_sink", "streaming_to"]
+__all__ = ["DROP_TEXT", "LeanStreamedResponse", "TurnSink", "current_turn_sink", "streaming_to"]
 
 
 class TurnSink(Protocol):
@@ -79,6 +79,22 @@ def streaming_to(sink: TurnSink | None) -> Iterator[None]:
 
 def current_turn_sink() -> TurnSink | None:
     return _TURN_SINK.get()
+
+
+class _TextDropped:
+    def text_delta(self, index: int, delta: str) -> None:
+        pass
+
+    def thinking_delta(self, index: int, delta: str) -> None:
+        pass
+
+
+DROP_TEXT: Final[TurnSink] = _TextDropped()
+"""A sink that forwards nothing, for a run whose text nobody reads as it streams (a specialist's).
+
+`streaming_to(DROP_TEXT)` still streams the run's requests rather than sending `"stream": false`:
+9Router's non-streamed answers add 2000 to the upstream's `prompt_tokens` without saying so, while
+its streams end with the upstream's own usage chunk (DESIGN.md §10)."""
 
 
 # The characters a model may write for the zero-width joiner pydantic-ai puts inside special tokens.

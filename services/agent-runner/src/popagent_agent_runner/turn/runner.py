@@ -50,13 +50,13 @@ from pydantic_ai.messages import (
 from pydantic_ai.usage import RunUsage, UsageLimits
 
 from popagent.events.v1 import events_pb2
-from popagent_agent_runner.llm.model import classify_model_error, streaming_to
+from popagent_agent_runner.llm.model import classify_model_error, is_estimated, streaming_to
 from popagent_agent_runner.state.sessions import SessionStarts
 from popagent_agent_runner.turn.agent_runs import ToolEvents, run_agent
 from popagent_agent_runner.turn.agents_factory import AgentFactory
 from popagent_agent_runner.turn.capability import arguments_object, jsonable
 from popagent_agent_runner.turn.deps import SUPERVISOR_ID, TurnContext, TurnDeps
-from popagent_agent_runner.turn.events import TurnOutput
+from popagent_agent_runner.turn.events import TurnOutput, usage_metadata
 from popagent_agent_runner.turn.evidence import EVIDENCE_CHARS, GOAL_CHARS, evidence
 from popagent_agent_runner.turn.failure_texts import failure_message, provider_message
 from popagent_agent_runner.turn.hooks_points import TurnHooks, bounded, denied
@@ -361,7 +361,8 @@ class TurnRunner:
         output = context.output
         usage = run.usage
         usage.incr(context.specialist_usage)
-        output.metadata["usage"] = {"inputTokens": usage.input_tokens, "outputTokens": usage.output_tokens}
+        estimated = is_estimated(usage)
+        output.metadata["usage"] = usage_metadata(usage.input_tokens, usage.output_tokens, estimated=estimated)
         assistant_ui = output.ui_message()  # ends the open text part, so it comes before `text()`
         answer = output.text()
         await self.threads.commit_turn(
@@ -373,7 +374,7 @@ class TurnRunner:
             specialist_runs=context.specialist_runs,
             outcome=self._outcome(context, prompt.text, "outcome", answer or "(no text)", ""),
         )
-        output.finish(run.finish_reason, usage.input_tokens, usage.output_tokens)
+        output.finish(run.finish_reason, usage.input_tokens, usage.output_tokens, estimated=estimated)
 
     async def _run_supervisor(
         self,
