@@ -64,11 +64,11 @@ _TURN_SINK: ContextVar[TurnSink | None] = ContextVar("popagent_turn_sink", defau
 
 @contextlib.contextmanager
 def streaming_to(sink: TurnSink | None) -> Iterator[None]:
-    """Send the text of the model streams opened inside this block to `sink` (None: to nobody).
+    """Send the text of the model streams opened inside this block to `sink`.
 
     A context variable, so tasks started inside inherit it: a delegation tool that runs a specialist
-    whose text must not reach the supervisor's output wraps that run in `streaming_to(None)` (or a
-    sink of its own).
+    whose text must not reach the supervisor's output wraps that run in `streaming_to(DROP_TEXT)`
+    (or a sink of its own). With `None`, `request()` asks for a complete, non-streamed answer.
     """
     token = _TURN_SINK.set(sink)
     try:
