@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from popagent_agent_runner import settings_rules
+from popagent_agent_runner.state import settings_rules
 from popagent_gateway.dto.settings import AgentRuntimeSettingsPatch, MemorySettingsPatch
 from support.stacks import Stack
 
