@@ -276,7 +276,8 @@ class ModelGateway:
 
         A server shared by many tests is reset before each one: a failed test may leave
         turns queued or a responder set, and the next test must not get them. The models,
-        the key and the call-id counter stay (ids stay unique over the server's life).
+        the key, how usage is reported (`ninerouter_usage`) and the call-id counter stay
+        (ids stay unique over the server's life).
         """
         self._turns.clear()
         self.responder = None
