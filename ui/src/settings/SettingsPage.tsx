@@ -1,6 +1,7 @@
 import type { ReactNode } from "react";
 import { api } from "../api/client";
 import type {
+  AgentListOut,
   AgentOut,
   AgentPatch,
   AgentRuntimeSettingsPatch,
@@ -73,6 +74,18 @@ function toolsInput(known: string[]) {
   };
 }
 
+/** An agent's model override; marked when the model gateway does not list it (chats are then refused). */
+function OverrideBadge({ agent, unlisted }: { agent: AgentOut; unlisted: AgentListOut["unlistedModels"] }) {
+  if (!agent.model) return null;
+  const problem = unlisted.find((entry) => entry.agentId === agent.id);
+  if (!problem) return <span className="badge pending">{agent.model}</span>;
+  return (
+    <span className="badge bad" title={problem.message} data-testid="unlisted-override">
+      {agent.model} · not offered by the model gateway
+    </span>
+  );
+}
+
 const AGENT_ORDER = ["displayName", "description", "instructions", "model", "workspaceAccess", "browserAccess", "delegationEligible", "tools", "sourceUrl"];
 
 function Agents({ models }: { models: ModelsOut | undefined }) {
@@ -88,7 +101,7 @@ function Agents({ models }: { models: ModelsOut | undefined }) {
             <details key={agent.id} className="card" data-agent-id={agent.id}>
               <summary>
                 <strong>{agent.displayName}</strong> <span className="muted">({agent.id})</span>
-                {agent.model ? <span className="badge pending">{agent.model}</span> : null}
+                <OverrideBadge agent={agent} unlisted={list.unlistedModels} />
               </summary>
               <PatchForm
                 form="AgentPatch"
