@@ -95,7 +95,7 @@ function Agents({ models }: { models: ModelsOut | undefined }) {
         <div className="stack">
           <p className="muted">
             The supervisor and its specialists. Edits apply on the next run. Delegation eligibility and the description decide whom the
-            supervisor delegates to.
+            supervisor delegates to. Tools lists the registered tools; workspace and browser access take effect once those tools land.
           </p>
           {list.agents.map((agent: AgentOut) => (
             <details key={agent.id} className="card" data-agent-id={agent.id}>
@@ -151,7 +151,7 @@ const SECTIONS: Section[] = [
           <PatchForm
             form="MemorySettingsPatch"
             title="Observational memory"
-            description="When old messages are compacted into observations, how much raw history stays, and what the Observer and Reflector are told. Applies on the next turn."
+            description="Stored for observational memory (compacting old messages into observations), which comes with its own issue: no turn reads these settings yet."
             value={value}
             onSave={(patch) => api.patchMemorySettings(patch as MemorySettingsPatch)}
           />
@@ -170,7 +170,7 @@ const SECTIONS: Section[] = [
           <PatchForm
             form="AutonomySettingsPatch"
             title="Autonomy"
-            description="Evolution, skill creation and contained self-update. A disabled policy wins before any learned change."
+            description="Stored for the learning loop (evolution, skill creation, contained self-update), which comes with its own issue: nothing acts on them yet."
             value={value}
             onSave={(patch) => api.patchAutonomy(patch as AutonomySettingsPatch)}
           />
@@ -188,7 +188,7 @@ const SECTIONS: Section[] = [
           <PatchForm
             form="BrowserSettingsPatch"
             title="Browser"
-            description="The global browser capability. Applies at once, without a restart."
+            description="Stored for the browser, which comes with its own issue: no agent has a browser tool yet."
             value={value}
             onSave={(patch) => api.patchBrowser(patch as BrowserSettingsPatch)}
           />

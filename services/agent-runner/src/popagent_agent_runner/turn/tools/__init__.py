@@ -1,8 +1,9 @@
 """The tool registry: the tools the model sees, by the registry key hook matchers use.
 
-Adding a tool is one module with a `TOOL` and one entry in `TOOLS`. An agent gets the
-registered tools named in its persisted membership; a name its profile lists that is
-not registered here yet (a tool that comes with its own issue) is simply not offered.
+Adding a tool is one module with a `TOOL` and one entry in `TOOLS`. `TOOLS` is the one
+list of what exists: the agents' `knownTools` is derived from it, and a membership naming
+anything else is refused (`PATCH /api/agents/:id` answers 422). An agent gets the
+registered tools named in its persisted membership.
 """
 
 from __future__ import annotations
