@@ -151,3 +151,22 @@ async def test_a_catalog_outage_names_nothing_and_a_chat_fails_open_with_a_warni
         warning = started.headers["x-popagent-warning"]
         assert "not checked" in warning
         assert SEEDED_DEFAULT in warning and SEEDED_OVERRIDE in warning
+
+
+async def test_a_supervisor_override_the_catalog_lacks_refuses_even_an_explicit_model(
+    api_stack: ApiStack, client: httpx.AsyncClient
+) -> None:
+    """The supervisor runs on its override whatever the chat's `model`, so that override is checked too."""
+    assert (await client.patch("/api/agents/popagent", json={"model": "fake/fake-chat"})).status_code == 200
+    try:
+        async with fresh_catalog(api_stack) as fresh:
+            refused = await chat(fresh, "up/only")
+            assert refused.status_code == 400, refused.text
+            assert (
+                "agent 'popagent''s model override 'fake/fake-chat' (model of /api/agents/popagent)"
+                in (refused.json()["error"])
+            )
+            models = (await fresh.get("/api/models")).json()
+            assert ("popagent", "fake/fake-chat") in {(u["agentId"], u["model"]) for u in models["unlistedModels"]}
+    finally:
+        assert (await client.patch("/api/agents/popagent", json={"model": None})).status_code == 200

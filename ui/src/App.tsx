@@ -24,6 +24,7 @@ export function App() {
   useEffect(() => {
     if (!model && models.data) setModel(initialModel(models.data));
   }, [model, models.data]);
+  const refreshModels = useCallback(() => void models.reload(), [models.reload]);
   const saveDefault = useCallback(
     async (picked: string) => {
       await api.patchAgentRuntime({ defaultModel: picked });
@@ -112,7 +113,7 @@ export function App() {
             />
           ) : null}
           {route.page === "tasks" ? <TasksPage models={models.data} workspaces={workspaces.data?.workspaces ?? []} /> : null}
-          {route.page === "settings" ? <SettingsPage section={route.section} models={models.data} /> : null}
+          {route.page === "settings" ? <SettingsPage section={route.section} models={models.data} onModelsChanged={refreshModels} /> : null}
         </main>
       </div>
       <ApiKeyDialog />

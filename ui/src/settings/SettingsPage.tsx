@@ -1,7 +1,6 @@
 import type { ReactNode } from "react";
 import { api } from "../api/client";
 import type {
-  AgentListOut,
   AgentOut,
   AgentPatch,
   AgentRuntimeSettingsPatch,
@@ -9,13 +8,20 @@ import type {
   BrowserSettingsPatch,
   MemorySettingsPatch,
   ModelsOut,
+  UnlistedModelOut,
 } from "../api/types";
 import { FORM_FIELDS, PatchForm, type FieldInputProps } from "../common/forms";
 import { useLoad } from "../common/useLoad";
 import { href } from "../route";
 import { Memories } from "./Memories";
 
-type Section = { id: string; label: string; form: string; render: (models: ModelsOut | undefined) => ReactNode };
+// `modelsChanged`: a save that can change what GET /api/models reports (the default, an override).
+type Section = {
+  id: string;
+  label: string;
+  form: string;
+  render: (models: ModelsOut | undefined, modelsChanged: () => void) => ReactNode;
+};
 
 /** A model select filled from /api/models; `inherit` adds an empty choice meaning "no override". */
 export function modelSelect(models: ModelsOut | undefined, inherit?: string) {
@@ -75,7 +81,7 @@ function toolsInput(known: string[]) {
 }
 
 /** An agent's model override; marked when the model gateway does not list it (chats are then refused). */
-function OverrideBadge({ agent, unlisted }: { agent: AgentOut; unlisted: AgentListOut["unlistedModels"] }) {
+function OverrideBadge({ agent, unlisted }: { agent: AgentOut; unlisted: UnlistedModelOut[] }) {
   if (!agent.model) return null;
   const problem = unlisted.find((entry) => entry.agentId === agent.id);
   if (!problem) return <span className="badge pending">{agent.model}</span>;
@@ -88,7 +94,7 @@ function OverrideBadge({ agent, unlisted }: { agent: AgentOut; unlisted: AgentLi
 
 const AGENT_ORDER = ["displayName", "description", "instructions", "model", "workspaceAccess", "browserAccess", "delegationEligible", "tools", "sourceUrl"];
 
-function Agents({ models }: { models: ModelsOut | undefined }) {
+function Agents({ models, modelsChanged }: { models: ModelsOut | undefined; modelsChanged: () => void }) {
   return (
     <Loading load={api.agents}>
       {(list) => (
@@ -108,6 +114,7 @@ function Agents({ models }: { models: ModelsOut | undefined }) {
                 title={`${agent.displayName} profile`}
                 value={agent}
                 onSave={(patch) => api.patchAgent(agent.id, patch as AgentPatch)}
+                onSaved={modelsChanged}
                 labels={{ model: "Model override", sourceUrl: "Source URL" }}
                 order={AGENT_ORDER}
                 custom={{ tools: toolsInput(list.knownTools), model: modelSelect(models, "inherit the chat's model") }}
@@ -121,12 +128,12 @@ function Agents({ models }: { models: ModelsOut | undefined }) {
 }
 
 const SECTIONS: Section[] = [
-  { id: "agents", label: "Agents", form: "AgentPatch", render: (models) => <Agents models={models} /> },
+  { id: "agents", label: "Agents", form: "AgentPatch", render: (models, modelsChanged) => <Agents models={models} modelsChanged={modelsChanged} /> },
   {
     id: "agent-runtime",
     label: "Agent runtime",
     form: "AgentRuntimeSettingsPatch",
-    render: (models) => (
+    render: (models, modelsChanged) => (
       <Loading load={api.agentRuntime}>
         {(value) => (
           <PatchForm
@@ -135,6 +142,7 @@ const SECTIONS: Section[] = [
             description="Default model, step ceilings, tool-call and retry limits, delegation bounds and background-task timing. Applies on the next turn."
             value={value}
             onSave={(patch) => api.patchAgentRuntime(patch as AgentRuntimeSettingsPatch)}
+            onSaved={modelsChanged}
             custom={{ defaultModel: modelSelect(models) }}
           />
         )}
@@ -198,7 +206,7 @@ const SECTIONS: Section[] = [
   },
 ];
 
-export function SettingsPage(props: { section: string | null; models: ModelsOut | undefined }) {
+export function SettingsPage(props: { section: string | null; models: ModelsOut | undefined; onModelsChanged: () => void }) {
   // A section whose body the gateway does not describe is not offered.
   const sections = SECTIONS.filter((section) => FORM_FIELDS[section.form]);
   const current = sections.find((section) => section.id === props.section) ?? sections[0];
@@ -217,7 +225,7 @@ export function SettingsPage(props: { section: string | null; models: ModelsOut 
         ))}
       </nav>
       <section className="settings-section" aria-label={current?.label}>
-        {current ? <div key={current.id}>{current.render(props.models)}</div> : null}
+        {current ? <div key={current.id}>{current.render(props.models, props.onModelsChanged)}</div> : null}
       </section>
     </div>
   );
