@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from api.conftest import ApiStack
-from popagent_agent_runner.agents import KNOWN_TOOLS
+from popagent_agent_runner.state.agents import KNOWN_TOOLS
 from popagent_agent_runner.turn.tools import ToolRegistry
 
 AGENT_IDS = ["popagent", "researcher", "implementer", "reviewer"]

@@ -1,9 +1,10 @@
 """The tool registry: the tools the model sees, by the registry key hook matchers use.
 
-Adding a tool is one module with a `TOOL` and one entry in `TOOLS`. `TOOLS` is the one
-list of what exists: the agents' `knownTools` is derived from it, and a membership naming
-anything else is refused (`PATCH /api/agents/:id` answers 422). An agent gets the
-registered tools named in its persisted membership.
+Tools live in one folder per group (`time/`, `memory/`, and the workspace, browser, search, docs
+and skill groups to come); adding a tool is one module with a `TOOL` in its group and one entry in
+`TOOLS`. `TOOLS` is the one list of what exists: the agents' `knownTools` is derived from it, and
+a membership naming anything else is refused (`PATCH /api/agents/:id` answers 422). An agent gets
+the registered tools named in its persisted membership.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from collections.abc import Iterable, Sequence
 from pydantic_ai import Tool
 
 from popagent_agent_runner.turn.deps import TurnDeps
-from popagent_agent_runner.turn.tools import get_time, remember
+from popagent_agent_runner.turn.tools.memory import remember
+from popagent_agent_runner.turn.tools.time import get_time
 
 TOOLS: tuple[Tool[TurnDeps], ...] = (get_time.TOOL, remember.TOOL)
 
