@@ -117,7 +117,10 @@ async def model_server(chunks: int, chunk_delay_s: float) -> AsyncIterator[tuple
     text = "".join(f"{n % 1000:03d} " for n in range(chunks))
     turn = {"text": text, "chunk_size": CHUNK_CHARS, "chunk_delay_s": chunk_delay_s}
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as script:
-        json.dump({"turns": [turn], "loop": True, "api_key": MODEL_KEY}, script)
+        # The catalog lists the seeded default and the specialists' override too, as 9Router does:
+        # the gateway refuses a chat whose agents would run on a model the catalog lacks.
+        models = [{"id": MODEL}, {"id": "cx/gpt-5.3-codex"}, {"id": "cx/gpt-5.3-codex-spark"}]
+        json.dump({"turns": [turn], "loop": True, "api_key": MODEL_KEY, "models": models}, script)
     port = embedded.free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO / "tests")}
     command = [sys.executable, "-c", SERVE_WITH_NODELAY, "--port", str(port), "--script", script.name]

@@ -31,7 +31,7 @@ MIN_SECRET_BYTES, MAX_SECRET_BYTES = 24, 64
 _ROOT_KEYS = {"version", "hooks"}
 _HANDLER_KEYS = {"id", "type", "url", "matcher", "timeoutMs", "failureMode", "secret"}
 _HANDLER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-# Runtime registry keys are identifiers (`webSearch`); hyphens mean a createTool id was used.
+# Runtime registry keys are identifiers (`getTime`); hyphens mean a createTool id was used.
 _TOOL_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _SPECIALIST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -252,7 +252,7 @@ def _check_matcher(value: Any, present: bool, event: Event, path: str) -> frozen
     if not isinstance(value, list) or not value:
         raise _fail(path, "must be a non-empty list of exact keys (omit it to match everything)")
     pattern = _TOOL_KEY if kind is MatcherKind.TOOL else _SPECIALIST_ID
-    what = "a tool registry key such as webSearch" if kind is MatcherKind.TOOL else "a specialist id"
+    what = "a tool registry key such as getTime" if kind is MatcherKind.TOOL else "a specialist id"
     for index, key in enumerate(value):
         if not isinstance(key, str) or not pattern.match(key):
             raise _fail(f"{path}[{index}]", f"must be {what} (exact, no wildcards)")
