@@ -20,8 +20,8 @@ from popagent_core.db import open_pool
 from popagent_core.embedded import NatsProcess
 from popagent_hooks.audit import SESSION_CAP, AuditRepo
 from popagent_hooks.dispatcher import HookRunRecord
-from popagent_hooks.events import Event, Outcome
 from popagent_hooks.transport import FailureClass
+from popagent_hooks_client.events import Event, Outcome
 from support.https_receiver import HttpsReceiver, Reply, answer, closed_port
 
 DatabaseFactory = Callable[..., Awaitable[str]]

@@ -14,8 +14,8 @@ from hooks.helpers import ALLOWED, config_of, handler
 from popagent_core.auth import generate_credentials
 from popagent_core.settings import load_settings
 from popagent_hooks.config import DEFAULT_TIMEOUT_MS, HooksConfigError, parse_hooks_config
-from popagent_hooks.events import Event
 from popagent_hooks.settings import Settings
+from popagent_hooks_client.events import Event
 from support.https_receiver import make_secret
 
 URL = "https://hooks.test/popagent"

@@ -19,7 +19,7 @@ import asyncpg
 
 from popagent_core.db import load_queries, wrap_db_errors
 from popagent_hooks.dispatcher import HookRunRecord
-from popagent_hooks.events import Event, Outcome
+from popagent_hooks_client.events import Event, Outcome
 
 logger = logging.getLogger(__name__)
 

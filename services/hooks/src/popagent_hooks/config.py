@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from popagent_core.errors import ConfigurationError
-from popagent_hooks.events import Event, MatcherKind
+from popagent_hooks_client.events import Event, MatcherKind
 
 DEFAULT_TIMEOUT_MS = 2000
 MAX_TIMEOUT_MS = 30_000

@@ -21,8 +21,8 @@ import orjson
 
 from popagent_core.redaction import redact_tool_detail
 from popagent_hooks.config import HandlerConfig, HooksConfig
-from popagent_hooks.events import Event, MatcherKind, Outcome, Replacement, closed_outcome
 from popagent_hooks.transport import FailureClass, HookFailure, HookTransport, sign
+from popagent_hooks_client.events import Event, MatcherKind, Outcome, Replacement, closed_outcome
 
 SCHEMA_VERSION = 1
 MAX_CONTEXT_BYTES = 16 * 1024

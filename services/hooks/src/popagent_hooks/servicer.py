@@ -13,7 +13,7 @@ from popagent_core.errors import InvalidArgument
 from popagent_hooks.audit import AuditRepo, AuditWriter, StoredRun, delete_session_runs
 from popagent_hooks.config import HooksConfig
 from popagent_hooks.dispatcher import Decision, Dispatcher, EventInput
-from popagent_hooks.events import Event
+from popagent_hooks_client.events import Event
 
 MAX_DETAIL_BYTES = 1024 * 1024
 MAX_ID_LENGTH = 200

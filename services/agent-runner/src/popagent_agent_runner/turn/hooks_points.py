@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from popagent_core.errors import PopagentError
-from popagent_hooks.client import HookDecision, HooksClient
-from popagent_hooks.events import Event, Outcome, closed_outcome
+from popagent_hooks_client.client import HookDecision, HooksClient
+from popagent_hooks_client.events import Event, Outcome, closed_outcome
 
 logger = logging.getLogger(__name__)
 

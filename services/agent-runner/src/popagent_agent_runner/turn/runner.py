@@ -67,8 +67,8 @@ from popagent_agent_runner.turn.memories import RECALL_LIMIT, MemoryStore, bound
 from popagent_agent_runner.turn.thread_store import ThreadStore, TurnState
 from popagent_core.errors import ConfigurationError, InvalidArgument, PopagentError
 from popagent_core.log import trace_id_var, turn_id_var
-from popagent_hooks.client import HooksClient
-from popagent_hooks.events import Event, Outcome
+from popagent_hooks_client.client import HooksClient
+from popagent_hooks_client.events import Event, Outcome
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ import orjson
 from popagent.hooks.v1 import hooks_pb2, hooks_pb2_grpc
 from popagent_core.errors import DeadlineExceeded, Unavailable
 from popagent_core.grpc_client import map_rpc_errors
-from popagent_hooks.events import Event, Outcome, closed_outcome
+from popagent_hooks_client.events import Event, Outcome, closed_outcome
 
 logger = logging.getLogger(__name__)
 
