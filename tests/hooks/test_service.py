@@ -191,6 +191,26 @@ async def test_the_client_applies_failure_modes_when_the_service_is_unreachable(
     assert unmatched.outcome is Outcome.PASS
 
 
+async def test_the_client_fails_a_refused_gate_dispatch_closed_and_passes_a_refused_observation(
+    hooks_dsn: str, nats_url: str, internal_credentials: Credentials, receiver: HttpsReceiver
+) -> None:
+    """The fail-closed rule lives in the client: a dispatch the service refuses never reaches the caller as an error."""
+    tokens, callers = internal_credentials
+    env = service_env(hooks_dsn, nats_url, callers, receiver, policy_document(receiver))
+    async with running_service(env, tokens["agent-runner"]) as (_, channel):
+        client = HooksClient(hooks_pb2_grpc.HooksServiceStub(channel))
+        # The service refuses an event id outside header-safe characters (InvalidArgument).
+        shell = await client.dispatch(Event.PRE_TOOL_USE, target="shell", event_id="bad id")
+        observed = await client.dispatch(Event.POST_TOOL_USE, target="webSearch", event_id="bad id")
+        healthy = await client.dispatch(Event.PRE_TOOL_USE, target="shell")
+    # `shell` is fail-open, yet the handlers never ran: a refused gate dispatch is closed.
+    assert (shell.outcome, shell.failure_class, shell.handlers_run) == (Outcome.DENY, "transport", 0)
+    assert shell.reason.startswith("hook dispatch failed: ")
+    assert (observed.outcome, observed.handlers_run) == (Outcome.PASS, 0)
+    assert (healthy.outcome, healthy.reason) == (Outcome.DENY, "no shell here")
+    assert len(receiver.requests_for("/shell")) == 1
+
+
 async def test_gateway_route_lists_the_session_audit_chronologically(
     hooks_dsn: str, nats_url: str, internal_credentials: Credentials, receiver: HttpsReceiver
 ) -> None:
