@@ -55,6 +55,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.usage import RunUsage, UsageLimits
 
 from popagent.events.v1 import events_pb2
+from popagent_agent_runner.failures import TurnFailure
 from popagent_agent_runner.model import ModelFailure, classify_model_error, streaming_to
 from popagent_agent_runner.sessions import SessionStarts
 from popagent_agent_runner.turn.agent_runs import ToolEvents, run_agent
@@ -125,7 +126,7 @@ class TurnEnd:
     """
 
     outcome: Literal["answered", "prompt_denied", "failed"]
-    error_class: str = ""
+    error_class: TurnFailure | None = None
     message: str = ""
 
 
@@ -344,7 +345,7 @@ class TurnRunner:
             detail = provider_message(exc, failure)
             # A transport error while a response was arriving is a broken stream too.
             in_stream = failure.in_stream or output.step_has_output
-            if failure.error_class == "framework" and not isinstance(exc, PopagentError):
+            if failure.error_class is TurnFailure.FRAMEWORK and not isinstance(exc, PopagentError):
                 logger.error("turn failed", extra={"session_id": turn.session_id}, exc_info=exc)
             else:
                 logger.warning("turn failed", extra={"session_id": turn.session_id, "error_class": failure.error_class})
@@ -378,8 +379,8 @@ class TurnRunner:
         if decision.outcome is Outcome.DENY:
             output.say(denied(decision, "This message"))
             output.finish("other", 0, 0)
-            await self._publish(context, text, "failure", denied(decision, "The prompt"), "hook_denied")
-            return TurnEnd("prompt_denied", "hook_denied", decision.reason or "no reason given")
+            await self._publish(context, text, "failure", denied(decision, "The prompt"), TurnFailure.HOOK_DENIED)
+            return TurnEnd("prompt_denied", TurnFailure.HOOK_DENIED, decision.reason or "no reason given")
         if decision.outcome is Outcome.MODIFY and decision.prompt is not None:
             message = with_prompt_text(message, decision.prompt)
             text = decision.prompt
@@ -431,9 +432,9 @@ class TurnRunner:
                     f"A Stop hook kept this turn from completing after {retries} "
                     f"{'retry' if retries == 1 else 'retries'}: {reason}"
                 )
-                output.error("stop_blocked", message_text)
-                await self._publish(context, text, "failure", message_text, "stop_blocked")
-                return TurnEnd("failed", "stop_blocked", message_text)
+                output.error(TurnFailure.STOP_BLOCKED, message_text)
+                await self._publish(context, text, "failure", message_text, TurnFailure.STOP_BLOCKED)
+                return TurnEnd("failed", TurnFailure.STOP_BLOCKED, message_text)
             retries += 1
             prompt = decision.reason or "Continue: your answer is not complete yet."
             if decision.additional_context:
