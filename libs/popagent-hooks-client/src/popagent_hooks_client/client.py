@@ -30,7 +30,7 @@ import orjson
 from popagent.hooks.v1 import hooks_pb2, hooks_pb2_grpc
 from popagent_core.errors import DeadlineExceeded, PopagentError, Unavailable
 from popagent_core.grpc_client import map_rpc_errors
-from popagent_hooks_client.events import Event, Outcome, closed_outcome
+from popagent_hooks_client.events import Event, FailureClass, Outcome, closed_outcome
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class HookDecision:
     arguments: dict[str, Any] | None = None
     additional_context: str = ""
     handlers_run: int = 0
-    # Set when a fail-closed failure decided the outcome.
+    # A `FailureClass` value, set when a fail-closed failure decided the outcome.
     failure_class: str = ""
     decided_by: str = ""
     event_id: str = ""
@@ -182,7 +182,7 @@ class HooksClient:
         return HookDecision(
             closed_outcome(event),
             reason=f"hooks service unreachable ({type(exc).__name__})",
-            failure_class="transport",
+            failure_class=FailureClass.TRANSPORT,
             event_id=event_id,
         )
 
@@ -193,7 +193,10 @@ class HooksClient:
         if not closed:
             return HookDecision(Outcome.PASS, event_id=event_id)
         return HookDecision(
-            closed_outcome(event), reason=f"hook dispatch failed: {exc}", failure_class="transport", event_id=event_id
+            closed_outcome(event),
+            reason=f"hook dispatch failed: {exc}",
+            failure_class=FailureClass.TRANSPORT,
+            event_id=event_id,
         )
 
     async def _current_digest(self) -> _Digest | None:

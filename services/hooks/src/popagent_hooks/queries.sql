@@ -2,10 +2,13 @@
 INSERT INTO popagent_hook_runs
     (event, handler_id, outcome, failure_class, duration_ms, session_id, turn_id, tool_call_id,
      target, event_id, reason, created_at)
-SELECT * FROM unnest(
+SELECT event, handler_id, outcome, failure_class, duration_ms, session_id, turn_id, tool_call_id,
+       target, event_id, reason, created_at
+FROM unnest(
     $1::text[], $2::text[], $3::text[], $4::text[], $5::integer[], $6::text[], $7::text[], $8::text[],
     $9::text[], $10::text[], $11::text[], $12::timestamptz[]
-)
+) AS runs (event, handler_id, outcome, failure_class, duration_ms, session_id, turn_id, tool_call_id,
+           target, event_id, reason, created_at)
 
 -- name: delete_expired
 DELETE FROM popagent_hook_runs WHERE created_at < now() - make_interval(days => $1)
@@ -40,7 +43,9 @@ WHERE r.id = excess.id
 SELECT id, event, handler_id, outcome, failure_class, duration_ms, session_id, turn_id, tool_call_id,
        target, event_id, reason, created_at
 FROM (
-    SELECT * FROM popagent_hook_runs
+    SELECT id, event, handler_id, outcome, failure_class, duration_ms, session_id, turn_id, tool_call_id,
+           target, event_id, reason, created_at
+    FROM popagent_hook_runs
     WHERE session_id = $1
     ORDER BY created_at DESC, id DESC
     LIMIT $2

@@ -100,13 +100,14 @@ def digest_message(config: HooksConfig) -> hooks_pb2.ConfigDigest:
     )
 
 
-def run_message(run: StoredRun) -> hooks_pb2.HookRun:
+def run_message(stored: StoredRun) -> hooks_pb2.HookRun:
+    run = stored.run
     return hooks_pb2.HookRun(
-        id=str(run.id),
+        id=str(stored.id),
         event=run.event.proto,
         handler_id=run.handler_id,
         outcome=run.outcome.proto,
-        failure_class=run.failure_class,
+        failure_class=run.failure_class.value if run.failure_class else "",
         duration_ms=run.duration_ms,
         session_id=run.session_id,
         turn_id=run.turn_id,
