@@ -41,6 +41,7 @@ def record(session_id: str, n: int, *, age: timedelta = timedelta(0), turn: str 
         event_id=f"event-{n}",
         reason="",
         created_at=NOW - age + timedelta(milliseconds=n),
+        signed=True,
     )
 
 
@@ -106,7 +107,7 @@ async def _insert_directly(dsn: str, session_id: str, count: int, age: timedelta
     try:
         await conn.executemany(
             "INSERT INTO popagent_hook_runs (event, handler_id, outcome, duration_ms, session_id, turn_id,"
-            " event_id, reason, created_at) VALUES ('Stop', 'h', 'pass', $1, $2, 't', 'e', '', $3)",
+            " event_id, reason, created_at, signed) VALUES ('Stop', 'h', 'pass', $1, $2, 't', 'e', '', $3, true)",
             [(n, session_id, NOW - age + timedelta(milliseconds=n)) for n in range(count)],
         )
     finally:

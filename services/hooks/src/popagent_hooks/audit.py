@@ -49,6 +49,8 @@ class HookRun:
     event_id: str
     reason: str
     created_at: datetime
+    # Whether the request carried a `webhook-signature` (the handler has a secret).
+    signed: bool
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,7 @@ def _stored_run(row: asyncpg.Record) -> StoredRun:
             event_id=row["event_id"],
             reason=row["reason"],
             created_at=row["created_at"],
+            signed=row["signed"],
         ),
     )
 
@@ -103,6 +106,7 @@ class AuditRepo:
             [r.event_id for r in records],
             [r.reason for r in records],
             [r.created_at for r in records],
+            [r.signed for r in records],
         )
         with wrap_db_errors():
             async with self.pool.acquire() as conn, conn.transaction():

@@ -258,11 +258,9 @@ class Dispatcher:
         )
         message_id = f"{event_id}.{handler.id}"
         seconds = int(timestamp)
-        headers = [
-            (b"webhook-id", message_id.encode()),
-            (b"webhook-timestamp", str(seconds).encode()),
-            (b"webhook-signature", sign(handler.secret, message_id, seconds, body).encode()),
-        ]
+        headers = [(b"webhook-id", message_id.encode()), (b"webhook-timestamp", str(seconds).encode())]
+        if handler.secret is not None:
+            headers.append((b"webhook-signature", sign(handler.secret, message_id, seconds, body).encode()))
         raw = await self.transport.post(handler.url, body, headers, handler.timeout_ms / 1000)
         return parse_answer(raw, request.event)
 
@@ -290,4 +288,5 @@ class Dispatcher:
             event_id=event_id,
             reason=bound_utf8(reason),
             created_at=started_at,
+            signed=handler.signed,
         )

@@ -116,6 +116,7 @@ def run_message(stored: StoredRun) -> hooks_pb2.HookRun:
         created_at=run.created_at.isoformat(),
         target=run.target,
         event_id=run.event_id,
+        signed=run.signed,
     )
 
 
