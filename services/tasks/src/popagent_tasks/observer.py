@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from popagent_hooks.client import HooksClient
-from popagent_hooks.events import Event
+from popagent_hooks_client.client import HooksClient
+from popagent_hooks_client.events import Event
 from popagent_tasks.model import truncate
 
 logger = logging.getLogger(__name__)
