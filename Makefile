@@ -21,7 +21,7 @@ MEMBER_PYPROJECTS := pyproject.toml $(wildcard libs/*/pyproject.toml services/*/
 .PHONY: run test test-fast lint typecheck protos setup system-deps bench constraints compose-config clean ui
 
 run: setup
-	$(VPY) -m popagent_core.launcher
+	$(VPY) -m popagent_dev.launcher
 
 test: setup
 	@npm --prefix ui run --silent size

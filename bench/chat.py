@@ -49,10 +49,10 @@ import orjson
 import psutil
 import uvloop
 
-from popagent_core import embedded
 from popagent_core.auth import generate_credentials
 from popagent_core.grpc_client import check_health, open_channel
-from popagent_core.launcher import _ensure_database, default_runner_workers  # pyright: ignore[reportPrivateUsage]
+from popagent_dev import embedded
+from popagent_dev.launcher import _ensure_database, default_runner_workers  # pyright: ignore[reportPrivateUsage]
 
 REPO = Path(__file__).resolve().parents[1]
 API_KEY = "bench-api-key-" + "k" * 24

@@ -28,10 +28,10 @@ import uvloop
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
-from popagent_core import embedded
 from popagent_core.auth import generate_credentials
 from popagent_core.grpc_client import check_health, open_channel
-from popagent_core.launcher import _ensure_database
+from popagent_dev import embedded
+from popagent_dev.launcher import _ensure_database
 
 API_KEY = "bench-api-key-" + "k" * 24
 SESSIONS = 50

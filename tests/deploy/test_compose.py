@@ -35,8 +35,8 @@ import yaml
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from popagent_core.auth import SERVICES, CallerRegistry
-from popagent_core.embedded import free_port
 from popagent_core.errors import Unauthenticated
+from popagent_dev.embedded import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = REPO_ROOT / "deploy"

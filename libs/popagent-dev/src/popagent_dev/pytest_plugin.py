@@ -23,11 +23,11 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import pytest
 
-from popagent_core import embedded
 from popagent_core.migrate import KERNEL_MIGRATIONS, migrate
 from popagent_core.service import schema_for
+from popagent_dev import embedded
 
-REPO_ROOT = Path(__file__).resolve().parents[5]
+REPO_ROOT = Path(__file__).resolve().parents[4]
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -29,9 +29,9 @@ from pathlib import Path
 import asyncpg
 import httpx
 
-from popagent_core import embedded
 from popagent_core.auth import generate_credentials
 from popagent_core.grpc_client import check_health, open_channel
+from popagent_dev import embedded
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
 GRPC_SERVICES = ("hooks", "secrets", "evolution", "browser-bridge", "tasks", "agent-runner")
@@ -93,7 +93,7 @@ def _api_key(data_dir: Path) -> str:
 
 
 async def _ensure_database(admin_dsn: str, name: str) -> str:
-    from popagent_core.testing.plugin import with_database
+    from popagent_dev.pytest_plugin import with_database
 
     conn = await asyncpg.connect(admin_dsn)
     try:
