@@ -29,7 +29,7 @@ import asyncpg
 from popagent_core.db import open_pool
 from popagent_core.migrate import migrate
 from popagent_dev import embedded
-from popagent_dev.pytest_plugin import with_database
+from popagent_dev.embedded import with_database
 from popagent_secrets.crypto import Keyring
 from popagent_secrets.service import MIGRATIONS
 from popagent_secrets.store import SecretStore

@@ -47,7 +47,7 @@ from popagent_core.db import open_pool  # noqa: E402
 from popagent_core.grpc_client import check_health, open_channel  # noqa: E402
 from popagent_core.migrate import migrate  # noqa: E402
 from popagent_dev import embedded  # noqa: E402
-from popagent_dev.pytest_plugin import with_database  # noqa: E402
+from popagent_dev.embedded import with_database  # noqa: E402
 from popagent_tasks.repo import TaskRepo  # noqa: E402
 from popagent_tasks.service import MIGRATIONS  # noqa: E402
 

@@ -13,8 +13,7 @@ import pytest
 
 from popagent_core.grpc_client import check_health, open_channel
 from popagent_core.lifecycle import wait_event
-from popagent_dev.embedded import free_port
-from popagent_dev.pytest_plugin import with_database
+from popagent_dev.embedded import free_port, with_database
 
 from .conftest import REPO_ROOT, service_env
 

@@ -26,7 +26,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import asyncpg
 import httpx
 
 from popagent_core.auth import generate_credentials
@@ -92,18 +91,6 @@ def _api_key(data_dir: Path) -> str:
     return path.read_text().strip()
 
 
-async def _ensure_database(admin_dsn: str, name: str) -> str:
-    from popagent_dev.pytest_plugin import with_database
-
-    conn = await asyncpg.connect(admin_dsn)
-    try:
-        if not await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name):
-            await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
-    return with_database(admin_dsn, name)
-
-
 class Stack:
     """One running popagent stack. Use `async with Stack(config).running() as stack:`."""
 
@@ -131,8 +118,8 @@ class Stack:
         observability_url = os.environ.get("OBSERVABILITY_DATABASE_URL", "")
         if not database_url or not observability_url:
             admin_dsn = self._exit.enter_context(embedded.postgres(data / "postgres"))
-            database_url = database_url or await _ensure_database(admin_dsn, "popagent")
-            observability_url = observability_url or await _ensure_database(admin_dsn, "popagent_observability")
+            database_url = database_url or await embedded.ensure_database(admin_dsn, "popagent")
+            observability_url = observability_url or await embedded.ensure_database(admin_dsn, "popagent_observability")
         env["DATABASE_URL"] = database_url
         env["OBSERVABILITY_DATABASE_URL"] = observability_url
         nats_url = os.environ.get("NATS_URL", "")
