@@ -14,9 +14,7 @@ OWNERS: tuple[str, ...] = tuple(service.subjects_owner for service in SERVICES i
 SESSION_DELETED = "popagent.agent_runner.session.deleted"
 TURN_COMPLETED = "popagent.agent_runner.turn.completed"
 TASK_ENQUEUED = "popagent.tasks.task.enqueued"
-TASK_STOPPED = "popagent.tasks.task.stopped"
 SECRET_CHANGED = "popagent.secrets.secret.changed"
-HOOK_CONFIG_LOADED = "popagent.hooks.config.loaded"
 
 
 def stream_name(owner: str) -> str:

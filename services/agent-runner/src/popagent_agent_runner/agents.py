@@ -17,7 +17,6 @@ SUPERVISOR_ID = "popagent"
 KNOWN_TOOLS: tuple[str, ...] = ("getTime", "remember", "recall", "webSearch", "useBrowserSecret", "bifrostNavigator")
 WORKSPACE_ACCESS = ("none", "read-only", "read-write")
 BROWSER_ACCESS = ("none", "read-only", "interactive")
-MAX_TOOLS = len(KNOWN_TOOLS)
 _URL = re.compile(r"^https?://[^\s]+$")
 
 

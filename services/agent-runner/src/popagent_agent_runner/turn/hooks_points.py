@@ -16,7 +16,7 @@ from typing import Any
 
 from popagent_core.errors import PopagentError
 from popagent_hooks.client import HookDecision, HooksClient
-from popagent_hooks.events import Event, Outcome, closed_outcome
+from popagent_hooks.events import Event, closed_outcome
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +77,3 @@ def denied(decision: HookDecision, what: str) -> str:
     if decision.additional_context:
         text += f"\n{decision.additional_context}"
     return text
-
-
-def is_deny(decision: HookDecision) -> bool:
-    return decision.outcome is Outcome.DENY
