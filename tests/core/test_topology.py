@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,8 +17,7 @@ from popagent_core import subjects, topology
 from popagent_core.auth import generate_credentials
 from popagent_gateway.settings import Settings as GatewaySettings
 
-from .conftest import REPO_ROOT
-
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DSN = "postgresql://popagent@127.0.0.1:1/popagent"
 _, CALLERS = generate_credentials(("gateway",))
 
