@@ -49,10 +49,11 @@ import orjson
 import psutil
 import uvloop
 
-from popagent_core import embedded
 from popagent_core.auth import generate_credentials
 from popagent_core.grpc_client import check_health, open_channel
-from popagent_core.launcher import _ensure_database, default_runner_workers  # pyright: ignore[reportPrivateUsage]
+from popagent_dev import embedded
+from popagent_dev.embedded import ensure_database
+from popagent_dev.launcher import default_runner_workers
 
 REPO = Path(__file__).resolve().parents[1]
 API_KEY = "bench-api-key-" + "k" * 24
@@ -160,7 +161,7 @@ async def stack(data: Path, model_url: str, runner_workers: int) -> AsyncIterato
     gateway_port = embedded.free_port()
     unused = f"127.0.0.1:{embedded.free_port()}"
     with embedded.postgres(data / "pg") as admin_dsn, embedded.nats(data / "nats") as nats:
-        dsn = await _ensure_database(admin_dsn, f"popagent_bench_{uuid.uuid4().hex[:8]}")
+        dsn = await ensure_database(admin_dsn, f"popagent_bench_{uuid.uuid4().hex[:8]}")
         (data / "workspace" / "popagent").mkdir(parents=True, exist_ok=True)
         base = {k: v for k, v in os.environ.items() if not k.startswith(("POPAGENT_", "NINEROUTER_"))}
         base |= {

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from api.conftest import API_KEY, ApiStack
-from popagent_core.embedded import free_port
+from popagent_dev.embedded import free_port
 from support.model_gateway import ModelGateway, ModelInfo
 
 HEADERS = {"x-popagent-key": API_KEY}

@@ -16,7 +16,7 @@ import httpx
 
 from chat.helpers import chat, new_session, text_of, thread_rows
 from chat.stack import API_KEY, MODEL, ChatStack
-from popagent_core.embedded import free_port
+from popagent_dev.embedded import free_port
 from popagent_gateway.settings import Settings as GatewaySettings
 from support.model_gateway import ModelGateway, ModelInfo, Turn
 from support.stacks import serve_gateway

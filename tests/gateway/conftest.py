@@ -14,8 +14,8 @@ import uvicorn
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
 from popagent_core.auth import CallerRegistry
-from popagent_core.embedded import free_port
 from popagent_core.grpc_server import create_server, running
+from popagent_dev.embedded import free_port
 from popagent_gateway.app import create_app
 from popagent_gateway.settings import Settings
 

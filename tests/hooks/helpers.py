@@ -7,8 +7,8 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from popagent_core.embedded import free_port
 from popagent_core.grpc_client import open_channel
+from popagent_dev.embedded import free_port
 from popagent_hooks.config import HooksConfig, parse_hooks_config
 from popagent_hooks.service import MIGRATIONS, RunningHooks, build
 from popagent_hooks.settings import Settings

@@ -19,8 +19,8 @@ import pytest
 from hooks.helpers import HOOKS_MIGRATIONS, SPEC_EXAMPLE, document, handler, running_service, service_env
 
 from popagent.hooks.v1 import hooks_pb2, hooks_pb2_grpc
-from popagent_core.embedded import free_port
 from popagent_core.grpc_client import check_health, open_channel
+from popagent_dev.embedded import free_port
 from popagent_hooks_client.client import HooksClient
 from popagent_hooks_client.events import Event, Outcome
 from support.https_receiver import HttpsReceiver, answer, closed_port, make_secret, verify_signature

@@ -27,9 +27,9 @@ from typing import Any
 
 import pytest
 
-from popagent_core import embedded
-from popagent_core.embedded import free_port
-from popagent_core.launcher import Stack, StackConfig
+from popagent_dev import embedded
+from popagent_dev.embedded import free_port
+from popagent_dev.launcher import Stack, StackConfig
 from support.https_receiver import HttpsReceiver, answer, make_secret
 from support.model_gateway import ModelGateway, ModelInfo, ToolCall, Turn
 

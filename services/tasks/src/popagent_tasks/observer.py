@@ -99,14 +99,6 @@ class LifecycleObserver(Protocol):
     async def task_stopped(self, event: TaskStopped) -> None: ...
 
 
-class NullObserver:
-    async def task_started(self, event: TaskStarted) -> None:
-        return None
-
-    async def task_stopped(self, event: TaskStopped) -> None:
-        return None
-
-
 class HooksObserver:
     """Dispatches `TaskStart`/`TaskStop` through the hooks service (no RPC when no handler matches)."""
 

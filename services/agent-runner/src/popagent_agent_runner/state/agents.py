@@ -18,7 +18,6 @@ SUPERVISOR_ID = "popagent"
 KNOWN_TOOLS: tuple[str, ...] = tuple(tool.name for tool in TOOLS)
 WORKSPACE_ACCESS = ("none", "read-only", "read-write")
 BROWSER_ACCESS = ("none", "read-only", "interactive")
-MAX_TOOLS = len(KNOWN_TOOLS)
 _URL = re.compile(r"^https?://[^\s]+$")
 
 

@@ -67,7 +67,3 @@ def denied(decision: HookDecision, what: str) -> str:
     if decision.additional_context:
         text += f"\n{decision.additional_context}"
     return text
-
-
-def is_deny(decision: HookDecision) -> bool:
-    return decision.outcome is Outcome.DENY
