@@ -32,7 +32,7 @@ async def test_a_secret_is_bound_to_a_bounded_number_of_origins(make_database) -
     dsn = await make_database({"secrets": MIGRATIONS})
     async with open_pool(dsn, "secrets") as pool:
         store = SecretStore(pool, Keyring(os.urandom(32)), StoreLimits(max_origins_per_secret=2))
-        await store.put(R, "a", "v")
+        stored = await store.put(R, "a", "v")
         await store.bind(R, "a", "https://one.example")
         await store.bind(R, "a", "https://two.example")
         await store.bind(R, "a", "https://two.example:443")  # the same origin again: no new binding
@@ -42,6 +42,29 @@ async def test_a_secret_is_bound_to_a_bounded_number_of_origins(make_database) -
         assert info.origins == ("https://one.example", "https://two.example")
         with pytest.raises(NotFound):
             await store.bind(R, "missing", "https://one.example")
-        await store.delete(R, "a")
+        await store.delete(stored.info.id)
         with pytest.raises(NotFound):
             await store.resolve(R, "a", "https://one.example")
+
+
+async def test_deleting_a_secret_by_id_removes_its_origin_bindings(make_database) -> None:
+    dsn = await make_database({"secrets": MIGRATIONS})
+    async with open_pool(dsn, "secrets") as pool:
+        store = SecretStore(pool, Keyring(os.urandom(32)))
+        stored = await store.put(R, "a", "v")
+        kept = await store.put(R, "b", "v")
+        await store.bind(R, "a", "https://one.example")
+        await store.bind(R, "b", "https://one.example")
+        rotated = await store.put(R, "a", "rotated")
+        assert (stored.created, rotated.created) == (True, False)
+        assert rotated.info.id == stored.info.id
+        assert rotated.info.origins == ("https://one.example",)
+
+        await store.delete(stored.info.id)
+        bindings = await pool.fetch("SELECT name, origin FROM popagent_secret_bindings ORDER BY name")
+        assert [(r["name"], r["origin"]) for r in bindings] == [("b", "https://one.example")]
+        # Provisioning the name again makes a new secret: no binding of the deleted one survives.
+        again = await store.put(R, "a", "v")
+        assert again.created
+        assert again.info.id not in (stored.info.id, kept.info.id)
+        assert again.info.origins == ()
