@@ -11,9 +11,10 @@ from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute, RouteContext, iter_route_contexts
 from fastapi.testclient import TestClient
 
-from popagent_core.errors import HTTP_STATUS_BY_GRPC_CODE, NotFound
+from popagent_core.errors import HTTP_STATUS_BY_GRPC_CODE, NotFound, PopagentError
 from popagent_gateway.app import create_app
 from popagent_gateway.deps import require_api_key
+from popagent_gateway.errors import client_message
 from popagent_gateway.settings import Settings
 
 API_KEY = "k" * 32
@@ -127,6 +128,73 @@ def test_errors_map_through_the_one_table() -> None:
 
 def test_status_table_covers_every_grpc_code() -> None:
     assert set(HTTP_STATUS_BY_GRPC_CODE) == set(grpc.StatusCode)
+
+
+def test_every_status_the_table_can_produce_is_documented_on_every_api_route() -> None:
+    """Each /api route forwards to a service (or, for health, at least checks the key), so each
+    can answer any status of the kernel's table; 429, 501 and 504 were once reachable and undocumented."""
+    from popagent_gateway.openapi import document
+
+    producible = {status for status in HTTP_STATUS_BY_GRPC_CODE.values() if status >= 400}
+    assert {429, 501, 504} <= producible
+    edge = {401, 413, 422}
+    paths = document()["paths"]
+    assert isinstance(paths, dict)
+    operations = [
+        (method, path, operation)
+        for path, item in paths.items()
+        if path.startswith("/api/")
+        for method, operation in item.items()
+    ]
+    assert len(operations) > 40
+    for method, path, operation in operations:
+        documented = {int(status) for status in operation["responses"]}
+        missing = (producible | edge) - documented
+        assert not missing, f"{method.upper()} {path} does not document {sorted(missing)}"
+        for status in producible | edge:
+            answer = operation["responses"][str(status)]
+            # ErrorOut, or a route's own richer shape (the 409 of a stale save carries the server copy).
+            assert answer["content"]["application/json"]["schema"]["$ref"].startswith("#/components/schemas/")
+            assert answer["description"]
+
+
+@pytest.mark.parametrize("code", list(grpc.StatusCode))
+def test_one_function_decides_what_a_client_sees_of_every_status(code: grpc.StatusCode) -> None:
+    """The JSON error, the error inside a started stream and a gateway-raised error all go through
+    `client_message`: every status the table maps to 500 hides its detail, every other shows it."""
+    app = create_app(make_settings())
+    detail = "boom at /srv/popagent/db.py: SELECT secret_value"
+
+    @app.get("/raise-rpc")
+    async def raise_rpc() -> None:
+        raise grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), detail)
+
+    status = HTTP_STATUS_BY_GRPC_CODE[code]
+    shown = "internal error" if status == 500 else detail
+    assert client_message(code, detail) == shown
+    if code is grpc.StatusCode.OK:
+        return
+    with TestClient(app) as client:
+        answer = client.get("/raise-rpc")
+    assert (answer.status_code, answer.json()) == (status, {"error": shown})
+
+
+def test_a_gateway_bug_answers_the_documented_500_shape_without_its_text() -> None:
+    app = create_app(make_settings())
+
+    @app.get("/raise-bug")
+    async def raise_bug() -> None:
+        raise RuntimeError("secret internals")
+
+    @app.get("/raise-internal")
+    async def raise_internal() -> None:
+        raise PopagentError("secret internals too")
+
+    with TestClient(app, raise_server_exceptions=False) as client:
+        bug = client.get("/raise-bug")
+        internal = client.get("/raise-internal")
+    assert (bug.status_code, bug.json()) == (500, {"error": "internal error"})
+    assert (internal.status_code, internal.json()) == (500, {"error": "internal error"})
 
 
 def test_health_reports_503_and_the_failing_components_when_nothing_is_up() -> None:

@@ -11,7 +11,7 @@ from popagent_core.grpc_client import open_channel
 from popagent_core.lifecycle import settle_heap
 from popagent_gateway.bounded import ApiKeyMiddleware, BoundedBodyMiddleware
 from popagent_gateway.deps import require_api_key
-from popagent_gateway.errors import install_error_handlers
+from popagent_gateway.errors import ERROR_RESPONSES, install_error_handlers
 from popagent_gateway.routes import (
     agents,
     chat,
@@ -30,7 +30,6 @@ from popagent_gateway.routes import (
 )
 from popagent_gateway.settings import Settings
 from popagent_gateway.ui import mount_ui
-from popagent_gateway.wire import ERROR_RESPONSES
 
 
 def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
