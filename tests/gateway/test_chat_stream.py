@@ -18,7 +18,7 @@ import pytest
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent_core.errors import NotFound
 
-from .conftest import API_KEY, USER_MESSAGE, Harness
+from .conftest import API_KEY, RPC_TIMEOUT_S, USER_MESSAGE, Harness
 
 
 def batch(*events: pb.TurnEvent) -> pb.TurnEventBatch:
@@ -177,3 +177,36 @@ async def test_chat_needs_the_api_key(harness: Harness) -> None:
         response = await client.post(f"{harness.url}/api/chat", json={"id": "s1", "message": USER_MESSAGE})
     assert response.status_code == 401
     assert harness.runner.requests == []
+
+
+async def test_a_unary_call_past_the_rpc_timeout_answers_504(harness: Harness) -> None:
+    """POPAGENT_GATEWAY_RPC_TIMEOUT_S is the deadline of every unary call the routes make."""
+    async with httpx.AsyncClient(base_url=harness.url, headers={"x-popagent-key": API_KEY}) as client:
+        assert (await client.get("/api/memories")).json() == {"memories": []}
+        harness.runner.list_memories_delay_s = RPC_TIMEOUT_S * 5
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        response = await client.get("/api/memories")
+        elapsed = loop.time() - started
+    assert response.status_code == 504
+    assert "error" in response.json()
+    assert elapsed < RPC_TIMEOUT_S * 4
+
+
+async def test_a_streamed_turn_is_not_cut_by_the_rpc_timeout(harness: Harness) -> None:
+    """The chat turn is a server stream: it runs for as long as it works, past the unary deadline."""
+
+    async def script(request: pb.ChatRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.TurnEventBatch]:
+        yield batch(start(), pb.TurnEvent(text_start=pb.PartBoundary(part_id="t1")))
+        for _ in range(4):
+            await asyncio.sleep(RPC_TIMEOUT_S)
+            yield batch(pb.TurnEvent(text_delta=pb.TextDelta(part_id="t1", delta="x")))
+        yield batch(pb.TurnEvent(text_end=pb.PartBoundary(part_id="t1")), pb.TurnEvent(finish=pb.TurnFinish()))
+
+    harness.runner.script = script
+    async with httpx.AsyncClient(timeout=30) as client:
+        response = await post_chat(client, harness.url, {"id": "s1", "message": USER_MESSAGE})
+        events = await read_sse(response)
+    assert [e["delta"] for e in events if isinstance(e, dict) and e.get("type") == "text-delta"] == ["x"] * 4
+    assert events[-1] == "[DONE]"
+    assert not any(isinstance(e, dict) and e.get("type") == "error" for e in events)

@@ -14,7 +14,6 @@ from popagent_gateway.wire import warned
 
 router = APIRouter(prefix="/agents", tags=["agents"])
 
-RPC_TIMEOUT_S = 10.0
 
 AgentId = Annotated[str, Path(pattern=AGENT_ID_PATTERN, max_length=63)]
 
@@ -38,7 +37,7 @@ def agent_out(agent: pb.Agent) -> AgentOut:
 @router.get("", response_model=AgentListOut)
 async def list_agents(runner: AgentRunnerStateStub) -> AgentListOut:
     """The supervisor and its three specialists, with every persisted field, and the known tool keys."""
-    response = await runner.ListAgents(pb.ListAgentsRequest(), timeout=RPC_TIMEOUT_S)
+    response = await runner.ListAgents(pb.ListAgentsRequest())
     return AgentListOut(agents=[agent_out(a) for a in response.agents], known_tools=list(response.known_tools))
 
 
@@ -60,4 +59,4 @@ async def update_agent(
         request.model = model or ""
     for name, value in changes.items():
         setattr(request, name, value)
-    return agent_out(await runner.UpdateAgent(request, timeout=RPC_TIMEOUT_S))
+    return agent_out(await runner.UpdateAgent(request))

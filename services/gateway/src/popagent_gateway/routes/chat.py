@@ -64,6 +64,8 @@ async def chat(body: ChatRequest, request: Request, catalog: ModelCatalogDep) ->
         raise InvalidArgument(f"message must have 1 to {MAX_PARTS} parts")
     # An unknown model is refused (400) before the turn starts; a catalog outage fails open.
     warning = await ensure_known_model(catalog, body.model) if body.model else None
+    # No deadline (POPAGENT_GATEWAY_RPC_TIMEOUT_S covers unary calls only): a turn streams for as
+    # long as it works, and ends when it finishes or the client goes away (sse_body cancels the call).
     call = runner_for_session(request, body.id).Chat(
         agent_runner_pb2.ChatRequest(
             session_id=body.id,

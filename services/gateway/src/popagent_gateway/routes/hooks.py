@@ -12,7 +12,6 @@ from popagent_gateway.deps import HooksStub
 
 router = APIRouter(tags=["hooks"])
 
-RPC_TIMEOUT_S = 10.0
 MAX_SESSION_ID_CHARS = 200
 
 SessionId = Annotated[str, Path(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
@@ -67,7 +66,5 @@ def _out(run: hooks_pb2.HookRun) -> HookRunOut:
 @router.get("/sessions/{session_id}/hooks", response_model=HookRunListOut)
 async def list_session_hooks(session_id: SessionId, stub: HooksStub) -> HookRunListOut:
     """The latest 500 hook audit records of a session, oldest first; group them by turnId."""
-    response = await stub.ListSessionRuns(
-        hooks_pb2.ListSessionRunsRequest(session_id=session_id), timeout=RPC_TIMEOUT_S
-    )
+    response = await stub.ListSessionRuns(hooks_pb2.ListSessionRunsRequest(session_id=session_id))
     return HookRunListOut(runs=[_out(run) for run in response.runs])

@@ -12,8 +12,6 @@ from popagent_gateway.dto.models import ModelsOut
 
 router = APIRouter(tags=["models"])
 
-RPC_TIMEOUT_S = 10.0
-
 
 @router.get("/models", response_model=ModelsOut)
 async def list_models(catalog: ModelCatalogDep, runner: AgentRunnerStateStub) -> ModelsOut:
@@ -22,7 +20,7 @@ async def list_models(catalog: ModelCatalogDep, runner: AgentRunnerStateStub) ->
     A catalog outage serves the last list (or an empty one) with `warning` set.
     """
     view, settings = await asyncio.gather(
-        catalog.view(), runner.GetAgentRuntimeSettings(pb.GetAgentRuntimeSettingsRequest(), timeout=RPC_TIMEOUT_S)
+        catalog.view(), runner.GetAgentRuntimeSettings(pb.GetAgentRuntimeSettingsRequest())
     )
     return ModelsOut(
         models=list(view.models),

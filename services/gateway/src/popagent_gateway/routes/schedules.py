@@ -16,7 +16,6 @@ from popagent_gateway.deps import TasksStub
 
 router = APIRouter(prefix="/schedules", tags=["schedules"])
 
-RPC_TIMEOUT_S = 10.0
 MAX_PROMPT_CHARS = 32 * 1024
 MAX_NAME_CHARS = 200
 MAX_REF_CHARS = 200
@@ -103,9 +102,7 @@ async def list_schedules(
     workspace_id: Annotated[str, Query(alias="workspaceId", max_length=MAX_REF_CHARS)] = "",
 ) -> ScheduleListOut:
     """User and system schedules, oldest first."""
-    response = await stub.ListSchedules(
-        tasks_pb2.ListSchedulesRequest(workspace_id=workspace_id), timeout=RPC_TIMEOUT_S
-    )
+    response = await stub.ListSchedules(tasks_pb2.ListSchedulesRequest(workspace_id=workspace_id))
     return ScheduleListOut(schedules=[schedule_out(s) for s in response.schedules])
 
 
@@ -123,7 +120,6 @@ async def create_schedule(body: CreateScheduleBody, stub: TasksStub) -> Schedule
             enabled=body.enabled,
             max_attempts=body.maxAttempts,
         ),
-        timeout=RPC_TIMEOUT_S,
     )
     return schedule_out(schedule)
 
@@ -143,11 +139,11 @@ async def update_schedule(schedule_id: ScheduleId, body: UpdateScheduleBody, stu
     ):
         if value is not None:
             setattr(request, field, value)
-    return schedule_out(await stub.UpdateSchedule(request, timeout=RPC_TIMEOUT_S))
+    return schedule_out(await stub.UpdateSchedule(request))
 
 
 @router.delete("/{schedule_id}", status_code=204)
 async def delete_schedule(schedule_id: ScheduleId, stub: TasksStub) -> Response:
     """Delete a user schedule. Tasks it already created stay."""
-    await stub.DeleteSchedule(tasks_pb2.DeleteScheduleRequest(id=schedule_id), timeout=RPC_TIMEOUT_S)
+    await stub.DeleteSchedule(tasks_pb2.DeleteScheduleRequest(id=schedule_id))
     return Response(status_code=204)

@@ -18,7 +18,6 @@ from popagent_gateway.deps import TasksStub
 
 router = APIRouter(prefix="/tasks", tags=["tasks"])
 
-RPC_TIMEOUT_S = 10.0
 MAX_PROMPT_CHARS = 32 * 1024
 MAX_EVIDENCE_CHARS = 4 * 1024
 MAX_REF_CHARS = 200
@@ -131,7 +130,7 @@ async def list_tasks(
 ) -> TaskListOut:
     """Most recent background tasks first, with their latest progress."""
     response = await stub.ListTasks(
-        tasks_pb2.ListTasksRequest(limit=limit, workspace_id=workspace_id, status=status or ""), timeout=RPC_TIMEOUT_S
+        tasks_pb2.ListTasksRequest(limit=limit, workspace_id=workspace_id, status=status or "")
     )
     return TaskListOut(tasks=[task_out(task) for task in response.tasks])
 
@@ -147,7 +146,6 @@ async def create_task(body: CreateTaskBody, stub: TasksStub) -> TaskOut:
             workspace_id=body.workspaceId,
             max_attempts=body.maxAttempts,
         ),
-        timeout=RPC_TIMEOUT_S,
     )
     return task_out(task)
 
@@ -155,26 +153,24 @@ async def create_task(body: CreateTaskBody, stub: TasksStub) -> TaskOut:
 @router.get("/{task_id}", response_model=TaskOut)
 async def get_task(task_id: TaskId, stub: TasksStub) -> TaskOut:
     """One task with its latest progress."""
-    return task_out(await stub.GetTask(tasks_pb2.GetTaskRequest(id=task_id), timeout=RPC_TIMEOUT_S))
+    return task_out(await stub.GetTask(tasks_pb2.GetTaskRequest(id=task_id)))
 
 
 @router.post("/{task_id}/cancel", response_model=TaskOut)
 async def cancel_task(task_id: TaskId, stub: TasksStub) -> TaskOut:
     """Cancel queued work at once; running work becomes cancelled once its executor stops."""
-    return task_out(await stub.CancelTask(tasks_pb2.CancelTaskRequest(id=task_id), timeout=RPC_TIMEOUT_S))
+    return task_out(await stub.CancelTask(tasks_pb2.CancelTaskRequest(id=task_id)))
 
 
 @router.post("/{task_id}/resolve", response_model=TaskOut)
 async def resolve_task(task_id: TaskId, body: ResolveTaskBody, stub: TasksStub) -> TaskOut:
     """Mark a failed, cancelled or dead-lettered task completed, with evidence."""
-    task = await stub.ResolveTask(
-        tasks_pb2.ResolveTaskRequest(id=task_id, evidence=body.evidence), timeout=RPC_TIMEOUT_S
-    )
+    task = await stub.ResolveTask(tasks_pb2.ResolveTaskRequest(id=task_id, evidence=body.evidence))
     return task_out(task)
 
 
 @router.delete("/{task_id}", status_code=204)
 async def delete_task(task_id: TaskId, stub: TasksStub) -> Response:
     """Delete a terminal task record. Never cancels work or rolls anything back."""
-    await stub.DeleteTask(tasks_pb2.DeleteTaskRequest(id=task_id), timeout=RPC_TIMEOUT_S)
+    await stub.DeleteTask(tasks_pb2.DeleteTaskRequest(id=task_id))
     return Response(status_code=204)
