@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 import httpx
@@ -153,8 +154,8 @@ async def test_deleting_a_secret_by_id_removes_its_origin_bindings(api, secrets_
 def test_the_spec_routes_are_in_the_openapi_document() -> None:
     from popagent_gateway.openapi import document
 
-    paths = document()["paths"]
-    assert isinstance(paths, dict)
+    openapi: dict[str, Any] = document()
+    paths = openapi["paths"]
     secrets = {
         (method.upper(), path) for path, item in paths.items() if path.startswith("/api/secrets") for method in item
     }
@@ -172,7 +173,6 @@ def test_the_spec_routes_are_in_the_openapi_document() -> None:
     }
     assert "204" in paths["/api/secrets/{secret_id}"]["delete"]["responses"]
     # Write-only: no response shape has a field for the value.
-    schemas = document()["components"]["schemas"]
-    assert isinstance(schemas, dict)
+    schemas = openapi["components"]["schemas"]
     assert "value" not in schemas["SecretOut"]["properties"]
     assert set(schemas["SecretProvision"]["required"]) == {"resourceId", "name", "value"}
