@@ -249,3 +249,40 @@ def test_framework_refusals_use_the_api_error_shape() -> None:
     assert missing.json() == {"error": "Not Found"}
     assert not_json.status_code in (400, 422)
     assert "error" in not_json.json() and "detail" not in not_json.json()
+
+
+def test_every_request_and_response_shape_lives_in_dto() -> None:
+    """Routes define no models of their own: each body, query and answer comes from dto/<area>.py,
+    answers as WireModel and bodies as WireInput (chat excepted: its client sends null models)."""
+    import importlib
+    import pkgutil
+
+    from pydantic import BaseModel
+
+    import popagent_gateway.routes
+    from popagent_gateway.dto import WireInput, WireModel
+    from popagent_gateway.dto.chat import ChatTurnCreate
+
+    for info in pkgutil.iter_modules(popagent_gateway.routes.__path__):
+        module = importlib.import_module(f"popagent_gateway.routes.{info.name}")
+        own = [
+            name
+            for name, value in vars(module).items()
+            if isinstance(value, type) and issubclass(value, BaseModel) and value.__module__ == module.__name__
+        ]
+        assert not own, f"routes/{info.name}.py defines {own}: move them to dto/"
+
+    app = create_app(make_settings())
+    checked = 0
+    for context in api_routes(app):
+        route = context.original_route
+        assert isinstance(route, APIRoute)
+        answer = route.response_model
+        if isinstance(answer, type) and route.path != "/api/health":
+            assert issubclass(answer, WireModel), (route.path, answer)
+            checked += 1
+        body = route.body_field.field_info.annotation if route.body_field else None
+        if isinstance(body, type) and body is not ChatTurnCreate:
+            assert issubclass(body, WireInput), (route.path, body)
+            checked += 1
+    assert checked > 40

@@ -2,42 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
-from pydantic_ai.ui.vercel_ai.request_types import UIMessage
 
 from popagent.agent_runner.v1 import agent_runner_pb2
 from popagent_core.errors import InvalidArgument
 from popagent_core.redaction import redact_tool_payload
 from popagent_gateway.catalog import ensure_known_model
 from popagent_gateway.deps import ModelCatalogDep, runner_for_session
+from popagent_gateway.dto.chat import MAX_PARTS, ChatTurnCreate, UserMessage
 from popagent_gateway.streaming import UI_STREAM_HEADERS, sse_body
 from popagent_gateway.wire import WARNING_HEADER
 
 router = APIRouter()
-
-MAX_PARTS = 64
-
-
-class UserMessage(UIMessage):
-    role: Literal["user"]  # type: ignore[assignment]
-
-
-class ChatRequest(BaseModel):
-    """Only the session, the model, the workspace and the newest message: history is rebuilt
-    server-side and callers cannot inject tools or execution options."""
-
-    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
-
-    id: str = Field(min_length=1, max_length=128, description="session id")
-    model: str | None = Field(default=None, min_length=1, max_length=200)
-    workspace_id: str | None = Field(default=None, min_length=1, max_length=128)
-    message: UserMessage
 
 
 _TOOL_PAYLOADS = (("input", "input"), ("output", "output"), ("errorText", "error"))
@@ -58,7 +38,7 @@ def redacted_message(message: UserMessage) -> bytes:
 
 
 @router.post("/chat", response_class=StreamingResponse)
-async def chat(body: ChatRequest, request: Request, catalog: ModelCatalogDep) -> StreamingResponse:
+async def chat(body: ChatTurnCreate, request: Request, catalog: ModelCatalogDep) -> StreamingResponse:
     """Run one chat turn and stream it (AI SDK UI message stream v1 over SSE)."""
     if not body.message.parts or len(body.message.parts) > MAX_PARTS:
         raise InvalidArgument(f"message must have 1 to {MAX_PARTS} parts")

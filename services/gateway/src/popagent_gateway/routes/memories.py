@@ -9,49 +9,14 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response
-from pydantic import BaseModel, ConfigDict, Field
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent_gateway.deps import AgentRunnerStub
-from popagent_gateway.dto import WireInput, WireModel
+from popagent_gateway.dto.memories import MemoryCreate, MemoryListOut, MemoryListQuery, MemoryOut, MemoryPatch
 
 router = APIRouter(prefix="/memories", tags=["memories"])
 
-MAX_CONTENT_CHARS = 2000
-LIST_LIMIT = 200
-
-Content = Annotated[str, Field(min_length=1, max_length=MAX_CONTENT_CHARS, description="one fact or preference")]
 MemoryId = Annotated[str, Path(min_length=1, max_length=64)]
-
-
-class MemoryOut(WireModel):
-    id: str
-    content: str
-    source: str = Field(description="user (this API) or agent (the remember tool)")
-    session_id: str | None = Field(description="the session that wrote it, if any (provenance only)")
-    created_at: str
-    updated_at: str
-
-
-class MemoryListOut(WireModel):
-    memories: list[MemoryOut]
-
-
-class MemoryListQuery(BaseModel):
-    """Query of GET /api/memories; unknown parameters are refused."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    q: str = Field(default="", max_length=500, description="full-text search (web-search syntax)")
-    limit: int = Field(default=LIST_LIMIT, ge=1, le=LIST_LIMIT)
-
-
-class MemoryCreate(WireInput):
-    content: Content
-
-
-class MemoryPatch(WireInput):
-    content: Content
 
 
 def memory_out(memory: pb.Memory) -> MemoryOut:
