@@ -210,3 +210,40 @@ async def test_a_streamed_turn_is_not_cut_by_the_rpc_timeout(harness: Harness) -
     assert [e["delta"] for e in events if isinstance(e, dict) and e.get("type") == "text-delta"] == ["x"] * 4
     assert events[-1] == "[DONE]"
     assert not any(isinstance(e, dict) and e.get("type") == "error" for e in events)
+
+
+async def test_secret_tool_payloads_are_redacted_before_the_message_leaves_the_gateway(harness: Harness) -> None:
+    async def script(request: pb.ChatRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.TurnEventBatch]:
+        yield batch(start(), pb.TurnEvent(finish=pb.TurnFinish()))
+
+    message = {
+        **USER_MESSAGE,
+        "parts": [
+            *USER_MESSAGE["parts"],  # type: ignore[misc]
+            {
+                "type": "tool-storeSecret",
+                "toolCallId": "old-1",
+                "state": "output-available",
+                "input": {"name": "bank", "value": "hunter2"},
+                "output": {"stored": "hunter2"},
+            },
+            {
+                "type": "tool-useBrowserSecret",
+                "toolCallId": "c2",
+                "state": "output-available",
+                "input": {"name": "bank", "ref": "e7", "typed": "hunter2"},
+                "output": {"name": "bank", "origin": "https://bank.example", "success": True, "echo": "hunter2"},
+            },
+        ],
+    }
+    harness.runner.script = script
+    async with httpx.AsyncClient() as client:
+        response = await post_chat(client, harness.url, {"id": "s1", "message": message})
+        await read_sse(response)
+    [request] = harness.runner.requests
+    assert "hunter2" not in request.message_json
+    parts = json.loads(request.message_json)["parts"]
+    assert (parts[1]["input"], parts[1]["output"]) == ("[redacted]", "[redacted]")
+    assert parts[2]["input"] == {"name": "bank", "ref": "e7"}
+    assert parts[2]["output"] == {"name": "bank", "origin": "https://bank.example", "success": True}
+    assert parts[0] == USER_MESSAGE["parts"][0]  # type: ignore[index]

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from popagent.agent_runner.v1 import agent_runner_pb2
 from popagent_core.errors import InvalidArgument
-from popagent_core.redaction import redact_tool_payload
+from popagent_core.redaction import redact_ui_message
 from popagent_gateway.catalog import ensure_known_model
 from popagent_gateway.deps import ModelCatalogDep, runner_for_session
 from popagent_gateway.dto.chat import MAX_PARTS, ChatTurnCreate, UserMessage
@@ -20,21 +18,10 @@ from popagent_gateway.wire import WARNING_HEADER
 router = APIRouter()
 
 
-_TOOL_PAYLOADS = (("input", "input"), ("output", "output"), ("errorText", "error"))
-
-
 def redacted_message(message: UserMessage) -> bytes:
-    """The message as it goes further: payloads of retired secret tools replaced by `[redacted]`
-    (and browser-secret payloads cut to their metadata), the spec's redaction at chat ingress."""
-    raw: dict[str, Any] = message.model_dump(mode="json", by_alias=True, exclude_none=True)
-    for part in raw["parts"]:
-        kind = part.get("type", "")
-        if kind.startswith("tool-"):
-            tool = kind.removeprefix("tool-")
-            for key, phase in _TOOL_PAYLOADS:
-                if key in part:
-                    part[key] = redact_tool_payload(tool, part[key], phase)  # type: ignore[arg-type]
-    return orjson.dumps(raw)
+    """The message as it goes further, through the kernel's one redaction of secret-bearing
+    tool parts (the spec's redaction at chat ingress)."""
+    return orjson.dumps(redact_ui_message(message.model_dump(mode="json", by_alias=True, exclude_none=True)))
 
 
 @router.post("/chat", response_class=StreamingResponse)
