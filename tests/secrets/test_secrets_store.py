@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 
 from popagent_core.db import open_pool
 from popagent_core.errors import NotFound, ResourceExhausted
+from popagent_core.migrate import migrate
 from popagent_secrets.crypto import Keyring
 from popagent_secrets.service import MIGRATIONS
 from popagent_secrets.store import SecretStore, StoreLimits
@@ -68,3 +70,31 @@ async def test_deleting_a_secret_by_id_removes_its_origin_bindings(make_database
         assert again.created
         assert again.info.id not in (stored.info.id, kept.info.id)
         assert again.info.origins == ()
+
+
+async def test_secrets_provisioned_before_ids_existed_each_get_their_own(make_database, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Migration 0002 gives rows that exist already one distinct id each, and the store then uses them."""
+    before_ids = tmp_path / "migrations"
+    before_ids.mkdir()
+    shutil.copy(MIGRATIONS / "0001_secrets.sql", before_ids)
+    dsn = await make_database()
+    await migrate(dsn, "secrets", before_ids)
+    async with open_pool(dsn, "secrets") as pool:
+        old = SecretStore(pool, Keyring(os.urandom(32)))
+        for name in ("a", "b"):
+            sealed = old.keyring.seal(b"v", R, name)
+            await pool.execute(
+                "INSERT INTO popagent_secrets (resource_id, name, key_id, nonce, ciphertext) VALUES ($1, $2, $3, $4, $5)",
+                R,
+                name,
+                sealed.key_id,
+                sealed.nonce,
+                sealed.ciphertext,
+            )
+    await migrate(dsn, "secrets", MIGRATIONS)
+    async with open_pool(dsn, "secrets") as pool:
+        store = SecretStore(pool, old.keyring)
+        ids = [info.id for info in await store.list_secrets(R)]
+        assert len(set(ids)) == 2 and all(ids)
+        await store.delete(ids[0])
+        assert [info.name for info in await store.list_secrets(R)] == ["b"]
