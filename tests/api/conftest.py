@@ -206,7 +206,9 @@ async def start_api_stack(pg_dsn: str, credentials: tuple[dict[str, str], str], 
         # The session's canary lives in the stack as a real secret, so every answer the
         # stack gives (fuzzed ones included) can be checked for it.
         async with httpx.AsyncClient(base_url=url, headers={"x-popagent-key": API_KEY}) as client:
-            provisioned = await client.put(f"/api/secrets/{CANARY_RESOURCE}/{CANARY_NAME}", json={"value": CANARY})
+            provisioned = await client.post(
+                "/api/secrets", json={"resourceId": CANARY_RESOURCE, "name": CANARY_NAME, "value": CANARY}
+            )
             provisioned.raise_for_status()
         yield ApiStack(
             url=url,

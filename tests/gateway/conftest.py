@@ -20,6 +20,8 @@ from popagent_gateway.app import create_app
 from popagent_gateway.settings import Settings
 
 API_KEY = "c" * 32
+# POPAGENT_GATEWAY_RPC_TIMEOUT_S of the harness: short, so a test can outlast it.
+RPC_TIMEOUT_S = 0.3
 USER_MESSAGE = {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hello"}]}
 
 Script = Callable[[pb.ChatRequest, grpc.aio.ServicerContext], AsyncIterator[pb.TurnEventBatch]]
@@ -30,6 +32,8 @@ class ScriptedRunner(agent_runner_pb2_grpc.AgentRunnerServiceServicer):
     script: Script | None = None
     requests: list[pb.ChatRequest] = field(default_factory=list)
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    # How long the unary ListMemories takes to answer (an empty list).
+    list_memories_delay_s: float = 0.0
 
     async def Chat(self, request: pb.ChatRequest, context: grpc.aio.ServicerContext):  # type: ignore[override]
         self.requests.append(request)
@@ -40,6 +44,12 @@ class ScriptedRunner(agent_runner_pb2_grpc.AgentRunnerServiceServicer):
         except asyncio.CancelledError:
             self.cancelled.set()
             raise
+
+    async def ListMemories(
+        self, request: pb.ListMemoriesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListMemoriesResponse:
+        await asyncio.sleep(self.list_memories_delay_s)
+        return pb.ListMemoriesResponse()
 
 
 class ScriptedState(agent_runner_pb2_grpc.AgentRunnerStateServiceServicer):
@@ -77,6 +87,7 @@ async def harness(internal_credentials: tuple[dict[str, str], str]) -> AsyncIter
         "POPAGENT_API_KEY": API_KEY,
         "POPAGENT_INTERNAL_TOKEN": tokens["gateway"],
         "POPAGENT_AGENT_RUNNER_ADDR": f"127.0.0.1:{grpc_port}",
+        "POPAGENT_GATEWAY_RPC_TIMEOUT_S": str(RPC_TIMEOUT_S),
     }
     settings = Settings(**environment)
     config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=http_port, log_config=None, lifespan="on")

@@ -450,7 +450,7 @@ try {
   await step("schedule with a cron error and the server's next runs", ["api key prompt"], async () => {
     await page.goto(`${url}/#/tasks`);
     await page.getByText("New schedule").click();
-    const form = page.locator('form[data-form="CreateScheduleBody"]');
+    const form = page.locator('form[data-form="ScheduleCreate"]');
     await form.getByLabel("Name").fill("Browser test nightly");
     await form.getByLabel(/^Cron/).fill("not a cron");
     await form.getByLabel("Prompt").fill("Summarise the day.");

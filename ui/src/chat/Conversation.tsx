@@ -3,7 +3,7 @@ import { DefaultChatTransport, type UIMessage } from "ai";
 import { useCallback, useEffect, useLayoutEffect, useMemo, useRef, useState } from "react";
 import { authedFetch } from "../api/auth";
 import { api } from "../api/client";
-import type { ChatRequest, HookRunOut, ModelsOut, SessionOut, SessionSummary, StoredMessage } from "../api/types";
+import type { ChatTurnCreate, HookRunOut, ModelsOut, SessionOut, SessionSummary, StoredMessage } from "../api/types";
 import { messageOf } from "../common/useLoad";
 import { Composer } from "./Composer";
 import { HookRuns, HookTimeline } from "./HookTimeline";
@@ -45,11 +45,11 @@ export function Conversation(props: {
         // Only the session, model, workspace and newest message: the server rebuilds history.
         prepareSendMessagesRequest: ({ id, messages }) => {
           const newest = messages[messages.length - 1];
-          const body: ChatRequest = {
+          const body: ChatTurnCreate = {
             id,
             model: modelRef.current || null,
             workspaceId: session.workspaceId,
-            message: newest as unknown as ChatRequest["message"],
+            message: newest as unknown as ChatTurnCreate["message"],
           };
           return { body };
         },

@@ -31,8 +31,6 @@ DEFAULT_MODEL_SETTING = "defaultModel"
 AGENT_MODEL_SETTING = "model"
 SUPERVISOR_ID = "popagent"
 
-RPC_TIMEOUT_S = 10.0
-
 
 @dataclass(frozen=True)
 class ConfiguredModel:
@@ -106,12 +104,12 @@ async def ensure_turn_models(
         warning = await ensure_known_model(catalog, requested)
         if warning:
             warnings.append(warning)
-    agents_call = runner.ListAgents(pb.ListAgentsRequest(), timeout=RPC_TIMEOUT_S)
+    agents_call = runner.ListAgents(pb.ListAgentsRequest())
     settings: pb.AgentRuntimeSettings | None = None
     if requested:
         agents, view = await asyncio.gather(agents_call, catalog.view())
     else:
-        settings_call = runner.GetAgentRuntimeSettings(pb.GetAgentRuntimeSettingsRequest(), timeout=RPC_TIMEOUT_S)
+        settings_call = runner.GetAgentRuntimeSettings(pb.GetAgentRuntimeSettingsRequest())
         agents, settings, view = await asyncio.gather(agents_call, settings_call, catalog.view())
     listed = set(view.models)
     missing = [entry for entry in turn_models(agents.agents, requested, settings) if entry.model not in listed]

@@ -34,6 +34,9 @@ class Settings(ProcessSettings):
     ninerouter_url: str = Field(default="", validation_alias="NINEROUTER_URL")
     ninerouter_api_key: str = Field(default="", validation_alias="NINEROUTER_API_KEY", repr=False)
     model_catalog_ttl_s: float = Field(default=60.0, gt=0, le=3600, validation_alias="POPAGENT_MODEL_CATALOG_TTL_S")
+    # The deadline of every unary call to a service that does not set its own (only the
+    # permanent deletions that run session lifecycles do). The streamed chat turn has none.
+    rpc_timeout_s: float = Field(default=10.0, gt=0, le=3600, validation_alias="POPAGENT_GATEWAY_RPC_TIMEOUT_S")
 
     agent_runner_address: str = grpc_address_field("agent-runner")
     hooks_address: str = grpc_address_field("hooks")

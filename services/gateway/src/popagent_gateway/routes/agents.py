@@ -17,7 +17,6 @@ from popagent_gateway.wire import field_violations, warned
 
 router = APIRouter(prefix="/agents", tags=["agents"])
 
-RPC_TIMEOUT_S = 10.0
 
 AgentId = Annotated[str, Path(pattern=AGENT_ID_PATTERN, max_length=63)]
 
@@ -43,7 +42,7 @@ async def list_agents(runner: AgentRunnerStateStub, catalog: ModelCatalogDep) ->
     """The supervisor and its three specialists, with every persisted field, the registered tool keys,
     and the model overrides the catalog does not list."""
     response, view = await asyncio.gather(
-        runner.ListAgents(pb.ListAgentsRequest(), timeout=RPC_TIMEOUT_S), catalog.view()
+        runner.ListAgents(pb.ListAgentsRequest()), catalog.view()
     )
     missing = unlisted(view, agent_overrides(response.agents))
     return AgentListOut(
@@ -56,7 +55,7 @@ async def list_agents(runner: AgentRunnerStateStub, catalog: ModelCatalogDep) ->
 
 async def _ensure_registered_tools(runner: AgentRunnerStateStub, tools: list[str]) -> None:
     """Refuse (422 naming them) tools agent-runner does not register: a membership may only name tools a run can offer."""
-    known = (await runner.ListAgents(pb.ListAgentsRequest(), timeout=RPC_TIMEOUT_S)).known_tools
+    known = (await runner.ListAgents(pb.ListAgentsRequest())).known_tools
     unknown = [tool for tool in tools if tool not in known]
     if unknown:
         message = f"not registered: {', '.join(unknown)} (registered tools: {', '.join(known)})"
@@ -85,4 +84,4 @@ async def update_agent(
         request.model = model or ""
     for name, value in changes.items():
         setattr(request, name, value)
-    return agent_out(await runner.UpdateAgent(request, timeout=RPC_TIMEOUT_S))
+    return agent_out(await runner.UpdateAgent(request))

@@ -13,8 +13,6 @@ from popagent_gateway.dto.models import ModelsOut, UnlistedModelOut
 
 router = APIRouter(tags=["models"])
 
-RPC_TIMEOUT_S = 10.0
-
 
 @router.get("/models", response_model=ModelsOut)
 async def list_models(catalog: ModelCatalogDep, runner: AgentRunnerStateStub) -> ModelsOut:
@@ -25,8 +23,8 @@ async def list_models(catalog: ModelCatalogDep, runner: AgentRunnerStateStub) ->
     """
     view, settings, agents = await asyncio.gather(
         catalog.view(),
-        runner.GetAgentRuntimeSettings(pb.GetAgentRuntimeSettingsRequest(), timeout=RPC_TIMEOUT_S),
-        runner.ListAgents(pb.ListAgentsRequest(), timeout=RPC_TIMEOUT_S),
+        runner.GetAgentRuntimeSettings(pb.GetAgentRuntimeSettingsRequest()),
+        runner.ListAgents(pb.ListAgentsRequest()),
     )
     default = default_model(settings)
     missing = unlisted(view, [default, *agent_overrides(agents.agents)])
