@@ -122,6 +122,7 @@ class AgentRunnerExecutor:
             prompt=attempt.prompt,
             model=attempt.model,
             session_id=attempt.session_id,
+            thread_id=attempt.thread_id,
             workspace_id=attempt.workspace_id,
             execution_source=attempt.source.value,
             kind=attempt.kind.value,
