@@ -10,6 +10,7 @@ OWNERS = ("agent_runner", "hooks", "tasks", "evolution", "secrets", "browser_bri
 
 SESSION_DELETED = "popagent.agent_runner.session.deleted"
 TURN_COMPLETED = "popagent.agent_runner.turn.completed"
+AGENT_RUNTIME_SETTINGS_CHANGED = "popagent.agent_runner.runtime_settings.changed"
 TASK_ENQUEUED = "popagent.tasks.task.enqueued"
 TASK_STOPPED = "popagent.tasks.task.stopped"
 SECRET_CHANGED = "popagent.secrets.secret.changed"

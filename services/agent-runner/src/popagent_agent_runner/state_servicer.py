@@ -15,7 +15,7 @@ from popagent.agent_runner.v1 import agent_runner_pb2_grpc
 from popagent_agent_runner.agents import KNOWN_TOOLS, AgentChanges, AgentStore
 from popagent_agent_runner.sessions import SessionDeleter, SessionStarts, SessionStore
 from popagent_agent_runner.settings_rules import Violation
-from popagent_agent_runner.settings_store import SingletonSettings
+from popagent_agent_runner.settings_store import SettingsRecord, SingletonSettings
 from popagent_agent_runner.workspaces import AgentWorkspaceStore, WorkspaceRecord
 from popagent_core.errors import InvalidArgument
 from popagent_core.redaction import redact_ui_message
@@ -207,13 +207,11 @@ class AgentRunnerStateServicer(agent_runner_pb2_grpc.AgentRunnerStateServiceServ
 
     # Settings ----------------------------------------------------------------------
 
-    def _runtime(self, row: asyncpg.Record) -> pb.AgentRuntimeSettings:
-        values = {column: row[column] for column in self.runtime_settings.columns}
-        return pb.AgentRuntimeSettings(**values, updated_at=_time(row["updated_at"]))
+    def _runtime(self, record: SettingsRecord) -> pb.AgentRuntimeSettings:
+        return pb.AgentRuntimeSettings(**record.values, updated_at=_time(record.updated_at))
 
-    def _memory(self, row: asyncpg.Record) -> pb.MemorySettings:
-        values = {column: row[column] for column in self.memory_settings.columns}
-        return pb.MemorySettings(**values, updated_at=_time(row["updated_at"]))
+    def _memory(self, record: SettingsRecord) -> pb.MemorySettings:
+        return pb.MemorySettings(**record.values, updated_at=_time(record.updated_at))
 
     async def GetAgentRuntimeSettings(
         self, request: pb.GetAgentRuntimeSettingsRequest, context: grpc.aio.ServicerContext

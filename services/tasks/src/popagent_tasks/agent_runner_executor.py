@@ -6,8 +6,9 @@ attempt's `report_progress`; the final `result` event is the outcome or a `TaskF
 of the class agent-runner named. The abort signal cancels the call, which cancels the
 turn in agent-runner.
 
-The worker's concurrency and timing are agent-runner's agent-runtime settings, read once
-when the worker starts (`runtime_config`).
+The worker's concurrency and timing are agent-runner's agent-runtime settings, read when
+the worker starts and again whenever agent-runner publishes that they changed
+(`runtime_config`).
 """
 
 from __future__ import annotations

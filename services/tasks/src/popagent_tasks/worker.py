@@ -169,6 +169,9 @@ class Worker:
         self.executor = executor
         self.observers = observers
         self.config = config
+        # This process's own settings: the base every runtime read from agent-runner refines.
+        self._settings_config = config
+        self._refreshing = asyncio.Lock()
         self.worker_id = worker_id or default_worker_id()
         self.rng = rng or random.Random()
         self.slots: dict[uuid.UUID, _Slot] = {}
@@ -208,14 +211,33 @@ class Worker:
 
     async def _configure(self) -> None:
         """An executor that knows where the runtime settings live (agent-runner's) supplies them."""
-        runtime_config = getattr(self.executor, "runtime_config", None)
-        if runtime_config is not None:
-            self.config = await runtime_config(self.config)
-        else:
+        if not await self.refresh_runtime():
             logger.info(
                 "worker runtime from POPAGENT_TASKS_* settings (no agent-runner configured)",
                 extra={"concurrency": self.config.concurrency, "task_timeout_s": self.config.task_timeout_s},
             )
+
+    async def refresh_runtime(self) -> bool:
+        """Re-read the runtime from the executor's source (agent-runner's settings) and apply
+        it; False when the executor has none. Refreshes run one at a time, so the last read wins."""
+        runtime_config = getattr(self.executor, "runtime_config", None)
+        if runtime_config is None:
+            return False
+        async with self._refreshing:
+            self.reconfigure(await runtime_config(self._settings_config))
+        return True
+
+    def reconfigure(self, config: RuntimeConfig) -> None:
+        """Apply a new runtime while running. Running attempts keep their slots and their
+        deadlines; new claims, new attempts' deadlines, retries, heartbeats and polling use
+        the new values. More slots are claimed at once; fewer are reached as attempts end."""
+        previous, self.config = self.config, config
+        if config != previous:
+            logger.info(
+                "worker runtime changed",
+                extra={"concurrency": config.concurrency, "task_timeout_s": config.task_timeout_s},
+            )
+            self.wake()
 
     async def stop(self) -> None:
         """Stop claiming, let in-flight attempts finish within the grace period, then abort
