@@ -1,17 +1,19 @@
 -- Sessions --------------------------------------------------------------------------
 
 -- name: list_sessions
+-- Chat sessions: a background task's own thread (task_id set) is no chat session.
 SELECT id, title, title_locked, workspace_id, revision, archived_at, created_at, updated_at, message_count
 FROM popagent_sessions
 WHERE deleting_at IS NULL
+  AND task_id IS NULL
   AND (archived_at IS NOT NULL) = $1
   AND ($2::text = '' OR workspace_id = $2)
 ORDER BY updated_at DESC, id
 LIMIT $3
 
 -- name: create_session
-INSERT INTO popagent_sessions (id, title, workspace_id)
-VALUES ($1, $2, $3)
+INSERT INTO popagent_sessions (id, title, workspace_id, task_id)
+VALUES ($1, $2, $3, $4)
 ON CONFLICT (id) DO NOTHING
 RETURNING id, title, title_locked, workspace_id, revision, archived_at, created_at, updated_at, message_count
 

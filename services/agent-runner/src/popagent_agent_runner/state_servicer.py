@@ -13,7 +13,7 @@ from google.protobuf.message import Message
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
 from popagent_agent_runner.agents import KNOWN_TOOLS, AgentChanges, AgentStore
-from popagent_agent_runner.sessions import SessionDeleter, SessionStarts, SessionStore
+from popagent_agent_runner.sessions import SessionDeleter, SessionRecord, SessionStarts, SessionStore
 from popagent_agent_runner.settings_rules import Violation
 from popagent_agent_runner.settings_store import SettingsRecord, SingletonSettings
 from popagent_agent_runner.workspaces import AgentWorkspaceStore, WorkspaceRecord
@@ -31,18 +31,18 @@ def _optional(request: Message, field: str) -> Any:
     return getattr(request, field) if request.HasField(field) else None
 
 
-def session_message(row: asyncpg.Record, *, with_messages: bool = False) -> pb.Session:
+def session_message(session: SessionRecord, *, with_messages: bool = False) -> pb.Session:
     return pb.Session(
-        id=row["id"],
-        title=row["title"],
-        title_locked=row["title_locked"],
-        workspace_id=row["workspace_id"],
-        revision=row["revision"],
-        archived_at=_time(row["archived_at"]),
-        created_at=_time(row["created_at"]),
-        updated_at=_time(row["updated_at"]),
-        message_count=row["message_count"],
-        messages_json=row["messages"].encode() if with_messages else b"",
+        id=session.id,
+        title=session.title,
+        title_locked=session.title_locked,
+        workspace_id=session.workspace_id,
+        revision=session.revision,
+        archived_at=_time(session.archived_at),
+        created_at=_time(session.created_at),
+        updated_at=_time(session.updated_at),
+        message_count=session.message_count,
+        messages_json=(session.messages_json or "").encode() if with_messages else b"",
     )
 
 
@@ -103,13 +103,13 @@ class AgentRunnerStateServicer(agent_runner_pb2_grpc.AgentRunnerStateServiceServ
     async def ListSessions(
         self, request: pb.ListSessionsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListSessionsResponse:
-        rows = await self.sessions.list(archived=request.archived, workspace_id=request.workspace_id)
-        return pb.ListSessionsResponse(sessions=[session_message(row) for row in rows])
+        found = await self.sessions.list(archived=request.archived, workspace_id=request.workspace_id)
+        return pb.ListSessionsResponse(sessions=[session_message(session) for session in found])
 
     async def CreateSession(self, request: pb.CreateSessionRequest, context: grpc.aio.ServicerContext) -> pb.Session:
-        row = await self.sessions.create(request.id, request.title, request.workspace_id)
-        await self.starts.created(row["id"], row["workspace_id"])
-        return session_message(row)
+        session = await self.sessions.create(request.id, request.title, request.workspace_id)
+        await self.starts.created(session.id, session.workspace_id)
+        return session_message(session)
 
     async def GetSession(self, request: pb.GetSessionRequest, context: grpc.aio.ServicerContext) -> pb.Session:
         return session_message(await self.sessions.get(request.id), with_messages=True)

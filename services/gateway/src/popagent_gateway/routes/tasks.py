@@ -60,6 +60,10 @@ class TaskOut(BaseModel):
     prompt: str
     model: str
     sessionId: str | None
+    threadId: str = Field(
+        description="The thread the task's turns run in: its session's, or, without a session, a thread of its own "
+        "(not listed by GET /api/sessions; read it with GET /api/sessions/{threadId})."
+    )
     workspaceId: str
     scheduleId: str | None
     tick: str | None
@@ -99,6 +103,7 @@ def task_out(task: tasks_pb2.Task) -> TaskOut:
         prompt=task.prompt,
         model=task.model,
         sessionId=_opt(task.session_id),
+        threadId=task.thread_id,
         workspaceId=task.workspace_id,
         scheduleId=_opt(task.schedule_id),
         tick=_opt(task.tick),
