@@ -5,14 +5,13 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-import asyncpg
 import grpc
 import orjson
 from google.protobuf.message import Message
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
-from popagent_agent_runner.agents import KNOWN_TOOLS, AgentChanges, AgentStore
+from popagent_agent_runner.agents import KNOWN_TOOLS, AgentChanges, AgentRecord, AgentStore
 from popagent_agent_runner.sessions import SessionDeleter, SessionRecord, SessionStarts, SessionStore
 from popagent_agent_runner.settings_rules import Violation
 from popagent_agent_runner.settings_store import SettingsRecord, SingletonSettings
@@ -46,19 +45,19 @@ def session_message(session: SessionRecord, *, with_messages: bool = False) -> p
     )
 
 
-def agent_message(row: asyncpg.Record) -> pb.Agent:
+def agent_message(agent: AgentRecord) -> pb.Agent:
     return pb.Agent(
-        id=row["id"],
-        display_name=row["display_name"],
-        description=row["description"],
-        instructions=row["instructions"],
-        source_url=row["source_url"],
-        workspace_access=row["workspace_access"],
-        browser_access=row["browser_access"],
-        delegation_eligible=row["delegation_eligible"],
-        tools=list(row["tools"]),
-        model=row["model"] or "",
-        updated_at=_time(row["updated_at"]),
+        id=agent.id,
+        display_name=agent.display_name,
+        description=agent.description,
+        instructions=agent.instructions,
+        source_url=agent.source_url,
+        workspace_access=agent.workspace_access,
+        browser_access=agent.browser_access,
+        delegation_eligible=agent.delegation_eligible,
+        tools=list(agent.tools),
+        model=agent.model or "",
+        updated_at=_time(agent.updated_at),
     )
 
 
@@ -158,8 +157,8 @@ class AgentRunnerStateServicer(agent_runner_pb2_grpc.AgentRunnerStateServiceServ
     async def ListAgents(
         self, request: pb.ListAgentsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListAgentsResponse:
-        rows = await self.agents.list()
-        return pb.ListAgentsResponse(agents=[agent_message(row) for row in rows], known_tools=list(KNOWN_TOOLS))
+        found = await self.agents.list()
+        return pb.ListAgentsResponse(agents=[agent_message(agent) for agent in found], known_tools=list(KNOWN_TOOLS))
 
     async def UpdateAgent(self, request: pb.UpdateAgentRequest, context: grpc.aio.ServicerContext) -> pb.Agent:
         changes = AgentChanges(

@@ -94,7 +94,7 @@ WITH inserted AS (
     ON CONFLICT (md5(lower(content))) DO NOTHING
     RETURNING id, content, source, session_id, turn_id, created_at, updated_at, true AS created
 )
-SELECT * FROM inserted
+SELECT id, content, source, session_id, turn_id, created_at, updated_at, created FROM inserted
 UNION ALL
 SELECT id, content, source, session_id, turn_id, created_at, updated_at, false AS created
 FROM popagent_memories
