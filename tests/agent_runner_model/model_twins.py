@@ -20,7 +20,7 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.profiles import ModelProfile
 from pydantic_ai.providers.openai_compatible import OpenAICompatibleProvider
 
-from popagent_agent_runner.model import LeanOpenAIModel
+from popagent_agent_runner.llm.model import LeanOpenAIModel
 from support.model_gateway import ModelGateway, Turn
 
 API_KEY = "sk-twins"

@@ -20,7 +20,7 @@ from pydantic_ai.exceptions import (
 )
 from pydantic_ai.messages import ModelRequest, UserPromptPart
 
-from popagent_agent_runner.model import LeanOpenAIModel, classify_model_error, streaming_to
+from popagent_agent_runner.llm.model import LeanOpenAIModel, classify_model_error, streaming_to
 from popagent_agent_runner.turn.agent_runs import run_agent
 from popagent_core.embedded import free_port
 from support.model_gateway import ModelGateway, Turn

@@ -23,6 +23,7 @@ from pydantic_ai.messages import (
     FinalResultEvent,
     FunctionToolCallEvent,
     FunctionToolResultEvent,
+    ModelMessage,
     ModelRequest,
     ModelResponse,
     PartDeltaEvent,
@@ -36,9 +37,16 @@ from pydantic_ai.messages import (
 from pydantic_ai.models import Model
 from pydantic_ai.usage import RequestUsage
 
-from popagent_agent_runner.model import LeanModels, LeanOpenAIModel, current_turn_sink, streaming_to
+from popagent_agent_runner.llm.model import (
+    DROP_TEXT,
+    LeanModels,
+    LeanOpenAIModel,
+    current_turn_sink,
+    is_estimated,
+    streaming_to,
+)
+from popagent_agent_runner.llm.transport import LeanTransport
 from popagent_agent_runner.turn.agent_runs import run_agent
-from popagent_agent_runner.turn.model_transport import LeanTransport
 from support.model_gateway import ModelGateway, ToolCall, Turn, Usage
 
 
@@ -200,9 +208,33 @@ async def test_9router_double_done_and_estimated_usage_keep_the_last_usage() -> 
         async with model_at("reference", gw.url) as reference:
             reference_response, _ = await stream_once(reference)
     assert response.usage == RequestUsage(input_tokens=50, output_tokens=9)
-    # pydantic-ai's own model adds the estimate (50+7, 9+3) to the real figures.
-    assert reference_response.usage == RequestUsage(input_tokens=107, output_tokens=21)
+    assert not is_estimated(response.usage)
+    # pydantic-ai's own model adds the estimate (50+7, 9+3, marked estimated) to the real figures.
+    assert reference_response.usage == RequestUsage(input_tokens=107, output_tokens=21, details={"estimated": 1})
     assert text_of(response, 0) == "fine" and response.finish_reason == "stop"
+
+
+async def test_a_request_whose_text_is_dropped_still_streams_for_the_real_usage_behind_9router() -> None:
+    script = [Turn.say("fine", usage=Usage(prompt_tokens=40, completion_tokens=5))] * 2
+    prompt: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart("Go")])]
+    async with ModelGateway(script, api_key=API_KEY, ninerouter_usage=True) as gw, model_at("lean", gw.url) as model:
+        unstreamed = await model_request(model, prompt)
+        with streaming_to(DROP_TEXT):
+            streamed = await model_request(model, prompt)
+    assert [request["stream"] for request in gw.requests] == [False, True]
+    # 9Router's non-streamed figure is the upstream's plus 2000; its stream ends with the upstream's own.
+    assert unstreamed.usage.input_tokens == 2040
+    assert streamed.usage == RequestUsage(input_tokens=40, output_tokens=5)
+    assert text_of(streamed, 0) == "fine"
+
+
+async def test_an_estimate_with_no_real_usage_after_it_stays_marked_estimated() -> None:
+    script = [Turn.say("fine", usage=Usage(prompt_tokens=50, completion_tokens=9), usage_chunk=False)]
+    async with ModelGateway(script, api_key=API_KEY, ninerouter_usage=True) as gw, model_at("lean", gw.url) as model:
+        response, _ = await stream_once(model)
+    # The finish chunk's estimate (50+7, 9+3) is all there is.
+    assert (response.usage.input_tokens, response.usage.output_tokens) == (57, 12)
+    assert is_estimated(response.usage)
 
 
 async def test_a_keep_alive_connection_serves_turn_after_turn() -> None:
@@ -293,7 +325,7 @@ def test_preloading_lean_models_loads_the_pricing_data_a_first_model_would_and_k
     script = (
         "import asyncio\n"
         "from genai_prices import data_snapshot\n"
-        "from popagent_agent_runner.model import LeanModels\n"
+        "from popagent_agent_runner.llm.model import LeanModels\n"
         "async def main():\n"
         "    async with LeanModels('http://127.0.0.1:9/v1', 'k') as models:\n"
         "        loaded = data_snapshot._bundled_snapshot.cache_info().currsize\n"

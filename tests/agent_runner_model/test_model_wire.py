@@ -20,13 +20,11 @@ from pydantic_ai.profiles import ModelProfile
 from pydantic_ai.profiles.openai import OpenAIModelProfile
 from pydantic_ai.providers.openai_compatible import OpenAICompatibleProvider
 
-from popagent_agent_runner.model import LeanOpenAIModel, compatible_model_profile
-from popagent_agent_runner.model_wire import (
-    SSEDecoder,
-    map_usage,
-    merge_leading_string_system_messages,
-    resolve_reasoning_effort,
-)
+from popagent_agent_runner.llm.model import LeanOpenAIModel
+from popagent_agent_runner.llm.profile import compatible_model_profile
+from popagent_agent_runner.llm.request import merge_leading_string_system_messages, resolve_reasoning_effort
+from popagent_agent_runner.llm.response import map_usage
+from popagent_agent_runner.llm.wire import SSEDecoder
 from support.model_gateway import ModelGateway, Turn
 
 # -- SSE framing ---------------------------------------------------------------------------------------------------
@@ -254,7 +252,7 @@ def test_importing_the_model_does_not_import_the_openai_sdk() -> None:
     import subprocess
     import sys
 
-    probe = "import sys, popagent_agent_runner.model; print('openai' in sys.modules, 'httpx2' in sys.modules)"
+    probe = "import sys, popagent_agent_runner.llm.model; print('openai' in sys.modules, 'httpx2' in sys.modules)"
     with warnings.catch_warnings():
         output = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert output.split()[0] == "False"

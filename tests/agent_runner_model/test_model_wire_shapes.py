@@ -43,8 +43,8 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai_compatible import OpenAICompatibleProvider
 from pydantic_ai.tools import ToolDefinition
 
-from popagent_agent_runner import model as lean_module
-from popagent_agent_runner.model import LeanOpenAIModel, streaming_to
+from popagent_agent_runner.llm import request as lean_request
+from popagent_agent_runner.llm.model import LeanOpenAIModel, streaming_to
 
 BASE_URL = "http://wire.test/v1"
 MODEL = "deepseek/deepseek-reasoner"
@@ -404,12 +404,12 @@ def test_tool_schemas_are_customized_once_and_handed_out_as_fresh_copies() -> No
     tools = [ToolDefinition(name="forecast", parameters_json_schema=schema, description="Weather.")]
     params = ModelRequestParameters(function_tools=tools, allow_text_output=True)
     model = LeanOpenAIModel("fake/fake-chat", base_url="http://127.0.0.1:9/v1", api_key="k")
-    lean_module._CUSTOMIZED_TOOLS.clear()  # pyright: ignore[reportPrivateUsage]
+    lean_request._CUSTOMIZED_TOOLS.clear()  # pyright: ignore[reportPrivateUsage]
     expected = Model.customize_request_parameters(model, params)
     first = model.customize_request_parameters(params)
     second = model.customize_request_parameters(params)
     assert first.function_tools == second.function_tools == expected.function_tools
-    assert len(lean_module._CUSTOMIZED_TOOLS) == 1  # pyright: ignore[reportPrivateUsage]
+    assert len(lean_request._CUSTOMIZED_TOOLS) == 1  # pyright: ignore[reportPrivateUsage]
     first.function_tools[0].parameters_json_schema["properties"]["city"]["type"] = "changed"
     third = model.customize_request_parameters(params)
     assert third.function_tools == expected.function_tools, "a cached schema was shared and changed"

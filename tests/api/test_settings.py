@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from api.conftest import ApiStack
-from popagent_agent_runner import settings_rules
+from popagent_agent_runner.state import settings_rules
 from popagent_gateway.dto.settings import AgentRuntimeSettingsPatch, MemorySettingsPatch
 
 

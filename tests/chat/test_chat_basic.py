@@ -14,7 +14,7 @@ from chat.helpers import chat, new_session, of_type, shape, thread_rows, turn_ev
 from chat.stack import MODEL, ChatStack
 from popagent.events.v1 import events_pb2
 from popagent_core import bus, subjects
-from support.model_gateway import ToolCall, Turn
+from support.model_gateway import ToolCall, Turn, Usage
 
 
 async def test_a_plain_answer_streams_the_exact_chunk_sequence_and_is_stored(stack: ChatStack) -> None:
@@ -59,6 +59,24 @@ async def test_a_plain_answer_streams_the_exact_chunk_sequence_and_is_stored(sta
         "popagent",
     )
     assert len(event.trace_id) == 32
+
+
+async def test_a_turn_whose_provider_reported_only_an_estimate_is_marked_estimated(stack: ChatStack) -> None:
+    # 9Router's estimate on the finish chunk, and no real usage chunk after it from the upstream.
+    stack.models.push(Turn.say("Roughly so.", usage=Usage(40, 5), usage_chunk=False))
+    stack.models.ninerouter_usage = True
+    try:
+        async with stack.client() as client:
+            session = await new_session(client)
+            chunks = await chat(client, session, "how much?")
+    finally:
+        stack.models.ninerouter_usage = False
+
+    # The scripted estimate is the real figures plus 7 and 3.
+    estimated = {"inputTokens": 47, "outputTokens": 8, "estimated": True}
+    assert chunks[-2]["messageMetadata"]["usage"] == estimated
+    rows = await thread_rows(stack, session)
+    assert rows[-1][2]["ui"]["metadata"]["usage"] == estimated
 
 
 async def test_text_streams_as_the_model_produces_it(stack: ChatStack) -> None:

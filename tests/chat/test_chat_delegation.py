@@ -10,7 +10,7 @@ from chat.helpers import chat, new_session, of_type, shape, text_of, thread_rows
 from chat.stack import MODEL, SPECIALISTS, ChatStack
 from chat.test_chat_failures import runtime_settings
 from support.https_receiver import answer
-from support.model_gateway import ToolCall, Turn
+from support.model_gateway import ToolCall, Turn, Usage
 
 # The persisted profiles: researcher and reviewer override the model, implementer inherits the route.
 SPECIALIST_MODEL = {"researcher": "cx/gpt-5.3-codex-spark", "implementer": MODEL, "reviewer": "cx/gpt-5.3-codex-spark"}
@@ -194,3 +194,29 @@ async def test_deleting_the_session_removes_its_specialist_threads(stack: ChatSt
         assert (await client.delete(f"/api/sessions/{session}")).status_code == 204
     assert await thread_rows(stack, thread_id) == []
     assert await thread_rows(stack, session) == []
+
+
+async def test_a_delegation_turn_behind_9router_reports_the_upstreams_real_token_counts(stack: ChatStack) -> None:
+    # 9Router adds 2000 to a non-streamed answer's prompt tokens: every request of the turn, the
+    # specialist's too, must stream, so the figures are the upstream's own usage chunk.
+    stack.models.push(
+        Turn.call(ToolCall("researcher", {"brief": "Look it up."}, id="call-d"), usage=Usage(40, 6)),
+        Turn.say("researcher findings.", usage=Usage(30, 4)),
+        Turn.say("Summary for the user.", usage=Usage(50, 2)),
+    )
+    stack.models.ninerouter_usage = True
+    try:
+        async with stack.client() as client:
+            session = await new_session(client)
+            chunks = await chat(client, session, "find out")
+    finally:
+        stack.models.ninerouter_usage = False
+
+    assert [request["stream"] for request in stack.models.requests] == [True, True, True]
+    real = {"inputTokens": 40 + 30 + 50, "outputTokens": 6 + 4 + 2}
+    assert chunks[-2]["messageMetadata"]["usage"] == real
+    completed = of_type(chunks, "data-agentActivity")[-1]["data"]
+    assert completed["status"] == "completed"
+    assert completed["usage"] == {"inputTokens": 30, "outputTokens": 4, "requests": 1}
+    rows = await thread_rows(stack, session)
+    assert rows[-1][2]["ui"]["metadata"]["usage"] == real

@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from popagent_agent_runner.model_wire import PACE_READS
-from popagent_agent_runner.turn.model_transport import LeanTransport
+from popagent_agent_runner.llm.transport import LeanTransport
+from popagent_agent_runner.llm.wire import PACE_READS
 from support.https_receiver import HttpsReceiver, Reply, closed_port
 from support.model_gateway import ModelGateway, Turn
 

@@ -101,6 +101,33 @@ async def test_the_finish_chunk_can_carry_an_estimated_usage_before_the_real_one
     assert real["usage"]["prompt_tokens"] == 20 and real["usage"]["completion_tokens"] == 5
 
 
+async def test_like_9router_a_non_streamed_answer_overstates_prompt_tokens_by_2000():
+    turn = Turn.say("hi", usage=Usage(40, 5))
+    async with ModelGateway([turn, turn], ninerouter_usage=True) as gw, httpx.AsyncClient() as client:
+        plain = await client.post(f"{gw.url}/chat/completions", json=chat(stream=False))
+        gw.ninerouter_usage = False
+        upstream = await client.post(f"{gw.url}/chat/completions", json=chat(stream=False))
+
+    assert plain.json()["usage"] == {"prompt_tokens": 2040, "completion_tokens": 5, "total_tokens": 2045}
+    assert upstream.json()["usage"] == {"prompt_tokens": 40, "completion_tokens": 5, "total_tokens": 45}
+
+
+async def test_like_9router_a_stream_marks_its_finish_chunk_usage_estimated_then_sends_the_real_one():
+    turns = [Turn.say("hi", usage=Usage(40, 5)), Turn.say("hi", usage=Usage(40, 5), usage_chunk=False)]
+    async with ModelGateway(turns, ninerouter_usage=True) as gw, httpx.AsyncClient() as client:
+        both = await client.post(f"{gw.url}/chat/completions", json=chat(stream_options={"include_usage": True}))
+        estimate_only = await client.post(
+            f"{gw.url}/chat/completions", json=chat(stream_options={"include_usage": True})
+        )
+
+    finish, real = json_chunks(both.text)[-2:]
+    assert finish["choices"][0]["finish_reason"] == "stop"
+    assert finish["usage"]["estimated"] is True and finish["usage"]["prompt_tokens"] != 40
+    assert real["choices"] == [] and real["usage"] == {"prompt_tokens": 40, "completion_tokens": 5, "total_tokens": 45}
+    last = json_chunks(estimate_only.text)[-1]
+    assert last["choices"][0]["finish_reason"] == "stop" and last["usage"]["estimated"] is True
+
+
 async def test_parallel_tool_calls_stream_ids_names_and_arguments_split_over_several_chunks():
     calls = (ToolCall("getTime", {"tz": "Europe/Paris"}, id="call_a"), ToolCall("webSearch", {"q": "nats jetstream"}))
     async with ModelGateway([Turn.call(*calls, chunk_size=6)]) as gw, httpx.AsyncClient() as client:

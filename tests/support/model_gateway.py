@@ -15,6 +15,12 @@ needs no key and carries `context_length` / `capabilities.contextWindow`; chat n
 answered as a stream; a turn may end with two `data: [DONE]` lines and with an
 estimated usage block on the finish chunk before the real usage chunk.
 
+`ModelGateway(..., ninerouter_usage=True)` (or setting `gw.ninerouter_usage`) reports usage as
+9Router 0.5.69 does in front of an upstream: a non-streamed answer's `prompt_tokens` carry 2000
+more than the upstream counted, without saying so, and a streamed answer puts an estimate
+(`"estimated": true`) on its finish chunk before the upstream's real usage chunk (sent only when
+the request asked for it with `stream_options.include_usage`).
+
 A script is a list of `Turn`s consumed one per chat request, or a callable that
 decides the turn from the request body (`gw.push(...)` queues more turns; queued turns
 are used before the callable). A request with nothing left to answer gets a 400 that
@@ -24,11 +30,11 @@ As a process (benchmarks, e2e stacks): `python -m support.model_gateway --port N
 --script turns.json [--api-key K] [--loop]`, or `--script package.module:function` for
 a callable. It prints `model gateway listening on <url>` once it accepts connections
 and stops on SIGTERM/SIGINT. The JSON file is a list of turns or
-`{"turns": [...], "models": [...], "api_key": "...", "loop": true}`; a turn is
+`{"turns": [...], "models": [...], "api_key": "...", "loop": true, "ninerouter_usage": true}`; a turn is
 `{"text": ..., "tool_calls": [{"name", "arguments", "id"}], "error": {"status",
 "message", "retry_after"}, "chunk_size", "first_byte_delay_s", "chunk_delay_s",
 "break_after_chunks", "usage": {"prompt_tokens", "completion_tokens"}, "double_done",
-"estimated_usage_in_finish", "finish_reason"}` (every key optional).
+"estimated_usage_in_finish", "usage_chunk", "finish_reason"}` (every key optional).
 """
 
 from __future__ import annotations
@@ -57,6 +63,8 @@ import uvicorn
 __all__ = ["ModelGateway", "ModelInfo", "ToolCall", "Turn", "Usage", "load_script", "tool_call_then_answer"]
 
 Body = dict[str, Any]
+NINEROUTER_PROMPT_INFLATION = 2000
+"""What 9Router 0.5.69 adds to `prompt_tokens` in a non-streamed answer (`ninerouter_usage`)."""
 Responder = Callable[[Body], "Turn | Awaitable[Turn]"]
 
 
@@ -125,6 +133,7 @@ class Turn:
     double_done: bool = False
     estimated_usage_in_finish: bool = False
     usage: Usage | None = None  # estimated from the request and reply when not given
+    usage_chunk: bool = True  # False: no usage chunk even when asked for (an upstream that sends none)
     finish_reason: str | None = None  # "tool_calls" or "stop" when not given
 
     @classmethod
@@ -175,14 +184,14 @@ def tool_call_then_answer(call: ToolCall, answer: str, **options: Any) -> Respon
 
 
 def load_script(path: Path) -> tuple[list[Turn], dict[str, Any]]:
-    """Turns and server options (`models`, `api_key`, `loop`) from a JSON script file."""
+    """Turns and server options (`models`, `api_key`, `loop`, `ninerouter_usage`) from a JSON script file."""
     raw = json.loads(path.read_text())
     if isinstance(raw, list):
         raw = {"turns": raw}
     options: dict[str, Any] = {}
     if "models" in raw:
         options["models"] = [ModelInfo(**model) for model in raw["models"]]
-    for key in ("api_key", "loop"):
+    for key in ("api_key", "loop", "ninerouter_usage"):
         if key in raw:
             options[key] = raw[key]
     return [Turn.from_dict(turn) for turn in raw.get("turns", [])], options
@@ -228,6 +237,7 @@ class ModelGateway:
         port: int = 0,
         loop: bool = False,
         record: bool = True,
+        ninerouter_usage: bool = False,
     ) -> None:
         self.responder: Responder | None = None
         self._turns: collections.deque[Turn] = collections.deque()
@@ -241,6 +251,7 @@ class ModelGateway:
         self.port = port
         self.loop = loop
         self.record = record
+        self.ninerouter_usage = ninerouter_usage
         # Bodies of the chat requests that passed authentication, in arrival order.
         self.requests: list[Body] = []
         self.unauthorized = 0  # chat requests refused for a missing or wrong key
@@ -370,7 +381,7 @@ class ModelGateway:
             kind = "rate_limit_error" if turn.status == 429 else "server_error"
             await _json(send, turn.status, _error_body(turn.error_message or f"scripted {turn.status}", kind), headers)
             return
-        reply = _Reply(turn, body, next(self._ids), self._call_ids())
+        reply = _Reply(turn, body, next(self._ids), self._call_ids(), ninerouter_usage=self.ninerouter_usage)
         # Like 9Router: a request that does not say `"stream": false` is answered as a stream.
         if body.get("stream", True) is False:
             await _json(send, 200, reply.completion())
@@ -425,8 +436,11 @@ class _InProcessServer(uvicorn.Server):
 class _Reply:
     """One turn rendered as OpenAI chat completion JSON or SSE chunks."""
 
-    def __init__(self, turn: Turn, body: Body, number: int, call_ids: Iterator[str]) -> None:
+    def __init__(
+        self, turn: Turn, body: Body, number: int, call_ids: Iterator[str], *, ninerouter_usage: bool = False
+    ) -> None:
         self.turn = turn
+        self.ninerouter_usage = ninerouter_usage
         self.id = f"chatcmpl-{number}"
         self.model = str(body.get("model", ""))
         self.created = int(time.time())
@@ -454,8 +468,14 @@ class _Reply:
             "created": self.created,
             "model": self.model,
             "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": self.finish_reason}],
-            "usage": self.usage.to_json(),
+            "usage": self._completion_usage().to_json(),
         }
+
+    def _completion_usage(self) -> Usage:
+        if not self.ninerouter_usage:
+            return self.usage
+        # 9Router 0.5.69 adds 2000 to a non-streamed answer's prompt tokens, and says nothing of it.
+        return Usage(self.usage.prompt_tokens + NINEROUTER_PROMPT_INFLATION, self.usage.completion_tokens)
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> bytes:
         return _sse(
@@ -497,12 +517,12 @@ class _Reply:
         if first:  # nothing to say: still announce the assistant
             yield self._chunk({"role": "assistant", "content": ""})
         extra: dict[str, Any] = {}
-        if self.turn.estimated_usage_in_finish:
+        if self.turn.estimated_usage_in_finish or self.ninerouter_usage:
             # 9Router: a rough estimate on the finish chunk, the real figures after it.
             estimate = Usage(self.usage.prompt_tokens + 7, self.usage.completion_tokens + 3)
-            extra["usage"] = estimate.to_json()
+            extra["usage"] = {**estimate.to_json(), "estimated": True}
         yield self._chunk({}, self.finish_reason, **extra)
-        if include_usage:
+        if include_usage and self.turn.usage_chunk:
             yield _sse(
                 {
                     "id": self.id,
@@ -580,6 +600,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--api-key", default=None, help="require `Authorization: Bearer <key>` on chat requests")
     parser.add_argument("--loop", action="store_true", help="repeat the scripted turns forever")
     parser.add_argument("--no-record", action="store_true", help="do not keep request bodies (long benchmarks)")
+    parser.add_argument("--ninerouter-usage", action="store_true", help="report usage as 9Router 0.5.69 does")
     args = parser.parse_args(argv)
 
     options: dict[str, Any] = {}
@@ -592,6 +613,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         options["api_key"] = args.api_key
     if args.loop:
         options["loop"] = True
+    if args.ninerouter_usage:
+        options["ninerouter_usage"] = True
     gateway = ModelGateway(script, host=args.host, port=args.port, record=not args.no_record, **options)
     asyncio.run(_serve_forever(gateway))
 

@@ -12,15 +12,15 @@ from popagent.agent_runner.v1 import agent_runner_pb2_grpc
 from popagent.browser_bridge.v1 import browser_bridge_pb2_grpc
 from popagent.events.v1 import events_pb2
 from popagent.hooks.v1 import hooks_pb2_grpc
-from popagent_agent_runner import settings_rules
-from popagent_agent_runner.agents import AgentStore
-from popagent_agent_runner.sessions import SessionDeleter, SessionStarts, SessionStore
 from popagent_agent_runner.settings import Settings
-from popagent_agent_runner.settings_store import ChangeFact, SingletonSettings
-from popagent_agent_runner.state_servicer import AgentRunnerStateServicer
+from popagent_agent_runner.state import settings_rules
+from popagent_agent_runner.state.agents import AgentStore
+from popagent_agent_runner.state.sessions import SessionDeleter, SessionStarts, SessionStore
+from popagent_agent_runner.state.settings_store import ChangeFact, SingletonSettings
+from popagent_agent_runner.state.state_servicer import AgentRunnerStateServicer
+from popagent_agent_runner.state.workspaces import AgentWorkspaceStore
 from popagent_agent_runner.task_turn import TaskServicer, TaskTurns
 from popagent_agent_runner.turn import chat_service
-from popagent_agent_runner.workspaces import AgentWorkspaceStore
 from popagent_core import subjects
 from popagent_core.db import load_queries
 from popagent_core.errors import PopagentError
@@ -31,7 +31,7 @@ from popagent_hooks.client import HooksClient
 logger = logging.getLogger(__name__)
 
 MIGRATIONS = Path(__file__).parent / "migrations"
-QUERIES = load_queries(Path(__file__).parent / "queries.sql")
+QUERIES = load_queries(Path(__file__).parent / "state" / "queries.sql")
 
 
 @dataclass(frozen=True)

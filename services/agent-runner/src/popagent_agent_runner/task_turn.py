@@ -27,7 +27,7 @@ import grpc
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
-from popagent_agent_runner.sessions import SessionStore
+from popagent_agent_runner.state.sessions import SessionStore
 from popagent_agent_runner.turn.events import TurnEvents, TurnOutput
 from popagent_agent_runner.turn.hooks_points import bounded
 from popagent_agent_runner.turn.runner import TurnInput, TurnRunner

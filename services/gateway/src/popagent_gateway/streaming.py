@@ -80,7 +80,11 @@ def chunks_for(event: agent_runner_pb2.TurnEvent, turn_id: str) -> Iterable[chun
             finish_reason=event.finish.finish_reason or "stop",  # type: ignore[arg-type]
             message_metadata={
                 "turnId": turn_id,
-                "usage": {"inputTokens": usage.input_tokens, "outputTokens": usage.output_tokens},
+                "usage": {
+                    "inputTokens": usage.input_tokens,
+                    "outputTokens": usage.output_tokens,
+                    **({"estimated": True} if usage.estimated else {}),
+                },
             },
         )
     elif kind == "error":

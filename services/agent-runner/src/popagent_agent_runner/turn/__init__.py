@@ -3,16 +3,18 @@
 | module | does |
 |---|---|
 | `runner.py` | the turn, from the newest user message to a stored answer |
+| `ui_message.py` | the newest user UI message checked, its prompt text and the model-side prompt |
+| `evidence.py` | the evolution evidence a turn publishes, with credentials redacted |
+| `failure_texts.py` | what the user reads when the model provider failed |
 | `agents_factory.py` | pydantic-ai agents built per run from the persisted profiles |
 | `delegation.py` | the supervisor's delegation tools and the specialist runs |
 | `capability.py` | step bounds, step observation, `PreToolUse`/`PostToolUse*` |
 | `hooks_points.py` | the turn's hook dispatch, gate and observational |
-| `tools/` | the tool registry (`getTime`, `remember`) |
+| `tools/` | the tool registry, one folder per tool group (`time/`: `getTime`, `memory/`: `remember`) |
 | `events.py` | the batched turn events and the assistant UI message |
 | `thread_store.py` | thread history in, messages and outcome evidence out |
 | `memories.py` | long-term memories and recall |
 | `chat_servicer.py` | `AgentRunnerService` (Chat, memories) |
-| `model_transport.py` | HTTP/1.1 to the model server on asyncio streams, behind httpx's API |
 """
 
 from __future__ import annotations
@@ -24,12 +26,12 @@ from pathlib import Path
 import asyncpg
 import httpx
 
-from popagent_agent_runner.model import LeanModels
-from popagent_agent_runner.sessions import SessionStarts
+from popagent_agent_runner.llm.model import LeanModels
+from popagent_agent_runner.llm.transport import LeanTransport
+from popagent_agent_runner.state.sessions import SessionStarts
 from popagent_agent_runner.turn.agents_factory import AgentFactory
 from popagent_agent_runner.turn.chat_servicer import ChatServicer
 from popagent_agent_runner.turn.memories import MemoryStore
-from popagent_agent_runner.turn.model_transport import LeanTransport
 from popagent_agent_runner.turn.runner import TurnRunner
 from popagent_agent_runner.turn.thread_store import ThreadStore
 from popagent_agent_runner.turn.tools import ToolRegistry

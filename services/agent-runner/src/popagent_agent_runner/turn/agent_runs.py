@@ -4,7 +4,7 @@
 pydantic-ai's stream machinery (parts manager, agent stream, several layers of async generators):
 about 2 ms of CPU per model request plus ~40 µs per event on this machine, which is most of what a
 chat turn costs the runner. A turn does not need it: the lean model hands streamed text to the
-turn's sink itself (`model_stream`), and when a sink is set its `request()` streams from the server
+turn's sink itself (`llm.stream`), and when a sink is set its `request()` streams from the server
 and answers pydantic-ai with the finished response. So here only a tool-execution node that has tool
 calls is streamed, for its call and result events (the UI's tool parts, a specialist's tool outcomes);
 every other node runs as `agent.run` would run it.

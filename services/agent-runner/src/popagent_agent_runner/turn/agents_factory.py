@@ -13,7 +13,7 @@ import asyncio
 
 from pydantic_ai import Agent, RunContext, Tool
 
-from popagent_agent_runner.model import LeanModels
+from popagent_agent_runner.llm.model import LeanModels
 from popagent_agent_runner.turn.capability import TurnCapability
 from popagent_agent_runner.turn.delegation import Delegation, DelegationActivity
 from popagent_agent_runner.turn.deps import SUPERVISOR_ID, AgentProfile, StepObserver, TurnContext, TurnDeps

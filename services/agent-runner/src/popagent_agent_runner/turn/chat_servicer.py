@@ -18,7 +18,8 @@ from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
 from popagent_agent_runner.turn.events import TurnEvents, TurnOutput
 from popagent_agent_runner.turn.memories import Memory, MemoryStore
-from popagent_agent_runner.turn.runner import TurnInput, TurnRunner, parse_user_message
+from popagent_agent_runner.turn.runner import TurnInput, TurnRunner
+from popagent_agent_runner.turn.ui_message import parse_user_message
 from popagent_core.errors import InvalidArgument
 
 # After the first text, at most one batch of turn events per this interval (see TurnEvents), and the

@@ -31,7 +31,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.usage import RunUsage, UsageLimits
 
-from popagent_agent_runner.model import classify_model_error, streaming_to
+from popagent_agent_runner.llm.model import DROP_TEXT, classify_model_error, is_estimated, streaming_to
 from popagent_agent_runner.turn.agent_runs import run_agent
 from popagent_agent_runner.turn.deps import SUPERVISOR_ID, AgentProfile, SpecialistRun, TurnContext, TurnDeps
 from popagent_agent_runner.turn.events import TurnOutput
@@ -200,8 +200,9 @@ class Delegation:
         usage = RunUsage()
         instructions = decision.additional_context or None
         try:
-            # The specialist's text must not stream as the supervisor's: it is telemetry.
-            with streaming_to(None):
+            # The specialist's text must not stream as the supervisor's: it is telemetry. Its requests
+            # stream all the same, for the upstream's real usage (see `DROP_TEXT`).
+            with streaming_to(DROP_TEXT):
                 result = await run_agent(
                     agent,
                     prompt,
@@ -238,7 +239,12 @@ class Delegation:
             "completed",
             resultChars=len(result.output),
             truncated=truncated,
-            usage={"inputTokens": usage.input_tokens, "outputTokens": usage.output_tokens, "requests": usage.requests},
+            usage={
+                "inputTokens": usage.input_tokens,
+                "outputTokens": usage.output_tokens,
+                "requests": usage.requests,
+                **({"estimated": True} if is_estimated(usage) else {}),
+            },
         )
         await turn.hooks.observe(
             Event.SUBAGENT_STOP,

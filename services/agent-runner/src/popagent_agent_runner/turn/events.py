@@ -27,6 +27,14 @@ def dumps(value: Any) -> str:
     return orjson.dumps(value, default=str).decode()
 
 
+def usage_metadata(input_tokens: int, output_tokens: int, *, estimated: bool = False) -> dict[str, Any]:
+    """The assistant message's `metadata.usage`; `estimated` only when the provider's figures were an estimate."""
+    usage: dict[str, Any] = {"inputTokens": input_tokens, "outputTokens": output_tokens}
+    if estimated:
+        usage["estimated"] = True
+    return usage
+
+
 class TurnEvents:
     """A single-consumer queue of turn events, drained in batches.
 
@@ -254,14 +262,15 @@ class TurnOutput:
 
     # -- the end -----------------------------------------------------------------------
 
-    def finish(self, finish_reason: str, input_tokens: int, output_tokens: int) -> None:
+    def finish(self, finish_reason: str, input_tokens: int, output_tokens: int, *, estimated: bool = False) -> None:
+        """The end of the turn; `estimated`: the provider reported only an estimate of some request's usage."""
         self.step_finish()
-        self.metadata["usage"] = {"inputTokens": input_tokens, "outputTokens": output_tokens}
+        self.metadata["usage"] = usage_metadata(input_tokens, output_tokens, estimated=estimated)
         self.events.put(
             pb.TurnEvent(
                 finish=pb.TurnFinish(
                     finish_reason=finish_reason,
-                    usage=pb.Usage(input_tokens=input_tokens, output_tokens=output_tokens),
+                    usage=pb.Usage(input_tokens=input_tokens, output_tokens=output_tokens, estimated=estimated),
                 )
             )
         )

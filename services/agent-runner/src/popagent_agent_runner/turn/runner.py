@@ -29,22 +29,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import uuid
 from collections.abc import AsyncIterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import orjson
 from pydantic_ai import Agent, AgentRunResult
-from pydantic_ai.exceptions import ModelHTTPError, UsageLimitExceeded
+from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.messages import (
     AgentStreamEvent,
-    BinaryContent,
-    DocumentUrl,
     FunctionToolCallEvent,
     FunctionToolResultEvent,
-    ImageUrl,
     ModelMessage,
     ModelRequest,
     ModelResponse,
@@ -55,16 +50,19 @@ from pydantic_ai.messages import (
 from pydantic_ai.usage import RunUsage, UsageLimits
 
 from popagent.events.v1 import events_pb2
-from popagent_agent_runner.model import ModelFailure, classify_model_error, streaming_to
-from popagent_agent_runner.sessions import SessionStarts
+from popagent_agent_runner.llm.model import classify_model_error, is_estimated, streaming_to
+from popagent_agent_runner.state.sessions import SessionStarts
 from popagent_agent_runner.turn.agent_runs import ToolEvents, run_agent
 from popagent_agent_runner.turn.agents_factory import AgentFactory
 from popagent_agent_runner.turn.capability import arguments_object, jsonable
 from popagent_agent_runner.turn.deps import SUPERVISOR_ID, TurnContext, TurnDeps
-from popagent_agent_runner.turn.events import TurnOutput
+from popagent_agent_runner.turn.events import TurnOutput, usage_metadata
+from popagent_agent_runner.turn.evidence import EVIDENCE_CHARS, GOAL_CHARS, evidence
+from popagent_agent_runner.turn.failure_texts import failure_message, provider_message
 from popagent_agent_runner.turn.hooks_points import TurnHooks, bounded, denied
 from popagent_agent_runner.turn.memories import RECALL_LIMIT, MemoryStore, bounded_recall, recall_query
 from popagent_agent_runner.turn.thread_store import ThreadStore, TurnState
+from popagent_agent_runner.turn.ui_message import prompt_text, user_content, with_prompt_text
 from popagent_core.errors import ConfigurationError, InvalidArgument, PopagentError
 from popagent_core.log import trace_id_var, turn_id_var
 from popagent_hooks.client import HooksClient
@@ -73,31 +71,6 @@ from popagent_hooks.events import Event, Outcome
 logger = logging.getLogger(__name__)
 
 MAX_PROMPT_CHARS = 100_000
-# Bounds of the evolution evidence published with every turn.
-GOAL_CHARS = 500
-EVIDENCE_CHARS = 2000
-
-_SECRETS = (
-    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.DOTALL),
-    re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_-]{16,}"),
-    re.compile(r"\bwhsec_[A-Za-z0-9+/=]{16,}"),
-    re.compile(r"\b(?:ghp|gho|ghs|ghu|github_pat)_[A-Za-z0-9_]{20,}"),
-    re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"),
-    re.compile(r"\bAKIA[0-9A-Z]{16}\b"),
-    re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{16,}"),
-)
-_SECRET_ASSIGNMENT = re.compile(r"(?i)\b(password|passwd|secret|token|api[_-]?key)(\s*[:=]\s*)(\S+)")
-
-
-def redact_secrets(text: str) -> str:
-    """Evidence text with anything that looks like a credential replaced by `[redacted]`."""
-    for pattern in _SECRETS:
-        text = pattern.sub("[redacted]", text)
-    return _SECRET_ASSIGNMENT.sub(lambda m: f"{m.group(1)}{m.group(2)}[redacted]", text)
-
-
-def evidence(text: str, limit: int) -> str:
-    return bounded(redact_secrets(text), limit)
 
 
 @dataclass(frozen=True)
@@ -140,62 +113,22 @@ class PreparedTurn:
     route: str
 
 
-def parse_user_message(message_json: str) -> dict[str, Any]:
-    """The newest UI message, checked to be a user message with at least one part."""
-    try:
-        message = orjson.loads(message_json)
-    except orjson.JSONDecodeError:
-        raise InvalidArgument("message must be a JSON UI message") from None
-    if not isinstance(message, dict) or message.get("role") != "user":
-        raise InvalidArgument("message must be a user UI message")
-    if not isinstance(message.get("id"), str) or not 1 <= len(message["id"]) <= 128:
-        raise InvalidArgument("message id must be 1 to 128 characters")
-    parts = message.get("parts")
-    if not isinstance(parts, list) or not parts or not all(isinstance(p, dict) for p in parts):
-        raise InvalidArgument("message must have parts")
-    return message
+@dataclass(frozen=True)
+class GatedPrompt:
+    """The prompt `UserPromptSubmit` let through: the user UI message to store, its text, the turn's instructions."""
+
+    message: dict[str, Any]
+    text: str
+    instructions: str | None
 
 
-def prompt_text(message: dict[str, Any]) -> str:
-    return "\n".join(p["text"] for p in message["parts"] if p.get("type") == "text" and isinstance(p.get("text"), str))
+@dataclass
+class SupervisorRun:
+    """What the supervisor's runs of one turn leave to commit."""
 
-
-def with_prompt_text(message: dict[str, Any], text: str) -> dict[str, Any]:
-    """Every text part collapsed into one replacement, where the first was; other parts kept."""
-    parts: list[dict[str, Any]] = []
-    replaced = False
-    for part in message["parts"]:
-        if part.get("type") == "text":
-            if not replaced:
-                parts.append({"type": "text", "text": text})
-                replaced = True
-            continue
-        parts.append(part)
-    if not replaced:
-        parts.insert(0, {"type": "text", "text": text})
-    return {**message, "parts": parts}
-
-
-def user_content(message: dict[str, Any]) -> str | list[UserContent]:
-    """The model-side prompt: text parts and file attachments (data URLs or http(s) URLs).
-
-    Text alone is one string, as a model request usually carries it.
-    """
-    content: list[UserContent] = []
-    for part in message["parts"]:
-        kind = part.get("type")
-        if kind == "text" and isinstance(part.get("text"), str):
-            content.append(part["text"])
-        elif kind == "file" and isinstance(part.get("url"), str):
-            url: str = part["url"]
-            media_type = str(part.get("mediaType") or "")
-            if url.startswith("data:"):
-                content.append(BinaryContent.from_data_uri(url))
-            elif url.startswith(("https://", "http://")):
-                content.append(ImageUrl(url=url) if media_type.startswith("image/") else DocumentUrl(url=url))
-    if all(isinstance(item, str) for item in content):
-        return "\n".join(item for item in content if isinstance(item, str))
-    return content
+    new_messages: list[ModelMessage] = field(default_factory=list[ModelMessage])
+    usage: RunUsage = field(default_factory=RunUsage)
+    finish_reason: str = "stop"
 
 
 def turn_instructions(recalled: list[str], additional_context: str) -> str | None:
@@ -241,42 +174,6 @@ def _ui_tool_events(output: TurnOutput) -> ToolEvents:
                     output.tool_error(part.tool_call_id, part.model_response_str(wrap_if_error=False))
 
     return handle
-
-
-def provider_message(error: BaseException, failure: ModelFailure) -> str:
-    """The provider's own explanation when its error body has one, else the failure's message."""
-    body = error.body if isinstance(error, ModelHTTPError) else None
-    if isinstance(body, dict):
-        nested = body.get("error")
-        for candidate in (body.get("message"), nested.get("message") if isinstance(nested, dict) else nested):
-            if isinstance(candidate, str) and candidate:
-                return candidate
-    return failure.message
-
-
-def failure_message(failure: ModelFailure, detail: str) -> str:
-    """What the user reads when the model provider failed."""
-    what = {
-        "rate_limit": "The model provider is rate limiting requests",
-        "quota": "The model provider's quota is exhausted",
-        "overloaded": "The model provider is overloaded",
-        "unavailable": "The model provider is unavailable",
-        "server_error": "The model provider failed",
-        "timeout": "The model provider did not answer in time",
-        "request_timeout": "The model provider did not answer in time",
-        "connection": "The connection to the model provider broke",
-        "authentication": "The model provider refused the credentials",
-        "not_found": "The model provider does not know this model",
-        "context_window": "The conversation is too long for this model",
-        "rejected": "The model provider rejected the request",
-        "provider_error": "The model provider reported an error",
-        "framework": "The turn failed",
-    }.get(failure.error_class, "The turn failed")
-    details = [f"HTTP {failure.status_code}"] if failure.status_code else []
-    if failure.retry_after is not None:
-        details.append(f"retry after {failure.retry_after:g} s")
-    suffix = f" ({', '.join(details)})" if details else ""
-    return f"{what}{suffix}: {bounded(detail, 500)}"
 
 
 class TurnRunner:
@@ -336,7 +233,7 @@ class TurnRunner:
         )
         goal = prompt_text(turn.message)
         try:
-            return await self._turn(prepared, context, output)
+            return await self._turn(prepared, context)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -363,15 +260,27 @@ class TurnRunner:
             await self._publish_failure(context, goal, failure.error_class, message)
             return TurnEnd("failed", failure.error_class, message)
 
-    async def _turn(self, prepared: PreparedTurn, context: TurnContext, output: TurnOutput) -> TurnEnd:
-        turn = prepared.input
-        hooks = context.hooks
-        if turn.session_start and self.starts.first_resume(turn.session_id):
-            await hooks.observe(Event.SESSION_START, detail={"workspaceId": context.workspace_id, "source": "resume"})
+    async def _turn(self, prepared: PreparedTurn, context: TurnContext) -> TurnEnd:
+        """The turn's steps: gate the prompt, run the supervisor until `Stop` lets it stop, commit."""
+        if prepared.input.session_start and self.starts.first_resume(context.session_id):
+            await context.hooks.observe(
+                Event.SESSION_START, detail={"workspaceId": context.workspace_id, "source": "resume"}
+            )
+        prompt = await self._gate_prompt(prepared, context)
+        if isinstance(prompt, TurnEnd):
+            return prompt
+        run = await self._run_until_stopped(prepared, context, prompt)
+        if isinstance(run, TurnEnd):
+            return run
+        await self._commit(prepared, context, prompt, run)
+        return ANSWERED
 
-        message = turn.message
+    async def _gate_prompt(self, prepared: PreparedTurn, context: TurnContext) -> GatedPrompt | TurnEnd:
+        """`UserPromptSubmit` on the prompt, then recall: the prompt the supervisor gets, or the end of a denied turn."""
+        output = context.output
+        message = prepared.input.message
         text = prompt_text(message)
-        decision = await hooks.gate(
+        decision = await context.hooks.gate(
             Event.USER_PROMPT_SUBMIT,
             detail={"prompt": text, "attachments": sum(1 for p in message["parts"] if p.get("type") == "file")},
         )
@@ -386,20 +295,26 @@ class TurnRunner:
             recalled = await self.memories.recall(text)
         else:
             recalled = bounded_recall(prepared.state.recalled)
-        instructions = turn_instructions(recalled, decision.additional_context)
-        factory = self.factory
-        agent = factory.supervisor(context)
-        deps = factory.supervisor_deps(context, _UISteps(output))
+        return GatedPrompt(message, text, turn_instructions(recalled, decision.additional_context))
+
+    async def _run_until_stopped(
+        self, prepared: PreparedTurn, context: TurnContext, prompt: GatedPrompt
+    ) -> SupervisorRun | TurnEnd:
+        """Run the supervisor until `Stop` lets the answer stand (each `continue` re-runs it with the hook's reason).
+
+        Ends the turn instead when a `continue` comes after `maxProcessorRetries` retries.
+        """
+        output = context.output
+        agent = self.factory.supervisor(context)
+        deps = self.factory.supervisor_deps(context, _UISteps(output))
         snapshot = context.snapshot
         history: list[ModelMessage] = prepared.state.history
-        prompt: str | list[UserContent] = user_content(message)
-        new_messages: list[ModelMessage] = []
-        usage = RunUsage()
+        model_prompt: str | list[UserContent] = user_content(prompt.message)
+        run = SupervisorRun()
         retries = 0
-        finish_reason = "stop"
         while True:
             try:
-                result = await self._run_supervisor(agent, prompt, history, deps, usage, instructions)
+                result = await self._run_supervisor(agent, model_prompt, history, deps, run.usage, prompt.instructions)
             except UsageLimitExceeded as exc:
                 # The final step is reserved for an answer, so this means the model kept calling
                 # tools (or answered invalidly) on it: end with a plain account of that. The thread
@@ -409,13 +324,13 @@ class TurnRunner:
                     f"{snapshot.supervisor_max_steps} model steps ({exc}). Ask me to continue if you want more."
                 )
                 output.say(limit_text)
-                new_messages.append(ModelRequest(parts=[UserPromptPart(content=prompt)]))
-                new_messages.append(ModelResponse(parts=[TextPart(content=limit_text)]))
-                finish_reason = "length"
-                break
-            new_messages.extend(result.new_messages())
+                run.new_messages.append(ModelRequest(parts=[UserPromptPart(content=model_prompt)]))
+                run.new_messages.append(ModelResponse(parts=[TextPart(content=limit_text)]))
+                run.finish_reason = "length"
+                return run
+            run.new_messages.extend(result.new_messages())
             history = result.all_messages()
-            decision = await hooks.gate(
+            decision = await context.hooks.gate(
                 Event.STOP,
                 detail={
                     "response": bounded(result.output),
@@ -424,7 +339,7 @@ class TurnRunner:
                 },
             )
             if decision.outcome is not Outcome.CONTINUE:
-                break
+                return run
             if retries >= snapshot.max_processor_retries:
                 reason = decision.reason or "no reason given"
                 message_text = (
@@ -432,29 +347,34 @@ class TurnRunner:
                     f"{'retry' if retries == 1 else 'retries'}: {reason}"
                 )
                 output.error("stop_blocked", message_text)
-                await self._publish(context, text, "failure", message_text, "stop_blocked")
+                await self._publish(context, prompt.text, "failure", message_text, "stop_blocked")
                 return TurnEnd("failed", "stop_blocked", message_text)
             retries += 1
-            prompt = decision.reason or "Continue: your answer is not complete yet."
+            model_prompt = decision.reason or "Continue: your answer is not complete yet."
             if decision.additional_context:
-                prompt = f"{prompt}\n\n{decision.additional_context}"
+                model_prompt = f"{model_prompt}\n\n{decision.additional_context}"
 
+    async def _commit(
+        self, prepared: PreparedTurn, context: TurnContext, prompt: GatedPrompt, run: SupervisorRun
+    ) -> None:
+        """Store the user and assistant messages, the specialist threads and the outcome evidence, then `finish`."""
+        output = context.output
+        usage = run.usage
         usage.incr(context.specialist_usage)
-        output.metadata["usage"] = {"inputTokens": usage.input_tokens, "outputTokens": usage.output_tokens}
-        assistant_ui = output.ui_message()
+        estimated = is_estimated(usage)
+        output.metadata["usage"] = usage_metadata(usage.input_tokens, usage.output_tokens, estimated=estimated)
+        assistant_ui = output.ui_message()  # ends the open text part, so it comes before `text()`
         answer = output.text()
-        outcome = self._outcome(context, text, "outcome", answer or "(no text)", "")
         await self.threads.commit_turn(
             session_id=context.session_id,
             base=prepared.state,
-            user_ui=message,
+            user_ui=prompt.message,
             assistant_ui=assistant_ui,
-            messages=new_messages,
+            messages=run.new_messages,
             specialist_runs=context.specialist_runs,
-            outcome=outcome,
+            outcome=self._outcome(context, prompt.text, "outcome", answer or "(no text)", ""),
         )
-        output.finish(finish_reason, usage.input_tokens, usage.output_tokens)
-        return ANSWERED
+        output.finish(run.finish_reason, usage.input_tokens, usage.output_tokens, estimated=estimated)
 
     async def _run_supervisor(
         self,

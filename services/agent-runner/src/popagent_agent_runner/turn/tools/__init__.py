@@ -1,8 +1,9 @@
 """The tool registry: the tools the model sees, by the registry key hook matchers use.
 
-Adding a tool is one module with a `TOOL` and one entry in `TOOLS`. An agent gets the
-registered tools named in its persisted membership; a name its profile lists that is
-not registered here yet (a tool that comes with its own issue) is simply not offered.
+Tools live in one folder per group (`time/`, `memory/`, and the workspace, browser, search, docs
+and skill groups to come); adding a tool is one module with a `TOOL` in its group and one entry in
+`TOOLS`. An agent gets the registered tools named in its persisted membership; a name its profile
+lists that is not registered here yet (a tool that comes with its own issue) is simply not offered.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from collections.abc import Iterable, Sequence
 from pydantic_ai import Tool
 
 from popagent_agent_runner.turn.deps import TurnDeps
-from popagent_agent_runner.turn.tools import get_time, remember
+from popagent_agent_runner.turn.tools.memory import remember
+from popagent_agent_runner.turn.tools.time import get_time
 
 TOOLS: tuple[Tool[TurnDeps], ...] = (get_time.TOOL, remember.TOOL)
 

@@ -10,7 +10,7 @@ from typing import Any, cast
 
 import asyncpg
 
-from popagent_agent_runner.settings_rules import SettingsRules, Violation
+from popagent_agent_runner.state.settings_rules import SettingsRules, Violation
 from popagent_core import bus
 from popagent_core.db import wrap_db_errors
 from popagent_core.errors import ConfigurationError

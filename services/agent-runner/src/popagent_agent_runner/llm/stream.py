@@ -27,8 +27,6 @@ from typing import Any, Final, Protocol
 
 import httpx
 import orjson
-from pydantic_ai._special_tokens import _StreamedTextRestorer  # pyright: ignore[reportPrivateUsage]
-from pydantic_ai._utils import now_utc, number_to_datetime
 from pydantic_ai.exceptions import ModelAPIError
 from pydantic_ai.messages import (
     ModelResponseStreamEvent,
@@ -42,19 +40,11 @@ from pydantic_ai.messages import (
 from pydantic_ai.models import StreamedResponse
 from pydantic_ai.profiles import DEFAULT_THINKING_TAGS, ModelProfile
 
-from popagent_agent_runner.model_wire import (
-    CHAT_FINISH_REASON_MAP,
-    DONE,
-    SSEDecoder,
-    broken_stream_error,
-    map_logprobs,
-    map_usage,
-    split_content_parts,
-    stream_error,
-    transport_error,
-)
+from popagent_agent_runner.llm.pydantic_ai_internals import StreamedTextRestorer, now_utc, number_to_datetime
+from popagent_agent_runner.llm.response import CHAT_FINISH_REASON_MAP, map_logprobs, map_usage, split_content_parts
+from popagent_agent_runner.llm.wire import DONE, SSEDecoder, broken_stream_error, stream_error, transport_error
 
-__all__ = ["LeanStreamedResponse", "TurnSink", "current_turn_sink", "streaming_to"]
+__all__ = ["DROP_TEXT", "LeanStreamedResponse", "TurnSink", "current_turn_sink", "streaming_to"]
 
 
 class TurnSink(Protocol):
@@ -74,11 +64,11 @@ _TURN_SINK: ContextVar[TurnSink | None] = ContextVar("popagent_turn_sink", defau
 
 @contextlib.contextmanager
 def streaming_to(sink: TurnSink | None) -> Iterator[None]:
-    """Send the text of the model streams opened inside this block to `sink` (None: to nobody).
+    """Send the text of the model streams opened inside this block to `sink`.
 
     A context variable, so tasks started inside inherit it: a delegation tool that runs a specialist
-    whose text must not reach the supervisor's output wraps that run in `streaming_to(None)` (or a
-    sink of its own).
+    whose text must not reach the supervisor's output wraps that run in `streaming_to(DROP_TEXT)`
+    (or a sink of its own). With `None`, `request()` asks for a complete, non-streamed answer.
     """
     token = _TURN_SINK.set(sink)
     try:
@@ -89,6 +79,22 @@ def streaming_to(sink: TurnSink | None) -> Iterator[None]:
 
 def current_turn_sink() -> TurnSink | None:
     return _TURN_SINK.get()
+
+
+class _TextDropped:
+    def text_delta(self, index: int, delta: str) -> None:
+        pass
+
+    def thinking_delta(self, index: int, delta: str) -> None:
+        pass
+
+
+DROP_TEXT: Final[TurnSink] = _TextDropped()
+"""A sink that forwards nothing, for a run whose text nobody reads as it streams (a specialist's).
+
+`streaming_to(DROP_TEXT)` still streams the run's requests rather than sending `"stream": false`:
+9Router's non-streamed answers add 2000 to the upstream's `prompt_tokens` without saying so, while
+its streams end with the upstream's own usage chunk (DESIGN.md §10)."""
 
 
 # The characters a model may write for the zero-width joiner pydantic-ai puts inside special tokens.
@@ -147,7 +153,7 @@ class LeanStreamedResponse(StreamedResponse):
     _restoring: bool = field(default=False, init=False)
     _sink_index: int = field(default=-1, init=False)
     _sink_tail: str = field(default="", init=False)
-    _sink_restorer: _StreamedTextRestorer | None = field(default=None, init=False)
+    _sink_restorer: StreamedTextRestorer | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         profile = self._model_profile
@@ -558,7 +564,7 @@ class LeanStreamedResponse(StreamedResponse):
                 self._sink_tail = text
                 sink.text_delta(index, text)
                 return
-            restorer = self._sink_restorer = _StreamedTextRestorer(previous=self._sink_tail[-1:])
+            restorer = self._sink_restorer = StreamedTextRestorer(previous=self._sink_tail[-1:])
         if restored := restorer.feed(text):
             sink.text_delta(index, restored)
 

@@ -28,7 +28,7 @@ from typing import cast
 
 import httpx
 
-from popagent_agent_runner.model_wire import PACE_READS
+from popagent_agent_runner.llm.wire import PACE_READS
 
 MAX_HEAD_BYTES = 64 * 1024
 MAX_IDLE_PER_ORIGIN = 100

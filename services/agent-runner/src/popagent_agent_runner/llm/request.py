@@ -1,50 +1,22 @@
-"""`LeanOpenAIModel`: a pydantic-ai `Model` for any OpenAI-compatible `/v1/chat/completions` server.
+"""Request encoding: how `LeanOpenAIModel` resolves its profile and turns pydantic-ai messages, tools and
+settings into the Chat Completions request `OpenAIChatModel` would send.
 
-Built on one shared keep-alive `httpx.AsyncClient` and orjson; the openai SDK is never imported. It
-sends the request pydantic-ai's `OpenAIChatModel` would send through an `OpenAICompatibleProvider`
-of the same name and assembles the same `ModelResponse` (the agreement tests in
-`tests/agent_runner_model/` check both against one scripted server), with these differences, each
-on purpose:
-
-- Streaming hands text to the turn's `TurnSink` at once and pydantic-ai coalesced deltas (see
-  `model_stream`), which is what makes streaming cheap. With a sink set, `request()` streams too
-  (text to the sink, the finished response to pydantic-ai), so a turn's agents run unstreamed.
-- Tool schemas go through the profile's JSON-schema transformer once per distinct schema, not on
-  every request.
-- When a stream reports usage more than once (9Router puts an estimate on the finish chunk before
-  the real figures), the last report wins; `OpenAIChatModel` adds them up.
-- A stream that ends before `[DONE]` and before any finish reason raises `ModelConnectionError`;
-  `OpenAIChatModel` lets the raw transport error through or accepts the truncated answer.
-- There are no automatic retries unless asked for (`max_retries`): the turn decides, and reports
-  the failure (`classify_model_error`) when it gives up.
-- The `qwen3.5-4b` route gets its leading string system messages merged into one (AGENTS_BACKEND.md
-  "Model provider"); other models get the messages unchanged.
-- Settings only `OpenAIChatModel`'s Responses-era features use (raw annotations, unmapped response
-  data, continuous usage stats, cached instructions, prompt cache breakpoints) raise `UserError`.
+`ChatRequestEncoding` is the request half of `LeanOpenAIModel`, kept apart so the model itself stays
+the exchange with the server: it is a `Model` base because the encoding overrides `Model`'s profile
+and thinking hooks and calls its message-preparation helpers (`_get_instruction_parts`, ...).
 """
 
 from __future__ import annotations
 
-import asyncio
-import math
-import random
 import warnings
-from collections.abc import AsyncGenerator, AsyncIterable, Callable, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from types import TracebackType
-from typing import Any, ClassVar, Self, assert_never, cast
+from typing import Any, ClassVar, Final, assert_never, cast
 
 import httpx
 import orjson
-from pydantic_ai import RunContext, UnexpectedModelBehavior
-from pydantic_ai._file_input import KNOWN_DOCUMENT_MEDIA_TYPES, TEXT_DOCUMENT_MEDIA_TYPES, FileInputKind
-from pydantic_ai._json_schema import JsonSchemaTransformer
-from pydantic_ai._output import DEFAULT_OUTPUT_TOOL_NAME
-from pydantic_ai._thinking_part import render_replayed_thinking, split_content_into_text_and_thinking
-from pydantic_ai._utils import guard_tool_call_id, is_text_like_media_type, now_utc, number_to_datetime
-from pydantic_ai.exceptions import ModelAPIError, UserError
+from pydantic_ai.exceptions import UserError
 from pydantic_ai.messages import (
     AudioUrl,
     BinaryContent,
@@ -58,11 +30,9 @@ from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
     ModelResponse,
-    ModelResponsePart,
     ModelSettingsDeltaPart,
     NativeToolCallPart,
     NativeToolReturnPart,
-    PartStartEvent,
     SpeechPart,
     SystemPromptPart,
     TextContent,
@@ -75,69 +45,36 @@ from pydantic_ai.messages import (
     UserPromptPart,
     VideoUrl,
 )
-from pydantic_ai.models import (
-    Model,
-    ModelRequestParameters,
-    StreamedResponse,
-    _customize_tool_def,  # pyright: ignore[reportPrivateUsage]
-    _sendable_request_parts,  # pyright: ignore[reportPrivateUsage]
-    check_allow_model_requests,
-    download_item,
-    get_user_agent,
-)
-from pydantic_ai.models._tool_choice import resolve_tool_choice, support_tool_forcing, tool_forcing_unavailable_reason
+from pydantic_ai.models import Model, ModelRequestParameters, download_item, get_user_agent
 from pydantic_ai.output import OutputObjectDefinition
 from pydantic_ai.profiles import ModelProfile, merge_profile
-from pydantic_ai.profiles._family import vendor_family_model_profile
-from pydantic_ai.profiles._special_tokens import special_token_route_profile
-from pydantic_ai.profiles.amazon import amazon_model_profile
-from pydantic_ai.profiles.groq import groq_model_profile
-from pydantic_ai.profiles.mistral import mistral_model_profile
 from pydantic_ai.profiles.openai import (
+    OPENAI_REASONING_EFFORT_MAP,
     SAMPLING_PARAMS,
-    OpenAIJsonSchemaTransformer,
     OpenAIModelProfile,
-    openai_model_profile,
+    OpenAIReasoningEffort,
 )
-from pydantic_ai.settings import ModelSettings
+from pydantic_ai.settings import ModelSettings, ThinkingLevel
 from pydantic_ai.tools import ToolDefinition
-from pydantic_ai.usage import RequestUsage
 
-from popagent_agent_runner.model_stream import LeanStreamedResponse, TurnSink, current_turn_sink, streaming_to
-from popagent_agent_runner.model_wire import (
-    CHAT_FINISH_REASON_MAP,
-    DONE,
-    PACE_READS,
-    ModelFailure,
-    SSEDecoder,
-    classify_model_error,
-    map_logprobs,
-    map_usage,
-    merge_leading_string_system_messages,
-    resolve_reasoning_effort,
-    split_content_parts,
-    status_error,
-    stream_error,
-    transport_error,
+from popagent_agent_runner.llm.profile import compatible_model_profile
+from popagent_agent_runner.llm.pydantic_ai_internals import (
+    DEFAULT_OUTPUT_TOOL_NAME,
+    KNOWN_DOCUMENT_MEDIA_TYPES,
+    TEXT_DOCUMENT_MEDIA_TYPES,
+    FileInputKind,
+    JsonSchemaTransformer,
+    customize_tool_def,
+    guard_tool_call_id,
+    is_text_like_media_type,
+    render_replayed_thinking,
+    resolve_tool_choice,
+    sendable_request_parts,
+    support_tool_forcing,
+    tool_forcing_unavailable_reason,
 )
 
-__all__ = [
-    "LeanModels",
-    "LeanOpenAIModel",
-    "ModelFailure",
-    "TurnSink",
-    "classify_model_error",
-    "compatible_model_profile",
-    "current_turn_sink",
-    "streaming_to",
-]
-
-DEFAULT_TIMEOUT: Any = httpx.Timeout(600.0, connect=5.0)
-"""pydantic-ai's default: long enough for a slow local model's first token, short to connect."""
-DEFAULT_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
-RETRYABLE_STATUSES = frozenset({408, 409, 429})
-MERGE_SYSTEM_MESSAGES_FOR: tuple[str, ...] = ("qwen3.5-4b",)
-"""Routes whose chat template takes one leading system message (matched on the model id after any `provider/`)."""
+__all__ = ["ChatRequestEncoding", "merge_leading_string_system_messages", "resolve_reasoning_effort"]
 
 # `openai_*` settings sent as they are, under their wire names (as `OpenAIChatModel` sends them).
 _OPENAI_PASSTHROUGH: dict[str, str] = {
@@ -155,52 +92,21 @@ _OPENAI_PASSTHROUGH: dict[str, str] = {
 _OPENAI_HANDLED = frozenset({*_OPENAI_PASSTHROUGH, "openai_reasoning_effort", "openai_service_tier"})
 
 
-def _mistral_model_profile(model_name: str) -> ModelProfile:
-    profile = mistral_model_profile(model_name)
-    if model_name.startswith("magistral"):
-        return profile
-    return merge_profile(openai_model_profile(model_name), profile)
-
-
-_VENDOR_PROFILES = {
-    "bedrock": amazon_model_profile,
-    "groq": groq_model_profile,
-    "mistral": _mistral_model_profile,
-    "mistralai": _mistral_model_profile,
-}
-
-
-def compatible_model_profile(model_name: str) -> ModelProfile:
-    """The profile `OpenAICompatibleProvider.model_profile` gives `model_name`, built without importing the openai SDK.
-
-    A `vendor/model` id gets that vendor's family profile, anything else the profile OpenAI-compatible
-    servers share; a test checks it against the provider's own for a list of ids.
-    """
-    profile = vendor_family_model_profile(model_name, overrides=_VENDOR_PROFILES)
-    if profile is None:
-        profile = openai_model_profile(model_name)
-    return merge_profile(
-        OpenAIModelProfile(json_schema_transformer=OpenAIJsonSchemaTransformer),
-        profile,
-        special_token_route_profile("openai-compatible", model_name),
-    )
-
-
 # Transformed tool schemas by (transformer, schema, strict): the schema as JSON and the resulting strictness.
 _CUSTOMIZED_TOOLS: dict[tuple[type[JsonSchemaTransformer], bytes, bool | None], tuple[bytes, bool | None]] = {}
 MAX_CUSTOMIZED_TOOLS = 1024
 
 
 def _customized_tool(transformer: type[JsonSchemaTransformer], tool_def: ToolDefinition) -> ToolDefinition:
-    """`_customize_tool_def(transformer, tool_def)`, computed once per distinct schema (a fresh copy each time)."""
+    """`customize_tool_def(transformer, tool_def)`, computed once per distinct schema (a fresh copy each time)."""
     try:
         schema_key = orjson.dumps(tool_def.parameters_json_schema, option=orjson.OPT_SORT_KEYS)
     except TypeError:  # not plain JSON: nothing to key it by
-        return _customize_tool_def(transformer, tool_def)
+        return customize_tool_def(transformer, tool_def)
     key = (transformer, schema_key, tool_def.strict)
     known = _CUSTOMIZED_TOOLS.get(key)
     if known is None:
-        customized = _customize_tool_def(transformer, tool_def)
+        customized = customize_tool_def(transformer, tool_def)
         if len(_CUSTOMIZED_TOOLS) >= MAX_CUSTOMIZED_TOOLS:
             _CUSTOMIZED_TOOLS.clear()
         _CUSTOMIZED_TOOLS[key] = (orjson.dumps(customized.parameters_json_schema), customized.strict)
@@ -231,72 +137,23 @@ class _AssistantMessage:
         return message
 
 
-@dataclass(init=False)
-class LeanOpenAIModel(Model[Any]):
-    """A pydantic-ai model for an OpenAI-compatible Chat Completions server (9Router, vLLM, llama.cpp, ...).
-
-    Pass the same instance to every agent: it holds one keep-alive connection pool. The turn's text
-    goes to the `TurnSink` set with `streaming_to(sink)` around the agent run.
-    """
+class ChatRequestEncoding(Model[Any]):
+    """The request half of `LeanOpenAIModel`: profile, thinking, tools, messages and the request itself."""
 
     _unsupported_file_inputs: ClassVar[frozenset[FileInputKind]] = frozenset({"video"})
     _relocates_tool_files: ClassVar[bool] = True
     unsupported_settings = frozenset({"top_k"})
 
-    _model_name: str = field(repr=False)
-    _base_url: str = field(repr=False)
-    _provider_name: str = field(repr=False)
+    # Set by `LeanOpenAIModel.__init__`.
+    _model_name: str
+    _provider_name: str
+    _provider_profile: ModelProfile | Callable[[str], ModelProfile | None] | None
+    _client: httpx.AsyncClient
+    _chat_url: str
+    _headers: dict[str, str]
+    _merge_system_messages: bool
 
-    def __init__(
-        self,
-        model_name: str,
-        *,
-        base_url: str,
-        api_key: str | None = None,
-        provider_name: str = "ninerouter",
-        http_client: httpx.AsyncClient | None = None,
-        profile: ModelProfile | Callable[[str], ModelProfile | None] | None = None,
-        settings: ModelSettings | None = None,
-        coalesce_window: float = 0.02,
-        max_retries: int = 0,
-        merge_system_messages_for: Iterable[str] = MERGE_SYSTEM_MESSAGES_FOR,
-    ) -> None:
-        """Create a model.
-
-        Args:
-            model_name: The model id the server knows, provider prefix included (`fake/fake-chat`); sent unchanged.
-            base_url: The server's OpenAI base URL, ending in `/v1` (`NINEROUTER_URL`).
-            api_key: Sent as `Authorization: Bearer <api_key>` (`NINEROUTER_API_KEY`); none when `None`.
-            provider_name: The service's name in message history and telemetry, as `OpenAICompatibleProvider`'s `name`.
-            http_client: A client to share; by default the model opens its own (close it with `aclose`).
-            profile: Merged over the default profile, or a function replacing it, as a provider's `profile=`.
-            settings: Default model settings.
-            coalesce_window: Seconds of streamed text merged into one pydantic-ai event (the sink gets every delta).
-            max_retries: Retries of a request that failed before its response began (connection errors,
-                408/409/429/5xx), honouring `Retry-After`; the `max_retries` model setting overrides it.
-            merge_system_messages_for: Model ids (after any `provider/` prefix) whose leading string system
-                messages are merged into one.
-        """
-        self._model_name = model_name
-        self._base_url = base_url.rstrip("/") + "/"
-        self._provider_name = provider_name
-        self._provider_profile = profile
-        self._chat_url = self._base_url + "chat/completions"
-        self._own_client = http_client is None
-        self._client = http_client or httpx.AsyncClient(timeout=DEFAULT_TIMEOUT, limits=DEFAULT_LIMITS)
-        self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if api_key:
-            self._headers["Authorization"] = f"Bearer {api_key}"
-        self._coalesce_window = coalesce_window
-        self._max_retries = max_retries
-        self._merge_system_messages = model_name.rsplit("/", 1)[-1] in set(merge_system_messages_for)
-        # The provider-level `profile=` is applied in `_provider_model_profile`, so the model-level one stays unset.
-        super().__init__(settings=settings, profile=None)
-
-    async def aclose(self) -> None:
-        """Close the HTTP client if the model opened it."""
-        if self._own_client:
-            await self._client.aclose()
+    # -- tool schemas ---------------------------------------------------------------------------------------------
 
     def customize_request_parameters(self, model_request_parameters: ModelRequestParameters) -> ModelRequestParameters:
         """`Model`'s customization, with each function tool's transformed schema remembered.
@@ -312,18 +169,6 @@ class LeanOpenAIModel(Model[Any]):
             return super().customize_request_parameters(params)
         customized = super().customize_request_parameters(replace(params, function_tools=[]))
         return replace(customized, function_tools=[_customized_tool(transformer, t) for t in params.function_tools])
-
-    @property
-    def model_name(self) -> str:
-        return self._model_name
-
-    @property
-    def system(self) -> str:
-        return self._provider_name
-
-    @property
-    def base_url(self) -> str:
-        return self._base_url
 
     # -- profile, as `OpenAIChatModel` with an `OpenAICompatibleProvider` resolves it ------------------------------
 
@@ -393,149 +238,7 @@ class LeanOpenAIModel(Model[Any]):
         send_back = self.profile.get("openai_chat_send_back_thinking_parts", "auto")
         return send_back == "tags" or (send_back == "auto" and self._auto_thinking_field(part) is None)
 
-    # -- requests ---------------------------------------------------------------------------------------------
-
-    async def request(
-        self,
-        messages: list[ModelMessage],
-        model_settings: ModelSettings | None,
-        model_request_parameters: ModelRequestParameters,
-    ) -> ModelResponse:
-        check_allow_model_requests()
-        sink = current_turn_sink()
-        model_settings, model_request_parameters = self.prepare_request(model_settings, model_request_parameters)
-        if sink is not None:
-            return await self._request_through(sink, messages, model_settings, model_request_parameters)
-        request = await self._build_request(messages, False, model_settings or {}, model_request_parameters)
-        response = await self._send(request, stream=False, settings=model_settings or {})
-        try:
-            data = orjson.loads(response.content)
-        except orjson.JSONDecodeError as error:
-            raise ModelAPIError(
-                model_name=self._model_name, message=f"Failed to decode response as JSON: {error}"
-            ) from error
-        return self._process_response(data)
-
-    async def _request_through(
-        self,
-        sink: TurnSink,
-        messages: list[ModelMessage],
-        model_settings: ModelSettings | None,
-        params: ModelRequestParameters,
-    ) -> ModelResponse:
-        """A request streamed from the server with its text handed to `sink` as it arrives, answered to
-        pydantic-ai as one finished response (what `request_stream` would have assembled).
-
-        A turn's agents run unstreamed for pydantic-ai (`turn.agent_runs`), which spares its per-event
-        stream machinery, while the user still sees every token at once. pydantic-ai is handed nothing
-        until the response is complete, so its deltas are merged whole (an unbounded window).
-        """
-        request = await self._build_request(messages, True, model_settings or {}, params)
-        response = await self._send(request, stream=True, settings=model_settings or {})
-        try:
-            stream = await self._open_stream(response, params, sink, window=math.inf)
-            # Once the first text went to the sink, read no more often than the sink forwards it
-            # (reasoning before it is read as it comes: the answer's first token must not wait).
-            interval: float = getattr(sink, "forward_interval_s", 0.0)
-            pace = response.extensions.get(PACE_READS) if interval else None
-            async for event in stream:
-                if pace is not None and isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
-                    pace(interval)
-                    pace = None
-            return stream.get()
-        finally:
-            await response.aclose()
-
-    @asynccontextmanager
-    async def request_stream(
-        self,
-        messages: list[ModelMessage],
-        model_settings: ModelSettings | None,
-        model_request_parameters: ModelRequestParameters,
-        run_context: RunContext[Any] | None = None,
-    ) -> AsyncGenerator[StreamedResponse]:
-        check_allow_model_requests()
-        sink = current_turn_sink()
-        model_settings, model_request_parameters = self.prepare_request(model_settings, model_request_parameters)
-        request = await self._build_request(messages, True, model_settings or {}, model_request_parameters)
-        response = await self._send(request, stream=True, settings=model_settings or {})
-        try:
-            yield await self._open_stream(response, model_request_parameters, sink)
-        finally:
-            await response.aclose()
-
-    async def _open_stream(
-        self,
-        response: httpx.Response,
-        params: ModelRequestParameters,
-        sink: TurnSink | None,
-        window: float | None = None,
-    ) -> LeanStreamedResponse:
-        # Read up to the first event before handing the stream over, as `OpenAIChatModel` peeks: an
-        # error event or an empty stream fails the request itself, and the model name comes from it.
-        chunks = response.aiter_bytes()
-        decoder = SSEDecoder()
-        backlog: list[bytes] = []
-        try:
-            async for raw in chunks:
-                backlog.extend(decoder.feed(raw))
-                if backlog:
-                    break
-            else:
-                backlog.extend(decoder.close())
-        except httpx.TransportError as error:
-            raise transport_error(self._model_name, error) from error
-        if not backlog or backlog[0].startswith(DONE):
-            raise UnexpectedModelBehavior("Streamed response ended without content or tool calls")
-        try:
-            first = orjson.loads(backlog[0])
-        except orjson.JSONDecodeError as error:
-            raise ModelAPIError(
-                model_name=self._model_name, message=f"Failed to decode response as JSON: {error}"
-            ) from error
-        if not isinstance(first, dict):
-            raise ModelAPIError(model_name=self._model_name, message=f"Unexpected stream event: {backlog[0][:200]!r}")
-        if error_body := first.get("error"):
-            raise stream_error(self._model_name, error_body)
-        stream = LeanStreamedResponse(
-            model_request_parameters=params,
-            _model_name=first.get("model") or self._model_name,
-            _model_profile=self.profile,
-            _provider_name=self._provider_name,
-            _provider_url=self._base_url,
-            _response=response,
-            _bytes=chunks,
-            _decoder=decoder,
-            _first_chunk=first,
-            _backlog=backlog[1:],
-            _sink=sink,
-            _window=self._coalesce_window if window is None else window,
-        )
-        stream.canonical_system = self._canonical_system_stamp
-        return stream
-
-    async def _send(self, request: httpx.Request, *, stream: bool, settings: ModelSettings) -> httpx.Response:
-        """Send `request`, retrying failures before the response began if asked to; raise the mapped error."""
-        max_retries = settings.get("max_retries", self._max_retries)
-        attempt = 0
-        while True:
-            retry_after: float | None = None
-            try:
-                response = await self._client.send(request, stream=stream)
-            except httpx.TransportError as error:
-                if attempt >= max_retries:
-                    raise transport_error(self._model_name, error) from error
-            else:
-                if response.status_code < 400:
-                    return response
-                content = await response.aread()
-                await response.aclose()
-                error = status_error(self._model_name, response.status_code, content, response.headers)
-                if attempt >= max_retries or not _retryable(response.status_code):
-                    raise error
-                retry_after = error.retry_after
-            attempt += 1
-            await asyncio.sleep(_retry_delay(attempt, retry_after))
+    # -- the request --------------------------------------------------------------------------------------------
 
     async def _build_request(
         self,
@@ -795,7 +498,7 @@ class LeanOpenAIModel(Model[Any]):
 
     async def _map_request(self, message: ModelRequest) -> AsyncIterable[dict[str, Any]]:
         file_content: list[UserContent] = []
-        for part in _sendable_request_parts(message.parts):
+        for part in sendable_request_parts(message.parts):
             if isinstance(part, SystemPromptPart):
                 yield {"role": self.profile.get("openai_system_prompt_role", None) or "system", "content": part.content}
             elif isinstance(part, UserPromptPart):
@@ -936,177 +639,68 @@ class LeanOpenAIModel(Model[Any]):
                 assert_never(part)
         return collected
 
-    # -- a complete (non-streamed) response ------------------------------------------------------------------
 
-    def _process_response(self, data: Any) -> ModelResponse:
-        if not isinstance(data, dict):
-            raise UnexpectedModelBehavior(
-                f"Invalid response from {self.system} chat completions endpoint, expected JSON data"
-            )
-        data = cast(dict[str, Any], data)
-        timestamp = now_utc()
-        choices = data.get("choices")
-        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-            raise UnexpectedModelBehavior(f"Invalid response from {self.system} chat completions endpoint: no choices")
-        choice = cast(dict[str, Any], choices[0])
-        message = choice.get("message")
-        if not isinstance(message, dict):
-            raise UnexpectedModelBehavior(f"Invalid response from {self.system} chat completions endpoint: no message")
-        message = cast(dict[str, Any], message)
-        raw_finish_reason = choice.get("finish_reason")
-        finish_reason = CHAT_FINISH_REASON_MAP.get(raw_finish_reason) if raw_finish_reason else "stop"
-
-        provider_details: dict[str, Any] = {}
-        logprobs = choice.get("logprobs")
-        if isinstance(logprobs, dict) and isinstance(content := logprobs.get("content"), list) and content:
-            provider_details["logprobs"] = map_logprobs(content)
-        if raw_finish_reason:
-            provider_details["finish_reason"] = raw_finish_reason
-        if moderation := data.get("moderation"):
-            provider_details["moderation"] = moderation
-        if service_tier := data.get("service_tier"):
-            provider_details["service_tier"] = service_tier
-        usage = data.get("usage")
-        request_usage = (
-            map_usage(usage, self._provider_name, self._base_url, self._model_name)
-            if isinstance(usage, dict)
-            else RequestUsage(unmeasured_requests=1)
-        )
-        created = data.get("created")
-        common: dict[str, Any] = {
-            "usage": request_usage,
-            "model_name": data.get("model") or self._model_name,
-            "provider_response_id": data.get("id") or None,
-            "provider_name": self._provider_name,
-            "provider_url": self._base_url,
-            "canonical_system": self._canonical_system_stamp,
-        }
-
-        if refusal := message.get("refusal"):
-            provider_details.pop("finish_reason", None)
-            provider_details["refusal"] = refusal
-            if created:
-                provider_details["timestamp"] = number_to_datetime(created)
-            return ModelResponse(
-                parts=[],
-                timestamp=now_utc(),
-                provider_details=provider_details or None,
-                finish_reason="content_filter",
-                **common,
-            )
-
-        parts: list[ModelResponsePart] = []
-        for name in (self.profile.get("openai_chat_thinking_field", None), "reasoning", "reasoning_content"):
-            if not name or not (reasoning := message.get(name)):
-                continue
-            if not isinstance(reasoning, str):
-                warnings.warn(
-                    f"Unexpected non-string value for {name!r}: {type(reasoning).__name__}.", UserWarning, stacklevel=2
-                )
-                continue
-            parts.append(ThinkingPart(id=name, content=reasoning, provider_name=self._provider_name))
-            break
-        content = split_content_parts(message.get("content"))
-        for text_part in split_content_into_text_and_thinking(
-            content if isinstance(content, str) else "", self.profile.get("thinking_tags", ("<think>", "</think>"))
-        ):
-            if isinstance(text_part, ThinkingPart):
-                text_part.id, text_part.provider_name = "content", self._provider_name
-            parts.append(text_part)
-        for call in message.get("tool_calls") or []:
-            function = call.get("function") or {}
-            extra_content = call.get("extra_content")
-            part_details = {"extra_content": extra_content} if extra_content else None
-            tool_call = ToolCallPart(
-                function.get("name", ""),
-                function.get("arguments"),
-                tool_call_id=call.get("id"),
-                provider_name=self._provider_name if part_details else None,
-                provider_details=part_details,
-            )
-            tool_call.tool_call_id = guard_tool_call_id(tool_call)
-            parts.append(tool_call)
-        if created:
-            provider_details["timestamp"] = number_to_datetime(created)
-        return ModelResponse(
-            parts=parts,
-            timestamp=timestamp,
-            provider_details=provider_details or None,
-            finish_reason=finish_reason,
-            **common,
-        )
+# -- request shapes, on plain dicts ----------------------------------------------------------------------------------------------
 
 
-class LeanModels:
-    """The models of one OpenAI-compatible server (`NINEROUTER_URL`), sharing one keep-alive connection pool.
+def merge_leading_string_system_messages(messages: list[Any]) -> list[Any]:
+    """Merge the consecutive leading `system` messages whose content is a string into one, joined by a blank line.
 
-    A chat picks its model per request; `get` gives the model for an id, built once and kept.
+    For routes like the local llama.cpp `qwen3.5-4b`, whose chat template accepts a single leading
+    system message. A system message with non-string content ends the run and is left as it is, and
+    anything that isn't a list of message objects comes back unchanged.
     """
-
-    def __init__(
-        self,
-        base_url: str,
-        api_key: str | None = None,
-        *,
-        provider_name: str = "ninerouter",
-        http_client: httpx.AsyncClient | None = None,
-        coalesce_window: float = 0.02,
-        max_retries: int = 0,
-        merge_system_messages_for: Iterable[str] = MERGE_SYSTEM_MESSAGES_FOR,
-    ) -> None:
-        self._base_url = base_url
-        self._api_key = api_key
-        self._provider_name = provider_name
-        self._own_client = http_client is None
-        self._client = http_client or httpx.AsyncClient(timeout=DEFAULT_TIMEOUT, limits=DEFAULT_LIMITS)
-        self._coalesce_window = coalesce_window
-        self._max_retries = max_retries
-        self._merge_system_messages_for = tuple(merge_system_messages_for)
-        self._models: dict[str, LeanOpenAIModel] = {}
-
-    def preload(self) -> None:
-        """Pay the one-time cost of building a model now rather than in the first turn.
-
-        pydantic-ai loads genai-prices' data snapshot when its first `Model` is built: 0.1 s of CPU
-        (0.3 s where bytecode is not cached), which the first chat after start would wait for.
-        """
-        LeanOpenAIModel("preload", base_url=self._base_url, http_client=self._client)
-
-    def get(self, model_name: str) -> LeanOpenAIModel:
-        """The model for `model_name`, the id exactly as the server lists it (`fake/fake-chat`)."""
-        model = self._models.get(model_name)
-        if model is None:
-            model = self._models[model_name] = LeanOpenAIModel(
-                model_name,
-                base_url=self._base_url,
-                api_key=self._api_key,
-                provider_name=self._provider_name,
-                http_client=self._client,
-                coalesce_window=self._coalesce_window,
-                max_retries=self._max_retries,
-                merge_system_messages_for=self._merge_system_messages_for,
-            )
-        return model
-
-    async def aclose(self) -> None:
-        if self._own_client:
-            await self._client.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
+    if not isinstance(messages, list):
+        return messages
+    count = 0
+    for message in messages:
+        if not (
+            isinstance(message, dict) and message.get("role") == "system" and isinstance(message.get("content"), str)
+        ):
+            break
+        count += 1
+    if count < 2:
+        return messages
+    merged = {**messages[0], "content": "\n\n".join(m["content"] for m in messages[:count])}
+    return [merged, *messages[count:]]
 
 
-def _retryable(status_code: int) -> bool:
-    return status_code in RETRYABLE_STATUSES or status_code >= 500
+_REASONING_EFFORT_ORDER: Final[tuple[OpenAIReasoningEffort, ...]] = (
+    "none",
+    "minimal",
+    "low",
+    "medium",
+    "high",
+    "xhigh",
+    "max",
+)
 
 
-def _retry_delay(attempt: int, retry_after: float | None) -> float:
-    # The openai SDK's policy: the server's `Retry-After` when it is sensible, else backoff with jitter.
-    if retry_after is not None and 0 < retry_after <= 60:
-        return retry_after
-    return min(0.5 * 2 ** (attempt - 1), 8.0) * (1 - 0.25 * random.random())
+def resolve_reasoning_effort(
+    thinking: ThinkingLevel, profile: ModelProfile, *, supports_max: bool
+) -> OpenAIReasoningEffort | None:
+    """Unified `thinking` as the closest `reasoning_effort` the model accepts, or `None` to send none.
+
+    The rule of pydantic-ai's `resolve_openai_thinking_effort`, which lives in the openai package.
+    """
+    supported = cast("frozenset[OpenAIReasoningEffort] | None", profile.get("openai_reasoning_efforts"))
+    if supported is None:
+        if thinking is False and profile.get("thinking_always_enabled", False):
+            return None
+        if thinking == "minimal" and not profile.get("openai_supports_minimal_reasoning_effort", True):
+            return "low"
+        if thinking == "max" and supports_max:
+            return "max"
+        return OPENAI_REASONING_EFFORT_MAP[thinking]
+    accepted: list[OpenAIReasoningEffort] = sorted(
+        (effort for effort in supported if effort != "max" or supports_max), key=_REASONING_EFFORT_ORDER.index
+    )
+    if thinking is False:
+        return next(iter(accepted), None)
+    requested_effort = "max" if thinking == "max" and supports_max else OPENAI_REASONING_EFFORT_MAP[thinking]
+    requested = _REASONING_EFFORT_ORDER.index(requested_effort)
+    active: list[OpenAIReasoningEffort] = [effort for effort in accepted if effort != "none"]
+    for effort in active:
+        if _REASONING_EFFORT_ORDER.index(effort) >= requested:
+            return effort
+    return active[-1] if active else None

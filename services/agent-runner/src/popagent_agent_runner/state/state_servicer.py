@@ -11,11 +11,11 @@ from google.protobuf.message import Message
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
-from popagent_agent_runner.agents import KNOWN_TOOLS, AgentChanges, AgentRecord, AgentStore
-from popagent_agent_runner.sessions import SessionDeleter, SessionRecord, SessionStarts, SessionStore
-from popagent_agent_runner.settings_rules import Violation
-from popagent_agent_runner.settings_store import SettingsRecord, SingletonSettings
-from popagent_agent_runner.workspaces import AgentWorkspaceStore, WorkspaceRecord
+from popagent_agent_runner.state.agents import KNOWN_TOOLS, AgentChanges, AgentRecord, AgentStore
+from popagent_agent_runner.state.sessions import SessionDeleter, SessionRecord, SessionStarts, SessionStore
+from popagent_agent_runner.state.settings_rules import Violation
+from popagent_agent_runner.state.settings_store import SettingsRecord, SingletonSettings
+from popagent_agent_runner.state.workspaces import AgentWorkspaceStore, WorkspaceRecord
 from popagent_core.errors import InvalidArgument
 from popagent_core.redaction import redact_ui_message
 

@@ -25,7 +25,7 @@ import grpc
 
 from popagent.browser_bridge.v1 import browser_bridge_pb2, browser_bridge_pb2_grpc
 from popagent.events.v1 import events_pb2
-from popagent_agent_runner.workspaces import DEFAULT_WORKSPACE_ID, AgentWorkspaceStore
+from popagent_agent_runner.state.workspaces import DEFAULT_WORKSPACE_ID, AgentWorkspaceStore
 from popagent_core import subjects
 from popagent_core.bus import enqueue_event
 from popagent_core.db import wrap_db_errors

@@ -1,20 +1,18 @@
-"""Pure pieces of the lean OpenAI-compatible model: SSE framing, usage, finish reasons, errors, request shapes.
+"""The wire of the lean OpenAI-compatible model: SSE framing, and provider errors classified as `OpenAIChatModel` does.
 
-Nothing here does I/O, so each piece is unit-tested on its own. The mappings mirror pydantic-ai's
+Nothing here does I/O, so each piece is unit-tested on its own. The error mapping mirrors pydantic-ai's
 `OpenAIChatModel` (pydantic-ai 2.68, `models/openai/`) on plain dicts, because that module imports
-the openai SDK (half a second and tens of MB per process) and builds a pydantic object per chunk;
-the agreement tests in `tests/agent_runner_model/` hold the two together.
+the openai SDK (half a second and tens of MB per process).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Mapping
-from typing import Any, Final, cast
+from typing import Any, Final
 
 import httpx
 import orjson
-from pydantic_ai import _model_errors
 from pydantic_ai.exceptions import (
     ModelAPIError,
     ModelAuthenticationError,
@@ -31,35 +29,15 @@ from pydantic_ai.exceptions import (
     ModelTimeoutError,
     ModelUnavailableError,
 )
-from pydantic_ai.messages import FinishReason
-from pydantic_ai.profiles import ModelProfile
-from pydantic_ai.profiles.openai import OPENAI_REASONING_EFFORT_MAP, OpenAIReasoningEffort
-from pydantic_ai.settings import ThinkingLevel
-from pydantic_ai.usage import RequestUsage
 
-__all__ = [
-    "CHAT_FINISH_REASON_MAP",
-    "DONE",
-    "ModelFailure",
-    "SSEDecoder",
-    "classify_model_error",
-    "merge_leading_string_system_messages",
-    "resolve_reasoning_effort",
-]
+from popagent_agent_runner.llm.pydantic_ai_internals import model_errors
+
+__all__ = ["DONE", "PACE_READS", "ModelFailure", "SSEDecoder", "classify_model_error"]
 
 DONE: Final = b"[DONE]"
 PACE_READS: Final = "popagent.pace_reads"
 """A response extension of the model transport: `pace(interval_s)` reads the rest of the body at most once
-per interval (see `turn.model_transport`)."""
-
-CHAT_FINISH_REASON_MAP: Final[dict[str, FinishReason]] = {
-    "stop": "stop",
-    "length": "length",
-    "tool_calls": "tool_call",
-    "content_filter": "content_filter",
-    "function_call": "tool_call",
-}
-"""Chat Completions finish reasons, as `OpenAIChatModel` maps them; any other value maps to `None`."""
+per interval (see `llm.transport`)."""
 
 
 class SSEDecoder:
@@ -119,135 +97,6 @@ def loads(payload: bytes) -> Any:
     return orjson.loads(payload)
 
 
-def split_content_parts(content: object) -> object:
-    """The text of a `content` sent as a list of parts (some OpenAI-compatible servers do), as `OpenAIChatModel` joins it."""
-    if not isinstance(content, list):
-        return content
-    texts: list[str] = []
-    for part in content:
-        if isinstance(part, str):
-            texts.append(part)
-        elif isinstance(part, dict) and part.get("type") == "text" and isinstance(text := part.get("text"), str):
-            texts.append(text)
-    return "".join(texts) or None
-
-
-def _without_none(value: Any) -> Any:
-    # What `model_dump(exclude_none=True)` does to the SDK's usage object, on the wire dict.
-    if isinstance(value, dict):
-        return {k: _without_none(v) for k, v in value.items() if v is not None}
-    return value
-
-
-def map_usage(usage: Mapping[str, Any], provider: str, provider_url: str, model: str) -> RequestUsage:
-    """A Chat Completions `usage` object as `RequestUsage`, the way `OpenAIChatModel` maps it."""
-    usage_data = _without_none(dict(usage))
-    details: dict[str, Any] = {
-        k: v
-        for k, v in usage_data.items()
-        if k not in {"prompt_tokens", "completion_tokens", "input_tokens", "output_tokens", "total_tokens"}
-        and isinstance(v, int)  # bools too, as `OpenAIChatModel` keeps them (9Router's `"estimated": true`)
-    }
-    completion_details = usage_data.get("completion_tokens_details")
-    if isinstance(completion_details, dict):
-        details.update(completion_details)
-    request_usage = RequestUsage.extract(
-        {"model": model, "usage": usage_data},
-        provider=provider,
-        provider_url=provider_url,
-        provider_fallback="openai",
-        api_flavor="chat",
-        details=details,
-    )
-    prompt_details = usage_data.get("prompt_tokens_details")
-    if isinstance(prompt_details, dict) and isinstance(cache_write := prompt_details.get("cache_write_tokens"), int):
-        request_usage.cache_write_tokens = cache_write
-    return request_usage
-
-
-def map_logprobs(content: list[Any]) -> list[dict[str, Any]]:
-    """`choice.logprobs.content` as `OpenAIChatModel` keeps it in `provider_details['logprobs']`."""
-    return [
-        {
-            "token": lp.get("token"),
-            "bytes": lp.get("bytes"),
-            "logprob": lp.get("logprob"),
-            "top_logprobs": [
-                {"token": t.get("token"), "bytes": t.get("bytes"), "logprob": t.get("logprob")}
-                for t in lp.get("top_logprobs") or []
-            ],
-        }
-        for lp in content
-        if isinstance(lp, dict)
-    ]
-
-
-# -- request shapes ----------------------------------------------------------------------------------------------
-
-
-def merge_leading_string_system_messages(messages: list[Any]) -> list[Any]:
-    """Merge the consecutive leading `system` messages whose content is a string into one, joined by a blank line.
-
-    For routes like the local llama.cpp `qwen3.5-4b`, whose chat template accepts a single leading
-    system message. A system message with non-string content ends the run and is left as it is, and
-    anything that isn't a list of message objects comes back unchanged.
-    """
-    if not isinstance(messages, list):
-        return messages
-    count = 0
-    for message in messages:
-        if not (
-            isinstance(message, dict) and message.get("role") == "system" and isinstance(message.get("content"), str)
-        ):
-            break
-        count += 1
-    if count < 2:
-        return messages
-    merged = {**messages[0], "content": "\n\n".join(m["content"] for m in messages[:count])}
-    return [merged, *messages[count:]]
-
-
-_REASONING_EFFORT_ORDER: Final[tuple[OpenAIReasoningEffort, ...]] = (
-    "none",
-    "minimal",
-    "low",
-    "medium",
-    "high",
-    "xhigh",
-    "max",
-)
-
-
-def resolve_reasoning_effort(
-    thinking: ThinkingLevel, profile: ModelProfile, *, supports_max: bool
-) -> OpenAIReasoningEffort | None:
-    """Unified `thinking` as the closest `reasoning_effort` the model accepts, or `None` to send none.
-
-    The rule of pydantic-ai's `resolve_openai_thinking_effort`, which lives in the openai package.
-    """
-    supported = cast("frozenset[OpenAIReasoningEffort] | None", profile.get("openai_reasoning_efforts"))
-    if supported is None:
-        if thinking is False and profile.get("thinking_always_enabled", False):
-            return None
-        if thinking == "minimal" and not profile.get("openai_supports_minimal_reasoning_effort", True):
-            return "low"
-        if thinking == "max" and supports_max:
-            return "max"
-        return OPENAI_REASONING_EFFORT_MAP[thinking]
-    accepted: list[OpenAIReasoningEffort] = sorted(
-        (effort for effort in supported if effort != "max" or supports_max), key=_REASONING_EFFORT_ORDER.index
-    )
-    if thinking is False:
-        return next(iter(accepted), None)
-    requested_effort = "max" if thinking == "max" and supports_max else OPENAI_REASONING_EFFORT_MAP[thinking]
-    requested = _REASONING_EFFORT_ORDER.index(requested_effort)
-    active: list[OpenAIReasoningEffort] = [effort for effort in accepted if effort != "none"]
-    for effort in active:
-        if _REASONING_EFFORT_ORDER.index(effort) >= requested:
-            return effort
-    return active[-1] if active else None
-
-
 # -- errors --------------------------------------------------------------------------------------------------------
 
 
@@ -269,7 +118,7 @@ def status_error(model_name: str, status_code: int, content: bytes, headers: Map
         code = str(raw_code) if raw_code is not None else None
         error_type = body.get("type") if isinstance(body.get("type"), str) else None
         message = body.get("message")
-    category = _model_errors.openai_compatible_category(status_code, code, error_type, message)
+    category = model_errors.openai_compatible_category(status_code, code, error_type, message)
     return ModelHTTPError.for_category(
         category,
         status_code=status_code,
@@ -286,7 +135,7 @@ def stream_error(model_name: str, error: object) -> ModelAPIError:
     message = error.get("message") if isinstance(error, dict) else None
     if not message or not isinstance(message, str):
         message = "An error occurred during streaming"
-    return _model_errors.stream_error(model_name, message, error)
+    return model_errors.stream_error(model_name, message, error)
 
 
 def transport_error(model_name: str, error: httpx.TransportError, *, in_stream: bool = False) -> ModelConnectionError:
@@ -295,7 +144,7 @@ def transport_error(model_name: str, error: httpx.TransportError, *, in_stream: 
     `in_stream`: the response had begun streaming (a broken stream, which `StopFailure` reports as such).
     """
     message = str(error) or type(error).__name__
-    failure = _model_errors.connection_error(
+    failure = model_errors.connection_error(
         model_name, message, error, timeout=isinstance(error, httpx.TimeoutException)
     )
     failure.in_stream = in_stream

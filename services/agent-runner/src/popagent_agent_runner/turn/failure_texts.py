@@ -1,0 +1,44 @@
+"""What the user reads when a turn failed at the model provider."""
+
+from __future__ import annotations
+
+from pydantic_ai.exceptions import ModelHTTPError
+
+from popagent_agent_runner.llm.model import ModelFailure
+from popagent_agent_runner.turn.hooks_points import bounded
+
+
+def provider_message(error: BaseException, failure: ModelFailure) -> str:
+    """The provider's own explanation when its error body has one, else the failure's message."""
+    body = error.body if isinstance(error, ModelHTTPError) else None
+    if isinstance(body, dict):
+        nested = body.get("error")
+        for candidate in (body.get("message"), nested.get("message") if isinstance(nested, dict) else nested):
+            if isinstance(candidate, str) and candidate:
+                return candidate
+    return failure.message
+
+
+def failure_message(failure: ModelFailure, detail: str) -> str:
+    """What the user reads when the model provider failed."""
+    what = {
+        "rate_limit": "The model provider is rate limiting requests",
+        "quota": "The model provider's quota is exhausted",
+        "overloaded": "The model provider is overloaded",
+        "unavailable": "The model provider is unavailable",
+        "server_error": "The model provider failed",
+        "timeout": "The model provider did not answer in time",
+        "request_timeout": "The model provider did not answer in time",
+        "connection": "The connection to the model provider broke",
+        "authentication": "The model provider refused the credentials",
+        "not_found": "The model provider does not know this model",
+        "context_window": "The conversation is too long for this model",
+        "rejected": "The model provider rejected the request",
+        "provider_error": "The model provider reported an error",
+        "framework": "The turn failed",
+    }.get(failure.error_class, "The turn failed")
+    details = [f"HTTP {failure.status_code}"] if failure.status_code else []
+    if failure.retry_after is not None:
+        details.append(f"retry after {failure.retry_after:g} s")
+    suffix = f" ({', '.join(details)})" if details else ""
+    return f"{what}{suffix}: {bounded(detail, 500)}"
