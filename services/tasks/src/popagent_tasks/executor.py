@@ -79,10 +79,10 @@ class Attempt:
     parent_task_id: str
     turn_id: str
     trace_id: str
+    # The thread the attempt's turn runs in (`Task.thread_id`).
+    thread_id: str
     # Durable progress for this attempt; a no-op once the attempt no longer owns the task.
     report_progress: Callable[[str], Awaitable[None]]
-    # The thread the attempt's turn runs in (`Task.thread_id`).
-    thread_id: str = ""
 
     @classmethod
     def of(cls, task: Task, report_progress: Callable[[str], Awaitable[None]]) -> Attempt:
@@ -101,8 +101,8 @@ class Attempt:
             parent_task_id=str(task.parent_task_id or ""),
             turn_id=str(task.turn_id or ""),
             trace_id=task.trace_id or "",
-            report_progress=report_progress,
             thread_id=task.thread_id,
+            report_progress=report_progress,
         )
 
 
