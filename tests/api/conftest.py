@@ -29,9 +29,9 @@ from popagent_agent_runner.service import build as build_agent_runner
 from popagent_agent_runner.settings import Settings as AgentRunnerSettings
 from popagent_browser_bridge.service import build as build_browser_bridge
 from popagent_browser_bridge.settings import Settings as BrowserBridgeSettings
-from popagent_core import embedded
-from popagent_core.embedded import free_port
 from popagent_core.grpc_client import open_channel
+from popagent_dev import embedded
+from popagent_dev.embedded import free_port
 from popagent_evolution.service import build as build_evolution
 from popagent_evolution.settings import Settings as EvolutionSettings
 from popagent_gateway.settings import Settings as GatewaySettings

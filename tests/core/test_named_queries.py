@@ -17,7 +17,7 @@ import pytest
 
 from popagent_core.db import load_queries
 from popagent_core.service import schema_for
-from popagent_core.testing.plugin import DatabaseFactory
+from popagent_dev.pytest_plugin import DatabaseFactory
 
 SERVICES_DIR = Path(__file__).resolve().parents[2] / "services"
 
@@ -43,9 +43,6 @@ MIGRATED = {
 QUERY_FILES = [(service, path) for service, package in PACKAGES.items() for path in _query_files(package)]
 # `SELECT *`, `RETURNING *`, `t.*`: a projection that changes whenever the table does.
 STAR_PROJECTION = re.compile(r"(?:\bSELECT|\bRETURNING|,|\b\w+\.)\s*\*", re.IGNORECASE)
-# The hooks service's typed rows are another part of issue 14 (its own helper); drop the
-# entry once its queries name their columns.
-STAR_PROJECTION_PENDING = {"hooks/src/popagent_hooks/queries.sql"}
 
 
 def test_discovery_finds_every_service_and_its_queries() -> None:
@@ -79,8 +76,6 @@ async def test_every_named_query_prepares(make_database: DatabaseFactory, servic
     ("service", "path"), QUERY_FILES, ids=[str(path.relative_to(SERVICES_DIR)) for _, path in QUERY_FILES]
 )
 def test_every_named_query_names_its_columns(service: str, path: Path) -> None:
-    if str(path.relative_to(SERVICES_DIR)) in STAR_PROJECTION_PENDING:
-        pytest.skip("hooks' typed rows land separately")
     starred = [name for name, sql in load_queries(path).items() if STAR_PROJECTION.search(_without_comments(sql))]
     assert not starred, f"{path.relative_to(SERVICES_DIR)}: queries with a * projection: {starred}"
 

@@ -14,8 +14,8 @@ import uvicorn
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
 from popagent_core.auth import CallerRegistry
-from popagent_core.embedded import free_port
 from popagent_core.grpc_server import create_server, running
+from popagent_dev.embedded import free_port
 from popagent_gateway.app import create_app
 from popagent_gateway.settings import Settings
 
@@ -42,6 +42,20 @@ class ScriptedRunner(agent_runner_pb2_grpc.AgentRunnerServiceServicer):
             raise
 
 
+class ScriptedState(agent_runner_pb2_grpc.AgentRunnerStateServiceServicer):
+    """What the chat route reads before a turn: the agents (no overrides) and the default model."""
+
+    async def ListAgents(
+        self, request: pb.ListAgentsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListAgentsResponse:
+        return pb.ListAgentsResponse(agents=[pb.Agent(id="popagent")])
+
+    async def GetAgentRuntimeSettings(
+        self, request: pb.GetAgentRuntimeSettingsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AgentRuntimeSettings:
+        return pb.AgentRuntimeSettings(default_model="fake/fake-chat")
+
+
 @dataclass
 class Harness:
     runner: ScriptedRunner
@@ -54,6 +68,7 @@ async def harness(internal_credentials: tuple[dict[str, str], str]) -> AsyncIter
     runner = ScriptedRunner()
     server, health = create_server(CallerRegistry.from_json(callers))
     agent_runner_pb2_grpc.add_AgentRunnerServiceServicer_to_server(runner, server)
+    agent_runner_pb2_grpc.add_AgentRunnerStateServiceServicer_to_server(ScriptedState(), server)
     grpc_port = free_port()
     http_port = free_port()
     environment: dict[str, Any] = {

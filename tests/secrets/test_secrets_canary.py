@@ -15,8 +15,8 @@ from nats.aio.msg import Msg
 from secrets_support import new_key, process_env, running_process, secrets_stub
 
 from popagent.secrets.v1 import secrets_pb2
-from popagent_core.embedded import NatsProcess, free_port
 from popagent_core.migrate import migrate
+from popagent_dev.embedded import NatsProcess, free_port
 from popagent_secrets.service import MIGRATIONS
 from support.canary import assert_no_canary, find_canary
 

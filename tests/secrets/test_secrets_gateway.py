@@ -11,7 +11,7 @@ import pytest
 import uvicorn
 from secrets_support import resolve
 
-from popagent_core.embedded import free_port, wait_for_port
+from popagent_dev.embedded import free_port, wait_for_port
 from popagent_gateway.app import create_app
 from popagent_gateway.settings import Settings as GatewaySettings
 from support.canary import assert_no_canary

@@ -12,8 +12,8 @@ from secrets_support import put, resolve
 
 from popagent.secrets.v1 import secrets_pb2, secrets_pb2_grpc
 from popagent_core import subjects
-from popagent_core.auth import SERVICES
 from popagent_core.grpc_client import open_channel
+from popagent_core.topology import SERVICE_NAMES
 from support.canary import assert_no_canary
 
 R = "popagent-user"
@@ -93,7 +93,7 @@ async def test_list_carries_metadata_only(secrets_service, canary_secret) -> Non
         assert bytes(row["nonce"]) not in wire
 
 
-@pytest.mark.parametrize("caller", [c for c in SERVICES if c != "browser-bridge"])
+@pytest.mark.parametrize("caller", [c for c in SERVICE_NAMES if c != "browser-bridge"])
 async def test_only_browser_bridge_resolves(secrets_service, caller: str) -> None:
     async with secrets_service.stub("gateway") as gw:
         await put(gw, R, "github", "hunter2-value")

@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 
 from popagent_core.db import open_pool
-from popagent_core.embedded import free_port
+from popagent_dev.embedded import free_port
 from popagent_tasks.executor import AbortReason
 from popagent_tasks.model import Backoff
 from popagent_tasks.observer import Observers, TaskStarted, TaskStopped

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from popagent_core.embedded import free_port
 from popagent_core.settings import load_settings
+from popagent_dev.embedded import free_port
 from popagent_hooks.service import MIGRATIONS as HOOKS_MIGRATIONS
 from popagent_hooks.service import build as build_hooks
 from popagent_hooks.settings import Settings as HooksSettings

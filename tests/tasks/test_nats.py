@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from popagent_core import embedded
 from popagent_core.settings import load_settings
+from popagent_dev import embedded
 from popagent_tasks.service import build
 from popagent_tasks.settings import Settings
 from tasks.conftest import tasks_env, wait_for_value

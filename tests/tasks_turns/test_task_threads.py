@@ -12,7 +12,7 @@ import asyncpg
 from popagent.agent_runner.v1 import agent_runner_pb2 as arpb
 from popagent_agent_runner.service import MIGRATIONS
 from popagent_core.migrate import migrate
-from popagent_core.testing.plugin import DatabaseFactory
+from popagent_dev.pytest_plugin import DatabaseFactory
 from support.model_gateway import Turn
 from tasks_turns.stack import TaskTurnStack
 

@@ -6,6 +6,7 @@ type S = components["schemas"];
 
 export type ErrorOut = S["ErrorOut"];
 export type ModelsOut = S["ModelsOut"];
+export type UnlistedModelOut = S["UnlistedModelOut"];
 export type SessionSummary = S["SessionSummary"];
 export type SessionOut = S["SessionOut"];
 export type SessionListOut = S["SessionListOut"];

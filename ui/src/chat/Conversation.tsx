@@ -7,7 +7,7 @@ import type { ChatRequest, HookRunOut, ModelsOut, SessionOut, SessionSummary, St
 import { messageOf } from "../common/useLoad";
 import { Composer } from "./Composer";
 import { HookRuns, HookTimeline } from "./HookTimeline";
-import { ModelPicker, formatTokens } from "./ModelPicker";
+import { ModelNotice, ModelPicker, formatTokens } from "./ModelPicker";
 import { MessageParts } from "./Parts";
 import { failureOf, modelOf, reasonOfChatError, stoppedOf, textOf, titleFrom, turnIdOf, usageOf } from "./meta";
 
@@ -23,6 +23,7 @@ export function Conversation(props: {
   models: ModelsOut | undefined;
   model: string;
   onModelChange: (model: string) => void;
+  onSaveDefault: (model: string) => Promise<void>;
   firstMessage?: string;
   onSaved: (session: SessionSummary) => void;
 }) {
@@ -189,6 +190,7 @@ export function Conversation(props: {
           Hook timeline
         </button>
       </div>
+      <ModelNotice models={props.models} value={model} onSaveDefault={props.onSaveDefault} />
       {conflict ? (
         <div className="banner warn" role="alert" data-testid="revision-conflict">
           <p>

@@ -26,7 +26,7 @@ from popagent_core.db import load_queries
 from popagent_core.errors import PopagentError
 from popagent_core.grpc_client import open_channel
 from popagent_core.service import service_kernel
-from popagent_hooks.client import HooksClient
+from popagent_hooks_client.client import HooksClient
 
 logger = logging.getLogger(__name__)
 

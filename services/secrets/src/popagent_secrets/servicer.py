@@ -18,8 +18,8 @@ from popagent_secrets.store import SecretStore
 
 RESOLVER = "browser-bridge"
 MANAGERS = frozenset({"gateway"})
-# Listing shows names and bindings only; the runner and the bridge may need to know
-# which secrets exist for `useBrowserSecret`.
+# Listing shows names and bindings only; the runner and the bridge may read it (the
+# browser issue's `useBrowserSecret` needs to know which secrets exist).
 READERS = frozenset({"gateway", "agent-runner", "browser-bridge"})
 
 

@@ -29,7 +29,6 @@ class Status(enum.StrEnum):
 
 
 TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.DEAD_LETTER})
-RESOLVABLE = frozenset({Status.FAILED, Status.CANCELLED, Status.DEAD_LETTER})
 
 
 class Source(enum.StrEnum):

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from popagent_hooks.client import HooksClient
-from popagent_hooks.events import Event
+from popagent_hooks_client.client import HooksClient
+from popagent_hooks_client.events import Event
 from popagent_tasks.model import Task, truncate
 
 logger = logging.getLogger(__name__)
@@ -115,14 +115,6 @@ class LifecycleObserver(Protocol):
     async def task_started(self, event: TaskStarted) -> None: ...
 
     async def task_stopped(self, event: TaskStopped) -> None: ...
-
-
-class NullObserver:
-    async def task_started(self, event: TaskStarted) -> None:
-        return None
-
-    async def task_stopped(self, event: TaskStopped) -> None:
-        return None
 
 
 class HooksObserver:

@@ -23,7 +23,7 @@ from popagent_core import subjects
 from popagent_core.grpc_client import open_channel
 from popagent_core.lifecycle import background_task
 from popagent_core.service import service_kernel
-from popagent_hooks.client import HooksClient
+from popagent_hooks_client.client import HooksClient
 from popagent_tasks.executor import Executor, load_executor
 from popagent_tasks.observer import HooksObserver, LifecycleObserver, Observers
 from popagent_tasks.repo import TaskRepo

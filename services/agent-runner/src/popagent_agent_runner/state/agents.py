@@ -9,16 +9,16 @@ from datetime import datetime
 
 import asyncpg
 
+from popagent_agent_runner.turn.tools import TOOLS
 from popagent_core.db import wrap_db_errors
 from popagent_core.errors import InvalidArgument, NotFound
 
 SUPERVISOR_ID = "popagent"
 # Every tool registry key an agent can be given (the names the model sees and hook
-# matchers use). Workspace file and shell tools follow workspace access instead.
-KNOWN_TOOLS: tuple[str, ...] = ("getTime", "remember", "recall", "webSearch", "useBrowserSecret", "bifrostNavigator")
+# matchers use): exactly the registered tools, so no membership names a tool a run cannot offer.
+KNOWN_TOOLS: tuple[str, ...] = tuple(tool.name for tool in TOOLS)
 WORKSPACE_ACCESS = ("none", "read-only", "read-write")
 BROWSER_ACCESS = ("none", "read-only", "interactive")
-MAX_TOOLS = len(KNOWN_TOOLS)
 _URL = re.compile(r"^https?://[^\s]+$")
 
 
@@ -104,7 +104,7 @@ def _checked(agent_id: str, current: AgentRecord, changes: AgentChanges) -> Agen
     if changes.tools is not None:
         unknown = [tool for tool in changes.tools if tool not in KNOWN_TOOLS]
         if unknown:
-            raise InvalidArgument(f"tools: unknown tool(s) {', '.join(unknown)}; known: {', '.join(KNOWN_TOOLS)}")
+            raise InvalidArgument(f"tools: not registered: {', '.join(unknown)}; registered: {', '.join(KNOWN_TOOLS)}")
         if len(set(changes.tools)) != len(changes.tools):
             raise InvalidArgument("tools must not repeat a tool")
         row["tools"] = tuple(changes.tools)

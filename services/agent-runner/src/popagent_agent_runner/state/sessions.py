@@ -30,8 +30,8 @@ from popagent_core import subjects
 from popagent_core.bus import enqueue_event
 from popagent_core.db import wrap_db_errors
 from popagent_core.errors import AlreadyExists, InvalidArgument, NotFound, PopagentError
-from popagent_hooks.client import HooksClient
-from popagent_hooks.events import Event
+from popagent_hooks_client.client import HooksClient
+from popagent_hooks_client.events import Event
 
 logger = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from pydantic_ai.ui.vercel_ai.request_types import UIMessage
 from popagent.agent_runner.v1 import agent_runner_pb2
 from popagent_core.errors import InvalidArgument
 from popagent_core.redaction import redact_tool_payload
-from popagent_gateway.catalog import ensure_known_model
-from popagent_gateway.deps import ModelCatalogDep, runner_for_session
+from popagent_gateway.configured_models import ensure_turn_models
+from popagent_gateway.deps import AgentRunnerStateStub, ModelCatalogDep, runner_for_session
 from popagent_gateway.streaming import UI_STREAM_HEADERS, sse_body
 from popagent_gateway.wire import WARNING_HEADER
 
@@ -58,12 +58,15 @@ def redacted_message(message: UserMessage) -> bytes:
 
 
 @router.post("/chat", response_class=StreamingResponse)
-async def chat(body: ChatRequest, request: Request, catalog: ModelCatalogDep) -> StreamingResponse:
+async def chat(
+    body: ChatRequest, request: Request, catalog: ModelCatalogDep, state: AgentRunnerStateStub
+) -> StreamingResponse:
     """Run one chat turn and stream it (AI SDK UI message stream v1 over SSE)."""
     if not body.message.parts or len(body.message.parts) > MAX_PARTS:
         raise InvalidArgument(f"message must have 1 to {MAX_PARTS} parts")
-    # An unknown model is refused (400) before the turn starts; a catalog outage fails open.
-    warning = await ensure_known_model(catalog, body.model) if body.model else None
+    # An unknown model (the request's, the default or an override the turn may use) is refused
+    # (400) before the turn starts; a catalog outage fails open.
+    warning = await ensure_turn_models(catalog, state, body.model)
     call = runner_for_session(request, body.id).Chat(
         agent_runner_pb2.ChatRequest(
             session_id=body.id,

@@ -35,6 +35,8 @@ class HookRunOut(BaseModel):
     eventId: str
     reason: str
     createdAt: str
+    # Whether the request to the handler carried a webhook-signature (the handler has a secret).
+    signed: bool
 
 
 class HookRunListOut(BaseModel):
@@ -61,6 +63,7 @@ def _out(run: hooks_pb2.HookRun) -> HookRunOut:
         eventId=run.event_id,
         reason=run.reason,
         createdAt=run.created_at,
+        signed=run.signed,
     )
 
 
