@@ -19,8 +19,8 @@ from popagent.events.v1 import events_pb2
 from popagent.hooks.v1 import hooks_pb2, hooks_pb2_grpc
 from popagent_core import bus, subjects
 from popagent_core.db import open_pool
-from popagent_dev.embedded import NatsProcess
 from popagent_core.migrate import migrate
+from popagent_dev.embedded import NatsProcess
 from popagent_hooks.audit import SESSION_CAP, AuditRepo, HookRun
 from popagent_hooks.service import MIGRATIONS
 from popagent_hooks_client.events import Event, FailureClass, Outcome

@@ -58,6 +58,7 @@ class TaskTurnStack:
     models: ModelGateway
     tasks: tasks_pb2_grpc.TasksServiceStub
     running: RunningTasks
+    state: agent_runner_pb2_grpc.AgentRunnerStateServiceStub
 
     def reset(self) -> None:
         for path, _ in TASK_HOOK_PATHS.values():
@@ -153,7 +154,7 @@ async def start_task_turn_stack(
             )
         )
         tasks_channel = await stack.enter_async_context(open_channel(addresses["tasks"], tokens["evolution"]))
-        yield TaskTurnStack(receiver, models, tasks_pb2_grpc.TasksServiceStub(tasks_channel), running)
+        yield TaskTurnStack(receiver, models, tasks_pb2_grpc.TasksServiceStub(tasks_channel), running, state)
 
 
 __all__ = ["MODEL", "TaskTurnStack", "start_task_turn_stack"]

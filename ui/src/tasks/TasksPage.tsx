@@ -223,6 +223,7 @@ function TaskItem(props: { task: TaskOut; onCancel: () => void; onResolved: () =
         </span>
         <span>{task.source}</span>
         {task.scheduleId ? <span>from a schedule</span> : null}
+        <span title="The thread this task's turns run in">thread {task.threadId}</span>
         <span>created {stamp(task.createdAt)}</span>
         {task.nextAttemptAt ? <span>next attempt {stamp(task.nextAttemptAt)}</span> : null}
       </div>

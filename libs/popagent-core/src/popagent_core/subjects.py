@@ -13,6 +13,7 @@ OWNERS: tuple[str, ...] = tuple(service.subjects_owner for service in SERVICES i
 
 SESSION_DELETED = "popagent.agent_runner.session.deleted"
 TURN_COMPLETED = "popagent.agent_runner.turn.completed"
+AGENT_RUNTIME_SETTINGS_CHANGED = "popagent.agent_runner.runtime_settings.changed"
 TASK_ENQUEUED = "popagent.tasks.task.enqueued"
 SECRET_CHANGED = "popagent.secrets.secret.changed"
 

@@ -7,8 +7,10 @@ without `SessionStart` (a task is not a chat session opening). What differs is o
 output: nothing streams to a UI; the final response text becomes the task's outcome and a
 failure is sent as its `TurnFailure` (tasks maps it to a retry class).
 
-A task without a session runs in a session of its own, `task-<task id>`, created on the
-first attempt and reused by retries so a replay sees what the failed attempt stored.
+A task without a session runs in a thread of its own, the one the tasks service names
+(`thread_id`), created on the first attempt and reused by retries so a replay sees what
+the failed attempt stored. Its row names the task, which keeps it out of the chat
+session list; the task shows its thread id.
 """
 
 from __future__ import annotations
@@ -133,11 +135,12 @@ class TaskTurns:
     async def _session(self, request: pb.RunTaskRequest) -> str:
         if request.session_id:
             return request.session_id
-        session_id = f"task-{request.task_id}"
+        if not request.thread_id:
+            raise InvalidArgument("a task without a session needs its thread_id")
         title = bounded(f"Task: {request.prompt.splitlines()[0]}", TASK_SESSION_TITLE_CHARS)
         with contextlib.suppress(AlreadyExists):
-            await self.sessions.create(session_id, title, request.workspace_id)
-        return session_id
+            await self.sessions.create(request.thread_id, title, request.workspace_id, task_id=request.task_id)
+        return request.thread_id
 
 
 class TaskServicer(agent_runner_pb2_grpc.AgentRunnerTaskServiceServicer):

@@ -6,8 +6,9 @@ attempt's `report_progress`; the final `result` event is the outcome or a `TaskF
 whose class `CLASS_BY_TURN_FAILURE` picks for the turn's failure class. The abort signal cancels the call, which cancels the
 turn in agent-runner.
 
-The worker's concurrency and timing are agent-runner's agent-runtime settings, read once
-when the worker starts (`runtime_config`).
+The worker's concurrency and timing are agent-runner's agent-runtime settings, read when
+the worker starts and again whenever agent-runner publishes that they changed
+(`runtime_config`).
 """
 
 from __future__ import annotations
@@ -150,6 +151,7 @@ class AgentRunnerExecutor:
             prompt=attempt.prompt,
             model=attempt.model,
             session_id=attempt.session_id,
+            thread_id=attempt.thread_id,
             workspace_id=attempt.workspace_id,
             execution_source=attempt.source.value,
             kind=attempt.kind.value,

@@ -94,6 +94,17 @@ async def build(
 
             subscription = await nc.subscribe(subjects.TASK_ENQUEUED, cb=on_enqueued)
             stack.push_async_callback(subscription.unsubscribe)
+
+            async def on_runtime_changed(msg: Msg) -> None:
+                # The relay's JetStream copy reaches core subscribers too; every replica's
+                # worker hears it. The fact carries nothing: the settings are re-read.
+                try:
+                    await worker.refresh_runtime()
+                except Exception:
+                    logger.warning("runtime settings re-read failed; keeping the current runtime", exc_info=True)
+
+            runtime_subscription = await nc.subscribe(subjects.AGENT_RUNTIME_SETTINGS_CHANGED, cb=on_runtime_changed)
+            stack.push_async_callback(runtime_subscription.unsubscribe)
             stack.push_async_callback(worker.close)
             await worker.start()
             logger.info("worker started", extra={"worker_id": worker.worker_id, "executor": type(executor).__name__})

@@ -2,8 +2,8 @@
 
 The worker's concurrency and timing belong to agent-runner's agent-runtime settings
 (`popagent_agent_runtime_settings`): with the agent-runner executor they are read from
-agent-runner when the worker starts; these variables are the fallback for executors
-that have no agent-runner to ask (tests' own).
+agent-runner when the worker starts and on every change it publishes; these variables
+are the fallback for executors that have no agent-runner to ask (tests' own).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from popagent_hooks_client.client import HookDecision, HooksClient
-from popagent_hooks_client.events import Event, Outcome
+from popagent_hooks_client.events import Event
 
 # Free text (prompts, responses, results) in one hook detail.
 MAX_DETAIL_TEXT = 16 * 1024

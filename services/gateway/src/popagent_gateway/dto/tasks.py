@@ -48,6 +48,10 @@ class TaskOut(WireModel):
     prompt: str
     model: str
     session_id: str | None
+    thread_id: str = Field(
+        description="the thread the task's turns run in: its session's, or, without a session, a thread of its own "
+        "(not listed by GET /api/sessions; read it with GET /api/sessions/{threadId})"
+    )
     workspace_id: str
     schedule_id: str | None
     tick: str | None

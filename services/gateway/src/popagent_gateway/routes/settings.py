@@ -59,7 +59,8 @@ async def get_agent_runtime_settings(runner: AgentRunnerStateStub) -> AgentRunti
 async def update_agent_runtime_settings(
     body: AgentRuntimeSettingsPatch, runner: AgentRunnerStateStub, catalog: ModelCatalogDep, response: Response
 ) -> AgentRuntimeSettingsOut:
-    """Change some agent-runtime settings; applies on the next turn. The default model must be in the catalog."""
+    """Change some agent-runtime settings; turn settings apply on the next turn, task settings to the running
+    worker at once (new attempts take the new timings). The default model must be in the catalog."""
     if body.default_model is not None:
         warned(response, await ensure_known_model(catalog, body.default_model))
     answer = await runner.UpdateAgentRuntimeSettings(runner_pb.UpdateAgentRuntimeSettingsRequest(**body.changes()))

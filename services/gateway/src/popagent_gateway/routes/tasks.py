@@ -43,6 +43,7 @@ def task_out(task: tasks_pb2.Task) -> TaskOut:
         prompt=task.prompt,
         model=task.model,
         session_id=_opt(task.session_id),
+        thread_id=task.thread_id,
         workspace_id=task.workspace_id,
         schedule_id=_opt(task.schedule_id),
         tick=_opt(task.tick),
