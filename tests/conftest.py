@@ -1,5 +1,6 @@
-"""Root conftest. The kernel's plugin (real PostgreSQL and NATS) loads through addopts; the
-canary plugin makes every test fail whose captured output holds the session's canary secret.
+"""Root conftest. The dev library's plugin (popagent_dev.pytest_plugin: real PostgreSQL and
+NATS) loads through addopts; the canary plugin makes every test fail whose captured output
+holds the session's canary secret.
 
 `started_stack` starts a suite's stack of real services (support/stacks.py) the first time a
 suite asks for it and keeps it for the test session (per xdist worker).

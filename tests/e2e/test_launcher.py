@@ -112,7 +112,7 @@ def test_a_crashed_service_is_reported_by_name_and_the_stack_stops(tmp_path: Pat
 
 
 def test_configured_servers_are_used_instead_of_embedded_ones(tmp_path: Path, pg_dsn: str, nats_url: str) -> None:
-    from popagent_core.testing.plugin import with_database
+    from popagent_dev.embedded import with_database
 
     database = f"launcher_{os.getpid()}_{time.monotonic_ns()}"
     subprocess.run(

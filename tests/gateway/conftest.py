@@ -9,12 +9,12 @@ import pytest
 
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
 from popagent_core.auth import CallerRegistry
-from popagent_core.embedded import free_port
 from popagent_core.grpc_server import create_server, running
+from popagent_dev.embedded import free_port
 from popagent_gateway.settings import Settings
 from support.stacks import serve_gateway
 
-from .harness import API_KEY, Harness, ScriptedRunner
+from .harness import API_KEY, RPC_TIMEOUT_S, Harness, ScriptedRunner, ScriptedState
 
 
 @pytest.fixture
@@ -23,6 +23,7 @@ async def harness(internal_credentials: tuple[dict[str, str], str]) -> AsyncIter
     runner = ScriptedRunner()
     server, health = create_server(CallerRegistry.from_json(callers))
     agent_runner_pb2_grpc.add_AgentRunnerServiceServicer_to_server(runner, server)
+    agent_runner_pb2_grpc.add_AgentRunnerStateServiceServicer_to_server(ScriptedState(), server)
     grpc_address = f"127.0.0.1:{free_port()}"
     environment: dict[str, Any] = {
         "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
@@ -30,6 +31,7 @@ async def harness(internal_credentials: tuple[dict[str, str], str]) -> AsyncIter
         "POPAGENT_API_KEY": API_KEY,
         "POPAGENT_INTERNAL_TOKEN": tokens["gateway"],
         "POPAGENT_AGENT_RUNNER_ADDR": grpc_address,
+        "POPAGENT_GATEWAY_RPC_TIMEOUT_S": str(RPC_TIMEOUT_S),
     }
     async with running(server, health, grpc_address), serve_gateway(Settings(**environment)) as url:
         yield Harness(runner, url)

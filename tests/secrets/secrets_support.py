@@ -16,9 +16,9 @@ from typing import Protocol
 import asyncpg
 
 from popagent.secrets.v1 import secrets_pb2, secrets_pb2_grpc
-from popagent_core.embedded import free_port
 from popagent_core.grpc_client import check_health, open_channel
 from popagent_core.settings import load_settings
+from popagent_dev.embedded import free_port
 from popagent_secrets.settings import Settings
 from support.waiting import eventually
 
@@ -36,7 +36,8 @@ class HasStub(Protocol):
 async def put(
     stub: secrets_pb2_grpc.SecretsServiceStub, resource_id: str, name: str, value: str
 ) -> secrets_pb2.SecretInfo:
-    return await stub.PutSecret(secrets_pb2.PutSecretRequest(resource_id=resource_id, name=name, value=value))
+    stored = await stub.PutSecret(secrets_pb2.PutSecretRequest(resource_id=resource_id, name=name, value=value))
+    return stored.secret
 
 
 async def resolve(service: HasStub, resource_id: str, name: str, origin: str) -> str:

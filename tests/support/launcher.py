@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psutil
 
-from popagent_core.embedded import free_port
+from popagent_dev.embedded import free_port
 
 
 class Launched:
@@ -48,7 +48,7 @@ def launch(tmp_path: Path, env: dict[str, str] | None = None) -> Launched:
     port = free_port()
     data_dir = tmp_path / "data"
     process = subprocess.Popen(
-        [sys.executable, "-m", "popagent_core.launcher", "--data-dir", str(data_dir), "--port", str(port), "--quiet"],
+        [sys.executable, "-m", "popagent_dev.launcher", "--data-dir", str(data_dir), "--port", str(port), "--quiet"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -39,10 +39,9 @@ from popagent_agent_runner.service import build as build_agent_runner
 from popagent_agent_runner.settings import Settings as AgentRunnerSettings
 from popagent_browser_bridge.service import build as build_browser_bridge
 from popagent_browser_bridge.settings import Settings as BrowserBridgeSettings
-from popagent_core import embedded
-from popagent_core.embedded import free_port
 from popagent_core.grpc_client import open_channel
-from popagent_core.testing.plugin import with_database
+from popagent_dev import embedded
+from popagent_dev.embedded import free_port, with_database
 from popagent_evolution.service import build as build_evolution
 from popagent_evolution.settings import Settings as EvolutionSettings
 from popagent_gateway.app import create_app
@@ -227,6 +226,8 @@ class Stack:
     receiver: HttpsReceiver
     models: ModelGateway
     runner_workers: list[str]
+    # agent-runner's state service, called as evolution (a caller that may change runtime settings).
+    state: agent_runner_pb2_grpc.AgentRunnerStateServiceStub
     gateway_env: dict[str, Any]  # empty without a gateway
     gateway_url: str | None
     task_stub: tasks_pb2_grpc.TasksServiceStub | None
@@ -368,9 +369,9 @@ async def start_stack(
                 NINEROUTER_API_KEY=MODELS_API_KEY,
             )
             await stack.enter_async_context(build_agent_runner(AgentRunnerSettings(**runner_settings)))
+        state_channel = await stack.enter_async_context(open_channel(runner_workers[0], tokens["evolution"]))
+        state = agent_runner_pb2_grpc.AgentRunnerStateServiceStub(state_channel)
         if spec.runtime:
-            channel = await stack.enter_async_context(open_channel(runner_workers[0], tokens["evolution"]))
-            state = agent_runner_pb2_grpc.AgentRunnerStateServiceStub(channel)
             updated = await state.UpdateAgentRuntimeSettings(arpb.UpdateAgentRuntimeSettingsRequest(**spec.runtime))
             assert not updated.violations, updated.violations
         running_tasks: RunningTasks | None = None
@@ -411,8 +412,8 @@ async def start_stack(
             if "secrets" in spec.services:
                 # Every answer the stack gives (fuzzed ones included) can be checked for it.
                 async with httpx.AsyncClient(base_url=gateway_url, headers={"x-popagent-key": API_KEY}) as client:
-                    path = f"/api/secrets/{CANARY_RESOURCE}/{CANARY_NAME}"
-                    (await client.put(path, json={"value": CANARY})).raise_for_status()
+                    body = {"resourceId": CANARY_RESOURCE, "name": CANARY_NAME, "value": CANARY}
+                    (await client.post("/api/secrets", json=body)).raise_for_status()
         yield Stack(
             spec=spec,
             dsn=dsn,
@@ -422,6 +423,7 @@ async def start_stack(
             receiver=receiver,
             models=models,
             runner_workers=runner_workers,
+            state=state,
             gateway_env=gateway_env,
             gateway_url=gateway_url,
             task_stub=task_stub,
