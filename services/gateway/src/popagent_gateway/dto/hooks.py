@@ -23,7 +23,9 @@ class HookRunOut(WireModel):
     event_id: str
     reason: str
     created_at: str
-    signed: bool = Field(description="whether the request to the handler carried a webhook-signature (the handler has a secret)")
+    signed: bool = Field(
+        description="whether the request to the handler carried a webhook-signature (the handler has a secret)"
+    )
 
 
 class HookRunListOut(WireModel):

@@ -41,9 +41,7 @@ def agent_out(agent: pb.Agent) -> AgentOut:
 async def list_agents(runner: AgentRunnerStateStub, catalog: ModelCatalogDep) -> AgentListOut:
     """The supervisor and its three specialists, with every persisted field, the registered tool keys,
     and the model overrides the catalog does not list."""
-    response, view = await asyncio.gather(
-        runner.ListAgents(pb.ListAgentsRequest()), catalog.view()
-    )
+    response, view = await asyncio.gather(runner.ListAgents(pb.ListAgentsRequest()), catalog.view())
     missing = unlisted(view, agent_overrides(response.agents))
     return AgentListOut(
         agents=[agent_out(a) for a in response.agents],
