@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import asyncio
 
-from chat.helpers import chat, new_session, runtime_settings, shape, text_of, thread_rows, turn_events, user_message
+from chat.helpers import (
+    chat,
+    new_session,
+    recorded_turn,
+    runtime_settings,
+    shape,
+    text_of,
+    thread_rows,
+    turn_events,
+    user_message,
+)
 from support.model_gateway import ToolCall, Turn
 from support.stacks import MODEL, Stack
 from support.waiting import eventually
@@ -31,7 +41,11 @@ async def test_a_provider_500_is_an_error_chunk_with_stop_failure_and_nothing_st
         "inStream": False,
     }
     assert stack.hook_requests("Stop") == []
-    assert await thread_rows(stack, session) == []
+    # The prompt is kept and the answer says how the turn ended (issue 22, finding 3).
+    user, assistant = await recorded_turn(stack, session)
+    assert user["parts"] == [{"type": "text", "text": "hi"}]
+    assert assistant["metadata"]["failure"] == "The model provider failed (HTTP 500): upstream exploded"
+    assert "interrupted" not in assistant["metadata"]
     [event] = await turn_events(stack, session)
     assert (event.kind, event.failure_class) == ("failure", "server_error")
     assert "upstream exploded" in event.evidence
@@ -70,7 +84,10 @@ async def test_a_broken_stream_ends_in_an_error_after_the_text_so_far(stack: Sta
     assert "This answer will never finish.".startswith(text_of(chunks)) and text_of(chunks)
     [failure] = stack.hook_requests("StopFailure")
     assert (failure["detail"]["errorClass"], failure["detail"]["inStream"]) == ("connection", True)
-    assert await thread_rows(stack, session) == []
+    # What was streamed is stored with the failure mark.
+    _, assistant = await recorded_turn(stack, session)
+    assert assistant["metadata"]["failure"] == shaped[-2]["errorText"]
+    assert [p["text"] for p in assistant["parts"] if p["type"] == "text"] == [text_of(chunks)]
 
 
 async def test_a_client_disconnect_mid_stream_cancels_the_turn(stack: Stack) -> None:
@@ -86,8 +103,16 @@ async def test_a_client_disconnect_mid_stream_cancels_the_turn(stack: Stack) -> 
                     break
         # The model stream is abandoned too: the turn was cancelled all the way down.
         await eventually(lambda: stack.models.disconnected == 1, within=5, what="the model stream to be abandoned")
-    await asyncio.sleep(0.2)
-    assert await thread_rows(stack, session) == []
+    # The prompt and what was streamed are kept, marked interrupted.
+    _, assistant = await eventually(
+        lambda: recorded_turn_or_none(stack, session),
+        until=lambda turn: turn is not None and "interrupted" in turn[1]["metadata"] and turn[1]["parts"],
+        within=5,
+        what="the interrupted answer",
+    )
+    assert assistant["metadata"]["interrupted"] is True
+    streamed = "".join(p["text"] for p in assistant["parts"] if p["type"] == "text")
+    assert streamed and set(streamed) == {"x"}
     assert await turn_events(stack, session) == []
     assert stack.hook_requests("StopFailure") == stack.hook_requests("Stop") == []
 
@@ -132,3 +157,30 @@ async def test_a_model_that_answers_on_its_final_step_completes_normally(stack: 
         chunks = await chat(client, session, "time?")
     assert text_of(chunks) == "Here is my answer."
     assert chunks[-2]["finishReason"] == "stop"
+
+
+async def recorded_turn_or_none(stack: Stack, session: str) -> tuple[dict, dict] | None:  # type: ignore[type-arg]
+    try:
+        return await recorded_turn(stack, session)
+    except AssertionError:
+        return None
+
+
+async def test_the_prompt_is_stored_before_the_model_is_called(stack: Stack) -> None:
+    """Issue 22 finding 3: a turn that dies from here on (runner killed) still keeps the prompt;
+    its answer reads `interrupted` until the turn ends and replaces it."""
+    stack.models.push(Turn.say("slow answer", chunk_size=2, chunk_delay_s=0.2))
+    async with stack.client() as client:
+        session = await new_session(client)
+        turn = asyncio.create_task(chat(client, session, "keep me"))
+        await eventually(lambda: len(stack.models.requests) == 1, what="the model call")
+        loaded = (await client.get(f"/api/sessions/{session}")).json()
+        user, placeholder = loaded["messages"]
+        assert user["parts"] == [{"type": "text", "text": "keep me"}]
+        assert (placeholder["role"], placeholder["metadata"]["interrupted"]) == ("assistant", True)
+        chunks = await turn
+    # The complete answer replaced the placeholder, under the id the stream announced.
+    _, assistant = await recorded_turn(stack, session)
+    assert assistant["id"] == placeholder["id"] == chunks[0]["messageId"]
+    assert "interrupted" not in assistant["metadata"] and "failure" not in assistant["metadata"]
+    assert text_of(chunks) == "slow answer"

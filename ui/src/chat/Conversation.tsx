@@ -9,7 +9,17 @@ import { Composer } from "./Composer";
 import { HookRuns, HookTimeline } from "./HookTimeline";
 import { ModelNotice, ModelPicker, formatTokens } from "./ModelPicker";
 import { MessageParts } from "./Parts";
-import { failureOf, modelOf, reasonOfChatError, stoppedOf, textOf, titleFrom, turnIdOf, usageOf } from "./meta";
+import {
+  failureOf,
+  interruptedOf,
+  modelOf,
+  reasonOfChatError,
+  stoppedOf,
+  textOf,
+  titleFrom,
+  turnIdOf,
+  usageOf,
+} from "./meta";
 
 type SaveState = { kind: "idle" } | { kind: "saving" } | { kind: "saved" } | { kind: "failed"; reason: string };
 
@@ -287,6 +297,7 @@ function Message(props: { message: UIMessage; sessionId: string; streaming: bool
   const usage = usageOf(message);
   const model = modelOf(message);
   const stopped = stoppedOf(message);
+  const interrupted = !stopped && interruptedOf(message);
   const failure = failureOf(message);
   return (
     <article
@@ -303,11 +314,16 @@ function Message(props: { message: UIMessage; sessionId: string; streaming: bool
           The turn failed: {failure}
         </p>
       ) : null}
-      {message.role === "assistant" && !props.streaming && (turnId || usage || model || stopped) ? (
+      {message.role === "assistant" && !props.streaming && (turnId || usage || model || stopped || interrupted) ? (
         <footer className="message-foot muted">
           {stopped ? (
             <span className="badge warn" data-testid="message-stopped">
               stopped
+            </span>
+          ) : null}
+          {interrupted ? (
+            <span className="badge warn" data-testid="message-interrupted" title="The turn did not finish">
+              interrupted
             </span>
           ) : null}
           {model ? <span>{model}</span> : null}
