@@ -103,13 +103,14 @@ async def test_a_client_disconnect_mid_stream_cancels_the_turn(stack: Stack) -> 
                     break
         # The model stream is abandoned too: the turn was cancelled all the way down.
         await eventually(lambda: stack.models.disconnected == 1, within=5, what="the model stream to be abandoned")
+
     # The prompt and what was streamed are kept, marked interrupted.
-    _, assistant = await eventually(
-        lambda: recorded_turn_or_none(stack, session),
-        until=lambda turn: turn is not None and "interrupted" in turn[1]["metadata"] and turn[1]["parts"],
-        within=5,
-        what="the interrupted answer",
-    )
+    async def interrupted_answer() -> dict | None:  # type: ignore[type-arg]
+        turn = await recorded_turn_or_none(stack, session)
+        return turn[1] if turn is not None and "interrupted" in turn[1]["metadata"] and turn[1]["parts"] else None
+
+    assistant = await eventually(interrupted_answer, within=5, what="the interrupted answer")
+    assert assistant is not None
     assert assistant["metadata"]["interrupted"] is True
     streamed = "".join(p["text"] for p in assistant["parts"] if p["type"] == "text")
     assert streamed and set(streamed) == {"x"}
