@@ -141,7 +141,8 @@ async def recorded_turn(stack: Stack, session_id: str) -> tuple[dict[str, Any], 
     rows = await thread_rows(stack, session_id)
     assert [role for _, role, _ in rows] == ["user", "assistant"]
     async with stack.db() as conn:
-        stored: str = await conn.fetchval("SELECT messages::text FROM popagent_sessions WHERE id = $1", session_id)
+        stored = await conn.fetchval("SELECT messages::text FROM popagent_sessions WHERE id = $1", session_id)
+    assert isinstance(stored, str)
     listed = orjson.loads(stored)
     assert listed == [rows[0][2]["ui"], rows[1][2]["ui"]]
     return rows[0][2]["ui"], rows[1][2]["ui"]
