@@ -53,5 +53,7 @@ def launch(tmp_path: Path, env: dict[str, str] | None = None) -> Launched:
         stderr=subprocess.STDOUT,
         text=True,
         env={**os.environ, **(env or {})},
+        # A process group of its own, as a terminal gives it: Ctrl-C is `os.killpg(pid, SIGINT)`.
+        start_new_session=True,
     )
     return Launched(process, port, data_dir)

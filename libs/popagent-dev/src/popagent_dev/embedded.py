@@ -262,6 +262,8 @@ def start_nats(store_dir: Path, port: int | None = None, log_file: Path | None =
             stdout=output,
             stderr=output,
             env={k: v for k, v in os.environ.items() if not k.startswith("POPAGENT_")},
+            # Its own session: a terminal's Ctrl-C must not stop it before the services that use it.
+            start_new_session=True,
         )
         try:
             wait_for_port(chosen, process=process)
