@@ -311,8 +311,9 @@ class Stack:
     async def _pump(self, child: Child) -> None:
         assert child.process.stdout is not None
         log_path = self.config.data_dir / "logs" / f"{child.name}.log"
-        # Appending a log line to a local file is not worth a thread hop per line.
-        with open(log_path, "ab") as log:  # noqa: ASYNC230
+        # Appending a log line to a local file is not worth a thread hop per line. Unbuffered:
+        # each line is one write, so `tail -f` is current and a killed launcher loses nothing.
+        with open(log_path, "ab", buffering=0) as log:  # noqa: ASYNC230
             async for raw in child.process.stdout:
                 log.write(raw)
                 line = raw.decode(errors="replace").rstrip()
