@@ -57,3 +57,30 @@ async def test_an_answer_finished_during_a_database_outage_is_stored_when_it_ret
     assert [p["text"] for p in assistant["parts"] if p["type"] == "text"] == ["The answer survives the outage."]
     # The commit's backoff is capped at 2 s: it is stored soon after the database is back.
     assert recovered_in < 5
+
+
+def test_a_database_failure_of_a_turn_reads_as_what_to_do_not_as_the_driver_error() -> None:
+    from popagent_agent_runner.failures import TurnFailure
+    from popagent_agent_runner.llm.wire import classify_model_error
+    from popagent_agent_runner.turn.failure_texts import TURN_TEXTS
+    from popagent_core.errors import StorageError
+
+    failure = classify_model_error(StorageError("database error: FileNotFoundError"))
+    assert failure.error_class is TurnFailure.STORAGE
+    assert "FileNotFoundError" not in TURN_TEXTS[failure.error_class]
+
+
+async def test_the_model_list_is_served_while_the_database_is_down(outage: tuple[Stack, StoppablePostgres]) -> None:
+    """/api/models needs only the model gateway's catalog (issue 22, finding 5)."""
+    stack, postgres = outage
+    async with stack.client() as client:
+        before = (await client.get("/api/models")).json()
+        postgres.stop()
+        try:
+            response = await client.get("/api/models")
+        finally:
+            postgres.start()
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["models"] == before["models"] and body["models"]
+    assert "configured models are unknown" in body["warning"]

@@ -61,7 +61,7 @@ from popagent_agent_runner.turn.capability import arguments_object, jsonable
 from popagent_agent_runner.turn.deps import SUPERVISOR_ID, TurnContext, TurnDeps
 from popagent_agent_runner.turn.events import TurnOutput, usage_metadata
 from popagent_agent_runner.turn.evidence import EVIDENCE_CHARS, GOAL_CHARS, evidence
-from popagent_agent_runner.turn.failure_texts import failure_message, provider_message
+from popagent_agent_runner.turn.failure_texts import TURN_TEXTS, failure_message, provider_message
 from popagent_agent_runner.turn.hooks_points import TurnHooks, bounded, denied
 from popagent_agent_runner.turn.memories import RECALL_LIMIT, MemoryStore, bounded_recall, recall_query
 from popagent_agent_runner.turn.thread_store import ThreadStore, TurnState, Version
@@ -277,7 +277,9 @@ class TurnRunner:
                     "inStream": in_stream,
                 },
             )
-            message = str(exc) if isinstance(exc, PopagentError) else failure_message(failure, detail)
+            message = TURN_TEXTS.get(failure.error_class) or (
+                str(exc) if isinstance(exc, PopagentError) else failure_message(failure, detail)
+            )
             output.error(failure.error_class, message)
             if record.begun is not None:
                 await self._store_end(
