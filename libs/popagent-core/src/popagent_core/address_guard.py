@@ -81,11 +81,19 @@ async def system_resolver(host: str, port: int) -> list[str]:
 class GuardedBackend(httpcore.AsyncNetworkBackend):
     """A network backend that checks the address it is about to connect to."""
 
-    def __init__(self, *, allow_private: bool, resolver: Resolver | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        allow_private: bool,
+        resolver: Resolver | None = None,
+        inner: httpcore.AsyncNetworkBackend | None = None,
+    ) -> None:
         self.allow_private = allow_private
         self.resolver = resolver or system_resolver
+        # Where an allowed connection physically goes: the OS by default; a test may route a
+        # checked public address to a local server to see what the guard does after it.
         # Typed as the interface: httpcore's stubs see a placeholder class when anyio is optional.
-        self._inner = typing.cast(httpcore.AsyncNetworkBackend, httpcore.AnyIOBackend())
+        self._inner = inner or typing.cast(httpcore.AsyncNetworkBackend, httpcore.AnyIOBackend())
 
     async def resolve_allowed(self, host: str, port: int) -> list[str]:
         """Addresses of `host` the guard lets a connection go to; BlockedAddress when there are none."""
