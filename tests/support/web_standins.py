@@ -19,7 +19,7 @@ import json
 import urllib.parse
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from popagent_dev.embedded import free_port
 
@@ -68,7 +68,7 @@ class PageServer:
             await self._server.wait_closed()
             self._server = None
 
-    async def __aenter__(self) -> PageServer:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 
@@ -109,6 +109,10 @@ class PageServer:
             writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + page.body)
             await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError, asyncio.LimitOverrunError):
+            pass
+        except asyncio.CancelledError:
+            # The server stopped mid-answer (a client gave up on a slow page); asyncio would log
+            # the cancelled handler as an error.
             pass
         finally:
             writer.close()

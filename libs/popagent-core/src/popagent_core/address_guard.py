@@ -6,8 +6,9 @@ else chose, so both go through this one httpcore network backend:
   link-local, CGNAT, metadata and other non-global addresses (unless the operator
   allows private ones), and connects to the very address it checked, so a DNS answer
   that changes between check and use (rebinding) cannot slip through;
-- IP literals in any spelling the URL parser lets through (IPv4-mapped, 6to4, NAT64,
-  Teredo) are judged by the IPv4 address they carry;
+- IP literals in any spelling the URL parser lets through are judged as the address they
+  are: legacy IPv4 forms (decimal, octal, hex, short) as inet_aton reads them, IPv6
+  forms that carry an IPv4 address (IPv4-mapped, 6to4, NAT64, Teredo) by that address;
 - Unix sockets are never connected to.
 """
 
@@ -73,6 +74,25 @@ def address_allowed(address: IPAddress, allow_private: bool) -> bool:
     return category is None or (allow_private and category in PRIVATE_CATEGORIES)
 
 
+def ip_literal(host: str) -> IPAddress | None:
+    """The address `host` spells, or None for a name to resolve.
+
+    Besides the standard forms this reads IPv4 the way inet_aton (and so getaddrinfo and
+    every browser) does: decimal `2130706433`, octal `0177.0.0.1`, hex `0x7f.1`, short
+    `127.1`. The verdict then never depends on how a resolver would have read them.
+    """
+    try:
+        return ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        pass
+    if not host or not all(c.isalnum() or c == "." for c in host) or not host[0].isdigit():
+        return None
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(host))
+    except OSError:
+        return None
+
+
 async def system_resolver(host: str, port: int) -> list[str]:
     infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
@@ -97,9 +117,10 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
 
     async def resolve_allowed(self, host: str, port: int) -> list[str]:
         """Addresses of `host` the guard lets a connection go to; BlockedAddress when there are none."""
-        try:
-            candidates = [str(ipaddress.ip_address(host.strip("[]")))]
-        except ValueError:
+        literal = ip_literal(host)
+        if literal is not None:
+            candidates = [str(literal)]
+        else:
             try:
                 candidates = await self.resolver(host, port)
             except OSError as exc:

@@ -64,5 +64,7 @@ async def chat_service(
     ):
         models.preload()
         memories = MemoryStore(pool, QUERIES)
-        runner = TurnRunner(ThreadStore(pool, QUERIES), memories, hooks, AgentFactory(models, ToolRegistry()), starts, web)
+        runner = TurnRunner(
+            ThreadStore(pool, QUERIES), memories, hooks, AgentFactory(models, ToolRegistry()), starts, web
+        )
         yield ChatServicer(runner, memories)
