@@ -6,9 +6,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
+from pydantic import ValidationError
 
+from popagent_agent_runner.settings import Settings
 from popagent_agent_runner.turn.tools.search.searxng import MAX_RESULTS, MAX_SNIPPET_CHARS, SearchQuery, SearxngClient
+from popagent_core.auth import generate_credentials
 from popagent_core.errors import Unavailable
+from popagent_core.settings import describe_validation_error
 from popagent_dev.embedded import free_port
 from support.web_standins import Page, SearxngStandIn, searxng_result
 
@@ -144,3 +148,34 @@ async def test_other_failures_name_their_cause(page: Page, message: str) -> None
                 await client.search(SearchQuery("q"))
         finally:
             await client.aclose()
+
+
+_, CALLERS = generate_credentials(("gateway",))
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("SEARXNG_URL", "searxng:8080"),
+        ("POPAGENT_WEB_SEARCH_TIMEOUT_S", "0"),
+        ("POPAGENT_WEB_FETCH_MAX_BYTES", "10"),
+        ("POPAGENT_WEB_FETCH_ALLOW_PRIVATE_ADDRESSES", "maybe"),
+    ],
+)
+def test_a_bad_web_setting_names_its_variable(variable: str, value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DATABASE_URL", "postgresql://u@localhost/db")
+    monkeypatch.setenv("POPAGENT_INTERNAL_CALLERS", CALLERS)
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValidationError) as caught:
+        Settings()  # pyright: ignore[reportCallIssue] - values come from the environment
+    assert describe_validation_error(Settings, caught.value).startswith(f"{variable} ")
+
+
+def test_the_web_settings_default_to_a_local_searxng_and_no_private_fetches(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DATABASE_URL", "postgresql://u@localhost/db")
+    monkeypatch.setenv("POPAGENT_INTERNAL_CALLERS", CALLERS)
+    for variable in ("SEARXNG_URL", "POPAGENT_WEB_FETCH_ALLOW_PRIVATE_ADDRESSES"):
+        monkeypatch.delenv(variable, raising=False)
+    settings = Settings()  # pyright: ignore[reportCallIssue] - values come from the environment
+    assert settings.searxng_url == "http://127.0.0.1:8889"
+    assert settings.web_fetch_allow_private_addresses is False
