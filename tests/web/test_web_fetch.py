@@ -59,6 +59,13 @@ async def test_an_html_page_comes_back_as_markdown_with_absolute_links(
     assert seen.path == "/guide" and seen.headers["accept-encoding"] == "identity" and "cookie" not in seen.headers
 
 
+async def test_the_page_s_own_charset_is_honoured(server: PageServer, relaxed: PageFetcher) -> None:
+    body = '<html><head><meta charset="iso-8859-1"><title>Café</title></head><body><p>Crème brûlée</p></body></html>'
+    server.pages["/latin"] = Page(body=body.encode("latin-1"), content_type="text/html")
+    page = await relaxed.fetch(server.url("/latin"))
+    assert (page.title, page.markdown) == ("Café", "Crème brûlée")
+
+
 async def test_plain_text_passes_as_text_and_binary_content_is_refused(
     server: PageServer, relaxed: PageFetcher
 ) -> None:
@@ -251,3 +258,34 @@ async def test_a_redirect_to_a_private_address_is_refused_before_connecting(serv
     # One connection, to the public address; none to the redirect's target.
     assert network.connected == [("93.184.215.14", server.port)]
     assert server.connections == 1 and [seen.path for seen in server.requests] == ["/start"]
+
+
+async def test_a_rebinding_name_never_gets_a_connection_while_it_points_inside(server: PageServer) -> None:
+    """A name whose answer flips between public and private on every lookup (TTL 0): each
+    connection resolves once and goes to the address it checked, so no flip slips through."""
+    flips = iter(["93.184.215.14", "10.0.0.1", "127.0.0.1", "169.254.169.254"] * 50)
+
+    async def resolver(host: str, port: int) -> list[str]:
+        return [next(flips)]
+
+    server.pages["/"] = Page(body=b"<p>public</p>")
+    network = RouteToLocal(server.port)
+    fetcher = PageFetcher(
+        allow_private=False,
+        timeout_s=3.0,
+        max_bytes=4096,
+        backend=GuardedBackend(allow_private=False, resolver=resolver, inner=network),
+    )
+    fetched = refused = 0
+    try:
+        for _ in range(200):
+            try:
+                await fetcher.fetch(f"http://rebind.example:{server.port}/")
+                fetched += 1
+            except FetchRefused:
+                refused += 1
+    finally:
+        await fetcher.aclose()
+    assert (fetched, refused) == (50, 150)
+    assert {host for host, _ in network.connected} == {"93.184.215.14"}
+    assert server.connections == len(network.connected) == 50

@@ -106,9 +106,13 @@ def _decode(body: bytes, charset: str | None) -> str:
         return body.decode("utf-8", errors="replace")
 
 
-def html_to_markdown(html: str, base_url: str) -> tuple[str, str]:
-    """(title, Markdown) of an HTML page; relative links are made absolute against `base_url`."""
-    soup = BeautifulSoup(html, "html.parser")
+def html_to_markdown(html: bytes, charset: str | None, base_url: str) -> tuple[str, str]:
+    """(title, Markdown) of an HTML page; relative links are made absolute against `base_url`.
+
+    The bytes go to BeautifulSoup, which honours the header's charset and otherwise the
+    page's own `<meta charset>`.
+    """
+    soup = BeautifulSoup(html, "html.parser", from_encoding=charset)
     title = " ".join(soup.title.get_text().split()) if soup.title else ""
     for element in soup.find_all(_DROPPED):
         element.decompose()
@@ -213,11 +217,10 @@ class PageFetcher:
         if headers.get("content-encoding", "identity").strip().lower() not in ("", "identity"):
             raise Unavailable(f"{url} answered a compressed body although none was accepted")
         media, charset = _media_type(headers.get("content-type", "text/html"))
-        text = _decode(body, charset)
         if media in HTML_TYPES:
-            title, markdown = html_to_markdown(text, url)
+            title, markdown = html_to_markdown(body, charset, url)
         elif media in TEXT_TYPES or media.startswith("text/"):
-            title, markdown = "", text.strip()
+            title, markdown = "", _decode(body, charset).strip()
         else:
             raise Unavailable(f"{url} is {media or 'of no stated type'}, not a page webFetch can read as text")
         if len(markdown) > MAX_MARKDOWN_CHARS:
