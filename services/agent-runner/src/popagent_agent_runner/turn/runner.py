@@ -65,6 +65,7 @@ from popagent_agent_runner.turn.failure_texts import TURN_TEXTS, failure_message
 from popagent_agent_runner.turn.hooks_points import TurnHooks, bounded, denied
 from popagent_agent_runner.turn.memories import RECALL_LIMIT, MemoryStore, bounded_recall, recall_query
 from popagent_agent_runner.turn.thread_store import ThreadStore, TurnState, Version
+from popagent_agent_runner.turn.tools.web import WebAccess
 from popagent_agent_runner.turn.ui_message import prompt_text, user_content, with_prompt_text
 from popagent_core.errors import ConfigurationError, InvalidArgument, PopagentError, StorageError
 from popagent_core.log import trace_id_var, turn_id_var
@@ -200,8 +201,10 @@ class TurnRunner:
         hooks: HooksClient,
         factory: AgentFactory,
         starts: SessionStarts,
+        web: WebAccess,
     ) -> None:
         self.threads = threads
+        self.web = web
         self.memories = memories
         self.hooks = hooks
         self.factory = factory
@@ -246,6 +249,7 @@ class TurnRunner:
             hooks=hooks,
             memories=self.memories,
             output=output,
+            web=self.web,
         )
         goal = prompt_text(turn.message)
         record = _Record()
