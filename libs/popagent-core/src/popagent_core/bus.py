@@ -50,12 +50,14 @@ class BrokerLog:
         self.first_reminder_s = first_reminder_s
         self.max_reminder_s = max_reminder_s
         self.down_since: float | None = None
+        # Set while this process drains and closes the connection: that disconnect is no outage.
+        self.closing = False
         self._next_reminder = 0.0
         self._interval = first_reminder_s
 
     async def disconnected(self) -> None:
         loop_time = asyncio.get_running_loop().time()
-        if self.down_since is None:
+        if self.down_since is None and not self.closing:
             self.down_since = loop_time
             self._interval = self.first_reminder_s
             self._next_reminder = loop_time + self._interval
@@ -63,6 +65,8 @@ class BrokerLog:
 
     async def error(self, exc: Exception) -> None:
         loop_time = asyncio.get_running_loop().time()
+        if self.closing:
+            return
         if self.down_since is None and isinstance(exc, CONNECTION_ERRORS):
             # The read error comes before the disconnect callback: it is the same outage.
             await self.disconnected()
@@ -115,6 +119,7 @@ async def connect(url: str, *, name: str, connect_timeout_s: float = 20.0) -> As
     try:
         yield nc
     finally:
+        broker_log.closing = True
         with contextlib.suppress(Exception):
             await asyncio.wait_for(nc.drain(), timeout=3)
         if not nc.is_closed:
