@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import orjson
+
 from chat.helpers import (
     chat,
     new_session,
@@ -185,3 +187,42 @@ async def test_the_prompt_is_stored_before_the_model_is_called(stack: Stack) -> 
     assert assistant["id"] == placeholder["id"] == chunks[0]["messageId"]
     assert "interrupted" not in assistant["metadata"] and "failure" not in assistant["metadata"]
     assert text_of(chunks) == "slow answer"
+
+
+async def test_a_stopping_runner_ends_its_chat_streams_with_an_error_and_keeps_them(stack: Stack) -> None:
+    """RELIABILITY row 10 in-process: a stop during a streamed turn gives the stream a terminal
+    `error` event within the grace period, and the session keeps what was streamed, marked."""
+    from popagent.agent_runner.v1 import agent_runner_pb2 as pb
+    from popagent.agent_runner.v1 import agent_runner_pb2_grpc
+    from popagent_agent_runner.service import SERVER_GRACE_S, TASK_TURN_GRACE_S
+    from popagent_core.grpc_client import open_channel
+
+    stack.models.push(Turn.say("word " * 100, chunk_size=5, chunk_delay_s=0.1))
+    async with stack.client() as client:
+        session = await new_session(client)
+    runner = stack.extra_runner()
+    address = await runner.__aenter__()
+    events: list[pb.TurnEvent] = []
+    async with open_channel(address, stack.tokens["gateway"]) as channel:
+        stub = agent_runner_pb2_grpc.AgentRunnerServiceStub(channel)
+        request = pb.ChatRequest(
+            session_id=session, message_json=orjson.dumps(user_message("long")).decode(), model=MODEL
+        )
+
+        async def consume() -> None:
+            async for batch in stub.Chat(request):
+                events.extend(batch.events)
+
+        call = asyncio.create_task(consume())
+        await eventually(lambda: any(e.HasField("text_delta") for e in events), what="streamed text")
+        stopping = asyncio.get_running_loop().time()
+        stop = asyncio.create_task(runner.__aexit__(None, None, None))
+        async with asyncio.timeout(TASK_TURN_GRACE_S + SERVER_GRACE_S + 2):
+            await call
+            ended_in = asyncio.get_running_loop().time() - stopping
+            await stop
+    assert events[-1].HasField("error") and events[-1].error.error_class == "shutdown"
+    assert ended_in < TASK_TURN_GRACE_S + 2
+    _, assistant = await recorded_turn(stack, session)
+    assert assistant["metadata"]["interrupted"] is True
+    assert "word" in "".join(p["text"] for p in assistant["parts"] if p["type"] == "text")

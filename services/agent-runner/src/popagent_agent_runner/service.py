@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -102,8 +103,13 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
         task_servicer = TaskServicer(TaskTurns(chat.runner, sessions))
         agent_runner_pb2_grpc.add_AgentRunnerTaskServiceServicer_to_server(task_servicer, kernel.server)
         port = await stack.enter_async_context(kernel.serving(settings.grpc_address, grace_s=SERVER_GRACE_S))
-        # Unwinds before the server stops: running task turns end with SHUTDOWN (requeued) in time.
-        stack.push_async_callback(task_servicer.interrupt_all, TASK_TURN_GRACE_S)
+
+        # Unwinds before the server stops: running task turns end with SHUTDOWN (requeued) and
+        # chat streams with an error event, in time.
+        async def interrupt_turns() -> None:
+            await asyncio.gather(task_servicer.interrupt_all(TASK_TURN_GRACE_S), chat.interrupt_all(TASK_TURN_GRACE_S))
+
+        stack.push_async_callback(interrupt_turns)
         await _resume_pending_deletions(deleter, settings.pending_deletion_grace_s)
         yield RunningAgentRunner(port, deleter)
 

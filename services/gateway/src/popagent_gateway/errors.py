@@ -42,6 +42,7 @@ DEPENDENCY_TEXTS: dict[grpc.StatusCode, str] = {
         "A popagent service or its database is unavailable right now (restarting or down). "
         "Retry in a few seconds; /api/health shows which part."
     ),
+    grpc.StatusCode.CANCELLED: "A popagent service stopped this request (it is restarting). Retry in a few seconds.",
     grpc.StatusCode.DEADLINE_EXCEEDED: (
         "A popagent service did not answer in time. Retry in a moment; /api/health shows which part is slow."
     ),
