@@ -93,6 +93,8 @@ class StackConfig:
     echo_logs: bool = True
     start_timeout_s: float = 60.0
     runner_workers: int = field(default_factory=default_runner_workers)
+    # The supervisor's first restart delay (doubling up to RESTART_MAX_S).
+    restart_base_s: float = RESTART_BASE_S
 
 
 def _secret_key(data_dir: Path) -> str:
@@ -245,7 +247,7 @@ class Stack:
                 )
                 self.write_state()
                 continue
-            delay = min(RESTART_BASE_S * 2 ** len(recent), RESTART_MAX_S)
+            delay = min(self.config.restart_base_s * 2 ** len(recent), RESTART_MAX_S)
             child.state = "restarting"
             self.write_state()
             self._restarting(self._restart(child, delay, [*recent, now]), child.name)
