@@ -22,14 +22,16 @@ import contextlib
 import datetime as dt
 import difflib
 import errno
+import functools
 import hashlib
 import mimetypes
 import os
 import re
 import secrets
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import ParamSpec, TypeVar
 
 from popagent_agent_runner.workspace import gitignore
 from popagent_agent_runner.workspace.paths import (
@@ -67,6 +69,26 @@ _MAGIC = (
     (b"\x7fELF", "application/x-executable"),
     (b"\x1f\x8b", "application/gzip"),
 )
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def refusing_os_errors(operation: Callable[P, R]) -> Callable[P, R]:
+    """A system call that fails mid-operation (an entry removed or replaced concurrently) is a
+    refusal the model reads, like every other, not an internal error."""
+
+    @functools.wraps(operation)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return operation(*args, **kwargs)
+        except OSError as exc:
+            raise WorkspaceRefusal(
+                f"{exc.strerror or exc}; the file system changed during the call, try again"
+            ) from None
+
+    return run
 
 
 def sha256(data: bytes) -> str:
@@ -145,6 +167,7 @@ class ReadResult:
     next_line: int = 0
 
 
+@refusing_os_errors
 def read_file(repo: Repository, raw: str, offset: int = 1, limit: int | None = None) -> ReadResult:
     with repo.entry(raw) as entry:
         data, _ = _read_regular(entry)
@@ -261,6 +284,7 @@ def _writable_entry(entry: Entry, what: str) -> None:
         raise WorkspaceRefusal(f"{entry.path} is {kind}; only regular files are written")
 
 
+@refusing_os_errors
 def write_file(repo: Repository, raw: str, content: str, read_hashes: Mapping[str, str]) -> WriteResult:
     data = content.encode()
     if len(data) > MAX_FILE_BYTES:
@@ -305,6 +329,7 @@ def _closest_lines(text: str, old: str) -> str:
     return "\n".join(f"{best + 1 + i:>6}\t{line}" for i, line in enumerate(window))
 
 
+@refusing_os_errors
 def edit_file(
     repo: Repository, raw: str, old: str, new: str, replace_all: bool, read_hashes: Mapping[str, str]
 ) -> EditResult:
@@ -443,6 +468,7 @@ def _walk_tree(
                 os.close(sub)
 
 
+@refusing_os_errors
 def list_files(repo: Repository, raw: str = ".", depth: int = 2, max_entries: int = LIST_MAX_ENTRIES) -> Listing:
     depth = max(1, min(depth, LIST_MAX_DEPTH))
     max_entries = max(1, min(max_entries, LIST_MAX_ENTRIES))
@@ -454,7 +480,10 @@ def list_files(repo: Repository, raw: str = ".", depth: int = 2, max_entries: in
             if len(entries) >= max_entries:
                 truncated = True
                 break
-            st = item.stat(follow_symlinks=False)
+            try:
+                st = item.stat(follow_symlinks=False)
+            except OSError:
+                continue  # gone since the directory was read
             entries.append(ListedEntry(_checked_result(parts), _kind(st.st_mode), st.st_size))
         return Listing(display(folder.parts), tuple(entries), truncated)
 
@@ -481,6 +510,7 @@ def _include_matcher(include: str | None) -> re.Pattern[str] | None:
     return re.compile("|".join(f"(?:{gitignore.glob_regex(glob).pattern})" for glob in globs))
 
 
+@refusing_os_errors
 def grep(
     repo: Repository, pattern: str, raw: str = ".", include: str | None = None, max_matches: int = 100
 ) -> GrepResult:
@@ -564,6 +594,7 @@ class FileStat:
     link_target: str = ""
 
 
+@refusing_os_errors
 def file_stat(repo: Repository, raw: str) -> FileStat:
     with repo.entry(raw, follow_last=False, allow_root=True) as entry:
         if entry.st is None:
@@ -577,6 +608,7 @@ def file_stat(repo: Repository, raw: str) -> FileStat:
         return FileStat(entry.path, _kind(st.st_mode), st.st_size, f"{stat.S_IMODE(st.st_mode):04o}", modified, target)
 
 
+@refusing_os_errors
 def make_directory(repo: Repository, raw: str) -> str:
     parts = split_relative(raw)
     _refuse_git(parts, "mkdir")
@@ -585,6 +617,7 @@ def make_directory(repo: Repository, raw: str) -> str:
         return folder.path
 
 
+@refusing_os_errors
 def delete(repo: Repository, raw: str) -> str:
     parts = split_relative(raw)
     _refuse_git(parts, "delete")
