@@ -21,7 +21,7 @@ MEMBER_PYPROJECTS := pyproject.toml $(wildcard libs/*/pyproject.toml services/*/
 .PHONY: run test test-fast lint typecheck protos setup system-deps bench constraints compose-config clean ui
 
 run: setup
-	$(VPY) -m popagent_core.launcher
+	$(VPY) -m popagent_dev.launcher
 
 test: setup
 	@npm --prefix ui run --silent size
@@ -30,10 +30,13 @@ test: setup
 test-fast: setup
 	$(VPY) -m pytest -x $(PYTEST_ARGS)
 
+# The import rules are [tool.importlinter] in pyproject.toml; tests/ on the path as under pytest,
+# so the contracts can name its `support` package.
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/pyright
+	PYTHONPATH=tests $(VENV)/bin/lint-imports
 
 setup: system-deps $(SYNC_STAMP) $(PROTO_STAMP) $(NODE_TEST_DEPS) $(UI_BUILD)
 	@# The project's own modules (editable installs) too; only changed files are compiled again.

@@ -49,10 +49,11 @@ import orjson
 import psutil
 import uvloop
 
-from popagent_core import embedded
 from popagent_core.auth import generate_credentials
 from popagent_core.grpc_client import check_health, open_channel
-from popagent_core.launcher import _ensure_database, default_runner_workers  # pyright: ignore[reportPrivateUsage]
+from popagent_dev import embedded
+from popagent_dev.embedded import ensure_database
+from popagent_dev.launcher import default_runner_workers
 
 REPO = Path(__file__).resolve().parents[1]
 API_KEY = "bench-api-key-" + "k" * 24
@@ -117,7 +118,10 @@ async def model_server(chunks: int, chunk_delay_s: float) -> AsyncIterator[tuple
     text = "".join(f"{n % 1000:03d} " for n in range(chunks))
     turn = {"text": text, "chunk_size": CHUNK_CHARS, "chunk_delay_s": chunk_delay_s}
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as script:
-        json.dump({"turns": [turn], "loop": True, "api_key": MODEL_KEY}, script)
+        # The catalog lists the seeded default and the specialists' override too, as 9Router does:
+        # the gateway refuses a chat whose agents would run on a model the catalog lacks.
+        models = [{"id": MODEL}, {"id": "cx/gpt-5.3-codex"}, {"id": "cx/gpt-5.3-codex-spark"}]
+        json.dump({"turns": [turn], "loop": True, "api_key": MODEL_KEY, "models": models}, script)
     port = embedded.free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO / "tests")}
     command = [sys.executable, "-c", SERVE_WITH_NODELAY, "--port", str(port), "--script", script.name]
@@ -157,7 +161,7 @@ async def stack(data: Path, model_url: str, runner_workers: int) -> AsyncIterato
     gateway_port = embedded.free_port()
     unused = f"127.0.0.1:{embedded.free_port()}"
     with embedded.postgres(data / "pg") as admin_dsn, embedded.nats(data / "nats") as nats:
-        dsn = await _ensure_database(admin_dsn, f"popagent_bench_{uuid.uuid4().hex[:8]}")
+        dsn = await ensure_database(admin_dsn, f"popagent_bench_{uuid.uuid4().hex[:8]}")
         (data / "workspace" / "popagent").mkdir(parents=True, exist_ok=True)
         base = {k: v for k, v in os.environ.items() if not k.startswith(("POPAGENT_", "NINEROUTER_"))}
         base |= {

@@ -28,10 +28,10 @@ import uvloop
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
-from popagent_core import embedded
 from popagent_core.auth import generate_credentials
 from popagent_core.grpc_client import check_health, open_channel
-from popagent_core.launcher import _ensure_database
+from popagent_dev import embedded
+from popagent_dev.embedded import ensure_database
 
 API_KEY = "bench-api-key-" + "k" * 24
 SESSIONS = 50
@@ -87,7 +87,7 @@ async def processes(data: Path) -> AsyncIterator[tuple[int, str, str]]:
     runner_address = f"127.0.0.1:{embedded.free_port()}"
     gateway_port = embedded.free_port()
     with embedded.postgres(data / "pg") as admin_dsn, embedded.nats(data / "nats") as nats:
-        dsn = await _ensure_database(admin_dsn, "popagent_bench")
+        dsn = await ensure_database(admin_dsn, "popagent_bench")
         (data / "workspace" / "popagent").mkdir(parents=True, exist_ok=True)
         base = {k: v for k, v in os.environ.items() if not k.startswith("POPAGENT_")}
         base |= {

@@ -30,11 +30,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from popagent.hooks.v1 import hooks_pb2_grpc  # noqa: E402
-from popagent_core import embedded  # noqa: E402
 from popagent_core.auth import generate_credentials  # noqa: E402
 from popagent_core.grpc_client import check_health  # noqa: E402
-from popagent_hooks.client import HooksClient  # noqa: E402
-from popagent_hooks.events import Event, Outcome  # noqa: E402
+from popagent_dev import embedded  # noqa: E402
+from popagent_hooks_client.client import HooksClient  # noqa: E402
+from popagent_hooks_client.events import Event, Outcome  # noqa: E402
 from support.https_receiver import HttpsReceiver, answer, make_secret  # noqa: E402
 
 ROUNDS = int(os.environ.get("BENCH_HOOKS_ROUNDS", "400"))

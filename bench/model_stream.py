@@ -36,7 +36,7 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai_compatible import OpenAICompatibleProvider
 
 from popagent_agent_runner.llm.model import LeanOpenAIModel, streaming_to
-from popagent_core.embedded import free_port
+from popagent_dev.embedded import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 API_KEY = "sk-bench"

@@ -26,10 +26,10 @@ from pathlib import Path
 
 import asyncpg
 
-from popagent_core import embedded
 from popagent_core.db import open_pool
 from popagent_core.migrate import migrate
-from popagent_core.testing.plugin import with_database
+from popagent_dev import embedded
+from popagent_dev.embedded import with_database
 from popagent_secrets.crypto import Keyring
 from popagent_secrets.service import MIGRATIONS
 from popagent_secrets.store import SecretStore

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import psutil
 
-from popagent_core.embedded import free_port
-from popagent_core.launcher import Stack, StackConfig
+from popagent_dev.embedded import free_port
+from popagent_dev.launcher import Stack, StackConfig
 
 
 def bare_python_baseline() -> tuple[float, float]:

@@ -42,12 +42,12 @@ import asyncpg  # noqa: E402
 import uvloop  # noqa: E402
 
 from popagent.tasks.v1 import tasks_pb2, tasks_pb2_grpc  # noqa: E402
-from popagent_core import embedded  # noqa: E402
 from popagent_core.auth import generate_credentials  # noqa: E402
 from popagent_core.db import open_pool  # noqa: E402
 from popagent_core.grpc_client import check_health, open_channel  # noqa: E402
 from popagent_core.migrate import migrate  # noqa: E402
-from popagent_core.testing.plugin import with_database  # noqa: E402
+from popagent_dev import embedded  # noqa: E402
+from popagent_dev.embedded import with_database  # noqa: E402
 from popagent_tasks.repo import TaskRepo  # noqa: E402
 from popagent_tasks.service import MIGRATIONS  # noqa: E402
 

@@ -22,7 +22,8 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from popagent_core.auth import SERVICES, generate_credentials
+from popagent_core.auth import generate_credentials
+from popagent_core.topology import SERVICE_NAMES
 
 TEMPLATE = Path(__file__).resolve().with_name(".env.example")
 DATABASE_URL_VARIABLES = ("DATABASE_URL", "OBSERVABILITY_DATABASE_URL")
@@ -34,7 +35,7 @@ def token_variable(service: str) -> str:
 
 
 def fresh_secrets() -> dict[str, str]:
-    tokens, callers = generate_credentials(SERVICES)
+    tokens, callers = generate_credentials(SERVICE_NAMES)
     values = {
         # Hex: safe inside a URL's userinfo without quoting.
         "POSTGRES_PASSWORD": secrets.token_hex(24),
@@ -44,7 +45,7 @@ def fresh_secrets() -> dict[str, str]:
         # Compact JSON: no spaces for an env-file parser to trim or split on.
         "POPAGENT_INTERNAL_CALLERS": json.dumps(json.loads(callers), separators=(",", ":"), sort_keys=True),
     }
-    values.update({token_variable(service): tokens[service] for service in SERVICES})
+    values.update({token_variable(service): tokens[service] for service in SERVICE_NAMES})
     return values
 
 

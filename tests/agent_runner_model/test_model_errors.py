@@ -22,7 +22,7 @@ from pydantic_ai.messages import ModelRequest, UserPromptPart
 
 from popagent_agent_runner.llm.model import LeanOpenAIModel, classify_model_error, streaming_to
 from popagent_agent_runner.turn.agent_runs import run_agent
-from popagent_core.embedded import free_port
+from popagent_dev.embedded import free_port
 from support.model_gateway import ModelGateway, Turn
 
 MESSAGES = [ModelRequest(parts=[UserPromptPart("Hi")])]

@@ -29,9 +29,9 @@ from popagent_agent_runner.service import build as build_agent_runner
 from popagent_agent_runner.settings import Settings as AgentRunnerSettings
 from popagent_browser_bridge.service import build as build_browser_bridge
 from popagent_browser_bridge.settings import Settings as BrowserBridgeSettings
-from popagent_core import embedded
-from popagent_core.embedded import free_port
 from popagent_core.grpc_client import open_channel
+from popagent_dev import embedded
+from popagent_dev.embedded import free_port
 from popagent_evolution.service import build as build_evolution
 from popagent_evolution.settings import Settings as EvolutionSettings
 from popagent_gateway.settings import Settings as GatewaySettings
@@ -206,7 +206,9 @@ async def start_api_stack(pg_dsn: str, credentials: tuple[dict[str, str], str], 
         # The session's canary lives in the stack as a real secret, so every answer the
         # stack gives (fuzzed ones included) can be checked for it.
         async with httpx.AsyncClient(base_url=url, headers={"x-popagent-key": API_KEY}) as client:
-            provisioned = await client.put(f"/api/secrets/{CANARY_RESOURCE}/{CANARY_NAME}", json={"value": CANARY})
+            provisioned = await client.post(
+                "/api/secrets", json={"resourceId": CANARY_RESOURCE, "name": CANARY_NAME, "value": CANARY}
+            )
             provisioned.raise_for_status()
         yield ApiStack(
             url=url,

@@ -10,6 +10,8 @@ import httpx
 import pytest
 
 from api.conftest import ApiStack
+from popagent_agent_runner.state.agents import KNOWN_TOOLS
+from popagent_agent_runner.turn.tools import ToolRegistry
 
 AGENT_IDS = ["popagent", "researcher", "implementer", "reviewer"]
 EDITABLE = (
@@ -44,7 +46,8 @@ async def restoring(client: httpx.AsyncClient, agent_id: str) -> AsyncIterator[d
 async def test_the_four_roles_are_seeded_with_complete_instructions(client: httpx.AsyncClient) -> None:
     response = (await client.get("/api/agents")).json()
     assert [agent["id"] for agent in response["agents"]] == AGENT_IDS
-    assert set(response["knownTools"]) >= {"getTime", "remember", "webSearch", "useBrowserSecret", "bifrostNavigator"}
+    # Only registered tools are advertised, and no seeded agent lists another.
+    assert response["knownTools"] == list(ToolRegistry().names)
     by_id = {agent["id"]: agent for agent in response["agents"]}
     supervisor = by_id["popagent"]
     assert supervisor["delegationEligible"] is False
@@ -72,7 +75,7 @@ async def test_an_edit_changes_only_what_was_sent_and_persists(client: httpx.Asy
                 "instructions": "Build it well.",
                 "workspaceAccess": "read-only",
                 "browserAccess": "read-only",
-                "tools": ["getTime", "bifrostNavigator"],
+                "tools": ["remember", "getTime"],
                 "model": "fake/fake-chat",
             },
         )
@@ -80,7 +83,7 @@ async def test_an_edit_changes_only_what_was_sent_and_persists(client: httpx.Asy
         after = (await agents(client))["implementer"]
         assert after == response.json()
         assert after["displayName"] == "Builder"
-        assert after["tools"] == ["getTime", "bifrostNavigator"]
+        assert after["tools"] == ["remember", "getTime"]
         assert after["model"] == "fake/fake-chat"
         assert after["description"] == before["description"]
         assert after["delegationEligible"] == before["delegationEligible"]
@@ -92,7 +95,10 @@ async def test_an_edit_changes_only_what_was_sent_and_persists(client: httpx.Asy
     ("body", "status", "needle"),
     [
         ({"tools": ["getTime", "rm -rf"]}, 422, "tools"),
-        ({"tools": ["getTime", "launchMissiles"]}, 400, "launchMissiles"),
+        ({"tools": ["getTime", "launchMissiles"]}, 422, "launchMissiles"),
+        # Advertised by the first role seed, never registered: refused, named.
+        ({"tools": ["getTime", "webSearch"]}, 422, "webSearch"),
+        ({"tools": ["bifrostNavigator", "useBrowserSecret"]}, 422, "bifrostNavigator, useBrowserSecret"),
         ({"tools": ["getTime", "getTime"]}, 400, "repeat"),
         ({"workspaceAccess": "admin"}, 422, "workspaceAccess"),
         ({"browserAccess": "read-write"}, 422, "browserAccess"),
@@ -146,3 +152,45 @@ async def test_the_role_seed_preserves_rows_that_already_exist(api_stack: ApiSta
         finally:
             # Other tests share this database.
             await transaction.rollback()
+
+
+def test_known_tools_are_the_registered_tools() -> None:
+    assert ToolRegistry().names == KNOWN_TOOLS
+
+
+async def test_an_unregistered_tool_is_refused_with_422_naming_it(client: httpx.AsyncClient) -> None:
+    response = await client.patch("/api/agents/implementer", json={"tools": ["getTime", "webSearch"]})
+    assert response.status_code == 422, response.text
+    [detail] = response.json()["details"]
+    assert detail["loc"] == ["body", "tools"]
+    assert "webSearch" in detail["msg"] and "getTime" in detail["msg"]
+
+
+async def test_the_tool_migration_drops_unregistered_tools_and_keeps_edited_guidance(api_stack: ApiStack) -> None:
+    from popagent_agent_runner.service import MIGRATIONS
+
+    fix = (MIGRATIONS / "data" / "0005_drop_unregistered_tools.sql").read_text()
+    seed = (MIGRATIONS / "data" / "0004_seed_agent_roles.sql").read_text()
+    async with api_stack.db("agent_runner") as conn:
+        transaction = conn.transaction()
+        await transaction.start()
+        try:
+            # The first seed as it was applied, and a user's own edit of the reviewer.
+            await conn.execute("DELETE FROM popagent_agents WHERE id IN ('popagent', 'researcher')")
+            await conn.execute(seed)
+            await conn.execute(
+                "UPDATE popagent_agents SET tools = ARRAY['bifrostNavigator', 'remember', 'webSearch', 'getTime'],"
+                " instructions = 'Use webSearch, my way.' WHERE id = 'reviewer'"
+            )
+            await conn.execute(fix)
+            rows = {r["id"]: r for r in await conn.fetch("SELECT id, tools, instructions FROM popagent_agents")}
+        finally:
+            await transaction.rollback()
+    assert rows["popagent"]["tools"] == ["getTime", "remember"]
+    assert rows["researcher"]["tools"] == ["getTime"]
+    assert rows["reviewer"]["tools"] == ["remember", "getTime"]
+    for seeded in ("popagent", "researcher"):
+        assert "webSearch" not in rows[seeded]["instructions"]
+        assert "useBrowserSecret" not in rows[seeded]["instructions"]
+    assert "Credentials are never typed into chat or tool arguments." in rows["popagent"]["instructions"]
+    assert rows["reviewer"]["instructions"] == "Use webSearch, my way."

@@ -9,8 +9,8 @@ import orjson
 import pytest
 
 from api.conftest import API_KEY, CATALOG, ApiStack
-from popagent_core.embedded import free_port
 from popagent_core.errors import InvalidArgument
+from popagent_dev.embedded import free_port
 from popagent_gateway.catalog import ModelCatalog, ensure_known_model, parse_catalog
 from support.model_gateway import ModelGateway, ModelInfo
 

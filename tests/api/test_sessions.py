@@ -258,7 +258,7 @@ async def test_permanent_delete_runs_the_lifecycle_and_removes_everything(
     async with api_stack.db("hooks") as conn:
         await conn.execute(
             "INSERT INTO popagent_hook_runs (event, handler_id, outcome, duration_ms, session_id, event_id, reason,"
-            " created_at) VALUES ('PreToolUse', 'h', 'pass', 1, $1, 'e1', '', now())",
+            " created_at, signed) VALUES ('PreToolUse', 'h', 'pass', 1, $1, 'e1', '', now(), true)",
             sid,
         )
     before = len(api_stack.receiver.requests_for(SESSION_END_PATH))

@@ -201,6 +201,7 @@ async def test_a_missing_singleton_row_is_a_configuration_error_not_a_default(ap
         "0002_seed_agent_runtime_settings.sql",
         "0003_seed_memory_settings.sql",
         "0004_seed_agent_roles.sql",
+        "0005_drop_unregistered_tools.sql",
     ]
 
 

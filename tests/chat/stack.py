@@ -22,8 +22,8 @@ import httpx
 
 from popagent_agent_runner.service import build as build_agent_runner
 from popagent_agent_runner.settings import Settings as AgentRunnerSettings
-from popagent_core import embedded
-from popagent_core.embedded import free_port
+from popagent_dev import embedded
+from popagent_dev.embedded import free_port
 from popagent_gateway.settings import Settings as GatewaySettings
 from support.https_receiver import HttpsReceiver, answer
 from support.model_gateway import ModelGateway, ModelInfo

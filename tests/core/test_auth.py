@@ -6,16 +6,17 @@ import json
 
 import pytest
 
-from popagent_core.auth import SERVICES, CallerRegistry, generate_credentials, token_digest
+from popagent_core.auth import CallerRegistry, generate_credentials, token_digest
 from popagent_core.errors import ConfigurationError, Unauthenticated
+from popagent_core.topology import SERVICE_NAMES
 
 
 def test_generated_credentials_are_distinct_and_the_json_holds_only_digests():
     tokens, callers_json = generate_credentials()
     digests = json.loads(callers_json)
 
-    assert sorted(tokens) == sorted(SERVICES) == sorted(digests)
-    assert len(set(tokens.values())) == len(SERVICES)
+    assert sorted(tokens) == sorted(SERVICE_NAMES) == sorted(digests)
+    assert len(set(tokens.values())) == len(SERVICE_NAMES)
     for caller, token in tokens.items():
         assert token.startswith(f"{caller}.")
         assert digests[caller] == token_digest(token)

@@ -13,7 +13,7 @@ import psutil
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
-from popagent_core.embedded import free_port, orphan_safe
+from popagent_dev.embedded import free_port, orphan_safe
 
 
 async def test_children_start_cleanly_while_this_process_has_busy_grpc_channels() -> None:
@@ -51,7 +51,7 @@ def test_a_child_gets_sigterm_when_its_parent_is_killed() -> None:
     # The parent starts a long sleeper through orphan_safe, prints its pid, and is SIGKILLed.
     parent_code = (
         "import subprocess, sys, time\n"
-        "from popagent_core.embedded import orphan_safe\n"
+        "from popagent_dev.embedded import orphan_safe\n"
         "child = subprocess.Popen(orphan_safe([sys.executable, '-c', 'import time; time.sleep(120)']))\n"
         "print(child.pid, flush=True)\n"
         "time.sleep(120)\n"

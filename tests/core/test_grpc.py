@@ -14,10 +14,10 @@ import pytest
 from popagent.evolution.v1 import evolution_pb2, evolution_pb2_grpc
 from popagent_core import errors
 from popagent_core.auth import CallerRegistry, caller_var, generate_credentials
-from popagent_core.embedded import free_port
 from popagent_core.grpc_client import check_health, map_rpc_errors, open_channel
 from popagent_core.grpc_server import create_server, running
 from popagent_core.log import JsonFormatter, request_id_var
+from popagent_dev.embedded import free_port
 from popagent_evolution.service import MIGRATIONS, build
 from popagent_evolution.settings import Settings
 
@@ -258,6 +258,21 @@ async def _stream_then_raise(request: bytes, context: grpc.aio.ServicerContext) 
     raise RAISABLE[request.decode()]("mid-stream")
 
 
+# Set by a client- or bidi-streaming handler if it ever runs: the interceptor must refuse those kinds first.
+STREAMING_HANDLERS_RAN: list[str] = []
+
+
+async def _upload(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> bytes:
+    STREAMING_HANDLERS_RAN.append(f"Upload as {caller_var.get()}")
+    return b"".join([request async for request in requests])
+
+
+async def _chat(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+    STREAMING_HANDLERS_RAN.append(f"Chat as {caller_var.get()}")
+    async for request in requests:
+        yield request
+
+
 @pytest.fixture
 async def bare_server() -> AsyncIterator[tuple[str, dict[str, str]]]:
     tokens, callers = generate_credentials(("gateway", "browser-bridge"))
@@ -269,6 +284,8 @@ async def bare_server() -> AsyncIterator[tuple[str, dict[str, str]]]:
                 {
                     "Raise": grpc.unary_unary_rpc_method_handler(_raise),
                     "Stream": grpc.unary_stream_rpc_method_handler(_stream_then_raise),
+                    "Upload": grpc.stream_unary_rpc_method_handler(_upload),
+                    "Chat": grpc.stream_stream_rpc_method_handler(_chat),
                 },
             ),
         )
@@ -357,6 +374,38 @@ async def test_a_stream_rejects_a_caller_without_credentials(bare_server):
                 pytest.fail("an unauthenticated stream must not yield")
 
     assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+async def _two_messages() -> AsyncIterator[bytes]:
+    yield b"one"
+    yield b"two"
+
+
+@pytest.mark.parametrize("credential", ["gateway", "none"])
+async def test_client_and_bidi_streaming_rpcs_are_refused_before_their_handler_runs(bare_server, credential):
+    """The interceptor wraps unary requests only: other kinds would run with no caller check, so none runs."""
+    address, tokens = bare_server
+    STREAMING_HANDLERS_RAN.clear()
+    async with open_channel(address, tokens.get(credential, "")) as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as upload:
+            await channel.stream_unary("/test.Kernel/Upload")(_two_messages(), timeout=5)
+        chat = channel.stream_stream("/test.Kernel/Chat")(_two_messages(), timeout=5)
+        with pytest.raises(grpc.aio.AioRpcError) as bidi:
+            async for _ in chat:
+                pytest.fail("a refused bidi stream must not answer")
+
+    assert upload.value.code() == bidi.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert upload.value.details() == (
+        "/test.Kernel/Upload is client-streaming, which popagent's gRPC kernel does not serve (unary requests only)"
+    )
+    assert bidi.value.details() == (
+        "/test.Kernel/Chat is bidi-streaming, which popagent's gRPC kernel does not serve (unary requests only)"
+    )
+    assert STREAMING_HANDLERS_RAN == []
+    # The unary kinds on the same server still answer.
+    if credential == "gateway":
+        async with open_channel(address, tokens["gateway"]) as channel:
+            assert await channel.unary_unary("/test.Kernel/Raise")(b"whoami", timeout=5) == b"gateway"
 
 
 def test_map_rpc_errors_leaves_cancellation_alone():

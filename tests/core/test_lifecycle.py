@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from popagent_core.embedded import free_port
 from popagent_core.grpc_client import check_health, open_channel
 from popagent_core.lifecycle import wait_event
-from popagent_core.testing.plugin import with_database
+from popagent_dev.embedded import free_port, with_database
 
 from .conftest import REPO_ROOT, service_env
 

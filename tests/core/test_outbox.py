@@ -12,9 +12,10 @@ import asyncpg
 import pytest
 from nats.aio.msg import Msg
 
-from popagent_core import bus, db, embedded, subjects
+from popagent_core import bus, db, subjects
 from popagent_core.lifecycle import background_task
 from popagent_core.migrate import migrate
+from popagent_dev import embedded
 
 from .conftest import eventually, stream_messages, unique_subject
 

@@ -7,8 +7,8 @@ import socket
 
 import pytest
 
-from popagent_core import embedded
-from popagent_core.embedded import _ephemeral_range, free_port
+from popagent_dev import embedded
+from popagent_dev.embedded import _ephemeral_range, free_port
 
 
 def test_a_free_port_lies_outside_the_range_the_kernel_gives_outgoing_connections() -> None:

@@ -63,6 +63,43 @@ async def test_a_bad_setting_exits_2_with_one_line_naming_the_variable(env, vari
 
 
 @pytest.mark.parametrize(
+    ("env", "line"),
+    [
+        pytest.param(
+            {"DATABASE_URL": "mysql://admin:hunter2@db/x"},
+            "DATABASE_URL must be a postgresql:// URL",
+            id="database-url",
+        ),
+        pytest.param(
+            {"OBSERVABILITY_DATABASE_URL": "mysql://admin:hunter2@db/x"},
+            "OBSERVABILITY_DATABASE_URL must be a postgresql:// URL",
+            id="observability-url",
+        ),
+        pytest.param(
+            {"POPAGENT_LOG_LEVEL": "LOUD"},
+            "POPAGENT_LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR",
+            id="log-level",
+        ),
+    ],
+)
+async def test_the_gateway_checks_its_stores_and_log_level_as_every_service_does(env, line):
+    """The gateway's settings build on the kernel's base: the same checks, the same one line."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "popagent_gateway",
+        env=service_env(**{"DATABASE_URL": VALID_DSN, "OBSERVABILITY_DATABASE_URL": VALID_DSN, **env}),
+        cwd=REPO_ROOT,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, stderr = await asyncio.wait_for(process.communicate(), timeout=20)
+
+    assert process.returncode == 2
+    assert stderr.decode().splitlines() == [f"popagent-gateway: bad configuration: {line}"]
+
+
+@pytest.mark.parametrize(
     ("callers", "secret_value"),
     [
         pytest.param(None, None, id="missing"),
@@ -102,8 +139,8 @@ def test_describe_validation_error_names_every_bad_variable_by_its_env_name(monk
 
     assert line == (
         "DATABASE_URL must be a postgresql:// URL; "
-        "NATS_URL must be one or more comma-separated nats:// URLs; "
-        "POPAGENT_LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR"
+        "POPAGENT_LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR; "
+        "NATS_URL must be one or more comma-separated nats:// URLs"
     )
     assert "s3cret" not in line and "LOUD" not in line
 

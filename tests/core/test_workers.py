@@ -17,10 +17,10 @@ from grpc_health.v1._async import HealthServicer
 from pydantic import ValidationError
 
 from popagent_agent_runner.settings import Settings as RunnerSettings
-from popagent_core import launcher
-from popagent_core.embedded import free_port
 from popagent_core.grpc_client import channel_target, check_health, open_channel
 from popagent_core.settings import split_addresses
+from popagent_dev import launcher
+from popagent_dev.embedded import free_port
 from popagent_gateway.deps import runner_for_session
 from popagent_gateway.settings import Settings as GatewaySettings
 from popagent_tasks.settings import Settings as TasksSettings

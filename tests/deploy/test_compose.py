@@ -34,9 +34,10 @@ import pytest
 import yaml
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from popagent_core.auth import SERVICES, CallerRegistry
-from popagent_core.embedded import free_port
+from popagent_core import topology
+from popagent_core.auth import CallerRegistry
 from popagent_core.errors import Unauthenticated
+from popagent_dev.embedded import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = REPO_ROOT / "deploy"
@@ -45,8 +46,9 @@ ENV_EXAMPLE = DEPLOY / ".env.example"
 MAKE_ENV = DEPLOY / "make-env.py"
 SCHEMA_FILE = Path(__file__).with_name("compose_spec.json")
 
-POPAGENT_SERVICES = SERVICES
-GRPC_SERVICES = tuple(name for name in SERVICES if name != "gateway")
+# The stack's services as the kernel lists them (popagent_core.topology): compose must run exactly these.
+POPAGENT_SERVICES = topology.SERVICE_NAMES
+GRPC_SERVICES = tuple(service.name for service in topology.GRPC_SERVICES)
 INFRASTRUCTURE = ("postgres", "observability-postgres", "nats", "searxng")
 SECRET_KEY_VARIABLES = ("POPAGENT_SECRET_KEY", "POPAGENT_SECRET_PREVIOUS_KEYS")
 # Read by the compose CLI itself (project name...), never interpolated into the file.
@@ -140,7 +142,7 @@ def token_variable(service: str) -> str:
 
 
 def address_variable(service: str) -> str:
-    return f"POPAGENT_{service.upper().replace('-', '_')}_ADDR"
+    return topology.service_named(service).address_variable
 
 
 def run_make_env(cwd: Path) -> str:
@@ -281,10 +283,9 @@ def test_popagent_services_run_their_own_module_from_one_image(services: dict[st
     assert len(set(images.values())) == 1, images
     build = services["gateway"]["build"]
     assert (COMPOSE_FILE.parent / build["context"] / build["dockerfile"]).resolve() == (DEPLOY / "Dockerfile").resolve()
-    for name in POPAGENT_SERVICES:
-        module = f"popagent_{name.replace('-', '_')}"
-        assert services[name]["command"] == ["python", "-m", module], name
-        assert (REPO_ROOT / "services" / name / "src" / module / "__main__.py").is_file(), name
+    for service in topology.SERVICES:
+        assert services[service.name]["command"] == ["python", "-m", service.module], service.name
+        assert (REPO_ROOT / "services" / service.name / "src" / service.module / "__main__.py").is_file(), service.name
 
 
 def test_start_order_waits_only_on_health_that_is_checked(services: dict[str, Any]) -> None:
@@ -343,6 +344,8 @@ def test_grpc_addresses_agree_between_binder_dialers_and_probe(services: dict[st
         assert services[name]["healthcheck"]["test"][-1] == f"127.0.0.1:{port}", name
         ports[name] = port
     assert len(set(ports.values())) == len(ports)
+    # Inside the compose network every service keeps the kernel's default port, so one list says where each listens.
+    assert ports == {service.name: str(service.grpc_port) for service in topology.GRPC_SERVICES}
     for caller in POPAGENT_SERVICES:
         env = environment(services[caller])
         for name in GRPC_SERVICES:
@@ -430,7 +433,7 @@ def test_the_workspace_volume_is_mounted_where_the_runner_looks(services: dict[s
 
 
 def _settings_class(name: str) -> Any:
-    return importlib.import_module(f"popagent_{name.replace('-', '_')}.settings").Settings
+    return importlib.import_module(f"{topology.service_named(name).module}.settings").Settings
 
 
 @pytest.mark.parametrize("name", POPAGENT_SERVICES)
@@ -491,7 +494,7 @@ def test_make_env_secrets_are_fresh_and_well_formed(
         "POPAGENT_SECRET_KEY",
         "SEARXNG_SECRET",
         "POPAGENT_INTERNAL_CALLERS",
-        *(token_variable(name) for name in SERVICES),
+        *(token_variable(name) for name in POPAGENT_SERVICES),
     ]
     for variable in generated:
         assert generated_env[variable] != second[variable], f"{variable} is not random"
@@ -510,7 +513,7 @@ def test_make_env_values_read_the_same_in_every_env_file_parser(generated_env: d
 
 def test_make_env_credentials_authenticate_each_service(generated_env: dict[str, str]) -> None:
     registry = CallerRegistry.from_json(generated_env["POPAGENT_INTERNAL_CALLERS"])
-    for name in SERVICES:
+    for name in POPAGENT_SERVICES:
         assert registry.authenticate(generated_env[token_variable(name)]) == name
 
 

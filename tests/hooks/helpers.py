@@ -7,8 +7,8 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from popagent_core.embedded import free_port
 from popagent_core.grpc_client import open_channel
+from popagent_dev.embedded import free_port
 from popagent_hooks.config import HooksConfig, parse_hooks_config
 from popagent_hooks.service import MIGRATIONS, RunningHooks, build
 from popagent_hooks.settings import Settings
@@ -16,10 +16,34 @@ from support.https_receiver import HttpsReceiver, make_secret
 
 ALLOWED = "127.0.0.1,localhost,hooks.test"
 
+# The example of shared/spec/AGENTS_HOOKS.md (Configuration), verbatim: it has no `secret`.
+SPEC_EXAMPLE = """{
+"version": 1,
+"hooks": {
+"PreToolUse": [
+{
+"id": "tool-policy",
+"type": "http",
+"url": "https://hooks.example.com/popagent",
+"matcher": ["remember", "useBrowserSecret"],
+"timeoutMs": 2000,
+"failureMode": "closed"
+}
+]
+}
+}"""
+
 
 def handler(handler_id: str, url: str, **fields: Any) -> dict[str, Any]:
-    """One handler entry with a fresh signing secret unless given."""
-    return {"id": handler_id, "type": "http", "url": url, "secret": fields.pop("secret", make_secret()), **fields}
+    """One handler entry with a fresh signing secret unless given; `secret=None` leaves it unsigned."""
+    secret = fields.pop("secret", make_secret())
+    return {
+        "id": handler_id,
+        "type": "http",
+        "url": url,
+        **({"secret": secret} if secret is not None else {}),
+        **fields,
+    }
 
 
 def document(**events: list[dict[str, Any]]) -> str:

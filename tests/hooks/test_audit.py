@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import asyncpg
 import grpc
@@ -17,19 +19,19 @@ from popagent.events.v1 import events_pb2
 from popagent.hooks.v1 import hooks_pb2, hooks_pb2_grpc
 from popagent_core import bus, subjects
 from popagent_core.db import open_pool
-from popagent_core.embedded import NatsProcess
-from popagent_hooks.audit import SESSION_CAP, AuditRepo
-from popagent_hooks.dispatcher import HookRunRecord
-from popagent_hooks.events import Event, Outcome
-from popagent_hooks.transport import FailureClass
+from popagent_core.migrate import migrate
+from popagent_dev.embedded import NatsProcess
+from popagent_hooks.audit import SESSION_CAP, AuditRepo, HookRun
+from popagent_hooks.service import MIGRATIONS
+from popagent_hooks_client.events import Event, FailureClass, Outcome
 from support.https_receiver import HttpsReceiver, Reply, answer, closed_port
 
 DatabaseFactory = Callable[..., Awaitable[str]]
 NOW = datetime.now(UTC)
 
 
-def record(session_id: str, n: int, *, age: timedelta = timedelta(0), turn: str = "turn") -> HookRunRecord:
-    return HookRunRecord(
+def record(session_id: str, n: int, *, age: timedelta = timedelta(0), turn: str = "turn") -> HookRun:
+    return HookRun(
         event=Event.PRE_TOOL_USE,
         handler_id="h",
         outcome=Outcome.PASS,
@@ -42,6 +44,7 @@ def record(session_id: str, n: int, *, age: timedelta = timedelta(0), turn: str 
         event_id=f"event-{n}",
         reason="",
         created_at=NOW - age + timedelta(milliseconds=n),
+        signed=True,
     )
 
 
@@ -63,14 +66,38 @@ async def test_each_session_keeps_its_newest_500_rows_after_writes(repo: AuditRe
     # Stored rows, not just the listing (which is limited to 500 on its own).
     assert await _row_count(hooks_dsn) == SESSION_CAP + 3
     runs = await repo.list_session("s1")
-    assert [r.duration_ms for r in runs] == list(range(5, 505))
+    assert [r.run.duration_ms for r in runs] == list(range(5, 505))
     assert len(await repo.list_session("s2")) == 3
+
+
+async def test_a_written_record_reads_back_as_the_same_typed_record(repo: AuditRepo) -> None:
+    failed = dataclasses.replace(
+        record("s1", 1), outcome=Outcome.DENY, failure_class=FailureClass.TIMEOUT, reason="hook h failed (timeout)"
+    )
+    bare = dataclasses.replace(record("s1", 2), turn_id="", tool_call_id="", target="")
+    await repo.write([failed, bare])
+    stored = await repo.list_session("s1")
+    assert [s.run for s in stored] == [failed, bare]
+    assert stored[0].id < stored[1].id
+
+
+async def test_rows_from_before_optional_secrets_read_as_signed(make_database: DatabaseFactory, tmp_path: Path) -> None:
+    """Migration 0002 adds `signed`: older rows had a required secret, so they were signed."""
+    dsn = await make_database()
+    (tmp_path / "0001_hook_runs.sql").write_text((MIGRATIONS / "0001_hook_runs.sql").read_text())
+    await migrate(dsn, "hooks", tmp_path)
+    await _insert_directly(dsn, "s1", 1, age=timedelta(0), signed=None)
+    await migrate(dsn, "hooks", MIGRATIONS)
+    async with open_pool(dsn, "hooks") as pool:
+        repo = AuditRepo(pool)
+        await repo.write([dataclasses.replace(record("s1", 5), signed=False)])
+        assert [r.run.signed for r in await repo.list_session("s1")] == [True, False]
 
 
 async def test_rows_older_than_30_days_are_removed_after_writes(repo: AuditRepo) -> None:
     await repo.write([record("s1", 1, age=timedelta(days=29))])
     await repo.write([record("s1", 2, age=timedelta(days=30, minutes=1)), record("s2", 3)])
-    assert [r.duration_ms for r in await repo.list_session("s1")] == [1]
+    assert [r.run.duration_ms for r in await repo.list_session("s1")] == [1]
 
 
 async def test_daily_maintenance_applies_both_bounds_to_every_session(repo: AuditRepo, hooks_dsn: str) -> None:
@@ -87,16 +114,22 @@ async def test_listing_returns_the_latest_500_in_chronological_order(repo: Audit
     await _insert_directly(hooks_dsn, "s1", 600, age=timedelta(0))
     runs = await repo.list_session("s1")
     assert len(runs) == 500
-    assert [r.duration_ms for r in runs] == list(range(100, 600))
-    assert [r.created_at for r in runs] == sorted(r.created_at for r in runs)
+    assert [r.run.duration_ms for r in runs] == list(range(100, 600))
+    assert [r.run.created_at for r in runs] == sorted(r.run.created_at for r in runs)
 
 
-async def _insert_directly(dsn: str, session_id: str, count: int, age: timedelta) -> None:
+async def _insert_directly(
+    dsn: str, session_id: str, count: int, age: timedelta, *, signed: bool | None = True
+) -> None:
+    """Rows written with SQL; `signed=None` writes them as a schema without the column would."""
+    columns = "event, handler_id, outcome, duration_ms, session_id, turn_id, event_id, reason, created_at"
+    values = "'Stop', 'h', 'pass', $1, $2, 't', 'e', '', $3"
+    if signed is not None:
+        columns, values = f"{columns}, signed", f"{values}, {'true' if signed else 'false'}"
     conn = await asyncpg.connect(dsn, server_settings={"search_path": "hooks"})
     try:
         await conn.executemany(
-            "INSERT INTO popagent_hook_runs (event, handler_id, outcome, duration_ms, session_id, turn_id,"
-            " event_id, reason, created_at) VALUES ('Stop', 'h', 'pass', $1, $2, 't', 'e', '', $3)",
+            f"INSERT INTO popagent_hook_runs ({columns}) VALUES ({values})",
             [(n, session_id, NOW - age + timedelta(milliseconds=n)) for n in range(count)],
         )
     finally:

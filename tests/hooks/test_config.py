@@ -9,13 +9,13 @@ import sys
 from typing import Any
 
 import pytest
-from hooks.helpers import ALLOWED, config_of, handler
+from hooks.helpers import ALLOWED, SPEC_EXAMPLE, config_of, handler
 
 from popagent_core.auth import generate_credentials
 from popagent_core.settings import load_settings
 from popagent_hooks.config import DEFAULT_TIMEOUT_MS, HooksConfigError, parse_hooks_config
-from popagent_hooks.events import Event
 from popagent_hooks.settings import Settings
+from popagent_hooks_client.events import Event
 from support.https_receiver import make_secret
 
 URL = "https://hooks.test/popagent"
@@ -65,7 +65,6 @@ REFUSALS: list[tuple[str, str | dict[str, Any], str]] = [
     ("missing id", with_handler(id=...), f"{H}.id is required"),
     ("missing type", with_handler(type=...), f"{H}.type is required"),
     ("missing url", with_handler(url=...), f"{H}.url is required"),
-    ("missing secret", with_handler(secret=...), f"{H}.secret is required"),
     ("bad id", with_handler(id="has space"), f"{H}.id must be"),
     ("empty id", with_handler(id=""), f"{H}.id must be"),
     ("type command", with_handler(type="command"), f'{H}.type must be "http"'),
@@ -155,6 +154,21 @@ def test_matching_is_by_exact_key_in_declaration_order() -> None:
     assert [h.id for h in config.matching(Event.PRE_TOOL_USE, "Remember")] == ["all"]
     assert [h.id for h in config.matching(Event.PRE_TOOL_USE, "remember ")] == ["all"]
     assert config.matching(Event.POST_TOOL_USE, "remember") == []
+
+
+def test_the_spec_example_without_a_secret_is_an_unsigned_handler() -> None:
+    config = parse_hooks_config(SPEC_EXAMPLE, frozenset({"hooks.example.com"}))
+    (policy,) = config.handlers[Event.PRE_TOOL_USE]
+    assert (policy.id, policy.url, policy.matcher, policy.timeout_ms, policy.fail_closed) == (
+        "tool-policy",
+        "https://hooks.example.com/popagent",
+        frozenset({"remember", "useBrowserSecret"}),
+        2000,
+        True,
+    )
+    assert (policy.secret, policy.signed) == (None, False)
+    signed = parse_hooks_config(json.dumps(base()), HOSTS).handlers[Event.PRE_TOOL_USE][0]
+    assert signed.signed and signed.secret is not None
 
 
 def test_digest_changes_with_the_configuration_but_not_with_secrets() -> None:

@@ -11,8 +11,7 @@ import pytest
 from hooks.helpers import handler
 
 from popagent_hooks.dispatcher import Decision, Dispatcher, EventInput
-from popagent_hooks.events import Event, Outcome
-from popagent_hooks.transport import FailureClass
+from popagent_hooks_client.events import Event, FailureClass, Outcome
 from support.https_receiver import (
     HttpsReceiver,
     ReceivedRequest,

@@ -3,24 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 import httpx
 import pytest
-from hooks.helpers import HOOKS_MIGRATIONS, document, handler, running_service, service_env
+from hooks.helpers import HOOKS_MIGRATIONS, SPEC_EXAMPLE, document, handler, running_service, service_env
 
 from popagent.hooks.v1 import hooks_pb2, hooks_pb2_grpc
-from popagent_core.embedded import free_port
 from popagent_core.grpc_client import check_health, open_channel
-from popagent_hooks.client import HooksClient
-from popagent_hooks.events import Event, Outcome
+from popagent_dev.embedded import free_port
+from popagent_hooks_client.client import HooksClient
+from popagent_hooks_client.events import Event, Outcome
 from support.https_receiver import HttpsReceiver, answer, closed_port, make_secret, verify_signature
 
 DatabaseFactory = Callable[..., Awaitable[str]]
@@ -191,6 +193,26 @@ async def test_the_client_applies_failure_modes_when_the_service_is_unreachable(
     assert unmatched.outcome is Outcome.PASS
 
 
+async def test_the_client_fails_a_refused_gate_dispatch_closed_and_passes_a_refused_observation(
+    hooks_dsn: str, nats_url: str, internal_credentials: Credentials, receiver: HttpsReceiver
+) -> None:
+    """The fail-closed rule lives in the client: a dispatch the service refuses never reaches the caller as an error."""
+    tokens, callers = internal_credentials
+    env = service_env(hooks_dsn, nats_url, callers, receiver, policy_document(receiver))
+    async with running_service(env, tokens["agent-runner"]) as (_, channel):
+        client = HooksClient(hooks_pb2_grpc.HooksServiceStub(channel))
+        # The service refuses an event id outside header-safe characters (InvalidArgument).
+        shell = await client.dispatch(Event.PRE_TOOL_USE, target="shell", event_id="bad id")
+        observed = await client.dispatch(Event.POST_TOOL_USE, target="webSearch", event_id="bad id")
+        healthy = await client.dispatch(Event.PRE_TOOL_USE, target="shell")
+    # `shell` is fail-open, yet the handlers never ran: a refused gate dispatch is closed.
+    assert (shell.outcome, shell.failure_class, shell.handlers_run) == (Outcome.DENY, "transport", 0)
+    assert shell.reason.startswith("hook dispatch failed: ")
+    assert (observed.outcome, observed.handlers_run) == (Outcome.PASS, 0)
+    assert (healthy.outcome, healthy.reason) == (Outcome.DENY, "no shell here")
+    assert len(receiver.requests_for("/shell")) == 1
+
+
 async def test_gateway_route_lists_the_session_audit_chronologically(
     hooks_dsn: str, nats_url: str, internal_credentials: Credentials, receiver: HttpsReceiver
 ) -> None:
@@ -235,9 +257,44 @@ async def test_gateway_route_lists_the_session_audit_chronologically(
     ]
     assert runs[1]["reason"] == "no shell here" and runs[1]["failureClass"] is None
     assert runs[1]["toolCallId"] == "t1-shell" and runs[0]["sessionId"] == "chat-1"
+    assert [r["signed"] for r in runs] == [True, True, True]
     assert [r["createdAt"] for r in runs] == sorted(r["createdAt"] for r in runs)
     assert empty.status_code == 200 and empty.json() == {"runs": []}
     assert unauthorized.status_code == 401
+
+
+@dataclass
+class RealProcess:
+    """A running `python -m popagent_hooks`; `returncode` and `stderr` are set once it has exited."""
+
+    channel: Any
+    returncode: int | None = None
+    stderr: str = ""
+
+
+@contextlib.asynccontextmanager
+async def real_process(env: dict[str, str], token: str) -> AsyncIterator[RealProcess]:
+    """The hooks process with `env`, healthy, and a channel to it; SIGTERM when the block ends."""
+    port = free_port()
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("POPAGENT_")}
+    full_env.update(env, POPAGENT_HOOKS_ADDR=f"127.0.0.1:{port}")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "popagent_hooks", env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        async with open_channel(f"127.0.0.1:{port}", token) as channel:
+            for _ in range(300):
+                if await check_health(channel, timeout_s=0.2):
+                    break
+                assert process.returncode is None, "the service exited during start-up"
+                await asyncio.sleep(0.05)
+            running = RealProcess(channel)
+            yield running
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+        _, stderr = await asyncio.wait_for(process.communicate(), timeout=15)
+    running.returncode, running.stderr = process.returncode, stderr.decode()[-2000:]
 
 
 async def test_the_real_process_dispatches_signed_requests_and_stops_cleanly(
@@ -247,29 +304,63 @@ async def test_the_real_process_dispatches_signed_requests_and_stops_cleanly(
     secret = make_secret()
     receiver.script("/gate", answer("deny", reason="from the real process"))
     hooks = document(UserPromptSubmit=[handler("gate", receiver.url("/gate"), secret=secret)])
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("POPAGENT_")}
-    env.update(service_env(hooks_dsn, nats_url, callers, receiver, hooks, POPAGENT_HOOKS_ADDR=f"127.0.0.1:{port}"))
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "popagent_hooks", env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
-    try:
-        async with open_channel(f"127.0.0.1:{port}", tokens["agent-runner"]) as channel:
-            for _ in range(300):
-                if await check_health(channel, timeout_s=0.2):
-                    break
-                assert process.returncode is None, "the service exited during start-up"
-                await asyncio.sleep(0.05)
-            client = HooksClient(hooks_pb2_grpc.HooksServiceStub(channel))
-            decision = await client.dispatch(
-                Event.USER_PROMPT_SUBMIT, session_id="s", turn_id="t", detail={"prompt": "hello"}
-            )
-    finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-        _, stderr = await asyncio.wait_for(process.communicate(), timeout=15)
+    env = service_env(hooks_dsn, nats_url, callers, receiver, hooks)
+    async with real_process(env, tokens["agent-runner"]) as process:
+        client = HooksClient(hooks_pb2_grpc.HooksServiceStub(process.channel))
+        decision = await client.dispatch(
+            Event.USER_PROMPT_SUBMIT, session_id="s", turn_id="t", detail={"prompt": "hello"}
+        )
     assert (decision.outcome, decision.reason) == (Outcome.DENY, "from the real process")
     (request,) = receiver.requests
     assert verify_signature(request, secret)
     assert request.json()["detail"] == {"prompt": "hello"}
-    assert process.returncode == 0, stderr.decode()[-2000:]
+    assert process.returncode == 0, process.stderr
+
+
+async def test_the_real_process_accepts_the_spec_example_configuration(
+    hooks_dsn: str, nats_url: str, internal_credentials: Credentials
+) -> None:
+    """`POPAGENT_HOOKS` exactly as shared/spec/AGENTS_HOOKS.md shows it: no `secret`, so unsigned."""
+    tokens, callers = internal_credentials
+    env = service_env(hooks_dsn, nats_url, callers, None, SPEC_EXAMPLE, POPAGENT_HOOK_ALLOWED_HOSTS="hooks.example.com")
+    async with real_process(env, tokens["agent-runner"]) as process:
+        digest = await hooks_pb2_grpc.HooksServiceStub(process.channel).GetConfigDigest(
+            hooks_pb2.GetConfigDigestRequest()
+        )
+    assert [
+        (e.event, [(h.id, sorted(h.matchers), h.timeout_ms, h.fail_closed) for h in e.handlers]) for e in digest.events
+    ] == [(hooks_pb2.PRE_TOOL_USE, [("tool-policy", ["remember", "useBrowserSecret"], 2000, True)])]
+    assert process.returncode == 0, process.stderr
+
+
+async def test_an_unsigned_handler_gets_no_signature_and_its_audit_row_says_unsigned(
+    hooks_dsn: str, nats_url: str, internal_credentials: Credentials, receiver: HttpsReceiver
+) -> None:
+    tokens, callers = internal_credentials
+    secret = make_secret()
+    receiver.script("/signed", answer())
+    receiver.script("/plain", answer())
+    hooks = document(
+        UserPromptSubmit=[
+            handler("signed", receiver.url("/signed"), secret=secret),
+            handler("plain", receiver.url("/plain"), secret=None),
+        ]
+    )
+    env = service_env(hooks_dsn, nats_url, callers, receiver, hooks)
+    async with running_service(env, tokens["agent-runner"]) as (_, channel):
+        client = HooksClient(hooks_pb2_grpc.HooksServiceStub(channel))
+        decision = await client.dispatch(
+            Event.USER_PROMPT_SUBMIT, session_id="s", turn_id="t", detail={"prompt": "hello"}
+        )
+        runs = (
+            await hooks_pb2_grpc.HooksServiceStub(channel).ListSessionRuns(
+                hooks_pb2.ListSessionRunsRequest(session_id="s")
+            )
+        ).runs
+    assert (decision.outcome, decision.handlers_run) == (Outcome.PASS, 2)
+    (signed,) = receiver.requests_for("/signed")
+    (plain,) = receiver.requests_for("/plain")
+    assert verify_signature(signed, secret)
+    assert "webhook-signature" not in plain.headers
+    assert plain.headers["webhook-id"] == f"{decision.event_id}.plain" and plain.headers["webhook-timestamp"]
+    assert [(r.handler_id, r.signed) for r in runs] == [("signed", True), ("plain", False)]

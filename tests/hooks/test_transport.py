@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from popagent_hooks.transport import FailureClass, HookFailure, HookTransport, address_allowed, address_category
+from popagent_hooks.transport import HookFailure, HookTransport, address_allowed, address_category
+from popagent_hooks_client.events import FailureClass
 from support.https_receiver import HttpsReceiver, Reply, answer
 
 BODY = b'{"schemaVersion":1}'

@@ -11,8 +11,8 @@ import pytest
 from secrets_support import new_key, outbox_drained, secrets_stub
 
 from popagent.secrets.v1 import secrets_pb2_grpc
-from popagent_core.embedded import free_port
 from popagent_core.settings import load_settings
+from popagent_dev.embedded import free_port
 from popagent_secrets.service import MIGRATIONS, build
 from popagent_secrets.settings import Settings
 

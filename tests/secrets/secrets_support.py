@@ -31,7 +31,8 @@ class HasStub(Protocol):
 async def put(
     stub: secrets_pb2_grpc.SecretsServiceStub, resource_id: str, name: str, value: str
 ) -> secrets_pb2.SecretInfo:
-    return await stub.PutSecret(secrets_pb2.PutSecretRequest(resource_id=resource_id, name=name, value=value))
+    stored = await stub.PutSecret(secrets_pb2.PutSecretRequest(resource_id=resource_id, name=name, value=value))
+    return stored.secret
 
 
 async def resolve(service: HasStub, resource_id: str, name: str, origin: str) -> str:

@@ -15,8 +15,8 @@ from nats.aio.msg import Msg
 from secrets_support import new_key, process_env, running_process, secrets_stub
 
 from popagent.secrets.v1 import secrets_pb2
-from popagent_core.embedded import NatsProcess, free_port
 from popagent_core.migrate import migrate
+from popagent_dev.embedded import NatsProcess, free_port
 from popagent_secrets.service import MIGRATIONS
 from support.canary import assert_no_canary, find_canary
 
@@ -75,7 +75,8 @@ async def test_canary_never_leaves_the_real_process(
                 check("PutSecret", (await gw.PutSecret(_put("github", canary_secret))).SerializeToString())
                 check("BindOrigin", (await gw.BindOrigin(_bind("github", "https://github.com"))).SerializeToString())
                 check("PutSecret rotate", (await gw.PutSecret(_put("github", canary_secret))).SerializeToString())
-                check("PutSecret other", (await gw.PutSecret(_put("other", canary_secret))).SerializeToString())
+                other_secret = await gw.PutSecret(_put("other", canary_secret))
+                check("PutSecret other", other_secret.SerializeToString())
                 check("ListSecrets", (await gw.ListSecrets(secrets_pb2.ListSecretsRequest())).SerializeToString())
                 # Invalid inputs that carry the canary: refusals must not echo it.
                 await refused(
@@ -118,7 +119,7 @@ async def test_canary_never_leaves_the_real_process(
                     grpc.StatusCode.INTERNAL,
                 )
             async with secrets_stub(address, tokens["gateway"]) as gw:
-                await gw.DeleteSecret(secrets_pb2.DeleteSecretRequest(resource_id=R, name="other"))
+                await gw.DeleteSecret(secrets_pb2.DeleteSecretRequest(id=other_secret.secret.id))
             # stored, bound, stored, stored (other), deleted: wait for the outbox relay.
             await asyncio.wait_for(five_secret_events.wait(), timeout=15)
         # The process has exited (SIGTERM) and flushed its log output.

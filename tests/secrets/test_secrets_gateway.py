@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
+import grpc
 import httpx
 import pytest
 import uvicorn
 from secrets_support import resolve
 
-from popagent_core.embedded import free_port, wait_for_port
+from popagent_dev.embedded import free_port, wait_for_port
 from popagent_gateway.app import create_app
 from popagent_gateway.settings import Settings as GatewaySettings
 from support.canary import assert_no_canary
@@ -48,6 +50,10 @@ async def api(secrets_service) -> AsyncIterator[httpx.AsyncClient]:  # type: ign
         await task
 
 
+def _provision(value: str, name: str = "github", resource_id: str = R) -> dict[str, object]:
+    return {"resourceId": resource_id, "name": name, "value": value}
+
+
 async def test_secret_lifecycle_over_http_never_returns_the_value(api, secrets_service, canary_secret) -> None:
     responses: list[httpx.Response] = []
 
@@ -56,35 +62,48 @@ async def test_secret_lifecycle_over_http_never_returns_the_value(api, secrets_s
         responses.append(response)
         return response
 
-    put = await call("PUT", f"/api/secrets/{R}/github", json={"value": canary_secret})
-    assert put.status_code == 200
-    body = put.json()
-    assert set(body) == {"resourceId", "name", "origins", "createdAt", "updatedAt"}
+    created = await call("POST", "/api/secrets", json=_provision(canary_secret))
+    assert created.status_code == 201
+    body = created.json()
+    assert set(body) == {"id", "resourceId", "name", "origins", "createdAt", "updatedAt"}
     assert (body["resourceId"], body["name"], body["origins"]) == (R, "github", [])
+    secret_id = body["id"]
 
     bound = await call("POST", f"/api/secrets/{R}/github/origins", json={"origin": "https://GitHub.com"})
     assert bound.status_code == 200
     assert bound.json()["origins"] == ["https://github.com"]
     assert await resolve(secrets_service, R, "github", "https://github.com") == canary_secret
 
-    rotated = await call("PUT", f"/api/secrets/{R}/github", json={"value": canary_secret + "-2"})
+    # The same resource and name rotate the existing secret: 200, same id, bindings kept.
+    rotated = await call("POST", "/api/secrets", json=_provision(canary_secret + "-2"))
     assert rotated.status_code == 200
+    assert rotated.json()["id"] == secret_id
     assert rotated.json()["origins"] == ["https://github.com"]
+    assert rotated.json()["createdAt"] == body["createdAt"]
     assert await resolve(secrets_service, R, "github", "https://github.com") == canary_secret + "-2"
+    # Another resource with the same name is another secret.
+    other = await call("POST", "/api/secrets", json=_provision(canary_secret, resource_id="agent-7"))
+    assert other.status_code == 201
+    assert other.json()["id"] != secret_id
 
     listed = await call("GET", "/api/secrets")
     assert listed.status_code == 200
-    assert [s["name"] for s in listed.json()["secrets"]] == ["github"]
+    assert [(s["resourceId"], s["name"]) for s in listed.json()["secrets"]] == [("agent-7", "github"), (R, "github")]
+    assert [s["id"] for s in (await call("GET", "/api/secrets", params={"resourceId": R})).json()["secrets"]] == [
+        secret_id
+    ]
     assert (await call("GET", "/api/secrets", params={"resourceId": "nobody"})).json() == {"secrets": []}
 
     # Refusals, several carrying the canary: none may echo it.
     refusals = [
-        (await call("PUT", f"/api/secrets/{R}/github", json={"value": canary_secret, "extra": 1}), 422),
-        (await call("PUT", f"/api/secrets/{R}/github", json={"value": 12345}), 422),
-        (await call("PUT", f"/api/secrets/{R}/github", json={"value": canary_secret * 300}), 422),
-        (await call("PUT", f"/api/secrets/{R}/github", json={"value": ""}), 422),
-        (await call("PUT", f"/api/secrets/{R}/github", content=b'{"value": "' + b"x" * 2_000_000 + b'"}'), 413),
-        (await call("PUT", f"/api/secrets/{R}/bad%20name", json={"value": canary_secret}), 400),
+        (await call("POST", "/api/secrets", json={**_provision(canary_secret), "extra": 1}), 422),
+        (await call("POST", "/api/secrets", json=_provision(12345)), 422),  # type: ignore[arg-type]
+        (await call("POST", "/api/secrets", json=_provision(canary_secret * 300)), 422),
+        (await call("POST", "/api/secrets", json=_provision("")), 422),
+        (await call("POST", "/api/secrets", json={"name": "github", "value": canary_secret}), 422),
+        (await call("POST", "/api/secrets", json={**_provision(canary_secret), "resource_id": R}), 422),
+        (await call("POST", "/api/secrets", content=b'{"value": "' + b"x" * 2_000_000 + b'"}'), 413),
+        (await call("POST", "/api/secrets", json=_provision(canary_secret, name="bad name")), 400),
         (await call("POST", f"/api/secrets/{R}/github/origins", json={"origin": "http://github.com"}), 400),
         (
             await call("POST", f"/api/secrets/{R}/github/origins", json={"origin": f"https://a.com/{canary_secret}"}),
@@ -92,12 +111,10 @@ async def test_secret_lifecycle_over_http_never_returns_the_value(api, secrets_s
         ),
         (await call("POST", f"/api/secrets/{R}/missing/origins", json={"origin": "https://a.com"}), 404),
         (await call("DELETE", f"/api/secrets/{R}/github/origins", params={"origin": "https://other.com"}), 404),
-        (
-            await call(
-                "PUT", f"/api/secrets/{R}/github", json={"value": canary_secret}, headers={"x-popagent-key": ""}
-            ),
-            401,
-        ),
+        (await call("DELETE", "/api/secrets/not-a-secret-id"), 400),
+        (await call("DELETE", "/api/secrets/00000000-0000-4000-8000-000000000000"), 404),
+        (await call("POST", "/api/secrets", json=_provision(canary_secret), headers={"x-popagent-key": ""}), 401),
+        (await call("DELETE", f"/api/secrets/{secret_id}", headers={"x-popagent-key": ""}), 401),
     ]
     for response, status in refusals:
         assert response.status_code == status, (response.request.url, response.text)
@@ -106,12 +123,56 @@ async def test_secret_lifecycle_over_http_never_returns_the_value(api, secrets_s
     unbound = await call("DELETE", f"/api/secrets/{R}/github/origins", params={"origin": "https://github.com"})
     assert unbound.status_code == 200
     assert unbound.json()["origins"] == []
-    deleted = await call("DELETE", f"/api/secrets/{R}/github")
+    deleted = await call("DELETE", f"/api/secrets/{other.json()['id']}")
     assert deleted.status_code == 204
-    assert (await call("DELETE", f"/api/secrets/{R}/github")).status_code == 404
-    assert (await call("GET", "/api/secrets")).json() == {"secrets": []}
+    assert (await call("DELETE", f"/api/secrets/{other.json()['id']}")).status_code == 404
+    assert [s["id"] for s in (await call("GET", "/api/secrets")).json()["secrets"]] == [secret_id]
 
-    assert len(responses) > 15
+    assert len(responses) > 20
     for response in responses:
         assert_no_canary(response.content, canary_secret, f"{response.request.method} {response.request.url.path}")
         assert_no_canary(repr(response.headers.multi_items()), canary_secret, "response headers")
+
+
+async def test_deleting_a_secret_by_id_removes_its_origin_bindings(api, secrets_service) -> None:
+    created = (await api.post("/api/secrets", json=_provision("first-value"))).json()
+    await api.post(f"/api/secrets/{R}/github/origins", json={"origin": "https://github.com"})
+    assert await resolve(secrets_service, R, "github", "https://github.com") == "first-value"
+
+    assert (await api.delete(f"/api/secrets/{created['id']}")).status_code == 204
+    assert (await api.get("/api/secrets")).json() == {"secrets": []}
+    # Provisioning the name again makes a new secret that inherits no binding of the deleted one.
+    again = await api.post("/api/secrets", json=_provision("second-value"))
+    assert again.status_code == 201
+    assert again.json()["id"] != created["id"]
+    assert again.json()["origins"] == []
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await resolve(secrets_service, R, "github", "https://github.com")
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+def test_the_spec_routes_are_in_the_openapi_document() -> None:
+    from popagent_gateway.openapi import document
+
+    openapi: dict[str, Any] = document()
+    paths = openapi["paths"]
+    secrets = {
+        (method.upper(), path) for path, item in paths.items() if path.startswith("/api/secrets") for method in item
+    }
+    assert secrets == {
+        ("GET", "/api/secrets"),
+        ("POST", "/api/secrets"),
+        ("DELETE", "/api/secrets/{secret_id}"),
+        ("POST", "/api/secrets/{resource_id}/{name}/origins"),
+        ("DELETE", "/api/secrets/{resource_id}/{name}/origins"),
+    }
+    provision = paths["/api/secrets"]["post"]
+    assert {"200", "201"} <= set(provision["responses"])
+    assert provision["requestBody"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/SecretProvision"
+    }
+    assert "204" in paths["/api/secrets/{secret_id}"]["delete"]["responses"]
+    # Write-only: no response shape has a field for the value.
+    schemas = openapi["components"]["schemas"]
+    assert "value" not in schemas["SecretOut"]["properties"]
+    assert set(schemas["SecretProvision"]["required"]) == {"resourceId", "name", "value"}

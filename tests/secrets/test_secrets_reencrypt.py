@@ -17,8 +17,8 @@ from secrets_support import outbox_drained, process_env, secrets_stub
 from popagent.secrets.v1 import secrets_pb2
 from popagent_core.auth import generate_credentials
 from popagent_core.db import open_pool
-from popagent_core.embedded import free_port
 from popagent_core.settings import load_settings
+from popagent_dev.embedded import free_port
 from popagent_secrets.crypto import Keyring, Sealed, key_id_for
 from popagent_secrets.reencrypt import reencrypt_all
 from popagent_secrets.service import MIGRATIONS, build

@@ -12,8 +12,8 @@ from secrets_support import put, resolve
 
 from popagent.secrets.v1 import secrets_pb2, secrets_pb2_grpc
 from popagent_core import subjects
-from popagent_core.auth import SERVICES
 from popagent_core.grpc_client import open_channel
+from popagent_core.topology import SERVICE_NAMES
 from support.canary import assert_no_canary
 
 R = "popagent-user"
@@ -23,9 +23,13 @@ async def test_provision_bind_list_resolve_rotate_unbind_delete(
     secrets_service, canary_secret, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with secrets_service.stub("gateway") as gw:
-        info = await put(gw, R, "github", canary_secret)
+        stored = await gw.PutSecret(secrets_pb2.PutSecretRequest(resource_id=R, name="github", value=canary_secret))
+        assert stored.created
+        info = stored.secret
         assert (info.resource_id, info.name, list(info.origins)) == (R, "github", [])
+        assert info.id
         assert info.created_at == info.updated_at
+        secret_id = info.id
         info = await gw.BindOrigin(
             secrets_pb2.BindOriginRequest(resource_id=R, name="github", origin="https://GitHub.com/")
         )
@@ -39,7 +43,11 @@ async def test_provision_bind_list_resolve_rotate_unbind_delete(
     assert await resolve(secrets_service, R, "github", "https://github.com") == canary_secret
 
     async with secrets_service.stub("gateway") as gw:
-        rotated = await put(gw, R, "github", "second value")
+        rotation = await gw.PutSecret(secrets_pb2.PutSecretRequest(resource_id=R, name="github", value="second value"))
+        # The same resource and name rotate the existing secret: same id, not a second secret.
+        assert not rotation.created
+        rotated = rotation.secret
+        assert rotated.id == secret_id
         assert rotated.created_at == info.created_at
         assert rotated.updated_at > info.updated_at
         assert list(rotated.origins) == ["https://github.com"]  # rotation keeps bindings
@@ -55,11 +63,15 @@ async def test_provision_bind_list_resolve_rotate_unbind_delete(
     assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED
 
     async with secrets_service.stub("gateway") as gw:
-        await gw.DeleteSecret(secrets_pb2.DeleteSecretRequest(resource_id=R, name="github"))
+        assert [s.id for s in (await gw.ListSecrets(secrets_pb2.ListSecretsRequest())).secrets] == [secret_id]
+        await gw.DeleteSecret(secrets_pb2.DeleteSecretRequest(id=secret_id))
         assert list((await gw.ListSecrets(secrets_pb2.ListSecretsRequest())).secrets) == []
         with pytest.raises(grpc.aio.AioRpcError) as caught:
-            await gw.DeleteSecret(secrets_pb2.DeleteSecretRequest(resource_id=R, name="github"))
+            await gw.DeleteSecret(secrets_pb2.DeleteSecretRequest(id=secret_id))
         assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await gw.DeleteSecret(secrets_pb2.DeleteSecretRequest(id="github"))
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     messages = [record.getMessage() for record in caplog.records]
     assert "secret stored" in messages
     assert "secret resolved" in messages
@@ -93,7 +105,7 @@ async def test_list_carries_metadata_only(secrets_service, canary_secret) -> Non
         assert bytes(row["nonce"]) not in wire
 
 
-@pytest.mark.parametrize("caller", [c for c in SERVICES if c != "browser-bridge"])
+@pytest.mark.parametrize("caller", [c for c in SERVICE_NAMES if c != "browser-bridge"])
 async def test_only_browser_bridge_resolves(secrets_service, caller: str) -> None:
     async with secrets_service.stub("gateway") as gw:
         await put(gw, R, "github", "hunter2-value")
@@ -125,11 +137,11 @@ async def test_unauthenticated_resolve_is_refused(secrets_service, token: str) -
 @pytest.mark.parametrize("caller", ["agent-runner", "hooks", "tasks", "evolution", "browser-bridge"])
 async def test_only_the_gateway_manages_secrets(secrets_service, caller: str) -> None:
     async with secrets_service.stub("gateway") as gw:
-        await put(gw, R, "github", "v")
+        info = await put(gw, R, "github", "v")
     async with secrets_service.stub(caller) as stub:
         calls = [
             stub.PutSecret(secrets_pb2.PutSecretRequest(resource_id=R, name="github", value="overwritten")),
-            stub.DeleteSecret(secrets_pb2.DeleteSecretRequest(resource_id=R, name="github")),
+            stub.DeleteSecret(secrets_pb2.DeleteSecretRequest(id=info.id)),
             stub.BindOrigin(secrets_pb2.BindOriginRequest(resource_id=R, name="github", origin="https://evil.com")),
             stub.UnbindOrigin(secrets_pb2.UnbindOriginRequest(resource_id=R, name="github", origin="https://x.com")),
         ]
@@ -299,11 +311,11 @@ async def test_changes_are_published_as_metadata_only_events(secrets_service, na
             await gw.BindOrigin(
                 secrets_pb2.BindOriginRequest(resource_id=resource, name="github", origin="https://github.com")
             )
-            await put(gw, resource, "github", canary_secret + "2")
+            info = await put(gw, resource, "github", canary_secret + "2")
             await gw.UnbindOrigin(
                 secrets_pb2.UnbindOriginRequest(resource_id=resource, name="github", origin="https://github.com")
             )
-            await gw.DeleteSecret(secrets_pb2.DeleteSecretRequest(resource_id=resource, name="github"))
+            await gw.DeleteSecret(secrets_pb2.DeleteSecretRequest(id=info.id))
         await asyncio.wait_for(all_received.wait(), timeout=10)
     finally:
         await nc.drain()

@@ -17,8 +17,7 @@ from typing import Any
 import asyncpg
 import uvicorn
 
-from popagent_core.embedded import free_port
-from popagent_core.testing.plugin import with_database
+from popagent_dev.embedded import free_port, with_database
 from popagent_gateway.app import create_app
 from popagent_gateway.settings import Settings as GatewaySettings
 from popagent_hooks.service import build as build_hooks

@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 
 from popagent_core.db import open_pool
-from popagent_core.embedded import free_port
+from popagent_dev.embedded import free_port
 from popagent_tasks.executor import AbortReason
 from popagent_tasks.model import Backoff
 from popagent_tasks.observer import Observers, TaskStarted, TaskStopped
@@ -157,7 +157,7 @@ class Harness:
     async def create(
         self, prompt: str, *, source: str = "user", max_attempts: int = 3, workspace: str = "ws-1"
     ) -> uuid.UUID:
-        row = await self.repo.create_task(
+        task = await self.repo.create_task(
             source=source,
             workspace_id=workspace,
             prompt=prompt,
@@ -165,7 +165,7 @@ class Harness:
             session_id="session-1",
             max_attempts=max_attempts,
         )
-        return row["id"]
+        return task.id
 
     async def row(self, task_id: uuid.UUID) -> asyncpg.Record:
         row = await self.pool.fetchrow("SELECT * FROM popagent_agent_tasks WHERE id = $1", task_id)

@@ -16,10 +16,10 @@ import pytest
 import uvicorn
 
 from popagent.tasks.v1 import tasks_pb2, tasks_pb2_grpc
-from popagent_core.embedded import free_port
 from popagent_core.errors import PermissionDenied
 from popagent_core.grpc_client import map_rpc_errors, open_channel
 from popagent_core.settings import load_settings
+from popagent_dev.embedded import free_port
 from popagent_gateway.app import create_app
 from popagent_gateway.settings import Settings as GatewaySettings
 from popagent_tasks.service import RunningTasks, build

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from popagent_core.embedded import free_port
 from popagent_core.settings import load_settings
+from popagent_dev.embedded import free_port
 from popagent_hooks.service import MIGRATIONS as HOOKS_MIGRATIONS
 from popagent_hooks.service import build as build_hooks
 from popagent_hooks.settings import Settings as HooksSettings
@@ -71,21 +71,21 @@ async def test_task_lifecycle_reaches_https_hooks_with_one_turn_id_and_never_cha
     settings = load_settings(Settings, "tasks", **env)
 
     async with build_hooks(hooks_settings), build_tasks(settings, executor=ScriptedExecutor()) as running:
-        row = await running.repo.create_task(
+        task = await running.repo.create_task(
             source="user", workspace_id="ws-1", prompt="ok", model="m/x", session_id="s-1", max_attempts=3
         )
         requests = await wait_for_value(
             lambda: _async(receiver.requests_for("/tasks")), lambda found: len(found) >= 2, 10
         )
-        final = await running.repo.get_task(str(row["id"]))
+        final = await running.repo.get_task(str(task.id))
 
-    assert final["status"] == "completed"
+    assert final.status == "completed"
     start, stop = (request.json() for request in requests[:2])
     assert (start["event"], stop["event"]) == ("TaskStart", "TaskStop")
-    assert start["turnId"] == stop["turnId"] == str(final["turn_id"])
+    assert start["turnId"] == stop["turnId"] == str(final.turn_id)
     assert start["sessionId"] == stop["sessionId"] == "s-1"
-    assert start["detail"]["traceId"] == stop["detail"]["traceId"] == final["trace_id"]
-    assert start["detail"]["taskId"] == str(row["id"]) and start["detail"]["prompt"] == "ok"
+    assert start["detail"]["traceId"] == stop["detail"]["traceId"] == final.trace_id
+    assert start["detail"]["taskId"] == str(task.id) and start["detail"]["prompt"] == "ok"
     assert (stop["detail"]["status"], stop["detail"]["outcome"], stop["detail"]["attempt"]) == ("completed", "ok", 1)
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from popagent_core import embedded
 from popagent_core.settings import load_settings
+from popagent_dev import embedded
 from popagent_tasks.service import build
 from popagent_tasks.settings import Settings
 from tasks.conftest import tasks_env, wait_for_value
@@ -20,11 +20,11 @@ POLL_S = 3.0
 
 async def started_within(running, prompt: str) -> float:  # type: ignore[no-untyped-def]
     began = time.monotonic()
-    row = await running.repo.create_task(
+    task = await running.repo.create_task(
         source="user", workspace_id="ws-1", prompt=prompt, model="", session_id="", max_attempts=3
     )
     await wait_for_value(
-        lambda: running.repo.get_task(str(row["id"])), lambda r: r["status"] == "completed", POLL_S + 5
+        lambda: running.repo.get_task(str(task.id)), lambda found: found.status == "completed", POLL_S + 5
     )
     return time.monotonic() - began
 

@@ -15,8 +15,8 @@ from tasks.executors import ScriptedExecutor
 
 
 async def claim_one(harness: Harness, worker_id: str = "elsewhere") -> tuple:
-    [row] = await harness.repo.claim(worker_id, 1)
-    return row["id"], row["attempt_count"]
+    [task] = await harness.repo.claim(worker_id, 1)
+    return task.attempt_key
 
 
 async def test_cancelling_a_cooperative_executor_stops_it_and_nothing_runs_again(harness: Harness) -> None:
@@ -31,7 +31,7 @@ async def test_cancelling_a_cooperative_executor_stops_it_and_nothing_runs_again
     requested = await harness.repo.cancel_task(str(task_id))
     row = await harness.wait_status(task_id, "cancelled")
 
-    assert requested["status"] == "cancelling"
+    assert requested.status == "cancelling"
     assert time.monotonic() - started < 10
     assert row["attempt_count"] == 1
     assert executor.settled == [(str(task_id), 1)]
@@ -44,12 +44,12 @@ async def test_cancelling_a_cooperative_executor_stops_it_and_nothing_runs_again
 async def test_cancelling_a_queued_task_is_immediate_and_it_never_runs(harness: Harness) -> None:
     task_id = await harness.create("effect")
 
-    row = await harness.repo.cancel_task(str(task_id))
+    cancelled = await harness.repo.cancel_task(str(task_id))
     executor = ScriptedExecutor()
     await harness.worker(executor).start()
     await asyncio.sleep(0.3)
 
-    assert row["status"] == "cancelled"
+    assert cancelled.status == "cancelled"
     assert executor.calls == []
     assert await harness.status(task_id) == "cancelled"
 
@@ -91,7 +91,7 @@ async def test_cancel_is_idempotent_and_refused_once_terminal(harness: Harness) 
     await claim_one(harness)
     first = await harness.repo.cancel_task(str(task_id))
     second = await harness.repo.cancel_task(str(task_id))
-    assert (first["status"], second["status"]) == ("cancelling", "cancelling")
+    assert (first.status, second.status) == ("cancelling", "cancelling")
     await harness.pool.execute("UPDATE popagent_agent_tasks SET status = 'completed' WHERE id = $1", task_id)
     with pytest.raises(TaskNotCancellable):
         await harness.repo.cancel_task(str(task_id))
@@ -105,7 +105,7 @@ async def test_a_stale_claims_completion_and_failure_change_nothing_100_of_100(h
         assert old_id == task_id
         await harness.backdate_heartbeat(task_id, 60)
         recovered = await harness.repo.recover_orphans(heartbeat_timeout_s=30, stale_after_s=3600, exclude=[], limit=10)
-        assert [t.row["status"] for t in recovered] == ["queued"]
+        assert [t.task.status for t in recovered] == ["queued"]
         new_id, new_attempt = await claim_one(harness, "new")
         assert (new_id, new_attempt) == (task_id, old_attempt + 1)
 
@@ -142,7 +142,7 @@ async def test_a_worker_that_lost_its_claim_is_aborted_and_its_result_discarded(
         " status = 'queued', next_attempt_at = clock_timestamp() WHERE id = $1",
         task_id,
     )
-    [row] = await harness.repo.claim("new", 1)
+    [reclaimed] = await harness.repo.claim("new", 1)
     aborted_at = time.monotonic()
     await wait_until(lambda: old.slots.get(task_id) is not None and old.slots[task_id].abort.aborted, within=3)
 
@@ -153,7 +153,7 @@ async def test_a_worker_that_lost_its_claim_is_aborted_and_its_result_discarded(
     current = await harness.row(task_id)
     assert (current["status"], current["attempt_count"], current["claimed_by"]) == ("running", 2, "new")
     assert "stop:1:completed" not in harness.recorder.shape(task_id)
-    assert row["attempt_count"] == 2
+    assert reclaimed.attempt_count == 2
 
 
 async def test_recovery_requeues_dead_letters_fails_stale_and_finalizes_cancelling(harness: Harness) -> None:
@@ -177,7 +177,7 @@ async def test_recovery_requeues_dead_letters_fails_stale_and_finalizes_cancelli
     worker = harness.worker(heartbeat_timeout_s=30, stale_after_s=3600, concurrency=1)
     transitions = await worker.recover()
 
-    assert {t.row["id"]: t.row["status"] for t in transitions} == {
+    assert {t.task.id: t.task.status for t in transitions} == {
         below: "queued",
         exhausted: "dead-letter",
         stale: "failed",

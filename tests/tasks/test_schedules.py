@@ -104,12 +104,12 @@ async def test_provenance_is_immutable_in_the_database(pool: asyncpg.Pool) -> No
     schedule = await insert_schedule(pool)
     with pytest.raises(asyncpg.CheckViolationError):
         await pool.execute("UPDATE popagent_agent_schedules SET source = 'self-update' WHERE id = $1", schedule["id"])
-    task_id = await TaskRepo(pool).create_task(
+    task = await TaskRepo(pool).create_task(
         source="user", workspace_id="ws-1", prompt="p", model="m", session_id="", max_attempts=3
     )
     for column, value in (("workspace_id", "elsewhere"), ("prompt", "other"), ("source", "self-update")):
         with pytest.raises(asyncpg.CheckViolationError):
-            await pool.execute(f"UPDATE popagent_agent_tasks SET {column} = $2 WHERE id = $1", task_id["id"], value)
+            await pool.execute(f"UPDATE popagent_agent_tasks SET {column} = $2 WHERE id = $1", task.id, value)
 
 
 async def test_one_self_update_schedule_per_workspace(pool: asyncpg.Pool) -> None:

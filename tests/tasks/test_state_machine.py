@@ -27,6 +27,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from popagent_core.db import open_pool
 from popagent_core.errors import PopagentError
+from popagent_tasks.model import Schedule, Task
 from popagent_tasks.repo import TaskRepo
 from popagent_tasks.schedules import due_ticks
 
@@ -84,13 +85,13 @@ class TaskLifecycle(RuleBasedStateMachine):
     def with_status(self, *statuses: str) -> list[uuid.UUID]:
         return [task_id for task_id, task in self.tasks.items() if task.status in statuses]
 
-    def apply(self, row: asyncpg.Record, remediation: uuid.UUID | None = None) -> None:
-        task = self.tasks[row["id"]]
-        task.status, task.attempts, task.crashed = row["status"], row["attempt_count"], False
+    def apply(self, changed: Task, remediation: uuid.UUID | None = None) -> None:
+        task = self.tasks[changed.id]
+        task.status, task.attempts, task.crashed = changed.status.value, changed.attempt_count, False
         if remediation is not None:
             assert task.kind == "task" and task.remediation is None
             task.remediation = remediation
-            self.tasks[remediation] = ModelTask(task.source, "remediation", task.max_attempts, parent=row["id"])
+            self.tasks[remediation] = ModelTask(task.source, "remediation", task.max_attempts, parent=changed.id)
 
     def current(self, token: tuple[uuid.UUID, int]) -> bool:
         task = self.tasks.get(token[0])
@@ -113,23 +114,23 @@ class TaskLifecycle(RuleBasedStateMachine):
 
     @rule(source=st.sampled_from(["user", "self-update"]), max_attempts=st.integers(1, 4))
     def create(self, source: str, max_attempts: int) -> None:
-        row = self.run(
+        created = self.run(
             self.world.repo.create_task(
                 source=source, workspace_id="ws", prompt="p", model="m", session_id="", max_attempts=max_attempts
             )
         )
-        self.tasks[row["id"]] = ModelTask(source, "task", max_attempts)
+        self.tasks[created.id] = ModelTask(source, "task", max_attempts)
 
     @rule(worker=st.sampled_from(["A", "B"]))
     def claim(self, worker: str) -> None:
         claimable = [t for t in self.with_status("queued") if self.tasks[t].attempts < self.tasks[t].max_attempts]
-        rows = self.run(self.world.repo.claim(worker, 1))
-        assert bool(rows) == bool(claimable)
-        for row in rows:
-            assert row["id"] in claimable
-            assert row["attempt_count"] == self.tasks[row["id"]].attempts + 1
+        claimed = self.run(self.world.repo.claim(worker, 1))
+        assert bool(claimed) == bool(claimable)
+        for row in claimed:
+            assert row.id in claimable
+            assert row.attempt_count == self.tasks[row.id].attempts + 1
             self.apply(row)
-            self.tokens.append((row["id"], row["attempt_count"]))
+            self.tokens.append(row.attempt_key)
 
     @precondition(lambda self: self.tokens)
     @rule(data=st.data())
@@ -148,13 +149,13 @@ class TaskLifecycle(RuleBasedStateMachine):
     def complete(self, data: st.DataObject) -> None:
         token = data.draw(st.sampled_from(self.tokens))
         was_current, before = self.current(token), self.tasks.get(token[0])
-        rows = self.run(self.world.repo.complete([(token[0], token[1], "done")]))
+        completed = self.run(self.world.repo.complete([(token[0], token[1], "done")]))
         if not was_current:
-            assert rows == []
+            assert completed == []
             return
         assert before is not None
-        [row] = rows
-        assert row["status"] == ("cancelled" if before.status == "cancelling" else "completed")
+        [row] = completed
+        assert row.status == ("cancelled" if before.status == "cancelling" else "completed")
         self.apply(row)
 
     @precondition(lambda self: self.tokens)
@@ -184,12 +185,12 @@ class TaskLifecycle(RuleBasedStateMachine):
             expected = "queued" if task.attempts < task.max_attempts else "dead-letter"
         else:
             expected = "failed"
-        assert transition.row["status"] == expected
+        assert transition.task.status == expected
         if expected in ("failed", "dead-letter") and task.kind == "task":
             assert transition.remediation_id is not None
         else:
             assert transition.remediation_id is None
-        self.apply(transition.row, transition.remediation_id)
+        self.apply(transition.task, transition.remediation_id)
 
     @precondition(lambda self: self.tasks)
     @rule(data=st.data())
@@ -202,7 +203,7 @@ class TaskLifecycle(RuleBasedStateMachine):
             assert task.status in TERMINAL
             return
         expected = {"queued": "cancelled", "running": "cancelling", "cancelling": "cancelling"}[task.status]
-        assert row["status"] == expected
+        assert row.status == expected
         task.status = expected
 
     @precondition(lambda self: self.with_status(*LIVE))
@@ -225,15 +226,15 @@ class TaskLifecycle(RuleBasedStateMachine):
         transitions = self.run(
             self.world.repo.recover_orphans(heartbeat_timeout_s=30, stale_after_s=3600, exclude=[], limit=100)
         )
-        assert {t.row["id"] for t in transitions} == crashed
+        assert {t.task.id for t in transitions} == crashed
         for transition in transitions:
-            task = self.tasks[transition.row["id"]]
+            task = self.tasks[transition.task.id]
             if task.status == "cancelling":
                 expected = "cancelled"
             else:
                 expected = "queued" if task.attempts < task.max_attempts else "dead-letter"
-            assert transition.row["status"] == expected
-            self.apply(transition.row, transition.remediation_id)
+            assert transition.task.status == expected
+            self.apply(transition.task, transition.remediation_id)
 
     @precondition(lambda self: self.tasks)
     @rule(data=st.data())
@@ -245,7 +246,7 @@ class TaskLifecycle(RuleBasedStateMachine):
         except PopagentError:
             assert task.status not in ("failed", "cancelled", "dead-letter")
             return
-        assert row["status"] == "completed" and row["last_error_class"] is None
+        assert row.status == "completed" and row.last_error_class is None
         task.status = "completed"
 
     @precondition(lambda self: self.tasks)
@@ -278,8 +279,9 @@ class TaskLifecycle(RuleBasedStateMachine):
                 )
             )
 
-        def ticks_for(schedule: asyncpg.Record) -> tuple[list[datetime], datetime]:
-            return due_ticks(schedule["cron"], schedule["timezone"], schedule["next_run_at"], datetime.now(UTC))
+        def ticks_for(schedule: Schedule) -> tuple[list[datetime], datetime]:
+            assert schedule.timezone is not None and schedule.next_run_at is not None
+            return due_ticks(schedule.cron, schedule.timezone, schedule.next_run_at, datetime.now(UTC))
 
         async def race() -> list[int]:
             return await asyncio.gather(*(world.repo.materialize_due(ticks_for, 10) for _ in range(replicas)))

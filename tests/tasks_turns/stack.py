@@ -24,9 +24,9 @@ from popagent.tasks.v1 import tasks_pb2 as tpb
 from popagent.tasks.v1 import tasks_pb2_grpc
 from popagent_agent_runner.service import build as build_agent_runner
 from popagent_agent_runner.settings import Settings as AgentRunnerSettings
-from popagent_core import embedded
-from popagent_core.embedded import free_port
 from popagent_core.grpc_client import open_channel
+from popagent_dev import embedded
+from popagent_dev.embedded import free_port
 from popagent_tasks.service import RunningTasks
 from popagent_tasks.service import build as build_tasks
 from popagent_tasks.settings import Settings as TasksSettings
@@ -58,6 +58,7 @@ class TaskTurnStack:
     models: ModelGateway
     tasks: tasks_pb2_grpc.TasksServiceStub
     running: RunningTasks
+    state: agent_runner_pb2_grpc.AgentRunnerStateServiceStub
 
     def reset(self) -> None:
         for path, _ in TASK_HOOK_PATHS.values():
@@ -153,7 +154,7 @@ async def start_task_turn_stack(
             )
         )
         tasks_channel = await stack.enter_async_context(open_channel(addresses["tasks"], tokens["evolution"]))
-        yield TaskTurnStack(receiver, models, tasks_pb2_grpc.TasksServiceStub(tasks_channel), running)
+        yield TaskTurnStack(receiver, models, tasks_pb2_grpc.TasksServiceStub(tasks_channel), running, state)
 
 
 __all__ = ["MODEL", "TaskTurnStack", "start_task_turn_stack"]

@@ -153,7 +153,29 @@ try {
     return "asked once, kept for the tab";
   });
 
-  await step("model picker", ["api key prompt"], async () => {
+  await step("first-use model pick", ["api key prompt"], async () => {
+    const { body: before } = await apiGet("/api/models");
+    check(before.defaultModelListed === false, `the catalog lists the default ${before.defaultModel}: not a first use`);
+    check(
+      before.unlistedModels.some((entry) => entry.setting === "defaultModel" && entry.model === before.defaultModel),
+      "GET /api/models does not name the unlisted default",
+    );
+    const notice = page.locator('[data-testid="default-model-notice"]');
+    await notice.waitFor({ timeout: 10_000 });
+    const said = await notice.innerText();
+    check(said.includes(before.defaultModel) && /not offered/.test(said), `the notice says "${said}"`);
+    // The picker opens on a listed model, not on the unlisted default.
+    const picked = await page.locator('[data-testid="model-picker"]').inputValue();
+    check(before.models.includes(picked), `the picker opened on ${picked}, which the catalog does not list`);
+    await page.screenshot({ path: resolve(outDir, "first-use-1440.png") });
+    await page.locator('[data-testid="save-default-model"]').click();
+    await notice.waitFor({ state: "detached", timeout: 10_000 });
+    const { body: after } = await apiGet("/api/models");
+    check(after.defaultModel === picked && after.defaultModelListed, `the default is ${after.defaultModel} after saving ${picked}`);
+    return `default ${before.defaultModel} not offered; ${picked} picked and saved as the default in one click`;
+  });
+
+  await step("model picker", ["first-use model pick"], async () => {
     const { body: models } = await apiGet("/api/models");
     check(models.models.length > 0, "GET /api/models lists no model");
     const picker = page.locator('[data-testid="model-picker"]');
@@ -428,7 +450,7 @@ try {
   await step("schedule with a cron error and the server's next runs", ["api key prompt"], async () => {
     await page.goto(`${url}/#/tasks`);
     await page.getByText("New schedule").click();
-    const form = page.locator('form[data-form="CreateScheduleBody"]');
+    const form = page.locator('form[data-form="ScheduleCreate"]');
     await form.getByLabel("Name").fill("Browser test nightly");
     await form.getByLabel(/^Cron/).fill("not a cron");
     await form.getByLabel("Prompt").fill("Summarise the day.");

@@ -34,8 +34,8 @@ from starlette.routing import Route
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
-from popagent_core.embedded import free_port
-from popagent_core.launcher import Stack, StackConfig
+from popagent_dev.embedded import free_port
+from popagent_dev.launcher import Stack, StackConfig
 from popagent_gateway.streaming import DONE, UI_STREAM_HEADERS, UIStreamEncoder
 from support.model_gateway import ModelGateway, ModelInfo
 

@@ -4,7 +4,7 @@ The test starts a private NATS, a fresh database, the scripted model server, an 
 receiver that denies the clock tool, and the seven services as real processes (the
 launcher's `Stack`); the gateway serves the built UI (ui/dist) at `/`. Then
 tests/ui/browser.mjs drives Debian's headless Chromium through playwright-core: the API
-key prompt, the model picker, streamed text, a delegation, Stop, the hook timeline of a
+key prompt, the first-use model pick (the seeded default is not in the catalog), the model picker, streamed text, a delegation, Stop, the hook timeline of a
 denied tool call, a stale save's revision conflict, a reload that keeps the delegation
 activity, rename/archive/delete of sessions, a settings validation error, a schedule's
 cron error and next runs, and long-term memories. Screenshots of the chat and the settings page
@@ -27,9 +27,9 @@ from typing import Any
 
 import pytest
 
-from popagent_core import embedded
-from popagent_core.embedded import free_port
-from popagent_core.launcher import Stack, StackConfig
+from popagent_dev import embedded
+from popagent_dev.embedded import free_port
+from popagent_dev.launcher import Stack, StackConfig
 from support.https_receiver import HttpsReceiver, answer, make_secret
 from support.model_gateway import ModelGateway, ModelInfo, ToolCall, Turn
 
@@ -45,9 +45,10 @@ CHROMIUM = Path(os.environ.get("POPAGENT_CHROMIUM", "/usr/bin/chromium"))
 API_KEY = "browser-test-key-" + "k" * 16
 DENY_PATH = "/pre-tool-use"
 DENY_REASON = "blocked by the UI test policy"
+# A fresh model gateway: the seeded default (`cx/gpt-5.3-codex`) is not listed, so the UI's
+# first use asks for a model; the researcher's and reviewer's override is.
 CATALOG = (
     ModelInfo("fake/fake-chat", context_length=128_000),
-    ModelInfo("cx/gpt-5.3-codex", context_length=400_000),
     ModelInfo("cx/gpt-5.3-codex-spark", context_length=128_000),
 )
 HELLO = "Hello from the scripted model! This answer streams in small pieces so the browser sees it grow."
@@ -214,6 +215,8 @@ async def test_the_web_ui_in_a_real_browser(stack: tuple[Stack, ModelGateway, Ht
     assert process.returncode == 0, stderr.decode()[-3000:]
     names = [s["step"] for s in steps]
     for expected in (
+        "first-use model pick",
+        "model picker",
         "streamed text",
         "delegation",
         "stop",

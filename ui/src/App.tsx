@@ -1,6 +1,7 @@
 import { useCallback, useEffect, useRef, useState } from "react";
 import { api } from "./api/client";
 import { ChatPage } from "./chat/ChatPage";
+import { initialModel } from "./chat/ModelPicker";
 import { ApiKeyDialog } from "./common/ApiKeyDialog";
 import { Icon } from "./common/Icon";
 import { useLoad } from "./common/useLoad";
@@ -17,12 +18,20 @@ export function App() {
   const [archived, setArchived] = useState(false);
   const sessions = useLoad(() => api.sessions(archived, workspaceId || undefined), [archived, workspaceId]);
   const [drawerOpen, setDrawerOpen] = useState(false);
-  // The model for new turns: the persisted default until the user picks another (for this tab).
+  // The model for new turns: the persisted default until the user picks another (for this tab);
+  // a listed model when the model gateway does not offer the default (the notice asks to save one).
   const [model, setModel] = useState("");
-  const defaultModel = models.data?.defaultModel ?? "";
   useEffect(() => {
-    if (!model && defaultModel) setModel(defaultModel);
-  }, [model, defaultModel]);
+    if (!model && models.data) setModel(initialModel(models.data));
+  }, [model, models.data]);
+  const refreshModels = useCallback(() => void models.reload(), [models.reload]);
+  const saveDefault = useCallback(
+    async (picked: string) => {
+      await api.patchAgentRuntime({ defaultModel: picked });
+      await models.reload();
+    },
+    [models.reload],
+  );
   const main = useRef<HTMLElement>(null);
 
   // Moving to another page puts focus on its main region, as a page load would.
@@ -98,12 +107,13 @@ export function App() {
               models={models.data}
               model={model}
               onModelChange={setModel}
+              onSaveDefault={saveDefault}
               workspaceId={workspaceId}
               onSessionsChanged={refreshSessions}
             />
           ) : null}
           {route.page === "tasks" ? <TasksPage models={models.data} workspaces={workspaces.data?.workspaces ?? []} /> : null}
-          {route.page === "settings" ? <SettingsPage section={route.section} models={models.data} /> : null}
+          {route.page === "settings" ? <SettingsPage section={route.section} models={models.data} onModelsChanged={refreshModels} /> : null}
         </main>
       </div>
       <ApiKeyDialog />

@@ -117,14 +117,14 @@ export const api = {
   deleteMemory: (id: string) => call<void>("DELETE", `/api/memories/${enc(id)}`),
 
   tasks: (workspaceId?: string) => call<T.TaskListOut>("GET", `/api/tasks${query({ workspaceId })}`),
-  createTask: (body: T.CreateTaskBody) => call<T.TaskOut>("POST", "/api/tasks", body),
+  createTask: (body: T.TaskCreate) => call<T.TaskOut>("POST", "/api/tasks", body),
   cancelTask: (id: string) => call<T.TaskOut>("POST", `/api/tasks/${enc(id)}/cancel`),
-  resolveTask: (id: string, body: T.ResolveTaskBody) => call<T.TaskOut>("POST", `/api/tasks/${enc(id)}/resolve`, body),
+  resolveTask: (id: string, body: T.TaskResolve) => call<T.TaskOut>("POST", `/api/tasks/${enc(id)}/resolve`, body),
   deleteTask: (id: string) => call<void>("DELETE", `/api/tasks/${enc(id)}`),
 
   schedules: (workspaceId?: string) => call<T.ScheduleListOut>("GET", `/api/schedules${query({ workspaceId })}`),
-  createSchedule: (body: T.CreateScheduleBody) => call<T.ScheduleOut>("POST", "/api/schedules", body),
-  patchSchedule: (id: string, body: T.UpdateScheduleBody) =>
+  createSchedule: (body: T.ScheduleCreate) => call<T.ScheduleOut>("POST", "/api/schedules", body),
+  patchSchedule: (id: string, body: T.SchedulePatch) =>
     call<T.ScheduleOut>("PATCH", `/api/schedules/${enc(id)}`, body),
   deleteSchedule: (id: string) => call<void>("DELETE", `/api/schedules/${enc(id)}`),
 };

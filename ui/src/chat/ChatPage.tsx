@@ -5,7 +5,7 @@ import { messageOf, useLoad } from "../common/useLoad";
 import { navigate } from "../route";
 import { Composer } from "./Composer";
 import { Conversation } from "./Conversation";
-import { ModelPicker } from "./ModelPicker";
+import { ModelNotice, ModelPicker } from "./ModelPicker";
 
 // The first message typed before a session existed, handed to the new session's view.
 const firstMessages = new Map<string, string>();
@@ -14,6 +14,7 @@ type Shared = {
   models: ModelsOut | undefined;
   model: string;
   onModelChange: (model: string) => void;
+  onSaveDefault: (model: string) => Promise<void>;
   onSessionsChanged: (changed?: SessionSummary) => void;
 };
 
@@ -42,6 +43,7 @@ function NewChat(props: Shared & { workspaceId: string }) {
       <div className="chat-toolbar">
         <ModelPicker models={props.models} value={props.model} onChange={props.onModelChange} />
       </div>
+      <ModelNotice models={props.models} value={props.model} onSaveDefault={props.onSaveDefault} />
       <div className="messages" role="log" aria-label="Conversation">
         <div className="empty">
           <h1>New chat</h1>
@@ -89,6 +91,7 @@ function OpenSession(props: Shared & { sessionId: string }) {
       models={props.models}
       model={props.model}
       onModelChange={props.onModelChange}
+      onSaveDefault={props.onSaveDefault}
       onSaved={props.onSessionsChanged}
       {...(firstMessage ? { firstMessage } : {})}
     />

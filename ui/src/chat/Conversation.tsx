@@ -3,11 +3,11 @@ import { DefaultChatTransport, type UIMessage } from "ai";
 import { useCallback, useEffect, useLayoutEffect, useMemo, useRef, useState } from "react";
 import { authedFetch } from "../api/auth";
 import { api } from "../api/client";
-import type { ChatRequest, HookRunOut, ModelsOut, SessionOut, SessionSummary, StoredMessage } from "../api/types";
+import type { ChatTurnCreate, HookRunOut, ModelsOut, SessionOut, SessionSummary, StoredMessage } from "../api/types";
 import { messageOf } from "../common/useLoad";
 import { Composer } from "./Composer";
 import { HookRuns, HookTimeline } from "./HookTimeline";
-import { ModelPicker, formatTokens } from "./ModelPicker";
+import { ModelNotice, ModelPicker, formatTokens } from "./ModelPicker";
 import { MessageParts } from "./Parts";
 import { failureOf, modelOf, reasonOfChatError, stoppedOf, textOf, titleFrom, turnIdOf, usageOf } from "./meta";
 
@@ -23,6 +23,7 @@ export function Conversation(props: {
   models: ModelsOut | undefined;
   model: string;
   onModelChange: (model: string) => void;
+  onSaveDefault: (model: string) => Promise<void>;
   firstMessage?: string;
   onSaved: (session: SessionSummary) => void;
 }) {
@@ -44,11 +45,11 @@ export function Conversation(props: {
         // Only the session, model, workspace and newest message: the server rebuilds history.
         prepareSendMessagesRequest: ({ id, messages }) => {
           const newest = messages[messages.length - 1];
-          const body: ChatRequest = {
+          const body: ChatTurnCreate = {
             id,
             model: modelRef.current || null,
             workspaceId: session.workspaceId,
-            message: newest as unknown as ChatRequest["message"],
+            message: newest as unknown as ChatTurnCreate["message"],
           };
           return { body };
         },
@@ -189,6 +190,7 @@ export function Conversation(props: {
           Hook timeline
         </button>
       </div>
+      <ModelNotice models={props.models} value={model} onSaveDefault={props.onSaveDefault} />
       {conflict ? (
         <div className="banner warn" role="alert" data-testid="revision-conflict">
           <p>

@@ -37,6 +37,11 @@ export function HookRuns({ runs }: { runs: HookRunOut[] }) {
           </time>
           {run.target ? <span className="hook-target muted">on {run.target}</span> : null}
           {run.failureClass ? <span className="badge bad">{run.failureClass}</span> : null}
+          {run.signed ? null : (
+            <span className="hook-unsigned muted" title="the request carried no webhook-signature (no secret)">
+              unsigned
+            </span>
+          )}
           {run.reason ? <span className="hook-reason">{run.reason}</span> : null}
         </li>
       ))}

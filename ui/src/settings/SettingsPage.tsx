@@ -8,13 +8,20 @@ import type {
   BrowserSettingsPatch,
   MemorySettingsPatch,
   ModelsOut,
+  UnlistedModelOut,
 } from "../api/types";
 import { FORM_FIELDS, PatchForm, type FieldInputProps } from "../common/forms";
 import { useLoad } from "../common/useLoad";
 import { href } from "../route";
 import { Memories } from "./Memories";
 
-type Section = { id: string; label: string; form: string; render: (models: ModelsOut | undefined) => ReactNode };
+// `modelsChanged`: a save that can change what GET /api/models reports (the default, an override).
+type Section = {
+  id: string;
+  label: string;
+  form: string;
+  render: (models: ModelsOut | undefined, modelsChanged: () => void) => ReactNode;
+};
 
 /** A model select filled from /api/models; `inherit` adds an empty choice meaning "no override". */
 export function modelSelect(models: ModelsOut | undefined, inherit?: string) {
@@ -73,28 +80,41 @@ function toolsInput(known: string[]) {
   };
 }
 
+/** An agent's model override; marked when the model gateway does not list it (chats are then refused). */
+function OverrideBadge({ agent, unlisted }: { agent: AgentOut; unlisted: UnlistedModelOut[] }) {
+  if (!agent.model) return null;
+  const problem = unlisted.find((entry) => entry.agentId === agent.id);
+  if (!problem) return <span className="badge pending">{agent.model}</span>;
+  return (
+    <span className="badge bad" title={problem.message} data-testid="unlisted-override">
+      {agent.model} · not offered by the model gateway
+    </span>
+  );
+}
+
 const AGENT_ORDER = ["displayName", "description", "instructions", "model", "workspaceAccess", "browserAccess", "delegationEligible", "tools", "sourceUrl"];
 
-function Agents({ models }: { models: ModelsOut | undefined }) {
+function Agents({ models, modelsChanged }: { models: ModelsOut | undefined; modelsChanged: () => void }) {
   return (
     <Loading load={api.agents}>
       {(list) => (
         <div className="stack">
           <p className="muted">
             The supervisor and its specialists. Edits apply on the next run. Delegation eligibility and the description decide whom the
-            supervisor delegates to.
+            supervisor delegates to. Tools lists the registered tools; workspace and browser access take effect once those tools land.
           </p>
           {list.agents.map((agent: AgentOut) => (
             <details key={agent.id} className="card" data-agent-id={agent.id}>
               <summary>
                 <strong>{agent.displayName}</strong> <span className="muted">({agent.id})</span>
-                {agent.model ? <span className="badge pending">{agent.model}</span> : null}
+                <OverrideBadge agent={agent} unlisted={list.unlistedModels} />
               </summary>
               <PatchForm
                 form="AgentPatch"
                 title={`${agent.displayName} profile`}
                 value={agent}
                 onSave={(patch) => api.patchAgent(agent.id, patch as AgentPatch)}
+                onSaved={modelsChanged}
                 labels={{ model: "Model override", sourceUrl: "Source URL" }}
                 order={AGENT_ORDER}
                 custom={{ tools: toolsInput(list.knownTools), model: modelSelect(models, "inherit the chat's model") }}
@@ -108,12 +128,12 @@ function Agents({ models }: { models: ModelsOut | undefined }) {
 }
 
 const SECTIONS: Section[] = [
-  { id: "agents", label: "Agents", form: "AgentPatch", render: (models) => <Agents models={models} /> },
+  { id: "agents", label: "Agents", form: "AgentPatch", render: (models, modelsChanged) => <Agents models={models} modelsChanged={modelsChanged} /> },
   {
     id: "agent-runtime",
     label: "Agent runtime",
     form: "AgentRuntimeSettingsPatch",
-    render: (models) => (
+    render: (models, modelsChanged) => (
       <Loading load={api.agentRuntime}>
         {(value) => (
           <PatchForm
@@ -122,6 +142,7 @@ const SECTIONS: Section[] = [
             description="Default model, step ceilings, tool-call and retry limits, delegation bounds and background-task timing. Applies on the next turn."
             value={value}
             onSave={(patch) => api.patchAgentRuntime(patch as AgentRuntimeSettingsPatch)}
+            onSaved={modelsChanged}
             custom={{ defaultModel: modelSelect(models) }}
           />
         )}
@@ -138,7 +159,7 @@ const SECTIONS: Section[] = [
           <PatchForm
             form="MemorySettingsPatch"
             title="Observational memory"
-            description="When old messages are compacted into observations, how much raw history stays, and what the Observer and Reflector are told. Applies on the next turn."
+            description="Stored for observational memory (compacting old messages into observations), which comes with its own issue: no turn reads these settings yet."
             value={value}
             onSave={(patch) => api.patchMemorySettings(patch as MemorySettingsPatch)}
           />
@@ -157,7 +178,7 @@ const SECTIONS: Section[] = [
           <PatchForm
             form="AutonomySettingsPatch"
             title="Autonomy"
-            description="Evolution, skill creation and contained self-update. A disabled policy wins before any learned change."
+            description="Stored for the learning loop (evolution, skill creation, contained self-update), which comes with its own issue: nothing acts on them yet."
             value={value}
             onSave={(patch) => api.patchAutonomy(patch as AutonomySettingsPatch)}
           />
@@ -175,7 +196,7 @@ const SECTIONS: Section[] = [
           <PatchForm
             form="BrowserSettingsPatch"
             title="Browser"
-            description="The global browser capability. Applies at once, without a restart."
+            description="Stored for the browser, which comes with its own issue: no agent has a browser tool yet."
             value={value}
             onSave={(patch) => api.patchBrowser(patch as BrowserSettingsPatch)}
           />
@@ -185,7 +206,7 @@ const SECTIONS: Section[] = [
   },
 ];
 
-export function SettingsPage(props: { section: string | null; models: ModelsOut | undefined }) {
+export function SettingsPage(props: { section: string | null; models: ModelsOut | undefined; onModelsChanged: () => void }) {
   // A section whose body the gateway does not describe is not offered.
   const sections = SECTIONS.filter((section) => FORM_FIELDS[section.form]);
   const current = sections.find((section) => section.id === props.section) ?? sections[0];
@@ -204,7 +225,7 @@ export function SettingsPage(props: { section: string | null; models: ModelsOut 
         ))}
       </nav>
       <section className="settings-section" aria-label={current?.label}>
-        {current ? <div key={current.id}>{current.render(props.models)}</div> : null}
+        {current ? <div key={current.id}>{current.render(props.models, props.onModelsChanged)}</div> : null}
       </section>
     </div>
   );

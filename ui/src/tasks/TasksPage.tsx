@@ -1,6 +1,6 @@
 import { useEffect, useId, useState, type FormEvent } from "react";
 import { api } from "../api/client";
-import type { CreateScheduleBody, CreateTaskBody, ModelsOut, ScheduleOut, TaskOut, UpdateScheduleBody, WorkspaceOut } from "../api/types";
+import type { ModelsOut, ScheduleCreate, ScheduleOut, SchedulePatch, TaskCreate, TaskOut, WorkspaceOut } from "../api/types";
 import { useConfirm } from "../common/confirm";
 import { Field, PatchForm, fieldsOf, useSubmit, SubmitStatus, type FieldInputProps } from "../common/forms";
 import { messageOf, useLoad } from "../common/useLoad";
@@ -101,7 +101,7 @@ export function TasksPage(props: { models: ModelsOut | undefined; workspaces: Wo
           {props.workspaces.length ? (
             <CreateForm
               key={defaultWorkspace}
-              form="CreateTaskBody"
+              form="TaskCreate"
               title="Queue a background task"
               submitLabel="Queue task"
               defaults={{ workspaceId: defaultWorkspace }}
@@ -110,7 +110,7 @@ export function TasksPage(props: { models: ModelsOut | undefined; workspaces: Wo
               custom={custom}
               labels={LABELS}
               onCreate={async (body) => {
-                const task = await api.createTask(body as CreateTaskBody);
+                const task = await api.createTask(body as TaskCreate);
                 await tasks.reload();
                 return task;
               }}
@@ -157,7 +157,7 @@ export function TasksPage(props: { models: ModelsOut | undefined; workspaces: Wo
           {props.workspaces.length ? (
             <CreateForm
               key={defaultWorkspace}
-              form="CreateScheduleBody"
+              form="ScheduleCreate"
               title="Create a schedule"
               submitLabel="Create schedule"
               defaults={{ workspaceId: defaultWorkspace }}
@@ -166,7 +166,7 @@ export function TasksPage(props: { models: ModelsOut | undefined; workspaces: Wo
               custom={custom}
               labels={LABELS}
               onCreate={async (body) => {
-                const schedule = await api.createSchedule(body as CreateScheduleBody);
+                const schedule = await api.createSchedule(body as ScheduleCreate);
                 await schedules.reload();
                 return schedule;
               }}
@@ -223,6 +223,7 @@ function TaskItem(props: { task: TaskOut; onCancel: () => void; onResolved: () =
         </span>
         <span>{task.source}</span>
         {task.scheduleId ? <span>from a schedule</span> : null}
+        <span title="The thread this task's turns run in">thread {task.threadId}</span>
         <span>created {stamp(task.createdAt)}</span>
         {task.nextAttemptAt ? <span>next attempt {stamp(task.nextAttemptAt)}</span> : null}
       </div>
@@ -280,7 +281,7 @@ function ResolveForm(props: { taskId: string; onDone: () => void }) {
   const formId = useId().replace(/:/g, "");
   const [evidence, setEvidence] = useState("");
   const submit = useSubmit(["evidence"]);
-  const spec = fieldsOf("ResolveTaskBody").evidence ?? { type: "string" };
+  const spec = fieldsOf("TaskResolve").evidence ?? { type: "string" };
   const onSubmit = async (event: FormEvent) => {
     event.preventDefault();
     const done = await submit.run(() => api.resolveTask(props.taskId, { evidence }));
@@ -362,14 +363,14 @@ function ScheduleItem(props: {
       )}
       {editing ? (
         <PatchForm
-          form="UpdateScheduleBody"
+          form="SchedulePatch"
           title={`Edit ${schedule.name}`}
           value={schedule}
           exclude={["sessionId"]}
           order={["name", "cron", "prompt", "model", "enabled", "maxAttempts"]}
           labels={LABELS}
           custom={{ model: modelSelect(props.models, "the default model") }}
-          onSave={(patch) => api.patchSchedule(schedule.id, patch as UpdateScheduleBody)}
+          onSave={(patch) => api.patchSchedule(schedule.id, patch as SchedulePatch)}
           onSaved={props.onSaved}
         />
       ) : null}

@@ -39,6 +39,24 @@ class _UnaryUnaryCredentials(_Credentials, grpc.aio.UnaryUnaryClientInterceptor)
         return await continuation(self.details(client_call_details), request)
 
 
+class _UnaryUnaryDeadline(grpc.aio.UnaryUnaryClientInterceptor):
+    """Gives every unary call that sets no timeout of its own this one."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+
+    async def intercept_unary_unary(self, continuation, client_call_details, request):  # type: ignore[no-untyped-def]
+        if client_call_details.timeout is None:
+            client_call_details = grpc.aio.ClientCallDetails(
+                client_call_details.method,
+                self.timeout_s,
+                client_call_details.metadata,
+                client_call_details.credentials,
+                client_call_details.wait_for_ready,
+            )
+        return await continuation(client_call_details, request)
+
+
 class _UnaryStreamCredentials(_Credentials, grpc.aio.UnaryStreamClientInterceptor):
     async def intercept_unary_stream(self, continuation, client_call_details, request):  # type: ignore[no-untyped-def]
         return await continuation(self.details(client_call_details), request)
@@ -54,12 +72,21 @@ def channel_target(address: str) -> tuple[str, list[tuple[str, Any]]]:
 
 
 @contextlib.asynccontextmanager
-async def open_channel(address: str, token: str) -> AsyncIterator[grpc.aio.Channel]:
-    """A channel to `address` (one address, or a comma-separated list of one service's workers)."""
+async def open_channel(
+    address: str, token: str, *, unary_timeout_s: float | None = None
+) -> AsyncIterator[grpc.aio.Channel]:
+    """A channel to `address` (one address, or a comma-separated list of one service's workers).
+
+    With `unary_timeout_s`, a unary call that passes no `timeout` gets that deadline.
+    Server-streaming calls get none: a streamed chat turn may run for as long as it works.
+    """
     target, options = channel_target(address)
+    interceptors: list[grpc.aio.ClientInterceptor] = [_UnaryUnaryCredentials(token), _UnaryStreamCredentials(token)]
+    if unary_timeout_s is not None:
+        interceptors.append(_UnaryUnaryDeadline(unary_timeout_s))
     channel = grpc.aio.insecure_channel(
         target,
-        interceptors=[_UnaryUnaryCredentials(token), _UnaryStreamCredentials(token)],
+        interceptors=interceptors,
         options=[("grpc.max_receive_message_length", 8 * 1024 * 1024), *options],
     )
     try:

@@ -58,8 +58,27 @@ async def _abort_for(method: str, exc: Exception, context: grpc.aio.ServicerCont
     await context.abort(grpc.StatusCode.INTERNAL, "internal error")
 
 
+def _refused(method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    """A client- or bidi-streaming handler, replaced by one that answers UNIMPLEMENTED at once.
+
+    The interceptor authenticates the caller and maps errors for unary requests only; passing
+    any other kind through would run it with no caller check. Until the kernel wraps a kind,
+    an RPC of it is refused whoever calls, before its handler sees a message.
+    """
+    kind = "bidi-streaming" if handler.stream_stream else "client-streaming"
+    detail = f"{method} is {kind}, which popagent's gRPC kernel does not serve (unary requests only)"
+
+    async def refuse(request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
+        logger.error("rpc kind refused", extra={"method": method, "kind": kind})
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, detail)
+
+    if handler.stream_stream:
+        return grpc.stream_stream_rpc_method_handler(refuse, handler.request_deserializer, handler.response_serializer)
+    return grpc.stream_unary_rpc_method_handler(refuse, handler.request_deserializer, handler.response_serializer)
+
+
 class KernelInterceptor(grpc.aio.ServerInterceptor):
-    """Request id, caller authentication and error mapping for every RPC."""
+    """Request id, caller authentication and error mapping for unary-request RPCs; other kinds are refused."""
 
     def __init__(self, callers: CallerRegistry | None) -> None:
         self.callers = callers
@@ -106,7 +125,7 @@ class KernelInterceptor(grpc.aio.ServerInterceptor):
             return grpc.unary_stream_rpc_method_handler(
                 unary_stream, handler.request_deserializer, handler.response_serializer
             )
-        return handler
+        return _refused(method, handler)
 
 
 def create_server(callers: CallerRegistry | None) -> tuple[grpc.aio.Server, HealthServicer]:

@@ -27,6 +27,7 @@ from popagent_core.auth import CallerRegistry
 from popagent_core.lifecycle import background_task
 from popagent_core.migrate import migrate
 from popagent_core.settings import ServiceSettings
+from popagent_core.topology import service_named
 
 
 @dataclass
@@ -55,6 +56,7 @@ def schema_for(service: str) -> str:
 async def service_kernel(
     service: str, settings: ServiceSettings, migrations_dir: Path, *, pool_max_size: int = 10
 ) -> AsyncIterator[Kernel]:
+    spec = service_named(service)
     callers = CallerRegistry.from_json(settings.internal_callers)
     schema = schema_for(service)
     await migrate(settings.database_url, schema, migrations_dir)
@@ -64,7 +66,8 @@ async def service_kernel(
         )
         nc = await stack.enter_async_context(bus.connect(settings.nats_url, name=service))
         js = nc.jetstream()
-        await bus.ensure_streams(js, (schema,))
+        if spec.subjects_owner is not None:
+            await bus.ensure_streams(js, (spec.subjects_owner,))
         relay = bus.OutboxRelay(pool, js)
         await stack.enter_async_context(background_task(relay.run, name=f"{service}-outbox"))
         server, health_servicer = grpc_server.create_server(callers)

@@ -15,29 +15,48 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from popagent_core.auth import CallerRegistry
 from popagent_core.errors import ConfigurationError
+from popagent_core.topology import service_named
 
 _DSN_SCHEMES = ("postgresql://", "postgres://")
 
 
-class ServiceSettings(BaseSettings):
-    """What every gRPC service needs. Subclasses add their own fields."""
+def check_postgres_dsn(value: str) -> str:
+    """A field validator's check of a PostgreSQL connection URL."""
+    if not value.startswith(_DSN_SCHEMES):
+        raise ValueError("must be a postgresql:// URL")
+    return value
+
+
+class ProcessSettings(BaseSettings):
+    """What every popagent process reads, the gateway included. Subclasses add their own fields."""
 
     model_config = SettingsConfigDict(env_ignore_empty=True, extra="ignore", frozen=True, populate_by_name=True)
 
     database_url: str = Field(validation_alias="DATABASE_URL")
-    nats_url: str = Field(default="nats://127.0.0.1:4222", validation_alias="NATS_URL")
     log_level: str = Field(default="INFO", validation_alias="POPAGENT_LOG_LEVEL")
     # This process's own credential for calling other services (internal gRPC auth).
     internal_token: str = Field(default="", validation_alias="POPAGENT_INTERNAL_TOKEN", repr=False)
-    # JSON {"caller": "sha256 hex of its token"}: who may call this service's RPCs.
-    internal_callers: str = Field(validation_alias="POPAGENT_INTERNAL_CALLERS")
 
     @field_validator("database_url")
     @classmethod
     def _postgres_dsn(cls, value: str) -> str:
-        if not value.startswith(_DSN_SCHEMES):
-            raise ValueError("must be a postgresql:// URL")
-        return value
+        return check_postgres_dsn(value)
+
+    @field_validator("log_level")
+    @classmethod
+    def _log_level(cls, value: str) -> str:
+        level = value.upper()
+        if level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
+            raise ValueError("must be one of DEBUG, INFO, WARNING, ERROR")
+        return level
+
+
+class ServiceSettings(ProcessSettings):
+    """What every gRPC service needs on top: the NATS bus and who may call its RPCs."""
+
+    nats_url: str = Field(default="nats://127.0.0.1:4222", validation_alias="NATS_URL")
+    # JSON {"caller": "sha256 hex of its token"}: who may call this service's RPCs.
+    internal_callers: str = Field(validation_alias="POPAGENT_INTERNAL_CALLERS")
 
     @field_validator("internal_callers")
     @classmethod
@@ -55,34 +74,19 @@ class ServiceSettings(BaseSettings):
             raise ValueError("must be one or more comma-separated nats:// URLs")
         return value
 
-    @field_validator("log_level")
-    @classmethod
-    def _log_level(cls, value: str) -> str:
-        level = value.upper()
-        if level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
-            raise ValueError("must be one of DEBUG, INFO, WARNING, ERROR")
-        return level
 
-
-def grpc_address_field(service: str, default_port: int) -> Any:
+def grpc_address_field(service: str) -> Any:
     """The listen/dial address of one service: `POPAGENT_<SERVICE>_ADDR`, host:port or unix:path.
 
-    A client of agent-runner may be given its workers as a comma-separated list of IPv4:port
-    (`check_dial_addresses`); a service listens on one address (`check_listen_address`).
+    Unset, it is the service's default loopback port (popagent_core.topology); the launcher
+    passes explicit addresses to every process. A client of agent-runner may be given its
+    workers as a comma-separated list of IPv4:port (`check_dial_addresses`); a service
+    listens on one address (`check_listen_address`).
     """
-    env = f"POPAGENT_{service.upper().replace('-', '_')}_ADDR"
-    return Field(default=f"127.0.0.1:{default_port}", validation_alias=AliasChoices(env))
-
-
-# Default loopback ports; the launcher passes explicit addresses to every process.
-DEFAULT_PORTS: dict[str, int] = {
-    "agent-runner": 50151,
-    "hooks": 50152,
-    "tasks": 50153,
-    "evolution": 50154,
-    "secrets": 50155,
-    "browser-bridge": 50156,
-}
+    spec = service_named(service)
+    if spec.grpc_port is None:
+        raise ValueError(f"{service} serves no gRPC")
+    return Field(default=f"127.0.0.1:{spec.grpc_port}", validation_alias=AliasChoices(spec.address_variable))
 
 
 def describe_validation_error(settings_cls: type[BaseSettings], error: ValidationError) -> str:

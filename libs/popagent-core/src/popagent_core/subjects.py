@@ -1,19 +1,21 @@
 """Every NATS subject and stream name, in one greppable place.
 
 Facts are `popagent.<owner>.<entity>.<past-tense>`; each owning service has one
-JetStream stream over `popagent.<owner>.>`.
+JetStream stream over `popagent.<owner>.>`. The owners are the services' `subjects_owner`
+(popagent_core.topology).
 """
 
 from __future__ import annotations
 
-OWNERS = ("agent_runner", "hooks", "tasks", "evolution", "secrets", "browser_bridge")
+from popagent_core.topology import SERVICES
+
+OWNERS: tuple[str, ...] = tuple(service.subjects_owner for service in SERVICES if service.subjects_owner)
 
 SESSION_DELETED = "popagent.agent_runner.session.deleted"
 TURN_COMPLETED = "popagent.agent_runner.turn.completed"
+AGENT_RUNTIME_SETTINGS_CHANGED = "popagent.agent_runner.runtime_settings.changed"
 TASK_ENQUEUED = "popagent.tasks.task.enqueued"
-TASK_STOPPED = "popagent.tasks.task.stopped"
 SECRET_CHANGED = "popagent.secrets.secret.changed"
-HOOK_CONFIG_LOADED = "popagent.hooks.config.loaded"
 
 
 def stream_name(owner: str) -> str:

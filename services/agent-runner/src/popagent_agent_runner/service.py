@@ -10,21 +10,23 @@ from pathlib import Path
 
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
 from popagent.browser_bridge.v1 import browser_bridge_pb2_grpc
+from popagent.events.v1 import events_pb2
 from popagent.hooks.v1 import hooks_pb2_grpc
 from popagent_agent_runner.settings import Settings
 from popagent_agent_runner.state import settings_rules
 from popagent_agent_runner.state.agents import AgentStore
 from popagent_agent_runner.state.sessions import SessionDeleter, SessionStarts, SessionStore
-from popagent_agent_runner.state.settings_store import SingletonSettings
+from popagent_agent_runner.state.settings_store import ChangeFact, SingletonSettings
 from popagent_agent_runner.state.state_servicer import AgentRunnerStateServicer
 from popagent_agent_runner.state.workspaces import AgentWorkspaceStore
 from popagent_agent_runner.task_turn import TaskServicer, TaskTurns
 from popagent_agent_runner.turn import chat_service
+from popagent_core import subjects
 from popagent_core.db import load_queries
 from popagent_core.errors import PopagentError
 from popagent_core.grpc_client import open_channel
 from popagent_core.service import service_kernel
-from popagent_hooks.client import HooksClient
+from popagent_hooks_client.client import HooksClient
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +64,18 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
             deleter,
             AgentStore(pool, QUERIES),
             workspaces,
-            SingletonSettings(pool, "agent-runtime", settings_rules.AGENT_RUNTIME, QUERIES, "agent_runtime_settings"),
+            SingletonSettings(
+                pool,
+                "agent-runtime",
+                settings_rules.AGENT_RUNTIME,
+                QUERIES,
+                "agent_runtime_settings",
+                # The tasks worker applies task-runtime changes while it runs.
+                changed=ChangeFact(
+                    subjects.AGENT_RUNTIME_SETTINGS_CHANGED,
+                    events_pb2.AgentRuntimeSettingsChanged().SerializeToString(),
+                ),
+            ),
             SingletonSettings(pool, "memory", settings_rules.MEMORY, QUERIES, "memory_settings"),
             starts,
         )

@@ -6,13 +6,13 @@ from pathlib import Path
 
 from pydantic import Field, field_validator
 
-from popagent_core.settings import DEFAULT_PORTS, ServiceSettings, check_listen_address, grpc_address_field
+from popagent_core.settings import ServiceSettings, check_listen_address, grpc_address_field
 
 
 class Settings(ServiceSettings):
-    grpc_address: str = grpc_address_field("agent-runner", DEFAULT_PORTS["agent-runner"])
-    hooks_address: str = grpc_address_field("hooks", DEFAULT_PORTS["hooks"])
-    browser_bridge_address: str = grpc_address_field("browser-bridge", DEFAULT_PORTS["browser-bridge"])
+    grpc_address: str = grpc_address_field("agent-runner")
+    hooks_address: str = grpc_address_field("hooks")
+    browser_bridge_address: str = grpc_address_field("browser-bridge")
     # Registered repository paths are relative to this folder and must resolve inside it.
     workspace_root: Path = Field(default=Path("workspace"), validation_alias="POPAGENT_WORKSPACE_ROOT")
     # A deletion left half-done (hidden row) for this long is finished by the start-up sweep.

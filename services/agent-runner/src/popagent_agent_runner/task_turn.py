@@ -5,10 +5,12 @@ recall, step limits, `UserPromptSubmit`/tool/`Stop`/`StopFailure` hooks and fina
 guard) under the turn and trace ids the tasks service already used for `TaskStart`, and
 without `SessionStart` (a task is not a chat session opening). What differs is only the
 output: nothing streams to a UI; the final response text becomes the task's outcome and a
-failure becomes one of the tasks service's failure classes.
+failure is sent as its `TurnFailure` (tasks maps it to a retry class).
 
-A task without a session runs in a session of its own, `task-<task id>`, created on the
-first attempt and reused by retries so a replay sees what the failed attempt stored.
+A task without a session runs in a thread of its own, the one the tasks service names
+(`thread_id`), created on the first attempt and reused by retries so a replay sees what
+the failed attempt stored. Its row names the task, which keeps it out of the chat
+session list; the task shows its thread id.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import grpc
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
+from popagent_agent_runner.failures import TurnFailure
 from popagent_agent_runner.state.sessions import SessionStore
 from popagent_agent_runner.turn.events import TurnEvents, TurnOutput
 from popagent_agent_runner.turn.hooks_points import bounded
@@ -41,37 +44,12 @@ MAX_PROGRESS_CHARS = 200
 DRAIN_INTERVAL_S = 0.25
 TASK_SESSION_TITLE_CHARS = 60
 
-# The turn's failure classes (`classify_model_error`, plus the Stop guard's) as task failure
-# classes. Transient provider trouble retries (self-update only); a request the provider
-# refuses as such, or a misconfigured route, would fail the same way again.
-_ERROR_CLASS = {
-    "rate_limit": "rate_limit",
-    "quota": "rate_limit",
-    "overloaded": "provider",
-    "unavailable": "provider",
-    "server_error": "provider",
-    "connection": "provider",
-    "provider_error": "provider",
-    "timeout": "timeout",
-    "request_timeout": "timeout",
-    "authentication": "configuration",
-    "not_found": "configuration",
-    "context_window": "validation",
-    "rejected": "validation",
-    "stop_blocked": "hook_denied",
-    "framework": "unknown",
-}
-
-
-def task_error_class(turn_error_class: str) -> str:
-    return _ERROR_CLASS.get(turn_error_class, "unknown")
-
 
 @dataclass(frozen=True)
 class TaskResult:
     ok: bool
     outcome: str = ""
-    error_class: str = ""
+    failure: TurnFailure | None = None
     error_message: str = ""
 
 
@@ -125,7 +103,7 @@ class TaskTurns:
             )
             prepared = await self.runner.prepare(turn)
         except (InvalidArgument, NotFound) as exc:
-            return TaskResult(False, error_class="validation", error_message=bounded(str(exc), MAX_ERROR_CHARS))
+            return TaskResult(False, failure=TurnFailure.INVALID_TASK, error_message=bounded(str(exc), MAX_ERROR_CHARS))
         output = _TaskOutput(progress)
         deadline = request.deadline_s if request.deadline_s > 0 else None
         drain = asyncio.create_task(_drain(output.events), name=f"task-turn-drain-{request.task_id}")
@@ -133,7 +111,7 @@ class TaskTurns:
             async with asyncio.timeout(deadline):
                 end = await self.runner.run(prepared, output)
         except TimeoutError:
-            return TaskResult(False, error_class="timeout", error_message=f"the turn ran past {deadline:g} s")
+            return TaskResult(False, failure=TurnFailure.DEADLINE, error_message=f"the turn ran past {deadline:g} s")
         finally:
             output.events.close()
             drain.cancel()
@@ -143,13 +121,13 @@ class TaskTurns:
             # The chat turn answers a denied prompt with a refusal; for a task it is a failure.
             return TaskResult(
                 False,
-                error_class="hook_denied",
+                failure=TurnFailure.HOOK_DENIED,
                 error_message=bounded(f"UserPromptSubmit denied: {end.message}", MAX_ERROR_CHARS),
             )
         if end.outcome == "failed":
             return TaskResult(
                 False,
-                error_class=task_error_class(end.error_class),
+                failure=end.error_class or TurnFailure.FRAMEWORK,
                 error_message=bounded(end.message, MAX_ERROR_CHARS),
             )
         return TaskResult(True, outcome=bounded(output.text(), MAX_OUTCOME_CHARS))
@@ -157,11 +135,12 @@ class TaskTurns:
     async def _session(self, request: pb.RunTaskRequest) -> str:
         if request.session_id:
             return request.session_id
-        session_id = f"task-{request.task_id}"
+        if not request.thread_id:
+            raise InvalidArgument("a task without a session needs its thread_id")
         title = bounded(f"Task: {request.prompt.splitlines()[0]}", TASK_SESSION_TITLE_CHARS)
         with contextlib.suppress(AlreadyExists):
-            await self.sessions.create(session_id, title, request.workspace_id)
-        return session_id
+            await self.sessions.create(request.thread_id, title, request.workspace_id, task_id=request.task_id)
+        return request.thread_id
 
 
 class TaskServicer(agent_runner_pb2_grpc.AgentRunnerTaskServiceServicer):
@@ -185,7 +164,7 @@ class TaskServicer(agent_runner_pb2_grpc.AgentRunnerTaskServiceServicer):
                     result=pb.TaskTurnResult(
                         ok=result.ok,
                         outcome=result.outcome,
-                        error_class=result.error_class,
+                        failure_class=result.failure.proto if result.failure else pb.TURN_FAILURE_CLASS_UNSPECIFIED,
                         error_message=result.error_message,
                     )
                 )

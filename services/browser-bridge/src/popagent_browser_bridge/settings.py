@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from popagent_core.settings import DEFAULT_PORTS, ServiceSettings, grpc_address_field
+from popagent_core.settings import ServiceSettings, grpc_address_field
 
 
 class Settings(ServiceSettings):
-    grpc_address: str = grpc_address_field("browser-bridge", DEFAULT_PORTS["browser-bridge"])
+    grpc_address: str = grpc_address_field("browser-bridge")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from popagent.evolution.v1 import evolution_pb2_grpc
 from popagent_core.service import service_kernel
+from popagent_evolution.repo import AutonomySettingsRepo
 from popagent_evolution.servicer import EvolutionServicer
 from popagent_evolution.settings import Settings
 
@@ -17,6 +18,8 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 @contextlib.asynccontextmanager
 async def build(settings: Settings) -> AsyncIterator[None]:
     async with service_kernel("evolution", settings, MIGRATIONS) as kernel:
-        evolution_pb2_grpc.add_EvolutionServiceServicer_to_server(EvolutionServicer(kernel.pool), kernel.server)
+        evolution_pb2_grpc.add_EvolutionServiceServicer_to_server(
+            EvolutionServicer(AutonomySettingsRepo(kernel.pool)), kernel.server
+        )
         async with kernel.serving(settings.grpc_address):
             yield

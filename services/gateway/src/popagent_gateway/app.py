@@ -5,13 +5,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 
+import grpc
 from fastapi import APIRouter, Depends, FastAPI
 
 from popagent_core.grpc_client import open_channel
 from popagent_core.lifecycle import settle_heap
 from popagent_gateway.bounded import ApiKeyMiddleware, BoundedBodyMiddleware
 from popagent_gateway.deps import require_api_key
-from popagent_gateway.errors import install_error_handlers
+from popagent_gateway.errors import ERROR_RESPONSES, install_error_handlers
 from popagent_gateway.routes import (
     agents,
     chat,
@@ -30,15 +31,19 @@ from popagent_gateway.routes import (
 )
 from popagent_gateway.settings import Settings
 from popagent_gateway.ui import mount_ui
-from popagent_gateway.wire import ERROR_RESPONSES
 
 
 def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
+            # Every unary call gets the one deadline (POPAGENT_GATEWAY_RPC_TIMEOUT_S) unless it sets its own;
+            # the streamed chat turn gets none (open_channel).
+            def channel_to(address: str) -> contextlib.AbstractAsyncContextManager[grpc.aio.Channel]:
+                return open_channel(address, settings.internal_token, unary_timeout_s=settings.rpc_timeout_s)
+
             app.state.channels = {
-                name: await stack.enter_async_context(open_channel(address, settings.internal_token))
+                name: await stack.enter_async_context(channel_to(address))
                 for name, address in settings.service_addresses().items()
             }
             # One channel per agent-runner worker, for session-affine chat turns (deps.runner_for_session);
@@ -47,10 +52,7 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
             app.state.runner_workers = (
                 [app.state.channels["agent-runner"]]
                 if len(workers) == 1
-                else [
-                    await stack.enter_async_context(open_channel(address, settings.internal_token))
-                    for address in workers
-                ]
+                else [await stack.enter_async_context(channel_to(address)) for address in workers]
             )
             if own_process:
                 # The gateway is this process's only job (`python -m popagent_gateway`); an app a

@@ -1,8 +1,15 @@
-"""The HTTP edge of the error tree: one handler per error family, one status table."""
+"""The HTTP edge of the error tree: one handler per error family, one status table.
+
+The statuses come from the kernel's table (`popagent_core.errors.HTTP_STATUS_BY_GRPC_CODE`)
+and so does the OpenAPI document's list of error answers (`ERROR_RESPONSES`): a status the
+table can produce is documented on every /api route, without a second list to keep in step.
+"""
 
 from __future__ import annotations
 
 import logging
+from http import HTTPStatus
+from typing import Any
 
 import grpc
 from fastapi import FastAPI, Request
@@ -10,29 +17,76 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from popagent_core.errors import HTTP_STATUS_BY_GRPC_CODE, PopagentError, http_status_for
+from popagent_core.errors import ERROR_BY_GRPC_CODE, HTTP_STATUS_BY_GRPC_CODE, PopagentError, http_status_for
+from popagent_gateway.dto import ErrorOut
 
 logger = logging.getLogger(__name__)
+
+INTERNAL_STATUS = 500
+INTERNAL_MESSAGE = "internal error"
+
+# Refusals of the edge itself, before any route or service runs.
+EDGE_REFUSALS = {
+    401: "missing or wrong x-popagent-key",
+    413: "request body over the size cap",
+    422: "invalid request; `details` names each field",
+}
 
 
 def error_body(message: str, **extra: object) -> dict[str, object]:
     return {"error": message, **extra}
 
 
+def client_message(code: grpc.StatusCode, detail: str) -> str:
+    """The text a client sees for a failure with this status: the owner's reason, except for an
+    internal error, whose detail may carry internals (paths, SQL, a stack) and is only logged."""
+    if HTTP_STATUS_BY_GRPC_CODE.get(code, INTERNAL_STATUS) == INTERNAL_STATUS:
+        return INTERNAL_MESSAGE
+    return detail or code.name.lower()
+
+
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        # 499 (CANCELLED) is nginx's "client closed request", not in the IANA registry.
+        return "Client Closed Request" if status == 499 else f"HTTP {status}"
+
+
+def _what(code: grpc.StatusCode) -> str:
+    error = ERROR_BY_GRPC_CODE.get(code)
+    return (error.__doc__ or "").strip().rstrip(".") if error else code.name.lower().replace("_", " ")
+
+
+def _error_responses() -> dict[int | str, dict[str, Any]]:
+    causes: dict[int, list[str]] = {status: [reason] for status, reason in EDGE_REFUSALS.items()}
+    for code, status in HTTP_STATUS_BY_GRPC_CODE.items():
+        if status >= 400:
+            what = _what(code)
+            if what not in causes.setdefault(status, []):
+                causes[status].append(what)
+    causes[INTERNAL_STATUS].append(f"`error` is always {INTERNAL_MESSAGE!r}")
+    return {
+        status: {"model": ErrorOut, "description": f"{_phrase(status)}: {'; '.join(causes[status])}"}
+        for status in sorted(causes)
+    }
+
+
+# Documented on every /api route so the OpenAPI document matches what the edge answers.
+ERROR_RESPONSES = _error_responses()
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(PopagentError)
     async def popagent_error(request: Request, exc: PopagentError) -> JSONResponse:
-        return JSONResponse(error_body(str(exc)), status_code=http_status_for(exc))
+        return JSONResponse(error_body(client_message(exc.grpc_code, str(exc))), status_code=http_status_for(exc))
 
     @app.exception_handler(grpc.aio.AioRpcError)
     async def rpc_error(request: Request, exc: grpc.aio.AioRpcError) -> JSONResponse:
-        status = HTTP_STATUS_BY_GRPC_CODE.get(exc.code(), 500)
+        status = HTTP_STATUS_BY_GRPC_CODE.get(exc.code(), INTERNAL_STATUS)
         if status >= 500:
             logger.warning("downstream rpc failed", extra={"code": exc.code().name, "path": request.url.path})
-        message = exc.details() or exc.code().name.lower()
-        if exc.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN):
-            message = "internal error"
-        return JSONResponse(error_body(message), status_code=status)
+        return JSONResponse(error_body(client_message(exc.code(), exc.details() or "")), status_code=status)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -46,3 +100,9 @@ def install_error_handlers(app: FastAPI) -> None:
             for item in exc.errors()
         ]
         return JSONResponse(error_body("invalid request", details=details), status_code=422)
+
+    @app.exception_handler(Exception)
+    async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+        # A bug of the gateway's own: the documented 500 shape, never the exception's text.
+        # (Starlette still re-raises it afterwards, so the server logs the traceback.)
+        return JSONResponse(error_body(INTERNAL_MESSAGE), status_code=INTERNAL_STATUS)

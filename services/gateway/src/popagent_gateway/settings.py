@@ -5,24 +5,28 @@ from __future__ import annotations
 from pathlib import Path
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from popagent_core.settings import DEFAULT_PORTS, check_dial_addresses, grpc_address_field, split_addresses
+from popagent_core.settings import (
+    ProcessSettings,
+    check_dial_addresses,
+    check_postgres_dsn,
+    grpc_address_field,
+    split_addresses,
+)
 from popagent_gateway.ui import DEFAULT_UI_DIR
 
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_ignore_empty=True, extra="ignore", frozen=True, populate_by_name=True)
+class Settings(ProcessSettings):
+    """DATABASE_URL, POPAGENT_LOG_LEVEL and POPAGENT_INTERNAL_TOKEN come from the kernel's base.
+
+    The gateway owns no tables: it only checks both stores answer (readiness).
+    """
 
     host: str = Field(default="127.0.0.1", validation_alias="POPAGENT_GATEWAY_HOST")
     port: int = Field(default=8080, ge=0, le=65535, validation_alias="POPAGENT_GATEWAY_PORT")
     # When set, every /api request must carry it as `x-popagent-key`.
     api_key: str = Field(default="", validation_alias="POPAGENT_API_KEY", repr=False)
-    # Readiness only: the gateway owns no tables, it just checks both stores answer.
-    database_url: str = Field(validation_alias="DATABASE_URL")
     observability_database_url: str = Field(validation_alias="OBSERVABILITY_DATABASE_URL")
-    log_level: str = Field(default="INFO", validation_alias="POPAGENT_LOG_LEVEL")
-    internal_token: str = Field(default="", validation_alias="POPAGENT_INTERNAL_TOKEN", repr=False)
     ui_dir: Path = Field(default=DEFAULT_UI_DIR, validation_alias="POPAGENT_UI_DIR")
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024, validation_alias="POPAGENT_MAX_BODY_BYTES")
     # The model gateway (9Router or any OpenAI-compatible server), e.g. http://127.0.0.1:20128/v1.
@@ -30,13 +34,16 @@ class Settings(BaseSettings):
     ninerouter_url: str = Field(default="", validation_alias="NINEROUTER_URL")
     ninerouter_api_key: str = Field(default="", validation_alias="NINEROUTER_API_KEY", repr=False)
     model_catalog_ttl_s: float = Field(default=60.0, gt=0, le=3600, validation_alias="POPAGENT_MODEL_CATALOG_TTL_S")
+    # The deadline of every unary call to a service that does not set its own (only the
+    # permanent deletions that run session lifecycles do). The streamed chat turn has none.
+    rpc_timeout_s: float = Field(default=10.0, gt=0, le=3600, validation_alias="POPAGENT_GATEWAY_RPC_TIMEOUT_S")
 
-    agent_runner_address: str = grpc_address_field("agent-runner", DEFAULT_PORTS["agent-runner"])
-    hooks_address: str = grpc_address_field("hooks", DEFAULT_PORTS["hooks"])
-    tasks_address: str = grpc_address_field("tasks", DEFAULT_PORTS["tasks"])
-    evolution_address: str = grpc_address_field("evolution", DEFAULT_PORTS["evolution"])
-    secrets_address: str = grpc_address_field("secrets", DEFAULT_PORTS["secrets"])
-    browser_bridge_address: str = grpc_address_field("browser-bridge", DEFAULT_PORTS["browser-bridge"])
+    agent_runner_address: str = grpc_address_field("agent-runner")
+    hooks_address: str = grpc_address_field("hooks")
+    tasks_address: str = grpc_address_field("tasks")
+    evolution_address: str = grpc_address_field("evolution")
+    secrets_address: str = grpc_address_field("secrets")
+    browser_bridge_address: str = grpc_address_field("browser-bridge")
 
     @field_validator("agent_runner_address")
     @classmethod
@@ -48,12 +55,10 @@ class Settings(BaseSettings):
         """agent-runner's worker processes: a session's turns all go to one of them."""
         return split_addresses(self.agent_runner_address)
 
-    @field_validator("database_url", "observability_database_url")
+    @field_validator("observability_database_url")
     @classmethod
-    def _postgres_dsn(cls, value: str) -> str:
-        if not value.startswith(("postgresql://", "postgres://")):
-            raise ValueError("must be a postgresql:// URL")
-        return value
+    def _observability_dsn(cls, value: str) -> str:
+        return check_postgres_dsn(value)
 
     @field_validator("ninerouter_url")
     @classmethod

@@ -16,10 +16,9 @@ import orjson
 from pydantic_ai.ui.vercel_ai import response_types as chunks
 
 from popagent.agent_runner.v1 import agent_runner_pb2
+from popagent_gateway.errors import client_message
 
 logger = logging.getLogger(__name__)
-
-_HIDDEN_CODES = (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
 
 UI_STREAM_HEADERS = {
     "x-vercel-ai-ui-message-stream": "v1",
@@ -130,8 +129,7 @@ async def sse_body(
         if exc.code() == grpc.StatusCode.CANCELLED:
             raise
         logger.warning("turn stream failed", extra={"code": exc.code().name})
-        message = exc.details() if exc.code() not in _HIDDEN_CODES else "internal error"
-        yield error_stream(message or exc.code().name.lower())
+        yield error_stream(client_message(exc.code(), exc.details() or ""))
     finally:
         call.cancel()
 

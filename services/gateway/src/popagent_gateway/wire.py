@@ -9,20 +9,7 @@ import orjson
 from fastapi import Response
 from fastapi.exceptions import RequestValidationError
 
-from popagent_gateway.dto import ErrorOut
-
 WARNING_HEADER = "x-popagent-warning"
-
-# Documented on every /api route so the OpenAPI document matches what the edge answers.
-ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    400: {"model": ErrorOut, "description": "refused by the owning service (reason in `error`)"},
-    401: {"model": ErrorOut, "description": "missing or wrong x-popagent-key"},
-    404: {"model": ErrorOut, "description": "no such resource"},
-    409: {"model": ErrorOut, "description": "already exists, or still in use"},
-    413: {"model": ErrorOut, "description": "request body over the size cap"},
-    422: {"model": ErrorOut, "description": "invalid request; `details` names each field"},
-    503: {"model": ErrorOut, "description": "a backing service or the database is unavailable"},
-}
 
 
 class FieldViolation(Protocol):

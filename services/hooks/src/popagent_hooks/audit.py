@@ -18,8 +18,7 @@ from pathlib import Path
 import asyncpg
 
 from popagent_core.db import load_queries, wrap_db_errors
-from popagent_hooks.dispatcher import HookRunRecord
-from popagent_hooks.events import Event, Outcome
+from popagent_hooks_client.events import Event, FailureClass, Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -30,12 +29,18 @@ MAINTENANCE_INTERVAL_S = 24 * 3600.0
 
 
 @dataclass(frozen=True)
-class StoredRun:
-    id: int
+class HookRun:
+    """One audit row: who decided what, how long it took, and why; never the payload.
+
+    The dispatcher makes one per handler that ran, the writer stores it, and the
+    repository reads it back (as a `StoredRun`). Empty ids are stored as NULL.
+    """
+
     event: Event
     handler_id: str
     outcome: Outcome
-    failure_class: str
+    # None when the handler answered validly.
+    failure_class: FailureClass | None
     duration_ms: int
     session_id: str
     turn_id: str
@@ -44,17 +49,48 @@ class StoredRun:
     event_id: str
     reason: str
     created_at: datetime
+    # Whether the request carried a `webhook-signature` (the handler has a secret).
+    signed: bool
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """A persisted `HookRun` with the id the database gave it."""
+
+    id: int
+    run: HookRun
 
 
 def _or_none(value: str) -> str | None:
     return value or None
 
 
+def _stored_run(row: asyncpg.Record) -> StoredRun:
+    return StoredRun(
+        id=row["id"],
+        run=HookRun(
+            event=Event(row["event"]),
+            handler_id=row["handler_id"],
+            outcome=Outcome(row["outcome"]),
+            failure_class=FailureClass(row["failure_class"]) if row["failure_class"] else None,
+            duration_ms=row["duration_ms"],
+            session_id=row["session_id"] or "",
+            turn_id=row["turn_id"] or "",
+            tool_call_id=row["tool_call_id"] or "",
+            target=row["target"] or "",
+            event_id=row["event_id"],
+            reason=row["reason"],
+            created_at=row["created_at"],
+            signed=row["signed"],
+        ),
+    )
+
+
 class AuditRepo:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
 
-    async def write(self, records: Sequence[HookRunRecord]) -> None:
+    async def write(self, records: Sequence[HookRun]) -> None:
         """Insert `records`, then apply retention to the sessions they belong to."""
         sessions = sorted({r.session_id for r in records if r.session_id})
         columns = (
@@ -70,6 +106,7 @@ class AuditRepo:
             [r.event_id for r in records],
             [r.reason for r in records],
             [r.created_at for r in records],
+            [r.signed for r in records],
         )
         with wrap_db_errors():
             async with self.pool.acquire() as conn, conn.transaction():
@@ -88,24 +125,7 @@ class AuditRepo:
     async def list_session(self, session_id: str, limit: int = SESSION_CAP) -> list[StoredRun]:
         with wrap_db_errors():
             rows = await self.pool.fetch(QUERIES["list_session_runs"], session_id, limit)
-        return [
-            StoredRun(
-                id=row["id"],
-                event=Event(row["event"]),
-                handler_id=row["handler_id"],
-                outcome=Outcome(row["outcome"]),
-                failure_class=row["failure_class"] or "",
-                duration_ms=row["duration_ms"],
-                session_id=row["session_id"] or "",
-                turn_id=row["turn_id"] or "",
-                tool_call_id=row["tool_call_id"] or "",
-                target=row["target"] or "",
-                event_id=row["event_id"],
-                reason=row["reason"],
-                created_at=row["created_at"],
-            )
-            for row in rows
-        ]
+        return [_stored_run(row) for row in rows]
 
     async def delete_session(self, session_id: str) -> int:
         with wrap_db_errors():
@@ -123,9 +143,9 @@ class AuditWriter:
     def __init__(self, repo: AuditRepo, *, max_pending: int = 10_000, batch_size: int = 500) -> None:
         self.repo = repo
         self.batch_size = batch_size
-        self._queue: asyncio.Queue[list[HookRunRecord]] = asyncio.Queue(maxsize=max_pending)
+        self._queue: asyncio.Queue[list[HookRun]] = asyncio.Queue(maxsize=max_pending)
 
-    def submit(self, records: list[HookRunRecord]) -> None:
+    def submit(self, records: list[HookRun]) -> None:
         if not records:
             return
         try:

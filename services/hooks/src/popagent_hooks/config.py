@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from popagent_core.errors import ConfigurationError
-from popagent_hooks.events import Event, MatcherKind
+from popagent_hooks_client.events import Event, MatcherKind
 
 DEFAULT_TIMEOUT_MS = 2000
 MAX_TIMEOUT_MS = 30_000
@@ -31,7 +31,7 @@ MIN_SECRET_BYTES, MAX_SECRET_BYTES = 24, 64
 _ROOT_KEYS = {"version", "hooks"}
 _HANDLER_KEYS = {"id", "type", "url", "matcher", "timeoutMs", "failureMode", "secret"}
 _HANDLER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-# Runtime registry keys are identifiers (`webSearch`); hyphens mean a createTool id was used.
+# Runtime registry keys are identifiers (`getTime`); hyphens mean a createTool id was used.
 _TOOL_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _SPECIALIST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -49,7 +49,12 @@ class HandlerConfig:
     matcher: frozenset[str] | None
     timeout_ms: int
     fail_closed: bool
-    secret: bytes = field(repr=False)
+    # The Standard Webhooks signing key; None: requests to this handler go unsigned.
+    secret: bytes | None = field(repr=False)
+
+    @property
+    def signed(self) -> bool:
+        return self.secret is not None
 
     def matches(self, target: str) -> bool:
         return self.matcher is None or target in self.matcher
@@ -181,7 +186,7 @@ def _parse_handler(entry: Any, event: Event, path: str, allowed_hosts: frozenset
     for key in entry:
         if key not in _HANDLER_KEYS:
             raise _fail(f"{path}.{key}", "is not a known handler key")
-    for key in ("id", "type", "url", "secret"):
+    for key in ("id", "type", "url"):
         if key not in entry:
             raise _fail(f"{path}.{key}", "is required")
 
@@ -211,7 +216,7 @@ def _parse_handler(entry: Any, event: Event, path: str, allowed_hosts: frozenset
         matcher=matcher,
         timeout_ms=timeout_ms,
         fail_closed=failure_mode == "closed",
-        secret=_check_secret(entry["secret"], f"{path}.secret"),
+        secret=_check_secret(entry["secret"], f"{path}.secret") if "secret" in entry else None,
     )
 
 
@@ -252,7 +257,7 @@ def _check_matcher(value: Any, present: bool, event: Event, path: str) -> frozen
     if not isinstance(value, list) or not value:
         raise _fail(path, "must be a non-empty list of exact keys (omit it to match everything)")
     pattern = _TOOL_KEY if kind is MatcherKind.TOOL else _SPECIALIST_ID
-    what = "a tool registry key such as webSearch" if kind is MatcherKind.TOOL else "a specialist id"
+    what = "a tool registry key such as getTime" if kind is MatcherKind.TOOL else "a specialist id"
     for index, key in enumerate(value):
         if not isinstance(key, str) or not pattern.match(key):
             raise _fail(f"{path}[{index}]", f"must be {what} (exact, no wildcards)")

@@ -20,9 +20,10 @@ from typing import Any
 import orjson
 
 from popagent_core.redaction import redact_tool_detail
+from popagent_hooks.audit import HookRun
 from popagent_hooks.config import HandlerConfig, HooksConfig
-from popagent_hooks.events import Event, MatcherKind, Outcome, Replacement, closed_outcome
-from popagent_hooks.transport import FailureClass, HookFailure, HookTransport, sign
+from popagent_hooks.transport import HookFailure, HookTransport, sign
+from popagent_hooks_client.events import Event, FailureClass, MatcherKind, Outcome, Replacement, closed_outcome
 
 SCHEMA_VERSION = 1
 MAX_CONTEXT_BYTES = 16 * 1024
@@ -47,24 +48,6 @@ class EventInput:
     event_id: str = ""
 
 
-@dataclass(frozen=True)
-class HookRunRecord:
-    """One audit row: who decided what, how long it took, and why; never the payload."""
-
-    event: Event
-    handler_id: str
-    outcome: Outcome
-    failure_class: FailureClass | None
-    duration_ms: int
-    session_id: str
-    turn_id: str
-    tool_call_id: str
-    target: str
-    event_id: str
-    reason: str
-    created_at: datetime
-
-
 @dataclass
 class Decision:
     outcome: Outcome
@@ -75,7 +58,7 @@ class Decision:
     additional_context: str = ""
     failure_class: FailureClass | None = None
     decided_by: str = ""
-    runs: list[HookRunRecord] = field(default_factory=list)
+    runs: list[HookRun] = field(default_factory=list)
 
     @property
     def handlers_run(self) -> int:
@@ -173,7 +156,7 @@ class Dispatcher:
         self,
         config: HooksConfig,
         transport: HookTransport,
-        audit: Callable[[list[HookRunRecord]], None] | None = None,
+        audit: Callable[[list[HookRun]], None] | None = None,
     ) -> None:
         self.config = config
         self.transport = transport
@@ -275,11 +258,9 @@ class Dispatcher:
         )
         message_id = f"{event_id}.{handler.id}"
         seconds = int(timestamp)
-        headers = [
-            (b"webhook-id", message_id.encode()),
-            (b"webhook-timestamp", str(seconds).encode()),
-            (b"webhook-signature", sign(handler.secret, message_id, seconds, body).encode()),
-        ]
+        headers = [(b"webhook-id", message_id.encode()), (b"webhook-timestamp", str(seconds).encode())]
+        if handler.secret is not None:
+            headers.append((b"webhook-signature", sign(handler.secret, message_id, seconds, body).encode()))
         raw = await self.transport.post(handler.url, body, headers, handler.timeout_ms / 1000)
         return parse_answer(raw, request.event)
 
@@ -293,8 +274,8 @@ class Dispatcher:
         reason: str,
         started_at: datetime,
         started: float,
-    ) -> HookRunRecord:
-        return HookRunRecord(
+    ) -> HookRun:
+        return HookRun(
             event=request.event,
             handler_id=handler.id,
             outcome=outcome,
@@ -307,4 +288,5 @@ class Dispatcher:
             event_id=event_id,
             reason=bound_utf8(reason),
             created_at=started_at,
+            signed=handler.signed,
         )

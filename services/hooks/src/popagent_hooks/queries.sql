@@ -1,11 +1,14 @@
 -- name: insert_runs
 INSERT INTO popagent_hook_runs
     (event, handler_id, outcome, failure_class, duration_ms, session_id, turn_id, tool_call_id,
-     target, event_id, reason, created_at)
-SELECT * FROM unnest(
+     target, event_id, reason, created_at, signed)
+SELECT event, handler_id, outcome, failure_class, duration_ms, session_id, turn_id, tool_call_id,
+       target, event_id, reason, created_at, signed
+FROM unnest(
     $1::text[], $2::text[], $3::text[], $4::text[], $5::integer[], $6::text[], $7::text[], $8::text[],
-    $9::text[], $10::text[], $11::text[], $12::timestamptz[]
-)
+    $9::text[], $10::text[], $11::text[], $12::timestamptz[], $13::boolean[]
+) AS runs (event, handler_id, outcome, failure_class, duration_ms, session_id, turn_id, tool_call_id,
+           target, event_id, reason, created_at, signed)
 
 -- name: delete_expired
 DELETE FROM popagent_hook_runs WHERE created_at < now() - make_interval(days => $1)
@@ -38,9 +41,11 @@ WHERE r.id = excess.id
 -- name: list_session_runs
 -- The newest $2 rows of one session, returned oldest first.
 SELECT id, event, handler_id, outcome, failure_class, duration_ms, session_id, turn_id, tool_call_id,
-       target, event_id, reason, created_at
+       target, event_id, reason, created_at, signed
 FROM (
-    SELECT * FROM popagent_hook_runs
+    SELECT id, event, handler_id, outcome, failure_class, duration_ms, session_id, turn_id, tool_call_id,
+           target, event_id, reason, created_at, signed
+    FROM popagent_hook_runs
     WHERE session_id = $1
     ORDER BY created_at DESC, id DESC
     LIMIT $2

@@ -13,7 +13,7 @@ from popagent_core.errors import InvalidArgument
 from popagent_hooks.audit import AuditRepo, AuditWriter, StoredRun, delete_session_runs
 from popagent_hooks.config import HooksConfig
 from popagent_hooks.dispatcher import Decision, Dispatcher, EventInput
-from popagent_hooks.events import Event
+from popagent_hooks_client.events import Event
 
 MAX_DETAIL_BYTES = 1024 * 1024
 MAX_ID_LENGTH = 200
@@ -100,13 +100,14 @@ def digest_message(config: HooksConfig) -> hooks_pb2.ConfigDigest:
     )
 
 
-def run_message(run: StoredRun) -> hooks_pb2.HookRun:
+def run_message(stored: StoredRun) -> hooks_pb2.HookRun:
+    run = stored.run
     return hooks_pb2.HookRun(
-        id=str(run.id),
+        id=str(stored.id),
         event=run.event.proto,
         handler_id=run.handler_id,
         outcome=run.outcome.proto,
-        failure_class=run.failure_class,
+        failure_class=run.failure_class.value if run.failure_class else "",
         duration_ms=run.duration_ms,
         session_id=run.session_id,
         turn_id=run.turn_id,
@@ -115,6 +116,7 @@ def run_message(run: StoredRun) -> hooks_pb2.HookRun:
         created_at=run.created_at.isoformat(),
         target=run.target,
         event_id=run.event_id,
+        signed=run.signed,
     )
 
 

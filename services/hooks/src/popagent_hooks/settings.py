@@ -13,14 +13,14 @@ from typing import Annotated
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
-from popagent_core.settings import DEFAULT_PORTS, ServiceSettings, grpc_address_field
+from popagent_core.settings import ServiceSettings, grpc_address_field
 from popagent_hooks.config import HooksConfig, HooksConfigError, parse_allowed_hosts, parse_hooks_config
 
 
 class Settings(ServiceSettings):
     model_config = SettingsConfigDict(arbitrary_types_allowed=True)
 
-    grpc_address: str = grpc_address_field("hooks", DEFAULT_PORTS["hooks"])
+    grpc_address: str = grpc_address_field("hooks")
     # Declared before `hooks`: the hooks validator reads it.
     allowed_hosts: Annotated[frozenset[str], NoDecode] = Field(
         default=frozenset(), validation_alias="POPAGENT_HOOK_ALLOWED_HOSTS"

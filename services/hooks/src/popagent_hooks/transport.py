@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import enum
 import hashlib
 import hmac
 import ipaddress
@@ -30,6 +29,8 @@ from pathlib import Path
 import certifi
 import httpcore
 
+from popagent_hooks_client.events import FailureClass
+
 logger = logging.getLogger(__name__)
 
 MAX_RESPONSE_BYTES = 64 * 1024
@@ -37,13 +38,6 @@ USER_AGENT = b"popagent-hooks/1"
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int], Awaitable[list[str]]]
-
-
-class FailureClass(enum.StrEnum):
-    TRANSPORT = "transport"
-    TIMEOUT = "timeout"
-    MALFORMED_RESPONSE = "malformed_response"
-    EVENT_OUTCOME = "event_outcome"
 
 
 class HookFailure(Exception):

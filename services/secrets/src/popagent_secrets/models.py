@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -19,9 +20,18 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 
 @dataclass(frozen=True)
+class StoredSecret:
+    """The answer of provision-or-rotate: the secret, and whether this call created it."""
+
+    info: SecretInfo
+    created: bool
+
+
+@dataclass(frozen=True)
 class SecretInfo:
     """Metadata of one secret. Deliberately has no field for the value or ciphertext."""
 
+    id: str
     resource_id: str
     name: str
     origins: tuple[str, ...]
@@ -35,6 +45,13 @@ def check_resource_id(resource_id: str) -> str:
             "resource_id must be 1-128 characters of letters, digits, '_', '.', ':', '-' starting with a letter or digit"
         )
     return resource_id
+
+
+def check_secret_id(secret_id: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(secret_id)
+    except ValueError:
+        raise InvalidArgument("id must be a secret id (a UUID)") from None
 
 
 def check_name(name: str) -> str:

@@ -10,33 +10,34 @@ INSERT INTO popagent_secrets (resource_id, name, key_id, nonce, ciphertext)
 VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (resource_id, name) DO UPDATE
 SET key_id = EXCLUDED.key_id, nonce = EXCLUDED.nonce, ciphertext = EXCLUDED.ciphertext, updated_at = now()
-RETURNING created_at, updated_at, (xmax = 0) AS inserted
+RETURNING id, created_at, updated_at, (xmax = 0) AS inserted
 
 -- name: count_secrets_of_resource
 SELECT count(*) FROM popagent_secrets WHERE resource_id = $1
 
 -- name: lock_secret
-SELECT created_at, updated_at FROM popagent_secrets WHERE resource_id = $1 AND name = $2 FOR UPDATE
+SELECT id, created_at, updated_at FROM popagent_secrets WHERE resource_id = $1 AND name = $2 FOR UPDATE
 
 -- name: get_secret
-SELECT created_at, updated_at FROM popagent_secrets WHERE resource_id = $1 AND name = $2
+SELECT id, created_at, updated_at FROM popagent_secrets WHERE resource_id = $1 AND name = $2
 
 -- name: list_origins
 SELECT origin FROM popagent_secret_bindings WHERE resource_id = $1 AND name = $2 ORDER BY origin
 
 -- name: list_secrets
 -- Metadata only: this query never selects nonce or ciphertext.
-SELECT s.resource_id, s.name, s.created_at, s.updated_at,
+SELECT s.id, s.resource_id, s.name, s.created_at, s.updated_at,
        coalesce(array_agg(b.origin ORDER BY b.origin) FILTER (WHERE b.origin IS NOT NULL), '{}') AS origins
 FROM popagent_secrets s
 LEFT JOIN popagent_secret_bindings b ON b.resource_id = s.resource_id AND b.name = s.name
 WHERE $1 = '' OR s.resource_id = $1
-GROUP BY s.resource_id, s.name, s.created_at, s.updated_at
+GROUP BY s.id, s.resource_id, s.name, s.created_at, s.updated_at
 ORDER BY s.resource_id, s.name
 LIMIT $2
 
 -- name: delete_secret
-DELETE FROM popagent_secrets WHERE resource_id = $1 AND name = $2 RETURNING name
+-- Its origin bindings go with it (ON DELETE CASCADE).
+DELETE FROM popagent_secrets WHERE id = $1 RETURNING resource_id, name
 
 -- name: insert_binding
 INSERT INTO popagent_secret_bindings (resource_id, name, origin) VALUES ($1, $2, $3)

@@ -18,8 +18,8 @@ from popagent_secrets.store import SecretStore
 
 RESOLVER = "browser-bridge"
 MANAGERS = frozenset({"gateway"})
-# Listing shows names and bindings only; the runner and the bridge may need to know
-# which secrets exist for `useBrowserSecret`.
+# Listing shows names and bindings only; the runner and the bridge may read it (the
+# browser issue's `useBrowserSecret` needs to know which secrets exist).
 READERS = frozenset({"gateway", "agent-runner", "browser-bridge"})
 
 
@@ -31,6 +31,7 @@ def _require(allowed: frozenset[str], action: str) -> None:
 
 def _info(info: SecretInfo) -> secrets_pb2.SecretInfo:
     return secrets_pb2.SecretInfo(
+        id=info.id,
         resource_id=info.resource_id,
         name=info.name,
         origins=list(info.origins),
@@ -45,9 +46,10 @@ class SecretsServicer(secrets_pb2_grpc.SecretsServiceServicer):
 
     async def PutSecret(
         self, request: secrets_pb2.PutSecretRequest, context: grpc.aio.ServicerContext
-    ) -> secrets_pb2.SecretInfo:
+    ) -> secrets_pb2.PutSecretResponse:
         _require(MANAGERS, "store secrets")
-        return _info(await self.store.put(request.resource_id, request.name, request.value))
+        stored = await self.store.put(request.resource_id, request.name, request.value)
+        return secrets_pb2.PutSecretResponse(secret=_info(stored.info), created=stored.created)
 
     async def ListSecrets(
         self, request: secrets_pb2.ListSecretsRequest, context: grpc.aio.ServicerContext
@@ -60,7 +62,7 @@ class SecretsServicer(secrets_pb2_grpc.SecretsServiceServicer):
         self, request: secrets_pb2.DeleteSecretRequest, context: grpc.aio.ServicerContext
     ) -> secrets_pb2.DeleteSecretResponse:
         _require(MANAGERS, "delete secrets")
-        await self.store.delete(request.resource_id, request.name)
+        await self.store.delete(request.id)
         return secrets_pb2.DeleteSecretResponse()
 
     async def BindOrigin(

@@ -15,7 +15,7 @@ from typing import Annotated
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import NoDecode
 
-from popagent_core.settings import DEFAULT_PORTS, ServiceSettings, grpc_address_field
+from popagent_core.settings import ServiceSettings, grpc_address_field
 from popagent_secrets.crypto import KEY_BYTES, Keyring, key_id_for
 
 
@@ -38,7 +38,7 @@ def decode_key(value: object) -> bytes:
 
 
 class Settings(ServiceSettings):
-    grpc_address: str = grpc_address_field("secrets", DEFAULT_PORTS["secrets"])
+    grpc_address: str = grpc_address_field("secrets")
     secret_key: bytes = Field(validation_alias="POPAGENT_SECRET_KEY", repr=False)
     # NoDecode: a comma-separated list, not JSON.
     previous_keys: Annotated[tuple[bytes, ...], NoDecode] = Field(

@@ -29,8 +29,10 @@ from popagent_secrets.models import (
     MAX_ORIGINS_PER_SECRET,
     MAX_SECRETS_PER_RESOURCE,
     SecretInfo,
+    StoredSecret,
     check_name,
     check_resource_id,
+    check_secret_id,
     check_value,
 )
 from popagent_secrets.origins import normalize_origin
@@ -53,8 +55,9 @@ class SecretStore:
         self.keyring = keyring
         self.limits = limits or StoreLimits()
 
-    async def put(self, resource_id: str, name: str, value: str) -> SecretInfo:
-        """Provision the secret, or rotate (replace) its value; bindings are kept."""
+    async def put(self, resource_id: str, name: str, value: str) -> StoredSecret:
+        """Provision the secret, or rotate (replace) the value of the one with this resource and name;
+        a rotation keeps its id and bindings."""
         check_resource_id(resource_id)
         check_name(name)
         plaintext = check_value(value)
@@ -76,7 +79,10 @@ class SecretStore:
             "secret stored",
             extra={"resource_id": resource_id, "secret": name, "key_id": sealed.key_id, "new": row["inserted"]},
         )
-        return SecretInfo(resource_id, name, tuple(r["origin"] for r in origins), row["created_at"], row["updated_at"])
+        info = SecretInfo(
+            str(row["id"]), resource_id, name, tuple(r["origin"] for r in origins), row["created_at"], row["updated_at"]
+        )
+        return StoredSecret(info, created=row["inserted"])
 
     async def seal(self, conn: PoolConnectionProxy, plaintext: bytes, resource_id: str, name: str) -> Sealed:
         """Seal under the current key, counting the encryption in the caller's transaction."""
@@ -104,17 +110,19 @@ class SecretStore:
         with wrap_db_errors():
             rows = await self.pool.fetch(QUERIES["list_secrets"], resource_id, MAX_LISTED)
         return [
-            SecretInfo(r["resource_id"], r["name"], tuple(r["origins"]), r["created_at"], r["updated_at"]) for r in rows
+            SecretInfo(str(r["id"]), r["resource_id"], r["name"], tuple(r["origins"]), r["created_at"], r["updated_at"])
+            for r in rows
         ]
 
-    async def delete(self, resource_id: str, name: str) -> None:
-        check_resource_id(resource_id)
-        check_name(name)
+    async def delete(self, secret_id: str) -> None:
+        """Delete the secret and, with it, every origin binding of it."""
+        key = check_secret_id(secret_id)
         with wrap_db_errors():
             async with self.pool.acquire() as conn, conn.transaction():
-                deleted = await conn.fetchval(QUERIES["delete_secret"], resource_id, name)
+                deleted = await conn.fetchrow(QUERIES["delete_secret"], key)
                 if deleted is None:
-                    raise NotFound(f"secret {resource_id}/{name} not found")
+                    raise NotFound(f"secret {secret_id} not found")
+                resource_id, name = deleted["resource_id"], deleted["name"]
                 await _changed(conn, resource_id, name, "deleted")
         logger.info("secret deleted", extra={"resource_id": resource_id, "secret": name})
 
@@ -140,7 +148,12 @@ class SecretStore:
                 origins = await conn.fetch(QUERIES["list_origins"], resource_id, name)
         logger.info("secret origin bound", extra={"resource_id": resource_id, "secret": name, "origin": canonical})
         return SecretInfo(
-            resource_id, name, tuple(r["origin"] for r in origins), secret["created_at"], secret["updated_at"]
+            str(secret["id"]),
+            resource_id,
+            name,
+            tuple(r["origin"] for r in origins),
+            secret["created_at"],
+            secret["updated_at"],
         )
 
     async def unbind(self, resource_id: str, name: str, origin: str) -> SecretInfo:
@@ -159,7 +172,12 @@ class SecretStore:
                 origins = await conn.fetch(QUERIES["list_origins"], resource_id, name)
         logger.info("secret origin unbound", extra={"resource_id": resource_id, "secret": name, "origin": canonical})
         return SecretInfo(
-            resource_id, name, tuple(r["origin"] for r in origins), secret["created_at"], secret["updated_at"]
+            str(secret["id"]),
+            resource_id,
+            name,
+            tuple(r["origin"] for r in origins),
+            secret["created_at"],
+            secret["updated_at"],
         )
 
     async def resolve(self, resource_id: str, name: str, origin: str) -> str:

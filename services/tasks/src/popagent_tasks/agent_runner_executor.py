@@ -3,11 +3,12 @@
 `POPAGENT_TASKS_EXECUTOR=popagent_tasks.agent_runner_executor:executor` with
 `POPAGENT_AGENT_RUNNER_ADDR` set. Progress the turn streams is made durable through the
 attempt's `report_progress`; the final `result` event is the outcome or a `TaskFailure`
-of the class agent-runner named. The abort signal cancels the call, which cancels the
+whose class `CLASS_BY_TURN_FAILURE` picks for the turn's failure class. The abort signal cancels the call, which cancels the
 turn in agent-runner.
 
-The worker's concurrency and timing are agent-runner's agent-runtime settings, read once
-when the worker starts (`runtime_config`).
+The worker's concurrency and timing are agent-runner's agent-runtime settings, read when
+the worker starts and again whenever agent-runner publishes that they changed
+(`runtime_config`).
 """
 
 from __future__ import annotations
@@ -55,11 +56,39 @@ def runtime_from(settings: pb.AgentRuntimeSettings, base: RuntimeConfig) -> Runt
     )
 
 
-def _error_class(name: str) -> ErrorClass:
-    try:
-        return ErrorClass(name)
-    except ValueError:
+# The one table from agent-runner's turn failure classes to this service's retry classes.
+# Transient provider trouble retries (self-update only); a request the provider refuses as
+# such, or a misconfigured route, would fail the same way again. A TurnFailureClass value
+# without an entry here fails tests/tasks_turns/test_failure_classes.py.
+CLASS_BY_TURN_FAILURE: dict[pb.TurnFailureClass, ErrorClass] = {
+    pb.TURN_FAILURE_RATE_LIMIT: ErrorClass.RATE_LIMIT,
+    pb.TURN_FAILURE_QUOTA: ErrorClass.RATE_LIMIT,
+    pb.TURN_FAILURE_OVERLOADED: ErrorClass.PROVIDER,
+    pb.TURN_FAILURE_UNAVAILABLE: ErrorClass.PROVIDER,
+    pb.TURN_FAILURE_SERVER_ERROR: ErrorClass.PROVIDER,
+    pb.TURN_FAILURE_CONNECTION: ErrorClass.PROVIDER,
+    pb.TURN_FAILURE_PROVIDER_ERROR: ErrorClass.PROVIDER,
+    pb.TURN_FAILURE_TIMEOUT: ErrorClass.TIMEOUT,
+    pb.TURN_FAILURE_REQUEST_TIMEOUT: ErrorClass.TIMEOUT,
+    pb.TURN_FAILURE_DEADLINE: ErrorClass.TIMEOUT,
+    pb.TURN_FAILURE_AUTHENTICATION: ErrorClass.CONFIGURATION,
+    pb.TURN_FAILURE_NOT_FOUND: ErrorClass.CONFIGURATION,
+    pb.TURN_FAILURE_CONTEXT_WINDOW: ErrorClass.VALIDATION,
+    pb.TURN_FAILURE_REJECTED: ErrorClass.VALIDATION,
+    pb.TURN_FAILURE_INVALID_TASK: ErrorClass.VALIDATION,
+    pb.TURN_FAILURE_HOOK_DENIED: ErrorClass.HOOK_DENIED,
+    pb.TURN_FAILURE_STOP_BLOCKED: ErrorClass.HOOK_DENIED,
+    pb.TURN_FAILURE_FRAMEWORK: ErrorClass.UNKNOWN,
+}
+
+
+def error_class_of(failure: pb.TurnFailureClass) -> ErrorClass:
+    """The retry class of a failed task turn; a class this build does not know is logged, never guessed."""
+    error_class = CLASS_BY_TURN_FAILURE.get(failure)
+    if error_class is None:
+        logger.error("agent-runner sent a turn failure class without a retry class", extra={"failure_class": failure})
         return ErrorClass.UNKNOWN
+    return error_class
 
 
 class AgentRunnerExecutor:
@@ -122,6 +151,7 @@ class AgentRunnerExecutor:
             prompt=attempt.prompt,
             model=attempt.model,
             session_id=attempt.session_id,
+            thread_id=attempt.thread_id,
             workspace_id=attempt.workspace_id,
             execution_source=attempt.source.value,
             kind=attempt.kind.value,
@@ -154,7 +184,7 @@ class AgentRunnerExecutor:
                 result = event.result
                 if result.ok:
                     return truncate(result.outcome, MAX_OUTCOME_CHARS)
-                raise TaskFailure(_error_class(result.error_class), truncate(result.error_message, MAX_ERROR_CHARS))
+                raise TaskFailure(error_class_of(result.failure_class), truncate(result.error_message, MAX_ERROR_CHARS))
         raise TaskFailure(ErrorClass.INFRASTRUCTURE, "agent-runner ended the task turn without a result")
 
 

@@ -30,7 +30,7 @@ from popagent_core.errors import (
     StorageError,
     Unavailable,
 )
-from popagent_tasks.model import ErrorClass, Kind, Source
+from popagent_tasks.model import ErrorClass, Kind, Source, Task
 
 
 class AbortReason(enum.StrEnum):
@@ -79,8 +79,31 @@ class Attempt:
     parent_task_id: str
     turn_id: str
     trace_id: str
+    # The thread the attempt's turn runs in (`Task.thread_id`).
+    thread_id: str
     # Durable progress for this attempt; a no-op once the attempt no longer owns the task.
     report_progress: Callable[[str], Awaitable[None]]
+
+    @classmethod
+    def of(cls, task: Task, report_progress: Callable[[str], Awaitable[None]]) -> Attempt:
+        """The claimed task's current attempt."""
+        return cls(
+            task_id=str(task.id),
+            attempt=task.attempt_count,
+            max_attempts=task.max_attempts,
+            kind=task.kind,
+            source=task.source,
+            workspace_id=task.workspace_id,
+            prompt=task.prompt,
+            model=task.model,
+            session_id=task.session_id,
+            schedule_id=str(task.schedule_id or ""),
+            parent_task_id=str(task.parent_task_id or ""),
+            turn_id=str(task.turn_id or ""),
+            trace_id=task.trace_id or "",
+            thread_id=task.thread_id,
+            report_progress=report_progress,
+        )
 
 
 @runtime_checkable

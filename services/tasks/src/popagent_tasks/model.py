@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import enum
 import random
+import uuid
 from dataclasses import dataclass
+from datetime import datetime
 
 
 class Status(enum.StrEnum):
@@ -27,7 +29,6 @@ class Status(enum.StrEnum):
 
 
 TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.DEAD_LETTER})
-RESOLVABLE = frozenset({Status.FAILED, Status.CANCELLED, Status.DEAD_LETTER})
 
 
 class Source(enum.StrEnum):
@@ -106,6 +107,90 @@ class Backoff:
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:
         ceiling = self.ceiling(attempt)
         return (rng or random).uniform(ceiling / 2, ceiling)
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One row of `popagent_agent_tasks`, as every repository read and transition returns it."""
+
+    id: uuid.UUID
+    kind: Kind
+    status: Status
+    source: Source
+    workspace_id: str
+    prompt: str
+    model: str
+    session_id: str
+    schedule_id: uuid.UUID | None
+    tick: datetime | None
+    parent_task_id: uuid.UUID | None
+    # The fencing token of the current (or last) attempt.
+    attempt_count: int
+    max_attempts: int
+    next_attempt_at: datetime | None
+    claimed_by: str | None
+    turn_id: uuid.UUID | None
+    trace_id: str | None
+    started_at: datetime | None
+    heartbeat_at: datetime | None
+    finished_at: datetime | None
+    last_error_class: str | None
+    last_error: str | None
+    dead_lettered_at: datetime | None
+    outcome: str | None
+    resolution: str | None
+    resolved_at: datetime | None
+    cancel_requested_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def attempt_key(self) -> tuple[uuid.UUID, int]:
+        """(id, attempt): what every fenced transition of the current attempt names."""
+        return self.id, self.attempt_count
+
+    @property
+    def thread_id(self) -> str:
+        """The thread its turns run in: its session's, or, without one, a thread of its own
+        (never listed as a chat session)."""
+        return self.session_id or f"task-{self.id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """One row of `popagent_agent_schedules`."""
+
+    id: uuid.UUID
+    source: Source
+    workspace_id: str
+    name: str
+    prompt: str
+    model: str
+    session_id: str
+    cron: str
+    # NULL only before the one-time backfill (popagent_tasks.schedules.backfill_schedules).
+    timezone: str | None
+    next_run_at: datetime | None
+    enabled: bool
+    max_attempts: int
+    last_tick: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleFields:
+    """What a schedule write sets: a new user schedule's values, or an edited one's."""
+
+    name: str
+    prompt: str
+    model: str
+    session_id: str
+    cron: str
+    timezone: str | None
+    next_run_at: datetime | None
+    enabled: bool
+    max_attempts: int
 
 
 def truncate(text: str, limit: int) -> str:

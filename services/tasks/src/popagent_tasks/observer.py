@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from popagent_hooks.client import HooksClient
-from popagent_hooks.events import Event
-from popagent_tasks.model import truncate
+from popagent_hooks_client.client import HooksClient
+from popagent_hooks_client.events import Event
+from popagent_tasks.model import Task, truncate
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +49,24 @@ class TaskLifecycle:
     parent_task_id: str
     turn_id: str
     trace_id: str
+
+    @classmethod
+    def of(cls, task: Task) -> TaskLifecycle:
+        """The lifecycle of the task's current attempt."""
+        return cls(
+            task_id=str(task.id),
+            attempt=task.attempt_count,
+            max_attempts=task.max_attempts,
+            kind=task.kind.value,
+            source=task.source.value,
+            workspace_id=task.workspace_id,
+            session_id=task.session_id,
+            model=task.model,
+            schedule_id=str(task.schedule_id or ""),
+            parent_task_id=str(task.parent_task_id or ""),
+            turn_id=str(task.turn_id or ""),
+            trace_id=task.trace_id or "",
+        )
 
     def detail(self) -> dict[str, Any]:
         return {
@@ -97,14 +115,6 @@ class LifecycleObserver(Protocol):
     async def task_started(self, event: TaskStarted) -> None: ...
 
     async def task_stopped(self, event: TaskStopped) -> None: ...
-
-
-class NullObserver:
-    async def task_started(self, event: TaskStarted) -> None:
-        return None
-
-    async def task_stopped(self, event: TaskStopped) -> None:
-        return None
 
 
 class HooksObserver:

@@ -1,11 +1,17 @@
 -- Every statement of the tasks service. Transitions of a claimed attempt are fenced by
 -- (id, attempt_count, live status): a worker whose claim was recovered and re-claimed
 -- by someone else updates nothing.
+--
+-- A statement that hands out tasks names the columns of `popagent_tasks.model.Task`, one
+-- that hands out schedules those of `Schedule`, in this order (repo.py maps them once).
 
 -- name: insert_task
 INSERT INTO popagent_agent_tasks (kind, status, source, workspace_id, prompt, model, session_id, max_attempts)
 VALUES ('task', 'queued', $1, $2, $3, $4, $5, $6)
-RETURNING *
+RETURNING id, kind, status, source, workspace_id, prompt, model, session_id, schedule_id, tick, parent_task_id,
+    attempt_count, max_attempts, next_attempt_at, claimed_by, turn_id, trace_id, started_at, heartbeat_at,
+    finished_at, last_error_class, last_error, dead_lettered_at, outcome, resolution, resolved_at,
+    cancel_requested_at, created_at, updated_at
 
 -- name: insert_tasks
 INSERT INTO popagent_agent_tasks (kind, status, source, workspace_id, prompt, model, session_id, max_attempts)
@@ -13,17 +19,26 @@ SELECT 'task', 'queued', $1, $2, prompt, $3, '', $4 FROM unnest($5::text[]) AS p
 RETURNING id
 
 -- name: get_task
-SELECT * FROM popagent_agent_tasks WHERE id = $1
+SELECT id, kind, status, source, workspace_id, prompt, model, session_id, schedule_id, tick, parent_task_id,
+    attempt_count, max_attempts, next_attempt_at, claimed_by, turn_id, trace_id, started_at, heartbeat_at,
+    finished_at, last_error_class, last_error, dead_lettered_at, outcome, resolution, resolved_at,
+    cancel_requested_at, created_at, updated_at
+FROM popagent_agent_tasks WHERE id = $1
 
 -- name: list_tasks
-SELECT * FROM popagent_agent_tasks
+SELECT id, kind, status, source, workspace_id, prompt, model, session_id, schedule_id, tick, parent_task_id,
+    attempt_count, max_attempts, next_attempt_at, claimed_by, turn_id, trace_id, started_at, heartbeat_at,
+    finished_at, last_error_class, last_error, dead_lettered_at, outcome, resolution, resolved_at,
+    cancel_requested_at, created_at, updated_at
+FROM popagent_agent_tasks
 WHERE ($2::text = '' OR workspace_id = $2) AND ($3::text = '' OR status = $3)
 ORDER BY created_at DESC, id
 LIMIT $1
 
 -- name: recent_progress
 SELECT task_id, attempt, kind, message, created_at FROM (
-    SELECT p.*, row_number() OVER (PARTITION BY p.task_id ORDER BY p.id DESC) AS recency
+    SELECT p.id, p.task_id, p.attempt, p.kind, p.message, p.created_at,
+           row_number() OVER (PARTITION BY p.task_id ORDER BY p.id DESC) AS recency
     FROM popagent_agent_task_progress p
     WHERE p.task_id = ANY ($1::uuid[])
 ) recent
@@ -32,7 +47,8 @@ ORDER BY task_id, id
 
 -- name: insert_progress
 INSERT INTO popagent_agent_task_progress (task_id, attempt, kind, message)
-SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[])
+SELECT task_id, attempt, kind, message
+FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[]) AS entry (task_id, attempt, kind, message)
 
 -- name: insert_attempt_progress
 -- Executor-reported progress: only while the attempt still owns the task.
@@ -49,7 +65,10 @@ UPDATE popagent_agent_tasks SET
     cancel_requested_at = clock_timestamp(),
     updated_at = clock_timestamp()
 WHERE id = $1 AND status IN ('queued', 'running')
-RETURNING *
+RETURNING id, kind, status, source, workspace_id, prompt, model, session_id, schedule_id, tick, parent_task_id,
+    attempt_count, max_attempts, next_attempt_at, claimed_by, turn_id, trace_id, started_at, heartbeat_at,
+    finished_at, last_error_class, last_error, dead_lettered_at, outcome, resolution, resolved_at,
+    cancel_requested_at, created_at, updated_at
 
 -- name: resolve_task
 UPDATE popagent_agent_tasks SET
@@ -63,7 +82,10 @@ UPDATE popagent_agent_tasks SET
     cancel_requested_at = NULL,
     updated_at = clock_timestamp()
 WHERE id = $1 AND status IN ('failed', 'cancelled', 'dead-letter')
-RETURNING *
+RETURNING id, kind, status, source, workspace_id, prompt, model, session_id, schedule_id, tick, parent_task_id,
+    attempt_count, max_attempts, next_attempt_at, claimed_by, turn_id, trace_id, started_at, heartbeat_at,
+    finished_at, last_error_class, last_error, dead_lettered_at, outcome, resolution, resolved_at,
+    cancel_requested_at, created_at, updated_at
 
 -- name: delete_task
 DELETE FROM popagent_agent_tasks
@@ -92,7 +114,11 @@ UPDATE popagent_agent_tasks t SET
     updated_at = clock_timestamp()
 FROM candidate
 WHERE t.id = candidate.id
-RETURNING t.*
+RETURNING t.id, t.kind, t.status, t.source, t.workspace_id, t.prompt, t.model, t.session_id, t.schedule_id,
+    t.tick, t.parent_task_id, t.attempt_count, t.max_attempts, t.next_attempt_at, t.claimed_by,
+    t.turn_id, t.trace_id, t.started_at, t.heartbeat_at, t.finished_at, t.last_error_class,
+    t.last_error, t.dead_lettered_at, t.outcome, t.resolution, t.resolved_at, t.cancel_requested_at,
+    t.created_at, t.updated_at
 
 -- name: heartbeat
 -- Returns the attempts this worker still owns, with their status: a missing one was
@@ -111,7 +137,11 @@ UPDATE popagent_agent_tasks t SET
     updated_at = clock_timestamp()
 FROM unnest($1::uuid[], $2::int[], $3::text[]) AS done (id, attempt, outcome)
 WHERE t.id = done.id AND t.attempt_count = done.attempt AND t.status IN ('running', 'cancelling')
-RETURNING t.*
+RETURNING t.id, t.kind, t.status, t.source, t.workspace_id, t.prompt, t.model, t.session_id, t.schedule_id,
+    t.tick, t.parent_task_id, t.attempt_count, t.max_attempts, t.next_attempt_at, t.claimed_by,
+    t.turn_id, t.trace_id, t.started_at, t.heartbeat_at, t.finished_at, t.last_error_class,
+    t.last_error, t.dead_lettered_at, t.outcome, t.resolution, t.resolved_at, t.cancel_requested_at,
+    t.created_at, t.updated_at
 
 -- name: fail_attempt
 -- $3 error class, $4 message, $5 retry-eligible (self-update and a transient class),
@@ -138,7 +168,11 @@ UPDATE popagent_agent_tasks t SET
     updated_at = clock_timestamp()
 FROM decided
 WHERE t.id = decided.id
-RETURNING t.*
+RETURNING t.id, t.kind, t.status, t.source, t.workspace_id, t.prompt, t.model, t.session_id, t.schedule_id,
+    t.tick, t.parent_task_id, t.attempt_count, t.max_attempts, t.next_attempt_at, t.claimed_by,
+    t.turn_id, t.trace_id, t.started_at, t.heartbeat_at, t.finished_at, t.last_error_class,
+    t.last_error, t.dead_lettered_at, t.outcome, t.resolution, t.resolved_at, t.cancel_requested_at,
+    t.created_at, t.updated_at
 
 -- name: settle_cancelled
 UPDATE popagent_agent_tasks SET
@@ -146,7 +180,10 @@ UPDATE popagent_agent_tasks SET
     finished_at = clock_timestamp(),
     updated_at = clock_timestamp()
 WHERE id = $1 AND attempt_count = $2 AND status IN ('running', 'cancelling')
-RETURNING *
+RETURNING id, kind, status, source, workspace_id, prompt, model, session_id, schedule_id, tick, parent_task_id,
+    attempt_count, max_attempts, next_attempt_at, claimed_by, turn_id, trace_id, started_at, heartbeat_at,
+    finished_at, last_error_class, last_error, dead_lettered_at, outcome, resolution, resolved_at,
+    cancel_requested_at, created_at, updated_at
 
 -- name: release_attempts
 -- Shutdown: attempts whose executors settled after the abort go back to the queue while
@@ -173,7 +210,11 @@ UPDATE popagent_agent_tasks t SET
     updated_at = clock_timestamp()
 FROM decided
 WHERE t.id = decided.id
-RETURNING t.*
+RETURNING t.id, t.kind, t.status, t.source, t.workspace_id, t.prompt, t.model, t.session_id, t.schedule_id,
+    t.tick, t.parent_task_id, t.attempt_count, t.max_attempts, t.next_attempt_at, t.claimed_by,
+    t.turn_id, t.trace_id, t.started_at, t.heartbeat_at, t.finished_at, t.last_error_class,
+    t.last_error, t.dead_lettered_at, t.outcome, t.resolution, t.resolved_at, t.cancel_requested_at,
+    t.created_at, t.updated_at
 
 -- name: recover_orphans
 -- Recovery by heartbeat staleness ($1 s), never by a wall-clock guess. Attempts held by
@@ -209,7 +250,11 @@ UPDATE popagent_agent_tasks t SET
     updated_at = clock_timestamp()
 FROM orphan
 WHERE t.id = orphan.id
-RETURNING t.*
+RETURNING t.id, t.kind, t.status, t.source, t.workspace_id, t.prompt, t.model, t.session_id, t.schedule_id,
+    t.tick, t.parent_task_id, t.attempt_count, t.max_attempts, t.next_attempt_at, t.claimed_by,
+    t.turn_id, t.trace_id, t.started_at, t.heartbeat_at, t.finished_at, t.last_error_class,
+    t.last_error, t.dead_lettered_at, t.outcome, t.resolution, t.resolved_at, t.cancel_requested_at,
+    t.created_at, t.updated_at
 
 -- name: insert_remediation
 -- One remediation per terminally failed task (the partial unique index), in its
@@ -226,28 +271,36 @@ RETURNING id
 INSERT INTO popagent_agent_schedules
     (source, workspace_id, name, prompt, model, session_id, cron, timezone, next_run_at, enabled, max_attempts)
 VALUES ('user', $1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-RETURNING *
+RETURNING id, source, workspace_id, name, prompt, model, session_id, cron, timezone, next_run_at, enabled,
+    max_attempts, last_tick, created_at, updated_at
 
 -- name: list_schedules
-SELECT * FROM popagent_agent_schedules
+SELECT id, source, workspace_id, name, prompt, model, session_id, cron, timezone, next_run_at, enabled,
+    max_attempts, last_tick, created_at, updated_at
+FROM popagent_agent_schedules
 WHERE ($1::text = '' OR workspace_id = $1)
 ORDER BY created_at, id
 
 -- name: lock_user_schedule
-SELECT * FROM popagent_agent_schedules WHERE id = $1 AND source = 'user' FOR UPDATE
+SELECT id, source, workspace_id, name, prompt, model, session_id, cron, timezone, next_run_at, enabled,
+    max_attempts, last_tick, created_at, updated_at
+FROM popagent_agent_schedules WHERE id = $1 AND source = 'user' FOR UPDATE
 
 -- name: update_schedule
 UPDATE popagent_agent_schedules SET
     name = $2, prompt = $3, model = $4, session_id = $5, cron = $6, timezone = $7,
     next_run_at = $8, enabled = $9, max_attempts = $10, updated_at = clock_timestamp()
 WHERE id = $1 AND source = 'user'
-RETURNING *
+RETURNING id, source, workspace_id, name, prompt, model, session_id, cron, timezone, next_run_at, enabled,
+    max_attempts, last_tick, created_at, updated_at
 
 -- name: delete_schedule
 DELETE FROM popagent_agent_schedules WHERE id = $1 AND source = 'user' RETURNING id
 
 -- name: lock_due_schedules
-SELECT * FROM popagent_agent_schedules
+SELECT id, source, workspace_id, name, prompt, model, session_id, cron, timezone, next_run_at, enabled,
+    max_attempts, last_tick, created_at, updated_at
+FROM popagent_agent_schedules
 WHERE enabled AND next_run_at <= clock_timestamp()
 ORDER BY next_run_at, id
 LIMIT $1

@@ -26,7 +26,11 @@ from popagent_tasks.model import (
     MAX_ERROR_CHARS,
     MAX_OUTCOME_CHARS,
     Kind,
+    Schedule,
+    ScheduleFields,
+    Source,
     Status,
+    Task,
     truncate,
 )
 
@@ -66,26 +70,96 @@ def parse_id(value: str, error: type[NotFound]) -> uuid.UUID:
         raise error() from None
 
 
-def remediation_prompt(row: asyncpg.Record) -> str:
+def remediation_prompt(task: Task) -> str:
     return (
-        f"Background task {row['id']} in workspace {row['workspace_id']} ended {row['status']} "
-        f"after attempt {row['attempt_count']} of {row['max_attempts']} "
-        f"({row['last_error_class'] or 'unknown'}: {row['last_error'] or 'no detail'}).\n"
+        f"Background task {task.id} in workspace {task.workspace_id} ended {task.status} "
+        f"after attempt {task.attempt_count} of {task.max_attempts} "
+        f"({task.last_error_class or 'unknown'}: {task.last_error or 'no detail'}).\n"
         "Investigate why it failed, fix what is within reach, and report what you found and did. "
         "Do not simply rerun the original work.\n\n"
-        f"Original prompt:\n{truncate(row['prompt'], 8 * 1024)}"
+        f"Original prompt:\n{truncate(task.prompt, 8 * 1024)}"
     )
 
 
-@dataclass(frozen=True)
+def _task(row: asyncpg.Record) -> Task:
+    """The one mapping of a task row (the column list every task query names) to its record."""
+    return Task(
+        id=row["id"],
+        kind=Kind(row["kind"]),
+        status=Status(row["status"]),
+        source=Source(row["source"]),
+        workspace_id=row["workspace_id"],
+        prompt=row["prompt"],
+        model=row["model"],
+        session_id=row["session_id"],
+        schedule_id=row["schedule_id"],
+        tick=row["tick"],
+        parent_task_id=row["parent_task_id"],
+        attempt_count=row["attempt_count"],
+        max_attempts=row["max_attempts"],
+        next_attempt_at=row["next_attempt_at"],
+        claimed_by=row["claimed_by"],
+        turn_id=row["turn_id"],
+        trace_id=row["trace_id"],
+        started_at=row["started_at"],
+        heartbeat_at=row["heartbeat_at"],
+        finished_at=row["finished_at"],
+        last_error_class=row["last_error_class"],
+        last_error=row["last_error"],
+        dead_lettered_at=row["dead_lettered_at"],
+        outcome=row["outcome"],
+        resolution=row["resolution"],
+        resolved_at=row["resolved_at"],
+        cancel_requested_at=row["cancel_requested_at"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+def _schedule(row: asyncpg.Record) -> Schedule:
+    return Schedule(
+        id=row["id"],
+        source=Source(row["source"]),
+        workspace_id=row["workspace_id"],
+        name=row["name"],
+        prompt=row["prompt"],
+        model=row["model"],
+        session_id=row["session_id"],
+        cron=row["cron"],
+        timezone=row["timezone"],
+        next_run_at=row["next_run_at"],
+        enabled=row["enabled"],
+        max_attempts=row["max_attempts"],
+        last_tick=row["last_tick"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+def _schedule_args(fields: ScheduleFields) -> tuple[object, ...]:
+    """A schedule write's values in the order insert_schedule and update_schedule take them."""
+    return (
+        fields.name,
+        fields.prompt,
+        fields.model,
+        fields.session_id,
+        fields.cron,
+        fields.timezone,
+        fields.next_run_at,
+        fields.enabled,
+        fields.max_attempts,
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class Transition:
     """A committed change of one attempt's task, and the remediation it created, if any."""
 
-    row: asyncpg.Record
+    task: Task
     remediation_id: uuid.UUID | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Progress:
     attempt: int
     kind: str
@@ -110,15 +184,17 @@ class TaskRepo:
 
     async def create_task(
         self, *, source: str, workspace_id: str, prompt: str, model: str, session_id: str, max_attempts: int
-    ) -> asyncpg.Record:
+    ) -> Task:
         with wrap_db_errors():
             async with self.pool.acquire() as conn, conn.transaction():
-                row = await conn.fetchrow(
-                    QUERIES["insert_task"], source, workspace_id, prompt, model, session_id, max_attempts
+                task = _task(
+                    await conn.fetchrow(
+                        QUERIES["insert_task"], source, workspace_id, prompt, model, session_id, max_attempts
+                    )
                 )
-                await _enqueue_fact(conn, row["id"])
-        await self._after_enqueue(str(row["id"]))
-        return row
+                await _enqueue_fact(conn, task.id)
+        await self._after_enqueue(str(task.id))
+        return task
 
     async def create_tasks(
         self, prompts: Sequence[str], *, source: str, workspace_id: str, model: str = "", max_attempts: int = 3
@@ -136,16 +212,17 @@ class TaskRepo:
             await self._after_enqueue(str(ids[0]))
         return ids
 
-    async def get_task(self, task_id: str) -> asyncpg.Record:
+    async def get_task(self, task_id: str) -> Task:
         with wrap_db_errors():
             row = await self.pool.fetchrow(QUERIES["get_task"], parse_id(task_id, TaskNotFound))
         if row is None:
             raise TaskNotFound()
-        return row
+        return _task(row)
 
-    async def list_tasks(self, *, limit: int, workspace_id: str = "", status: str = "") -> list[asyncpg.Record]:
+    async def list_tasks(self, *, limit: int, workspace_id: str = "", status: str = "") -> list[Task]:
         with wrap_db_errors():
-            return await self.pool.fetch(QUERIES["list_tasks"], limit, workspace_id, status)
+            rows = await self.pool.fetch(QUERIES["list_tasks"], limit, workspace_id, status)
+        return [_task(row) for row in rows]
 
     async def recent_progress(self, task_ids: Sequence[uuid.UUID], per_task: int) -> dict[uuid.UUID, list[Progress]]:
         with wrap_db_errors():
@@ -155,37 +232,38 @@ class TaskRepo:
             progress.setdefault(row["task_id"], []).append(Progress(row["attempt"], row["kind"], row["message"]))
         return progress
 
-    async def cancel_task(self, task_id: str) -> asyncpg.Record:
+    async def cancel_task(self, task_id: str) -> Task:
         key = parse_id(task_id, TaskNotFound)
         with wrap_db_errors():
             async with self.pool.acquire() as conn, conn.transaction():
                 row = await conn.fetchrow(QUERIES["cancel_task"], key)
                 if row is not None:
-                    kind = "cancelled" if row["status"] == Status.CANCELLED else "cancel_requested"
+                    task = _task(row)
+                    kind = "cancelled" if task.status is Status.CANCELLED else "cancel_requested"
                     message = (
                         "cancelled before it started"
                         if kind == "cancelled"
                         else "cancellation requested; durable once the executor settles"
                     )
-                    await _progress(conn, [(key, row["attempt_count"], kind, message)])
-                    return row
+                    await _progress(conn, [(key, task.attempt_count, kind, message)])
+                    return task
                 current = await conn.fetchrow(QUERIES["get_task"], key)
         if current is None:
             raise TaskNotFound()
-        if current["status"] == Status.CANCELLING:
-            return current
-        raise TaskNotCancellable(f"task is {current['status']}")
+        task = _task(current)
+        if task.status is Status.CANCELLING:
+            return task
+        raise TaskNotCancellable(f"task is {task.status}")
 
-    async def resolve_task(self, task_id: str, evidence: str) -> asyncpg.Record:
+    async def resolve_task(self, task_id: str, evidence: str) -> Task:
         key = parse_id(task_id, TaskNotFound)
         with wrap_db_errors():
             async with self.pool.acquire() as conn, conn.transaction():
                 row = await conn.fetchrow(QUERIES["resolve_task"], key, evidence)
                 if row is not None:
-                    await _progress(
-                        conn, [(key, row["attempt_count"], "resolved", f"resolved by operator: {evidence}")]
-                    )
-                    return row
+                    task = _task(row)
+                    await _progress(conn, [(key, task.attempt_count, "resolved", f"resolved by operator: {evidence}")])
+                    return task
                 current = await conn.fetchrow(QUERIES["get_task"], key)
         if current is None:
             raise TaskNotFound()
@@ -204,17 +282,18 @@ class TaskRepo:
 
     # -- worker ---------------------------------------------------------------------
 
-    async def claim(self, worker_id: str, limit: int) -> list[asyncpg.Record]:
+    async def claim(self, worker_id: str, limit: int) -> list[Task]:
         with wrap_db_errors():
-            return await self.pool.fetch(QUERIES["claim_tasks"], worker_id, limit)
+            rows = await self.pool.fetch(QUERIES["claim_tasks"], worker_id, limit)
+        return [_task(row) for row in rows]
 
-    async def heartbeat(self, held: Sequence[tuple[uuid.UUID, int]]) -> dict[uuid.UUID, str]:
+    async def heartbeat(self, held: Sequence[tuple[uuid.UUID, int]]) -> dict[uuid.UUID, Status]:
         """Owned attempts still live, by id -> status."""
         with wrap_db_errors():
             rows = await self.pool.fetch(
                 QUERIES["heartbeat"], [task_id for task_id, _ in held], [attempt for _, attempt in held]
             )
-        return {row["id"]: row["status"] for row in rows}
+        return {row["id"]: Status(row["status"]) for row in rows}
 
     async def attempt_progress(self, task_id: uuid.UUID, attempt: int, kind: str, message: str) -> bool:
         with wrap_db_errors():
@@ -223,15 +302,16 @@ class TaskRepo:
             )
         return inserted is not None
 
-    async def complete(self, done: Sequence[tuple[uuid.UUID, int, str]]) -> list[asyncpg.Record]:
-        """Fenced completions in one statement; returns the rows that changed."""
+    async def complete(self, done: Sequence[tuple[uuid.UUID, int, str]]) -> list[Task]:
+        """Fenced completions in one statement; returns the tasks that changed."""
         with wrap_db_errors():
-            return await self.pool.fetch(
+            rows = await self.pool.fetch(
                 QUERIES["complete_attempts"],
                 [task_id for task_id, _, _ in done],
                 [attempt for _, attempt, _ in done],
                 [truncate(outcome, MAX_OUTCOME_CHARS) for _, _, outcome in done],
             )
+        return [_task(row) for row in rows]
 
     async def fail(
         self,
@@ -253,19 +333,19 @@ class TaskRepo:
                 )
                 if row is None:
                     return None
-                status = Status(row["status"])
-                head = f"attempt {attempt}/{row['max_attempts']} failed ({error_class}): {message}"
-                if status is Status.QUEUED:
+                task = _task(row)
+                head = f"attempt {attempt}/{task.max_attempts} failed ({error_class}): {message}"
+                if task.status is Status.QUEUED:
                     kind, note = "retry_scheduled", f"{head}; retrying in {delay_s:.1f} s"
-                elif status is Status.DEAD_LETTER:
+                elif task.status is Status.DEAD_LETTER:
                     kind = "dead_letter"
                     note = f"{head}; retries exhausted after {attempt} attempts: dead-lettered, not retried again"
-                elif status is Status.CANCELLED:
+                elif task.status is Status.CANCELLED:
                     kind, note = "cancelled", f"cancelled; the executor settled with {error_class}: {message}"
                 else:
                     kind, note = "failed", f"{head}; not retried: {explain}"
                 await _progress(conn, [(task_id, attempt, kind, note)])
-                transition = (await _terminal_followups(conn, [row], wake_queued=False))[0]
+                transition = (await _terminal_followups(conn, [task], wake_queued=False))[0]
         if transition.remediation_id is not None:
             await self._after_enqueue("remediation")
         return transition
@@ -277,7 +357,7 @@ class TaskRepo:
                 if row is None:
                     return None
                 await _progress(conn, [(task_id, attempt, "cancelled", "cancelled; the executor settled")])
-        return Transition(row)
+        return Transition(_task(row))
 
     async def release(self, held: Sequence[tuple[uuid.UUID, int]]) -> list[Transition]:
         """Shutdown: settled attempts back to the queue (or dead letter when exhausted)."""
@@ -286,9 +366,10 @@ class TaskRepo:
                 rows = await conn.fetch(
                     QUERIES["release_attempts"], [task_id for task_id, _ in held], [attempt for _, attempt in held]
                 )
-                await _progress(conn, [_recovery_entry(row, "the worker stopped") for row in rows])
-                transitions = await _terminal_followups(conn, rows, wake_queued=True)
-        if any(t.remediation_id or t.row["status"] == Status.QUEUED for t in transitions):
+                tasks = [_task(row) for row in rows]
+                await _progress(conn, [_recovery_entry(task, "the worker stopped") for task in tasks])
+                transitions = await _terminal_followups(conn, tasks, wake_queued=True)
+        if any(t.remediation_id or t.task.status is Status.QUEUED for t in transitions):
             await self._after_enqueue("released")
         return transitions
 
@@ -300,58 +381,36 @@ class TaskRepo:
                 rows = await conn.fetch(
                     QUERIES["recover_orphans"], heartbeat_timeout_s, stale_after_s, list(exclude), limit
                 )
-                await _progress(conn, [_recovery_entry(row, "its worker stopped heartbeating") for row in rows])
-                transitions = await _terminal_followups(conn, rows, wake_queued=True)
-        if any(t.remediation_id or t.row["status"] == Status.QUEUED for t in transitions):
+                tasks = [_task(row) for row in rows]
+                await _progress(conn, [_recovery_entry(task, "its worker stopped heartbeating") for task in tasks])
+                transitions = await _terminal_followups(conn, tasks, wake_queued=True)
+        if any(t.remediation_id or t.task.status is Status.QUEUED for t in transitions):
             await self._after_enqueue("recovered")
         return transitions
 
     # -- schedules ------------------------------------------------------------------
 
-    async def insert_schedule(self, **values: object) -> asyncpg.Record:
+    async def insert_schedule(self, workspace_id: str, fields: ScheduleFields) -> Schedule:
         with wrap_db_errors():
-            return await self.pool.fetchrow(
-                QUERIES["insert_schedule"],
-                values["workspace_id"],
-                values["name"],
-                values["prompt"],
-                values["model"],
-                values["session_id"],
-                values["cron"],
-                values["timezone"],
-                values["next_run_at"],
-                values["enabled"],
-                values["max_attempts"],
-            )
+            row = await self.pool.fetchrow(QUERIES["insert_schedule"], workspace_id, *_schedule_args(fields))
+        return _schedule(row)
 
-    async def list_schedules(self, workspace_id: str = "") -> list[asyncpg.Record]:
+    async def list_schedules(self, workspace_id: str = "") -> list[Schedule]:
         with wrap_db_errors():
-            return await self.pool.fetch(QUERIES["list_schedules"], workspace_id)
+            rows = await self.pool.fetch(QUERIES["list_schedules"], workspace_id)
+        return [_schedule(row) for row in rows]
 
-    async def update_schedule(
-        self, schedule_id: str, change: Callable[[asyncpg.Record], dict[str, object]]
-    ) -> asyncpg.Record:
-        """Lock a user schedule, compute its new values from the current row, write them."""
+    async def update_schedule(self, schedule_id: str, change: Callable[[Schedule], ScheduleFields]) -> Schedule:
+        """Lock a user schedule, compute its new values from the current one, write them."""
         key = parse_id(schedule_id, ScheduleNotFound)
         with wrap_db_errors():
             async with self.pool.acquire() as conn, conn.transaction():
                 current = await conn.fetchrow(QUERIES["lock_user_schedule"], key)
                 if current is None:
                     raise ScheduleNotFound()
-                values = change(current)
-                return await conn.fetchrow(
-                    QUERIES["update_schedule"],
-                    key,
-                    values["name"],
-                    values["prompt"],
-                    values["model"],
-                    values["session_id"],
-                    values["cron"],
-                    values["timezone"],
-                    values["next_run_at"],
-                    values["enabled"],
-                    values["max_attempts"],
-                )
+                fields = change(_schedule(current))
+                row = await conn.fetchrow(QUERIES["update_schedule"], key, *_schedule_args(fields))
+        return _schedule(row)
 
     async def delete_schedule(self, schedule_id: str) -> None:
         key = parse_id(schedule_id, ScheduleNotFound)
@@ -360,7 +419,7 @@ class TaskRepo:
                 raise ScheduleNotFound()
 
     async def materialize_due(
-        self, ticks_for: Callable[[asyncpg.Record], tuple[list[datetime], datetime | None]], limit: int
+        self, ticks_for: Callable[[Schedule], tuple[list[datetime], datetime | None]], limit: int
     ) -> int:
         """Materialize due ticks of up to `limit` schedules; returns how many tasks were created.
 
@@ -370,16 +429,17 @@ class TaskRepo:
         created = 0
         with wrap_db_errors():
             async with self.pool.acquire() as conn, conn.transaction():
-                for schedule in await conn.fetch(QUERIES["lock_due_schedules"], limit):
+                for row in await conn.fetch(QUERIES["lock_due_schedules"], limit):
+                    schedule = _schedule(row)
                     ticks, next_run_at = ticks_for(schedule)
                     if ticks:
-                        inserted = await conn.fetch(QUERIES["materialize_ticks"], schedule["id"], ticks)
+                        inserted = await conn.fetch(QUERIES["materialize_ticks"], schedule.id, ticks)
                         created += len(inserted)
                     await conn.execute(
                         QUERIES["advance_schedule"],
-                        schedule["id"],
+                        schedule.id,
                         next_run_at,
-                        ticks[-1] if ticks else schedule["last_tick"],
+                        ticks[-1] if ticks else schedule.last_tick,
                     )
                 if created:
                     await bus.enqueue_event(
@@ -416,35 +476,34 @@ async def _progress(conn: Conn, entries: Sequence[tuple[uuid.UUID, int, str, str
     )
 
 
-def _recovery_entry(row: asyncpg.Record, why: str) -> tuple[uuid.UUID, int, str, str]:
-    status = Status(row["status"])
-    attempt = row["attempt_count"]
-    of = f"attempt {attempt}/{row['max_attempts']}"
-    if status is Status.QUEUED:
-        return (row["id"], attempt, "recovered", f"{why} during {of}; requeued")
-    if status is Status.DEAD_LETTER:
-        return (row["id"], attempt, "dead_letter", f"{why} during {of}; no attempts left: dead-lettered")
-    if status is Status.FAILED:
-        return (row["id"], attempt, "failed", f"{why} during {of} too long ago to replay: failed as stale")
-    return (row["id"], attempt, "cancelled", f"{why} while cancelling; cancelled")
+def _recovery_entry(task: Task, why: str) -> tuple[uuid.UUID, int, str, str]:
+    attempt = task.attempt_count
+    of = f"attempt {attempt}/{task.max_attempts}"
+    if task.status is Status.QUEUED:
+        return (task.id, attempt, "recovered", f"{why} during {of}; requeued")
+    if task.status is Status.DEAD_LETTER:
+        return (task.id, attempt, "dead_letter", f"{why} during {of}; no attempts left: dead-lettered")
+    if task.status is Status.FAILED:
+        return (task.id, attempt, "failed", f"{why} during {of} too long ago to replay: failed as stale")
+    return (task.id, attempt, "cancelled", f"{why} while cancelling; cancelled")
 
 
-async def _terminal_followups(conn: Conn, rows: Sequence[asyncpg.Record], *, wake_queued: bool) -> list[Transition]:
+async def _terminal_followups(conn: Conn, tasks: Sequence[Task], *, wake_queued: bool) -> list[Transition]:
     """Inside the transition's transaction: one remediation per terminal failure of a task,
     and the wake-up fact when that (or requeued work, if `wake_queued`) is due now."""
     transitions = []
     remediated = False
-    for row in rows:
+    for task in tasks:
         remediation_id = None
-        if row["kind"] == Kind.TASK and row["status"] in (Status.FAILED, Status.DEAD_LETTER):
-            remediation_id = await conn.fetchval(QUERIES["insert_remediation"], row["id"], remediation_prompt(row))
+        if task.kind is Kind.TASK and task.status in (Status.FAILED, Status.DEAD_LETTER):
+            remediation_id = await conn.fetchval(QUERIES["insert_remediation"], task.id, remediation_prompt(task))
             if remediation_id is not None:
                 remediated = True
                 await _progress(
                     conn,
-                    [(row["id"], row["attempt_count"], "remediation", f"remediation task {remediation_id} created")],
+                    [(task.id, task.attempt_count, "remediation", f"remediation task {remediation_id} created")],
                 )
-        transitions.append(Transition(row, remediation_id))
-    if remediated or (wake_queued and any(row["status"] == Status.QUEUED for row in rows)):
-        await _enqueue_fact(conn, rows[0]["id"])
+        transitions.append(Transition(task, remediation_id))
+    if remediated or (wake_queued and any(task.status is Status.QUEUED for task in tasks)):
+        await _enqueue_fact(conn, tasks[0].id)
     return transitions

@@ -22,6 +22,7 @@ from croniter import croniter
 from popagent_core.db import wrap_db_errors
 from popagent_core.errors import InvalidArgument
 from popagent_core.lifecycle import wait_event
+from popagent_tasks.model import Schedule
 from popagent_tasks.repo import QUERIES, TaskRepo
 
 logger = logging.getLogger(__name__)
@@ -96,8 +97,11 @@ def due_ticks(
     return ticks, following
 
 
-def _ticks_for(schedule: asyncpg.Record) -> tuple[list[datetime], datetime | None]:
-    return due_ticks(schedule["cron"], schedule["timezone"], schedule["next_run_at"], datetime.now(UTC))
+def _ticks_for(schedule: Schedule) -> tuple[list[datetime], datetime | None]:
+    if schedule.timezone is None or schedule.next_run_at is None:
+        # Only a row the one-time backfill has not reached yet; it runs before any scheduler.
+        return [], schedule.next_run_at
+    return due_ticks(schedule.cron, schedule.timezone, schedule.next_run_at, datetime.now(UTC))
 
 
 class Scheduler:

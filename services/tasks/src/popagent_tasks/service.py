@@ -23,7 +23,7 @@ from popagent_core import subjects
 from popagent_core.grpc_client import open_channel
 from popagent_core.lifecycle import background_task
 from popagent_core.service import service_kernel
-from popagent_hooks.client import HooksClient
+from popagent_hooks_client.client import HooksClient
 from popagent_tasks.executor import Executor, load_executor
 from popagent_tasks.observer import HooksObserver, LifecycleObserver, Observers
 from popagent_tasks.repo import TaskRepo
@@ -94,6 +94,17 @@ async def build(
 
             subscription = await nc.subscribe(subjects.TASK_ENQUEUED, cb=on_enqueued)
             stack.push_async_callback(subscription.unsubscribe)
+
+            async def on_runtime_changed(msg: Msg) -> None:
+                # The relay's JetStream copy reaches core subscribers too; every replica's
+                # worker hears it. The fact carries nothing: the settings are re-read.
+                try:
+                    await worker.refresh_runtime()
+                except Exception:
+                    logger.warning("runtime settings re-read failed; keeping the current runtime", exc_info=True)
+
+            runtime_subscription = await nc.subscribe(subjects.AGENT_RUNTIME_SETTINGS_CHANGED, cb=on_runtime_changed)
+            stack.push_async_callback(runtime_subscription.unsubscribe)
             stack.push_async_callback(worker.close)
             await worker.start()
             logger.info("worker started", extra={"worker_id": worker.worker_id, "executor": type(executor).__name__})

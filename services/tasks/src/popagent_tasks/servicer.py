@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-import asyncpg
 import grpc
 
 from popagent.tasks.v1 import tasks_pb2, tasks_pb2_grpc
@@ -17,8 +16,11 @@ from popagent_tasks.model import (
     MAX_ATTEMPTS_LIMIT,
     MAX_EVIDENCE_CHARS,
     MAX_PROMPT_CHARS,
+    Schedule,
+    ScheduleFields,
     Source,
     Status,
+    Task,
 )
 from popagent_tasks.repo import Progress, TaskRepo
 
@@ -32,35 +34,36 @@ def _ts(value: datetime | None) -> str:
     return value.astimezone(UTC).isoformat() if value is not None else ""
 
 
-def task_message(row: asyncpg.Record, progress: list[Progress] | None = None) -> tasks_pb2.Task:
+def task_message(task: Task, progress: list[Progress] | None = None) -> tasks_pb2.Task:
     return tasks_pb2.Task(
-        id=str(row["id"]),
-        status=row["status"],
-        source=row["source"],
-        kind=row["kind"],
-        prompt=row["prompt"],
-        model=row["model"],
-        session_id=row["session_id"],
-        workspace_id=row["workspace_id"],
-        schedule_id=str(row["schedule_id"] or ""),
-        parent_task_id=str(row["parent_task_id"] or ""),
-        attempt_count=row["attempt_count"],
-        max_attempts=row["max_attempts"],
-        next_attempt_at=_ts(row["next_attempt_at"]) if row["status"] == Status.QUEUED else "",
-        last_error_class=row["last_error_class"] or "",
-        last_error=row["last_error"] or "",
-        dead_lettered_at=_ts(row["dead_lettered_at"]),
-        outcome=row["outcome"] or "",
-        resolution=row["resolution"] or "",
-        resolved_at=_ts(row["resolved_at"]),
-        started_at=_ts(row["started_at"]),
-        finished_at=_ts(row["finished_at"]),
-        heartbeat_at=_ts(row["heartbeat_at"]),
-        turn_id=str(row["turn_id"] or ""),
-        trace_id=row["trace_id"] or "",
-        tick=_ts(row["tick"]),
-        created_at=_ts(row["created_at"]),
-        updated_at=_ts(row["updated_at"]),
+        id=str(task.id),
+        status=task.status.value,
+        source=task.source.value,
+        kind=task.kind.value,
+        prompt=task.prompt,
+        model=task.model,
+        session_id=task.session_id,
+        thread_id=task.thread_id,
+        workspace_id=task.workspace_id,
+        schedule_id=str(task.schedule_id or ""),
+        parent_task_id=str(task.parent_task_id or ""),
+        attempt_count=task.attempt_count,
+        max_attempts=task.max_attempts,
+        next_attempt_at=_ts(task.next_attempt_at) if task.status is Status.QUEUED else "",
+        last_error_class=task.last_error_class or "",
+        last_error=task.last_error or "",
+        dead_lettered_at=_ts(task.dead_lettered_at),
+        outcome=task.outcome or "",
+        resolution=task.resolution or "",
+        resolved_at=_ts(task.resolved_at),
+        started_at=_ts(task.started_at),
+        finished_at=_ts(task.finished_at),
+        heartbeat_at=_ts(task.heartbeat_at),
+        turn_id=str(task.turn_id or ""),
+        trace_id=task.trace_id or "",
+        tick=_ts(task.tick),
+        created_at=_ts(task.created_at),
+        updated_at=_ts(task.updated_at),
         progress=[
             tasks_pb2.TaskProgress(attempt=entry.attempt, kind=entry.kind, message=entry.message)
             for entry in progress or ()
@@ -68,26 +71,26 @@ def task_message(row: asyncpg.Record, progress: list[Progress] | None = None) ->
     )
 
 
-def schedule_message(row: asyncpg.Record) -> tasks_pb2.Schedule:
-    timezone = row["timezone"] or ""
-    preview = schedules.preview(row["cron"], timezone, datetime.now(UTC)) if timezone else []
+def schedule_message(schedule: Schedule) -> tasks_pb2.Schedule:
+    timezone = schedule.timezone or ""
+    preview = schedules.preview(schedule.cron, timezone, datetime.now(UTC)) if timezone else []
     return tasks_pb2.Schedule(
-        id=str(row["id"]),
-        name=row["name"],
-        prompt=row["prompt"],
-        model=row["model"],
-        session_id=row["session_id"],
-        workspace_id=row["workspace_id"],
-        source=row["source"],
-        cron=row["cron"],
+        id=str(schedule.id),
+        name=schedule.name,
+        prompt=schedule.prompt,
+        model=schedule.model,
+        session_id=schedule.session_id,
+        workspace_id=schedule.workspace_id,
+        source=schedule.source.value,
+        cron=schedule.cron,
         timezone=timezone,
-        enabled=row["enabled"],
-        max_attempts=row["max_attempts"],
-        next_run_at=_ts(row["next_run_at"]),
+        enabled=schedule.enabled,
+        max_attempts=schedule.max_attempts,
+        next_run_at=_ts(schedule.next_run_at),
         next_runs=[_ts(run) for run in preview],
-        last_tick=_ts(row["last_tick"]),
-        created_at=_ts(row["created_at"]),
-        updated_at=_ts(row["updated_at"]),
+        last_tick=_ts(schedule.last_tick),
+        created_at=_ts(schedule.created_at),
+        updated_at=_ts(schedule.updated_at),
     )
 
 
@@ -113,9 +116,9 @@ class TasksServicer(tasks_pb2_grpc.TasksServiceServicer):
         self.timezone = timezone
         self.on_schedule_change = on_schedule_change or (lambda: None)
 
-    async def _with_progress(self, rows: list[asyncpg.Record]) -> list[tasks_pb2.Task]:
-        progress = await self.repo.recent_progress([row["id"] for row in rows], PROGRESS_PER_TASK)
-        return [task_message(row, progress.get(row["id"])) for row in rows]
+    async def _with_progress(self, tasks: list[Task]) -> list[tasks_pb2.Task]:
+        progress = await self.repo.recent_progress([task.id for task in tasks], PROGRESS_PER_TASK)
+        return [task_message(task, progress.get(task.id)) for task in tasks]
 
     async def CreateTask(
         self, request: tasks_pb2.CreateTaskRequest, context: grpc.aio.ServicerContext
@@ -126,7 +129,7 @@ class TasksServicer(tasks_pb2_grpc.TasksServiceServicer):
             raise InvalidArgument("source must be 'user' or 'self-update'") from None
         if source is Source.SELF_UPDATE and caller_var.get() == "gateway":
             raise PermissionDenied("self-update tasks are created only by the self-update scheduler")
-        row = await self.repo.create_task(
+        task = await self.repo.create_task(
             source=source.value,
             workspace_id=_bounded("workspace_id", request.workspace_id, MAX_REF_CHARS, required=True),
             prompt=_bounded("prompt", request.prompt, MAX_PROMPT_CHARS, required=True),
@@ -134,7 +137,7 @@ class TasksServicer(tasks_pb2_grpc.TasksServiceServicer):
             session_id=_bounded("session_id", request.session_id, MAX_REF_CHARS),
             max_attempts=_max_attempts(request.max_attempts),
         )
-        return task_message(row)
+        return task_message(task)
 
     async def GetTask(self, request: tasks_pb2.GetTaskRequest, context: grpc.aio.ServicerContext) -> tasks_pb2.Task:
         return (await self._with_progress([await self.repo.get_task(request.id)]))[0]
@@ -147,8 +150,8 @@ class TasksServicer(tasks_pb2_grpc.TasksServiceServicer):
         limit = request.limit or LIST_LIMIT
         if not 1 <= limit <= LIST_LIMIT:
             raise InvalidArgument(f"limit must be between 1 and {LIST_LIMIT}")
-        rows = await self.repo.list_tasks(limit=limit, workspace_id=request.workspace_id, status=request.status)
-        return tasks_pb2.ListTasksResponse(tasks=await self._with_progress(rows))
+        tasks = await self.repo.list_tasks(limit=limit, workspace_id=request.workspace_id, status=request.status)
+        return tasks_pb2.ListTasksResponse(tasks=await self._with_progress(tasks))
 
     async def CancelTask(
         self, request: tasks_pb2.CancelTaskRequest, context: grpc.aio.ServicerContext
@@ -171,26 +174,28 @@ class TasksServicer(tasks_pb2_grpc.TasksServiceServicer):
         self, request: tasks_pb2.CreateScheduleRequest, context: grpc.aio.ServicerContext
     ) -> tasks_pb2.Schedule:
         cron = schedules.validate_cron(request.cron)
-        row = await self.repo.insert_schedule(
-            workspace_id=_bounded("workspace_id", request.workspace_id, MAX_REF_CHARS, required=True),
-            name=_bounded("name", request.name, MAX_NAME_CHARS, required=True),
-            prompt=_bounded("prompt", request.prompt, MAX_PROMPT_CHARS, required=True),
-            model=_bounded("model", request.model, MAX_REF_CHARS),
-            session_id=_bounded("session_id", request.session_id, MAX_REF_CHARS),
-            cron=cron,
-            timezone=self.timezone,
-            next_run_at=schedules.next_run(cron, self.timezone, datetime.now(UTC)),
-            enabled=request.enabled,
-            max_attempts=_max_attempts(request.max_attempts),
+        schedule = await self.repo.insert_schedule(
+            _bounded("workspace_id", request.workspace_id, MAX_REF_CHARS, required=True),
+            ScheduleFields(
+                name=_bounded("name", request.name, MAX_NAME_CHARS, required=True),
+                prompt=_bounded("prompt", request.prompt, MAX_PROMPT_CHARS, required=True),
+                model=_bounded("model", request.model, MAX_REF_CHARS),
+                session_id=_bounded("session_id", request.session_id, MAX_REF_CHARS),
+                cron=cron,
+                timezone=self.timezone,
+                next_run_at=schedules.next_run(cron, self.timezone, datetime.now(UTC)),
+                enabled=request.enabled,
+                max_attempts=_max_attempts(request.max_attempts),
+            ),
         )
         self.on_schedule_change()
-        return schedule_message(row)
+        return schedule_message(schedule)
 
     async def ListSchedules(
         self, request: tasks_pb2.ListSchedulesRequest, context: grpc.aio.ServicerContext
     ) -> tasks_pb2.ListSchedulesResponse:
-        rows = await self.repo.list_schedules(request.workspace_id)
-        return tasks_pb2.ListSchedulesResponse(schedules=[schedule_message(row) for row in rows])
+        found = await self.repo.list_schedules(request.workspace_id)
+        return tasks_pb2.ListSchedulesResponse(schedules=[schedule_message(schedule) for schedule in found])
 
     async def UpdateSchedule(
         self, request: tasks_pb2.UpdateScheduleRequest, context: grpc.aio.ServicerContext
@@ -198,41 +203,39 @@ class TasksServicer(tasks_pb2_grpc.TasksServiceServicer):
         cron = schedules.validate_cron(request.cron) if request.HasField("cron") else None
         max_attempts = _max_attempts(request.max_attempts) if request.HasField("max_attempts") else None
 
-        def change(current: asyncpg.Record) -> dict[str, object]:
-            new_cron = cron or current["cron"]
-            enabled = request.enabled if request.HasField("enabled") else current["enabled"]
+        def change(current: Schedule) -> ScheduleFields:
+            new_cron = cron or current.cron
+            enabled = request.enabled if request.HasField("enabled") else current.enabled
             # Timing is recomputed only when it changes (new cron, or re-enabled); otherwise
             # the stored next run stands, so an edit never skips or repeats a tick.
             retime = (
-                (cron is not None and cron != current["cron"])
-                or (enabled and not current["enabled"])
-                or current["next_run_at"] is None
+                (cron is not None and cron != current.cron)
+                or (enabled and not current.enabled)
+                or current.next_run_at is None
             )
-            return {
-                "name": _bounded("name", request.name, MAX_NAME_CHARS, required=True)
+            return ScheduleFields(
+                name=_bounded("name", request.name, MAX_NAME_CHARS, required=True)
                 if request.HasField("name")
-                else current["name"],
-                "prompt": _bounded("prompt", request.prompt, MAX_PROMPT_CHARS, required=True)
+                else current.name,
+                prompt=_bounded("prompt", request.prompt, MAX_PROMPT_CHARS, required=True)
                 if request.HasField("prompt")
-                else current["prompt"],
-                "model": _bounded("model", request.model, MAX_REF_CHARS)
-                if request.HasField("model")
-                else current["model"],
-                "session_id": _bounded("session_id", request.session_id, MAX_REF_CHARS)
+                else current.prompt,
+                model=_bounded("model", request.model, MAX_REF_CHARS) if request.HasField("model") else current.model,
+                session_id=_bounded("session_id", request.session_id, MAX_REF_CHARS)
                 if request.HasField("session_id")
-                else current["session_id"],
-                "cron": new_cron,
-                "timezone": self.timezone if retime else current["timezone"],
-                "next_run_at": schedules.next_run(new_cron, self.timezone, datetime.now(UTC))
+                else current.session_id,
+                cron=new_cron,
+                timezone=self.timezone if retime else current.timezone,
+                next_run_at=schedules.next_run(new_cron, self.timezone, datetime.now(UTC))
                 if retime
-                else current["next_run_at"],
-                "enabled": enabled,
-                "max_attempts": max_attempts if max_attempts is not None else current["max_attempts"],
-            }
+                else current.next_run_at,
+                enabled=enabled,
+                max_attempts=max_attempts if max_attempts is not None else current.max_attempts,
+            )
 
-        row = await self.repo.update_schedule(request.id, change)
+        schedule = await self.repo.update_schedule(request.id, change)
         self.on_schedule_change()
-        return schedule_message(row)
+        return schedule_message(schedule)
 
     async def DeleteSchedule(
         self, request: tasks_pb2.DeleteScheduleRequest, context: grpc.aio.ServicerContext

@@ -2,15 +2,15 @@
 
 The worker's concurrency and timing belong to agent-runner's agent-runtime settings
 (`popagent_agent_runtime_settings`): with the agent-runner executor they are read from
-agent-runner when the worker starts; these variables are the fallback for executors
-that have no agent-runner to ask (tests' own).
+agent-runner when the worker starts and on every change it publishes; these variables
+are the fallback for executors that have no agent-runner to ask (tests' own).
 """
 
 from __future__ import annotations
 
 from pydantic import AliasChoices, Field, ValidationInfo, field_validator
 
-from popagent_core.settings import DEFAULT_PORTS, ServiceSettings, check_dial_addresses, grpc_address_field
+from popagent_core.settings import ServiceSettings, check_dial_addresses, grpc_address_field
 from popagent_tasks.schedules import check_timezone, server_timezone
 
 
@@ -19,8 +19,8 @@ def _env(name: str) -> str:
 
 
 class Settings(ServiceSettings):
-    grpc_address: str = grpc_address_field("tasks", DEFAULT_PORTS["tasks"])
-    hooks_address: str = grpc_address_field("hooks", DEFAULT_PORTS["hooks"])
+    grpc_address: str = grpc_address_field("tasks")
+    hooks_address: str = grpc_address_field("hooks")
     # TaskStart/TaskStop go to the hooks service; off only where no hooks service runs.
     # Where the agent-runner executor runs task turns (one address, or its workers as a list of
     # IPv4:port, spread round robin); empty: no agent-runner is configured.

@@ -27,11 +27,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-import asyncpg
-
 from popagent_core.lifecycle import wait_event
 from popagent_tasks.executor import AbortReason, AbortSignal, Attempt, Executor, TaskFailure, classify
-from popagent_tasks.model import TRANSIENT, Backoff, ErrorClass, Kind, Source, Status, retry_eligible, truncate
+from popagent_tasks.model import TRANSIENT, Backoff, ErrorClass, Source, Status, Task, retry_eligible, truncate
 from popagent_tasks.observer import Observers, StopStatus, TaskLifecycle, TaskStarted, TaskStopped
 from popagent_tasks.repo import TaskRepo, Transition
 from popagent_tasks.settings import Settings
@@ -81,35 +79,18 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def lifecycle_of(row: asyncpg.Record) -> TaskLifecycle:
-    return TaskLifecycle(
-        task_id=str(row["id"]),
-        attempt=row["attempt_count"],
-        max_attempts=row["max_attempts"],
-        kind=row["kind"],
-        source=row["source"],
-        workspace_id=row["workspace_id"],
-        session_id=row["session_id"],
-        model=row["model"],
-        schedule_id=str(row["schedule_id"] or ""),
-        parent_task_id=str(row["parent_task_id"] or ""),
-        turn_id=str(row["turn_id"] or ""),
-        trace_id=row["trace_id"] or "",
-    )
-
-
 def stop_event(transition: Transition, lifecycle: TaskLifecycle) -> TaskStopped:
     """The TaskStop that reports a committed transition (never anything else)."""
-    row = transition.row
-    status = Status(row["status"])
+    task = transition.task
+    status = task.status
     extra = {"remediationTaskId": str(transition.remediation_id)} if transition.remediation_id else {}
     if status is Status.COMPLETED:
-        return TaskStopped(lifecycle, StopStatus.COMPLETED, outcome=row["outcome"] or "")
+        return TaskStopped(lifecycle, StopStatus.COMPLETED, outcome=task.outcome or "")
     if status is Status.CANCELLED:
         return TaskStopped(lifecycle, StopStatus.CANCELLED)
-    error_class, error = row["last_error_class"] or "", row["last_error"] or ""
+    error_class, error = task.last_error_class or "", task.last_error or ""
     if status is Status.QUEUED:
-        next_at = row["next_attempt_at"]
+        next_at = task.next_attempt_at
         retry = {"nextAttemptAt": next_at.isoformat()} if next_at else {}
         return TaskStopped(
             lifecycle, StopStatus.FAILED, error_class=error_class, error=error, will_retry=True, extra=retry
@@ -126,7 +107,7 @@ def _explain(source: Source, error_class: ErrorClass) -> str:
 
 @dataclass
 class _Slot:
-    row: asyncpg.Record
+    task_record: Task
     attempt: Attempt
     lifecycle: TaskLifecycle
     abort: AbortSignal
@@ -137,7 +118,7 @@ class _Slot:
 
     @property
     def key(self) -> tuple[uuid.UUID, int]:
-        return self.row["id"], self.row["attempt_count"]
+        return self.task_record.attempt_key
 
 
 class _CompletionBatcher:
@@ -146,11 +127,11 @@ class _CompletionBatcher:
 
     def __init__(self, repo: TaskRepo) -> None:
         self.repo = repo
-        self._pending: list[tuple[uuid.UUID, int, str, asyncio.Future[asyncpg.Record | None]]] = []
+        self._pending: list[tuple[uuid.UUID, int, str, asyncio.Future[Task | None]]] = []
         self._flusher: asyncio.Task[None] | None = None
 
-    async def complete(self, task_id: uuid.UUID, attempt: int, outcome: str) -> asyncpg.Record | None:
-        future: asyncio.Future[asyncpg.Record | None] = asyncio.get_running_loop().create_future()
+    async def complete(self, task_id: uuid.UUID, attempt: int, outcome: str) -> Task | None:
+        future: asyncio.Future[Task | None] = asyncio.get_running_loop().create_future()
         self._pending.append((task_id, attempt, outcome, future))
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush(), name="tasks-complete")
@@ -161,13 +142,13 @@ class _CompletionBatcher:
             batch = self._pending[:MAX_COMPLETION_BATCH]
             del self._pending[:MAX_COMPLETION_BATCH]
             try:
-                rows = await self.repo.complete([(task_id, attempt, outcome) for task_id, attempt, outcome, _ in batch])
+                done = await self.repo.complete([(task_id, attempt, outcome) for task_id, attempt, outcome, _ in batch])
             except Exception as exc:
                 for *_, future in batch:
                     if not future.done():
                         future.set_exception(exc)
                 continue
-            by_id = {row["id"]: row for row in rows}
+            by_id = {task.id: task for task in done}
             for task_id, _, _, future in batch:
                 if not future.done():
                     future.set_result(by_id.get(task_id))
@@ -188,6 +169,9 @@ class Worker:
         self.executor = executor
         self.observers = observers
         self.config = config
+        # This process's own settings: the base every runtime read from agent-runner refines.
+        self._settings_config = config
+        self._refreshing = asyncio.Lock()
         self.worker_id = worker_id or default_worker_id()
         self.rng = rng or random.Random()
         self.slots: dict[uuid.UUID, _Slot] = {}
@@ -227,14 +211,33 @@ class Worker:
 
     async def _configure(self) -> None:
         """An executor that knows where the runtime settings live (agent-runner's) supplies them."""
-        runtime_config = getattr(self.executor, "runtime_config", None)
-        if runtime_config is not None:
-            self.config = await runtime_config(self.config)
-        else:
+        if not await self.refresh_runtime():
             logger.info(
                 "worker runtime from POPAGENT_TASKS_* settings (no agent-runner configured)",
                 extra={"concurrency": self.config.concurrency, "task_timeout_s": self.config.task_timeout_s},
             )
+
+    async def refresh_runtime(self) -> bool:
+        """Re-read the runtime from the executor's source (agent-runner's settings) and apply
+        it; False when the executor has none. Refreshes run one at a time, so the last read wins."""
+        runtime_config = getattr(self.executor, "runtime_config", None)
+        if runtime_config is None:
+            return False
+        async with self._refreshing:
+            self.reconfigure(await runtime_config(self._settings_config))
+        return True
+
+    def reconfigure(self, config: RuntimeConfig) -> None:
+        """Apply a new runtime while running. Running attempts keep their slots and their
+        deadlines; new claims, new attempts' deadlines, retries, heartbeats and polling use
+        the new values. More slots are claimed at once; fewer are reached as attempts end."""
+        previous, self.config = self.config, config
+        if config != previous:
+            logger.info(
+                "worker runtime changed",
+                extra={"concurrency": config.concurrency, "task_timeout_s": config.task_timeout_s},
+            )
+            self.wake()
 
     async def stop(self) -> None:
         """Stop claiming, let in-flight attempts finish within the grace period, then abort
@@ -299,16 +302,16 @@ class Worker:
             )
             transitions += batch
             for transition in batch:
-                row = transition.row
+                task = transition.task
                 logger.info(
                     "orphaned attempt recovered",
-                    extra={"task_id": str(row["id"]), "attempt": row["attempt_count"], "status": row["status"]},
+                    extra={"task_id": str(task.id), "attempt": task.attempt_count, "status": task.status.value},
                 )
-                await self.observers.task_stopped(stop_event(transition, lifecycle_of(row)))
+                await self.observers.task_stopped(stop_event(transition, TaskLifecycle.of(task)))
             if len(batch) < self.config.sweep_batch:
                 break
         self.recovery_passes += 1
-        if any(t.row["status"] == Status.QUEUED or t.remediation_id for t in transitions):
+        if any(t.task.status is Status.QUEUED or t.remediation_id for t in transitions):
             self.wake()
         return transitions
 
@@ -330,7 +333,7 @@ class Worker:
             if free > 0:
                 want = min(free, self.config.claim_batch)
                 try:
-                    rows = await self.repo.claim(self.worker_id, want)
+                    claimed = await self.repo.claim(self.worker_id, want)
                 except Exception:
                     # Any failure, not only the mapped ones (asyncpg raises InternalClientError
                     # when a severed connection is released): a claim loop that died would
@@ -340,9 +343,9 @@ class Worker:
                     await asyncio.sleep(min(0.1 * 2**failures, self.config.poll_interval_s))
                     continue
                 failures = 0
-                for row in rows:
-                    self._start_attempt(row)
-                if len(rows) == want:
+                for task in claimed:
+                    self._start_attempt(task)
+                if len(claimed) == want:
                     continue
             timeout = self.config.poll_interval_s
             if self._next_retry_at is not None:
@@ -353,32 +356,16 @@ class Worker:
                 timeout = min(timeout, until_retry)
             await wait_event(self._wake, timeout)
 
-    def _start_attempt(self, row: asyncpg.Record) -> None:
-        task_id, attempt_number = row["id"], row["attempt_count"]
+    def _start_attempt(self, task: Task) -> None:
+        task_id, attempt_number = task.attempt_key
 
         async def report_progress(message: str) -> None:
             await self.repo.attempt_progress(task_id, attempt_number, "progress", message)
 
-        attempt = Attempt(
-            task_id=str(task_id),
-            attempt=attempt_number,
-            max_attempts=row["max_attempts"],
-            kind=Kind(row["kind"]),
-            source=Source(row["source"]),
-            workspace_id=row["workspace_id"],
-            prompt=row["prompt"],
-            model=row["model"],
-            session_id=row["session_id"],
-            schedule_id=str(row["schedule_id"] or ""),
-            parent_task_id=str(row["parent_task_id"] or ""),
-            turn_id=str(row["turn_id"]),
-            trace_id=row["trace_id"],
-            report_progress=report_progress,
-        )
         slot = _Slot(
-            row=row,
-            attempt=attempt,
-            lifecycle=lifecycle_of(row),
+            task_record=task,
+            attempt=Attempt.of(task, report_progress),
+            lifecycle=TaskLifecycle.of(task),
             abort=AbortSignal(),
             deadline=time.monotonic() + self.config.task_timeout_s,
         )
@@ -447,8 +434,8 @@ class Worker:
             # (A result that arrives after the deadline's abort is still a timeout: the
             # deadline decided, and the attempt becomes retry-eligible only now it settled.)
             outcome = truncate(str(execution.result() or ""), 16 * 1024)
-            row = await self._durably(lambda: self._batcher.complete(task_id, attempt, outcome))
-            transition = Transition(row) if row is not None else None
+            completed = await self._durably(lambda: self._batcher.complete(task_id, attempt, outcome))
+            transition = Transition(completed) if completed is not None else None
         elif reason is AbortReason.SHUTDOWN:
             released = await self._durably(lambda: self.repo.release([(task_id, attempt)]))
             transition = released[0] if released else None
@@ -475,7 +462,7 @@ class Worker:
                     explain=_explain(source, error_class),
                 )
             )
-            if transition is not None and transition.row["status"] == Status.QUEUED:
+            if transition is not None and transition.task.status is Status.QUEUED:
                 due = time.monotonic() + delay
                 self._next_retry_at = min(self._next_retry_at or due, due)
         if transition is None:

@@ -30,6 +30,7 @@ from pydantic_ai.exceptions import (
     ModelUnavailableError,
 )
 
+from popagent_agent_runner.failures import TurnFailure
 from popagent_agent_runner.llm.pydantic_ai_internals import model_errors
 
 __all__ = ["DONE", "PACE_READS", "ModelFailure", "SSEDecoder", "classify_model_error"]
@@ -160,10 +161,9 @@ def broken_stream_error(model_name: str, detail: str) -> ModelConnectionError:
 class ModelFailure:
     """What the turn reports with `StopFailure` for an exception out of a model request."""
 
-    error_class: str
-    """`rate_limit`, `quota`, `overloaded`, `unavailable`, `server_error`, `timeout`, `connection`,
-    `authentication`, `not_found`, `context_window`, `rejected`, `request_timeout`, `provider_error`
-    (another provider error) or `framework` (not a provider error at all)."""
+    error_class: TurnFailure
+    """One of the provider classes of `TurnFailure` (`PROVIDER_ERROR` for another provider error)
+    or `FRAMEWORK` (not a provider error at all)."""
     status_code: int | None
     """The HTTP status, or the status the provider uses for an error it reported inside a stream."""
     retry_after: float | None
@@ -175,22 +175,22 @@ class ModelFailure:
 def classify_model_error(error: BaseException) -> ModelFailure:
     """Name the failure of a model request for `StopFailure`. Never given `CancelledError`: that is not a failure."""
     if not isinstance(error, ModelAPIError):
-        return ModelFailure("framework", None, None, str(error) or type(error).__name__)
+        return ModelFailure(TurnFailure.FRAMEWORK, None, None, str(error) or type(error).__name__)
     # Most specific first: the categories nest (overloaded < unavailable, authentication < rejected).
-    classes: tuple[tuple[type[ModelAPIError], str], ...] = (
-        (ModelRequestTimeout, "request_timeout"),
-        (ModelTimeoutError, "timeout"),
-        (ModelConnectionError, "connection"),
-        (ModelRateLimitError, "rate_limit"),
-        (ModelQuotaExceededError, "quota"),
-        (ModelOverloadedError, "overloaded"),
-        (ModelUnavailableError, "unavailable"),
-        (ModelServerError, "server_error"),
-        (ModelAuthenticationError, "authentication"),
-        (ModelNotFoundError, "not_found"),
-        (ModelContextWindowExceededError, "context_window"),
-        (ModelRequestRejectedError, "rejected"),
+    classes: tuple[tuple[type[ModelAPIError], TurnFailure], ...] = (
+        (ModelRequestTimeout, TurnFailure.REQUEST_TIMEOUT),
+        (ModelTimeoutError, TurnFailure.TIMEOUT),
+        (ModelConnectionError, TurnFailure.CONNECTION),
+        (ModelRateLimitError, TurnFailure.RATE_LIMIT),
+        (ModelQuotaExceededError, TurnFailure.QUOTA),
+        (ModelOverloadedError, TurnFailure.OVERLOADED),
+        (ModelUnavailableError, TurnFailure.UNAVAILABLE),
+        (ModelServerError, TurnFailure.SERVER_ERROR),
+        (ModelAuthenticationError, TurnFailure.AUTHENTICATION),
+        (ModelNotFoundError, TurnFailure.NOT_FOUND),
+        (ModelContextWindowExceededError, TurnFailure.CONTEXT_WINDOW),
+        (ModelRequestRejectedError, TurnFailure.REJECTED),
     )
-    error_class = next((name for cls, name in classes if isinstance(error, cls)), "provider_error")
+    error_class = next((name for cls, name in classes if isinstance(error, cls)), TurnFailure.PROVIDER_ERROR)
     status_code = error.status_code if isinstance(error, ModelHTTPError) else None
     return ModelFailure(error_class, status_code, error.retry_after, error.message, error.in_stream)

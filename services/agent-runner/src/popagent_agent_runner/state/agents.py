@@ -2,23 +2,58 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
 
 import asyncpg
 
+from popagent_agent_runner.turn.tools import TOOLS
 from popagent_core.db import wrap_db_errors
 from popagent_core.errors import InvalidArgument, NotFound
 
 SUPERVISOR_ID = "popagent"
 # Every tool registry key an agent can be given (the names the model sees and hook
-# matchers use). Workspace file and shell tools follow workspace access instead.
-KNOWN_TOOLS: tuple[str, ...] = ("getTime", "remember", "recall", "webSearch", "useBrowserSecret", "bifrostNavigator")
+# matchers use): exactly the registered tools, so no membership names a tool a run cannot offer.
+KNOWN_TOOLS: tuple[str, ...] = tuple(tool.name for tool in TOOLS)
 WORKSPACE_ACCESS = ("none", "read-only", "read-write")
 BROWSER_ACCESS = ("none", "read-only", "interactive")
-MAX_TOOLS = len(KNOWN_TOOLS)
 _URL = re.compile(r"^https?://[^\s]+$")
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRecord:
+    """One persisted agent profile."""
+
+    id: str
+    display_name: str
+    description: str
+    instructions: str
+    source_url: str
+    workspace_access: str
+    browser_access: str
+    delegation_eligible: bool
+    tools: tuple[str, ...]
+    # None: the agent inherits the default model.
+    model: str | None
+    updated_at: datetime
+
+
+def _agent(row: asyncpg.Record) -> AgentRecord:
+    return AgentRecord(
+        id=row["id"],
+        display_name=row["display_name"],
+        description=row["description"],
+        instructions=row["instructions"],
+        source_url=row["source_url"],
+        workspace_access=row["workspace_access"],
+        browser_access=row["browser_access"],
+        delegation_eligible=row["delegation_eligible"],
+        tools=tuple(row["tools"]),
+        model=row["model"],
+        updated_at=row["updated_at"],
+    )
 
 
 @dataclass(frozen=True)
@@ -41,8 +76,9 @@ def _text(name: str, value: str, lo: int, hi: int) -> str:
     return value
 
 
-def _checked(agent_id: str, current: asyncpg.Record, changes: AgentChanges) -> dict[str, Any]:
-    row: dict[str, Any] = dict(current)
+def _checked(agent_id: str, current: AgentRecord, changes: AgentChanges) -> AgentRecord:
+    """The agent as `changes` would leave it; InvalidArgument naming the first bad field."""
+    row = dataclasses.asdict(current)
     if changes.display_name is not None:
         row["display_name"] = _text("displayName", changes.display_name.strip(), 1, 100)
     if changes.description is not None:
@@ -68,13 +104,13 @@ def _checked(agent_id: str, current: asyncpg.Record, changes: AgentChanges) -> d
     if changes.tools is not None:
         unknown = [tool for tool in changes.tools if tool not in KNOWN_TOOLS]
         if unknown:
-            raise InvalidArgument(f"tools: unknown tool(s) {', '.join(unknown)}; known: {', '.join(KNOWN_TOOLS)}")
+            raise InvalidArgument(f"tools: not registered: {', '.join(unknown)}; registered: {', '.join(KNOWN_TOOLS)}")
         if len(set(changes.tools)) != len(changes.tools):
             raise InvalidArgument("tools must not repeat a tool")
-        row["tools"] = list(changes.tools)
+        row["tools"] = tuple(changes.tools)
     if changes.model is not None:
         row["model"] = _text("model", changes.model, 1, 200) if changes.model else None
-    return row
+    return AgentRecord(**row)
 
 
 class AgentStore:
@@ -82,27 +118,28 @@ class AgentStore:
         self.pool = pool
         self.q = queries
 
-    async def list(self) -> list[asyncpg.Record]:
+    async def list(self) -> list[AgentRecord]:
         with wrap_db_errors():
-            return await self.pool.fetch(self.q["list_agents"])
+            return [_agent(row) for row in await self.pool.fetch(self.q["list_agents"])]
 
-    async def update(self, agent_id: str, changes: AgentChanges) -> asyncpg.Record:
+    async def update(self, agent_id: str, changes: AgentChanges) -> AgentRecord:
         with wrap_db_errors():
             async with self.pool.acquire() as conn, conn.transaction():
                 current = await conn.fetchrow(self.q["lock_agent"], agent_id)
                 if current is None:
                     raise NotFound(f"agent {agent_id!r} not found")
-                row = _checked(agent_id, current, changes)
-                return await conn.fetchrow(
+                agent = _checked(agent_id, _agent(current), changes)
+                updated = await conn.fetchrow(
                     self.q["update_agent"],
                     agent_id,
-                    row["display_name"],
-                    row["description"],
-                    row["instructions"],
-                    row["source_url"],
-                    row["workspace_access"],
-                    row["browser_access"],
-                    row["delegation_eligible"],
-                    row["tools"],
-                    row["model"],
+                    agent.display_name,
+                    agent.description,
+                    agent.instructions,
+                    agent.source_url,
+                    agent.workspace_access,
+                    agent.browser_access,
+                    agent.delegation_eligible,
+                    list(agent.tools),
+                    agent.model,
                 )
+        return _agent(updated)

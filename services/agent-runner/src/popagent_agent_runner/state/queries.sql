@@ -1,17 +1,19 @@
 -- Sessions --------------------------------------------------------------------------
 
 -- name: list_sessions
+-- Chat sessions: a background task's own thread (task_id set) is no chat session.
 SELECT id, title, title_locked, workspace_id, revision, archived_at, created_at, updated_at, message_count
 FROM popagent_sessions
 WHERE deleting_at IS NULL
+  AND task_id IS NULL
   AND (archived_at IS NOT NULL) = $1
   AND ($2::text = '' OR workspace_id = $2)
 ORDER BY updated_at DESC, id
 LIMIT $3
 
 -- name: create_session
-INSERT INTO popagent_sessions (id, title, workspace_id)
-VALUES ($1, $2, $3)
+INSERT INTO popagent_sessions (id, title, workspace_id, task_id)
+VALUES ($1, $2, $3, $4)
 ON CONFLICT (id) DO NOTHING
 RETURNING id, title, title_locked, workspace_id, revision, archived_at, created_at, updated_at, message_count
 
@@ -127,12 +129,23 @@ RETURNING id, display_name, description, instructions, source_url, workspace_acc
           delegation_eligible, tools, model, updated_at
 
 -- Settings singletons ---------------------------------------------------------------
+-- Each names its table's columns in the order of its rules (settings_rules), then updated_at.
 
 -- name: get_agent_runtime_settings
-SELECT * FROM popagent_agent_runtime_settings WHERE id = 1
+SELECT default_model, supervisor_max_steps, specialist_max_steps, max_concurrent_tool_calls, max_processor_retries,
+       final_response_feedback, delegation_context_max_chars, delegation_result_max_chars, delegation_failure_text,
+       delegation_truncation_text, task_concurrency, task_poll_interval_ms, task_heartbeat_interval_ms,
+       task_heartbeat_timeout_ms, task_attempt_timeout_ms, task_abort_ack_timeout_ms, task_retry_base_ms,
+       task_retry_cap_ms, updated_at
+FROM popagent_agent_runtime_settings WHERE id = 1
 
 -- name: lock_agent_runtime_settings
-SELECT * FROM popagent_agent_runtime_settings WHERE id = 1 FOR UPDATE
+SELECT default_model, supervisor_max_steps, specialist_max_steps, max_concurrent_tool_calls, max_processor_retries,
+       final_response_feedback, delegation_context_max_chars, delegation_result_max_chars, delegation_failure_text,
+       delegation_truncation_text, task_concurrency, task_poll_interval_ms, task_heartbeat_interval_ms,
+       task_heartbeat_timeout_ms, task_attempt_timeout_ms, task_abort_ack_timeout_ms, task_retry_base_ms,
+       task_retry_cap_ms, updated_at
+FROM popagent_agent_runtime_settings WHERE id = 1 FOR UPDATE
 
 -- name: update_agent_runtime_settings
 UPDATE popagent_agent_runtime_settings
@@ -143,13 +156,27 @@ SET default_model = $1, supervisor_max_steps = $2, specialist_max_steps = $3, ma
     task_heartbeat_timeout_ms = $14, task_attempt_timeout_ms = $15, task_abort_ack_timeout_ms = $16,
     task_retry_base_ms = $17, task_retry_cap_ms = $18, updated_at = now()
 WHERE id = 1
-RETURNING *
+RETURNING default_model, supervisor_max_steps, specialist_max_steps, max_concurrent_tool_calls, max_processor_retries,
+          final_response_feedback, delegation_context_max_chars, delegation_result_max_chars, delegation_failure_text,
+          delegation_truncation_text, task_concurrency, task_poll_interval_ms, task_heartbeat_interval_ms,
+          task_heartbeat_timeout_ms, task_attempt_timeout_ms, task_abort_ack_timeout_ms, task_retry_base_ms,
+          task_retry_cap_ms, updated_at
 
 -- name: get_memory_settings
-SELECT * FROM popagent_memory_settings WHERE id = 1
+SELECT enabled, observation_message_tokens, reflection_observation_tokens, raw_history_retention_messages,
+       async_observation_enabled, observation_buffer_activation, observation_block_after, async_reflection_enabled,
+       reflection_buffer_activation, reflection_block_after, idle_activation_seconds, activate_on_provider_change,
+       shared_budget, previous_observation_max_tokens, temporal_markers, forward_attachments, retrieval_scope,
+       observer_instructions, reflector_instructions, updated_at
+FROM popagent_memory_settings WHERE id = 1
 
 -- name: lock_memory_settings
-SELECT * FROM popagent_memory_settings WHERE id = 1 FOR UPDATE
+SELECT enabled, observation_message_tokens, reflection_observation_tokens, raw_history_retention_messages,
+       async_observation_enabled, observation_buffer_activation, observation_block_after, async_reflection_enabled,
+       reflection_buffer_activation, reflection_block_after, idle_activation_seconds, activate_on_provider_change,
+       shared_budget, previous_observation_max_tokens, temporal_markers, forward_attachments, retrieval_scope,
+       observer_instructions, reflector_instructions, updated_at
+FROM popagent_memory_settings WHERE id = 1 FOR UPDATE
 
 -- name: update_memory_settings
 UPDATE popagent_memory_settings
@@ -161,4 +188,8 @@ SET enabled = $1, observation_message_tokens = $2, reflection_observation_tokens
     forward_attachments = $16, retrieval_scope = $17, observer_instructions = $18,
     reflector_instructions = $19, updated_at = now()
 WHERE id = 1
-RETURNING *
+RETURNING enabled, observation_message_tokens, reflection_observation_tokens, raw_history_retention_messages,
+          async_observation_enabled, observation_buffer_activation, observation_block_after, async_reflection_enabled,
+          reflection_buffer_activation, reflection_block_after, idle_activation_seconds, activate_on_provider_change,
+          shared_budget, previous_observation_max_tokens, temporal_markers, forward_attachments, retrieval_scope,
+          observer_instructions, reflector_instructions, updated_at

@@ -18,6 +18,7 @@ import collections
 import logging
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 
 import asyncpg
 import grpc
@@ -29,8 +30,8 @@ from popagent_core import subjects
 from popagent_core.bus import enqueue_event
 from popagent_core.db import wrap_db_errors
 from popagent_core.errors import AlreadyExists, InvalidArgument, NotFound, PopagentError
-from popagent_hooks.client import HooksClient
-from popagent_hooks.events import Event
+from popagent_hooks_client.client import HooksClient
+from popagent_hooks_client.events import Event
 
 logger = logging.getLogger(__name__)
 
@@ -53,11 +54,43 @@ def _check_title(title: str) -> str:
     return title
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    """A chat session (never a task's own thread: those are not listed)."""
+
+    id: str
+    title: str
+    title_locked: bool
+    workspace_id: str
+    revision: int
+    archived_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    message_count: int
+    # The AI SDK UI messages as a JSON array; only reads of one session carry them.
+    messages_json: str | None = None
+
+
+def _session(row: asyncpg.Record) -> SessionRecord:
+    return SessionRecord(
+        id=row["id"],
+        title=row["title"],
+        title_locked=row["title_locked"],
+        workspace_id=row["workspace_id"],
+        revision=row["revision"],
+        archived_at=row["archived_at"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        message_count=row["message_count"],
+        messages_json=row.get("messages"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class SaveResult:
-    saved: asyncpg.Record | None
+    saved: SessionRecord | None
     # The current server copy (with messages) when the revision was stale.
-    current: asyncpg.Record | None
+    current: SessionRecord | None
 
 
 class SessionStore:
@@ -66,27 +99,32 @@ class SessionStore:
         self.workspaces = workspaces
         self.q = queries
 
-    async def list(self, *, archived: bool, workspace_id: str) -> list[asyncpg.Record]:
+    async def list(self, *, archived: bool, workspace_id: str) -> list[SessionRecord]:
+        """Chat sessions only: a task's own thread is never listed."""
         with wrap_db_errors():
-            return await self.pool.fetch(self.q["list_sessions"], archived, workspace_id, LIST_LIMIT)
+            rows = await self.pool.fetch(self.q["list_sessions"], archived, workspace_id, LIST_LIMIT)
+        return [_session(row) for row in rows]
 
-    async def create(self, session_id: str, title: str, workspace_id: str) -> asyncpg.Record:
+    async def create(self, session_id: str, title: str, workspace_id: str, *, task_id: str = "") -> SessionRecord:
+        """A chat session, or with `task_id` the thread of that background task."""
         session_id = _check_id(session_id or str(uuid.uuid4()))
         workspace_id = workspace_id or DEFAULT_WORKSPACE_ID
         if not await self.workspaces.exists(workspace_id):
             raise InvalidArgument(f"workspaceId: workspace {workspace_id!r} is not registered")
         with wrap_db_errors():
-            row = await self.pool.fetchrow(self.q["create_session"], session_id, _check_title(title), workspace_id)
+            row = await self.pool.fetchrow(
+                self.q["create_session"], session_id, _check_title(title), workspace_id, task_id or None
+            )
         if row is None:
             raise AlreadyExists(f"session {session_id!r} already exists")
-        return row
+        return _session(row)
 
-    async def get(self, session_id: str) -> asyncpg.Record:
+    async def get(self, session_id: str) -> SessionRecord:
         with wrap_db_errors():
             row = await self.pool.fetchrow(self.q["get_session"], session_id)
         if row is None:
             raise NotFound(f"session {session_id!r} not found")
-        return row
+        return _session(row)
 
     async def save(
         self, session_id: str, revision: int, title: str | None, messages_json: str, message_count: int
@@ -100,11 +138,11 @@ class SessionStore:
                 self.q["save_session"], session_id, revision, messages_json, message_count, title
             )
         if saved is not None:
-            return SaveResult(saved, None)
+            return SaveResult(_session(saved), None)
         # Either the session does not exist (404) or the revision was stale (conflict).
         return SaveResult(None, await self.get(session_id))
 
-    async def update(self, session_id: str, *, title: str | None, archived: bool | None) -> asyncpg.Record:
+    async def update(self, session_id: str, *, title: str | None, archived: bool | None) -> SessionRecord:
         if title is not None:
             title = _check_title(title.strip())
             if not title:
@@ -113,7 +151,7 @@ class SessionStore:
             row = await self.pool.fetchrow(self.q["update_session"], session_id, title, archived)
         if row is None:
             raise NotFound(f"session {session_id!r} not found")
-        return row
+        return _session(row)
 
 
 # Sessions a process remembers having started (SessionStart fires once per session and process).

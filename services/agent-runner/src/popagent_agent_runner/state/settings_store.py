@@ -2,23 +2,51 @@
 
 from __future__ import annotations
 
+import types
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
 
 import asyncpg
 
 from popagent_agent_runner.state.settings_rules import SettingsRules, Violation
+from popagent_core import bus
 from popagent_core.db import wrap_db_errors
 from popagent_core.errors import ConfigurationError
 
 
+@dataclass(frozen=True, slots=True)
+class SettingsRecord:
+    """The one row of a settings singleton: every column its rules name, read-only."""
+
+    values: Mapping[str, Any]
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeFact:
+    """The fact a committed change publishes through the outbox, in the change's transaction."""
+
+    subject: str
+    payload: bytes
+
+
 class SingletonSettings:
     def __init__(
-        self, pool: asyncpg.Pool, name: str, rules: SettingsRules, queries: Mapping[str, str], prefix: str
+        self,
+        pool: asyncpg.Pool,
+        name: str,
+        rules: SettingsRules,
+        queries: Mapping[str, str],
+        prefix: str,
+        *,
+        changed: ChangeFact | None = None,
     ) -> None:
         self.pool = pool
         self.name = name
         self.rules = rules
+        self.changed = changed
         self._get = queries[f"get_{prefix}"]
         self._lock = queries[f"lock_{prefix}"]
         self._update = queries[f"update_{prefix}"]
@@ -27,18 +55,19 @@ class SingletonSettings:
     def columns(self) -> tuple[str, ...]:
         return tuple(self.rules.fields)
 
-    def _present(self, row: asyncpg.Record | None) -> asyncpg.Record:
+    def _record(self, row: asyncpg.Record | None) -> SettingsRecord:
         if row is None:
             # Seeded once by a data migration: a missing row means the database was
             # tampered with or never migrated, never a reason to invent defaults.
             raise ConfigurationError(f"{self.name} settings row is missing")
-        return row
+        values = types.MappingProxyType({column: row[column] for column in self.columns})
+        return SettingsRecord(values, row["updated_at"])
 
-    async def get(self) -> asyncpg.Record:
+    async def get(self) -> SettingsRecord:
         with wrap_db_errors():
-            return self._present(await self.pool.fetchrow(self._get))
+            return self._record(await self.pool.fetchrow(self._get))
 
-    async def update(self, changes: Mapping[str, Any]) -> tuple[asyncpg.Record, list[Violation]]:
+    async def update(self, changes: Mapping[str, Any]) -> tuple[SettingsRecord, list[Violation]]:
         """Apply `changes` (column -> value). On any violation nothing is written and the
         current row comes back with the violations."""
         unknown = set(changes) - set(self.columns)
@@ -46,12 +75,14 @@ class SingletonSettings:
             raise ValueError(f"unknown {self.name} settings columns: {sorted(unknown)}")
         with wrap_db_errors():
             async with self.pool.acquire() as conn, conn.transaction():
-                current = self._present(await conn.fetchrow(self._lock))
-                merged = {column: changes.get(column, current[column]) for column in self.columns}
+                current = self._record(await conn.fetchrow(self._lock))
+                merged = {column: changes.get(column, current.values[column]) for column in self.columns}
                 violations = self.rules.violations(merged)
                 if violations:
                     return current, violations
-                if all(merged[column] == current[column] for column in self.columns):
+                if merged == dict(current.values):
                     return current, []
-                updated = await conn.fetchrow(self._update, *(merged[column] for column in self.columns))
-                return self._present(updated), []
+                updated = self._record(await conn.fetchrow(self._update, *(merged[column] for column in self.columns)))
+                if self.changed is not None:
+                    await bus.enqueue_event(cast(asyncpg.Connection, conn), self.changed.subject, self.changed.payload)
+                return updated, []

@@ -5,17 +5,16 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-import asyncpg
 import grpc
 import orjson
 from google.protobuf.message import Message
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
-from popagent_agent_runner.state.agents import KNOWN_TOOLS, AgentChanges, AgentStore
-from popagent_agent_runner.state.sessions import SessionDeleter, SessionStarts, SessionStore
+from popagent_agent_runner.state.agents import KNOWN_TOOLS, AgentChanges, AgentRecord, AgentStore
+from popagent_agent_runner.state.sessions import SessionDeleter, SessionRecord, SessionStarts, SessionStore
 from popagent_agent_runner.state.settings_rules import Violation
-from popagent_agent_runner.state.settings_store import SingletonSettings
+from popagent_agent_runner.state.settings_store import SettingsRecord, SingletonSettings
 from popagent_agent_runner.state.workspaces import AgentWorkspaceStore, WorkspaceRecord
 from popagent_core.errors import InvalidArgument
 from popagent_core.redaction import redact_ui_message
@@ -31,34 +30,34 @@ def _optional(request: Message, field: str) -> Any:
     return getattr(request, field) if request.HasField(field) else None
 
 
-def session_message(row: asyncpg.Record, *, with_messages: bool = False) -> pb.Session:
+def session_message(session: SessionRecord, *, with_messages: bool = False) -> pb.Session:
     return pb.Session(
-        id=row["id"],
-        title=row["title"],
-        title_locked=row["title_locked"],
-        workspace_id=row["workspace_id"],
-        revision=row["revision"],
-        archived_at=_time(row["archived_at"]),
-        created_at=_time(row["created_at"]),
-        updated_at=_time(row["updated_at"]),
-        message_count=row["message_count"],
-        messages_json=row["messages"].encode() if with_messages else b"",
+        id=session.id,
+        title=session.title,
+        title_locked=session.title_locked,
+        workspace_id=session.workspace_id,
+        revision=session.revision,
+        archived_at=_time(session.archived_at),
+        created_at=_time(session.created_at),
+        updated_at=_time(session.updated_at),
+        message_count=session.message_count,
+        messages_json=(session.messages_json or "").encode() if with_messages else b"",
     )
 
 
-def agent_message(row: asyncpg.Record) -> pb.Agent:
+def agent_message(agent: AgentRecord) -> pb.Agent:
     return pb.Agent(
-        id=row["id"],
-        display_name=row["display_name"],
-        description=row["description"],
-        instructions=row["instructions"],
-        source_url=row["source_url"],
-        workspace_access=row["workspace_access"],
-        browser_access=row["browser_access"],
-        delegation_eligible=row["delegation_eligible"],
-        tools=list(row["tools"]),
-        model=row["model"] or "",
-        updated_at=_time(row["updated_at"]),
+        id=agent.id,
+        display_name=agent.display_name,
+        description=agent.description,
+        instructions=agent.instructions,
+        source_url=agent.source_url,
+        workspace_access=agent.workspace_access,
+        browser_access=agent.browser_access,
+        delegation_eligible=agent.delegation_eligible,
+        tools=list(agent.tools),
+        model=agent.model or "",
+        updated_at=_time(agent.updated_at),
     )
 
 
@@ -103,13 +102,13 @@ class AgentRunnerStateServicer(agent_runner_pb2_grpc.AgentRunnerStateServiceServ
     async def ListSessions(
         self, request: pb.ListSessionsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListSessionsResponse:
-        rows = await self.sessions.list(archived=request.archived, workspace_id=request.workspace_id)
-        return pb.ListSessionsResponse(sessions=[session_message(row) for row in rows])
+        found = await self.sessions.list(archived=request.archived, workspace_id=request.workspace_id)
+        return pb.ListSessionsResponse(sessions=[session_message(session) for session in found])
 
     async def CreateSession(self, request: pb.CreateSessionRequest, context: grpc.aio.ServicerContext) -> pb.Session:
-        row = await self.sessions.create(request.id, request.title, request.workspace_id)
-        await self.starts.created(row["id"], row["workspace_id"])
-        return session_message(row)
+        session = await self.sessions.create(request.id, request.title, request.workspace_id)
+        await self.starts.created(session.id, session.workspace_id)
+        return session_message(session)
 
     async def GetSession(self, request: pb.GetSessionRequest, context: grpc.aio.ServicerContext) -> pb.Session:
         return session_message(await self.sessions.get(request.id), with_messages=True)
@@ -158,8 +157,8 @@ class AgentRunnerStateServicer(agent_runner_pb2_grpc.AgentRunnerStateServiceServ
     async def ListAgents(
         self, request: pb.ListAgentsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListAgentsResponse:
-        rows = await self.agents.list()
-        return pb.ListAgentsResponse(agents=[agent_message(row) for row in rows], known_tools=list(KNOWN_TOOLS))
+        found = await self.agents.list()
+        return pb.ListAgentsResponse(agents=[agent_message(agent) for agent in found], known_tools=list(KNOWN_TOOLS))
 
     async def UpdateAgent(self, request: pb.UpdateAgentRequest, context: grpc.aio.ServicerContext) -> pb.Agent:
         changes = AgentChanges(
@@ -207,13 +206,11 @@ class AgentRunnerStateServicer(agent_runner_pb2_grpc.AgentRunnerStateServiceServ
 
     # Settings ----------------------------------------------------------------------
 
-    def _runtime(self, row: asyncpg.Record) -> pb.AgentRuntimeSettings:
-        values = {column: row[column] for column in self.runtime_settings.columns}
-        return pb.AgentRuntimeSettings(**values, updated_at=_time(row["updated_at"]))
+    def _runtime(self, record: SettingsRecord) -> pb.AgentRuntimeSettings:
+        return pb.AgentRuntimeSettings(**record.values, updated_at=_time(record.updated_at))
 
-    def _memory(self, row: asyncpg.Record) -> pb.MemorySettings:
-        values = {column: row[column] for column in self.memory_settings.columns}
-        return pb.MemorySettings(**values, updated_at=_time(row["updated_at"]))
+    def _memory(self, record: SettingsRecord) -> pb.MemorySettings:
+        return pb.MemorySettings(**record.values, updated_at=_time(record.updated_at))
 
     async def GetAgentRuntimeSettings(
         self, request: pb.GetAgentRuntimeSettingsRequest, context: grpc.aio.ServicerContext

@@ -95,7 +95,7 @@ class AgentWorkspaceStore:
             exists = real.is_dir()
         except InvalidArgument:
             # A root moved after registration can leave a row pointing outside; it is
-            # reported as missing and every file tool refuses it at use time.
+            # reported as missing (the file tools, when they land, must refuse it too).
             exists = False
         return WorkspaceRecord(
             id=row["id"],

@@ -36,7 +36,7 @@ from popagent_agent_runner.turn.runner import TurnRunner
 from popagent_agent_runner.turn.thread_store import ThreadStore
 from popagent_agent_runner.turn.tools import ToolRegistry
 from popagent_core.db import load_queries
-from popagent_hooks.client import HooksClient
+from popagent_hooks_client.client import HooksClient
 
 QUERIES = load_queries(Path(__file__).parent / "queries.sql")
 # A slow local model may take minutes to its first token; connecting must be quick.

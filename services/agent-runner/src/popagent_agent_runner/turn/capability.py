@@ -30,7 +30,7 @@ from pydantic_ai.tools import ToolDefinition
 
 from popagent_agent_runner.turn.deps import TurnDeps
 from popagent_agent_runner.turn.hooks_points import bounded, denied
-from popagent_hooks.events import Event, Outcome
+from popagent_hooks_client.events import Event, Outcome
 
 logger = logging.getLogger(__name__)
 

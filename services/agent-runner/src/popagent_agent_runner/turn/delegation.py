@@ -36,7 +36,7 @@ from popagent_agent_runner.turn.agent_runs import run_agent
 from popagent_agent_runner.turn.deps import SUPERVISOR_ID, AgentProfile, SpecialistRun, TurnContext, TurnDeps
 from popagent_agent_runner.turn.events import TurnOutput
 from popagent_agent_runner.turn.hooks_points import bounded, denied
-from popagent_hooks.events import Event, Outcome
+from popagent_hooks_client.events import Event, Outcome
 
 logger = logging.getLogger(__name__)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic_ai.exceptions import ModelHTTPError
 
+from popagent_agent_runner.failures import TurnFailure
 from popagent_agent_runner.llm.model import ModelFailure
 from popagent_agent_runner.turn.hooks_points import bounded
 
@@ -22,20 +23,20 @@ def provider_message(error: BaseException, failure: ModelFailure) -> str:
 def failure_message(failure: ModelFailure, detail: str) -> str:
     """What the user reads when the model provider failed."""
     what = {
-        "rate_limit": "The model provider is rate limiting requests",
-        "quota": "The model provider's quota is exhausted",
-        "overloaded": "The model provider is overloaded",
-        "unavailable": "The model provider is unavailable",
-        "server_error": "The model provider failed",
-        "timeout": "The model provider did not answer in time",
-        "request_timeout": "The model provider did not answer in time",
-        "connection": "The connection to the model provider broke",
-        "authentication": "The model provider refused the credentials",
-        "not_found": "The model provider does not know this model",
-        "context_window": "The conversation is too long for this model",
-        "rejected": "The model provider rejected the request",
-        "provider_error": "The model provider reported an error",
-        "framework": "The turn failed",
+        TurnFailure.RATE_LIMIT: "The model provider is rate limiting requests",
+        TurnFailure.QUOTA: "The model provider's quota is exhausted",
+        TurnFailure.OVERLOADED: "The model provider is overloaded",
+        TurnFailure.UNAVAILABLE: "The model provider is unavailable",
+        TurnFailure.SERVER_ERROR: "The model provider failed",
+        TurnFailure.TIMEOUT: "The model provider did not answer in time",
+        TurnFailure.REQUEST_TIMEOUT: "The model provider did not answer in time",
+        TurnFailure.CONNECTION: "The connection to the model provider broke",
+        TurnFailure.AUTHENTICATION: "The model provider refused the credentials",
+        TurnFailure.NOT_FOUND: "The model provider does not know this model",
+        TurnFailure.CONTEXT_WINDOW: "The conversation is too long for this model",
+        TurnFailure.REJECTED: "The model provider rejected the request",
+        TurnFailure.PROVIDER_ERROR: "The model provider reported an error",
+        TurnFailure.FRAMEWORK: "The turn failed",
     }.get(failure.error_class, "The turn failed")
     details = [f"HTTP {failure.status_code}"] if failure.status_code else []
     if failure.retry_after is not None:

@@ -9,16 +9,12 @@ with no RPC. Free text in a detail is bounded so no event can exceed the service
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from popagent_core.errors import PopagentError
-from popagent_hooks.client import HookDecision, HooksClient
-from popagent_hooks.events import Event, Outcome, closed_outcome
-
-logger = logging.getLogger(__name__)
+from popagent_hooks_client.client import HookDecision, HooksClient
+from popagent_hooks_client.events import Event
 
 # Free text (prompts, responses, results) in one hook detail.
 MAX_DETAIL_TEXT = 16 * 1024
@@ -38,36 +34,30 @@ class TurnHooks:
     async def gate(
         self, event: Event, *, target: str = "", tool_call_id: str = "", detail: Mapping[str, Any]
     ) -> HookDecision:
-        """A gate event's decision. A dispatch the hooks service refused fails closed, like a transport failure."""
-        try:
-            return await self.client.dispatch(
-                event,
-                session_id=self.session_id,
-                turn_id=self.turn_id,
-                tool_call_id=tool_call_id,
-                model=self.model,
-                target=target,
-                detail=detail,
-            )
-        except PopagentError as exc:
-            logger.warning("hook dispatch failed", extra={"event": event.value, "error": str(exc)})
-            return HookDecision(closed_outcome(event), reason=f"hook dispatch failed: {exc}", failure_class="transport")
+        """A gate event's decision; the client applies the fail-closed rule when the service fails."""
+        return await self.client.dispatch(
+            event,
+            session_id=self.session_id,
+            turn_id=self.turn_id,
+            tool_call_id=tool_call_id,
+            model=self.model,
+            target=target,
+            detail=detail,
+        )
 
     async def observe(
         self, event: Event, *, target: str = "", tool_call_id: str = "", detail: Mapping[str, Any]
     ) -> None:
-        try:
-            await self.client.dispatch(
-                event,
-                session_id=self.session_id,
-                turn_id=self.turn_id,
-                tool_call_id=tool_call_id,
-                model=self.model,
-                target=target,
-                detail=detail,
-            )
-        except PopagentError as exc:
-            logger.warning("observational hook dispatch failed", extra={"event": event.value, "error": str(exc)})
+        # The client never raises a service error: a failed observational dispatch is logged there and passes.
+        await self.client.dispatch(
+            event,
+            session_id=self.session_id,
+            turn_id=self.turn_id,
+            tool_call_id=tool_call_id,
+            model=self.model,
+            target=target,
+            detail=detail,
+        )
 
 
 def denied(decision: HookDecision, what: str) -> str:
@@ -77,7 +67,3 @@ def denied(decision: HookDecision, what: str) -> str:
     if decision.additional_context:
         text += f"\n{decision.additional_context}"
     return text
-
-
-def is_deny(decision: HookDecision) -> bool:
-    return decision.outcome is Outcome.DENY

@@ -2,7 +2,8 @@
 
 -- name: turn_prelude
 -- Everything a chat turn reads before it starts, in one round trip: the session's
--- workspace, the runtime-settings snapshot, the agent profiles, the memories recalled for
+-- workspace, the runtime-settings snapshot (turn.deps.RuntimeSnapshot's fields), the agent
+-- profiles (AgentProfile's), the memories recalled for
 -- prompt $3 (at most $4; see recall_memories) and the thread: its version (message count
 -- and last seq), whether it already holds message $2 (a retried request), and its history,
 -- the model-side messages oldest first as one JSON array (on a retry only what came before
@@ -29,8 +30,26 @@ SELECT s.workspace_id,
                LIMIT $4
            ) r
        )::text AS recalled,
-       (SELECT to_jsonb(r) FROM popagent_agent_runtime_settings r WHERE r.id = 1)::text AS runtime,
-       (SELECT jsonb_agg(to_jsonb(a) ORDER BY a.position) FROM popagent_agents a)::text AS agents,
+       (
+           SELECT jsonb_build_object(
+               'default_model', r.default_model, 'supervisor_max_steps', r.supervisor_max_steps,
+               'specialist_max_steps', r.specialist_max_steps, 'max_concurrent_tool_calls', r.max_concurrent_tool_calls,
+               'max_processor_retries', r.max_processor_retries, 'final_response_feedback', r.final_response_feedback,
+               'delegation_context_max_chars', r.delegation_context_max_chars,
+               'delegation_result_max_chars', r.delegation_result_max_chars,
+               'delegation_failure_text', r.delegation_failure_text,
+               'delegation_truncation_text', r.delegation_truncation_text
+           )
+           FROM popagent_agent_runtime_settings r WHERE r.id = 1
+       )::text AS runtime,
+       (
+           SELECT jsonb_agg(jsonb_build_object(
+               'id', a.id, 'display_name', a.display_name, 'description', a.description,
+               'instructions', a.instructions, 'delegation_eligible', a.delegation_eligible, 'tools', a.tools,
+               'model', a.model
+           ) ORDER BY a.position)
+           FROM popagent_agents a
+       )::text AS agents,
        thread.messages, thread.last_seq, thread.retried_seq IS NOT NULL AS retried,
        CASE WHEN thread.retried_seq IS NULL AND thread.messages = $5 AND thread.last_seq = $6 THEN NULL ELSE (
            SELECT coalesce(jsonb_agg(e.message ORDER BY m.seq, e.ord), '[]'::jsonb)
@@ -94,7 +113,7 @@ WITH inserted AS (
     ON CONFLICT (md5(lower(content))) DO NOTHING
     RETURNING id, content, source, session_id, turn_id, created_at, updated_at, true AS created
 )
-SELECT * FROM inserted
+SELECT id, content, source, session_id, turn_id, created_at, updated_at, created FROM inserted
 UNION ALL
 SELECT id, content, source, session_id, turn_id, created_at, updated_at, false AS created
 FROM popagent_memories

@@ -50,6 +50,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.usage import RunUsage, UsageLimits
 
 from popagent.events.v1 import events_pb2
+from popagent_agent_runner.failures import TurnFailure
 from popagent_agent_runner.llm.model import classify_model_error, is_estimated, streaming_to
 from popagent_agent_runner.state.sessions import SessionStarts
 from popagent_agent_runner.turn.agent_runs import ToolEvents, run_agent
@@ -65,8 +66,8 @@ from popagent_agent_runner.turn.thread_store import ThreadStore, TurnState
 from popagent_agent_runner.turn.ui_message import prompt_text, user_content, with_prompt_text
 from popagent_core.errors import ConfigurationError, InvalidArgument, PopagentError
 from popagent_core.log import trace_id_var, turn_id_var
-from popagent_hooks.client import HooksClient
-from popagent_hooks.events import Event, Outcome
+from popagent_hooks_client.client import HooksClient
+from popagent_hooks_client.events import Event, Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ class TurnEnd:
     """
 
     outcome: Literal["answered", "prompt_denied", "failed"]
-    error_class: str = ""
+    error_class: TurnFailure | None = None
     message: str = ""
 
 
@@ -241,7 +242,7 @@ class TurnRunner:
             detail = provider_message(exc, failure)
             # A transport error while a response was arriving is a broken stream too.
             in_stream = failure.in_stream or output.step_has_output
-            if failure.error_class == "framework" and not isinstance(exc, PopagentError):
+            if failure.error_class is TurnFailure.FRAMEWORK and not isinstance(exc, PopagentError):
                 logger.error("turn failed", extra={"session_id": turn.session_id}, exc_info=exc)
             else:
                 logger.warning("turn failed", extra={"session_id": turn.session_id, "error_class": failure.error_class})
@@ -287,8 +288,8 @@ class TurnRunner:
         if decision.outcome is Outcome.DENY:
             output.say(denied(decision, "This message"))
             output.finish("other", 0, 0)
-            await self._publish(context, text, "failure", denied(decision, "The prompt"), "hook_denied")
-            return TurnEnd("prompt_denied", "hook_denied", decision.reason or "no reason given")
+            await self._publish(context, text, "failure", denied(decision, "The prompt"), TurnFailure.HOOK_DENIED)
+            return TurnEnd("prompt_denied", TurnFailure.HOOK_DENIED, decision.reason or "no reason given")
         if decision.outcome is Outcome.MODIFY and decision.prompt is not None:
             message = with_prompt_text(message, decision.prompt)
             text = decision.prompt
@@ -346,9 +347,9 @@ class TurnRunner:
                     f"A Stop hook kept this turn from completing after {retries} "
                     f"{'retry' if retries == 1 else 'retries'}: {reason}"
                 )
-                output.error("stop_blocked", message_text)
-                await self._publish(context, prompt.text, "failure", message_text, "stop_blocked")
-                return TurnEnd("failed", "stop_blocked", message_text)
+                output.error(TurnFailure.STOP_BLOCKED, message_text)
+                await self._publish(context, prompt.text, "failure", message_text, TurnFailure.STOP_BLOCKED)
+                return TurnEnd("failed", TurnFailure.STOP_BLOCKED, message_text)
             retries += 1
             model_prompt = decision.reason or "Continue: your answer is not complete yet."
             if decision.additional_context:

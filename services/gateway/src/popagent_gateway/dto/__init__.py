@@ -1,8 +1,17 @@
 """Wire DTOs: the request and response shapes of the HTTP API, camelCase on the wire.
 
-Defined once here and exported as the OpenAPI document the UI is typed from
-(`python -m popagent_gateway.openapi`). Request bodies are strict and closed: unknown
-fields, wrong JSON types and out-of-range values are refused with 422 naming the field.
+Defined once here, one module per resource (`dto/<area>.py`), and exported as the OpenAPI
+document the UI is typed from (`python -m popagent_gateway.openapi`). Request bodies are
+strict and closed: unknown fields, wrong JSON types and out-of-range values are refused with
+422 naming the field.
+
+One convention, so a schema name says what it is: Python fields are snake_case and go on
+the wire camelCase (the alias generator), and names are
+- `<Thing>Out` / `<Thing>ListOut` for answers (`WireModel`),
+- `<Thing><Change>` for request bodies (`WireInput`): `SessionCreate`, `TaskResolve`,
+  `SecretProvision`; a partial update is `<Thing>Patch` (`PatchModel`),
+- `<Thing>ListQuery` / `<Thing>Query` for query-parameter models.
+Routes import their shapes from here and define none of their own.
 """
 
 from __future__ import annotations

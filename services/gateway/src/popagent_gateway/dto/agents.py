@@ -8,6 +8,7 @@ from pydantic import Field
 from pydantic.json_schema import SkipJsonSchema
 
 from popagent_gateway.dto import PatchModel, WireModel
+from popagent_gateway.dto.models import UnlistedModelOut
 
 WorkspaceAccess = Literal["none", "read-only", "read-write"]
 BrowserAccess = Literal["none", "read-only", "interactive"]
@@ -31,7 +32,12 @@ class AgentOut(WireModel):
 
 class AgentListOut(WireModel):
     agents: list[AgentOut]
-    known_tools: list[str] = Field(description="every tool registry key an agent may be given")
+    known_tools: list[str] = Field(description="every tool registry key an agent may be given (the registered tools)")
+    unlisted_models: list[UnlistedModelOut] = Field(
+        description="agent model overrides the model catalog does not list; a chat that may run such an agent is "
+        "refused until it is changed. Empty while the catalog is unavailable (see `warning`)"
+    )
+    warning: str | None = Field(default=None, description="set when the catalog is stale or unavailable")
 
 
 class AgentPatch(PatchModel):
@@ -43,7 +49,7 @@ class AgentPatch(PatchModel):
     browser_access: BrowserAccess | SkipJsonSchema[None] = None
     delegation_eligible: bool | SkipJsonSchema[None] = None
     tools: Annotated[list[ToolKey], Field(max_length=32)] | SkipJsonSchema[None] = Field(
-        default=None, description="the complete new tool membership (registry keys)"
+        default=None, description="the complete new tool membership: registered tool keys (`knownTools`)"
     )
     model: Annotated[str, Field(min_length=1, max_length=200)] | None = Field(
         default=None, description="a catalog model id, or null to inherit"

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent_gateway.catalog import ensure_known_model
+from popagent_gateway.configured_models import agent_overrides, unlisted
 from popagent_gateway.deps import AgentRunnerStateStub, ModelCatalogDep
 from popagent_gateway.dto.agents import AGENT_ID_PATTERN, AgentListOut, AgentOut, AgentPatch
-from popagent_gateway.wire import warned
+from popagent_gateway.dto.models import UnlistedModelOut
+from popagent_gateway.wire import field_violations, warned
 
 router = APIRouter(prefix="/agents", tags=["agents"])
 
-RPC_TIMEOUT_S = 10.0
 
 AgentId = Annotated[str, Path(pattern=AGENT_ID_PATTERN, max_length=63)]
 
@@ -36,21 +38,41 @@ def agent_out(agent: pb.Agent) -> AgentOut:
 
 
 @router.get("", response_model=AgentListOut)
-async def list_agents(runner: AgentRunnerStateStub) -> AgentListOut:
-    """The supervisor and its three specialists, with every persisted field, and the known tool keys."""
-    response = await runner.ListAgents(pb.ListAgentsRequest(), timeout=RPC_TIMEOUT_S)
-    return AgentListOut(agents=[agent_out(a) for a in response.agents], known_tools=list(response.known_tools))
+async def list_agents(runner: AgentRunnerStateStub, catalog: ModelCatalogDep) -> AgentListOut:
+    """The supervisor and its three specialists, with every persisted field, the registered tool keys,
+    and the model overrides the catalog does not list."""
+    response, view = await asyncio.gather(runner.ListAgents(pb.ListAgentsRequest()), catalog.view())
+    missing = unlisted(view, agent_overrides(response.agents))
+    return AgentListOut(
+        agents=[agent_out(a) for a in response.agents],
+        known_tools=list(response.known_tools),
+        unlisted_models=[UnlistedModelOut.of(entry) for entry in missing],
+        warning=view.warning,
+    )
+
+
+async def _ensure_registered_tools(runner: AgentRunnerStateStub, tools: list[str]) -> None:
+    """Refuse (422 naming them) tools agent-runner does not register: a membership may only name tools a run can offer."""
+    known = (await runner.ListAgents(pb.ListAgentsRequest())).known_tools
+    unknown = [tool for tool in tools if tool not in known]
+    if unknown:
+        message = f"not registered: {', '.join(unknown)} (registered tools: {', '.join(known)})"
+        raise field_violations([pb.FieldViolation(field="tools", message=message)])
 
 
 @router.patch("/{agent_id}", response_model=AgentOut)
 async def update_agent(
     agent_id: AgentId, body: AgentPatch, runner: AgentRunnerStateStub, catalog: ModelCatalogDep, response: Response
 ) -> AgentOut:
-    """Edit an agent's name, delegation description, instructions, access, eligibility, tools or model override."""
+    """Edit an agent's name, delegation description, instructions, access, eligibility, tools or model override.
+
+    A tool that is not registered is refused with 422 naming it; a model the catalog does not list with 400.
+    """
     changes = body.changes()
     request = pb.UpdateAgentRequest(id=agent_id)
     tools = changes.pop("tools", None)
     if tools is not None:
+        await _ensure_registered_tools(runner, tools)
         request.tools.values.extend(tools)
     if "model" in changes:
         model = changes.pop("model")
@@ -60,4 +82,4 @@ async def update_agent(
         request.model = model or ""
     for name, value in changes.items():
         setattr(request, name, value)
-    return agent_out(await runner.UpdateAgent(request, timeout=RPC_TIMEOUT_S))
+    return agent_out(await runner.UpdateAgent(request))

@@ -7,38 +7,28 @@ import asyncio
 import asyncpg
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
 
 from popagent_core.grpc_client import check_health
+from popagent_gateway.dto.health import ComponentHealthOut, HealthOut
 
 router = APIRouter()
 
 
-class ComponentHealth(BaseModel):
-    ok: bool
-    detail: str = ""
-
-
-class HealthResponse(BaseModel):
-    ok: bool
-    components: dict[str, ComponentHealth]
-
-
-async def _postgres(dsn: str) -> ComponentHealth:
+async def _postgres(dsn: str) -> ComponentHealthOut:
     try:
         conn = await asyncio.wait_for(asyncpg.connect(dsn), timeout=2)
     except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
-        return ComponentHealth(ok=False, detail=type(exc).__name__)
+        return ComponentHealthOut(ok=False, detail=type(exc).__name__)
     try:
         await conn.fetchval("SELECT 1")
     except asyncpg.PostgresError as exc:
-        return ComponentHealth(ok=False, detail=type(exc).__name__)
+        return ComponentHealthOut(ok=False, detail=type(exc).__name__)
     finally:
         await conn.close()
-    return ComponentHealth(ok=True)
+    return ComponentHealthOut(ok=True)
 
 
-async def _service(request: Request, name: str) -> ComponentHealth:
+async def _service(request: Request, name: str) -> ComponentHealthOut:
     if name == "agent-runner":
         # Every worker must serve: a session's turns go to one of them.
         addresses = request.app.state.settings.agent_runner_workers
@@ -46,12 +36,12 @@ async def _service(request: Request, name: str) -> ComponentHealth:
             *(check_health(worker, timeout_s=1.0) for worker in request.app.state.runner_workers)
         )
         down = [address for address, healthy in zip(addresses, workers, strict=True) if not healthy]
-        return ComponentHealth(ok=not down, detail=f"not serving: {', '.join(down)}" if down else "")
+        return ComponentHealthOut(ok=not down, detail=f"not serving: {', '.join(down)}" if down else "")
     healthy = await check_health(request.app.state.channels[name], timeout_s=1.0)
-    return ComponentHealth(ok=healthy, detail="" if healthy else "not serving")
+    return ComponentHealthOut(ok=healthy, detail="" if healthy else "not serving")
 
 
-@router.get("/health", response_model=HealthResponse, responses={503: {"model": HealthResponse}})
+@router.get("/health", response_model=HealthOut, responses={503: {"model": HealthOut}})
 async def health(request: Request) -> JSONResponse:
     """Readiness of application and observability PostgreSQL and of every service.
 
@@ -67,5 +57,5 @@ async def health(request: Request) -> JSONResponse:
     components = {"postgres": results[0], "observabilityPostgres": results[1]}
     components.update({f"service:{name}": result for name, result in zip(names, results[2:], strict=True)})
     ok = all(component.ok for component in components.values())
-    body = HealthResponse(ok=ok, components=components)
+    body = HealthOut(ok=ok, components=components)
     return JSONResponse(body.model_dump(), status_code=200 if ok else 503)

@@ -33,8 +33,8 @@ from popagent_gateway.wire import json_response
 
 router = APIRouter(tags=["sessions"])
 
-RPC_TIMEOUT_S = 10.0
-# Permanent deletion waits for the SessionEnd hook (bounded by the hooks service) and the browser close.
+# Not POPAGENT_GATEWAY_RPC_TIMEOUT_S: permanent deletion waits for the session's SessionEnd hook
+# (bounded by the hooks service, not by a plain lookup's deadline) and the browser close.
 DELETE_TIMEOUT_S = 60.0
 
 SessionId = Annotated[str, Path(pattern=ID_PATTERN, max_length=128)]
@@ -56,7 +56,7 @@ def _messages_json(messages: list[UIMessage]) -> bytes:
 async def list_sessions(runner: AgentRunnerStateStub, query: Annotated[SessionListQuery, Query()]) -> Response:
     """Active (or archived) sessions, most recently updated first, at most 200."""
     response = await runner.ListSessions(
-        pb.ListSessionsRequest(archived=query.archived, workspace_id=query.workspace_id or ""), timeout=RPC_TIMEOUT_S
+        pb.ListSessionsRequest(archived=query.archived, workspace_id=query.workspace_id or "")
     )
     return json_response({"sessions": [summary_dict(s) for s in response.sessions]})
 
@@ -69,7 +69,6 @@ async def create_session(body: SessionCreate, request: Request) -> Response:
     runner = runner_for_session(request, session_id, agent_runner_pb2_grpc.AgentRunnerStateServiceStub)
     session = await runner.CreateSession(
         pb.CreateSessionRequest(id=session_id, title=body.title, workspace_id=body.workspace_id or ""),
-        timeout=RPC_TIMEOUT_S,
     )
     return json_response(summary_dict(session), status_code=201)
 
@@ -77,7 +76,7 @@ async def create_session(body: SessionCreate, request: Request) -> Response:
 @router.get("/sessions/{session_id}", response_model=SessionOut)
 async def get_session(session_id: SessionId, runner: AgentRunnerStateStub) -> Response:
     """Load a session: metadata, revision and its AI SDK UI messages."""
-    session = await runner.GetSession(pb.GetSessionRequest(id=session_id), timeout=RPC_TIMEOUT_S)
+    session = await runner.GetSession(pb.GetSessionRequest(id=session_id))
     return Response(session_json(session), media_type="application/json")
 
 
@@ -96,7 +95,7 @@ async def save_session(session_id: SessionId, body: SessionSave, runner: AgentRu
     )
     if body.title is not None:
         request.title = body.title
-    response = await runner.SaveSession(request, timeout=RPC_TIMEOUT_S)
+    response = await runner.SaveSession(request)
     if response.conflict:
         conflict = b'{"error":"revision conflict","session":' + session_json(response.session) + b"}"
         return Response(conflict, status_code=409, media_type="application/json")
@@ -111,7 +110,7 @@ async def update_session(session_id: SessionId, body: SessionPatch, runner: Agen
         request.title = body.title
     if body.archived is not None:
         request.archived = body.archived
-    session = await runner.UpdateSession(request, timeout=RPC_TIMEOUT_S)
+    session = await runner.UpdateSession(request)
     return json_response(summary_dict(session))
 
 

@@ -32,7 +32,6 @@ from popagent_gateway.wire import field_violations, warned
 
 router = APIRouter(prefix="/settings", tags=["settings"])
 
-RPC_TIMEOUT_S = 10.0
 
 Out = TypeVar("Out", bound=WireModel)
 
@@ -52,7 +51,7 @@ def _updated(model: type[Out], answer: Any) -> Out:
 @router.get("/agent-runtime", response_model=AgentRuntimeSettingsOut)
 async def get_agent_runtime_settings(runner: AgentRunnerStateStub) -> AgentRuntimeSettingsOut:
     """Default model, step ceilings, tool-call and retry limits, delegation bounds and background-task timing."""
-    settings = await runner.GetAgentRuntimeSettings(runner_pb.GetAgentRuntimeSettingsRequest(), timeout=RPC_TIMEOUT_S)
+    settings = await runner.GetAgentRuntimeSettings(runner_pb.GetAgentRuntimeSettingsRequest())
     return _out(AgentRuntimeSettingsOut, settings)
 
 
@@ -60,58 +59,51 @@ async def get_agent_runtime_settings(runner: AgentRunnerStateStub) -> AgentRunti
 async def update_agent_runtime_settings(
     body: AgentRuntimeSettingsPatch, runner: AgentRunnerStateStub, catalog: ModelCatalogDep, response: Response
 ) -> AgentRuntimeSettingsOut:
-    """Change some agent-runtime settings; applies on the next turn. The default model must be in the catalog."""
+    """Change some agent-runtime settings; turn settings apply on the next turn, task settings to the running
+    worker at once (new attempts take the new timings). The default model must be in the catalog."""
     if body.default_model is not None:
         warned(response, await ensure_known_model(catalog, body.default_model))
-    answer = await runner.UpdateAgentRuntimeSettings(
-        runner_pb.UpdateAgentRuntimeSettingsRequest(**body.changes()), timeout=RPC_TIMEOUT_S
-    )
+    answer = await runner.UpdateAgentRuntimeSettings(runner_pb.UpdateAgentRuntimeSettingsRequest(**body.changes()))
     return _updated(AgentRuntimeSettingsOut, answer)
 
 
 @router.get("/memory", response_model=MemorySettingsOut)
 async def get_memory_settings(runner: AgentRunnerStateStub) -> MemorySettingsOut:
     """Observational-memory controls: thresholds, retention, buffering, activation, budgets, retrieval, guidance."""
-    settings = await runner.GetMemorySettings(runner_pb.GetMemorySettingsRequest(), timeout=RPC_TIMEOUT_S)
+    settings = await runner.GetMemorySettings(runner_pb.GetMemorySettingsRequest())
     return _out(MemorySettingsOut, settings)
 
 
 @router.patch("/memory", response_model=MemorySettingsOut)
 async def update_memory_settings(body: MemorySettingsPatch, runner: AgentRunnerStateStub) -> MemorySettingsOut:
     """Change some memory settings; applies on the next turn. Shared budgets require async buffering off."""
-    answer = await runner.UpdateMemorySettings(
-        runner_pb.UpdateMemorySettingsRequest(**body.changes()), timeout=RPC_TIMEOUT_S
-    )
+    answer = await runner.UpdateMemorySettings(runner_pb.UpdateMemorySettingsRequest(**body.changes()))
     return _updated(MemorySettingsOut, answer)
 
 
 @router.get("/autonomy", response_model=AutonomySettingsOut)
 async def get_autonomy_settings(evolution: EvolutionStub) -> AutonomySettingsOut:
     """Evolution, skill-creation and contained self-update controls."""
-    settings = await evolution.GetAutonomySettings(evolution_pb.GetAutonomySettingsRequest(), timeout=RPC_TIMEOUT_S)
+    settings = await evolution.GetAutonomySettings(evolution_pb.GetAutonomySettingsRequest())
     return _out(AutonomySettingsOut, settings)
 
 
 @router.patch("/autonomy", response_model=AutonomySettingsOut)
 async def update_autonomy_settings(body: AutonomySettingsPatch, evolution: EvolutionStub) -> AutonomySettingsOut:
     """Change some autonomy controls; a disabled policy wins before any learned mutation."""
-    answer = await evolution.UpdateAutonomySettings(
-        evolution_pb.UpdateAutonomySettingsRequest(**body.changes()), timeout=RPC_TIMEOUT_S
-    )
+    answer = await evolution.UpdateAutonomySettings(evolution_pb.UpdateAutonomySettingsRequest(**body.changes()))
     return _updated(AutonomySettingsOut, answer)
 
 
 @router.get("/browser", response_model=BrowserSettingsOut)
 async def get_browser_settings(browser: BrowserBridgeStub) -> BrowserSettingsOut:
     """The global browser capability."""
-    settings = await browser.GetBrowserSettings(browser_pb.GetBrowserSettingsRequest(), timeout=RPC_TIMEOUT_S)
+    settings = await browser.GetBrowserSettings(browser_pb.GetBrowserSettingsRequest())
     return _out(BrowserSettingsOut, settings)
 
 
 @router.patch("/browser", response_model=BrowserSettingsOut)
 async def update_browser_settings(body: BrowserSettingsPatch, browser: BrowserBridgeStub) -> BrowserSettingsOut:
     """Turn the global browser capability on or off; applies immediately, without a restart."""
-    settings = await browser.UpdateBrowserSettings(
-        browser_pb.UpdateBrowserSettingsRequest(**body.changes()), timeout=RPC_TIMEOUT_S
-    )
+    settings = await browser.UpdateBrowserSettings(browser_pb.UpdateBrowserSettingsRequest(**body.changes()))
     return _out(BrowserSettingsOut, settings)

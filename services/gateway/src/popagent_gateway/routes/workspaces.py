@@ -19,8 +19,8 @@ from popagent_gateway.dto.workspaces import (
 
 router = APIRouter(prefix="/workspaces", tags=["workspaces"])
 
-RPC_TIMEOUT_S = 10.0
-# Each session goes through the full deletion lifecycle (hooks, browser close).
+# Not POPAGENT_GATEWAY_RPC_TIMEOUT_S: each session of the workspace goes through the full deletion
+# lifecycle (SessionEnd hook, browser close) in turn, so the call lasts as long as that many deletions.
 DELETE_SESSIONS_TIMEOUT_S = 600.0
 
 WorkspaceId = Annotated[str, Path(pattern=WORKSPACE_ID_PATTERN, max_length=63)]
@@ -42,7 +42,7 @@ def workspace_out(workspace: pb.Workspace) -> WorkspaceOut:
 @router.get("", response_model=WorkspaceListOut)
 async def list_workspaces(runner: AgentRunnerStateStub) -> WorkspaceListOut:
     """Registered repositories, the default (popagent) first."""
-    response = await runner.ListWorkspaces(pb.ListWorkspacesRequest(), timeout=RPC_TIMEOUT_S)
+    response = await runner.ListWorkspaces(pb.ListWorkspacesRequest())
     return WorkspaceListOut(workspaces=[workspace_out(w) for w in response.workspaces])
 
 
@@ -51,7 +51,6 @@ async def create_workspace(body: WorkspaceCreate, runner: AgentRunnerStateStub) 
     """Register a repository whose path is relative to the workspace root and resolves inside it."""
     workspace = await runner.CreateWorkspace(
         pb.CreateWorkspaceRequest(id=body.id or "", name=body.name, path=body.path, description=body.description),
-        timeout=RPC_TIMEOUT_S,
     )
     return workspace_out(workspace)
 
@@ -61,16 +60,14 @@ async def update_workspace(
     workspace_id: WorkspaceId, body: WorkspacePatch, runner: AgentRunnerStateStub
 ) -> WorkspaceOut:
     """Rename a registration, describe it, or point it at another contained path."""
-    workspace = await runner.UpdateWorkspace(
-        pb.UpdateWorkspaceRequest(id=workspace_id, **body.changes()), timeout=RPC_TIMEOUT_S
-    )
+    workspace = await runner.UpdateWorkspace(pb.UpdateWorkspaceRequest(id=workspace_id, **body.changes()))
     return workspace_out(workspace)
 
 
 @router.delete("/{workspace_id}", status_code=204, response_class=Response)
 async def delete_workspace(workspace_id: WorkspaceId, runner: AgentRunnerStateStub) -> Response:
     """Remove a registration (never files). Refused for the default and while sessions still use it."""
-    await runner.DeleteWorkspace(pb.DeleteWorkspaceRequest(id=workspace_id), timeout=RPC_TIMEOUT_S)
+    await runner.DeleteWorkspace(pb.DeleteWorkspaceRequest(id=workspace_id))
     return Response(status_code=204)
 
 

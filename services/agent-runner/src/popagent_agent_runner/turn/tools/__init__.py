@@ -2,8 +2,9 @@
 
 Tools live in one folder per group (`time/`, `memory/`, and the workspace, browser, search, docs
 and skill groups to come); adding a tool is one module with a `TOOL` in its group and one entry in
-`TOOLS`. An agent gets the registered tools named in its persisted membership; a name its profile
-lists that is not registered here yet (a tool that comes with its own issue) is simply not offered.
+`TOOLS`. `TOOLS` is the one list of what exists: the agents' `knownTools` is derived from it, and
+a membership naming anything else is refused (`PATCH /api/agents/:id` answers 422). An agent gets
+the registered tools named in its persisted membership.
 """
 
 from __future__ import annotations

@@ -5,9 +5,15 @@
                                      tool_call_id=..., target="webSearch", detail={"arguments": args})
 
 The client caches the service's configuration digest, so an event with no matching
-handler returns an immediate pass without any RPC. When the service cannot be reached,
-the matched handlers' failure modes still apply: a fail-closed handler (or, before the
-digest was ever fetched, any gate event) gets the closed outcome, everything else passes.
+handler returns an immediate pass without any RPC. `dispatch` never raises a service
+error: this client is the one place the fail-closed rule lives, so no caller re-applies it.
+
+- The service cannot be reached (unavailable, deadline): the matched handlers' failure
+  modes still apply: a fail-closed handler (or, before the digest was ever fetched, any
+  gate event) gets the closed outcome, everything else passes.
+- The service answered the dispatch with any other error (it refused the request or
+  failed itself): the handlers never ran and the caller cannot tell which would have,
+  so a gate event gets the closed outcome and an observational one passes.
 """
 
 from __future__ import annotations
@@ -22,9 +28,9 @@ from typing import Any
 import orjson
 
 from popagent.hooks.v1 import hooks_pb2, hooks_pb2_grpc
-from popagent_core.errors import DeadlineExceeded, Unavailable
+from popagent_core.errors import DeadlineExceeded, PopagentError, Unavailable
 from popagent_core.grpc_client import map_rpc_errors
-from popagent_hooks.events import Event, Outcome, closed_outcome
+from popagent_hooks_client.events import Event, FailureClass, Outcome, closed_outcome
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +51,7 @@ class HookDecision:
     arguments: dict[str, Any] | None = None
     additional_context: str = ""
     handlers_run: int = 0
-    # Set when a fail-closed failure decided the outcome.
+    # A `FailureClass` value, set when a fail-closed failure decided the outcome.
     failure_class: str = ""
     decided_by: str = ""
     event_id: str = ""
@@ -134,7 +140,10 @@ class HooksClient:
         event_id: str = "",
     ) -> HookDecision:
         event = Event(event)
-        handlers = await self.matching(event, target)
+        try:
+            handlers = await self.matching(event, target)
+        except PopagentError as exc:
+            return self._refused(event, exc, event_id)
         if handlers is not None and not handlers:
             return HookDecision(Outcome.PASS, event_id=event_id)
         timeout_s = (
@@ -155,6 +164,8 @@ class HooksClient:
                 response = await self.stub.Dispatch(request, timeout=timeout_s)
         except (Unavailable, DeadlineExceeded) as exc:
             return self._unreachable(event, handlers, exc, event_id)
+        except PopagentError as exc:
+            return self._refused(event, exc, event_id)
         if self._digest is not None and response.config_digest != self._digest.digest:
             self.invalidate()
         return _decision_from(response)
@@ -171,7 +182,20 @@ class HooksClient:
         return HookDecision(
             closed_outcome(event),
             reason=f"hooks service unreachable ({type(exc).__name__})",
-            failure_class="transport",
+            failure_class=FailureClass.TRANSPORT,
+            event_id=event_id,
+        )
+
+    @staticmethod
+    def _refused(event: Event, exc: PopagentError, event_id: str) -> HookDecision:
+        closed = event.rules.gate
+        logger.warning("hook dispatch failed", extra={"event": event.value, "fail_closed": closed, "error": str(exc)})
+        if not closed:
+            return HookDecision(Outcome.PASS, event_id=event_id)
+        return HookDecision(
+            closed_outcome(event),
+            reason=f"hook dispatch failed: {exc}",
+            failure_class=FailureClass.TRANSPORT,
             event_id=event_id,
         )
 

@@ -18,16 +18,16 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
 
-from popagent_core import embedded
 from popagent_core.migrate import KERNEL_MIGRATIONS, migrate
 from popagent_core.service import schema_for
+from popagent_dev import embedded
+from popagent_dev.embedded import with_database
 
-REPO_ROOT = Path(__file__).resolve().parents[5]
+REPO_ROOT = Path(__file__).resolve().parents[4]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -37,11 +37,6 @@ def pytest_configure(config: pytest.Config) -> None:
             del os.environ[key]
     for key in ("DATABASE_URL", "OBSERVABILITY_DATABASE_URL", "NATS_URL", "NINEROUTER_URL", "NINEROUTER_API_KEY"):
         os.environ.pop(key, None)
-
-
-def with_database(dsn: str, database: str) -> str:
-    parts = urlsplit(dsn)
-    return urlunsplit((parts.scheme, parts.netloc, f"/{database}", parts.query, parts.fragment))
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,9 @@ import time
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
+import asyncpg
 from platformdirs.api import RuntimeDirWarning
 
 # pgserver computes a runtime dir at import; on a headless root shell XDG_RUNTIME_DIR is
@@ -125,6 +127,23 @@ def postgres(data_dir: Path) -> Iterator[str]:
         yield server.get_uri()
     finally:
         server.cleanup()
+
+
+def with_database(dsn: str, database: str) -> str:
+    """`dsn` naming another database of the same server."""
+    parts = urlsplit(dsn)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{database}", parts.query, parts.fragment))
+
+
+async def ensure_database(admin_dsn: str, name: str) -> str:
+    """The DSN of database `name` on the server behind `admin_dsn`, created when it does not exist."""
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        if not await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name):
+            await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    return with_database(admin_dsn, name)
 
 
 class NatsProcess:

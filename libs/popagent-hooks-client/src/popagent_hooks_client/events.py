@@ -61,6 +61,15 @@ class Outcome(enum.StrEnum):
         return cls[hooks_pb2.Outcome.Name(value)]
 
 
+class FailureClass(enum.StrEnum):
+    """Why a handler produced no valid answer (audited, and returned as a decision's `failure_class`)."""
+
+    TRANSPORT = "transport"
+    TIMEOUT = "timeout"
+    MALFORMED_RESPONSE = "malformed_response"
+    EVENT_OUTCOME = "event_outcome"
+
+
 class MatcherKind(enum.StrEnum):
     NONE = "none"
     TOOL = "tool"

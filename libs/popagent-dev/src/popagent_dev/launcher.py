@@ -26,16 +26,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import asyncpg
 import httpx
 
-from popagent_core import embedded
 from popagent_core.auth import generate_credentials
 from popagent_core.grpc_client import check_health, open_channel
+from popagent_core.topology import GRPC_SERVICES, SERVICES, Service, service_named
+from popagent_dev import embedded
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
-GRPC_SERVICES = ("hooks", "secrets", "evolution", "browser-bridge", "tasks", "agent-runner")
-ALL_SERVICES = (*GRPC_SERVICES, "gateway")
 LOG_TAIL_LINES = 20
 
 
@@ -92,18 +90,6 @@ def _api_key(data_dir: Path) -> str:
     return path.read_text().strip()
 
 
-async def _ensure_database(admin_dsn: str, name: str) -> str:
-    from popagent_core.testing.plugin import with_database
-
-    conn = await asyncpg.connect(admin_dsn)
-    try:
-        if not await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name):
-            await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
-    return with_database(admin_dsn, name)
-
-
 class Stack:
     """One running popagent stack. Use `async with Stack(config).running() as stack:`."""
 
@@ -131,8 +117,8 @@ class Stack:
         observability_url = os.environ.get("OBSERVABILITY_DATABASE_URL", "")
         if not database_url or not observability_url:
             admin_dsn = self._exit.enter_context(embedded.postgres(data / "postgres"))
-            database_url = database_url or await _ensure_database(admin_dsn, "popagent")
-            observability_url = observability_url or await _ensure_database(admin_dsn, "popagent_observability")
+            database_url = database_url or await embedded.ensure_database(admin_dsn, "popagent")
+            observability_url = observability_url or await embedded.ensure_database(admin_dsn, "popagent_observability")
         env["DATABASE_URL"] = database_url
         env["OBSERVABILITY_DATABASE_URL"] = observability_url
         nats_url = os.environ.get("NATS_URL", "")
@@ -149,11 +135,12 @@ class Stack:
         self._exit.push_async_callback(self.stop_children)
         tokens, callers = generate_credentials()
         self.api_key = os.environ.get("POPAGENT_API_KEY") or _api_key(self.config.data_dir)
-        addresses = {name: f"127.0.0.1:{embedded.free_port()}" for name in GRPC_SERVICES}
+        addresses = {service.name: f"127.0.0.1:{embedded.free_port()}" for service in GRPC_SERVICES}
         # agent-runner's workers listen one address each; its clients get them all as one list.
+        runner = service_named("agent-runner")
         workers = self.config.runner_workers
         runner_addresses = [
-            addresses["agent-runner"],
+            addresses[runner.name],
             *(f"127.0.0.1:{embedded.free_port()}" for _ in range(workers - 1)),
         ]
         base = {k: v for k, v in os.environ.items() if k not in ("POPAGENT_INTERNAL_TOKEN",)}
@@ -162,9 +149,9 @@ class Stack:
         base["POPAGENT_API_KEY"] = self.api_key
         base.setdefault("POPAGENT_SECRET_KEY", _secret_key(self.config.data_dir))
         base.setdefault("POPAGENT_WORKSPACE_ROOT", str(REPO_ROOT / "workspace"))
-        for name, address in addresses.items():
-            base[f"POPAGENT_{name.upper().replace('-', '_')}_ADDR"] = address
-        base["POPAGENT_AGENT_RUNNER_ADDR"] = ",".join(runner_addresses)
+        for service in GRPC_SERVICES:
+            base[service.address_variable] = addresses[service.name]
+        base[runner.address_variable] = ",".join(runner_addresses)
         base["POPAGENT_GATEWAY_PORT"] = str(self.config.gateway_port)
         # The tasks worker runs each attempt as an agent turn in agent-runner (POPAGENT_AGENT_RUNNER_ADDR above).
         base.setdefault("POPAGENT_TASKS_EXECUTOR", "popagent_tasks.agent_runner_executor:executor")
@@ -173,26 +160,25 @@ class Stack:
         deadline = time.monotonic() + self.config.start_timeout_s
         # All at once: the gateway needs no service to start, only to report healthy.
         listening: dict[str, str] = {}
-        for name in ALL_SERVICES:
-            env = dict(base, POPAGENT_INTERNAL_TOKEN=tokens[name])
-            if name != "agent-runner":
-                await self._spawn(name, env)
-                if name in addresses:
-                    listening[name] = addresses[name]
+        for service in SERVICES:
+            env = dict(base, POPAGENT_INTERNAL_TOKEN=tokens[service.name])
+            if service != runner:
+                await self._spawn(service.name, service, env)
+                if service.name in addresses:
+                    listening[service.name] = addresses[service.name]
                 continue
             for number, address in enumerate(runner_addresses, start=1):
-                worker = name if workers == 1 else f"{name}-{number}"
-                await self._spawn(worker, dict(env, POPAGENT_AGENT_RUNNER_ADDR=address), module=name)
+                worker = service.name if workers == 1 else f"{service.name}-{number}"
+                await self._spawn(worker, service, dict(env, **{runner.address_variable: address}))
                 listening[worker] = address
         await asyncio.gather(*(self._wait_grpc(name, address, deadline) for name, address in listening.items()))
         self.url = f"http://127.0.0.1:{self.config.gateway_port}"
         await self._wait_http(deadline)
 
-    async def _spawn(self, name: str, env: dict[str, str], module: str = "") -> None:
-        """Start the service `module` (default: `name`) as the child `name`."""
-        module = f"popagent_{(module or name).replace('-', '_')}"
+    async def _spawn(self, name: str, service: Service, env: dict[str, str]) -> None:
+        """Start `service` as the child `name` (an agent-runner worker has a name of its own)."""
         process = await asyncio.create_subprocess_exec(
-            *embedded.orphan_safe([sys.executable, "-m", module]),
+            *embedded.orphan_safe([sys.executable, "-m", service.module]),
             env=env,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
@@ -247,7 +233,7 @@ class Stack:
 
     async def stop_children(self, timeout_s: float = 10.0) -> None:
         """SIGTERM every child (gateway first), wait, SIGKILL whatever is left."""
-        order = list(reversed(self.children.values()))  # started in ALL_SERVICES order: gateway first
+        order = list(reversed(self.children.values()))  # started in topology order: gateway first
         for child in order:
             if child.process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):

@@ -1,1 +1,0 @@
-"""pytest fixtures shared by every service's tests (real PostgreSQL, real NATS)."""

@@ -1,0 +1,31 @@
+"""POST /api/chat: the body of one chat turn."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+from pydantic_ai.ui.vercel_ai.request_types import UIMessage
+
+MAX_PARTS = 64
+
+
+class UserMessage(UIMessage):
+    role: Literal["user"]  # type: ignore[assignment]
+
+
+class ChatTurnCreate(BaseModel):
+    """Only the session, the model, the workspace and the newest message: history is rebuilt
+    server-side and callers cannot inject tools or execution options.
+
+    Not a WireInput: the UI's chat transport sends `model: null` for "the default model",
+    which a WireInput would refuse.
+    """
+
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+    id: str = Field(min_length=1, max_length=128, description="session id")
+    model: str | None = Field(default=None, min_length=1, max_length=200)
+    workspace_id: str | None = Field(default=None, min_length=1, max_length=128)
+    message: UserMessage

@@ -1,0 +1,78 @@
+"""Background tasks: the task with its latest progress, and the create/resolve bodies.
+
+Bodies are strict and bounded; the tasks service re-checks every bound and owns the state
+rules (what can be cancelled, resolved or deleted).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from popagent_gateway.dto import WireInput, WireModel
+
+MAX_PROMPT_CHARS = 32 * 1024
+MAX_EVIDENCE_CHARS = 4 * 1024
+MAX_REF_CHARS = 200
+MAX_LIST = 200
+
+TaskStatus = Literal["queued", "running", "cancelling", "completed", "failed", "cancelled", "dead-letter"]
+
+
+class TaskCreate(WireInput):
+    """POST body. The task is always user-owned; `source` is not writable here."""
+
+    prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
+    workspace_id: str = Field(min_length=1, max_length=MAX_REF_CHARS)
+    model: str = Field(default="", max_length=MAX_REF_CHARS)
+    session_id: str = Field(default="", max_length=MAX_REF_CHARS)
+    max_attempts: int = Field(default=3, ge=1, le=10)
+
+
+class TaskResolve(WireInput):
+    evidence: str = Field(min_length=1, max_length=MAX_EVIDENCE_CHARS)
+
+
+class TaskProgressOut(WireModel):
+    attempt: int
+    kind: str
+    message: str
+
+
+class TaskOut(WireModel):
+    id: str
+    status: str
+    kind: str
+    source: str
+    prompt: str
+    model: str
+    session_id: str | None
+    thread_id: str = Field(
+        description="the thread the task's turns run in: its session's, or, without a session, a thread of its own "
+        "(not listed by GET /api/sessions; read it with GET /api/sessions/{threadId})"
+    )
+    workspace_id: str
+    schedule_id: str | None
+    tick: str | None
+    parent_task_id: str | None
+    attempt_count: int
+    max_attempts: int
+    next_attempt_at: str | None
+    last_error_class: str | None
+    last_error: str | None
+    dead_lettered_at: str | None
+    outcome: str | None
+    resolution: str | None
+    resolved_at: str | None
+    started_at: str | None
+    finished_at: str | None
+    turn_id: str | None
+    trace_id: str | None
+    created_at: str
+    updated_at: str
+    progress: list[TaskProgressOut]
+
+
+class TaskListOut(WireModel):
+    tasks: list[TaskOut]

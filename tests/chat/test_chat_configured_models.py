@@ -1,0 +1,100 @@
+"""A chat turn on the persisted default model and the specialists' overrides, checked against the catalog.
+
+The chat stack's agent-runner answers from the scripted model server, which serves every
+id; a second gateway in front of the same workers reads its catalog from another model
+server that lists only `fake/fake-chat`, as a fresh model gateway would (no seeded 9Router
+id). Its refusals come before the turn: no model request, no stored message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from chat.helpers import chat, new_session, text_of, thread_rows
+from chat.stack import API_KEY, MODEL, ChatStack
+from popagent_dev.embedded import free_port
+from popagent_gateway.settings import Settings as GatewaySettings
+from support.model_gateway import ModelGateway, ModelInfo, Turn
+from support.stacks import serve_gateway
+
+
+@contextlib.asynccontextmanager
+async def gateway_with_catalog(stack: ChatStack, catalog_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    """Another gateway over the stack's agent-runner workers, with its model catalog at `catalog_url`."""
+    unused = f"127.0.0.1:{free_port()}"
+    env: dict[str, Any] = {
+        "DATABASE_URL": stack.dsn,
+        "OBSERVABILITY_DATABASE_URL": stack.dsn,
+        "POPAGENT_API_KEY": API_KEY,
+        "POPAGENT_INTERNAL_TOKEN": stack.tokens["gateway"],
+        "NINEROUTER_URL": catalog_url,
+        "POPAGENT_AGENT_RUNNER_ADDR": ",".join(stack.runner_workers),
+        "POPAGENT_HOOKS_ADDR": unused,
+        "POPAGENT_EVOLUTION_ADDR": unused,
+        "POPAGENT_BROWSER_BRIDGE_ADDR": unused,
+        "POPAGENT_TASKS_ADDR": unused,
+        "POPAGENT_SECRETS_ADDR": unused,
+    }
+    async with (
+        serve_gateway(GatewaySettings(**env)) as url,
+        httpx.AsyncClient(base_url=url, headers={"x-popagent-key": API_KEY}, timeout=30.0) as client,
+    ):
+        yield client
+
+
+@contextlib.asynccontextmanager
+async def fresh_catalog(stack: ChatStack) -> AsyncIterator[httpx.AsyncClient]:
+    async with ModelGateway(models=(ModelInfo(MODEL),)) as catalog, gateway_with_catalog(stack, catalog.url) as client:
+        yield client
+
+
+async def test_a_chat_without_model_on_an_unlisted_default_is_a_400_before_the_turn(stack: ChatStack) -> None:
+    async with fresh_catalog(stack) as client:
+        session = await new_session(client)
+        [body] = await chat(client, session, "hi", model=None, expect_status=400)
+    assert "the default model 'cx/gpt-5.3-codex' (defaultModel of /api/settings/agent-runtime)" in body["error"]
+    assert "not listed by the model catalog" in body["error"]
+    assert stack.models.requests == []
+    assert stack.hook_requests("UserPromptSubmit") == []
+    assert await thread_rows(stack, session) == []
+
+
+async def test_a_specialist_override_the_catalog_lacks_refuses_the_turn_until_it_is_cleared(stack: ChatStack) -> None:
+    async with fresh_catalog(stack) as client:
+        session = await new_session(client)
+        [body] = await chat(client, session, "hi", model=MODEL, expect_status=400)
+        assert "agent 'researcher''s model override 'cx/gpt-5.3-codex-spark'" in body["error"]
+        assert "agent 'reviewer''s model override" in body["error"]
+        assert stack.models.requests == []
+        try:
+            for agent in ("researcher", "reviewer"):
+                assert (await client.patch(f"/api/agents/{agent}", json={"model": None})).status_code == 200
+            assert (await client.get("/api/agents")).json()["unlistedModels"] == []
+            stack.models.push(Turn.say("Hello on a listed model."))
+            chunks = await chat(client, session, "hi again", model=MODEL)
+            assert text_of(chunks) == "Hello on a listed model."
+        finally:
+            # The override is not in this gateway's catalog: restore it through the stack's own gateway.
+            async with stack.client() as own:
+                for agent in ("researcher", "reviewer"):
+                    restored = await own.patch(f"/api/agents/{agent}", json={"model": "cx/gpt-5.3-codex-spark"})
+                    assert restored.status_code == 200, restored.text
+
+
+async def test_a_catalog_outage_runs_the_turn_on_the_default_with_a_warning(stack: ChatStack) -> None:
+    async with gateway_with_catalog(stack, f"http://127.0.0.1:{free_port()}/v1") as client:
+        session = await new_session(client)
+        stack.models.push(Turn.say("Answered on the unchecked default."))
+        body = {"id": session, "message": {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}}
+        async with client.stream("POST", "/api/chat", json=body) as response:
+            assert response.status_code == 200
+            warning = response.headers["x-popagent-warning"]
+            await response.aread()
+    assert "not checked" in warning and "'cx/gpt-5.3-codex'" in warning
+    [request] = stack.models.requests
+    assert request["model"] == "cx/gpt-5.3-codex"
+    assert "Answered on the unchecked default." in response.text

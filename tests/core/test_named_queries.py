@@ -1,0 +1,84 @@
+"""Every named query of every service prepares against that service's migrated schema.
+
+The query files are found on disk (any `*.sql` under a service package that is not a
+migration), each belongs to the service package it lives in, and each is prepared with
+`search_path` set to that service's schema exactly as the service's pool sets it. A typo
+in a query, a renamed column or a dropped table fails here, not at run time; a new
+queries file is covered without touching this test.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from popagent_core.db import load_queries
+from popagent_core.service import schema_for
+from popagent_dev.pytest_plugin import DatabaseFactory
+
+SERVICES_DIR = Path(__file__).resolve().parents[2] / "services"
+
+
+def _service_packages() -> dict[str, Path]:
+    """service name (its folder under services/) -> its package directory."""
+    packages = {}
+    for service_dir in sorted(SERVICES_DIR.iterdir()):
+        for package in sorted((service_dir / "src").glob("popagent_*")):
+            if package.is_dir():
+                packages[service_dir.name] = package
+    return packages
+
+
+def _query_files(package: Path) -> list[Path]:
+    return sorted(path for path in package.rglob("*.sql") if "migrations" not in path.relative_to(package).parts)
+
+
+PACKAGES = _service_packages()
+MIGRATED = {
+    service: package / "migrations" for service, package in PACKAGES.items() if (package / "migrations").is_dir()
+}
+QUERY_FILES = [(service, path) for service, package in PACKAGES.items() for path in _query_files(package)]
+# `SELECT *`, `RETURNING *`, `t.*`: a projection that changes whenever the table does.
+STAR_PROJECTION = re.compile(r"(?:\bSELECT|\bRETURNING|,|\b\w+\.)\s*\*", re.IGNORECASE)
+
+
+def test_discovery_finds_every_service_and_its_queries() -> None:
+    # Guards the discovery itself: a layout change that hid the files would make the
+    # preparation test below vacuous.
+    assert {"agent-runner", "tasks", "hooks", "secrets", "evolution"} <= {service for service, _ in QUERY_FILES}
+    for service, path in QUERY_FILES:
+        assert service in MIGRATED, f"{path} belongs to {service}, which has no migrations"
+        assert load_queries(path), f"{path} holds no named query"
+
+
+@pytest.mark.parametrize(
+    ("service", "path"), QUERY_FILES, ids=[str(path.relative_to(SERVICES_DIR)) for _, path in QUERY_FILES]
+)
+async def test_every_named_query_prepares(make_database: DatabaseFactory, service: str, path: Path) -> None:
+    dsn = await make_database(MIGRATED)
+    conn = await asyncpg.connect(dsn, server_settings={"search_path": f"{schema_for(service)},public"})
+    failures = []
+    try:
+        for name, sql in load_queries(path).items():
+            try:
+                await conn.prepare(sql)
+            except asyncpg.PostgresError as exc:
+                failures.append(f"{name}: {type(exc).__name__}: {exc}")
+    finally:
+        await conn.close()
+    assert not failures, f"queries in {path.relative_to(SERVICES_DIR)} do not prepare:\n" + "\n".join(failures)
+
+
+@pytest.mark.parametrize(
+    ("service", "path"), QUERY_FILES, ids=[str(path.relative_to(SERVICES_DIR)) for _, path in QUERY_FILES]
+)
+def test_every_named_query_names_its_columns(service: str, path: Path) -> None:
+    starred = [name for name, sql in load_queries(path).items() if STAR_PROJECTION.search(_without_comments(sql))]
+    assert not starred, f"{path.relative_to(SERVICES_DIR)}: queries with a * projection: {starred}"
+
+
+def _without_comments(sql: str) -> str:
+    return "\n".join(line.split("--", 1)[0] for line in sql.splitlines())

@@ -1,0 +1,59 @@
+"""A task-runtime settings change applies to the running worker, without a restart.
+
+agent-runner publishes `popagent.agent_runner.runtime_settings.changed` through its outbox
+when the agent-runtime settings change; the tasks worker re-reads them and resizes its
+slots. The change goes through `UpdateAgentRuntimeSettings`, the RPC that
+`PATCH /api/settings/agent-runtime` forwards to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from popagent.agent_runner.v1 import agent_runner_pb2 as arpb
+from support.model_gateway import Turn
+from tasks_turns.stack import start_task_turn_stack
+
+# Each turn streams for about six seconds: long enough to see two attempts overlap.
+SLOW_ANSWER = Turn.say("x" * 48, chunk_size=4, chunk_delay_s=0.5)
+
+
+async def test_raising_task_concurrency_lets_a_running_worker_run_two_tasks_at_once(
+    pg_dsn: str, internal_credentials: tuple[dict[str, str], str], tmp_path: Path
+) -> None:
+    async with start_task_turn_stack(pg_dsn, internal_credentials, tmp_path, task_concurrency=1) as stack:
+        stack.reset()
+        worker = stack.running.worker
+        assert worker is not None and worker.config.concurrency == 1
+        stack.models.push(SLOW_ANSWER, SLOW_ANSWER)
+        first = await stack.create("First slow task")
+        second = await stack.create("Second slow task")
+
+        await _until(lambda: len(worker.slots) == 1, within=10, what="the first attempt to start")
+        await asyncio.sleep(1.0)
+        # One slot: the second task waits while the first runs.
+        assert len(worker.slots) == 1
+        assert sorted([(await stack.get(first)).status, (await stack.get(second)).status]) == ["queued", "running"]
+
+        updated = await stack.state.UpdateAgentRuntimeSettings(
+            arpb.UpdateAgentRuntimeSettingsRequest(task_concurrency=2)
+        )
+        assert not updated.violations and updated.settings.task_concurrency == 2
+
+        # No restart: the same worker now holds both attempts at once, the first one undisturbed.
+        await _until(lambda: len(worker.slots) == 2, within=5, what="the second attempt to start beside the first")
+        assert worker.config.concurrency == 2
+        done = [
+            await stack.wait(task_id, "completed", "failed", "dead-letter", "cancelled") for task_id in (first, second)
+        ]
+        assert [(task.status, task.attempt_count) for task in done] == [("completed", 1), ("completed", 1)]
+
+
+async def _until(check, *, within: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + within
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {within} s waiting for {what}")
+        await asyncio.sleep(0.02)
