@@ -19,6 +19,7 @@ from pydantic_ai.usage import RunUsage
 from popagent_agent_runner.turn.events import TurnOutput
 from popagent_agent_runner.turn.hooks_points import TurnHooks
 from popagent_agent_runner.turn.memories import MemoryStore
+from popagent_agent_runner.workspace.hands import TurnHands
 
 SUPERVISOR_ID = "popagent"
 # The resource every chat thread belongs to (the spec's single user).
@@ -57,6 +58,8 @@ class AgentProfile:
     tools: tuple[str, ...]
     # None: the request-selected or default route.
     model: str | None
+    # Which workspace tools it gets: none, read-only or read-write (decided here, never by a prompt).
+    workspace_access: str = "none"
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> AgentProfile:
@@ -68,6 +71,7 @@ class AgentProfile:
             delegation_eligible=row["delegation_eligible"],
             tools=tuple(row["tools"]),
             model=row["model"],
+            workspace_access=row.get("workspace_access", "none"),
         )
 
 
@@ -97,6 +101,8 @@ class TurnContext:
     specialist_runs: list[SpecialistRun] = field(default_factory=list[SpecialistRun])
     # Usage of the specialists; the supervisor's own is on its run result.
     specialist_usage: RunUsage = field(default_factory=RunUsage)
+    # The turn's repository and the background processes its agents started.
+    hands: TurnHands | None = None
 
     def model_for(self, profile: AgentProfile) -> str:
         return profile.model or self.route
@@ -118,6 +124,10 @@ class TurnDeps:
     tool_slots: asyncio.Semaphore
     # The supervisor's steps are the UI message's steps; a specialist's are its activity telemetry.
     steps: StepObserver
+    # The agent's persisted workspace access, and its read ledger: content hash of each file
+    # (canonical repository path) as this run last read or wrote it (read before write).
+    workspace_access: str = "none"
+    file_reads: dict[str, str] = field(default_factory=dict[str, str])
 
     @property
     def is_supervisor(self) -> bool:

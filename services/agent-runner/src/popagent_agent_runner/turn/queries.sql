@@ -2,7 +2,7 @@
 
 -- name: turn_prelude
 -- Everything a chat turn reads before it starts, in one round trip: the session's
--- workspace, the runtime-settings snapshot (turn.deps.RuntimeSnapshot's fields), the agent
+-- workspace (id and registered path), the runtime-settings snapshot (turn.deps.RuntimeSnapshot's fields), the agent
 -- profiles (AgentProfile's), the memories recalled for
 -- prompt $3 (at most $4; see recall_memories) and the thread: its version (message count
 -- and last seq), whether it already holds message $2 (a retried request), and its history,
@@ -20,6 +20,7 @@ thread AS (
     WHERE thread_id = $1
 )
 SELECT s.workspace_id,
+       (SELECT w.path FROM popagent_agent_workspaces w WHERE w.id = s.workspace_id) AS workspace_path,
        (
            SELECT coalesce(jsonb_agg(r.content ORDER BY r.rank DESC, r.updated_at DESC), '[]'::jsonb)
            FROM (

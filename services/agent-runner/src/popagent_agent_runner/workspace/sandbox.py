@@ -324,6 +324,11 @@ class SandboxProcess:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(self.child_pid, signal.SIGKILL)
 
+    async def exited(self, timeout_s: float) -> bool:
+        """Wait up to `timeout_s` for the command to end (it is not killed); whether it has."""
+        await asyncio.wait({self._done}, timeout=timeout_s)
+        return self._done.done()
+
     async def wait(self, timeout_s: float | None) -> CommandResult:
         """The command's result; SandboxUnavailable when bubblewrap could not build the sandbox."""
         try:
