@@ -43,7 +43,7 @@ HOOK_PATHS: dict[str, tuple[str, list[str] | None]] = {
     "SessionStart": ("/session-start", None),
     "UserPromptSubmit": ("/prompt", None),
     # No handler matches `remember`: its calls must cost no hook RPC at all.
-    "PreToolUse": ("/pre-tool", ["getTime", *SPECIALISTS]),
+    "PreToolUse": ("/pre-tool", ["getTime", "mastra_workspace_write_file", *SPECIALISTS]),
     "PostToolUse": ("/post-tool", None),
     "PostToolUseFailure": ("/post-tool-failure", None),
     "SubagentStart": ("/subagent-start", None),
@@ -63,6 +63,7 @@ class ChatStack:
     runner_workers: list[str]
     tokens: dict[str, str]
     nats_url: str
+    workspace_root: Path
 
     def client(self, **kwargs: Any) -> httpx.AsyncClient:
         return httpx.AsyncClient(
@@ -153,4 +154,5 @@ async def start_chat_stack(
             runner_workers=runner_workers,
             tokens=tokens,
             nats_url=nats.url,
+            workspace_root=workspace_root,
         )

@@ -71,7 +71,7 @@ class AgentProfile:
             delegation_eligible=row["delegation_eligible"],
             tools=tuple(row["tools"]),
             model=row["model"],
-            workspace_access=row.get("workspace_access", "none"),
+            workspace_access=row["workspace_access"],
         )
 
 

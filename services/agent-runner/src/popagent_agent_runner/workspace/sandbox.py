@@ -39,7 +39,6 @@ import itertools
 import json
 import logging
 import os
-import resource
 import shutil
 import signal
 import sys
@@ -82,6 +81,7 @@ ETC_FILES = (
 ROOT_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 TMPFS_BYTES = 512 * 1024 * 1024
 KILL_GRACE_S = 2.0
+REPROBE_S = 30.0
 
 
 class SandboxUnavailable(Exception):
@@ -383,6 +383,7 @@ class Sandbox:
     probing: bool = False
     _running: set[SandboxProcess] = field(default_factory=set[SandboxProcess])
     _cgroups: _PidsCgroup | None = None
+    _probed_at: float = 0.0
 
     def __post_init__(self) -> None:
         if self.bwrap is None:
@@ -432,6 +433,10 @@ class Sandbox:
 
     async def start(self, repository: Path, cwd: Path, command: str) -> SandboxProcess:
         """Start `command` in the sandbox, with `repository` writable and `cwd` (inside it) as working directory."""
+        # A failure may have been passing: look again, at most every REPROBE_S.
+        stale = time.monotonic() - self._probed_at >= REPROBE_S
+        if self.unavailable_reason is not None and not self.probing and self.bwrap is not None and stale:
+            await self.probe()
         if self.unavailable_reason is not None or self.bwrap is None:
             raise SandboxUnavailable(f"sandbox unavailable: {self.unavailable_reason}")
         if self._cgroups is None:
@@ -439,21 +444,27 @@ class Sandbox:
         cgroup = await asyncio.to_thread(self._cgroups.make, self.max_processes)
         read_fd, write_fd = os.pipe()
         os.set_blocking(read_fd, False)
-        max_processes = self.max_processes
-        procs_file = str(cgroup / "cgroup.procs") if cgroup is not None else None
-
-        def limits() -> None:  # runs in the child between fork and exec
-            if procs_file is not None:
-                with open(procs_file, "w") as procs:
-                    procs.write(str(os.getpid()))
-            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-            if os.getuid() != 0:
-                resource.setrlimit(resource.RLIMIT_NPROC, (max_processes, max_processes))
-
+        # Limits are applied by a /bin/sh that then execs bubblewrap (same pid, same process
+        # group): it joins the command's pids cgroup before bubblewrap can fork, so every
+        # process of the sandbox is counted. (A `preexec_fn` would run Python between fork and
+        # exec in this threaded process, which is not safe.)
+        limits = ["ulimit -c 0"]
+        if cgroup is not None:
+            limits.append('echo $$ > "$1"')
+        if os.getuid() != 0:
+            # RLIMIT_NPROC binds every uid but root's.
+            limits.append(f"ulimit -u {int(self.max_processes)}")
+        limits.append('shift; exec "$@"')
         argv = self.argv(repository, cwd, command)
         argv[1:1] = ["--json-status-fd", str(write_fd)]
+        procs_file = str(cgroup / "cgroup.procs") if cgroup is not None else "-"
         try:
             proc = await asyncio.create_subprocess_exec(
+                "/bin/sh",
+                "-c",
+                "; ".join(limits),
+                "sh",
+                procs_file,
                 *argv,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
@@ -461,7 +472,6 @@ class Sandbox:
                 env=sandbox_environment(),
                 start_new_session=True,
                 pass_fds=(write_fd,),
-                preexec_fn=limits,
                 cwd="/",
             )
         except OSError as exc:
@@ -485,6 +495,7 @@ class Sandbox:
             return self.unavailable_reason
         self.unavailable_reason = None
         self.probing = True
+        self._probed_at = time.monotonic()
         try:
             with tempfile.TemporaryDirectory(prefix="popagent-sandbox-probe-") as folder:
                 result = await self.run(Path(folder), Path(folder), "true", 30.0)
