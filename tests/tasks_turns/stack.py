@@ -59,6 +59,8 @@ class TaskTurnStack:
     tasks: tasks_pb2_grpc.TasksServiceStub
     running: RunningTasks
     state: agent_runner_pb2_grpc.AgentRunnerStateServiceStub
+    # The default workspace's checkout (`popagent`), where task turns' workspace tools work.
+    repository: Path
 
     def reset(self) -> None:
         for path, _ in TASK_HOOK_PATHS.values():
@@ -154,7 +156,14 @@ async def start_task_turn_stack(
             )
         )
         tasks_channel = await stack.enter_async_context(open_channel(addresses["tasks"], tokens["evolution"]))
-        yield TaskTurnStack(receiver, models, tasks_pb2_grpc.TasksServiceStub(tasks_channel), running, state)
+        yield TaskTurnStack(
+            receiver,
+            models,
+            tasks_pb2_grpc.TasksServiceStub(tasks_channel),
+            running,
+            state,
+            workspace_root / "popagent",
+        )
 
 
 __all__ = ["MODEL", "TaskTurnStack", "start_task_turn_stack"]
