@@ -237,3 +237,9 @@ async def test_a_vanished_workspace_directory_is_a_clear_tool_error(stack: ChatS
         chunks = await chat(client, session, "read x")
         [error] = of_type(chunks, "tool-output-error")
         assert "has no directory" in error["errorText"] and "does not exist" in error["errorText"]
+
+
+async def test_health_reports_the_sandbox(stack: ChatStack) -> None:
+    async with stack.client() as client:
+        body = (await client.get("/api/health")).json()
+    assert body["components"]["sandbox"] == {"ok": True, "detail": ""}
