@@ -45,9 +45,10 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -168,15 +169,25 @@ class _PidsCgroup:
         return path
 
     @staticmethod
-    def remove(path: Path | None) -> None:
+    def remove(path: Path | None) -> bool:
+        """Remove an empty group; False while its last processes are still exiting."""
         if path is None:
-            return
-        for _ in range(50):
-            try:
-                path.rmdir()
+            return True
+        try:
+            path.rmdir()
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        return True
+
+    @staticmethod
+    async def remove_soon(path: Path | None) -> None:
+        """Remove the group now, or once its processes are gone (never holding up a result)."""
+        for _ in range(100):
+            if _PidsCgroup.remove(path):
                 return
-            except OSError:
-                time.sleep(0.01)
+            await asyncio.sleep(0.05)
 
 
 def _system_binds(extra: Iterable[str]) -> list[str]:
@@ -271,7 +282,8 @@ class SandboxProcess:
         self.sandbox_started = self.child_pid is not None
         if self.killed:
             await asyncio.to_thread(self._kill_remaining)
-        await asyncio.to_thread(_PidsCgroup.remove, self.cgroup)
+        if not _PidsCgroup.remove(self.cgroup):
+            self.sandbox._cleanup(_PidsCgroup.remove_soon(self.cgroup))
         self.sandbox._running.discard(self)
         return code
 
@@ -384,10 +396,16 @@ class Sandbox:
     _running: set[SandboxProcess] = field(default_factory=set[SandboxProcess])
     _cgroups: _PidsCgroup | None = None
     _probed_at: float = 0.0
+    _cleanups: set[asyncio.Task[None]] = field(default_factory=set[asyncio.Task[None]])
 
     def __post_init__(self) -> None:
         if self.bwrap is None:
             self.unavailable_reason = "bubblewrap (bwrap) is not installed"
+
+    def _cleanup(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
 
     def _mark_unavailable(self, reason: str) -> None:
         self.unavailable_reason = reason[:500]
@@ -515,3 +533,5 @@ class Sandbox:
         for process in running:
             with contextlib.suppress(Exception):
                 await process._done
+        if self._cleanups:
+            await asyncio.wait(set(self._cleanups), timeout=5)
