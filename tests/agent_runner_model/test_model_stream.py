@@ -48,6 +48,7 @@ from popagent_agent_runner.llm.model import (
 from popagent_agent_runner.llm.transport import LeanTransport
 from popagent_agent_runner.turn.agent_runs import run_agent
 from support.model_gateway import ModelGateway, ToolCall, Turn, Usage
+from support.waiting import eventually
 
 
 @dataclass
@@ -291,10 +292,8 @@ async def test_cancelling_the_turn_stops_the_stream_and_is_not_translated(driven
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        for _ in range(100):  # the server notices the closed connection on its next write
-            if gw.disconnected:
-                break
-            await asyncio.sleep(0.02)
+        # The server notices the closed connection on its next write.
+        await eventually(lambda: gw.disconnected, within=2, interval=0.02, what="the server to notice")
     assert gw.disconnected == 1
     assert 0 < len(sink.text) < 400
 

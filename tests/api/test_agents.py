@@ -9,9 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
-from api.conftest import ApiStack
 from popagent_agent_runner.state.agents import KNOWN_TOOLS
 from popagent_agent_runner.turn.tools import ToolRegistry
+from support.stacks import Stack
 
 AGENT_IDS = ["popagent", "researcher", "implementer", "reviewer"]
 EDITABLE = (
@@ -133,7 +133,7 @@ async def test_unknown_agents_answer_404(client: httpx.AsyncClient) -> None:
     assert (await client.patch("/api/agents/Not_An_Id", json={"displayName": "x"})).status_code == 422
 
 
-async def test_the_role_seed_preserves_rows_that_already_exist(api_stack: ApiStack) -> None:
+async def test_the_role_seed_preserves_rows_that_already_exist(api_stack: Stack) -> None:
     from popagent_agent_runner.service import MIGRATIONS
 
     seed = (MIGRATIONS / "data" / "0004_seed_agent_roles.sql").read_text()
@@ -166,7 +166,7 @@ async def test_an_unregistered_tool_is_refused_with_422_naming_it(client: httpx.
     assert "webSearch" in detail["msg"] and "getTime" in detail["msg"]
 
 
-async def test_the_tool_migration_drops_unregistered_tools_and_keeps_edited_guidance(api_stack: ApiStack) -> None:
+async def test_the_tool_migration_drops_unregistered_tools_and_keeps_edited_guidance(api_stack: Stack) -> None:
     from popagent_agent_runner.service import MIGRATIONS
 
     fix = (MIGRATIONS / "data" / "0005_drop_unregistered_tools.sql").read_text()

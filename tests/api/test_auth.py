@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from api.conftest import API_KEY, ApiStack
+from support.stacks import API_KEY, Stack
 
 ROUTES = [
     ("GET", "/api/models"),
@@ -35,9 +35,7 @@ BAD_KEYS = [{}, {"x-popagent-key": ""}, {"x-popagent-key": API_KEY[:-1]}, {"x-po
 
 
 @pytest.mark.parametrize(("method", "path"), ROUTES)
-async def test_missing_or_wrong_keys_are_refused_before_anything_runs(
-    api_stack: ApiStack, method: str, path: str
-) -> None:
+async def test_missing_or_wrong_keys_are_refused_before_anything_runs(api_stack: Stack, method: str, path: str) -> None:
     async with httpx.AsyncClient(base_url=api_stack.url) as client:
         for headers in BAD_KEYS:
             response = await client.request(method, path, headers=headers, json={"displayName": "x"})
@@ -49,7 +47,7 @@ async def test_missing_or_wrong_keys_are_refused_before_anything_runs(
         assert "x" not in {agent["displayName"] for agent in agents}
 
 
-async def test_the_key_is_checked_before_the_body_is_parsed(api_stack: ApiStack) -> None:
+async def test_the_key_is_checked_before_the_body_is_parsed(api_stack: Stack) -> None:
     async with httpx.AsyncClient(base_url=api_stack.url) as client:
         for body in (b"{not json", b"\xff\xfe", b"[1, 2]"):
             response = await client.put("/api/sessions/s1", content=body, headers={"content-type": "application/json"})

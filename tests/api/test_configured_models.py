@@ -14,9 +14,9 @@ from typing import Any
 
 import httpx
 
-from api.conftest import API_KEY, ApiStack
 from popagent_dev.embedded import free_port
 from support.model_gateway import ModelGateway, ModelInfo
+from support.stacks import API_KEY, Stack
 
 HEADERS = {"x-popagent-key": API_KEY}
 FRESH_CATALOG = (ModelInfo("up/only", context_length=32_000),)
@@ -25,7 +25,7 @@ SEEDED_OVERRIDE = "cx/gpt-5.3-codex-spark"
 
 
 @contextlib.asynccontextmanager
-async def gateway_with(api_stack: ApiStack, **overrides: Any) -> AsyncIterator[httpx.AsyncClient]:
+async def gateway_with(api_stack: Stack, **overrides: Any) -> AsyncIterator[httpx.AsyncClient]:
     async with (
         api_stack.extra_gateway(**overrides) as url,
         httpx.AsyncClient(base_url=url, headers=HEADERS, timeout=30.0) as client,
@@ -34,7 +34,7 @@ async def gateway_with(api_stack: ApiStack, **overrides: Any) -> AsyncIterator[h
 
 
 @contextlib.asynccontextmanager
-async def fresh_catalog(api_stack: ApiStack) -> AsyncIterator[httpx.AsyncClient]:
+async def fresh_catalog(api_stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
     """A gateway over the same services whose model gateway lists none of the seeded ids."""
     async with (
         ModelGateway(models=FRESH_CATALOG) as models,
@@ -64,7 +64,7 @@ async def chat(client: httpx.AsyncClient, model: str | None = None) -> httpx.Res
     return response
 
 
-async def test_a_fresh_catalog_without_the_seeded_ids_is_reported_on_models_and_agents(api_stack: ApiStack) -> None:
+async def test_a_fresh_catalog_without_the_seeded_ids_is_reported_on_models_and_agents(api_stack: Stack) -> None:
     async with fresh_catalog(api_stack) as client:
         await seeded_configuration(client)
         models = (await client.get("/api/models")).json()
@@ -93,7 +93,7 @@ async def test_the_stack_catalog_lists_the_seeded_ids_so_nothing_is_reported(cli
     assert (await client.get("/api/agents")).json()["unlistedModels"] == []
 
 
-async def test_a_chat_without_model_on_an_unlisted_default_is_refused_naming_the_setting(api_stack: ApiStack) -> None:
+async def test_a_chat_without_model_on_an_unlisted_default_is_refused_naming_the_setting(api_stack: Stack) -> None:
     async with fresh_catalog(api_stack) as client:
         refused = await chat(client)
         assert refused.status_code == 400, refused.text
@@ -107,7 +107,7 @@ async def test_a_chat_without_model_on_an_unlisted_default_is_refused_naming_the
 
 
 async def test_a_chat_with_a_listed_model_is_refused_while_a_specialist_override_is_unlisted(
-    api_stack: ApiStack,
+    api_stack: Stack,
 ) -> None:
     async with fresh_catalog(api_stack) as client:
         refused = await chat(client, "up/only")
@@ -118,7 +118,7 @@ async def test_a_chat_with_a_listed_model_is_refused_while_a_specialist_override
         assert "defaultModel" not in error and "send `model`" not in error
 
 
-async def test_an_ineligible_specialist_is_not_checked(api_stack: ApiStack) -> None:
+async def test_an_ineligible_specialist_is_not_checked(api_stack: Stack) -> None:
     """Only agents the turn may run count: a specialist the supervisor cannot delegate to is not."""
     async with fresh_catalog(api_stack) as client:
         try:
@@ -139,7 +139,7 @@ async def test_an_ineligible_specialist_is_not_checked(api_stack: ApiStack) -> N
         await seeded_configuration(client)
 
 
-async def test_a_catalog_outage_names_nothing_and_a_chat_fails_open_with_a_warning(api_stack: ApiStack) -> None:
+async def test_a_catalog_outage_names_nothing_and_a_chat_fails_open_with_a_warning(api_stack: Stack) -> None:
     async with gateway_with(api_stack, NINEROUTER_URL=f"http://127.0.0.1:{free_port()}/v1") as client:
         models = (await client.get("/api/models")).json()
         assert "unavailable" in models["warning"]
@@ -154,7 +154,7 @@ async def test_a_catalog_outage_names_nothing_and_a_chat_fails_open_with_a_warni
 
 
 async def test_a_supervisor_override_the_catalog_lacks_refuses_even_an_explicit_model(
-    api_stack: ApiStack, client: httpx.AsyncClient
+    api_stack: Stack, client: httpx.AsyncClient
 ) -> None:
     """The supervisor runs on its override whatever the chat's `model`, so that override is checked too."""
     assert (await client.patch("/api/agents/popagent", json={"model": "fake/fake-chat"})).status_code == 200

@@ -8,11 +8,11 @@ import httpx
 import orjson
 import pytest
 
-from api.conftest import API_KEY, CATALOG, ApiStack
 from popagent_core.errors import InvalidArgument
 from popagent_dev.embedded import free_port
 from popagent_gateway.catalog import ModelCatalog, ensure_known_model, parse_catalog
 from support.model_gateway import ModelGateway, ModelInfo
+from support.stacks import API_KEY, CATALOG, Stack
 
 HEADERS = {"x-popagent-key": API_KEY}
 
@@ -49,7 +49,7 @@ def test_context_windows_come_from_either_9router_field_or_neither() -> None:
         parse_catalog(b'{"models": []}')
 
 
-async def test_an_outage_serves_the_cached_list_with_a_warning_and_mutations_fail_open(api_stack: ApiStack) -> None:
+async def test_an_outage_serves_the_cached_list_with_a_warning_and_mutations_fail_open(api_stack: Stack) -> None:
     async with (
         ModelGateway(models=(ModelInfo("up/first", context_length=10_000),)) as models,
         api_stack.extra_gateway(NINEROUTER_URL=models.url, POPAGENT_MODEL_CATALOG_TTL_S=0.3) as url,
@@ -79,7 +79,7 @@ async def test_an_outage_serves_the_cached_list_with_a_warning_and_mutations_fai
         assert fresh["models"] == ["up/second"] and fresh["warning"] is None
 
 
-async def test_no_catalog_at_all_is_an_empty_list_with_a_warning(api_stack: ApiStack) -> None:
+async def test_no_catalog_at_all_is_an_empty_list_with_a_warning(api_stack: Stack) -> None:
     async with (
         api_stack.extra_gateway(NINEROUTER_URL=f"http://127.0.0.1:{free_port()}/v1") as url,
         httpx.AsyncClient(base_url=url, headers=HEADERS) as client,

@@ -8,10 +8,10 @@ import sys
 
 import httpx
 
-from api.conftest import ApiStack
+from support.stacks import Stack
 
 
-async def test_the_export_script_prints_the_live_document(api_stack: ApiStack) -> None:
+async def test_the_export_script_prints_the_live_document(api_stack: Stack) -> None:
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "popagent_gateway.openapi", stdout=asyncio.subprocess.PIPE
     )

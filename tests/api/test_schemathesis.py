@@ -28,8 +28,8 @@ from schemathesis.checks import (
 from schemathesis.config import SchemathesisConfig
 from schemathesis.core.result import Ok
 
-from api.conftest import API_KEY, start_api_stack
 from support.canary import find_canary
+from support.stacks import API_KEY, API_STACK, start_stack
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -104,7 +104,7 @@ def fuzz(document: dict[str, Any], base_url: str) -> tuple[int, list[str]]:
 async def test_schemathesis_finds_no_failure_in_the_live_gateway(
     pg_dsn: str, internal_credentials: tuple[dict[str, str], str], tmp_path: Path
 ) -> None:
-    async with start_api_stack(pg_dsn, internal_credentials, tmp_path) as stack:
+    async with start_stack(pg_dsn, internal_credentials, tmp_path, API_STACK) as stack:
         async with httpx.AsyncClient(base_url=stack.url) as client:
             document = (await client.get("/openapi.json")).json()
         # The fuzzer is synchronous; the stack runs in this event loop, so it runs in a thread.

@@ -9,9 +9,10 @@ from typing import Any
 
 import httpx
 
-from api.conftest import SESSION_END_PATH, ApiStack, eventually
 from popagent.events.v1 import events_pb2
 from popagent_core.subjects import SESSION_DELETED
+from support.stacks import SESSION_END_PATH, Stack
+from support.waiting import eventually
 
 
 def new_id() -> str:
@@ -65,7 +66,7 @@ async def test_session_ids_are_generated_when_omitted(client: httpx.AsyncClient)
 
 
 async def test_list_is_newest_first_and_filters_archived_and_workspace(
-    client: httpx.AsyncClient, api_stack: ApiStack
+    client: httpx.AsyncClient, api_stack: Stack
 ) -> None:
     (api_stack.workspace_root / "listing").mkdir()
     workspace = await client.post("/api/workspaces", json={"name": "Listing", "path": "listing"})
@@ -86,7 +87,7 @@ async def test_list_is_newest_first_and_filters_archived_and_workspace(
     assert archived["id"] not in everywhere
 
 
-async def test_list_is_capped_at_200_rows(client: httpx.AsyncClient, api_stack: ApiStack) -> None:
+async def test_list_is_capped_at_200_rows(client: httpx.AsyncClient, api_stack: Stack) -> None:
     (api_stack.workspace_root / "crowded").mkdir()
     assert (await client.post("/api/workspaces", json={"name": "Crowded", "path": "crowded"})).status_code == 201
     async with api_stack.db("agent_runner") as conn:
@@ -119,7 +120,7 @@ async def test_a_saved_session_never_keeps_retired_secret_tool_payloads(client: 
 
 
 async def test_fifty_concurrent_saves_with_one_revision_yield_one_success_and_49_conflicts(
-    api_stack: ApiStack,
+    api_stack: Stack,
 ) -> None:
     limits = httpx.Limits(max_connections=50, max_keepalive_connections=50)
     async with api_stack.client(limits=limits) as client:
@@ -240,7 +241,7 @@ async def test_invalid_session_bodies_are_refused_with_the_field_named(client: h
 
 
 async def test_permanent_delete_runs_the_lifecycle_and_removes_everything(
-    client: httpx.AsyncClient, api_stack: ApiStack
+    client: httpx.AsyncClient, api_stack: Stack
 ) -> None:
     session = await create(client)
     sid = session["id"]
@@ -292,7 +293,7 @@ async def test_permanent_delete_runs_the_lifecycle_and_removes_everything(
 
 
 async def test_a_deletion_stopped_half_way_is_hidden_and_can_be_finished(
-    client: httpx.AsyncClient, api_stack: ApiStack
+    client: httpx.AsyncClient, api_stack: Stack
 ) -> None:
     session = await create(client)
     sid = session["id"]

@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from api.conftest import ApiStack
 from popagent_agent_runner.state import settings_rules
 from popagent_gateway.dto.settings import AgentRuntimeSettingsPatch, MemorySettingsPatch
+from support.stacks import Stack
 
 
 @contextlib.asynccontextmanager
@@ -178,7 +178,7 @@ async def test_browser_setting_toggles_immediately(client: httpx.AsyncClient) ->
         assert (await client.patch("/api/settings/browser", json=body)).status_code == 422, body
 
 
-async def test_a_missing_singleton_row_is_a_configuration_error_not_a_default(api_stack: ApiStack) -> None:
+async def test_a_missing_singleton_row_is_a_configuration_error_not_a_default(api_stack: Stack) -> None:
     async with api_stack.db("browser_bridge") as conn:
         row = await conn.fetchrow("SELECT * FROM popagent_browser_settings WHERE id = 1")
         assert row is not None

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from api.conftest import SESSION_END_PATH, ApiStack
+from support.stacks import SESSION_END_PATH, Stack
 
 
 def unique(prefix: str) -> str:
@@ -26,9 +26,7 @@ async def test_the_default_workspace_is_seeded_first(client: httpx.AsyncClient) 
     assert default["exists"] is True
 
 
-async def test_register_update_and_delete_a_contained_repository(
-    client: httpx.AsyncClient, api_stack: ApiStack
-) -> None:
+async def test_register_update_and_delete_a_contained_repository(client: httpx.AsyncClient, api_stack: Stack) -> None:
     folder = unique("repo")
     (api_stack.workspace_root / folder / "src").mkdir(parents=True)
     created = await client.post("/api/workspaces", json={"name": f"Repo {folder}", "path": f"./{folder}//"})
@@ -77,7 +75,7 @@ async def test_paths_outside_the_root_are_refused(client: httpx.AsyncClient, pat
     assert "path" in response.json()["error"]
 
 
-async def test_symlinks_are_resolved_and_compared_by_components(client: httpx.AsyncClient, api_stack: ApiStack) -> None:
+async def test_symlinks_are_resolved_and_compared_by_components(client: httpx.AsyncClient, api_stack: Stack) -> None:
     root = api_stack.workspace_root
     # A sibling whose name extends the root's: a string-prefix check would accept it.
     sibling = root.parent / f"{root.name}-evil"
@@ -120,7 +118,7 @@ async def test_invalid_registrations_are_refused_with_the_field_named(
     assert any(detail["loc"][-1] == field for detail in response.json()["details"])
 
 
-async def test_duplicate_ids_conflict(client: httpx.AsyncClient, api_stack: ApiStack) -> None:
+async def test_duplicate_ids_conflict(client: httpx.AsyncClient, api_stack: Stack) -> None:
     folder = unique("dup")
     (api_stack.workspace_root / folder).mkdir()
     body = {"id": folder, "name": folder, "path": folder}
@@ -128,9 +126,7 @@ async def test_duplicate_ids_conflict(client: httpx.AsyncClient, api_stack: ApiS
     assert (await client.post("/api/workspaces", json=body)).status_code == 409
 
 
-async def test_the_default_and_workspaces_in_use_cannot_be_deleted(
-    client: httpx.AsyncClient, api_stack: ApiStack
-) -> None:
+async def test_the_default_and_workspaces_in_use_cannot_be_deleted(client: httpx.AsyncClient, api_stack: Stack) -> None:
     assert (await client.delete("/api/workspaces/popagent")).status_code == 400
     folder = unique("busy")
     (api_stack.workspace_root / folder).mkdir()
@@ -144,7 +140,7 @@ async def test_the_default_and_workspaces_in_use_cannot_be_deleted(
 
 
 async def test_workspace_session_deletion_removes_active_and_archived_chats_only_there(
-    client: httpx.AsyncClient, api_stack: ApiStack
+    client: httpx.AsyncClient, api_stack: Stack
 ) -> None:
     folder = unique("wipe")
     (api_stack.workspace_root / folder).mkdir()

@@ -1,23 +1,17 @@
-"""Fixtures of the chat tests: one real stack per worker, reset before every test."""
+"""Fixtures of the chat tests: the chat stack (support/stacks.py), shared by the session and
+reset before every test."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import Awaitable, Callable
 
 import pytest
 
-from chat.stack import ChatStack, start_chat_stack
-
-
-@pytest.fixture(scope="session")
-async def chat_stack(
-    pg_dsn: str, internal_credentials: tuple[dict[str, str], str], tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[ChatStack]:
-    async with start_chat_stack(pg_dsn, internal_credentials, tmp_path_factory.mktemp("chat-stack")) as stack:
-        yield stack
+from support.stacks import CHAT_STACK, Stack, StackSpec
 
 
 @pytest.fixture
-def stack(chat_stack: ChatStack) -> ChatStack:
+async def stack(started_stack: Callable[[StackSpec], Awaitable[Stack]]) -> Stack:
+    chat_stack = await started_stack(CHAT_STACK)
     chat_stack.reset()
     return chat_stack

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import json
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import orjson
 
-from chat.stack import MODEL, ChatStack
 from popagent.events.v1 import events_pb2
 from popagent_core import subjects
+from support.sse import read_sse
+from support.stacks import MODEL, Stack
 
 
 def user_message(text: str, message_id: str | None = None, **extra: Any) -> dict[str, Any]:
@@ -27,15 +29,6 @@ async def new_session(client: httpx.AsyncClient) -> str:
     response = await client.post("/api/sessions", json={"title": "chat test"})
     assert response.status_code == 201, response.text
     return response.json()["id"]
-
-
-async def read_sse(response: httpx.Response) -> list[Any]:
-    chunks: list[Any] = []
-    async for line in response.aiter_lines():
-        if line.startswith("data: "):
-            payload = line.removeprefix("data: ")
-            chunks.append(payload if payload == "[DONE]" else json.loads(payload))
-    return chunks
 
 
 async def chat(
@@ -59,6 +52,19 @@ async def chat(
             return [response.json()]
         assert response.headers["x-vercel-ai-ui-message-stream"] == "v1"
         return await read_sse(response)
+
+
+@contextlib.asynccontextmanager
+async def runtime_settings(client: httpx.AsyncClient, **changes: object) -> AsyncIterator[None]:
+    """Agent-runtime settings changed for the block, then restored (the stack is shared)."""
+    before = (await client.get("/api/settings/agent-runtime")).json()
+    response = await client.patch("/api/settings/agent-runtime", json=changes)
+    assert response.status_code == 200, response.text
+    try:
+        yield
+    finally:
+        restore = {key: before[key] for key in changes}
+        assert (await client.patch("/api/settings/agent-runtime", json=restore)).status_code == 200
 
 
 def shape(chunks: list[Any]) -> list[Any]:
@@ -110,7 +116,7 @@ def text_of(chunks: list[Any]) -> str:
     return "".join(c["delta"] for c in chunks if isinstance(c, dict) and c["type"] == "text-delta")
 
 
-async def thread_rows(stack: ChatStack, thread_id: str) -> list[tuple[str, str, dict[str, Any]]]:
+async def thread_rows(stack: Stack, thread_id: str) -> list[tuple[str, str, dict[str, Any]]]:
     async with stack.db() as conn:
         rows = await conn.fetch(
             "SELECT id, role, content::text AS content FROM popagent_thread_messages WHERE thread_id = $1 ORDER BY seq",
@@ -119,7 +125,7 @@ async def thread_rows(stack: ChatStack, thread_id: str) -> list[tuple[str, str, 
     return [(row["id"], row["role"], orjson.loads(row["content"])) for row in rows]
 
 
-async def turn_events(stack: ChatStack, session_id: str) -> list[events_pb2.TurnCompleted]:
+async def turn_events(stack: Stack, session_id: str) -> list[events_pb2.TurnCompleted]:
     """The TurnCompleted facts the turns of a session put in the outbox, oldest first."""
     async with stack.db() as conn:
         rows = await conn.fetch(

@@ -5,16 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from chat.helpers import new_session, thread_rows
-from chat.stack import API_KEY, ChatStack
 from support.ai_sdk_client import run_ai_sdk_chat
 from support.model_gateway import ToolCall, Turn
+from support.stacks import API_KEY, Stack
 
 
 async def run_client(url: str, session_id: str, text: str) -> dict[str, Any]:
     return await run_ai_sdk_chat(url, API_KEY, session_id, text)
 
 
-async def test_the_ai_sdk_client_rebuilds_exactly_the_stored_assistant_message(stack: ChatStack) -> None:
+async def test_the_ai_sdk_client_rebuilds_exactly_the_stored_assistant_message(stack: Stack) -> None:
     stack.models.push(
         Turn.call(ToolCall("getTime", {"time_zone": "UTC"}, id="call-t")),
         Turn.call(ToolCall("reviewer", {"brief": "Check the time."}, id="call-r")),
@@ -44,7 +44,7 @@ async def test_the_ai_sdk_client_rebuilds_exactly_the_stored_assistant_message(s
     assert assistant["metadata"]["turnId"] and assistant["metadata"]["usage"]["outputTokens"] > 0
 
 
-async def test_the_ai_sdk_client_shows_a_provider_failure_as_an_error(stack: ChatStack) -> None:
+async def test_the_ai_sdk_client_shows_a_provider_failure_as_an_error(stack: Stack) -> None:
     stack.models.push(Turn.fail(503, "maintenance window"))
     async with stack.client() as client:
         session = await new_session(client)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import time
@@ -11,13 +10,14 @@ from unittest.mock import ANY
 import nats.js.errors
 
 from chat.helpers import chat, new_session, of_type, shape, thread_rows, turn_events, user_message
-from chat.stack import MODEL, ChatStack
 from popagent.events.v1 import events_pb2
 from popagent_core import bus, subjects
 from support.model_gateway import ToolCall, Turn, Usage
+from support.stacks import MODEL, Stack
+from support.waiting import eventually
 
 
-async def test_a_plain_answer_streams_the_exact_chunk_sequence_and_is_stored(stack: ChatStack) -> None:
+async def test_a_plain_answer_streams_the_exact_chunk_sequence_and_is_stored(stack: Stack) -> None:
     stack.models.push(Turn.say("Hello there, friend.", chunk_size=5))
     async with stack.client() as client:
         session = await new_session(client)
@@ -61,7 +61,7 @@ async def test_a_plain_answer_streams_the_exact_chunk_sequence_and_is_stored(sta
     assert len(event.trace_id) == 32
 
 
-async def test_a_turn_whose_provider_reported_only_an_estimate_is_marked_estimated(stack: ChatStack) -> None:
+async def test_a_turn_whose_provider_reported_only_an_estimate_is_marked_estimated(stack: Stack) -> None:
     # 9Router's estimate on the finish chunk, and no real usage chunk after it from the upstream.
     stack.models.push(Turn.say("Roughly so.", usage=Usage(40, 5), usage_chunk=False))
     stack.models.ninerouter_usage = True
@@ -79,7 +79,7 @@ async def test_a_turn_whose_provider_reported_only_an_estimate_is_marked_estimat
     assert rows[-1][2]["ui"]["metadata"]["usage"] == estimated
 
 
-async def test_text_streams_as_the_model_produces_it(stack: ChatStack) -> None:
+async def test_text_streams_as_the_model_produces_it(stack: Stack) -> None:
     """The first token goes out at once and the rest follows as it arrives, never the whole answer at the end."""
     stack.models.push(Turn.say("".join(f"w{n} " for n in range(12)), chunk_size=3, chunk_delay_s=0.1))
     async with stack.client() as client:
@@ -97,7 +97,7 @@ async def test_text_streams_as_the_model_produces_it(stack: ChatStack) -> None:
     assert len(arrivals) >= 8
 
 
-async def test_the_turn_outcome_reaches_jetstream_through_the_outbox(stack: ChatStack) -> None:
+async def test_the_turn_outcome_reaches_jetstream_through_the_outbox(stack: Stack) -> None:
     stack.models.push(Turn.say("Relayed."))
     async with stack.client() as client:
         session = await new_session(client)
@@ -105,20 +105,22 @@ async def test_the_turn_outcome_reaches_jetstream_through_the_outbox(stack: Chat
     turn_id = chunks[0]["messageMetadata"]["turnId"]
     async with bus.connect(stack.nats_url, name="chat-tests") as nc:
         js = nc.jetstream()
-        deadline = asyncio.get_running_loop().time() + 10
-        while True:
+
+        async def relayed() -> events_pb2.TurnCompleted | None:
             with contextlib.suppress(nats.js.errors.NotFoundError):
                 last = await js.get_last_msg(subjects.stream_name("agent_runner"), subjects.TURN_COMPLETED)
                 event = events_pb2.TurnCompleted.FromString(last.data or b"")
                 if event.turn_id == turn_id:
-                    break
-            assert asyncio.get_running_loop().time() < deadline, "TurnCompleted was not relayed"
-            await asyncio.sleep(0.05)
+                    return event
+            return None
+
+        event = await eventually(relayed, within=10, what="TurnCompleted to be relayed")
+        assert event is not None
     assert (event.session_id, event.kind, event.goal, event.evidence) == (session, "outcome", "publish me", "Relayed.")
 
 
 async def test_the_next_turn_gets_the_thread_as_history_and_the_model_sees_the_selected_route(
-    stack: ChatStack,
+    stack: Stack,
 ) -> None:
     stack.models.push(Turn.say("First answer."), Turn.say("Second answer."))
     async with stack.client() as client:
@@ -141,7 +143,7 @@ async def test_the_next_turn_gets_the_thread_as_history_and_the_model_sees_the_s
     assert len(systems) == 1 and systems[0]["content"].startswith("You are popagent")
 
 
-async def test_a_tool_call_streams_input_and_output_then_the_answer(stack: ChatStack) -> None:
+async def test_a_tool_call_streams_input_and_output_then_the_answer(stack: Stack) -> None:
     stack.models.push(
         Turn.call(ToolCall("getTime", {"time_zone": "Europe/Paris"}, id="call-time")),
         Turn.say("It is noon.", chunk_size=20),
@@ -199,7 +201,7 @@ async def test_a_tool_call_streams_input_and_output_then_the_answer(stack: ChatS
     }
 
 
-async def test_a_tool_error_goes_back_to_the_model_and_shows_as_an_output_error(stack: ChatStack) -> None:
+async def test_a_tool_error_goes_back_to_the_model_and_shows_as_an_output_error(stack: Stack) -> None:
     stack.models.push(
         Turn.call(ToolCall("getTime", {"time_zone": "Mars/Olympus"}, id="call-bad")),
         Turn.say("Sorry."),
@@ -215,7 +217,7 @@ async def test_a_tool_error_goes_back_to_the_model_and_shows_as_an_output_error(
     assert stack.hook_requests("PostToolUse") == []
 
 
-async def test_remember_stores_a_memory_and_a_later_session_recalls_it(stack: ChatStack) -> None:
+async def test_remember_stores_a_memory_and_a_later_session_recalls_it(stack: Stack) -> None:
     fact = "The user's favourite editor is Helix with a dark theme."
     stack.models.push(
         Turn.call(ToolCall("remember", {"content": fact}, id="call-mem")),
@@ -243,7 +245,7 @@ async def test_remember_stores_a_memory_and_a_later_session_recalls_it(stack: Ch
     assert [m["content"] for m in recall_request["messages"] if m["role"] == "user"] == ["which editor do I like?"]
 
 
-async def test_a_retried_request_never_stores_a_message_twice(stack: ChatStack) -> None:
+async def test_a_retried_request_never_stores_a_message_twice(stack: Stack) -> None:
     stack.models.push(Turn.say("One."), Turn.say("Two."), Turn.say("Three."))
     async with stack.client() as client:
         session = await new_session(client)
@@ -271,14 +273,14 @@ def text_of_ui(message: dict[str, object]) -> str:
     return "".join(p["text"] for p in parts if p["type"] == "text")
 
 
-async def test_unknown_session_is_a_404_before_any_stream(stack: ChatStack) -> None:
+async def test_unknown_session_is_a_404_before_any_stream(stack: Stack) -> None:
     async with stack.client() as client:
         [body] = await chat(client, "no-such-session", "hi", expect_status=404)
     assert body == {"error": "session 'no-such-session' not found"}
     assert stack.models.requests == []
 
 
-async def test_unknown_model_is_refused_before_the_turn(stack: ChatStack) -> None:
+async def test_unknown_model_is_refused_before_the_turn(stack: Stack) -> None:
     async with stack.client() as client:
         session = await new_session(client)
         [body] = await chat(client, session, "hi", model="nobody/unknown-model", expect_status=400)
@@ -286,7 +288,7 @@ async def test_unknown_model_is_refused_before_the_turn(stack: ChatStack) -> Non
     assert stack.models.requests == []
 
 
-async def test_a_workspace_other_than_the_sessions_is_refused(stack: ChatStack) -> None:
+async def test_a_workspace_other_than_the_sessions_is_refused(stack: Stack) -> None:
     async with stack.client() as client:
         session = await new_session(client)
         response = await client.post(
@@ -296,7 +298,7 @@ async def test_a_workspace_other_than_the_sessions_is_refused(stack: ChatStack) 
     assert "is not the session's workspace" in response.json()["error"]
 
 
-async def test_retired_secret_tool_payloads_are_redacted_at_ingress(stack: ChatStack) -> None:
+async def test_retired_secret_tool_payloads_are_redacted_at_ingress(stack: Stack) -> None:
     stack.models.push(Turn.say("ok"))
     message = user_message("hi")
     message["parts"].append(
@@ -317,7 +319,7 @@ async def test_retired_secret_tool_payloads_are_redacted_at_ingress(stack: ChatS
     assert "hunter2" not in json.dumps(rows)
 
 
-async def test_outcome_evidence_is_bounded_and_secret_redacted(stack: ChatStack) -> None:
+async def test_outcome_evidence_is_bounded_and_secret_redacted(stack: Stack) -> None:
     secret = "sk-" + "a1b2c3d4" * 4
     stack.models.push(Turn.say(f"I will not repeat {secret}. " + "filler " * 600))
     async with stack.client() as client:
@@ -330,7 +332,7 @@ async def test_outcome_evidence_is_bounded_and_secret_redacted(stack: ChatStack)
     assert len(event.goal) <= 501 and len(event.evidence) <= 2001
 
 
-async def test_history_written_by_another_replica_is_seen_by_the_next_turn(stack: ChatStack) -> None:
+async def test_history_written_by_another_replica_is_seen_by_the_next_turn(stack: Stack) -> None:
     """The runner keeps parsed history between turns; anything else writing the thread must win."""
     stack.models.push(Turn.say("First."), Turn.say("Second."), Turn.say("Third."))
     async with stack.client() as client:

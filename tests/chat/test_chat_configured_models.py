@@ -10,49 +10,32 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
 
 import httpx
 
 from chat.helpers import chat, new_session, text_of, thread_rows
-from chat.stack import API_KEY, MODEL, ChatStack
 from popagent_dev.embedded import free_port
-from popagent_gateway.settings import Settings as GatewaySettings
 from support.model_gateway import ModelGateway, ModelInfo, Turn
-from support.stacks import serve_gateway
+from support.stacks import API_KEY, MODEL, Stack
 
 
 @contextlib.asynccontextmanager
-async def gateway_with_catalog(stack: ChatStack, catalog_url: str) -> AsyncIterator[httpx.AsyncClient]:
+async def gateway_with_catalog(stack: Stack, catalog_url: str) -> AsyncIterator[httpx.AsyncClient]:
     """Another gateway over the stack's agent-runner workers, with its model catalog at `catalog_url`."""
-    unused = f"127.0.0.1:{free_port()}"
-    env: dict[str, Any] = {
-        "DATABASE_URL": stack.dsn,
-        "OBSERVABILITY_DATABASE_URL": stack.dsn,
-        "POPAGENT_API_KEY": API_KEY,
-        "POPAGENT_INTERNAL_TOKEN": stack.tokens["gateway"],
-        "NINEROUTER_URL": catalog_url,
-        "POPAGENT_AGENT_RUNNER_ADDR": ",".join(stack.runner_workers),
-        "POPAGENT_HOOKS_ADDR": unused,
-        "POPAGENT_EVOLUTION_ADDR": unused,
-        "POPAGENT_BROWSER_BRIDGE_ADDR": unused,
-        "POPAGENT_TASKS_ADDR": unused,
-        "POPAGENT_SECRETS_ADDR": unused,
-    }
     async with (
-        serve_gateway(GatewaySettings(**env)) as url,
+        stack.extra_gateway(NINEROUTER_URL=catalog_url) as url,
         httpx.AsyncClient(base_url=url, headers={"x-popagent-key": API_KEY}, timeout=30.0) as client,
     ):
         yield client
 
 
 @contextlib.asynccontextmanager
-async def fresh_catalog(stack: ChatStack) -> AsyncIterator[httpx.AsyncClient]:
+async def fresh_catalog(stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
     async with ModelGateway(models=(ModelInfo(MODEL),)) as catalog, gateway_with_catalog(stack, catalog.url) as client:
         yield client
 
 
-async def test_a_chat_without_model_on_an_unlisted_default_is_a_400_before_the_turn(stack: ChatStack) -> None:
+async def test_a_chat_without_model_on_an_unlisted_default_is_a_400_before_the_turn(stack: Stack) -> None:
     async with fresh_catalog(stack) as client:
         session = await new_session(client)
         [body] = await chat(client, session, "hi", model=None, expect_status=400)
@@ -63,7 +46,7 @@ async def test_a_chat_without_model_on_an_unlisted_default_is_a_400_before_the_t
     assert await thread_rows(stack, session) == []
 
 
-async def test_a_specialist_override_the_catalog_lacks_refuses_the_turn_until_it_is_cleared(stack: ChatStack) -> None:
+async def test_a_specialist_override_the_catalog_lacks_refuses_the_turn_until_it_is_cleared(stack: Stack) -> None:
     async with fresh_catalog(stack) as client:
         session = await new_session(client)
         [body] = await chat(client, session, "hi", model=MODEL, expect_status=400)
@@ -85,7 +68,7 @@ async def test_a_specialist_override_the_catalog_lacks_refuses_the_turn_until_it
                     assert restored.status_code == 200, restored.text
 
 
-async def test_a_catalog_outage_runs_the_turn_on_the_default_with_a_warning(stack: ChatStack) -> None:
+async def test_a_catalog_outage_runs_the_turn_on_the_default_with_a_warning(stack: Stack) -> None:
     async with gateway_with_catalog(stack, f"http://127.0.0.1:{free_port()}/v1") as client:
         session = await new_session(client)
         stack.models.push(Turn.say("Answered on the unchecked default."))

@@ -6,11 +6,10 @@ from typing import Any
 
 import pytest
 
-from chat.helpers import chat, new_session, of_type, shape, text_of, thread_rows
-from chat.stack import MODEL, SPECIALISTS, ChatStack
-from chat.test_chat_failures import runtime_settings
+from chat.helpers import chat, new_session, of_type, runtime_settings, shape, text_of, thread_rows
 from support.https_receiver import answer
 from support.model_gateway import ToolCall, Turn, Usage
+from support.stacks import MODEL, SPECIALISTS, Stack
 
 # The persisted profiles: researcher and reviewer override the model, implementer inherits the route.
 SPECIALIST_MODEL = {"researcher": "cx/gpt-5.3-codex-spark", "implementer": MODEL, "reviewer": "cx/gpt-5.3-codex-spark"}
@@ -21,7 +20,7 @@ def tool_names(request: dict[str, Any]) -> list[str]:
 
 
 @pytest.mark.parametrize("specialist", SPECIALISTS)
-async def test_a_delegation_runs_the_specialist_and_returns_only_its_text(stack: ChatStack, specialist: str) -> None:
+async def test_a_delegation_runs_the_specialist_and_returns_only_its_text(stack: Stack, specialist: str) -> None:
     stack.models.push(
         Turn.call(ToolCall(specialist, {"brief": f"Please do the {specialist} part."}, id="call-d")),
         # The specialist uses a tool of its own before it answers: that must stay out of the supervisor's view.
@@ -117,7 +116,7 @@ async def test_a_delegation_runs_the_specialist_and_returns_only_its_text(stack:
     assert parent == session
 
 
-async def test_a_denied_delegation_tells_the_supervisor_and_never_runs_the_specialist(stack: ChatStack) -> None:
+async def test_a_denied_delegation_tells_the_supervisor_and_never_runs_the_specialist(stack: Stack) -> None:
     stack.receiver.script("/subagent-start", answer("deny", reason="no research today"))
     stack.models.push(Turn.call(ToolCall("researcher", {"brief": "look"}, id="d")), Turn.say("I will do it myself."))
     async with stack.client() as client:
@@ -130,7 +129,7 @@ async def test_a_denied_delegation_tells_the_supervisor_and_never_runs_the_speci
     assert stack.hook_requests("SubagentStop") == []
 
 
-async def test_a_modified_delegation_brief_is_what_the_specialist_gets(stack: ChatStack) -> None:
+async def test_a_modified_delegation_brief_is_what_the_specialist_gets(stack: Stack) -> None:
     stack.receiver.script("/subagent-start", answer("modify", replacement="A safer brief."))
     stack.models.push(
         Turn.call(ToolCall("reviewer", {"brief": "original brief"}, id="d")), Turn.say("ok"), Turn.say("done")
@@ -142,7 +141,7 @@ async def test_a_modified_delegation_brief_is_what_the_specialist_gets(stack: Ch
     assert next(m["content"] for m in specialist["messages"] if m["role"] == "user").startswith("A safer brief.")
 
 
-async def test_a_failed_delegation_returns_the_persisted_failure_feedback(stack: ChatStack) -> None:
+async def test_a_failed_delegation_returns_the_persisted_failure_feedback(stack: Stack) -> None:
     stack.models.push(
         Turn.call(ToolCall("implementer", {"brief": "build it"}, id="d")),
         Turn.fail(503, "implementer model down"),
@@ -164,7 +163,7 @@ async def test_a_failed_delegation_returns_the_persisted_failure_feedback(stack:
     assert stack.hook_requests("StopFailure") == []
 
 
-async def test_delegation_results_and_context_are_bounded_by_the_snapshot(stack: ChatStack) -> None:
+async def test_delegation_results_and_context_are_bounded_by_the_snapshot(stack: Stack) -> None:
     long_answer = "".join(f"{n:04d}" for n in range(100))  # 400 characters
     async with (
         stack.client() as client,
@@ -187,7 +186,7 @@ async def test_delegation_results_and_context_are_bounded_by_the_snapshot(stack:
     )
 
 
-async def test_deleting_the_session_removes_its_specialist_threads(stack: ChatStack) -> None:
+async def test_deleting_the_session_removes_its_specialist_threads(stack: Stack) -> None:
     stack.models.push(Turn.call(ToolCall("reviewer", {"brief": "check"}, id="d")), Turn.say("fine"), Turn.say("ok"))
     async with stack.client() as client:
         session = await new_session(client)
@@ -199,7 +198,7 @@ async def test_deleting_the_session_removes_its_specialist_threads(stack: ChatSt
     assert await thread_rows(stack, session) == []
 
 
-async def test_a_delegation_turn_behind_9router_reports_the_upstreams_real_token_counts(stack: ChatStack) -> None:
+async def test_a_delegation_turn_behind_9router_reports_the_upstreams_real_token_counts(stack: Stack) -> None:
     # 9Router adds 2000 to a non-streamed answer's prompt tokens: every request of the turn, the
     # specialist's too, must stream, so the figures are the upstream's own usage chunk.
     stack.models.push(

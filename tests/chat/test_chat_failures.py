@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 
-import httpx
-
-from chat.helpers import chat, new_session, shape, text_of, thread_rows, turn_events, user_message
-from chat.stack import MODEL, ChatStack
+from chat.helpers import chat, new_session, runtime_settings, shape, text_of, thread_rows, turn_events, user_message
 from support.model_gateway import ToolCall, Turn
+from support.stacks import MODEL, Stack
+from support.waiting import eventually
 
 
-async def test_a_provider_500_is_an_error_chunk_with_stop_failure_and_nothing_stored(stack: ChatStack) -> None:
+async def test_a_provider_500_is_an_error_chunk_with_stop_failure_and_nothing_stored(stack: Stack) -> None:
     stack.models.push(Turn.fail(500, "upstream exploded"))
     async with stack.client() as client:
         session = await new_session(client)
@@ -40,7 +37,7 @@ async def test_a_provider_500_is_an_error_chunk_with_stop_failure_and_nothing_st
     assert "upstream exploded" in event.evidence
 
 
-async def test_a_429_reports_the_retry_after(stack: ChatStack) -> None:
+async def test_a_429_reports_the_retry_after(stack: Stack) -> None:
     stack.models.push(Turn.fail(429, "slow down", retry_after=7))
     async with stack.client() as client:
         session = await new_session(client)
@@ -57,7 +54,7 @@ async def test_a_429_reports_the_retry_after(stack: ChatStack) -> None:
     )
 
 
-async def test_a_broken_stream_ends_in_an_error_after_the_text_so_far(stack: ChatStack) -> None:
+async def test_a_broken_stream_ends_in_an_error_after_the_text_so_far(stack: Stack) -> None:
     stack.models.push(Turn.say("This answer will never finish.", chunk_size=5, break_after_chunks=3))
     async with stack.client() as client:
         session = await new_session(client)
@@ -76,7 +73,7 @@ async def test_a_broken_stream_ends_in_an_error_after_the_text_so_far(stack: Cha
     assert await thread_rows(stack, session) == []
 
 
-async def test_a_client_disconnect_mid_stream_cancels_the_turn(stack: ChatStack) -> None:
+async def test_a_client_disconnect_mid_stream_cancels_the_turn(stack: Stack) -> None:
     stack.models.push(Turn.say("x" * 400, chunk_size=2, chunk_delay_s=0.01))
     async with stack.client() as client:
         session = await new_session(client)
@@ -88,7 +85,7 @@ async def test_a_client_disconnect_mid_stream_cancels_the_turn(stack: ChatStack)
                 if '"text-delta"' in line:
                     break
         # The model stream is abandoned too: the turn was cancelled all the way down.
-        await wait_for(lambda: stack.models.disconnected == 1)
+        await eventually(lambda: stack.models.disconnected == 1, within=5, what="the model stream to be abandoned")
     await asyncio.sleep(0.2)
     assert await thread_rows(stack, session) == []
     assert await turn_events(stack, session) == []
@@ -96,7 +93,7 @@ async def test_a_client_disconnect_mid_stream_cancels_the_turn(stack: ChatStack)
 
 
 async def test_the_final_step_is_reserved_and_a_model_that_ignores_it_ends_with_a_limit_message(
-    stack: ChatStack,
+    stack: Stack,
 ) -> None:
     async with stack.client() as client, runtime_settings(client, supervisorMaxSteps=2):
         # The scripted model keeps calling a tool even on the step that has none.
@@ -128,31 +125,10 @@ async def test_the_final_step_is_reserved_and_a_model_that_ignores_it_ends_with_
     assert replay[2] == ("user", "continue")
 
 
-async def test_a_model_that_answers_on_its_final_step_completes_normally(stack: ChatStack) -> None:
+async def test_a_model_that_answers_on_its_final_step_completes_normally(stack: Stack) -> None:
     async with stack.client() as client, runtime_settings(client, supervisorMaxSteps=2):
         stack.models.push(Turn.call(ToolCall("getTime", {}, id="c1")), Turn.say("Here is my answer."))
         session = await new_session(client)
         chunks = await chat(client, session, "time?")
     assert text_of(chunks) == "Here is my answer."
     assert chunks[-2]["finishReason"] == "stop"
-
-
-async def wait_for(condition: object, timeout_s: float = 5.0) -> None:
-    assert callable(condition)
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
-
-
-@contextlib.asynccontextmanager
-async def runtime_settings(client: httpx.AsyncClient, **changes: object) -> AsyncIterator[None]:
-    """Agent-runtime settings changed for the block, then restored (the stack is shared)."""
-    before = (await client.get("/api/settings/agent-runtime")).json()
-    response = await client.patch("/api/settings/agent-runtime", json=changes)
-    assert response.status_code == 200, response.text
-    try:
-        yield
-    finally:
-        restore = {key: before[key] for key in changes}
-        assert (await client.patch("/api/settings/agent-runtime", json=restore)).status_code == 200

@@ -7,14 +7,14 @@ import uuid
 import zlib
 
 from chat.helpers import chat, new_session, of_type, shape, text_of, thread_rows, turn_events, user_message
-from chat.stack import ChatStack
 from popagent.agent_runner.v1 import agent_runner_pb2, agent_runner_pb2_grpc
 from popagent_core.grpc_client import open_channel
 from support.https_receiver import Reply, answer
 from support.model_gateway import ToolCall, Turn
+from support.stacks import Stack
 
 
-async def test_session_start_fires_at_creation_and_not_again_for_its_turns(stack: ChatStack) -> None:
+async def test_session_start_fires_at_creation_and_not_again_for_its_turns(stack: Stack) -> None:
     # agent-runner runs as two workers here: the gateway sends a session's creation and all of its
     # turns to one of them, so SessionStart fires once (round robin would fire it again on resume).
     stack.models.push(*(Turn.say(word) for word in ("one", "two", "three", "four", "five")))
@@ -32,7 +32,7 @@ async def test_session_start_fires_at_creation_and_not_again_for_its_turns(stack
 
 
 async def test_session_start_fires_on_the_first_resume_in_a_process_that_did_not_create_it(
-    stack: ChatStack,
+    stack: Stack,
 ) -> None:
     # Created by the worker its turns do not go to (as after a restart, or by another process):
     # the worker that runs its first turn resumes it, once.
@@ -51,7 +51,7 @@ async def test_session_start_fires_on_the_first_resume_in_a_process_that_did_not
     assert starts == [(session, "create"), (session, "resume")]
 
 
-async def test_a_denied_prompt_ends_the_turn_with_the_reason_and_no_model_call(stack: ChatStack) -> None:
+async def test_a_denied_prompt_ends_the_turn_with_the_reason_and_no_model_call(stack: Stack) -> None:
     stack.receiver.script("/prompt", answer("deny", reason="no talk of the weather"))
     async with stack.client() as client:
         session = await new_session(client)
@@ -75,7 +75,7 @@ async def test_a_denied_prompt_ends_the_turn_with_the_reason_and_no_model_call(s
     assert (event.kind, event.failure_class) == ("failure", "hook_denied")
 
 
-async def test_a_modified_prompt_replaces_the_text_and_keeps_attachments(stack: ChatStack) -> None:
+async def test_a_modified_prompt_replaces_the_text_and_keeps_attachments(stack: Stack) -> None:
     stack.receiver.script(
         "/prompt", answer("modify", replacement="Describe the picture.", additionalContext="Be brief.")
     )
@@ -114,7 +114,7 @@ async def test_a_modified_prompt_replaces_the_text_and_keeps_attachments(stack: 
     ]
 
 
-async def test_a_denied_tool_call_returns_the_reason_to_the_model(stack: ChatStack) -> None:
+async def test_a_denied_tool_call_returns_the_reason_to_the_model(stack: Stack) -> None:
     stack.receiver.script("/pre-tool", answer("deny", reason="clocks are off limits"))
     stack.models.push(Turn.call(ToolCall("getTime", {}, id="call-1")), Turn.say("I cannot tell the time."))
     async with stack.client() as client:
@@ -139,7 +139,7 @@ async def test_a_denied_tool_call_returns_the_reason_to_the_model(stack: ChatSta
     assert stack.hook_requests("PostToolUse") == stack.hook_requests("PostToolUseFailure") == []
 
 
-async def test_a_modified_tool_call_runs_with_the_replacement_arguments(stack: ChatStack) -> None:
+async def test_a_modified_tool_call_runs_with_the_replacement_arguments(stack: Stack) -> None:
     stack.receiver.script("/pre-tool", answer("modify", replacement={"time_zone": "Asia/Tokyo"}))
     stack.models.push(Turn.call(ToolCall("getTime", {"time_zone": "UTC"}, id="call-1")), Turn.say("Done."))
     async with stack.client() as client:
@@ -153,7 +153,7 @@ async def test_a_modified_tool_call_runs_with_the_replacement_arguments(stack: C
     assert post["detail"]["arguments"] == {"time_zone": "Asia/Tokyo"}
 
 
-async def test_a_modified_tool_call_is_validated_again_by_the_tools_schema(stack: ChatStack) -> None:
+async def test_a_modified_tool_call_is_validated_again_by_the_tools_schema(stack: Stack) -> None:
     stack.receiver.script("/pre-tool", answer("modify", replacement={"time_zone": 42}))
     stack.models.push(Turn.call(ToolCall("getTime", {}, id="call-1")), Turn.say("Giving up."))
     async with stack.client() as client:
@@ -165,7 +165,7 @@ async def test_a_modified_tool_call_is_validated_again_by_the_tools_schema(stack
     assert stack.hook_requests("PostToolUse") == []
 
 
-async def test_stop_continue_reruns_with_the_hooks_reason(stack: ChatStack) -> None:
+async def test_stop_continue_reruns_with_the_hooks_reason(stack: Stack) -> None:
     stops = iter([answer("continue", reason="Also say goodbye."), answer("pass")])
     stack.receiver.script("/stop", lambda request: next(stops))
     stack.models.push(Turn.say("Hello."), Turn.say("Goodbye."))
@@ -201,7 +201,7 @@ async def test_stop_continue_reruns_with_the_hooks_reason(stack: ChatStack) -> N
     assert [p.get("text") for p in rows[1][2]["ui"]["parts"] if p["type"] == "text"] == ["Hello.", "Goodbye."]
 
 
-async def test_stop_continue_is_capped_and_then_blocks_completion(stack: ChatStack) -> None:
+async def test_stop_continue_is_capped_and_then_blocks_completion(stack: Stack) -> None:
     stack.receiver.script("/stop", answer("continue", reason="Not good enough."))
     stack.models.push(*(Turn.say(f"Attempt {n}.") for n in range(1, 5)))
     async with stack.client() as client:
@@ -221,7 +221,7 @@ async def test_stop_continue_is_capped_and_then_blocks_completion(stack: ChatSta
     assert (event.kind, event.failure_class) == ("failure", "stop_blocked")
 
 
-async def test_a_failing_fail_closed_prompt_hook_denies(stack: ChatStack) -> None:
+async def test_a_failing_fail_closed_prompt_hook_denies(stack: Stack) -> None:
     stack.receiver.script("/prompt", Reply(status=500, raw_body=b"{}"))
     async with stack.client() as client:
         session = await new_session(client)
@@ -230,7 +230,7 @@ async def test_a_failing_fail_closed_prompt_hook_denies(stack: ChatStack) -> Non
     assert text_of(chunks).startswith("This message was denied by a hook:")
 
 
-async def test_every_hook_request_of_a_turn_carries_its_turn_and_session_ids(stack: ChatStack) -> None:
+async def test_every_hook_request_of_a_turn_carries_its_turn_and_session_ids(stack: Stack) -> None:
     stack.models.push(Turn.call(ToolCall("getTime", {}, id="c")), Turn.say("ok"))
     async with stack.client() as client:
         session = await new_session(client)

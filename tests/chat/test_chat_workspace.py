@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 
 from chat.helpers import chat, of_type, text_of, thread_rows
-from chat.stack import ChatStack
 from support.https_receiver import answer
 from support.model_gateway import ToolCall, Turn
+from support.stacks import Stack
 
 READ = "mastra_workspace_read_file"
 WRITE = "mastra_workspace_write_file"
@@ -41,7 +41,7 @@ READ_WRITE = [
 ]
 
 
-async def workspace_session(stack: ChatStack, client: httpx.AsyncClient, files: dict[str, str]) -> tuple[str, Path]:
+async def workspace_session(stack: Stack, client: httpx.AsyncClient, files: dict[str, str]) -> tuple[str, Path]:
     """A new registered workspace holding `files`, and a session in it."""
     name = f"repo-{uuid.uuid4().hex[:8]}"
     folder = stack.workspace_root / name
@@ -63,7 +63,7 @@ def tool_results(request: dict[str, Any]) -> list[str]:
     return [m["content"] for m in request["messages"] if m["role"] == "tool"]
 
 
-async def test_read_before_write(stack: ChatStack) -> None:
+async def test_read_before_write(stack: Stack) -> None:
     async with stack.client() as client:
         session, repo = await workspace_session(stack, client, {"notes.txt": "one\n"})
         stack.models.push(
@@ -102,7 +102,7 @@ async def test_read_before_write(stack: ChatStack) -> None:
         assert (repo / "notes.txt").read_text() == "three\n"
 
 
-async def test_roles_gate_the_tools_server_side(stack: ChatStack) -> None:
+async def test_roles_gate_the_tools_server_side(stack: Stack) -> None:
     async with stack.client() as client:
         session, repo = await workspace_session(stack, client, {"a.txt": "a\n"})
         stack.models.push(
@@ -140,7 +140,7 @@ async def test_roles_gate_the_tools_server_side(stack: ChatStack) -> None:
             await client.patch("/api/agents/researcher", json={"workspaceAccess": "read-only"})
 
 
-async def test_a_hook_modify_pointing_a_write_outside_is_refused_by_the_tool(stack: ChatStack) -> None:
+async def test_a_hook_modify_pointing_a_write_outside_is_refused_by_the_tool(stack: Stack) -> None:
     async with stack.client() as client:
         session, repo = await workspace_session(stack, client, {})
         outside = repo.parent / f"{repo.name}-outside.txt"
@@ -177,7 +177,7 @@ TEST_CALC = textwrap.dedent(
 )
 
 
-async def test_a_turn_reads_edits_and_runs_the_tests_in_the_sandbox(stack: ChatStack) -> None:
+async def test_a_turn_reads_edits_and_runs_the_tests_in_the_sandbox(stack: Stack) -> None:
     async with stack.client() as client:
         session, repo = await workspace_session(stack, client, {"calc.py": CALC, "test_calc.py": TEST_CALC})
         stack.models.push(
@@ -228,7 +228,7 @@ async def test_a_turn_reads_edits_and_runs_the_tests_in_the_sandbox(stack: ChatS
         assert "1 passed" in tool_results(stack.models.requests[3])[-1]
 
 
-async def test_a_vanished_workspace_directory_is_a_clear_tool_error(stack: ChatStack) -> None:
+async def test_a_vanished_workspace_directory_is_a_clear_tool_error(stack: Stack) -> None:
     async with stack.client() as client:
         session, repo = await workspace_session(stack, client, {"x.txt": "x"})
         (repo / "x.txt").unlink()
@@ -239,7 +239,7 @@ async def test_a_vanished_workspace_directory_is_a_clear_tool_error(stack: ChatS
         assert "has no directory" in error["errorText"] and "does not exist" in error["errorText"]
 
 
-async def test_health_reports_the_sandbox(stack: ChatStack) -> None:
+async def test_health_reports_the_sandbox(stack: Stack) -> None:
     async with stack.client() as client:
         body = (await client.get("/api/health")).json()
     assert body["components"]["sandbox"] == {"ok": True, "detail": ""}

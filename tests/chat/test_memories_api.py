@@ -5,11 +5,11 @@ from __future__ import annotations
 import uuid
 
 from chat.helpers import chat, new_session
-from chat.stack import ChatStack
 from support.model_gateway import Turn
+from support.stacks import Stack
 
 
-async def test_memories_can_be_listed_added_searched_edited_and_deleted(stack: ChatStack) -> None:
+async def test_memories_can_be_listed_added_searched_edited_and_deleted(stack: Stack) -> None:
     tag = uuid.uuid4().hex[:8]
     async with stack.client() as client:
         created = await client.post("/api/memories", json={"content": f"Prefers tabs over spaces {tag}"})
@@ -41,7 +41,7 @@ async def test_memories_can_be_listed_added_searched_edited_and_deleted(stack: C
         assert (await client.get("/api/memories", params={"q": tag})).json()["memories"] == []
 
 
-async def test_memory_requests_are_checked(stack: ChatStack) -> None:
+async def test_memory_requests_are_checked(stack: Stack) -> None:
     async with stack.client() as client:
         for body in ({}, {"content": ""}, {"content": "x" * 2001}, {"content": "ok", "source": "agent"}):
             response = await client.post("/api/memories", json=body)
@@ -54,7 +54,7 @@ async def test_memory_requests_are_checked(stack: ChatStack) -> None:
         assert unauthenticated.status_code == 401
 
 
-async def test_recall_injects_only_memories_that_share_words_with_the_prompt_best_first(stack: ChatStack) -> None:
+async def test_recall_injects_only_memories_that_share_words_with_the_prompt_best_first(stack: Stack) -> None:
     tag = uuid.uuid4().hex[:6]
     async with stack.client() as client:
         for content in (

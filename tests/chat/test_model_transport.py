@@ -16,6 +16,7 @@ from popagent_agent_runner.llm.transport import LeanTransport
 from popagent_agent_runner.llm.wire import PACE_READS
 from support.https_receiver import HttpsReceiver, Reply, closed_port
 from support.model_gateway import ModelGateway, Turn
+from support.waiting import eventually
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -256,10 +257,7 @@ async def test_closing_a_stream_early_closes_the_connection(client: httpx.AsyncC
         async with client.stream("POST", f"{gw.url}/chat/completions", json={"model": "m", "messages": []}) as r:
             async for _ in r.aiter_bytes():
                 break
-        for _ in range(100):
-            if gw.disconnected:
-                break
-            await asyncio.sleep(0.02)
+        await eventually(lambda: gw.disconnected, within=2, interval=0.02, what="the server to notice")
         assert gw.disconnected == 1
 
 

@@ -14,8 +14,9 @@ import pytest
 from popagent_core.grpc_client import check_health, open_channel
 from popagent_core.lifecycle import wait_event
 from popagent_dev.embedded import free_port, with_database
+from support.waiting import eventually
 
-from .conftest import REPO_ROOT, service_env
+from .helpers import REPO_ROOT, service_env
 
 
 async def start_evolution(env: dict[str, str], log: Path) -> asyncio.subprocess.Process:
@@ -32,12 +33,13 @@ async def start_evolution(env: dict[str, str], log: Path) -> asyncio.subprocess.
 
 
 async def wait_healthy(address: str, process: asyncio.subprocess.Process, timeout_s: float = 20.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
     async with open_channel(address, token="") as channel:
-        while not await check_health(channel, timeout_s=0.5):
+
+        async def healthy() -> bool:
             assert process.returncode is None, f"service exited with {process.returncode} before becoming healthy"
-            assert asyncio.get_running_loop().time() < deadline, "service never became healthy"
-            await asyncio.sleep(0.1)
+            return await check_health(channel, timeout_s=0.5)
+
+        await eventually(healthy, within=timeout_s, interval=0.1, what="the service to become healthy")
 
 
 def log_lines(log: Path) -> list[dict]:

@@ -16,8 +16,9 @@ from popagent_core import bus, db, subjects
 from popagent_core.lifecycle import background_task
 from popagent_core.migrate import migrate
 from popagent_dev import embedded
+from support.waiting import eventually
 
-from .conftest import eventually, stream_messages, unique_subject
+from .helpers import stream_messages, unique_subject
 
 SCHEMA = "evolution"
 STREAM = subjects.stream_name(SCHEMA)
@@ -156,7 +157,7 @@ async def test_events_enqueued_while_nats_is_down_are_delivered_in_order_once_it
 
                 restarted = await asyncio.to_thread(embedded.start_nats, store_dir, nats_server.port)
 
-                await eventually(lambda: count_is(7), timeout_s=30, what="all seven events after the restart")
+                await eventually(lambda: count_is(7), within=30, what="all seven events after the restart")
                 await eventually(lambda: all_marked(pool), what="the rows to be marked published")
                 await asyncio.sleep(0.5)  # a late duplicate would show up here
                 messages = await stream_messages(js, subject)
@@ -222,7 +223,7 @@ async def test_consume_delivers_to_a_durable_consumer_and_acks(pool, nats_url):
             async with background_task(
                 lambda: bus.consume(js, subject=subject, durable=durable, handler=handler), name="consumer"
             ):
-                await eventually(lambda: asyncio.sleep(0, len(received) == 2), what="both events handled")
+                await eventually(lambda: len(received) == 2, what="both events handled")
 
                 async def all_acked() -> bool:
                     info = await js.consumer_info(STREAM, durable)
@@ -255,7 +256,7 @@ async def test_a_handler_that_raises_gets_the_message_redelivered(pool, nats_url
             async with background_task(
                 lambda: bus.consume(js, subject=subject, durable=durable, handler=flaky_handler), name="consumer"
             ):
-                await eventually(lambda: asyncio.sleep(0, len(deliveries) >= 2), what="a redelivery")
+                await eventually(lambda: len(deliveries) >= 2, what="a redelivery")
 
                 async def acked() -> bool:
                     return (await js.consumer_info(STREAM, durable)).num_ack_pending == 0
@@ -284,7 +285,7 @@ async def test_a_cancelled_consumer_lets_the_connection_close_promptly(pool, nat
         async with background_task(
             lambda: bus.consume(js, subject=subject, durable=durable, handler=handler), name="consumer"
         ):
-            await eventually(lambda: asyncio.sleep(0, len(handled) == 2), what="both events handled")
+            await eventually(lambda: len(handled) == 2, what="both events handled")
         await js.delete_consumer(STREAM, durable)
         closing_started = loop.time()
     closing_took = loop.time() - closing_started
@@ -313,7 +314,7 @@ async def test_a_broker_that_returns_without_its_store_gets_the_stream_back_and_
                     except Exception:
                         return False
 
-                await eventually(both_arrived, timeout_s=30, what="events after the stream was recreated")
+                await eventually(both_arrived, within=30, what="events after the stream was recreated")
                 messages = await stream_messages(js, subject)
     finally:
         if restarted is not None:

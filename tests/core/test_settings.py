@@ -8,14 +8,10 @@ import sys
 import pytest
 from pydantic import AliasChoices, Field, ValidationError
 
-from popagent_core.auth import generate_credentials
 from popagent_core.settings import ServiceSettings, describe_validation_error, load_settings
 from popagent_evolution.settings import Settings
 
-from .conftest import REPO_ROOT, service_env
-
-VALID_DSN = "postgresql://popagent@127.0.0.1:1/popagent"
-_, VALID_CALLERS = generate_credentials(("gateway",))
+from .helpers import REPO_ROOT, VALID_CALLERS, VALID_DSN, service_env
 
 
 async def run_evolution(env: dict[str, str]) -> tuple[int, list[str]]:

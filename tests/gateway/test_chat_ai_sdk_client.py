@@ -15,8 +15,7 @@ import grpc
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from support.ai_sdk_client import run_ai_sdk_chat
 
-from .conftest import API_KEY, Harness
-from .test_chat_stream import batch, start
+from .harness import API_KEY, Harness, batch, start
 
 
 async def run_client(url: str, session_id: str, text: str) -> dict[str, Any]:

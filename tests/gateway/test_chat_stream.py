@@ -17,25 +17,9 @@ import pytest
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent_core.errors import NotFound
+from support.sse import read_sse
 
-from .conftest import API_KEY, RPC_TIMEOUT_S, USER_MESSAGE, Harness
-
-
-def batch(*events: pb.TurnEvent) -> pb.TurnEventBatch:
-    return pb.TurnEventBatch(events=list(events))
-
-
-def start(turn_id: str = "turn-1") -> pb.TurnEvent:
-    return pb.TurnEvent(start=pb.TurnStart(turn_id=turn_id, message_id="a1", model="fake/fake-chat"))
-
-
-async def read_sse(response: httpx.Response) -> list[object]:
-    events: list[object] = []
-    async for line in response.aiter_lines():
-        if line.startswith("data: "):
-            payload = line.removeprefix("data: ")
-            events.append(payload if payload == "[DONE]" else json.loads(payload))
-    return events
+from .harness import API_KEY, RPC_TIMEOUT_S, USER_MESSAGE, Harness, batch, start
 
 
 async def post_chat(client: httpx.AsyncClient, url: str, body: dict[str, object]) -> httpx.Response:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -25,6 +24,7 @@ from popagent_hooks.audit import SESSION_CAP, AuditRepo, HookRun
 from popagent_hooks.service import MIGRATIONS
 from popagent_hooks_client.events import Event, FailureClass, Outcome
 from support.https_receiver import HttpsReceiver, Reply, answer, closed_port
+from support.waiting import eventually
 
 DatabaseFactory = Callable[..., Awaitable[str]]
 NOW = datetime.now(UTC)
@@ -236,15 +236,12 @@ async def test_session_rows_are_removed_when_the_session_deleted_event_arrives(
             len((await stub.ListSessionRuns(hooks_pb2.ListSessionRunsRequest(session_id="deleted-session"))).runs) == 1
         )
         await _publish_session_deleted(nc, "deleted-session")
-        runs: list[hooks_pb2.HookRun] = []
-        for _ in range(200):
-            runs = list(
-                (await stub.ListSessionRuns(hooks_pb2.ListSessionRunsRequest(session_id="deleted-session"))).runs
-            )
-            if not runs:
-                break
-            await asyncio.sleep(0.05)
-        assert runs == []
+
+        async def deleted_runs() -> list[hooks_pb2.HookRun]:
+            request = hooks_pb2.ListSessionRunsRequest(session_id="deleted-session")
+            return list((await stub.ListSessionRuns(request)).runs)
+
+        await eventually(deleted_runs, until=lambda runs: runs == [], within=10, what="the session's runs to go")
         assert len((await stub.ListSessionRuns(hooks_pb2.ListSessionRunsRequest(session_id="other-session"))).runs) == 1
 
 
@@ -263,10 +260,7 @@ async def test_the_maintenance_job_runs_in_the_service(
     await _insert_directly(hooks_dsn, "busy", 510, age=timedelta(0))
     await _insert_directly(hooks_dsn, "stale", 4, age=timedelta(days=40))
     async with running_service(service_env(hooks_dsn, nats_url, callers, None, None), tokens["gateway"]):
-        for _ in range(200):
-            if await _row_count(hooks_dsn) == SESSION_CAP:
-                break
-            await asyncio.sleep(0.05)
+        await eventually(lambda: _row_count(hooks_dsn), until=lambda count: count == SESSION_CAP, within=10)
     assert await _row_count(hooks_dsn) == SESSION_CAP
 
 
@@ -351,11 +345,10 @@ async def test_handlers_that_ran_before_the_caller_gave_up_are_audited(
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await stub.Dispatch(_dispatch("impatient", "t"), timeout=1.0)
         assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-        runs: list[hooks_pb2.HookRun] = []
-        for _ in range(100):
+
+        async def flushed_runs() -> list[hooks_pb2.HookRun]:
             await running.writer.flush()
-            runs = list((await stub.ListSessionRuns(hooks_pb2.ListSessionRunsRequest(session_id="impatient"))).runs)
-            if runs:
-                break
-            await asyncio.sleep(0.05)
+            return list((await stub.ListSessionRuns(hooks_pb2.ListSessionRunsRequest(session_id="impatient"))).runs)
+
+        runs = await eventually(flushed_runs, within=5, what="the impatient run to be written")
     assert [(r.handler_id, r.reason) for r in runs] == [("fast", "fast one")]

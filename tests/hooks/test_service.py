@@ -24,6 +24,7 @@ from popagent_dev.embedded import free_port
 from popagent_hooks_client.client import HooksClient
 from popagent_hooks_client.events import Event, Outcome
 from support.https_receiver import HttpsReceiver, answer, closed_port, make_secret, verify_signature
+from support.waiting import eventually
 
 DatabaseFactory = Callable[..., Awaitable[str]]
 Credentials = tuple[dict[str, str], str]
@@ -283,11 +284,14 @@ async def real_process(env: dict[str, str], token: str) -> AsyncIterator[RealPro
     )
     try:
         async with open_channel(f"127.0.0.1:{port}", token) as channel:
-            for _ in range(300):
+
+            async def healthy() -> bool:
                 if await check_health(channel, timeout_s=0.2):
-                    break
+                    return True
                 assert process.returncode is None, "the service exited during start-up"
-                await asyncio.sleep(0.05)
+                return False
+
+            await eventually(healthy, within=15, what="the hooks service to become healthy")
             running = RealProcess(channel)
             yield running
     finally:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import time
 
@@ -11,6 +10,7 @@ import pytest
 from popagent_hooks.transport import HookFailure, HookTransport, address_allowed, address_category
 from popagent_hooks_client.events import FailureClass
 from support.https_receiver import HttpsReceiver, Reply, answer
+from support.waiting import eventually
 
 BODY = b'{"schemaVersion":1}'
 
@@ -174,10 +174,7 @@ async def test_a_never_ending_body_is_cut_at_the_cap_long_before_the_deadline(
     assert caught.value.failure_class is FailureClass.MALFORMED_RESPONSE
     assert time.monotonic() - started < 2.0
     # The receiver notices the hang-up: the stream was cancelled, not drained.
-    for _ in range(100):
-        if receiver.abandoned_streams:
-            break
-        await asyncio.sleep(0.02)
+    await eventually(lambda: receiver.abandoned_streams, within=2, interval=0.02, what="the receiver to notice")
     assert receiver.abandoned_streams == 1
 
 

@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from support.model_gateway import ModelGateway, ModelInfo, ToolCall, Turn, Usage, tool_call_then_answer
+from support.waiting import eventually
 
 KEY = "sk-test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -193,6 +194,29 @@ async def test_an_exhausted_script_answers_400_saying_so_and_push_adds_turns():
     assert answered.json()["choices"][0]["message"]["content"] == "now there is one"
 
 
+async def test_reset_forgets_queued_turns_the_responder_and_the_records_but_keeps_the_models():
+    models = [ModelInfo("only/one")]
+    gateway = ModelGateway([Turn.say("used"), Turn.say("left over")], api_key=KEY, models=models)
+    async with gateway as gw, httpx.AsyncClient() as client:
+        await client.post(f"{gw.url}/chat/completions", json=chat(stream=False), headers=AUTH)
+        await client.post(f"{gw.url}/chat/completions", json=chat(stream=False))
+        gw.responder = lambda body: Turn.say("from the responder")
+        assert (gw.pending, len(gw.requests), gw.unauthorized) == (1, 1, 1)
+
+        gw.reset()
+
+        assert (gw.pending, gw.requests, gw.unauthorized, gw.disconnected) == (0, [], 0, 0)
+        assert gw.responder is None
+        exhausted = await client.post(f"{gw.url}/chat/completions", json=chat(stream=False), headers=AUTH)
+        listed = await client.get(f"{gw.url}/models")
+
+    assert exhausted.status_code == 400
+    assert "no scripted turn left" in exhausted.json()["error"]["message"]
+    assert [model["id"] for model in listed.json()["data"]] == ["only/one"]
+    # Only the request after the reset is recorded.
+    assert len(gw.requests) == 1
+
+
 async def test_429_carries_retry_after_and_500_is_a_server_error():
     script = [Turn.fail(429, "slow down", retry_after=7), Turn.fail(500)]
     async with ModelGateway(script) as gw, httpx.AsyncClient() as client:
@@ -288,10 +312,7 @@ async def test_a_client_that_walks_away_mid_stream_is_counted_and_the_stream_sto
                     break
 
         # The counter moves only when the streaming loop notices and returns.
-        for _ in range(250):
-            if gw.disconnected:
-                break
-            await asyncio.sleep(0.02)
+        await eventually(lambda: gw.disconnected, within=5, interval=0.02, what="the streaming loop to notice")
 
         assert gw.disconnected == 1
 

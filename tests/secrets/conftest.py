@@ -2,46 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 import pytest
-from secrets_support import new_key, outbox_drained, secrets_stub
+from secrets_support import SecretsUnderTest, new_key, outbox_drained, service_settings
 
-from popagent.secrets.v1 import secrets_pb2_grpc
-from popagent_core.settings import load_settings
-from popagent_dev.embedded import free_port
 from popagent_secrets.service import MIGRATIONS, build
-from popagent_secrets.settings import Settings
-
-
-@dataclass
-class SecretsUnderTest:
-    address: str
-    dsn: str
-    settings: Settings
-    tokens: dict[str, str]
-
-    @contextlib.asynccontextmanager
-    async def stub(self, caller: str | None) -> AsyncIterator[secrets_pb2_grpc.SecretsServiceStub]:
-        """A stub authenticated as `caller` (None: no credential at all)."""
-        async with secrets_stub(self.address, self.tokens[caller] if caller else "") as stub:
-            yield stub
-
-
-def service_settings(dsn: str, nats_url: str, callers_json: str, key: str, previous: str = "") -> Settings:
-    env = {
-        "DATABASE_URL": dsn,
-        "NATS_URL": nats_url,
-        "POPAGENT_SECRETS_ADDR": f"127.0.0.1:{free_port()}",
-        "POPAGENT_INTERNAL_CALLERS": callers_json,
-        "POPAGENT_SECRET_KEY": key,
-    }
-    if previous:
-        env["POPAGENT_SECRET_PREVIOUS_KEYS"] = previous
-    return load_settings(Settings, "secrets", **env)
 
 
 @pytest.fixture(autouse=True)

@@ -25,6 +25,7 @@ from popagent_secrets.service import MIGRATIONS, build
 from popagent_secrets.settings import Settings
 from popagent_secrets.store import SecretStore
 from support.canary import find_canary
+from support.waiting import eventually
 
 R = "popagent-user"
 ROWS = 180
@@ -231,13 +232,13 @@ async def test_reencrypt_skips_a_row_a_live_write_holds_and_comes_back_for_it(ma
                 # A bind of "held" midway: it holds the row (not the key's counter).
                 await writer.execute("SELECT 1 FROM secrets.popagent_secrets WHERE name = 'held' FOR UPDATE")
                 rewrap = asyncio.create_task(reencrypt_all(pool, Keyring(new, (old,)), max_passes=1000, pause_s=0.05))
-                for _ in range(500):  # until the free row has moved (at most ~10 s)
-                    free_key = await writer.fetchval("SELECT key_id FROM secrets.popagent_secrets WHERE name = 'free'")
-                    if free_key == key_id_for(new):
-                        break
-                    await asyncio.sleep(0.02)
-                else:
-                    raise TimeoutError("re-encryption did not move the free row while the other was held")
+                await eventually(
+                    lambda: writer.fetchval("SELECT key_id FROM secrets.popagent_secrets WHERE name = 'free'"),
+                    until=lambda free_key: free_key == key_id_for(new),
+                    within=10,
+                    interval=0.02,
+                    what="re-encryption to move the free row while the other was held",
+                )
                 # Not waited on: the held row is still on the old key and re-encryption is still running.
                 assert not rewrap.done()
                 held_key = await writer.fetchval("SELECT key_id FROM secrets.popagent_secrets WHERE name = 'held'")

@@ -271,6 +271,20 @@ class ModelGateway:
         """Queued turns not yet used."""
         return len(self._turns)
 
+    def reset(self) -> None:
+        """Forget the script and what was recorded, as a fresh server would have it.
+
+        A server shared by many tests is reset before each one: a failed test may leave
+        turns queued or a responder set, and the next test must not get them. The models,
+        the key, how usage is reported (`ninerouter_usage`) and the call-id counter stay
+        (ids stay unique over the server's life).
+        """
+        self._turns.clear()
+        self.responder = None
+        self.requests.clear()
+        self.unauthorized = 0
+        self.disconnected = 0
+
     async def _next_turn(self, body: Body) -> Turn | None:
         if self._turns:
             turn = self._turns.popleft()

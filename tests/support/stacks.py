@@ -1,28 +1,75 @@
-"""Pieces the in-process test stacks share (tests/api, tests/chat, tests/tasks_turns).
+"""The in-process stack of real services the API, chat and task-turn suites run against.
 
-Each suite builds its own stack of real services in one event loop; what they build it
-from is here once: a fresh database per stack, the gateway app served by uvicorn, and the
-hooks service with one handler per event on its own path of the HTTPS receiver.
+`start_stack(pg_dsn, credentials, base, spec)` starts, in one event loop, the services a
+`StackSpec` names, each from its own `build(Settings(...))` with gRPC on a free port: the
+hooks service (one handler per event on its own path of a real HTTPS receiver),
+agent-runner (as one or more workers, its turn pointed at the scripted model server over
+real HTTP), and as the spec asks evolution, secrets, browser-bridge, tasks (its worker
+running every attempt through agent-runner's `RunTask`) and the gateway app on uvicorn;
+all on a fresh database and a private NATS server. A setting naming a service the stack
+does not run points at a port where nothing listens.
+
+The suites differ only in their spec (`API_STACK`, `CHAT_STACK`, `TASK_TURN_STACK`); the
+building blocks (`fresh_database`, `serve_gateway`, `serve_hooks`) serve other suites too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import dataclasses
 import json
+import os
 import uuid
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import asyncpg
+import httpx
 import uvicorn
 
+from popagent.agent_runner.v1 import agent_runner_pb2 as arpb
+from popagent.agent_runner.v1 import agent_runner_pb2_grpc
+from popagent.tasks.v1 import tasks_pb2 as tpb
+from popagent.tasks.v1 import tasks_pb2_grpc
+from popagent_agent_runner.service import build as build_agent_runner
+from popagent_agent_runner.settings import Settings as AgentRunnerSettings
+from popagent_browser_bridge.service import build as build_browser_bridge
+from popagent_browser_bridge.settings import Settings as BrowserBridgeSettings
+from popagent_core.grpc_client import open_channel
+from popagent_dev import embedded
 from popagent_dev.embedded import free_port, with_database
+from popagent_evolution.service import build as build_evolution
+from popagent_evolution.settings import Settings as EvolutionSettings
 from popagent_gateway.app import create_app
 from popagent_gateway.settings import Settings as GatewaySettings
 from popagent_hooks.service import build as build_hooks
 from popagent_hooks.settings import Settings as HooksSettings
-from support.https_receiver import HttpsReceiver, make_secret
+from popagent_secrets.service import build as build_secrets
+from popagent_secrets.settings import Settings as SecretsSettings
+from popagent_tasks.service import RunningTasks
+from popagent_tasks.service import build as build_tasks
+from popagent_tasks.settings import Settings as TasksSettings
+from support.canary import CANARY
+from support.https_receiver import HttpsReceiver, answer, make_secret
+from support.model_gateway import ModelGateway, ModelInfo
+from support.waiting import eventually
+
+API_KEY = "stack-tests-api-key-" + "k" * 16
+MODELS_API_KEY = "sk-stack-tests"
+MODEL = "fake/fake-chat"
+CATALOG = (
+    ModelInfo(MODEL, context_length=128_000),
+    ModelInfo("cx/gpt-5.3-codex", context_length=400_000),
+    ModelInfo("cx/gpt-5.3-codex-spark", context_length=128_000),
+)
+SPECIALISTS = ("researcher", "implementer", "reviewer")
+# The session's canary, provisioned as a real secret in every stack that runs secrets.
+CANARY_RESOURCE = "canary"
+CANARY_NAME = "session-canary"
 
 # Hook event -> (receiver path, matcher or None for every target).
 HookPaths = Mapping[str, tuple[str, list[str] | None]]
@@ -56,10 +103,13 @@ async def serve_gateway(settings: GatewaySettings) -> AsyncIterator[str]:
     )
     server = uvicorn.Server(config)
     serving = asyncio.create_task(server.serve())
-    while not server.started:
+
+    def started() -> bool:
         if serving.done():
-            serving.result()
-        await asyncio.sleep(0.01)
+            serving.result()  # start-up failed: raise its error
+        return server.started
+
+    await eventually(started, within=60, interval=0.01, what="the gateway to start")
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
@@ -102,3 +152,280 @@ async def serve_hooks(
     )
     async with build_hooks(settings):
         yield
+
+
+SESSION_END_PATH = "/session-end"
+# Every hook event the chat turn dispatches -> (receiver path, matcher or None).
+CHAT_HOOK_PATHS: HookPaths = {
+    "SessionStart": ("/session-start", None),
+    "UserPromptSubmit": ("/prompt", None),
+    # No handler matches `remember`: its calls must cost no hook RPC at all.
+    "PreToolUse": ("/pre-tool", ["getTime", "mastra_workspace_write_file", *SPECIALISTS]),
+    "PostToolUse": ("/post-tool", None),
+    "PostToolUseFailure": ("/post-tool-failure", None),
+    "SubagentStart": ("/subagent-start", None),
+    "SubagentStop": ("/subagent-stop", None),
+    "Stop": ("/stop", None),
+    "StopFailure": ("/stop-failure", None),
+}
+TASK_HOOK_PATHS: HookPaths = {
+    **CHAT_HOOK_PATHS,
+    "TaskStart": ("/task-start", None),
+    "TaskStop": ("/task-stop", None),
+}
+# Fast worker timing, set in agent-runner's settings (the worker must read it from there).
+TASK_RUNTIME: Mapping[str, Any] = {
+    "task_concurrency": 4,
+    "task_poll_interval_ms": 200,
+    "task_heartbeat_interval_ms": 200,
+    "task_heartbeat_timeout_ms": 3000,
+    "task_attempt_timeout_ms": 30_000,
+    "task_abort_ack_timeout_ms": 3000,
+    "task_retry_base_ms": 100,
+    "task_retry_cap_ms": 200,
+}
+
+# The services a stack may run besides hooks and agent-runner, which every stack runs.
+OPTIONAL_SERVICES = frozenset({"evolution", "secrets", "browser-bridge", "tasks", "gateway"})
+
+
+@dataclass(frozen=True)
+class StackSpec:
+    """What one suite's stack runs."""
+
+    name: str  # the fresh database is `popagent_<name>_<random>`
+    hook_paths: HookPaths
+    services: frozenset[str]  # of OPTIONAL_SERVICES
+    runner_workers: int = 1  # agent-runner processes-equivalent; the gateway balances over them
+    runtime: Mapping[str, Any] = field(default_factory=dict[str, Any])  # agent-runtime settings written at start
+
+    def __post_init__(self) -> None:
+        unknown = self.services - OPTIONAL_SERVICES
+        if unknown:
+            raise ValueError(f"unknown services {sorted(unknown)}")
+
+    def with_runtime(self, **overrides: Any) -> StackSpec:
+        return dataclasses.replace(self, runtime={**self.runtime, **overrides})
+
+
+API_STACK = StackSpec(
+    "api", {"SessionEnd": (SESSION_END_PATH, None)}, frozenset({"evolution", "secrets", "browser-bridge", "gateway"})
+)
+# Two agent-runner workers, as `make run` starts it.
+CHAT_STACK = StackSpec("chat", CHAT_HOOK_PATHS, frozenset({"gateway"}), runner_workers=2)
+TASK_TURN_STACK = StackSpec("task_turns", TASK_HOOK_PATHS, frozenset({"tasks"}), runtime=TASK_RUNTIME)
+
+
+@dataclass
+class Stack:
+    spec: StackSpec
+    dsn: str
+    nats_url: str
+    tokens: dict[str, str]
+    workspace_root: Path
+    receiver: HttpsReceiver
+    models: ModelGateway
+    runner_workers: list[str]
+    # agent-runner's state service, called as evolution (a caller that may change runtime settings).
+    state: agent_runner_pb2_grpc.AgentRunnerStateServiceStub
+    gateway_env: dict[str, Any]  # empty without a gateway
+    gateway_url: str | None
+    task_stub: tasks_pb2_grpc.TasksServiceStub | None
+    running_tasks: RunningTasks | None
+
+    @property
+    def url(self) -> str:
+        assert self.gateway_url is not None, f"the {self.spec.name} stack runs no gateway"
+        return self.gateway_url
+
+    @property
+    def runner_address(self) -> str:
+        return self.runner_workers[0]
+
+    @property
+    def tasks(self) -> tasks_pb2_grpc.TasksServiceStub:
+        """The tasks service, called as evolution (a caller that may create self-update tasks)."""
+        assert self.task_stub is not None, f"the {self.spec.name} stack runs no tasks service"
+        return self.task_stub
+
+    @property
+    def running(self) -> RunningTasks:
+        assert self.running_tasks is not None, f"the {self.spec.name} stack runs no tasks service"
+        return self.running_tasks
+
+    def client(self, **kwargs: Any) -> httpx.AsyncClient:
+        headers = {"x-popagent-key": API_KEY, **kwargs.pop("headers", {})}
+        return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=30.0, **kwargs)
+
+    def reset(self) -> None:
+        """Every hook path answers pass and records afresh; the model script is empty."""
+        for path, _ in self.spec.hook_paths.values():
+            self.receiver.script(path, answer("pass"))
+        self.receiver.requests.clear()
+        self.models.reset()
+
+    def hook_requests(self, event: str) -> list[dict[str, Any]]:
+        path = self.spec.hook_paths[event][0]
+        return [request.json() for request in self.receiver.requests_for(path)]
+
+    @contextlib.asynccontextmanager
+    async def db(self, schema: str = "agent_runner") -> AsyncIterator[asyncpg.Connection]:
+        conn = await asyncpg.connect(self.dsn, server_settings={"search_path": schema})
+        try:
+            yield conn
+        finally:
+            await conn.close()
+
+    @contextlib.asynccontextmanager
+    async def runner_stub(self) -> AsyncIterator[agent_runner_pb2_grpc.AgentRunnerStateServiceStub]:
+        """A direct gRPC stub to agent-runner, authenticated as the gateway."""
+        async with open_channel(self.runner_address, self.tokens["gateway"]) as channel:
+            yield agent_runner_pb2_grpc.AgentRunnerStateServiceStub(channel)
+
+    @contextlib.asynccontextmanager
+    async def extra_gateway(self, **overrides: Any) -> AsyncIterator[str]:
+        """Another gateway process-equivalent over the same services, with other settings."""
+        assert self.gateway_env, f"the {self.spec.name} stack runs no gateway"
+        async with serve_gateway(GatewaySettings(**{**self.gateway_env, **overrides})) as url:
+            yield url
+
+    async def create_task(self, prompt: str, **fields: Any) -> str:
+        task = await self.tasks.CreateTask(
+            tpb.CreateTaskRequest(prompt=prompt, model=MODEL, workspace_id="popagent", **fields)
+        )
+        return task.id
+
+    async def get_task(self, task_id: str) -> tpb.Task:
+        return await self.tasks.GetTask(tpb.GetTaskRequest(id=task_id))
+
+    async def wait_task(self, task_id: str, *statuses: str, within: float = 20.0) -> tpb.Task:
+        """The task once it is in one of `statuses` and no worker holds it (its TaskStop is out)."""
+
+        def settled(task: tpb.Task) -> bool:
+            worker = self.running.worker
+            held = worker is not None and any(str(key) == task_id for key in worker.slots)
+            return task.status in statuses and not held
+
+        return await eventually(
+            lambda: self.get_task(task_id), until=settled, within=within, what=f"task {task_id} to be {statuses}"
+        )
+
+
+@contextlib.asynccontextmanager
+async def start_stack(
+    pg_dsn: str, credentials: tuple[dict[str, str], str], base: Path, spec: StackSpec
+) -> AsyncIterator[Stack]:
+    """Every service `spec` names, on a fresh database, a private NATS and free ports."""
+    tokens, callers = credentials
+    workspace_root = base / "workspace"
+    (workspace_root / "popagent").mkdir(parents=True)
+    runner_workers = [f"127.0.0.1:{free_port()}" for _ in range(spec.runner_workers)]
+    # A service the stack does not run gets an address where nothing listens: the routes
+    # that call it are not part of the suite, and best-effort calls (session deletion's
+    # browser-bridge cleanup) tolerate it.
+    addresses = {name: f"127.0.0.1:{free_port()}" for name in ("hooks", *sorted(OPTIONAL_SERVICES - {"gateway"}))}
+    addresses["agent-runner"] = ",".join(runner_workers)
+    # A private broker: the hooks service's durable consumer names are fixed, so sharing the
+    # worker's NATS with other hook tests would split their events between them.
+    nats = embedded.start_nats(base / "nats")
+    async with contextlib.AsyncExitStack() as stack:
+        stack.callback(nats.stop)
+        dsn = await stack.enter_async_context(fresh_database(pg_dsn, f"popagent_{spec.name}"))
+        (base / "receiver").mkdir()
+        receiver = await stack.enter_async_context(HttpsReceiver(base / "receiver"))
+        models = await stack.enter_async_context(ModelGateway(models=CATALOG, api_key=MODELS_API_KEY))
+        common: dict[str, Any] = {"DATABASE_URL": dsn, "NATS_URL": nats.url, "POPAGENT_INTERNAL_CALLERS": callers}
+
+        def settings_of(service: str, **values: Any) -> dict[str, Any]:
+            return {**common, "POPAGENT_INTERNAL_TOKEN": tokens[service], **values}
+
+        await stack.enter_async_context(
+            serve_hooks(common, tokens["hooks"], addresses["hooks"], receiver, spec.hook_paths)
+        )
+        if "evolution" in spec.services:
+            await stack.enter_async_context(
+                build_evolution(
+                    EvolutionSettings(**settings_of("evolution", POPAGENT_EVOLUTION_ADDR=addresses["evolution"]))
+                )
+            )
+        if "secrets" in spec.services:
+            secrets_settings = settings_of(
+                "secrets",
+                POPAGENT_SECRETS_ADDR=addresses["secrets"],
+                POPAGENT_SECRET_KEY=base64.b64encode(os.urandom(32)).decode(),
+            )
+            await stack.enter_async_context(build_secrets(SecretsSettings(**secrets_settings)))
+        if "browser-bridge" in spec.services:
+            bridge_settings = settings_of("browser-bridge", POPAGENT_BROWSER_BRIDGE_ADDR=addresses["browser-bridge"])
+            await stack.enter_async_context(build_browser_bridge(BrowserBridgeSettings(**bridge_settings)))
+        for worker in runner_workers:
+            runner_settings = settings_of(
+                "agent-runner",
+                POPAGENT_AGENT_RUNNER_ADDR=worker,
+                POPAGENT_HOOKS_ADDR=addresses["hooks"],
+                POPAGENT_BROWSER_BRIDGE_ADDR=addresses["browser-bridge"],
+                POPAGENT_WORKSPACE_ROOT=str(workspace_root),
+                NINEROUTER_URL=models.url,
+                NINEROUTER_API_KEY=MODELS_API_KEY,
+            )
+            await stack.enter_async_context(build_agent_runner(AgentRunnerSettings(**runner_settings)))
+        state_channel = await stack.enter_async_context(open_channel(runner_workers[0], tokens["evolution"]))
+        state = agent_runner_pb2_grpc.AgentRunnerStateServiceStub(state_channel)
+        if spec.runtime:
+            updated = await state.UpdateAgentRuntimeSettings(arpb.UpdateAgentRuntimeSettingsRequest(**spec.runtime))
+            assert not updated.violations, updated.violations
+        running_tasks: RunningTasks | None = None
+        task_stub: tasks_pb2_grpc.TasksServiceStub | None = None
+        if "tasks" in spec.services:
+            tasks_settings = settings_of(
+                "tasks",
+                POPAGENT_TASKS_ADDR=addresses["tasks"],
+                POPAGENT_HOOKS_ADDR=addresses["hooks"],
+                POPAGENT_AGENT_RUNNER_ADDR=addresses["agent-runner"],
+                POPAGENT_TASKS_EXECUTOR="popagent_tasks.agent_runner_executor:executor",
+                # Deliberately slow: the worker must not use these when agent-runner answers.
+                POPAGENT_TASKS_RETRY_BASE_S="60",
+                POPAGENT_TASKS_RETRY_CAP_S="120",
+                POPAGENT_TASKS_SWEEP_INTERVAL_S="0.5",
+            )
+            running_tasks = await stack.enter_async_context(build_tasks(TasksSettings(**tasks_settings)))
+            # As evolution: a caller other than the gateway may create self-update tasks.
+            tasks_channel = await stack.enter_async_context(open_channel(addresses["tasks"], tokens["evolution"]))
+            task_stub = tasks_pb2_grpc.TasksServiceStub(tasks_channel)
+        gateway_env: dict[str, Any] = {}
+        gateway_url: str | None = None
+        if "gateway" in spec.services:
+            gateway_env = {
+                "DATABASE_URL": dsn,
+                "OBSERVABILITY_DATABASE_URL": dsn,
+                "POPAGENT_API_KEY": API_KEY,
+                "POPAGENT_INTERNAL_TOKEN": tokens["gateway"],
+                "NINEROUTER_URL": models.url,
+                "POPAGENT_AGENT_RUNNER_ADDR": addresses["agent-runner"],
+                "POPAGENT_HOOKS_ADDR": addresses["hooks"],
+                "POPAGENT_EVOLUTION_ADDR": addresses["evolution"],
+                "POPAGENT_BROWSER_BRIDGE_ADDR": addresses["browser-bridge"],
+                "POPAGENT_TASKS_ADDR": addresses["tasks"],
+                "POPAGENT_SECRETS_ADDR": addresses["secrets"],
+            }
+            gateway_url = await stack.enter_async_context(serve_gateway(GatewaySettings(**gateway_env)))
+            if "secrets" in spec.services:
+                # Every answer the stack gives (fuzzed ones included) can be checked for it.
+                async with httpx.AsyncClient(base_url=gateway_url, headers={"x-popagent-key": API_KEY}) as client:
+                    body = {"resourceId": CANARY_RESOURCE, "name": CANARY_NAME, "value": CANARY}
+                    (await client.post("/api/secrets", json=body)).raise_for_status()
+        yield Stack(
+            spec=spec,
+            dsn=dsn,
+            nats_url=nats.url,
+            tokens=tokens,
+            workspace_root=workspace_root,
+            receiver=receiver,
+            models=models,
+            runner_workers=runner_workers,
+            state=state,
+            gateway_env=gateway_env,
+            gateway_url=gateway_url,
+            task_stub=task_stub,
+            running_tasks=running_tasks,
+        )

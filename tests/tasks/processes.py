@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from support.waiting import eventually
 
 TESTS_DIR = Path(__file__).resolve().parents[1]
 
@@ -35,13 +35,17 @@ class WorkerProcess:
         return self.log.read_text(errors="replace")
 
     async def wait_ready(self, within: float = 30.0) -> None:
-        deadline = time.monotonic() + within
-        while '"worker started"' not in self.log_text():
+        def started() -> bool:
             if self.process.poll() is not None:
                 raise AssertionError(f"worker exited with {self.process.returncode}:\n{self.log_text()[-3000:]}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"worker not ready within {within} s:\n{self.log_text()[-3000:]}")
-            await asyncio.sleep(0.05)
+            return '"worker started"' in self.log_text()
+
+        try:
+            await eventually(started, within=within, what="the worker to start")
+        except AssertionError as failure:
+            if self.process.poll() is not None:
+                raise  # it exited: the message has its log already
+            raise AssertionError(f"{failure}\n{self.log_text()[-3000:]}") from None
 
     def signal(self, signum: int) -> None:
         if self.process.poll() is None:

@@ -3,7 +3,6 @@ the tasks service (in-process, real PostgreSQL and NATS, a scripted executor).""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import time
@@ -13,19 +12,18 @@ from datetime import datetime
 
 import httpx
 import pytest
-import uvicorn
 
 from popagent.tasks.v1 import tasks_pb2, tasks_pb2_grpc
 from popagent_core.errors import PermissionDenied
 from popagent_core.grpc_client import map_rpc_errors, open_channel
 from popagent_core.settings import load_settings
-from popagent_dev.embedded import free_port
-from popagent_gateway.app import create_app
 from popagent_gateway.settings import Settings as GatewaySettings
 from popagent_tasks.service import RunningTasks, build
 from popagent_tasks.settings import Settings
-from tasks.conftest import tasks_env, wait_for_value
+from support.stacks import serve_gateway
+from support.waiting import eventually
 from tasks.executors import ScriptedExecutor
+from tasks.harness import tasks_env
 
 API_KEY = "t" * 32
 
@@ -41,8 +39,8 @@ class Stack:
 
 
 @contextlib.asynccontextmanager
-async def serve_gateway(tasks_address: str, token: str, dsn: str) -> AsyncIterator[httpx.AsyncClient]:
-    port = free_port()
+async def gateway_client(tasks_address: str, token: str, dsn: str) -> AsyncIterator[httpx.AsyncClient]:
+    """The real gateway app over the tasks service, and a client of its `/api` with the key."""
     settings = GatewaySettings.model_validate(
         {
             "DATABASE_URL": dsn,
@@ -52,19 +50,11 @@ async def serve_gateway(tasks_address: str, token: str, dsn: str) -> AsyncIterat
             "POPAGENT_TASKS_ADDR": tasks_address,
         }
     )
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
-    serving = asyncio.create_task(server.serve())
-    try:
-        while not server.started:
-            assert not serving.done(), "gateway failed to start"
-            await asyncio.sleep(0.02)
-        async with httpx.AsyncClient(
-            base_url=f"http://127.0.0.1:{port}/api", headers={"x-popagent-key": API_KEY}, timeout=10
-        ) as client:
-            yield client
-    finally:
-        server.should_exit = True
-        await serving
+    async with (
+        serve_gateway(settings) as url,
+        httpx.AsyncClient(base_url=f"{url}/api", headers={"x-popagent-key": API_KEY}, timeout=10) as client,
+    ):
+        yield client
 
 
 @pytest.fixture
@@ -87,7 +77,7 @@ async def stack(
     executor = ScriptedExecutor(dsn=tasks_dsn)
     async with (
         build(settings, executor=executor) as running,
-        serve_gateway(settings.grpc_address, tokens["gateway"], tasks_dsn) as http,
+        gateway_client(settings.grpc_address, tokens["gateway"], tasks_dsn) as http,
     ):
         yield Stack(http, running, settings, executor, tokens, tasks_dsn)
 
@@ -99,7 +89,7 @@ async def task_json(stack: Stack, task_id: str) -> dict:
 
 
 async def wait_task(stack: Stack, task_id: str, *statuses: str) -> dict:
-    return await wait_for_value(lambda: task_json(stack, task_id), lambda t: t["status"] in statuses, 10)
+    return await eventually(lambda: task_json(stack, task_id), until=lambda t: t["status"] in statuses, within=10)
 
 
 async def test_a_created_task_is_woken_through_nats_and_runs(stack: Stack) -> None:

@@ -17,8 +17,9 @@ from popagent_tasks.service import MIGRATIONS as TASKS_MIGRATIONS
 from popagent_tasks.service import build as build_tasks
 from popagent_tasks.settings import Settings
 from support.https_receiver import HttpsReceiver, Reply, answer, make_secret
-from tasks.conftest import tasks_env, wait_for_value
+from support.waiting import eventually
 from tasks.executors import ScriptedExecutor
+from tasks.harness import tasks_env
 
 
 @pytest.fixture
@@ -74,8 +75,8 @@ async def test_task_lifecycle_reaches_https_hooks_with_one_turn_id_and_never_cha
         task = await running.repo.create_task(
             source="user", workspace_id="ws-1", prompt="ok", model="m/x", session_id="s-1", max_attempts=3
         )
-        requests = await wait_for_value(
-            lambda: _async(receiver.requests_for("/tasks")), lambda found: len(found) >= 2, 10
+        requests = await eventually(
+            lambda: receiver.requests_for("/tasks"), until=lambda found: len(found) >= 2, within=10
         )
         final = await running.repo.get_task(str(task.id))
 
@@ -87,7 +88,3 @@ async def test_task_lifecycle_reaches_https_hooks_with_one_turn_id_and_never_cha
     assert start["detail"]["traceId"] == stop["detail"]["traceId"] == final.trace_id
     assert start["detail"]["taskId"] == str(task.id) and start["detail"]["prompt"] == "ok"
     assert (stop["detail"]["status"], stop["detail"]["outcome"], stop["detail"]["attempt"]) == ("completed", "ok", 1)
-
-
-async def _async(value: object) -> object:
-    return value

@@ -12,8 +12,9 @@ from popagent_core.settings import load_settings
 from popagent_dev import embedded
 from popagent_tasks.service import build
 from popagent_tasks.settings import Settings
-from tasks.conftest import tasks_env, wait_for_value
+from support.waiting import eventually
 from tasks.executors import ScriptedExecutor
+from tasks.harness import tasks_env
 
 POLL_S = 3.0
 
@@ -23,8 +24,8 @@ async def started_within(running, prompt: str) -> float:  # type: ignore[no-unty
     task = await running.repo.create_task(
         source="user", workspace_id="ws-1", prompt=prompt, model="", session_id="", max_attempts=3
     )
-    await wait_for_value(
-        lambda: running.repo.get_task(str(task.id)), lambda found: found.status == "completed", POLL_S + 5
+    await eventually(
+        lambda: running.repo.get_task(str(task.id)), until=lambda found: found.status == "completed", within=POLL_S + 5
     )
     return time.monotonic() - began
 
@@ -56,7 +57,9 @@ async def test_work_continues_through_a_broker_restart_and_wake_ups_resume(
         restarted = embedded.start_nats(tmp_path / "nats", port=nats_server.port)
         try:
             # Once reconnected, the wake-up is back: a task starts well before the next poll.
-            await wait_for_value(lambda: started_within(running, "ok"), lambda seconds: seconds < 1.0, 30, interval=0)
-            await wait_for_value(lambda: running.repo.pool.fetchval(unpublished), lambda n: n == 0, 15)
+            await eventually(
+                lambda: started_within(running, "ok"), until=lambda seconds: seconds < 1.0, within=30, interval=0
+            )
+            await eventually(lambda: running.repo.pool.fetchval(unpublished), until=lambda n: n == 0, within=15)
         finally:
             restarted.stop()

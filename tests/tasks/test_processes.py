@@ -18,8 +18,9 @@ import pytest
 
 from popagent_core.db import open_pool
 from popagent_tasks.repo import TaskRepo
-from tasks.conftest import FAST_ENV, tasks_env, wait_for_value
+from support.waiting import eventually
 from tasks.executors import EFFECTS_TABLE
+from tasks.harness import FAST_ENV, tasks_env
 from tasks.processes import WorkerProcess
 
 pytestmark = pytest.mark.xdist_group("tasks-processes")
@@ -59,7 +60,7 @@ async def counts(pool: asyncpg.Pool) -> dict[str, int]:
 
 
 async def wait_all(pool: asyncpg.Pool, total: int, status: str = "completed", within: float = 60) -> None:
-    await wait_for_value(lambda: counts(pool), lambda c: c.get(status, 0) == total, within, interval=0.1)
+    await eventually(lambda: counts(pool), until=lambda c: c.get(status, 0) == total, within=within, interval=0.1)
 
 
 @pytest.mark.timeout(120)
@@ -89,18 +90,16 @@ async def test_a_sigkilled_workers_task_is_recovered_by_staleness_and_completed_
     victim = spawn(POPAGENT_TASKS_CONCURRENCY="1")
     await victim.wait_ready()
     [task_id] = await repo.create_tasks(["effect;hang-below:2:60;ok"], source="user", workspace_id="ws-1")
-    await wait_for_value(
-        lambda: repo.pool.fetchval("SELECT count(*) FROM public.task_effects WHERE task_id = $1", task_id), bool
-    )
+    await eventually(lambda: repo.pool.fetchval("SELECT count(*) FROM public.task_effects WHERE task_id = $1", task_id))
     rescuer = spawn()
     await rescuer.wait_ready()
 
     victim.signal(signal.SIGKILL)
     killed_at = time.monotonic()
-    row = await wait_for_value(
+    row = await eventually(
         lambda: repo.pool.fetchrow("SELECT * FROM popagent_agent_tasks WHERE id = $1", task_id),
-        lambda r: r["status"] == "completed",
-        30,
+        until=lambda r: r["status"] == "completed",
+        within=30,
     )
 
     horizon = float(FAST_ENV["POPAGENT_TASKS_HEARTBEAT_TIMEOUT_S"]) + float(FAST_ENV["POPAGENT_TASKS_SWEEP_INTERVAL_S"])
@@ -125,23 +124,21 @@ async def test_a_paused_workers_late_completion_changes_nothing(repo: TaskRepo, 
     paused = spawn(POPAGENT_TASKS_CONCURRENCY="1")
     await paused.wait_ready()
     [task_id] = await repo.create_tasks(["effect;hang-below:2:2;ok"], source="user", workspace_id="ws-1")
-    await wait_for_value(
-        lambda: repo.pool.fetchval("SELECT count(*) FROM public.task_effects WHERE task_id = $1", task_id), bool
-    )
+    await eventually(lambda: repo.pool.fetchval("SELECT count(*) FROM public.task_effects WHERE task_id = $1", task_id))
     paused.signal(signal.SIGSTOP)
     rescuer = spawn()
     await rescuer.wait_ready()
-    done = await wait_for_value(
+    done = await eventually(
         lambda: repo.pool.fetchrow("SELECT * FROM popagent_agent_tasks WHERE id = $1", task_id),
-        lambda r: r["status"] == "completed",
-        30,
+        until=lambda r: r["status"] == "completed",
+        within=30,
     )
 
     paused.signal(signal.SIGCONT)
-    await wait_for_value(
-        lambda: asyncio.sleep(0, paused.log_text()),
-        lambda text: "stale attempt's transition changed nothing" in text or "lost its claim" in text,
-        15,
+    await eventually(
+        paused.log_text,
+        until=lambda text: "stale attempt's transition changed nothing" in text or "lost its claim" in text,
+        within=15,
     )
     await asyncio.sleep(0.5)
 
@@ -157,13 +154,11 @@ async def test_sigterm_finishes_short_work_and_requeues_the_rest(repo: TaskRepo,
     await worker.wait_ready()
     short = await repo.create_tasks(["hang:0.3;ok"] * 50, source="user", workspace_id="ws-1")
     long = await repo.create_tasks(["sleep:60"] * 50, source="user", workspace_id="ws-1")
-    await wait_for_value(lambda: counts(repo.pool), lambda c: c.get("running", 0) + c.get("completed", 0) == 100)
+    await eventually(lambda: counts(repo.pool), until=lambda c: c.get("running", 0) + c.get("completed", 0) == 100)
 
     stopping = time.monotonic()
     worker.signal(signal.SIGTERM)
-    while worker.process.poll() is None:
-        assert time.monotonic() - stopping < 1 + 0.5 + 2 + 2, "worker did not exit in time"
-        await asyncio.sleep(0.05)
+    await eventually(lambda: worker.process.poll() is not None, within=1 + 0.5 + 2 + 2, what="the worker to exit")
     elapsed = time.monotonic() - stopping
 
     assert worker.process.returncode == 0, worker.log_text()[-3000:]
@@ -228,7 +223,7 @@ async def test_three_scheduler_replicas_materialize_each_tick_exactly_once(repo:
         if replica is not victim:
             await replica.wait_ready()
 
-    await wait_for_value(lambda: counts(repo.pool), lambda c: c.get("completed", 0) >= 50, 60, interval=0.1)
+    await eventually(lambda: counts(repo.pool), until=lambda c: c.get("completed", 0) >= 50, within=60, interval=0.1)
     await asyncio.sleep(1.0)
 
     rows = await repo.pool.fetch("SELECT * FROM popagent_agent_tasks WHERE schedule_id = $1", schedule_id)

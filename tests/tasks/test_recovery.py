@@ -10,8 +10,9 @@ import pytest
 from popagent_tasks.executor import AbortReason
 from popagent_tasks.observer import TaskStopped
 from popagent_tasks.repo import TaskNotCancellable
-from tasks.conftest import Harness, wait_until
+from support.waiting import eventually
 from tasks.executors import ScriptedExecutor
+from tasks.harness import Harness
 
 
 async def claim_one(harness: Harness, worker_id: str = "elsewhere") -> tuple:
@@ -25,7 +26,7 @@ async def test_cancelling_a_cooperative_executor_stops_it_and_nothing_runs_again
     await worker.start()
     task_id = await harness.create("sleep:30", source="self-update")
     await harness.wait_status(task_id, "running")
-    await wait_until(lambda: executor.calls != [])
+    await eventually(lambda: executor.calls != [])
 
     started = time.monotonic()
     requested = await harness.repo.cancel_task(str(task_id))
@@ -63,7 +64,7 @@ async def test_an_executor_that_ignores_cancel_keeps_its_slot_until_it_settles(h
     behind = await harness.create("ok")
 
     await harness.repo.cancel_task(str(stubborn))
-    await wait_until(lambda: "stop:1:interrupted" in harness.recorder.shape(stubborn))
+    await eventually(lambda: "stop:1:interrupted" in harness.recorder.shape(stubborn))
 
     assert await harness.status(stubborn) == "cancelling"
     assert await harness.status(behind) == "queued"
@@ -134,7 +135,7 @@ async def test_a_worker_that_lost_its_claim_is_aborted_and_its_result_discarded(
     await old.start()
     task_id = await harness.create("release:old", source="self-update")
     await harness.wait_status(task_id, "running")
-    await wait_until(lambda: old_executor.calls != [])
+    await eventually(lambda: old_executor.calls != [])
 
     # The old worker's slot looks dead to everyone else: another worker recovers and runs it.
     await harness.pool.execute(
@@ -144,12 +145,12 @@ async def test_a_worker_that_lost_its_claim_is_aborted_and_its_result_discarded(
     )
     [reclaimed] = await harness.repo.claim("new", 1)
     aborted_at = time.monotonic()
-    await wait_until(lambda: old.slots.get(task_id) is not None and old.slots[task_id].abort.aborted, within=3)
+    await eventually(lambda: old.slots.get(task_id) is not None and old.slots[task_id].abort.aborted, within=3)
 
     assert time.monotonic() - aborted_at <= 3
     assert old.slots[task_id].abort.reason is AbortReason.LOST_CLAIM
     old_executor.gate("old").set()
-    await wait_until(lambda: task_id not in old.slots)
+    await eventually(lambda: task_id not in old.slots)
     current = await harness.row(task_id)
     assert (current["status"], current["attempt_count"], current["claimed_by"]) == ("running", 2, "new")
     assert "stop:1:completed" not in harness.recorder.shape(task_id)
@@ -236,7 +237,7 @@ async def test_stop_lets_short_work_finish_and_requeues_what_it_aborts(harness: 
     await worker.start()
     quick = [await harness.create("hang:0.2;ok") for _ in range(3)]
     slow = [await harness.create("sleep:30", source="self-update") for _ in range(3)]
-    await wait_until(lambda: len(worker.slots) == 6)
+    await eventually(lambda: len(worker.slots) == 6)
 
     started = time.monotonic()
     await worker.stop()

@@ -20,7 +20,7 @@ from popagent_tasks.schedules import (
     next_run,
     validate_cron,
 )
-from tasks.conftest import wait_for_value
+from support.waiting import eventually
 
 
 async def insert_schedule(pool: asyncpg.Pool, **values: object) -> asyncpg.Record:
@@ -153,7 +153,9 @@ async def test_the_scheduler_loop_fires_a_due_schedule_and_sleeps_until_the_next
     try:
         await insert_schedule(pool, next_run_at=datetime.now(UTC) + timedelta(milliseconds=300))
         scheduler.wake()
-        await wait_for_value(lambda: pool.fetchval("SELECT count(*) FROM popagent_agent_tasks"), lambda n: n == 1, 5)
+        await eventually(
+            lambda: pool.fetchval("SELECT count(*) FROM popagent_agent_tasks"), until=lambda n: n == 1, within=5
+        )
         await asyncio.sleep(0.5)
         assert await pool.fetchval("SELECT count(*) FROM popagent_agent_tasks") == 1
     finally:

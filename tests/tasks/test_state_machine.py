@@ -326,7 +326,7 @@ class TaskLifecycle(RuleBasedStateMachine):
 @pytest.mark.timeout(900 if FULL else 240)
 def test_task_lifecycle_state_machine(make_database, pg_dsn: str) -> None:  # type: ignore[no-untyped-def]
     global WORLD
-    from tasks.conftest import TASKS_MIGRATIONS
+    from tasks.harness import TASKS_MIGRATIONS
 
     loop = asyncio.new_event_loop()
     try:

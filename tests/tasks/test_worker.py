@@ -7,8 +7,9 @@ import pytest
 
 from popagent_tasks.model import TRANSIENT, ErrorClass
 from popagent_tasks.observer import TaskStarted, TaskStopped
-from tasks.conftest import Harness, Recorder, wait_until
+from support.waiting import eventually
 from tasks.executors import ScriptedExecutor
+from tasks.harness import Harness, Recorder
 
 NEVER_RETRY = sorted(set(ErrorClass) - TRANSIENT)
 
@@ -189,7 +190,7 @@ async def test_a_timed_out_executor_that_ignores_abort_holds_its_row_and_slot_un
     hung = await harness.create("release:late", source="self-update", max_attempts=3)
     waiting = await harness.create("ok")
 
-    await wait_until(lambda: "stop:1:interrupted" in harness.recorder.shape(hung))
+    await eventually(lambda: "stop:1:interrupted" in harness.recorder.shape(hung))
 
     row = await harness.row(hung)
     assert (row["status"], row["attempt_count"]) == ("running", 1)

@@ -1,24 +1,17 @@
-"""One task-turn stack per test session (per xdist worker), reset before every test."""
+"""Fixtures of the task-turn tests: the task-turn stack (support/stacks.py), shared by the
+session and reset before every test."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import Awaitable, Callable
 
 import pytest
 
-from tasks_turns.stack import TaskTurnStack, start_task_turn_stack
-
-
-@pytest.fixture(scope="session")
-async def task_turn_stack(
-    pg_dsn: str, internal_credentials: tuple[dict[str, str], str], tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[TaskTurnStack]:
-    path = tmp_path_factory.mktemp("task-turn-stack")
-    async with start_task_turn_stack(pg_dsn, internal_credentials, path) as stack:
-        yield stack
+from support.stacks import TASK_TURN_STACK, Stack, StackSpec
 
 
 @pytest.fixture
-def stack(task_turn_stack: TaskTurnStack) -> TaskTurnStack:
+async def stack(started_stack: Callable[[StackSpec], Awaitable[Stack]]) -> Stack:
+    task_turn_stack = await started_stack(TASK_TURN_STACK)
     task_turn_stack.reset()
     return task_turn_stack

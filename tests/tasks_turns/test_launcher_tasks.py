@@ -14,7 +14,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from e2e.test_launcher import launch
+
+from support.launcher import launch
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("stack")]
 

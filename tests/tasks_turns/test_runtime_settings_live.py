@@ -9,12 +9,12 @@ slots. The change goes through `UpdateAgentRuntimeSettings`, the RPC that
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as arpb
 from support.model_gateway import Turn
-from tasks_turns.stack import start_task_turn_stack
+from support.stacks import TASK_TURN_STACK, start_stack
+from support.waiting import eventually
 
 # Each turn streams for about six seconds: long enough to see two attempts overlap.
 SLOW_ANSWER = Turn.say("x" * 48, chunk_size=4, chunk_delay_s=0.5)
@@ -23,19 +23,24 @@ SLOW_ANSWER = Turn.say("x" * 48, chunk_size=4, chunk_delay_s=0.5)
 async def test_raising_task_concurrency_lets_a_running_worker_run_two_tasks_at_once(
     pg_dsn: str, internal_credentials: tuple[dict[str, str], str], tmp_path: Path
 ) -> None:
-    async with start_task_turn_stack(pg_dsn, internal_credentials, tmp_path, task_concurrency=1) as stack:
+    # A stack of its own: the shared one runs four slots, and this test changes the setting.
+    spec = TASK_TURN_STACK.with_runtime(task_concurrency=1)
+    async with start_stack(pg_dsn, internal_credentials, tmp_path, spec) as stack:
         stack.reset()
         worker = stack.running.worker
         assert worker is not None and worker.config.concurrency == 1
         stack.models.push(SLOW_ANSWER, SLOW_ANSWER)
-        first = await stack.create("First slow task")
-        second = await stack.create("Second slow task")
+        first = await stack.create_task("First slow task")
+        second = await stack.create_task("Second slow task")
 
-        await _until(lambda: len(worker.slots) == 1, within=10, what="the first attempt to start")
+        await eventually(lambda: len(worker.slots) == 1, within=10, what="the first attempt to start")
         await asyncio.sleep(1.0)
         # One slot: the second task waits while the first runs.
         assert len(worker.slots) == 1
-        assert sorted([(await stack.get(first)).status, (await stack.get(second)).status]) == ["queued", "running"]
+        assert sorted([(await stack.get_task(first)).status, (await stack.get_task(second)).status]) == [
+            "queued",
+            "running",
+        ]
 
         updated = await stack.state.UpdateAgentRuntimeSettings(
             arpb.UpdateAgentRuntimeSettingsRequest(task_concurrency=2)
@@ -43,17 +48,10 @@ async def test_raising_task_concurrency_lets_a_running_worker_run_two_tasks_at_o
         assert not updated.violations and updated.settings.task_concurrency == 2
 
         # No restart: the same worker now holds both attempts at once, the first one undisturbed.
-        await _until(lambda: len(worker.slots) == 2, within=5, what="the second attempt to start beside the first")
+        await eventually(lambda: len(worker.slots) == 2, within=5, what="the second attempt to start beside the first")
         assert worker.config.concurrency == 2
         done = [
-            await stack.wait(task_id, "completed", "failed", "dead-letter", "cancelled") for task_id in (first, second)
+            await stack.wait_task(task_id, "completed", "failed", "dead-letter", "cancelled")
+            for task_id in (first, second)
         ]
         assert [(task.status, task.attempt_count) for task in done] == [("completed", 1), ("completed", 1)]
-
-
-async def _until(check, *, within: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + within
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within} s waiting for {what}")
-        await asyncio.sleep(0.02)

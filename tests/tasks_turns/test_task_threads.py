@@ -14,18 +14,18 @@ from popagent_agent_runner.service import MIGRATIONS
 from popagent_core.migrate import migrate
 from popagent_dev.pytest_plugin import DatabaseFactory
 from support.model_gateway import Turn
-from tasks_turns.stack import TaskTurnStack
+from support.stacks import Stack
 
 
-async def _listed_session_ids(stack: TaskTurnStack) -> set[str]:
+async def _listed_session_ids(stack: Stack) -> set[str]:
     listed = await stack.state.ListSessions(arpb.ListSessionsRequest())
     return {session.id for session in listed.sessions}
 
 
-async def test_a_sessionless_task_gets_its_own_thread_which_is_not_a_chat_session(stack: TaskTurnStack) -> None:
+async def test_a_sessionless_task_gets_its_own_thread_which_is_not_a_chat_session(stack: Stack) -> None:
     stack.models.push(Turn.say("Disk usage is at 40%."))
-    task_id = await stack.create("Report the disk usage")
-    task = await stack.wait(task_id, "completed", "failed", "dead-letter")
+    task_id = await stack.create_task("Report the disk usage")
+    task = await stack.wait_task(task_id, "completed", "failed", "dead-letter")
 
     assert (task.status, task.session_id) == ("completed", "")
     assert task.thread_id == f"task-{task_id}"
@@ -39,11 +39,11 @@ async def test_a_sessionless_task_gets_its_own_thread_which_is_not_a_chat_sessio
     assert [row["role"] for row in history] == ["user", "assistant"]
 
 
-async def test_a_task_with_a_session_runs_in_that_sessions_thread(stack: TaskTurnStack) -> None:
+async def test_a_task_with_a_session_runs_in_that_sessions_thread(stack: Stack) -> None:
     session = await stack.state.CreateSession(arpb.CreateSessionRequest(title="Ops", workspace_id="popagent"))
     stack.models.push(Turn.say("All good."))
-    task_id = await stack.create("Check the queue", session_id=session.id)
-    task = await stack.wait(task_id, "completed", "failed", "dead-letter")
+    task_id = await stack.create_task("Check the queue", session_id=session.id)
+    task = await stack.wait_task(task_id, "completed", "failed", "dead-letter")
 
     assert (task.status, task.thread_id) == ("completed", session.id)
     assert session.id in await _listed_session_ids(stack)

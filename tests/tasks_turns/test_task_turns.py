@@ -3,7 +3,6 @@ scripted model server over HTTP, hook deliveries checked at a real HTTPS receive
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
@@ -11,7 +10,8 @@ import pytest
 from popagent.tasks.v1 import tasks_pb2 as tpb
 from support.https_receiver import answer
 from support.model_gateway import ToolCall, Turn
-from tasks_turns.stack import TaskTurnStack
+from support.stacks import Stack
+from support.waiting import eventually
 
 
 def prompt_of(body: dict) -> str:  # type: ignore[type-arg]
@@ -21,22 +21,22 @@ def prompt_of(body: dict) -> str:  # type: ignore[type-arg]
     return content if isinstance(content, str) else " ".join(p.get("text", "") for p in content)
 
 
-def stops_of(stack: TaskTurnStack, task_id: str) -> list[dict]:  # type: ignore[type-arg]
+def stops_of(stack: Stack, task_id: str) -> list[dict]:  # type: ignore[type-arg]
     return [r for r in stack.hook_requests("TaskStop") if r["detail"]["taskId"] == task_id]
 
 
-async def settled_remediation(stack: TaskTurnStack, task_id: str) -> tpb.Task:
+async def settled_remediation(stack: Stack, task_id: str) -> tpb.Task:
     """The one remediation of a failed task, once it has ended (so no later test sees its turn)."""
     listed = await stack.tasks.ListTasks(tpb.ListTasksRequest(workspace_id="popagent"))
     remediations = [t for t in listed.tasks if t.parent_task_id == task_id]
     assert [t.kind for t in remediations] == ["remediation"]
-    return await stack.wait(remediations[0].id, "completed", "failed", "dead-letter", "cancelled")
+    return await stack.wait_task(remediations[0].id, "completed", "failed", "dead-letter", "cancelled")
 
 
-async def test_a_user_task_runs_as_a_turn_and_completes_with_the_answer(stack: TaskTurnStack) -> None:
+async def test_a_user_task_runs_as_a_turn_and_completes_with_the_answer(stack: Stack) -> None:
     stack.models.push(Turn.say("The build is green."))
-    task_id = await stack.create("Check the build status")
-    task = await stack.wait(task_id, "completed", "failed", "dead-letter")
+    task_id = await stack.create_task("Check the build status")
+    task = await stack.wait_task(task_id, "completed", "failed", "dead-letter")
     assert task.status == "completed"
     assert task.outcome == "The build is green."
     assert task.attempt_count == 1
@@ -54,13 +54,13 @@ async def test_a_user_task_runs_as_a_turn_and_completes_with_the_answer(stack: T
     assert stack.running.worker is not None and stack.running.worker.config.concurrency == 4
 
 
-async def test_a_task_turn_calls_tools_through_the_same_hooks_and_reports_progress(stack: TaskTurnStack) -> None:
+async def test_a_task_turn_calls_tools_through_the_same_hooks_and_reports_progress(stack: Stack) -> None:
     stack.models.push(
         Turn.call(ToolCall("getTime", {"time_zone": "UTC"}, id="call-time")),
         Turn.say("It is late."),
     )
-    task_id = await stack.create("What time is it?")
-    task = await stack.wait(task_id, "completed", "failed", "dead-letter")
+    task_id = await stack.create_task("What time is it?")
+    task = await stack.wait_task(task_id, "completed", "failed", "dead-letter")
     assert (task.status, task.outcome) == ("completed", "It is late.")
     [pre] = stack.hook_requests("PreToolUse")
     [post] = stack.hook_requests("PostToolUse")
@@ -73,12 +73,10 @@ async def test_a_task_turn_calls_tools_through_the_same_hooks_and_reports_progre
 
 
 @pytest.mark.parametrize(("status", "error_class"), [(500, "provider"), (429, "rate_limit")])
-async def test_a_provider_failure_fails_a_user_task_without_retry(
-    stack: TaskTurnStack, status: int, error_class: str
-) -> None:
+async def test_a_provider_failure_fails_a_user_task_without_retry(stack: Stack, status: int, error_class: str) -> None:
     stack.models.push(Turn.fail(status, "upstream trouble"), Turn.say("never used"))
-    task_id = await stack.create("Summarise the logs", max_attempts=3)
-    task = await stack.wait(task_id, "completed", "failed", "dead-letter")
+    task_id = await stack.create_task("Summarise the logs", max_attempts=3)
+    task = await stack.wait_task(task_id, "completed", "failed", "dead-letter")
     assert (task.status, task.last_error_class, task.attempt_count) == ("failed", error_class, 1)
     assert "upstream trouble" in task.last_error
     # Not replayed: the prompt reached the model once (the one other request is the remediation's turn).
@@ -93,13 +91,13 @@ async def test_a_provider_failure_fails_a_user_task_without_retry(
 
 
 async def test_a_provider_failure_retries_self_update_work_then_dead_letters_with_one_remediation(
-    stack: TaskTurnStack,
+    stack: Stack,
 ) -> None:
     # Two failing attempts, then the remediation's own turn answers. The retry delay comes
     # from agent-runner's settings (0.1-0.2 s); the tasks env says 60 s, which would time out.
     stack.models.push(Turn.fail(503, "overloaded"), Turn.fail(500, "still down"), Turn.say("Investigated."))
-    task_id = await stack.create("Update the dependencies", max_attempts=2, source="self-update")
-    task = await stack.wait(task_id, "dead-letter", "failed", "completed")
+    task_id = await stack.create_task("Update the dependencies", max_attempts=2, source="self-update")
+    task = await stack.wait_task(task_id, "dead-letter", "failed", "completed")
     assert (task.status, task.last_error_class, task.attempt_count) == ("dead-letter", "provider", 2)
     remediation = await settled_remediation(stack, task_id)
     assert (remediation.status, remediation.outcome) == ("completed", "Investigated.")
@@ -113,11 +111,11 @@ async def test_a_provider_failure_retries_self_update_work_then_dead_letters_wit
     assert len({stop["turnId"] for stop in stops}) == 2
 
 
-async def test_a_denied_prompt_fails_the_task_as_hook_denied_without_a_model_call(stack: TaskTurnStack) -> None:
+async def test_a_denied_prompt_fails_the_task_as_hook_denied_without_a_model_call(stack: Stack) -> None:
     stack.receiver.script("/prompt", answer("deny", reason="no background work today"))
     stack.models.push(Turn.say("never used"))
-    task_id = await stack.create("Clean the caches", source="self-update", max_attempts=3)
-    task = await stack.wait(task_id, "completed", "failed", "dead-letter")
+    task_id = await stack.create_task("Clean the caches", source="self-update", max_attempts=3)
+    task = await stack.wait_task(task_id, "completed", "failed", "dead-letter")
     assert (task.status, task.last_error_class, task.attempt_count) == ("failed", "hook_denied", 1)
     assert "no background work today" in task.last_error
     # The remediation's own prompt is denied too.
@@ -126,40 +124,37 @@ async def test_a_denied_prompt_fails_the_task_as_hook_denied_without_a_model_cal
     assert stack.models.requests == []
 
 
-async def test_cancelling_a_running_task_aborts_its_turn(stack: TaskTurnStack) -> None:
+async def test_cancelling_a_running_task_aborts_its_turn(stack: Stack) -> None:
     # 50 chunks, half a second apart: the stream would run for 25 s.
     stack.models.push(Turn.say("x" * 200, chunk_size=4, chunk_delay_s=0.5))
-    task_id = await stack.create("Write a long report")
-    deadline = time.monotonic() + 10
-    while not stack.models.requests:
-        assert time.monotonic() < deadline, "the turn never reached the model"
-        await asyncio.sleep(0.05)
+    task_id = await stack.create_task("Write a long report")
+    await eventually(lambda: stack.models.requests, within=10, what="the turn to reach the model")
     started = time.monotonic()
     await stack.tasks.CancelTask(tpb.CancelTaskRequest(id=task_id))
-    task = await stack.wait(task_id, "cancelled", "completed", "failed")
+    task = await stack.wait_task(task_id, "cancelled", "completed", "failed")
     assert task.status == "cancelled"
     assert task.outcome == ""
     assert time.monotonic() - started < 10
     # The model stream was abandoned mid-way: the turn itself stopped, not only the task row.
-    while stack.models.disconnected == 0:
-        assert time.monotonic() - started < 10, "the model stream was never abandoned"
-        await asyncio.sleep(0.05)
+    await eventually(lambda: stack.models.disconnected > 0, within=10, what="the model stream to be abandoned")
+    assert time.monotonic() - started < 10
     assert stack.hook_requests("Stop") == []
     [stop] = stops_of(stack, task_id)
     assert (stop["turnId"], stop["detail"]["status"]) == (task.turn_id, "cancelled")
 
 
-async def test_a_task_turn_gets_the_workspace_tools_in_the_tasks_workspace(stack: TaskTurnStack) -> None:
-    (stack.repository / "status.txt").write_text("green\n")
+async def test_a_task_turn_gets_the_workspace_tools_in_the_tasks_workspace(stack: Stack) -> None:
+    repository = stack.workspace_root / "popagent"
+    (repository / "status.txt").write_text("green\n")
     stack.models.push(
         Turn.call(ToolCall("mastra_workspace_read_file", {"path": "status.txt"}, id="read")),
         Turn.call(ToolCall("mastra_workspace_execute_command", {"command": "echo red > status.txt"}, id="run")),
         Turn.say("Marked red."),
     )
-    task_id = await stack.create("Mark the status red")
-    task = await stack.wait(task_id, "completed", "failed", "dead-letter")
-    assert task.status == "completed", task.error_message
-    assert (stack.repository / "status.txt").read_text() == "red\n"
+    task_id = await stack.create_task("Mark the status red")
+    task = await stack.wait_task(task_id, "completed", "failed", "dead-letter")
+    assert task.status == "completed", task.last_error
+    assert (repository / "status.txt").read_text() == "red\n"
     first, second, third = stack.models.requests
     assert "mastra_workspace_execute_command" in [t["function"]["name"] for t in first["tools"]]
     assert "green" in second["messages"][-1]["content"]

@@ -1,11 +1,9 @@
-"""Helpers shared by the kernel tests: waiting, subprocess environments, JetStream reads."""
+"""Helpers shared by the kernel tests: subprocess environments, valid settings, JetStream reads."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from nats.js import JetStreamContext
@@ -13,17 +11,14 @@ from nats.js.api import RawStreamMsg
 from nats.js.errors import NotFoundError
 
 from popagent_core import subjects
+from popagent_core.auth import generate_credentials
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], *, timeout_s: float = 15.0, what: str = "") -> None:
-    """Poll `check` until it is true; fail with `what` after `timeout_s`."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not await check():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what or check}")
-        await asyncio.sleep(0.05)
+# Settings that pass validation, for tests about the others.
+VALID_DSN = "postgresql://popagent@127.0.0.1:1/popagent"
+_, VALID_CALLERS = generate_credentials(("gateway",))
 
 
 def unique_subject(owner: str = "evolution") -> str:

@@ -1,0 +1,72 @@
+"""Helpers of the gateway tests: a scripted agent-runner on real gRPC, and the turn events it streams."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+import grpc
+
+from popagent.agent_runner.v1 import agent_runner_pb2 as pb
+from popagent.agent_runner.v1 import agent_runner_pb2_grpc
+
+API_KEY = "c" * 32
+# POPAGENT_GATEWAY_RPC_TIMEOUT_S of the harness: short, so a test can outlast it.
+RPC_TIMEOUT_S = 0.3
+USER_MESSAGE = {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hello"}]}
+
+Script = Callable[[pb.ChatRequest, grpc.aio.ServicerContext], AsyncIterator[pb.TurnEventBatch]]
+
+
+@dataclass
+class ScriptedRunner(agent_runner_pb2_grpc.AgentRunnerServiceServicer):
+    script: Script | None = None
+    requests: list[pb.ChatRequest] = field(default_factory=list)
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    # How long the unary ListMemories takes to answer (an empty list).
+    list_memories_delay_s: float = 0.0
+
+    async def Chat(self, request: pb.ChatRequest, context: grpc.aio.ServicerContext):  # type: ignore[override]
+        self.requests.append(request)
+        assert self.script is not None
+        try:
+            async for batch in self.script(request, context):
+                yield batch
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+
+    async def ListMemories(
+        self, request: pb.ListMemoriesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListMemoriesResponse:
+        await asyncio.sleep(self.list_memories_delay_s)
+        return pb.ListMemoriesResponse()
+
+
+class ScriptedState(agent_runner_pb2_grpc.AgentRunnerStateServiceServicer):
+    """What the chat route reads before a turn: the agents (no overrides) and the default model."""
+
+    async def ListAgents(
+        self, request: pb.ListAgentsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListAgentsResponse:
+        return pb.ListAgentsResponse(agents=[pb.Agent(id="popagent")])
+
+    async def GetAgentRuntimeSettings(
+        self, request: pb.GetAgentRuntimeSettingsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AgentRuntimeSettings:
+        return pb.AgentRuntimeSettings(default_model="fake/fake-chat")
+
+
+@dataclass
+class Harness:
+    runner: ScriptedRunner
+    url: str
+
+
+def batch(*events: pb.TurnEvent) -> pb.TurnEventBatch:
+    return pb.TurnEventBatch(events=list(events))
+
+
+def start(turn_id: str = "turn-1") -> pb.TurnEvent:
+    return pb.TurnEvent(start=pb.TurnStart(turn_id=turn_id, message_id="a1", model="fake/fake-chat"))

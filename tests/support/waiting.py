@@ -1,0 +1,40 @@
+"""Waiting for something that happens in another task, thread or process: `eventually`.
+
+Every suite polls the same way (a database row, a hook delivery, a worker's slots, a
+stream's messages), so there is one helper for it, and a failure always says what was
+awaited and what was last seen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import TypeVar, cast
+
+T = TypeVar("T")
+
+
+async def eventually(
+    check: Callable[[], Awaitable[T] | T],
+    *,
+    until: Callable[[T], object] = bool,
+    within: float = 15.0,
+    interval: float = 0.05,
+    what: str = "",
+) -> T:
+    """Call `check` (sync or async) until `until` holds for its value, and return that value.
+
+    Fails with an AssertionError naming `what` (or `check`) and the last value once `within`
+    seconds have passed; `check` is always called at least once.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        result = check()
+        value = cast(T, await result if inspect.isawaitable(result) else result)
+        if until(value):
+            return value
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {within} s waiting for {what or check}; last value: {value!r}")
+        await asyncio.sleep(interval)
