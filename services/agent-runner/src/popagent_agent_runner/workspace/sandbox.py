@@ -89,6 +89,15 @@ class SandboxUnavailable(Exception):
     """bubblewrap cannot build the sandbox here; the message says why."""
 
 
+class SandboxStartCrashed(Exception):
+    """bubblewrap died of a signal before it started the command (seen rarely in a busy gRPC
+    process); nothing ran, so the command is simply started again."""
+
+
+# Starts of one command when bubblewrap dies of a signal before the sandbox exists.
+START_ATTEMPTS = 3
+
+
 class BoundedOutput:
     """The first `head` and the last `tail` bytes of a stream, and how many bytes between were left out."""
 
@@ -355,6 +364,9 @@ class SandboxProcess:
                 await asyncio.shield(self._done)
             raise
         if not self.killed:
+            if not self.sandbox_started and code < 0:
+                logger.warning("bubblewrap died before starting the sandbox", extra={"signal": -code})
+                raise SandboxStartCrashed(f"bubblewrap died of signal {-code} before starting the command")
             if not self.sandbox_started:
                 # bubblewrap exited before it could start the command (no user namespaces, ...).
                 lines = self.output.text().strip().splitlines()
@@ -504,8 +516,14 @@ class Sandbox:
         return process
 
     async def run(self, repository: Path, cwd: Path, command: str, timeout_s: float) -> CommandResult:
-        process = await self.start(repository, cwd, command)
-        return await process.wait(timeout_s)
+        for attempt in range(1, START_ATTEMPTS + 1):
+            process = await self.start(repository, cwd, command)
+            try:
+                return await process.wait(timeout_s)
+            except SandboxStartCrashed:
+                if attempt == START_ATTEMPTS:
+                    raise SandboxUnavailable("sandbox unavailable: bubblewrap kept dying before it started") from None
+        raise AssertionError("unreachable")
 
     async def probe(self) -> str | None:
         """Run `true` in a sandbox once: None when it works, else why not (also kept as `unavailable_reason`)."""

@@ -61,24 +61,21 @@ async def execute_command(
     relative = await contained(_cwd, repo, cwd)
     folder = repo.root if relative == "." else repo.root.joinpath(*relative.split("/"))
     timeout = hands.timeout(timeout_s)
+    if not background:
+        try:
+            result = await hands.sandbox.run(repo.root, folder, command, timeout)
+        except SandboxUnavailable as exc:
+            raise ToolFailed(str(exc)) from None
+        return _result(result, relative)
     try:
         process = await hands.sandbox.start(repo.root, folder, command)
     except SandboxUnavailable as exc:
         raise ToolFailed(str(exc)) from None
-    if background:
-        try:
-            process_id = hands.keep(process, timeout)
-        except Exception as exc:
-            raise ToolFailed(str(exc)) from None
-        return {"processId": process_id, "command": command, "cwd": relative, "running": True, "timeoutS": timeout}
     try:
-        result = await process.wait(timeout)
-    except SandboxUnavailable as exc:
+        process_id = hands.keep(process, timeout)
+    except Exception as exc:
         raise ToolFailed(str(exc)) from None
-    finally:
-        # A cancelled turn (or any failure here) never leaves the command running.
-        process.kill()
-    return _result(result, relative)
+    return {"processId": process_id, "command": command, "cwd": relative, "running": True, "timeoutS": timeout}
 
 
 async def get_process_output(
