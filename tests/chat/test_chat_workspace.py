@@ -7,6 +7,8 @@ repository on disk.
 
 from __future__ import annotations
 
+import json
+import os
 import textwrap
 import uuid
 from pathlib import Path
@@ -23,6 +25,8 @@ READ = "mastra_workspace_read_file"
 WRITE = "mastra_workspace_write_file"
 EDIT = "mastra_workspace_edit_file"
 RUN = "mastra_workspace_execute_command"
+GET_OUTPUT = "mastra_workspace_get_process_output"
+KILL = "mastra_workspace_kill_process"
 READ_ONLY = [
     "mastra_workspace_read_file",
     "mastra_workspace_list_files",
@@ -45,6 +49,7 @@ async def workspace_session(stack: Stack, client: httpx.AsyncClient, files: dict
     """A new registered workspace holding `files`, and a session in it."""
     name = f"repo-{uuid.uuid4().hex[:8]}"
     folder = stack.workspace_root / name
+    folder.mkdir()
     for relative, content in files.items():
         (folder / relative).parent.mkdir(parents=True, exist_ok=True)
         (folder / relative).write_text(content)
@@ -243,3 +248,50 @@ async def test_health_reports_the_sandbox(stack: Stack) -> None:
     async with stack.client() as client:
         body = (await client.get("/api/health")).json()
     assert body["components"]["sandbox"] == {"ok": True, "detail": ""}
+
+
+def processes_with(marker: str) -> list[int]:
+    found: list[int] = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                    if marker.encode() in cmdline.read():
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+async def test_background_processes_are_read_killed_and_end_with_the_turn(stack: Stack) -> None:
+    kept = f"kept-{uuid.uuid4().hex[:8]}"
+    process_id = ""
+
+    def respond(body: dict[str, Any]) -> Turn:
+        """Each step's call; the process id comes from the first result, as the model would read it."""
+        nonlocal process_id
+        results = tool_results(body)
+        step = len(results)
+        if step == 1:
+            process_id = json.loads(results[0])["processId"]
+        script = [
+            Turn.call(ToolCall(RUN, {"command": "echo started; sleep 300", "background": True}, id="bg")),
+            Turn.call(ToolCall(GET_OUTPUT, {"process_id": process_id, "wait_s": 0.5}, id="out")),
+            Turn.call(ToolCall(KILL, {"process_id": process_id}, id="kill")),
+            Turn.call(ToolCall(RUN, {"command": f"sleep 300 # {kept}", "background": True}, id="left")),
+            Turn.say("Left one running."),
+        ]
+        return script[step]
+
+    async with stack.client() as client:
+        session, _ = await workspace_session(stack, client, {})
+        stack.models.responder = respond
+        chunks = await chat(client, session, "run things in the background")
+    outputs = {o["toolCallId"]: o["output"] for o in of_type(chunks, "tool-output-available")}
+    assert of_type(chunks, "tool-output-error") == []
+    assert outputs["bg"]["running"] is True and outputs["bg"]["processId"] == process_id
+    assert outputs["out"]["running"] is True and outputs["out"]["output"] == "started\n"
+    assert outputs["kill"]["wasRunning"] is True and outputs["kill"]["exitCode"] is None
+    assert outputs["left"]["running"] is True
+    # The turn is over: the process it left running was killed with it.
+    assert processes_with(kept) == []
