@@ -295,3 +295,21 @@ async def test_background_processes_are_read_killed_and_end_with_the_turn(stack:
     assert outputs["left"]["running"] is True
     # The turn is over: the process it left running was killed with it.
     assert processes_with(kept) == []
+
+
+async def test_a_command_is_killed_at_the_persisted_timeout(stack: Stack) -> None:
+    async with stack.client() as client:
+        session, _ = await workspace_session(stack, client, {})
+        assert (await client.patch("/api/settings/agent-runtime", json={"commandTimeoutMs": 1000})).status_code == 200
+        try:
+            stack.models.push(
+                Turn.call(ToolCall(RUN, {"command": "echo begun; sleep 30"}, id="slow")), Turn.say("Slow.")
+            )
+            chunks = await chat(client, session, "run the slow thing")
+        finally:
+            await client.patch("/api/settings/agent-runtime", json={"commandTimeoutMs": 120_000})
+    [output] = of_type(chunks, "tool-output-available")
+    result = output["output"]
+    assert result["timedOut"] is True and result["exitCode"] is None
+    assert result["output"] == "begun\n"
+    assert 900 <= result["durationMs"] < 5000

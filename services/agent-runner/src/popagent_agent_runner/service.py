@@ -65,7 +65,7 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
         reason = await sandbox.probe()
         if reason is not None:
             logger.warning("workspace shell disabled", extra={"reason": f"sandbox unavailable: {reason}"})
-        hands = Hands(settings.workspace_root, sandbox, settings.command_timeout_s)
+        hands = Hands(settings.workspace_root, sandbox)
         sessions = SessionStore(pool, workspaces, QUERIES)
         starts = SessionStarts(hooks)
         servicer = AgentRunnerStateServicer(

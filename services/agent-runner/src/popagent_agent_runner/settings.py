@@ -20,8 +20,7 @@ class Settings(ServiceSettings):
     # The OpenAI-compatible model gateway every agent reaches its model through (9Router by default).
     ninerouter_url: str = Field(default="http://127.0.0.1:20128/v1", validation_alias="NINEROUTER_URL")
     ninerouter_api_key: str = Field(default="", validation_alias="NINEROUTER_API_KEY", repr=False)
-    # Workspace shell: the timeout of a command that names none, and the processes one command may run.
-    command_timeout_s: float = Field(default=120.0, gt=0, le=600, validation_alias="POPAGENT_COMMAND_TIMEOUT_S")
+    # Workspace shell: the processes one command may run (its default timeout is an agent-runtime setting).
     sandbox_max_processes: int = Field(default=256, ge=8, le=65536, validation_alias="POPAGENT_SANDBOX_MAX_PROCESSES")
 
     @field_validator("grpc_address")

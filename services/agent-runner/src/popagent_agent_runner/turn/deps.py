@@ -40,6 +40,8 @@ class RuntimeSnapshot:
     delegation_result_max_chars: int
     delegation_failure_text: str
     delegation_truncation_text: str
+    # The workspace shell's timeout of a command that names none.
+    command_timeout_ms: int
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> RuntimeSnapshot:

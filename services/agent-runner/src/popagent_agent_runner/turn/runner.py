@@ -235,7 +235,11 @@ class TurnRunner:
             hooks=hooks,
             memories=self.memories,
             output=output,
-            hands=self.hands.for_turn(prepared.state.workspace_id, prepared.state.workspace_path)
+            hands=self.hands.for_turn(
+                prepared.state.workspace_id,
+                prepared.state.workspace_path,
+                prepared.state.snapshot.command_timeout_ms / 1000,
+            )
             if self.hands is not None
             else None,
         )

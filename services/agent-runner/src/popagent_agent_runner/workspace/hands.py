@@ -28,17 +28,22 @@ MAX_BACKGROUND_PROCESSES = 8
 class Hands:
     workspace_root: Path
     sandbox: Sandbox
+    # Used only where no settings snapshot gives one (benchmarks).
     command_timeout_s: float = DEFAULT_TIMEOUT_S
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
-    def for_turn(self, workspace_id: str, registered_path: str | None) -> TurnHands:
+    def for_turn(
+        self, workspace_id: str, registered_path: str | None, command_timeout_s: float | None = None
+    ) -> TurnHands:
+        """The turn's hands; `command_timeout_s` is the turn's settings snapshot's (None: this default)."""
+        timeout = command_timeout_s if command_timeout_s is not None else self.command_timeout_s
         if registered_path is None:
-            return TurnHands(self, workspace_id, None, f"the workspace {workspace_id!r} is not registered")
+            return TurnHands(self, workspace_id, None, f"the workspace {workspace_id!r} is not registered", timeout)
         try:
             _, real = contained_path(self.workspace_root, registered_path)
         except InvalidArgument as exc:
-            return TurnHands(self, workspace_id, None, f"the workspace {workspace_id!r} cannot be used: {exc}")
-        return TurnHands(self, workspace_id, Repository(real, workspace_id))
+            return TurnHands(self, workspace_id, None, f"the workspace {workspace_id!r} cannot be used: {exc}", timeout)
+        return TurnHands(self, workspace_id, Repository(real, workspace_id), "", timeout)
 
     def next_process_id(self) -> str:
         return f"proc-{next(self._ids)}"
@@ -50,6 +55,7 @@ class TurnHands:
     workspace_id: str
     repository: Repository | None
     problem: str = ""
+    command_timeout_s: float = DEFAULT_TIMEOUT_S
     processes: dict[str, SandboxProcess] = field(default_factory=dict[str, SandboxProcess])
     _watchdogs: list[asyncio.Task[object]] = field(default_factory=list[asyncio.Task[object]])
 
@@ -65,7 +71,7 @@ class TurnHands:
     def timeout(self, requested_s: float | None) -> float:
         """A command's timeout: the configured default, at most `MAX_TIMEOUT_S`."""
         if requested_s is None or requested_s <= 0:
-            return min(self.hands.command_timeout_s, MAX_TIMEOUT_S)
+            return min(self.command_timeout_s, MAX_TIMEOUT_S)
         return min(requested_s, MAX_TIMEOUT_S)
 
     def keep(self, process: SandboxProcess, timeout_s: float) -> str:
