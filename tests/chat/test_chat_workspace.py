@@ -16,10 +16,11 @@ from typing import Any
 
 import httpx
 
-from chat.helpers import chat, of_type, text_of, thread_rows
+from chat.helpers import chat, of_type, text_of, thread_rows, user_message
 from support.https_receiver import answer
 from support.model_gateway import ToolCall, Turn
-from support.stacks import Stack
+from support.stacks import MODEL, Stack
+from support.waiting import eventually
 
 READ = "mastra_workspace_read_file"
 WRITE = "mastra_workspace_write_file"
@@ -313,3 +314,20 @@ async def test_a_command_is_killed_at_the_persisted_timeout(stack: Stack) -> Non
     assert result["timedOut"] is True and result["exitCode"] is None
     assert result["output"] == "begun\n"
     assert 900 <= result["durationMs"] < 5000
+
+
+async def test_a_cancelled_turn_kills_its_running_command(stack: Stack) -> None:
+    marker = f"cancelled-{uuid.uuid4().hex[:8]}"
+    async with stack.client() as client:
+        session, _ = await workspace_session(stack, client, {})
+        stack.models.push(Turn.call(ToolCall(RUN, {"command": f"sleep 300 # {marker}"}, id="long")), Turn.say("never"))
+        body = {"id": session, "model": MODEL, "message": user_message("run the long thing")}
+        async with client.stream("POST", "/api/chat", json=body) as response:
+            assert response.status_code == 200
+            async for line in response.aiter_lines():
+                if '"tool-input-available"' in line:
+                    # The command is running in its sandbox (bubblewrap, its PID 1, the shell).
+                    await eventually(lambda: len(processes_with(marker)) >= 3, within=10, what="the command to start")
+                    break
+        # The client went away: the turn is cancelled and the command's whole process group killed.
+        await eventually(lambda: processes_with(marker) == [], within=5, what="the command to be killed")
