@@ -202,7 +202,8 @@ async def test_a_missing_singleton_row_is_a_configuration_error_not_a_default(ap
         "0003_seed_memory_settings.sql",
         "0004_seed_agent_roles.sql",
         "0005_drop_unregistered_tools.sql",
-        "0006_seed_command_timeout.sql",
+        "0006_add_web_tools.sql",
+        "0007_seed_command_timeout.sql",
     ]
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.usage import RunUsage
@@ -20,6 +20,9 @@ from popagent_agent_runner.turn.events import TurnOutput
 from popagent_agent_runner.turn.hooks_points import TurnHooks
 from popagent_agent_runner.turn.memories import MemoryStore
 from popagent_agent_runner.workspace.hands import TurnHands
+
+if TYPE_CHECKING:
+    from popagent_agent_runner.turn.tools.web import WebAccess
 
 SUPERVISOR_ID = "popagent"
 # The resource every chat thread belongs to (the spec's single user).
@@ -100,6 +103,8 @@ class TurnContext:
     hooks: TurnHooks
     memories: MemoryStore
     output: TurnOutput
+    # The process's SearXNG client and page fetcher (webSearch, webFetch).
+    web: WebAccess
     specialist_runs: list[SpecialistRun] = field(default_factory=list[SpecialistRun])
     # Usage of the specialists; the supervisor's own is on its run result.
     specialist_usage: RunUsage = field(default_factory=RunUsage)

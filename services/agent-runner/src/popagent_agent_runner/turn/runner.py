@@ -63,6 +63,7 @@ from popagent_agent_runner.turn.failure_texts import failure_message, provider_m
 from popagent_agent_runner.turn.hooks_points import TurnHooks, bounded, denied
 from popagent_agent_runner.turn.memories import RECALL_LIMIT, MemoryStore, bounded_recall, recall_query
 from popagent_agent_runner.turn.thread_store import ThreadStore, TurnState
+from popagent_agent_runner.turn.tools.web import WebAccess
 from popagent_agent_runner.turn.ui_message import prompt_text, user_content, with_prompt_text
 from popagent_agent_runner.workspace.hands import Hands
 from popagent_core.errors import ConfigurationError, InvalidArgument, PopagentError
@@ -186,9 +187,11 @@ class TurnRunner:
         hooks: HooksClient,
         factory: AgentFactory,
         starts: SessionStarts,
+        web: WebAccess,
         hands: Hands | None = None,
     ) -> None:
         self.threads = threads
+        self.web = web
         self.memories = memories
         self.hooks = hooks
         self.factory = factory
@@ -235,6 +238,7 @@ class TurnRunner:
             hooks=hooks,
             memories=self.memories,
             output=output,
+            web=self.web,
             hands=self.hands.for_turn(
                 prepared.state.workspace_id,
                 prepared.state.workspace_path,
