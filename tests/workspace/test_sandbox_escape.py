@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from popagent.agent_runner.v1 import agent_runner_pb2 as arpb
+from popagent_agent_runner.state.state_servicer import AgentRunnerStateServicer
 from popagent_agent_runner.workspace.sandbox import HEAD_BYTES, TAIL_BYTES, Sandbox, SandboxUnavailable
 from support.canary import CANARY, find_canary
 
@@ -391,3 +393,14 @@ def test_no_user_namespaces_means_sandbox_unavailable(tmp_path: Path) -> None:
 async def test_no_bubblewrap_means_sandbox_unavailable(tmp_path: Path) -> None:
     with pytest.raises(SandboxUnavailable, match=r"sandbox unavailable: bubblewrap \(bwrap\) is not installed"):
         await Sandbox(bwrap=None).run(tmp_path, tmp_path, "true", 5)
+
+
+async def test_the_sandbox_status_rpc_says_why_commands_are_refused() -> None:
+    # Only the sandbox is read by this RPC; the servicer's stores are not needed for it.
+    servicer = AgentRunnerStateServicer.__new__(AgentRunnerStateServicer)
+    servicer.sandbox = Sandbox(bwrap=None)
+    status = await servicer.GetSandboxStatus(arpb.GetSandboxStatusRequest(), None)  # type: ignore[arg-type]
+    assert (status.available, status.reason) == (False, "sandbox unavailable: bubblewrap (bwrap) is not installed")
+    servicer.sandbox = Sandbox()
+    status = await servicer.GetSandboxStatus(arpb.GetSandboxStatusRequest(), None)  # type: ignore[arg-type]
+    assert (status.available, status.reason) == (True, "")
