@@ -252,7 +252,7 @@ def test_special_files_never_block(layout: Layout) -> None:
 
 SWAPPER = textwrap.dedent(
     """
-    import ctypes, os, sys
+    import ctypes, os, sys, time
     base, iterations = sys.argv[1], int(sys.argv[2])
     os.chdir(base)
     libc = ctypes.CDLL(None, use_errno=True)
@@ -266,7 +266,9 @@ SWAPPER = textwrap.dedent(
     print("ready", flush=True)
     for _ in range(iterations):
         exchange()  # d is now the link to outside/
+        time.sleep(0.00005)  # each state lasts long enough for tool calls to meet it
         exchange()  # and the folder again
+        time.sleep(0.00005)
     print("done", flush=True)
     """
 )
