@@ -483,7 +483,9 @@ class Sandbox:
             limits.append('echo $$ > "$1"')
         if os.getuid() != 0:
             # RLIMIT_NPROC binds every uid but root's.
-            limits.append(f"ulimit -u {int(self.max_processes)}")
+            # bash spells the process limit -u, dash -p.
+            count = int(self.max_processes)
+            limits.append(f"{{ ulimit -u {count} 2>/dev/null || ulimit -p {count}; }}")
         limits.append('shift; exec "$@"')
         argv = self.argv(repository, cwd, command)
         argv[1:1] = ["--json-status-fd", str(write_fd)]
