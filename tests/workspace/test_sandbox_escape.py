@@ -10,10 +10,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import uuid
@@ -404,3 +406,54 @@ async def test_the_sandbox_status_rpc_says_why_commands_are_refused() -> None:
     servicer.sandbox = Sandbox()
     status = await servicer.GetSandboxStatus(arpb.GetSandboxStatusRequest(), None)  # type: ignore[arg-type]
     assert (status.available, status.reason) == (True, "")
+
+
+NON_ROOT_BOMB = textwrap.dedent(
+    """
+    import asyncio, json, sys
+    sys.path.insert(0, sys.argv[1])  # sandbox.py needs nothing beyond the standard library
+    from pathlib import Path
+    from popagent_agent_runner.workspace.sandbox import Sandbox
+
+    async def main():
+        box = Sandbox(max_processes=32)
+        reason = await box.probe()
+        result = await box.run(Path(sys.argv[2]), Path(sys.argv[2]), "bomb() { bomb | bomb & }; bomb; sleep 30", 3)
+        print(json.dumps({"reason": reason, "timedOut": result.timed_out, "cannotFork": "Cannot fork" in result.output}))
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_a_fork_bomb_is_held_for_a_non_root_service() -> None:
+    """As in the image (uid 10001, no cgroup to write): RLIMIT_NPROC holds the processes."""
+    setpriv = shutil.which("setpriv")
+    if os.getuid() != 0 or setpriv is None or not os.path.exists("/usr/bin/python3"):
+        pytest.skip("needs root, setpriv and the system python to run the sandbox as another uid")
+    # pytest's folders are root's alone: the other uid gets a folder of its own.
+    repo = Path(tempfile.mkdtemp(prefix="popagent-non-root-"))
+    repo.chmod(0o777)
+    source = Path(__file__).resolve().parents[2] / "services" / "agent-runner" / "src"
+    done = subprocess.run(
+        [
+            setpriv,
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-c",
+            NON_ROOT_BOMB,
+            str(source),
+            str(repo),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+        check=False,
+    )
+    shutil.rmtree(repo, ignore_errors=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen == {"reason": None, "timedOut": True, "cannotFork": True}
