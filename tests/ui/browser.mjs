@@ -236,6 +236,40 @@ try {
     return `${pieces.length + 1} pieces, composer fixed at y=${[...tops][0]}`;
   });
 
+  await step("workspace tools", ["streamed text"], async () => {
+    await send("Fix the add function in the repository.");
+    await waitTurnOver();
+    const last = assistants().last();
+    const read = (await last.locator('[data-testid="workspace-read"]').textContent()) ?? "";
+    check(read.includes("calc.py · lines 1–2 of 2"), `the read shows "${read.slice(0, 80)}"`);
+    const diff = (await last.locator('[data-testid="workspace-diff"]').textContent()) ?? "";
+    check(diff.includes("-    return a - b") && diff.includes("+    return a + b"), `the edit's diff is "${diff.slice(0, 120)}"`);
+    check((await last.locator(".diff-add").count()) >= 1, "the diff marks no added line");
+    const command = last.locator('[data-testid="workspace-command"]');
+    check(((await command.locator(".command-line").textContent()) ?? "").startsWith("$ python -c"), "the command line is not shown");
+    check(((await command.locator('[data-testid="exit-code"]').textContent()) ?? "") === "exit 0", "the exit code is not exit 0");
+    check(((await command.locator(".command-output pre").textContent()) ?? "").trim() === "5", "the command's output is not 5");
+    const tree = await last.locator('[data-testid="workspace-tree"] li').allTextContents();
+    check(tree.some((item) => item.startsWith("calc.py")), `the listing tree is ${JSON.stringify(tree)}`);
+    const header = (await page.locator('[data-testid="session-workspace"]').textContent()) ?? "";
+    check(header.includes("popagent"), `the session header shows "${header}"`);
+    await waitSaved();
+    // The new-chat page (no session yet) lets the user pick the workspace.
+    const back = new URL(page.url()).hash;
+    await page.evaluate(() => {
+      location.hash = "#/chat";
+    });
+    const pick = page.locator('[data-testid="new-session-workspace"]');
+    await pick.waitFor();
+    const options = await pick.locator("option").allTextContents();
+    check(options.includes("popagent"), `the new-session workspace pick offers ${JSON.stringify(options)}`);
+    await page.evaluate((hash) => {
+      location.hash = hash;
+    }, back);
+    await page.locator('[data-testid="session-workspace"]').waitFor();
+    return "read, diff, command and tree rendered; workspace pick offered";
+  });
+
   await step("delegation", ["streamed text"], async () => {
     const before = await assistants().count();
     await send("Please delegate this to the researcher.");

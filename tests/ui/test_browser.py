@@ -108,6 +108,23 @@ def _arguments(schema: dict[str, Any]) -> dict[str, Any]:
     return arguments
 
 
+# The workspace scenario, one tool per step: read, edit, run, list, then the answer.
+REPOSITORY_STEPS = (
+    ToolCall("mastra_workspace_read_file", {"path": "calc.py"}),
+    ToolCall("mastra_workspace_edit_file", {"path": "calc.py", "old_string": "a - b", "new_string": "a + b"}),
+    ToolCall("mastra_workspace_execute_command", {"command": "python -c 'import calc; print(calc.add(2, 3))'"}),
+    ToolCall("mastra_workspace_list_files", {"path": "."}),
+)
+
+
+def _repository_turn(messages: list[dict[str, Any]], **pieces: Any) -> Turn:
+    last_user = max(i for i, m in enumerate(messages) if m.get("role") == "user")
+    done = sum(1 for m in messages[last_user:] if m.get("role") == "tool")
+    if done < len(REPOSITORY_STEPS):
+        return Turn.call(REPOSITORY_STEPS[done])
+    return Turn.say("Fixed add() in calc.py; it now prints 5.", **pieces)
+
+
 def respond(body: dict[str, Any]) -> Turn:
     """The scripted model. The newest user prompt picks the scenario; a request that offers no
     delegation tool is a specialist's."""
@@ -126,6 +143,8 @@ def respond(body: dict[str, Any]) -> Turn:
             return Turn.say("The researcher says the answer is 42.", **pieces)
         name = delegation[0]
         return Turn.call(ToolCall(name, _arguments(tools[name])))
+    if "repository" in prompt.lower():
+        return _repository_turn(messages, **pieces)
     if "slow" in prompt.lower():
         return Turn.say(SLOW, chunk_size=4, chunk_delay_s=0.05)
     if "search the web" in prompt.lower():
@@ -189,6 +208,7 @@ async def stack(
     dsn = await make_database()
     (tmp_path / "receiver").mkdir()
     (tmp_path / "workspace" / "popagent").mkdir(parents=True)
+    (tmp_path / "workspace" / "popagent" / "calc.py").write_text("def add(a, b):\n    return a - b\n")
     async with (
         HttpsReceiver(tmp_path / "receiver") as receiver,
         ModelGateway(respond, models=CATALOG) as models,

@@ -10,6 +10,7 @@ import {
 } from "ai";
 import type { JSX } from "react";
 import { record } from "./meta";
+import { WorkspaceResult, hasWorkspaceView, isWorkspaceTool, workspaceSummary } from "./WorkspaceParts";
 
 type Part = UIMessage["parts"][number];
 
@@ -155,19 +156,24 @@ function ToolLine({ part }: { part: ToolUIPart | DynamicToolUIPart }) {
   const hookDenied = part.state === "output-error" && /denied by a hook/i.test(part.errorText ?? "");
   const state = hookDenied ? { label: "denied by a hook", tone: "bad" } : (TOOL_STATE[part.state] ?? { label: part.state, tone: "pending" });
   const input = "input" in part ? part.input : undefined;
+  const output = part.state === "output-available" ? part.output : undefined;
+  const workspace = isWorkspaceTool(name);
+  const special = hasWorkspaceView(name) && part.state === "output-available" ? <WorkspaceResult name={name} input={input} output={output} /> : null;
   return (
-    <details className="tool" data-testid="tool-call" data-tool={name} data-state={part.state}>
+    <details className={workspace ? "tool workspace-tool" : "tool"} data-testid="tool-call" data-tool={name} data-state={part.state}>
       <summary>
         <span className="tool-name">{name}</span>
-        <code className="tool-args">{compactJson(input ?? {})}</code>
+        <code className="tool-args">{workspace ? workspaceSummary(name, input, output) : compactJson(input ?? {})}</code>
         <span className={`badge ${state.tone}`}>{state.label}</span>
       </summary>
       <div className="tool-body">
-        <div className="tool-section">
-          <span className="tool-label">Input</span>
-          <pre>{prettyJson(input ?? {})}</pre>
-        </div>
-        {part.state === "output-available" ? (
+        {special ?? (
+          <div className="tool-section">
+            <span className="tool-label">Input</span>
+            <pre>{prettyJson(input ?? {})}</pre>
+          </div>
+        )}
+        {part.state === "output-available" && special === null ? (
           <div className="tool-section">
             <span className="tool-label">Result</span>
             <pre>{prettyJson(part.output)}</pre>

@@ -32,6 +32,8 @@ class Settings(ServiceSettings):
     web_fetch_allow_private_addresses: bool = Field(
         default=False, validation_alias="POPAGENT_WEB_FETCH_ALLOW_PRIVATE_ADDRESSES"
     )
+    # Workspace shell: the processes one command may run (its default timeout is an agent-runtime setting).
+    sandbox_max_processes: int = Field(default=256, ge=8, le=65536, validation_alias="POPAGENT_SANDBOX_MAX_PROCESSES")
 
     @field_validator("grpc_address")
     @classmethod

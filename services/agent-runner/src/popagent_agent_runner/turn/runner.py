@@ -67,6 +67,7 @@ from popagent_agent_runner.turn.memories import RECALL_LIMIT, MemoryStore, bound
 from popagent_agent_runner.turn.thread_store import ThreadStore, TurnState, Version
 from popagent_agent_runner.turn.tools.web import WebAccess
 from popagent_agent_runner.turn.ui_message import prompt_text, user_content, with_prompt_text
+from popagent_agent_runner.workspace.hands import Hands
 from popagent_core.errors import ConfigurationError, InvalidArgument, PopagentError, StorageError
 from popagent_core.log import trace_id_var, turn_id_var
 from popagent_hooks_client.client import HooksClient
@@ -202,6 +203,7 @@ class TurnRunner:
         factory: AgentFactory,
         starts: SessionStarts,
         web: WebAccess,
+        hands: Hands | None = None,
     ) -> None:
         self.threads = threads
         self.web = web
@@ -209,6 +211,8 @@ class TurnRunner:
         self.hooks = hooks
         self.factory = factory
         self.starts = starts
+        # The workspace tools' repository root and sandbox; None: no workspace tool can work.
+        self.hands = hands
 
     async def prepare(self, turn: TurnInput) -> PreparedTurn:
         """Everything the turn needs before its first event; raises NotFound for an unknown session."""
@@ -250,6 +254,13 @@ class TurnRunner:
             memories=self.memories,
             output=output,
             web=self.web,
+            hands=self.hands.for_turn(
+                prepared.state.workspace_id,
+                prepared.state.workspace_path,
+                prepared.state.snapshot.command_timeout_ms / 1000,
+            )
+            if self.hands is not None
+            else None,
         )
         goal = prompt_text(turn.message)
         record = _Record()
@@ -291,6 +302,10 @@ class TurnRunner:
                 )
             await self._publish_failure(context, goal, failure.error_class, message)
             return TurnEnd("failed", failure.error_class, message)
+        finally:
+            # Background commands belong to the turn: killed when it ends, however it ends.
+            if context.hands is not None:
+                await context.hands.close()
 
     async def _turn(self, prepared: PreparedTurn, context: TurnContext, record: _Record) -> TurnEnd:
         """The turn's steps: gate the prompt, store it, run the supervisor until `Stop` lets it stop, commit."""
