@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 from fastapi import APIRouter, Depends, FastAPI
+from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
 from popagent_core.grpc_client import open_channel
 from popagent_core.lifecycle import settle_heap
@@ -89,4 +90,7 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
     app.include_router(api)
     # Last, so /api routes win over the static files.
     mount_ui(app, settings.ui_dir)
+    # One server span per request, its trace context passed on to every RPC the route makes. No
+    # spans per ASGI message: a streamed chat answer sends one per chunk.
+    FastAPIInstrumentor.instrument_app(app, exclude_spans=["receive", "send"])
     return app

@@ -13,14 +13,33 @@ every other node runs as `agent.run` would run it.
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, Awaitable, Callable
+from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
+from opentelemetry.trace import Span
 from pydantic_ai import Agent, AgentRunResult
 from pydantic_ai.messages import AgentStreamEvent
+
+from popagent_core.telemetry import TRACER
 
 DepsT = TypeVar("DepsT")
 OutputT = TypeVar("OutputT")
 ToolEvents = Callable[[AsyncIterable[AgentStreamEvent]], Awaitable[None]]
+
+
+def agent_run_span(agent_id: str, session_id: str, thread_id: str, model: str) -> AbstractContextManager[Span]:
+    """The `agent.run` span of one agent's run in a turn (supervisor or specialist), GenAI conventions."""
+    return TRACER.start_as_current_span(
+        "agent.run",
+        attributes={
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.id": agent_id,
+            "gen_ai.agent.name": agent_id,
+            "gen_ai.conversation.id": session_id,
+            "gen_ai.request.model": model,
+            "popagent.thread_id": thread_id,
+        },
+    )
 
 
 async def run_agent(

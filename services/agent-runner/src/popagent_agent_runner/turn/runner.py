@@ -53,7 +53,7 @@ from popagent.events.v1 import events_pb2
 from popagent_agent_runner.failures import TurnFailure
 from popagent_agent_runner.llm.model import classify_model_error, is_estimated, streaming_to
 from popagent_agent_runner.state.sessions import SessionStarts
-from popagent_agent_runner.turn.agent_runs import ToolEvents, run_agent
+from popagent_agent_runner.turn.agent_runs import ToolEvents, agent_run_span, run_agent
 from popagent_agent_runner.turn.agents_factory import AgentFactory
 from popagent_agent_runner.turn.capability import arguments_object, jsonable
 from popagent_agent_runner.turn.deps import SUPERVISOR_ID, TurnContext, TurnDeps
@@ -66,6 +66,7 @@ from popagent_agent_runner.turn.thread_store import ThreadStore, TurnState
 from popagent_agent_runner.turn.ui_message import prompt_text, user_content, with_prompt_text
 from popagent_core.errors import ConfigurationError, InvalidArgument, PopagentError
 from popagent_core.log import trace_id_var, turn_id_var
+from popagent_core.telemetry import current_trace_id
 from popagent_hooks_client.client import HooksClient
 from popagent_hooks_client.events import Event, Outcome
 
@@ -84,7 +85,8 @@ class TurnInput:
     # Empty: the session's workspace.
     workspace_id: str = ""
     turn_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    trace_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # The trace the turn's request arrived in (its spans join it), else a fresh id.
+    trace_id: str = field(default_factory=lambda: current_trace_id() or uuid.uuid4().hex)
     session_start: bool = True
 
 
@@ -212,6 +214,16 @@ class TurnRunner:
 
     async def run(self, prepared: PreparedTurn, output: TurnOutput) -> TurnEnd:
         """Run the turn to its end; every outcome but cancellation ends in `finish` or `error`."""
+        turn = prepared.input
+        with agent_run_span(SUPERVISOR_ID, turn.session_id, turn.session_id, prepared.route) as span:
+            span.set_attribute("popagent.turn_id", turn.turn_id)
+            end = await self._run(prepared, output)
+            span.set_attribute("popagent.turn.outcome", end.outcome)
+            if end.error_class is not None:
+                span.set_attribute("error.type", str(end.error_class))
+            return end
+
+    async def _run(self, prepared: PreparedTurn, output: TurnOutput) -> TurnEnd:
         turn = prepared.input
         turn_id_var.set(turn.turn_id)
         trace_id_var.set(turn.trace_id)
