@@ -89,3 +89,8 @@ def collecting_spans() -> Iterator[Spans]:
 def hex_trace_id(span: ReadableSpan) -> str:
     assert span.context is not None
     return trace.format_trace_id(span.context.trace_id)
+
+
+def pytest_configure(config: object) -> None:
+    """Installed before any stack starts, so the services' exporters find the SDK provider."""
+    _install()

@@ -27,6 +27,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, Sampler
 from opentelemetry.trace import SpanKind
 
@@ -56,6 +57,19 @@ def instrument_libraries() -> None:
     _libraries_instrumented = True
 
 
+# Ids come from a generator of their own, not the `random` module's shared state: code that seeds
+# or checks that state (a property-based test of the gateway) must not see a request's spans in it.
+_ids = random.Random()
+
+
+class _OwnRandomIds(IdGenerator):
+    def generate_span_id(self) -> int:
+        return _ids.getrandbits(64) or 1
+
+    def generate_trace_id(self) -> int:
+        return _ids.getrandbits(128) or 1
+
+
 class _NoParentlessClientSpans(Sampler):
     """Root spans only for work that starts somewhere: a request served, a message consumed, our own spans.
 
@@ -82,7 +96,9 @@ def build_provider(
 ) -> TracerProvider:
     """The process's provider: `service.name` = popagent-<service>; OTLP/HTTP export when the standard
     variables name an endpoint (the exporter reads them itself: endpoint, headers, timeout)."""
-    provider = TracerProvider(resource=Resource.create({"service.name": f"popagent-{service}"}), sampler=sampler)
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": f"popagent-{service}"}), sampler=sampler, id_generator=_OwnRandomIds()
+    )
     for processor in processors:
         provider.add_span_processor(processor)
     if any(os.environ.get(name) for name in _OTLP_VARIABLES):
@@ -134,7 +150,7 @@ def continuing_trace(trace_id: str | None) -> otel_context.Context | None:
         return None
     parent = trace.SpanContext(
         trace_id=value,
-        span_id=random.getrandbits(64) or 1,
+        span_id=_ids.getrandbits(64) or 1,
         is_remote=True,
         trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED),
     )
