@@ -16,6 +16,13 @@ from support.tracing import collecting_spans
 from support.waiting import eventually
 
 
+def active_store() -> str:
+    """The store this process exports to: the first stack's gateway started the one exporter of the process."""
+    stats = active_stats()
+    assert stats is not None and stats.store_dsn
+    return stats.store_dsn
+
+
 async def store_rows(dsn: str, query: str, *args: object) -> list[asyncpg.Record]:
     conn = await asyncpg.connect(dsn, server_settings={"search_path": STORE_SCHEMA})
     try:
@@ -26,7 +33,7 @@ async def store_rows(dsn: str, query: str, *args: object) -> list[asyncpg.Record
 
 async def test_a_turns_spans_reach_the_store_and_nothing_reaches_the_application_database(chat_stack: Stack) -> None:
     stack = chat_stack
-    store = stack.gateway_env["OBSERVABILITY_DATABASE_URL"]
+    store = active_store()
     assert store != stack.dsn
     stack.models.push(Turn.call(ToolCall("getTime", {}, id="call-t")), Turn.say("Noon."))
     with collecting_spans() as spans:
@@ -125,3 +132,43 @@ async def test_while_the_store_is_down_batches_are_dropped_and_counted_then_expo
             await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         await admin.close()
+
+
+async def test_a_failed_turns_warning_is_stored_with_its_trace(chat_stack: Stack) -> None:
+    stack = chat_stack
+    store = active_store()
+    stack.models.push(Turn.fail(400, "bad request upstream"))
+    with collecting_spans() as spans:
+        async with stack.client() as client:
+            session = await new_session(client)
+            await chat(client, session, "fail please")
+        [turn] = await eventually(
+            lambda: [
+                s for s in spans.named("agent.run") if (s.attributes or {}).get("gen_ai.conversation.id") == session
+            ],
+            what="the turn's span",
+        )
+    assert turn.context is not None
+    trace_id = f"{turn.context.trace_id:032x}"
+
+    async def stored() -> list[asyncpg.Record]:
+        try:
+            return await store_rows(
+                store,
+                "SELECT level, logger, message, span_id, attributes FROM popagent_logs WHERE trace_id = $1",
+                trace_id,
+            )
+        except asyncpg.UndefinedTableError:
+            return []
+
+    rows = await eventually(stored, what="the turn's warning in the store")
+    [row] = [r for r in rows if r["message"] == "turn failed"]
+    assert row["level"] == "warning"
+    assert row["span_id"] == f"{turn.context.span_id:016x}"
+    assert '"session_id"' in row["attributes"]
+    # The turn's span ends after its warning, so it may come in a later batch.
+    spans_of_row = await eventually(
+        lambda: store_rows(store, "SELECT name FROM popagent_spans WHERE span_id = $1", row["span_id"]),
+        what="the span the warning was logged in",
+    )
+    assert [r["name"] for r in spans_of_row] == ["agent.run"]

@@ -11,7 +11,7 @@ from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
 from popagent_core.grpc_client import open_channel
 from popagent_core.lifecycle import settle_heap
-from popagent_core.span_store import span_store_export
+from popagent_core.span_store import secret_values, span_store_export
 from popagent_gateway.bounded import ApiKeyMiddleware, BoundedBodyMiddleware
 from popagent_gateway.deps import require_api_key
 from popagent_gateway.errors import ERROR_RESPONSES, install_error_handlers
@@ -39,7 +39,14 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
-            await stack.enter_async_context(span_store_export(settings.observability_database_url))
+            await stack.enter_async_context(
+                span_store_export(
+                    settings.observability_database_url,
+                    service="popagent-gateway",
+                    secrets=secret_values(settings),
+                    info_loggers=settings.stored_info_loggers,
+                )
+            )
 
             # Every unary call gets the one deadline (POPAGENT_GATEWAY_RPC_TIMEOUT_S) unless it sets its own;
             # the streamed chat turn gets none (open_channel).
