@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 
 import asyncpg
-from chat.helpers import chat, new_session
+from chat.helpers import chat, new_session, thread_rows
 from opentelemetry.sdk.trace import TracerProvider
 
 from popagent_core.span_store import STORE_SCHEMA, SpanStoreProcessor, SpanStoreWriter, active_stats
@@ -172,3 +172,40 @@ async def test_a_failed_turns_warning_is_stored_with_its_trace(chat_stack: Stack
         what="the span the warning was logged in",
     )
     assert [r["name"] for r in spans_of_row] == ["agent.run"]
+
+
+async def test_the_assistant_message_names_its_trace_and_usage_rolls_up_per_session_agent_and_model(
+    chat_stack: Stack,
+) -> None:
+    stack = chat_stack
+    store = active_store()
+    stack.models.push(
+        Turn.call(ToolCall("researcher", {"brief": "Look."}, id="call-d")),
+        Turn.say("Found it."),
+        Turn.say("Done."),
+    )
+    with collecting_spans():
+        async with stack.client() as client:
+            session = await new_session(client)
+            chunks = await chat(client, session, "go")
+    trace_id = chunks[0]["messageMetadata"]["traceId"]
+    stored = await thread_rows(stack, session)
+    assert stored[-1][2]["ui"]["metadata"]["traceId"] == trace_id
+
+    async def rollup() -> list[asyncpg.Record]:
+        try:
+            return await store_rows(
+                store,
+                "SELECT agent_id, model, calls, input_tokens, output_tokens FROM popagent_usage_daily"
+                " WHERE session_id = $1 ORDER BY agent_id",
+                session,
+            )
+        except asyncpg.UndefinedTableError:
+            return []
+
+    rows = await eventually(rollup, until=lambda r: len(r) == 2 and sum(x["calls"] for x in r) == 3)
+    assert [(r["agent_id"], r["model"], r["calls"]) for r in rows] == [
+        ("popagent", "fake/fake-chat", 2),
+        ("researcher", "cx/gpt-5.3-codex-spark", 1),
+    ]
+    assert all(r["input_tokens"] > 0 and r["output_tokens"] > 0 for r in rows)

@@ -34,6 +34,7 @@ import random
 import time
 from collections.abc import AsyncGenerator, Callable, Iterable
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
@@ -186,6 +187,7 @@ class LeanOpenAIModel(ChatRequestEncoding):
                 "gen_ai.provider.name": self._provider_name,
                 "gen_ai.request.model": self._model_name,
                 "gen_ai.request.stream": sink is not None,
+                **generation_attributes.get(),
             },
             record_exception=False,
         ) as span:
@@ -354,6 +356,11 @@ class LeanOpenAIModel(ChatRequestEncoding):
                 retry_after = error.retry_after
             attempt += 1
             await asyncio.sleep(_retry_delay(attempt, retry_after))
+
+
+# Set by the caller around an agent's run (the turn's `agent_run_span`): which agent and conversation
+# a model call serves, so each `model.generation` row rolls up per session and agent on its own.
+generation_attributes: ContextVar[dict[str, str]] = ContextVar("generation_attributes", default={})  # noqa: B039
 
 
 def record_generation(span: Span, response: ModelResponse) -> None:

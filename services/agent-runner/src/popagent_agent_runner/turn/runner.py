@@ -227,7 +227,7 @@ class TurnRunner:
         turn = prepared.input
         turn_id_var.set(turn.turn_id)
         trace_id_var.set(turn.trace_id)
-        output.start(turn.turn_id, prepared.message_id, prepared.route)
+        output.start(turn.turn_id, prepared.message_id, prepared.route, turn.trace_id)
         # Let the start go out now: the gateway answers the request as soon as it arrives,
         # while this turn spends the next milliseconds of CPU setting up the model call.
         await asyncio.sleep(0)
@@ -375,7 +375,9 @@ class TurnRunner:
         usage = run.usage
         usage.incr(context.specialist_usage)
         estimated = is_estimated(usage)
-        output.metadata["usage"] = usage_metadata(usage.input_tokens, usage.output_tokens, estimated=estimated)
+        output.metadata["usage"] = usage_metadata(
+            usage.input_tokens, usage.output_tokens, estimated=estimated, cached_input_tokens=usage.cache_read_tokens
+        )
         assistant_ui = output.ui_message()  # ends the open text part, so it comes before `text()`
         answer = output.text()
         await self.threads.commit_turn(
@@ -387,7 +389,13 @@ class TurnRunner:
             specialist_runs=context.specialist_runs,
             outcome=self._outcome(context, prompt.text, "outcome", answer or "(no text)", ""),
         )
-        output.finish(run.finish_reason, usage.input_tokens, usage.output_tokens, estimated=estimated)
+        output.finish(
+            run.finish_reason,
+            usage.input_tokens,
+            usage.output_tokens,
+            estimated=estimated,
+            cached_input_tokens=usage.cache_read_tokens,
+        )
 
     async def _run_supervisor(
         self,
