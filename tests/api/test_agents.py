@@ -97,7 +97,7 @@ async def test_an_edit_changes_only_what_was_sent_and_persists(client: httpx.Asy
         ({"tools": ["getTime", "rm -rf"]}, 422, "tools"),
         ({"tools": ["getTime", "launchMissiles"]}, 422, "launchMissiles"),
         # Advertised by the first role seed, never registered: refused, named.
-        ({"tools": ["getTime", "webSearch"]}, 422, "webSearch"),
+        ({"tools": ["getTime", "recall"]}, 422, "recall"),
         ({"tools": ["bifrostNavigator", "useBrowserSecret"]}, 422, "bifrostNavigator, useBrowserSecret"),
         ({"tools": ["getTime", "getTime"]}, 400, "repeat"),
         ({"workspaceAccess": "admin"}, 422, "workspaceAccess"),
@@ -159,11 +159,11 @@ def test_known_tools_are_the_registered_tools() -> None:
 
 
 async def test_an_unregistered_tool_is_refused_with_422_naming_it(client: httpx.AsyncClient) -> None:
-    response = await client.patch("/api/agents/implementer", json={"tools": ["getTime", "webSearch"]})
+    response = await client.patch("/api/agents/implementer", json={"tools": ["getTime", "bifrostNavigator"]})
     assert response.status_code == 422, response.text
     [detail] = response.json()["details"]
     assert detail["loc"] == ["body", "tools"]
-    assert "webSearch" in detail["msg"] and "getTime" in detail["msg"]
+    assert "bifrostNavigator" in detail["msg"] and "getTime" in detail["msg"]
 
 
 async def test_the_tool_migration_drops_unregistered_tools_and_keeps_edited_guidance(api_stack: Stack) -> None:
@@ -194,3 +194,32 @@ async def test_the_tool_migration_drops_unregistered_tools_and_keeps_edited_guid
         assert "useBrowserSecret" not in rows[seeded]["instructions"]
     assert "Credentials are never typed into chat or tool arguments." in rows["popagent"]["instructions"]
     assert rows["reviewer"]["instructions"] == "Use webSearch, my way."
+
+
+async def test_the_web_tool_migration_gives_the_seeded_roles_their_web_tools_back(api_stack: Stack) -> None:
+    from popagent_agent_runner.service import MIGRATIONS
+
+    data = MIGRATIONS / "data"
+    seed = (data / "0004_seed_agent_roles.sql").read_text()
+    drop = (data / "0005_drop_unregistered_tools.sql").read_text()
+    add = (data / "0006_add_web_tools.sql").read_text()
+    async with api_stack.db("agent_runner") as conn:
+        transaction = conn.transaction()
+        await transaction.start()
+        try:
+            await conn.execute("DELETE FROM popagent_agents")
+            await conn.execute(seed)
+            await conn.execute(drop)
+            # A user's edit between 0005 and 0006, and one that already lists webSearch.
+            await conn.execute("UPDATE popagent_agents SET tools = ARRAY['remember', 'getTime'] WHERE id = 'reviewer'")
+            await conn.execute("UPDATE popagent_agents SET tools = ARRAY['webSearch'] WHERE id = 'implementer'")
+            await conn.execute(add)
+            rows = {r["id"]: r["tools"] for r in await conn.fetch("SELECT id, tools FROM popagent_agents")}
+        finally:
+            await transaction.rollback()
+    assert rows == {
+        "popagent": ["getTime", "remember", "webSearch"],
+        "researcher": ["getTime", "webSearch", "webFetch"],
+        "implementer": ["webSearch"],
+        "reviewer": ["remember", "getTime", "webSearch"],
+    }

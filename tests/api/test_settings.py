@@ -202,6 +202,8 @@ async def test_a_missing_singleton_row_is_a_configuration_error_not_a_default(ap
         "0003_seed_memory_settings.sql",
         "0004_seed_agent_roles.sql",
         "0005_drop_unregistered_tools.sql",
+        "0006_add_web_tools.sql",
+        "0007_seed_command_timeout.sql",
     ]
 
 
@@ -221,3 +223,14 @@ def test_the_wire_bounds_match_the_owning_services_rules(rules: settings_rules.S
             assert _bounds(dto, column) == (spec.lo, spec.hi), column
         elif isinstance(spec, settings_rules.Text):
             assert _bounds(dto, column) == (spec.min_length or None, spec.max_length), column
+
+
+async def test_the_command_timeout_is_an_agent_runtime_setting_up_to_600_s(api_stack: Stack) -> None:
+    async with api_stack.client() as client:
+        assert (await client.get("/api/settings/agent-runtime")).json()["commandTimeoutMs"] == 120_000
+        too_long = await client.patch("/api/settings/agent-runtime", json={"commandTimeoutMs": 600_001})
+        assert too_long.status_code in (400, 422), too_long.text
+        changed = await client.patch("/api/settings/agent-runtime", json={"commandTimeoutMs": 30_000})
+        assert changed.status_code == 200, changed.text
+        assert changed.json()["commandTimeoutMs"] == 30_000
+        await client.patch("/api/settings/agent-runtime", json={"commandTimeoutMs": 120_000})

@@ -13,6 +13,12 @@ from support.stacks import MODEL, SPECIALISTS, Stack
 
 # The persisted profiles: researcher and reviewer override the model, implementer inherits the route.
 SPECIALIST_MODEL = {"researcher": "cx/gpt-5.3-codex-spark", "implementer": MODEL, "reviewer": "cx/gpt-5.3-codex-spark"}
+# The seeded memberships (data migrations 0004-0006): every role searches, the researcher also fetches.
+SPECIALIST_TOOLS = {
+    "researcher": ["getTime", "webSearch", "webFetch"],
+    "implementer": ["getTime", "webSearch"],
+    "reviewer": ["getTime", "webSearch"],
+}
 
 
 def tool_names(request: dict[str, Any]) -> list[str]:
@@ -60,7 +66,10 @@ async def test_a_delegation_runs_the_specialist_and_returns_only_its_text(stack:
     # The supervisor is offered every delegation-eligible specialist; the specialist none of them.
     assert set(SPECIALISTS) <= set(tool_names(supervisor_first))
     assert not set(SPECIALISTS) & set(tool_names(specialist_first))
-    assert tool_names(specialist_first) == ["getTime"]
+    # Its membership, then the workspace tools of its persisted access.
+    workspace = [name for name in tool_names(specialist_first) if name.startswith("mastra_workspace_")]
+    assert [name for name in tool_names(specialist_first) if name not in workspace] == SPECIALIST_TOOLS[specialist]
+    assert len(workspace) == (11 if specialist == "implementer" else 4)
     # Each agent on its own model: a profile override, or the turn's route (never the server default).
     assert supervisor_first["model"] == MODEL
     assert specialist_first["model"] == SPECIALIST_MODEL[specialist]

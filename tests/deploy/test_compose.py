@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import tomllib
 from collections.abc import Iterator
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -272,7 +273,18 @@ def test_infrastructure_images(services: dict[str, Any]) -> None:
     assert services["searxng"]["image"].startswith("searxng/searxng")
     settings_mount = DEPLOY / "searxng" / "settings.yml"
     assert any(volume.startswith("./searxng/settings.yml:") for volume in services["searxng"]["volumes"])
-    assert "json" in yaml.safe_load(settings_mount.read_text())["search"]["formats"]
+    searxng_settings = yaml.safe_load(settings_mount.read_text())
+    # webSearch reads the JSON API (SearXNG ships html only) and must not meet the limiter,
+    # which caps format=json at 4 requests an hour per IP.
+    assert searxng_settings["search"]["formats"] == ["html", "json"]
+    assert searxng_settings["server"]["limiter"] is False
+    assert searxng_settings["server"]["public_instance"] is False
+    assert any(
+        volume.startswith("./searxng/limiter.toml:/etc/searxng/limiter.toml")
+        for volume in services["searxng"]["volumes"]
+    )
+    limiter = tomllib.loads((DEPLOY / "searxng" / "limiter.toml").read_text())
+    assert {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"} <= set(limiter["botdetection"]["ip_lists"]["pass_ip"])
 
 
 def test_popagent_services_run_their_own_module_from_one_image(services: dict[str, Any]) -> None:

@@ -20,6 +20,8 @@ pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("stack")]
 EXPECTED_COMPONENTS = {
     "postgres",
     "observabilityPostgres",
+    # Reported, not part of readiness: whether the workspace shell's sandbox works.
+    "sandbox",
     "service:agent-runner",
     "service:hooks",
     "service:tasks",
@@ -53,6 +55,8 @@ def test_stack_starts_reports_health_and_ctrl_c_leaves_no_process(tmp_path: Path
         assert body["ok"] is True
         assert set(body["components"]) == EXPECTED_COMPONENTS
         assert all(component["ok"] for component in body["components"].values())
+        # make run cloned the default workspace from this repository.
+        assert (tmp_path / "workspace" / "popagent" / "README.md").is_file()
         # The key is required once set, and compared exactly.
         assert httpx.get(f"{stack.url}/api/health").status_code == 401
         assert httpx.get(f"{stack.url}/api/health", headers={"x-popagent-key": "x" * 32}).status_code == 401

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from popagent_hooks.transport import HookFailure, HookTransport, address_allowed, address_category
+from popagent_core.address_guard import address_allowed, address_category
+from popagent_hooks.transport import HookFailure, HookTransport
 from popagent_hooks_client.events import FailureClass
 from support.https_receiver import HttpsReceiver, Reply, answer
 from support.waiting import eventually

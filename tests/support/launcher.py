@@ -52,6 +52,7 @@ def launch(tmp_path: Path, env: dict[str, str] | None = None) -> Launched:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, **(env or {})},
+        # The default workspace is cloned (from this repository) under the test's folder, not the checkout's.
+        env={**os.environ, "POPAGENT_WORKSPACE_ROOT": str(tmp_path / "workspace"), **(env or {})},
     )
     return Launched(process, port, data_dir)

@@ -57,6 +57,7 @@ from support.canary import CANARY
 from support.https_receiver import HttpsReceiver, answer, make_secret
 from support.model_gateway import ModelGateway, ModelInfo
 from support.waiting import eventually
+from support.web_standins import PageServer, SearxngStandIn
 
 API_KEY = "stack-tests-api-key-" + "k" * 16
 MODELS_API_KEY = "sk-stack-tests"
@@ -160,7 +161,7 @@ CHAT_HOOK_PATHS: HookPaths = {
     "SessionStart": ("/session-start", None),
     "UserPromptSubmit": ("/prompt", None),
     # No handler matches `remember`: its calls must cost no hook RPC at all.
-    "PreToolUse": ("/pre-tool", ["getTime", *SPECIALISTS]),
+    "PreToolUse": ("/pre-tool", ["getTime", "webFetch", "mastra_workspace_write_file", *SPECIALISTS]),
     "PostToolUse": ("/post-tool", None),
     "PostToolUseFailure": ("/post-tool-failure", None),
     "SubagentStart": ("/subagent-start", None),
@@ -225,6 +226,9 @@ class Stack:
     workspace_root: Path
     receiver: HttpsReceiver
     models: ModelGateway
+    # webSearch's SearXNG and the pages webFetch reads (agent-runner may fetch private addresses).
+    searxng: SearxngStandIn
+    pages: PageServer
     runner_workers: list[str]
     # agent-runner's state service, called as evolution (a caller that may change runtime settings).
     state: agent_runner_pb2_grpc.AgentRunnerStateServiceStub
@@ -263,6 +267,8 @@ class Stack:
             self.receiver.script(path, answer("pass"))
         self.receiver.requests.clear()
         self.models.reset()
+        self.searxng.reset()
+        self.pages.reset()
 
     def hook_requests(self, event: str) -> list[dict[str, Any]]:
         path = self.spec.hook_paths[event][0]
@@ -334,6 +340,8 @@ async def start_stack(
         (base / "receiver").mkdir()
         receiver = await stack.enter_async_context(HttpsReceiver(base / "receiver"))
         models = await stack.enter_async_context(ModelGateway(models=CATALOG, api_key=MODELS_API_KEY))
+        searxng = await stack.enter_async_context(SearxngStandIn())
+        pages = await stack.enter_async_context(PageServer())
         common: dict[str, Any] = {"DATABASE_URL": dsn, "NATS_URL": nats.url, "POPAGENT_INTERNAL_CALLERS": callers}
 
         def settings_of(service: str, **values: Any) -> dict[str, Any]:
@@ -367,6 +375,8 @@ async def start_stack(
                 POPAGENT_WORKSPACE_ROOT=str(workspace_root),
                 NINEROUTER_URL=models.url,
                 NINEROUTER_API_KEY=MODELS_API_KEY,
+                SEARXNG_URL=searxng.base,
+                POPAGENT_WEB_FETCH_ALLOW_PRIVATE_ADDRESSES="true",
             )
             await stack.enter_async_context(build_agent_runner(AgentRunnerSettings(**runner_settings)))
         state_channel = await stack.enter_async_context(open_channel(runner_workers[0], tokens["evolution"]))
@@ -424,6 +434,8 @@ async def start_stack(
             workspace_root=workspace_root,
             receiver=receiver,
             models=models,
+            searxng=searxng,
+            pages=pages,
             runner_workers=runner_workers,
             state=state,
             gateway_env=gateway_env,

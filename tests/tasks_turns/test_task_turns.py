@@ -141,3 +141,21 @@ async def test_cancelling_a_running_task_aborts_its_turn(stack: Stack) -> None:
     assert stack.hook_requests("Stop") == []
     [stop] = stops_of(stack, task_id)
     assert (stop["turnId"], stop["detail"]["status"]) == (task.turn_id, "cancelled")
+
+
+async def test_a_task_turn_gets_the_workspace_tools_in_the_tasks_workspace(stack: Stack) -> None:
+    repository = stack.workspace_root / "popagent"
+    (repository / "status.txt").write_text("green\n")
+    stack.models.push(
+        Turn.call(ToolCall("mastra_workspace_read_file", {"path": "status.txt"}, id="read")),
+        Turn.call(ToolCall("mastra_workspace_execute_command", {"command": "echo red > status.txt"}, id="run")),
+        Turn.say("Marked red."),
+    )
+    task_id = await stack.create_task("Mark the status red")
+    task = await stack.wait_task(task_id, "completed", "failed", "dead-letter")
+    assert task.status == "completed", task.last_error
+    assert (repository / "status.txt").read_text() == "red\n"
+    first, second, third = stack.models.requests
+    assert "mastra_workspace_execute_command" in [t["function"]["name"] for t in first["tools"]]
+    assert "green" in second["messages"][-1]["content"]
+    assert '"exitCode":0' in third["messages"][-1]["content"].replace(" ", "")

@@ -236,6 +236,40 @@ try {
     return `${pieces.length + 1} pieces, composer fixed at y=${[...tops][0]}`;
   });
 
+  await step("workspace tools", ["streamed text"], async () => {
+    await send("Fix the add function in the repository.");
+    await waitTurnOver();
+    const last = assistants().last();
+    const read = (await last.locator('[data-testid="workspace-read"]').textContent()) ?? "";
+    check(read.includes("calc.py · lines 1–2 of 2"), `the read shows "${read.slice(0, 80)}"`);
+    const diff = (await last.locator('[data-testid="workspace-diff"]').textContent()) ?? "";
+    check(diff.includes("-    return a - b") && diff.includes("+    return a + b"), `the edit's diff is "${diff.slice(0, 120)}"`);
+    check((await last.locator(".diff-add").count()) >= 1, "the diff marks no added line");
+    const command = last.locator('[data-testid="workspace-command"]');
+    check(((await command.locator(".command-line").textContent()) ?? "").startsWith("$ python -c"), "the command line is not shown");
+    check(((await command.locator('[data-testid="exit-code"]').textContent()) ?? "") === "exit 0", "the exit code is not exit 0");
+    check(((await command.locator(".command-output pre").textContent()) ?? "").trim() === "5", "the command's output is not 5");
+    const tree = await last.locator('[data-testid="workspace-tree"] li').allTextContents();
+    check(tree.some((item) => item.startsWith("calc.py")), `the listing tree is ${JSON.stringify(tree)}`);
+    const header = (await page.locator('[data-testid="session-workspace"]').textContent()) ?? "";
+    check(header.includes("popagent"), `the session header shows "${header}"`);
+    await waitSaved();
+    // The new-chat page (no session yet) lets the user pick the workspace.
+    const back = new URL(page.url()).hash;
+    await page.evaluate(() => {
+      location.hash = "#/chat";
+    });
+    const pick = page.locator('[data-testid="new-session-workspace"]');
+    await pick.waitFor();
+    const options = await pick.locator("option").allTextContents();
+    check(options.includes("popagent"), `the new-session workspace pick offers ${JSON.stringify(options)}`);
+    await page.evaluate((hash) => {
+      location.hash = hash;
+    }, back);
+    await page.locator('[data-testid="session-workspace"]').waitFor();
+    return "read, diff, command and tree rendered; workspace pick offered";
+  });
+
   await step("delegation", ["streamed text"], async () => {
     const before = await assistants().count();
     await send("Please delegate this to the researcher.");
@@ -304,6 +338,44 @@ try {
     return row.replace(/\s+/g, " ");
   });
 
+  await step("web search results", ["streamed text"], async () => {
+    await send("Search the web for PEP 8.");
+    await waitTurnOver();
+    const message = assistants().last();
+    const results = message.locator('[data-testid="search-results"] [data-testid="search-result"]');
+    await results.first().waitFor({ timeout: 10_000 });
+    check((await results.count()) === 2, `expected 2 search results, got ${await results.count()}`);
+    const link = results.first().getByRole("link", { name: "PEP 8 - Style Guide for Python Code" });
+    check((await link.getAttribute("href")) === "https://peps.python.org/pep-0008/", "the result does not link to its page");
+    const first = await results.first().innerText();
+    check(first.includes("peps.python.org") && first.includes("2001-07-05"), `the result lacks its site or date: "${first}"`);
+    check(first.includes("coding conventions"), `the result lacks its snippet: "${first}"`);
+    check((await results.nth(1).getByRole("link").count()) === 0, "a javascript: result became a link");
+    // Saved before the next step reads the server's copy.
+    await waitSaved();
+    return first.replace(/\s+/g, " ");
+  });
+
+  await step("fetched page", ["streamed text"], async () => {
+    // The supervisor's membership gains webFetch (seeded for the researcher only); the next turn uses it.
+    const patched = await fetch(`${url}/api/agents/popagent`, {
+      method: "PATCH",
+      headers: { "x-popagent-key": apiKey, "content-type": "application/json" },
+      body: JSON.stringify({ tools: ["getTime", "remember", "webSearch", "webFetch"] }),
+    });
+    check(patched.status === 200, `adding webFetch to the supervisor answered ${patched.status}`);
+    await send("Fetch the guide page.");
+    await waitTurnOver();
+    const view = assistants().last().locator('[data-testid="fetched-page"]');
+    await view.waitFor({ timeout: 10_000 });
+    check((await view.getByRole("link", { name: "Install guide" }).count()) === 1, "the page's title is not its link");
+    const markdown = await view.locator("pre").innerText();
+    check(markdown.includes("# Install") && markdown.includes("Run `make setup` first."), `the page's Markdown is not shown: "${markdown}"`);
+    check(!markdown.includes("document.title"), "the page's script was shown");
+    await waitSaved();
+    return markdown.replace(/\s+/g, " ");
+  });
+
   await step("revision conflict", ["streamed text"], async () => {
     // Another tab saves first: the UI's next save is stale, and it must show the server's copy.
     const path = `/api/sessions/${encodeURIComponent(chatSessionId)}`;
@@ -340,6 +412,9 @@ try {
     const texts = await page.locator('[data-testid="message-assistant"] [data-testid="message-text"]').allInnerTexts();
     check(texts.some((text) => text.startsWith("Slow")), "the stopped turn's partial answer was not kept");
     check((await page.locator('[data-testid="message-stopped"]').count()) === 1, "the stopped turn is not marked as stopped");
+    if (passed.has("web search results")) {
+      check((await page.locator('[data-testid="search-result"]').count()) === 2, "the stored search results do not render after reload");
+    }
     const { body: session } = await apiGet(`/api/sessions/${encodeURIComponent(chatSessionId)}`);
     const types = session.messages.flatMap((message) => message.parts.map((part) => part.type));
     check(types.includes("data-agentActivity"), "the stored session has no data-agentActivity part");

@@ -32,6 +32,7 @@ from popagent_dev.embedded import free_port
 from popagent_dev.launcher import Stack, StackConfig
 from support.https_receiver import HttpsReceiver, answer, make_secret
 from support.model_gateway import ModelGateway, ModelInfo, ToolCall, Turn
+from support.web_standins import Page, PageServer, SearxngStandIn, searxng_result
 
 pytestmark = [pytest.mark.timeout(480), pytest.mark.xdist_group("stack")]
 
@@ -56,6 +57,21 @@ SLOW = "Slow answer: " + " ".join(f"word{n}" for n in range(800))
 DELEGATION_TOOL = re.compile(r"research", re.IGNORECASE)
 ANY_DELEGATION_TOOL = re.compile(r"delegat|handoff|transfer|specialist|subagent", re.IGNORECASE)
 AGENT_ARGUMENT = re.compile(r"^(agent|agent_?id|specialist|target|to|name)$", re.IGNORECASE)
+SEARCH_RESULTS = [
+    searxng_result(
+        "PEP 8 - Style Guide for Python Code",
+        "https://peps.python.org/pep-0008/",
+        "This document gives coding conventions for the Python code.",
+        publishedDate="2001-07-05T00:00:00",
+    ),
+    # A result that must not become a link.
+    searxng_result("Sneaky", "javascript:alert(1)", "not a web address"),
+]
+GUIDE_PATH = "/guide.html"
+GUIDE = b"""<html><head><title>Install guide</title></head><body><h1>Install</h1>
+<p>Run <code>make setup</code> first.</p><script>document.title = "x"</script></body></html>"""
+# The page server's guide URL, once it listens (the scripted model fetches it).
+guide_url: list[str] = []
 
 
 def _text(message: dict[str, Any]) -> str:
@@ -92,6 +108,23 @@ def _arguments(schema: dict[str, Any]) -> dict[str, Any]:
     return arguments
 
 
+# The workspace scenario, one tool per step: read, edit, run, list, then the answer.
+REPOSITORY_STEPS = (
+    ToolCall("mastra_workspace_read_file", {"path": "calc.py"}),
+    ToolCall("mastra_workspace_edit_file", {"path": "calc.py", "old_string": "a - b", "new_string": "a + b"}),
+    ToolCall("mastra_workspace_execute_command", {"command": "python -c 'import calc; print(calc.add(2, 3))'"}),
+    ToolCall("mastra_workspace_list_files", {"path": "."}),
+)
+
+
+def _repository_turn(messages: list[dict[str, Any]], **pieces: Any) -> Turn:
+    last_user = max(i for i, m in enumerate(messages) if m.get("role") == "user")
+    done = sum(1 for m in messages[last_user:] if m.get("role") == "tool")
+    if done < len(REPOSITORY_STEPS):
+        return Turn.call(REPOSITORY_STEPS[done])
+    return Turn.say("Fixed add() in calc.py; it now prints 5.", **pieces)
+
+
 def respond(body: dict[str, Any]) -> Turn:
     """The scripted model. The newest user prompt picks the scenario; a request that offers no
     delegation tool is a specialist's."""
@@ -110,8 +143,20 @@ def respond(body: dict[str, Any]) -> Turn:
             return Turn.say("The researcher says the answer is 42.", **pieces)
         name = delegation[0]
         return Turn.call(ToolCall(name, _arguments(tools[name])))
+    if "repository" in prompt.lower():
+        return _repository_turn(messages, **pieces)
     if "slow" in prompt.lower():
         return Turn.say(SLOW, chunk_size=4, chunk_delay_s=0.05)
+    if "search the web" in prompt.lower():
+        if after_tool:
+            return Turn.say("PEP 8 is the style guide for Python code.", **pieces)
+        return Turn.call(ToolCall("webSearch", {"query": "PEP 8"}))
+    if "fetch the guide" in prompt.lower():
+        if after_tool:
+            return Turn.say("The guide says to run make setup first.", **pieces)
+        if "webFetch" not in tools:
+            return Turn.say(f"NO webFetch TOOL WAS OFFERED (tools: {sorted(tools)})")
+        return Turn.call(ToolCall("webFetch", {"url": guide_url[0]}))
     if "clock" in prompt.lower():
         if after_tool:
             return Turn.say("The clock tool was blocked by policy, so I cannot tell the time.", **pieces)
@@ -163,13 +208,25 @@ async def stack(
     dsn = await make_database()
     (tmp_path / "receiver").mkdir()
     (tmp_path / "workspace" / "popagent").mkdir(parents=True)
-    async with HttpsReceiver(tmp_path / "receiver") as receiver, ModelGateway(respond, models=CATALOG) as models:
+    (tmp_path / "workspace" / "popagent" / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    async with (
+        HttpsReceiver(tmp_path / "receiver") as receiver,
+        ModelGateway(respond, models=CATALOG) as models,
+        SearxngStandIn() as searxng,
+        PageServer() as pages,
+    ):
         receiver.script(DENY_PATH, answer("deny", reason=DENY_REASON))
+        searxng.results = SEARCH_RESULTS
+        pages.pages[GUIDE_PATH] = Page(body=GUIDE)
+        guide_url[:] = [pages.url(GUIDE_PATH)]
         for name, value in {
             "DATABASE_URL": dsn,
             "OBSERVABILITY_DATABASE_URL": dsn,
             "NATS_URL": nats_server.url,
             "NINEROUTER_URL": models.url,
+            "SEARXNG_URL": searxng.base,
+            # The guide page is on 127.0.0.1.
+            "POPAGENT_WEB_FETCH_ALLOW_PRIVATE_ADDRESSES": "true",
             "POPAGENT_API_KEY": API_KEY,
             "POPAGENT_UI_DIR": str(UI_DIST),
             "POPAGENT_WORKSPACE_ROOT": str(tmp_path / "workspace"),
@@ -221,6 +278,8 @@ async def test_the_web_ui_in_a_real_browser(stack: tuple[Stack, ModelGateway, Ht
         "delegation",
         "stop",
         "hook timeline with a deny",
+        "web search results",
+        "fetched page",
         "revision conflict",
         "reload keeps activity",
         "rename and archive",

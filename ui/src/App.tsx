@@ -109,6 +109,7 @@ export function App() {
               onModelChange={setModel}
               onSaveDefault={saveDefault}
               workspaceId={workspaceId}
+              workspaces={workspaces.data?.workspaces ?? []}
               onSessionsChanged={refreshSessions}
             />
           ) : null}

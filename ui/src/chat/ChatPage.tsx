@@ -1,6 +1,6 @@
 import { useEffect, useState } from "react";
 import { ApiError, api } from "../api/client";
-import type { ModelsOut, SessionSummary } from "../api/types";
+import type { ModelsOut, SessionSummary, WorkspaceOut } from "../api/types";
 import { messageOf, useLoad } from "../common/useLoad";
 import { navigate } from "../route";
 import { Composer } from "./Composer";
@@ -18,18 +18,20 @@ type Shared = {
   onSessionsChanged: (changed?: SessionSummary) => void;
 };
 
-export function ChatPage(props: Shared & { sessionId: string | null; workspaceId: string }) {
+export function ChatPage(props: Shared & { sessionId: string | null; workspaceId: string; workspaces: WorkspaceOut[] }) {
   if (!props.sessionId) return <NewChat {...props} />;
   return <OpenSession key={props.sessionId} {...props} sessionId={props.sessionId} />;
 }
 
-function NewChat(props: Shared & { workspaceId: string }) {
+function NewChat(props: Shared & { workspaceId: string; workspaces: WorkspaceOut[] }) {
   const [error, setError] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
+  // The repository the new session's agents work in: the sidebar's filter, else the default.
+  const [workspace, setWorkspace] = useState(props.workspaceId);
   const start = async (text: string) => {
     setBusy(true);
     try {
-      const session = await api.createSession({ title: "", ...(props.workspaceId ? { workspaceId: props.workspaceId } : {}) });
+      const session = await api.createSession({ title: "", ...(workspace ? { workspaceId: workspace } : {}) });
       firstMessages.set(session.id, text);
       props.onSessionsChanged(session);
       navigate({ page: "chat", sessionId: session.id });
@@ -42,6 +44,18 @@ function NewChat(props: Shared & { workspaceId: string }) {
     <div className="conversation">
       <div className="chat-toolbar">
         <ModelPicker models={props.models} value={props.model} onChange={props.onModelChange} />
+        <label className="workspace-pick">
+          <span>Workspace</span>
+          <select data-testid="new-session-workspace" value={workspace} onChange={(event) => setWorkspace(event.target.value)} disabled={busy}>
+            <option value="">default (popagent)</option>
+            {props.workspaces.map((item) => (
+              <option key={item.id} value={item.id}>
+                {item.name}
+                {item.exists ? "" : " (no checkout)"}
+              </option>
+            ))}
+          </select>
+        </label>
       </div>
       <ModelNotice models={props.models} value={props.model} onSaveDefault={props.onSaveDefault} />
       <div className="messages" role="log" aria-label="Conversation">

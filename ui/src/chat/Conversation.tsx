@@ -180,6 +180,9 @@ export function Conversation(props: {
     <div className="conversation">
       <div className="chat-toolbar">
         <ModelPicker models={props.models} value={model} onChange={props.onModelChange} disabled={busy} />
+        <span className="badge workspace-badge" data-testid="session-workspace" title="The repository this session's agents work in">
+          workspace: {session.workspaceId}
+        </span>
         <button
           type="button"
           className="ghost"

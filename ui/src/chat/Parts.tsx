@@ -8,7 +8,9 @@ import {
   type ToolUIPart,
   type UIMessage,
 } from "ai";
+import type { JSX } from "react";
 import { record } from "./meta";
+import { WorkspaceResult, hasWorkspaceView, isWorkspaceTool, workspaceSummary } from "./WorkspaceParts";
 
 type Part = UIMessage["parts"][number];
 
@@ -40,26 +42,138 @@ const TOOL_STATE: Record<string, { label: string; tone: string }> = {
   "output-denied": { label: "denied", tone: "bad" },
 };
 
-/** One tool call on one line; input and output behind a disclosure. */
+/** A link only for web addresses: a search result or page could carry `javascript:` or `data:`. */
+function webHref(url: unknown): string | undefined {
+  return typeof url === "string" && /^https?:\/\//i.test(url) ? url : undefined;
+}
+
+function hostOf(url: string): string {
+  try {
+    return new URL(url).host;
+  } catch {
+    return url;
+  }
+}
+
+function text(value: unknown): string {
+  return typeof value === "string" ? value : "";
+}
+
+function WebLink({ url, label }: { url: string; label: string }) {
+  const href = webHref(url);
+  return href ? (
+    <a href={href} target="_blank" rel="noopener noreferrer nofollow">
+      {label || url}
+    </a>
+  ) : (
+    <span>{label || url}</span>
+  );
+}
+
+/** `webSearch`'s answer: numbered results with their site, engine, date and snippet. */
+export function SearchResults({ output }: { output: unknown }) {
+  const answer = record(output);
+  const results = Array.isArray(answer.results) ? (answer.results as unknown[]).map(record) : [];
+  const answers = Array.isArray(answer.answers) ? (answer.answers as unknown[]).map(record) : [];
+  const silent = Array.isArray(answer.unresponsiveEngines) ? (answer.unresponsiveEngines as unknown[]).map(String) : [];
+  const suggestions = Array.isArray(answer.suggestions) ? (answer.suggestions as unknown[]).map(String) : [];
+  return (
+    <div className="web-view" data-testid="search-results">
+      <div className="web-head">
+        <span className="muted">
+          Search “{text(answer.query)}”: {results.length} {results.length === 1 ? "result" : "results"}
+        </span>
+      </div>
+      {answers.map((item, index) => (
+        <p key={`a${index}`} className="web-answer">
+          {text(item.answer)}
+          {webHref(item.url) ? (
+            <>
+              {" "}
+              <WebLink url={text(item.url)} label={hostOf(text(item.url))} />
+            </>
+          ) : null}
+        </p>
+      ))}
+      {results.length ? (
+        <ol className="web-results">
+          {results.map((item, index) => {
+            const url = text(item.url);
+            const meta = [hostOf(url), text(item.engine), text(item.date).slice(0, 10)].filter(Boolean).join(" · ");
+            return (
+              <li key={index} data-testid="search-result">
+                <WebLink url={url} label={text(item.title)} />
+                <span className="muted web-meta">{meta}</span>
+                {text(item.snippet) ? <p className="web-snippet">{text(item.snippet)}</p> : null}
+              </li>
+            );
+          })}
+        </ol>
+      ) : null}
+      {suggestions.length ? <p className="muted">Also try: {suggestions.join(", ")}</p> : null}
+      {silent.length ? <p className="muted">No answer from: {silent.join("; ")}</p> : null}
+    </div>
+  );
+}
+
+/** `webFetch`'s page: its title and address, then the page as Markdown text, scrollable. */
+export function FetchedPage({ output }: { output: unknown }) {
+  const page = record(output);
+  const url = text(page.url);
+  const markdown = text(page.markdown);
+  return (
+    <div className="web-view" data-testid="fetched-page">
+      <div className="web-head">
+        <WebLink url={url} label={text(page.title) || url} />
+        <span className="muted web-meta">{hostOf(url)}</span>
+        {page.truncated === true ? <span className="badge warn">truncated</span> : null}
+      </div>
+      {markdown ? <pre className="web-markdown">{markdown}</pre> : <p className="muted">The page has no text.</p>}
+    </div>
+  );
+}
+
+const WEB_VIEWS: Record<string, (props: { output: unknown }) => JSX.Element> = {
+  webSearch: SearchResults,
+  webFetch: FetchedPage,
+};
+
+/** One tool call on one line; input and output behind a disclosure. Web results show readably below it. */
 export function ToolCall({ part }: { part: ToolUIPart | DynamicToolUIPart }) {
+  const name = getToolName(part);
+  const WebView = part.state === "output-available" ? WEB_VIEWS[name] : undefined;
+  return (
+    <>
+      <ToolLine part={part} />
+      {WebView && part.state === "output-available" ? <WebView output={part.output} /> : null}
+    </>
+  );
+}
+
+function ToolLine({ part }: { part: ToolUIPart | DynamicToolUIPart }) {
   const name = getToolName(part);
   // A hook's deny comes back as the tool's error; say so rather than "failed".
   const hookDenied = part.state === "output-error" && /denied by a hook/i.test(part.errorText ?? "");
   const state = hookDenied ? { label: "denied by a hook", tone: "bad" } : (TOOL_STATE[part.state] ?? { label: part.state, tone: "pending" });
   const input = "input" in part ? part.input : undefined;
+  const output = part.state === "output-available" ? part.output : undefined;
+  const workspace = isWorkspaceTool(name);
+  const special = hasWorkspaceView(name) && part.state === "output-available" ? <WorkspaceResult name={name} input={input} output={output} /> : null;
   return (
-    <details className="tool" data-testid="tool-call" data-tool={name} data-state={part.state}>
+    <details className={workspace ? "tool workspace-tool" : "tool"} data-testid="tool-call" data-tool={name} data-state={part.state}>
       <summary>
         <span className="tool-name">{name}</span>
-        <code className="tool-args">{compactJson(input ?? {})}</code>
+        <code className="tool-args">{workspace ? workspaceSummary(name, input, output) : compactJson(input ?? {})}</code>
         <span className={`badge ${state.tone}`}>{state.label}</span>
       </summary>
       <div className="tool-body">
-        <div className="tool-section">
-          <span className="tool-label">Input</span>
-          <pre>{prettyJson(input ?? {})}</pre>
-        </div>
-        {part.state === "output-available" ? (
+        {special ?? (
+          <div className="tool-section">
+            <span className="tool-label">Input</span>
+            <pre>{prettyJson(input ?? {})}</pre>
+          </div>
+        )}
+        {part.state === "output-available" && special === null ? (
           <div className="tool-section">
             <span className="tool-label">Result</span>
             <pre>{prettyJson(part.output)}</pre>

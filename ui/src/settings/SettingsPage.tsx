@@ -101,7 +101,8 @@ function Agents({ models, modelsChanged }: { models: ModelsOut | undefined; mode
         <div className="stack">
           <p className="muted">
             The supervisor and its specialists. Edits apply on the next run. Delegation eligibility and the description decide whom the
-            supervisor delegates to. Tools lists the registered tools; workspace and browser access take effect once those tools land.
+            supervisor delegates to. Tools lists the registered tools. Workspace access decides the repository tools: read-write gets files and the sandboxed
+            shell, read-only gets read, list, grep and stat, none gets no workspace tool. Browser access takes effect once those tools land.
           </p>
           {list.agents.map((agent: AgentOut) => (
             <details key={agent.id} className="card" data-agent-id={agent.id}>

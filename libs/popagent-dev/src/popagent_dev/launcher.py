@@ -20,6 +20,7 @@ import contextlib
 import os
 import secrets
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -292,7 +293,17 @@ def main(argv: list[str] | None = None) -> None:
     config = StackConfig(data_dir=args.data_dir.resolve(), gateway_port=args.port, echo_logs=not args.quiet)
     if workers:
         config.runner_workers = int(workers)
+    clone_default_workspace()
     raise SystemExit(asyncio.run(_main(config)))
+
+
+def clone_default_workspace() -> None:
+    """workspace/popagent, cloned when absent (from this repository unless
+    POPAGENT_DEFAULT_WORKSPACE_SOURCE names another); a failure is one line, never a stop."""
+    env = dict(os.environ)
+    env.setdefault("POPAGENT_WORKSPACE_ROOT", str(REPO_ROOT / "workspace"))
+    env.setdefault("POPAGENT_DEFAULT_WORKSPACE_SOURCE", str(REPO_ROOT))
+    subprocess.run([sys.executable, "-m", "popagent_agent_runner.workspace.checkout"], env=env, check=False)
 
 
 if __name__ == "__main__":

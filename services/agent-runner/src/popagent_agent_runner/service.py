@@ -21,6 +21,9 @@ from popagent_agent_runner.state.state_servicer import AgentRunnerStateServicer
 from popagent_agent_runner.state.workspaces import AgentWorkspaceStore
 from popagent_agent_runner.task_turn import TaskServicer, TaskTurns
 from popagent_agent_runner.turn import chat_service
+from popagent_agent_runner.turn.tools.web import web_access
+from popagent_agent_runner.workspace.hands import Hands
+from popagent_agent_runner.workspace.sandbox import Sandbox
 from popagent_core import subjects
 from popagent_core.db import load_queries
 from popagent_core.errors import PopagentError
@@ -57,6 +60,13 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
             browser_bridge_pb2_grpc.BrowserBridgeServiceStub(browser_channel),
             QUERIES,
         )
+        sandbox = Sandbox(max_processes=settings.sandbox_max_processes)
+        # Unwound after the gRPC server stops: every sandboxed command still running is killed.
+        stack.push_async_callback(sandbox.close)
+        reason = await sandbox.probe()
+        if reason is not None:
+            logger.warning("workspace shell disabled", extra={"reason": f"sandbox unavailable: {reason}"})
+        hands = Hands(settings.workspace_root, sandbox)
         sessions = SessionStore(pool, workspaces, QUERIES)
         starts = SessionStarts(hooks)
         servicer = AgentRunnerStateServicer(
@@ -78,10 +88,20 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
             ),
             SingletonSettings(pool, "memory", settings_rules.MEMORY, QUERIES, "memory_settings"),
             starts,
+            sandbox,
         )
         agent_runner_pb2_grpc.add_AgentRunnerStateServiceServicer_to_server(servicer, kernel.server)
+        web = await stack.enter_async_context(
+            web_access(
+                searxng_url=settings.searxng_url,
+                search_timeout_s=settings.web_search_timeout_s,
+                fetch_timeout_s=settings.web_fetch_timeout_s,
+                fetch_max_bytes=settings.web_fetch_max_bytes,
+                allow_private=settings.web_fetch_allow_private_addresses,
+            )
+        )
         chat = await stack.enter_async_context(
-            chat_service(pool, hooks, starts, settings.ninerouter_url, settings.ninerouter_api_key)
+            chat_service(pool, hooks, starts, settings.ninerouter_url, settings.ninerouter_api_key, web, hands)
         )
         agent_runner_pb2_grpc.add_AgentRunnerServiceServicer_to_server(chat, kernel.server)
         # Background task attempts run through the same turn runner as chat.

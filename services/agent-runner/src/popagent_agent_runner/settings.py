@@ -20,13 +20,27 @@ class Settings(ServiceSettings):
     # The OpenAI-compatible model gateway every agent reaches its model through (9Router by default).
     ninerouter_url: str = Field(default="http://127.0.0.1:20128/v1", validation_alias="NINEROUTER_URL")
     ninerouter_api_key: str = Field(default="", validation_alias="NINEROUTER_API_KEY", repr=False)
+    # webSearch: the self-hosted SearXNG instance (JSON API, no credential).
+    searxng_url: str = Field(default="http://127.0.0.1:8889", validation_alias="SEARXNG_URL")
+    web_search_timeout_s: float = Field(default=10.0, gt=0, le=120, validation_alias="POPAGENT_WEB_SEARCH_TIMEOUT_S")
+    # webFetch: one deadline per fetch (every redirect included) and a cap on the bytes read.
+    web_fetch_timeout_s: float = Field(default=15.0, gt=0, le=120, validation_alias="POPAGENT_WEB_FETCH_TIMEOUT_S")
+    web_fetch_max_bytes: int = Field(
+        default=2 * 1024 * 1024, ge=1024, le=64 * 1024 * 1024, validation_alias="POPAGENT_WEB_FETCH_MAX_BYTES"
+    )
+    # Opens loopback, private, link-local and CGNAT targets to webFetch (never metadata): tests only.
+    web_fetch_allow_private_addresses: bool = Field(
+        default=False, validation_alias="POPAGENT_WEB_FETCH_ALLOW_PRIVATE_ADDRESSES"
+    )
+    # Workspace shell: the processes one command may run (its default timeout is an agent-runtime setting).
+    sandbox_max_processes: int = Field(default=256, ge=8, le=65536, validation_alias="POPAGENT_SANDBOX_MAX_PROCESSES")
 
     @field_validator("grpc_address")
     @classmethod
     def _one_address(cls, value: str) -> str:
         return check_listen_address(value)
 
-    @field_validator("ninerouter_url")
+    @field_validator("ninerouter_url", "searxng_url")
     @classmethod
     def _http_url(cls, value: str) -> str:
         if not value.startswith(("http://", "https://")):

@@ -79,9 +79,7 @@ class SecretStore:
             "secret stored",
             extra={"resource_id": resource_id, "secret": name, "key_id": sealed.key_id, "new": row["inserted"]},
         )
-        info = SecretInfo(
-            str(row["id"]), resource_id, name, tuple(r["origin"] for r in origins), row["created_at"], row["updated_at"]
-        )
+        info = _info(row, resource_id, name, origins)
         return StoredSecret(info, created=row["inserted"])
 
     async def seal(self, conn: PoolConnectionProxy, plaintext: bytes, resource_id: str, name: str) -> Sealed:
@@ -147,14 +145,7 @@ class SecretStore:
                     await _changed(conn, resource_id, name, "bound", canonical)
                 origins = await conn.fetch(QUERIES["list_origins"], resource_id, name)
         logger.info("secret origin bound", extra={"resource_id": resource_id, "secret": name, "origin": canonical})
-        return SecretInfo(
-            str(secret["id"]),
-            resource_id,
-            name,
-            tuple(r["origin"] for r in origins),
-            secret["created_at"],
-            secret["updated_at"],
-        )
+        return _info(secret, resource_id, name, origins)
 
     async def unbind(self, resource_id: str, name: str, origin: str) -> SecretInfo:
         check_resource_id(resource_id)
@@ -171,14 +162,7 @@ class SecretStore:
                 await _changed(conn, resource_id, name, "unbound", canonical)
                 origins = await conn.fetch(QUERIES["list_origins"], resource_id, name)
         logger.info("secret origin unbound", extra={"resource_id": resource_id, "secret": name, "origin": canonical})
-        return SecretInfo(
-            str(secret["id"]),
-            resource_id,
-            name,
-            tuple(r["origin"] for r in origins),
-            secret["created_at"],
-            secret["updated_at"],
-        )
+        return _info(secret, resource_id, name, origins)
 
     async def resolve(self, resource_id: str, name: str, origin: str) -> str:
         """The plaintext, for an origin exactly equal to a bound one. Callers gate who may ask."""
@@ -202,6 +186,18 @@ class SecretStore:
             raise SecretIntegrityError(f"secret {resource_id}/{name} failed authentication") from None
         logger.info("secret resolved", extra={"resource_id": resource_id, "secret": name, "origin": canonical})
         return plaintext.decode()
+
+
+def _info(secret: asyncpg.Record, resource_id: str, name: str, origins: list[asyncpg.Record]) -> SecretInfo:
+    """A secret's metadata from its locked row and its binding rows (never the value)."""
+    return SecretInfo(
+        str(secret["id"]),
+        resource_id,
+        name,
+        tuple(r["origin"] for r in origins),
+        secret["created_at"],
+        secret["updated_at"],
+    )
 
 
 async def _changed(conn: PoolConnectionProxy, resource_id: str, name: str, change: str, origin: str = "") -> None:

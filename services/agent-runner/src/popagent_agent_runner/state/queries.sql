@@ -136,7 +136,7 @@ SELECT default_model, supervisor_max_steps, specialist_max_steps, max_concurrent
        final_response_feedback, delegation_context_max_chars, delegation_result_max_chars, delegation_failure_text,
        delegation_truncation_text, task_concurrency, task_poll_interval_ms, task_heartbeat_interval_ms,
        task_heartbeat_timeout_ms, task_attempt_timeout_ms, task_abort_ack_timeout_ms, task_retry_base_ms,
-       task_retry_cap_ms, updated_at
+       task_retry_cap_ms, command_timeout_ms, updated_at
 FROM popagent_agent_runtime_settings WHERE id = 1
 
 -- name: lock_agent_runtime_settings
@@ -144,7 +144,7 @@ SELECT default_model, supervisor_max_steps, specialist_max_steps, max_concurrent
        final_response_feedback, delegation_context_max_chars, delegation_result_max_chars, delegation_failure_text,
        delegation_truncation_text, task_concurrency, task_poll_interval_ms, task_heartbeat_interval_ms,
        task_heartbeat_timeout_ms, task_attempt_timeout_ms, task_abort_ack_timeout_ms, task_retry_base_ms,
-       task_retry_cap_ms, updated_at
+       task_retry_cap_ms, command_timeout_ms, updated_at
 FROM popagent_agent_runtime_settings WHERE id = 1 FOR UPDATE
 
 -- name: update_agent_runtime_settings
@@ -154,13 +154,13 @@ SET default_model = $1, supervisor_max_steps = $2, specialist_max_steps = $3, ma
     delegation_result_max_chars = $8, delegation_failure_text = $9, delegation_truncation_text = $10,
     task_concurrency = $11, task_poll_interval_ms = $12, task_heartbeat_interval_ms = $13,
     task_heartbeat_timeout_ms = $14, task_attempt_timeout_ms = $15, task_abort_ack_timeout_ms = $16,
-    task_retry_base_ms = $17, task_retry_cap_ms = $18, updated_at = now()
+    task_retry_base_ms = $17, task_retry_cap_ms = $18, command_timeout_ms = $19, updated_at = now()
 WHERE id = 1
 RETURNING default_model, supervisor_max_steps, specialist_max_steps, max_concurrent_tool_calls, max_processor_retries,
           final_response_feedback, delegation_context_max_chars, delegation_result_max_chars, delegation_failure_text,
           delegation_truncation_text, task_concurrency, task_poll_interval_ms, task_heartbeat_interval_ms,
           task_heartbeat_timeout_ms, task_attempt_timeout_ms, task_abort_ack_timeout_ms, task_retry_base_ms,
-          task_retry_cap_ms, updated_at
+          task_retry_cap_ms, command_timeout_ms, updated_at
 
 -- name: get_memory_settings
 SELECT enabled, observation_message_tokens, reflection_observation_tokens, raw_history_retention_messages,

@@ -16,6 +16,7 @@ from popagent_agent_runner.state.sessions import SessionDeleter, SessionRecord, 
 from popagent_agent_runner.state.settings_rules import Violation
 from popagent_agent_runner.state.settings_store import SettingsRecord, SingletonSettings
 from popagent_agent_runner.state.workspaces import AgentWorkspaceStore, WorkspaceRecord
+from popagent_agent_runner.workspace.sandbox import Sandbox
 from popagent_core.errors import InvalidArgument
 from popagent_core.redaction import redact_ui_message
 
@@ -88,8 +89,10 @@ class AgentRunnerStateServicer(agent_runner_pb2_grpc.AgentRunnerStateServiceServ
         runtime_settings: SingletonSettings,
         memory_settings: SingletonSettings,
         starts: SessionStarts,
+        sandbox: Sandbox | None = None,
     ) -> None:
         self.starts = starts
+        self.sandbox = sandbox
         self.sessions = sessions
         self.deleter = deleter
         self.agents = agents
@@ -235,3 +238,14 @@ class AgentRunnerStateServicer(agent_runner_pb2_grpc.AgentRunnerStateServiceServ
         changes = {c: getattr(request, c) for c in self.memory_settings.columns if request.HasField(c)}
         row, violations = await self.memory_settings.update(changes)
         return pb.UpdateMemorySettingsResponse(settings=self._memory(row), violations=_violations(violations))
+
+    async def GetSandboxStatus(
+        self, request: pb.GetSandboxStatusRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SandboxStatus:
+        if self.sandbox is None:
+            return pb.SandboxStatus(available=False, reason="sandbox unavailable: not configured")
+        reason = self.sandbox.unavailable_reason
+        if reason is not None:
+            # A failure may have been passing (a probe is cheap): look again before reporting it.
+            reason = await self.sandbox.probe()
+        return pb.SandboxStatus(available=reason is None, reason=f"sandbox unavailable: {reason}" if reason else "")

@@ -10,7 +10,7 @@
 | `delegation.py` | the supervisor's delegation tools and the specialist runs |
 | `capability.py` | step bounds, step observation, `PreToolUse`/`PostToolUse*` |
 | `hooks_points.py` | the turn's hook dispatch, gate and observational |
-| `tools/` | the tool registry, one folder per tool group (`time/`: `getTime`, `memory/`: `remember`) |
+| `tools/` | the tool registry, one folder per tool group (`time/`: `getTime`, `memory/`: `remember`, `search/`: `webSearch`, `fetch/`: `webFetch`, `workspace/`: Mastra's `mastra_workspace_*` file and shell tools) |
 | `events.py` | the batched turn events and the assistant UI message |
 | `thread_store.py` | thread history in, messages and outcome evidence out |
 | `memories.py` | long-term memories and recall |
@@ -35,6 +35,8 @@ from popagent_agent_runner.turn.memories import MemoryStore
 from popagent_agent_runner.turn.runner import TurnRunner
 from popagent_agent_runner.turn.thread_store import ThreadStore
 from popagent_agent_runner.turn.tools import ToolRegistry
+from popagent_agent_runner.turn.tools.web import WebAccess
+from popagent_agent_runner.workspace.hands import Hands
 from popagent_core.db import load_queries
 from popagent_hooks_client.client import HooksClient
 
@@ -46,7 +48,13 @@ READ_TIMEOUT_S = 600.0
 
 @contextlib.asynccontextmanager
 async def chat_service(
-    pool: asyncpg.Pool, hooks: HooksClient, starts: SessionStarts, ninerouter_url: str, ninerouter_api_key: str
+    pool: asyncpg.Pool,
+    hooks: HooksClient,
+    starts: SessionStarts,
+    ninerouter_url: str,
+    ninerouter_api_key: str,
+    web: WebAccess,
+    hands: Hands | None = None,
 ) -> AsyncIterator[ChatServicer]:
     """The `AgentRunnerService` servicer, with the one model connection pool it owns."""
     # The turn's agents run unstreamed for pydantic-ai (`agent_runs`): the model streams every text
@@ -58,5 +66,7 @@ async def chat_service(
     ):
         models.preload()
         memories = MemoryStore(pool, QUERIES)
-        runner = TurnRunner(ThreadStore(pool, QUERIES), memories, hooks, AgentFactory(models, ToolRegistry()), starts)
+        runner = TurnRunner(
+            ThreadStore(pool, QUERIES), memories, hooks, AgentFactory(models, ToolRegistry()), starts, web, hands
+        )
         yield ChatServicer(runner, memories)

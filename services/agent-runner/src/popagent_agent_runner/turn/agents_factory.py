@@ -60,7 +60,11 @@ class AgentFactory:
 
     def supervisor(self, turn: TurnContext) -> Agent[TurnDeps, str]:
         profile = turn.profiles[SUPERVISOR_ID]
-        tools = self.registry.tools_for(profile.tools) + self.delegation.tools(turn)
+        tools = (
+            self.registry.tools_for(profile.tools)
+            + self.registry.workspace_tools(profile.workspace_access)
+            + self.delegation.tools(turn)
+        )
         return self._agent(turn, profile, tools)
 
     def supervisor_deps(self, turn: TurnContext, steps: StepObserver) -> TurnDeps:
@@ -71,11 +75,13 @@ class AgentFactory:
             max_steps=turn.snapshot.supervisor_max_steps,
             tool_slots=asyncio.Semaphore(turn.snapshot.max_concurrent_tool_calls),
             steps=steps,
+            workspace_access=turn.profiles[SUPERVISOR_ID].workspace_access,
         )
 
     def specialist(self, turn: TurnContext, profile: AgentProfile) -> Agent[TurnDeps, str]:
         # Only the registry's tools: specialists get no delegation tools.
-        return self._agent(turn, profile, self.registry.tools_for(profile.tools))
+        tools = self.registry.tools_for(profile.tools) + self.registry.workspace_tools(profile.workspace_access)
+        return self._agent(turn, profile, tools)
 
     def specialist_deps(
         self, turn: TurnContext, profile: AgentProfile, thread_id: str, activity: DelegationActivity
@@ -87,4 +93,5 @@ class AgentFactory:
             max_steps=turn.snapshot.specialist_max_steps,
             tool_slots=asyncio.Semaphore(turn.snapshot.max_concurrent_tool_calls),
             steps=activity,
+            workspace_access=profile.workspace_access,
         )

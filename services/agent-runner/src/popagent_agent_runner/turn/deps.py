@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.usage import RunUsage
@@ -19,6 +19,10 @@ from pydantic_ai.usage import RunUsage
 from popagent_agent_runner.turn.events import TurnOutput
 from popagent_agent_runner.turn.hooks_points import TurnHooks
 from popagent_agent_runner.turn.memories import MemoryStore
+from popagent_agent_runner.workspace.hands import TurnHands
+
+if TYPE_CHECKING:
+    from popagent_agent_runner.turn.tools.web import WebAccess
 
 SUPERVISOR_ID = "popagent"
 # The resource every chat thread belongs to (the spec's single user).
@@ -39,6 +43,8 @@ class RuntimeSnapshot:
     delegation_result_max_chars: int
     delegation_failure_text: str
     delegation_truncation_text: str
+    # The workspace shell's timeout of a command that names none.
+    command_timeout_ms: int
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> RuntimeSnapshot:
@@ -57,6 +63,8 @@ class AgentProfile:
     tools: tuple[str, ...]
     # None: the request-selected or default route.
     model: str | None
+    # Which workspace tools it gets: none, read-only or read-write (decided here, never by a prompt).
+    workspace_access: str = "none"
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> AgentProfile:
@@ -68,6 +76,7 @@ class AgentProfile:
             delegation_eligible=row["delegation_eligible"],
             tools=tuple(row["tools"]),
             model=row["model"],
+            workspace_access=row["workspace_access"],
         )
 
 
@@ -94,9 +103,13 @@ class TurnContext:
     hooks: TurnHooks
     memories: MemoryStore
     output: TurnOutput
+    # The process's SearXNG client and page fetcher (webSearch, webFetch).
+    web: WebAccess
     specialist_runs: list[SpecialistRun] = field(default_factory=list[SpecialistRun])
     # Usage of the specialists; the supervisor's own is on its run result.
     specialist_usage: RunUsage = field(default_factory=RunUsage)
+    # The turn's repository and the background processes its agents started.
+    hands: TurnHands | None = None
 
     def model_for(self, profile: AgentProfile) -> str:
         return profile.model or self.route
@@ -118,6 +131,10 @@ class TurnDeps:
     tool_slots: asyncio.Semaphore
     # The supervisor's steps are the UI message's steps; a specialist's are its activity telemetry.
     steps: StepObserver
+    # The agent's persisted workspace access, and its read ledger: content hash of each file
+    # (canonical repository path) as this run last read or wrote it (read before write).
+    workspace_access: str = "none"
+    file_reads: dict[str, str] = field(default_factory=dict[str, str])
 
     @property
     def is_supervisor(self) -> bool:

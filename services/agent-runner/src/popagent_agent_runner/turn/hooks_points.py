@@ -35,21 +35,16 @@ class TurnHooks:
         self, event: Event, *, target: str = "", tool_call_id: str = "", detail: Mapping[str, Any]
     ) -> HookDecision:
         """A gate event's decision; the client applies the fail-closed rule when the service fails."""
-        return await self.client.dispatch(
-            event,
-            session_id=self.session_id,
-            turn_id=self.turn_id,
-            tool_call_id=tool_call_id,
-            model=self.model,
-            target=target,
-            detail=detail,
-        )
+        return await self._dispatch(event, target, tool_call_id, detail)
 
     async def observe(
         self, event: Event, *, target: str = "", tool_call_id: str = "", detail: Mapping[str, Any]
     ) -> None:
         # The client never raises a service error: a failed observational dispatch is logged there and passes.
-        await self.client.dispatch(
+        await self._dispatch(event, target, tool_call_id, detail)
+
+    async def _dispatch(self, event: Event, target: str, tool_call_id: str, detail: Mapping[str, Any]) -> HookDecision:
+        return await self.client.dispatch(
             event,
             session_id=self.session_id,
             turn_id=self.turn_id,

@@ -2,7 +2,7 @@
 
 -- name: turn_prelude
 -- Everything a chat turn reads before it starts, in one round trip: the session's
--- workspace, the runtime-settings snapshot (turn.deps.RuntimeSnapshot's fields), the agent
+-- workspace (id and registered path), the runtime-settings snapshot (turn.deps.RuntimeSnapshot's fields), the agent
 -- profiles (AgentProfile's), the memories recalled for
 -- prompt $3 (at most $4; see recall_memories) and the thread: its version (message count
 -- and last seq), whether it already holds message $2 (a retried request), and its history,
@@ -20,6 +20,7 @@ thread AS (
     WHERE thread_id = $1
 )
 SELECT s.workspace_id,
+       (SELECT w.path FROM popagent_agent_workspaces w WHERE w.id = s.workspace_id) AS workspace_path,
        (
            SELECT coalesce(jsonb_agg(r.content ORDER BY r.rank DESC, r.updated_at DESC), '[]'::jsonb)
            FROM (
@@ -38,7 +39,8 @@ SELECT s.workspace_id,
                'delegation_context_max_chars', r.delegation_context_max_chars,
                'delegation_result_max_chars', r.delegation_result_max_chars,
                'delegation_failure_text', r.delegation_failure_text,
-               'delegation_truncation_text', r.delegation_truncation_text
+               'delegation_truncation_text', r.delegation_truncation_text,
+               'command_timeout_ms', r.command_timeout_ms
            )
            FROM popagent_agent_runtime_settings r WHERE r.id = 1
        )::text AS runtime,
@@ -46,7 +48,7 @@ SELECT s.workspace_id,
            SELECT jsonb_agg(jsonb_build_object(
                'id', a.id, 'display_name', a.display_name, 'description', a.description,
                'instructions', a.instructions, 'delegation_eligible', a.delegation_eligible, 'tools', a.tools,
-               'model', a.model
+               'model', a.model, 'workspace_access', a.workspace_access
            ) ORDER BY a.position)
            FROM popagent_agents a
        )::text AS agents,

@@ -63,7 +63,9 @@ from popagent_agent_runner.turn.failure_texts import failure_message, provider_m
 from popagent_agent_runner.turn.hooks_points import TurnHooks, bounded, denied
 from popagent_agent_runner.turn.memories import RECALL_LIMIT, MemoryStore, bounded_recall, recall_query
 from popagent_agent_runner.turn.thread_store import ThreadStore, TurnState
+from popagent_agent_runner.turn.tools.web import WebAccess
 from popagent_agent_runner.turn.ui_message import prompt_text, user_content, with_prompt_text
+from popagent_agent_runner.workspace.hands import Hands
 from popagent_core.errors import ConfigurationError, InvalidArgument, PopagentError
 from popagent_core.log import trace_id_var, turn_id_var
 from popagent_core.telemetry import current_trace_id
@@ -187,12 +189,17 @@ class TurnRunner:
         hooks: HooksClient,
         factory: AgentFactory,
         starts: SessionStarts,
+        web: WebAccess,
+        hands: Hands | None = None,
     ) -> None:
         self.threads = threads
+        self.web = web
         self.memories = memories
         self.hooks = hooks
         self.factory = factory
         self.starts = starts
+        # The workspace tools' repository root and sandbox; None: no workspace tool can work.
+        self.hands = hands
 
     async def prepare(self, turn: TurnInput) -> PreparedTurn:
         """Everything the turn needs before its first event; raises NotFound for an unknown session."""
@@ -243,6 +250,14 @@ class TurnRunner:
             hooks=hooks,
             memories=self.memories,
             output=output,
+            web=self.web,
+            hands=self.hands.for_turn(
+                prepared.state.workspace_id,
+                prepared.state.workspace_path,
+                prepared.state.snapshot.command_timeout_ms / 1000,
+            )
+            if self.hands is not None
+            else None,
         )
         goal = prompt_text(turn.message)
         try:
@@ -272,6 +287,10 @@ class TurnRunner:
             output.error(failure.error_class, message)
             await self._publish_failure(context, goal, failure.error_class, message)
             return TurnEnd("failed", failure.error_class, message)
+        finally:
+            # Background commands belong to the turn: killed when it ends, however it ends.
+            if context.hands is not None:
+                await context.hands.close()
 
     async def _turn(self, prepared: PreparedTurn, context: TurnContext) -> TurnEnd:
         """The turn's steps: gate the prompt, run the supervisor until `Stop` lets it stop, commit."""

@@ -49,6 +49,8 @@ Version = tuple[int, int]
 @dataclass(frozen=True)
 class TurnState:
     workspace_id: str
+    # The workspace's registered path (relative to the workspace root); None: not registered.
+    workspace_path: str | None
     snapshot: RuntimeSnapshot
     profiles: dict[str, AgentProfile]
     history: list[ModelMessage]
@@ -115,6 +117,7 @@ class ThreadStore:
         agents = orjson.loads(row["agents"] or "[]")
         return TurnState(
             workspace_id=row["workspace_id"],
+            workspace_path=row["workspace_path"],
             snapshot=RuntimeSnapshot.from_row(orjson.loads(row["runtime"])),
             profiles={raw["id"]: AgentProfile.from_row(raw) for raw in agents},
             history=history,

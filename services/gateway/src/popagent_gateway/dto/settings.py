@@ -34,6 +34,7 @@ AttemptTimeoutMs = Annotated[int, Field(ge=1_000, le=86_400_000)]
 AbortAckMs = Annotated[int, Field(ge=100, le=600_000)]
 RetryBaseMs = Annotated[int, Field(ge=100, le=3_600_000)]
 RetryCapMs = Annotated[int, Field(ge=100, le=86_400_000)]
+CommandTimeoutMs = Annotated[int, Field(ge=1_000, le=600_000)]
 Tokens = Annotated[int, Field(ge=1_000, le=1_000_000)]
 RetainedMessages = Annotated[int, Field(ge=0, le=1_000)]
 IdleSeconds = Annotated[int, Field(ge=0, le=86_400)]
@@ -60,6 +61,7 @@ class AgentRuntimeSettingsOut(WireModel):
     task_abort_ack_timeout_ms: int
     task_retry_base_ms: int
     task_retry_cap_ms: int
+    command_timeout_ms: int
     updated_at: str
 
 
@@ -87,6 +89,9 @@ class AgentRuntimeSettingsPatch(PatchModel):
     task_retry_base_ms: RetryBaseMs | SkipJsonSchema[None] = None
     task_retry_cap_ms: RetryCapMs | SkipJsonSchema[None] = Field(
         default=None, description="must be at least taskRetryBaseMs"
+    )
+    command_timeout_ms: CommandTimeoutMs | SkipJsonSchema[None] = Field(
+        default=None, description="workspace shell: timeout of a command that names none (at most 600000)"
     )
 
 

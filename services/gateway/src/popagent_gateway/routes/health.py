@@ -8,7 +8,9 @@ import asyncpg
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from popagent.agent_runner.v1 import agent_runner_pb2, agent_runner_pb2_grpc
 from popagent_core.grpc_client import check_health
+from popagent_gateway.deps import cached_stub
 from popagent_gateway.dto.health import ComponentHealthOut, HealthOut
 
 router = APIRouter()
@@ -41,11 +43,25 @@ async def _service(request: Request, name: str) -> ComponentHealthOut:
     return ComponentHealthOut(ok=healthy, detail="" if healthy else "not serving")
 
 
+async def _sandbox(request: Request) -> ComponentHealthOut:
+    """Whether agent-runner's workspace shell can build its bubblewrap sandbox."""
+    stub = cached_stub(request, "agent-runner", agent_runner_pb2_grpc.AgentRunnerStateServiceStub)
+    try:
+        status = await stub.GetSandboxStatus(agent_runner_pb2.GetSandboxStatusRequest(), timeout=5)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        return ComponentHealthOut(ok=False, detail="sandbox status unknown: agent-runner did not answer")
+    return ComponentHealthOut(ok=status.available, detail=status.reason)
+
+
 @router.get("/health", response_model=HealthOut, responses={503: {"model": HealthOut}})
 async def health(request: Request) -> JSONResponse:
     """Readiness of application and observability PostgreSQL and of every service.
 
-    Model, search and browser outages are deliberately not part of readiness.
+    Model, search and browser outages are deliberately not part of readiness, and neither is
+    the workspace shell's sandbox: `sandbox` says whether commands can run ("sandbox
+    unavailable: <reason>" when not), while chat and the file tools work without it.
     """
     settings = request.app.state.settings
     names = list(request.app.state.channels)
@@ -57,5 +73,6 @@ async def health(request: Request) -> JSONResponse:
     components = {"postgres": results[0], "observabilityPostgres": results[1]}
     components.update({f"service:{name}": result for name, result in zip(names, results[2:], strict=True)})
     ok = all(component.ok for component in components.values())
+    components["sandbox"] = await _sandbox(request)
     body = HealthOut(ok=ok, components=components)
     return JSONResponse(body.model_dump(), status_code=200 if ok else 503)

@@ -1,40 +1,56 @@
 """The tool registry: the tools the model sees, by the registry key hook matchers use.
 
-Tools live in one folder per group (`time/`, `memory/`, and the workspace, browser, search, docs
+Tools live in one folder per group (`time/`, `memory/`, `search/`, `fetch/`, `workspace/`, and the browser, docs
 and skill groups to come); adding a tool is one module with a `TOOL` in its group and one entry in
 `TOOLS`. `TOOLS` is the one list of what exists: the agents' `knownTools` is derived from it, and
 a membership naming anything else is refused (`PATCH /api/agents/:id` answers 422). An agent gets
-the registered tools named in its persisted membership.
+the registered tools named in its persisted membership. The workspace tools (Mastra's registry
+keys, `workspace/`) are registered here too but are no membership: an agent gets them by its
+persisted workspace access.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from pydantic_ai import Tool
 
 from popagent_agent_runner.turn.deps import TurnDeps
+from popagent_agent_runner.turn.tools.fetch import web_fetch
 from popagent_agent_runner.turn.tools.memory import remember
+from popagent_agent_runner.turn.tools.search import web_search
 from popagent_agent_runner.turn.tools.time import get_time
+from popagent_agent_runner.turn.tools.workspace import BY_ACCESS, READ_WRITE_TOOLS
 
-TOOLS: tuple[Tool[TurnDeps], ...] = (get_time.TOOL, remember.TOOL)
+TOOLS: tuple[Tool[TurnDeps], ...] = (get_time.TOOL, remember.TOOL, web_search.TOOL, web_fetch.TOOL)
 
 
 class ToolRegistry:
-    def __init__(self, tools: Sequence[Tool[TurnDeps]] = TOOLS) -> None:
+    def __init__(
+        self,
+        tools: Sequence[Tool[TurnDeps]] = TOOLS,
+        workspace_tools: Mapping[str, Sequence[Tool[TurnDeps]]] = BY_ACCESS,
+    ) -> None:
         self._tools: dict[str, Tool[TurnDeps]] = {}
-        for tool in tools:
+        for tool in (*tools, *READ_WRITE_TOOLS):
             if tool.name in self._tools:
                 raise ValueError(f"tool {tool.name!r} is registered twice")
             self._tools[tool.name] = tool
+        self._members = tuple(tool.name for tool in tools)
+        self._workspace = {access: list(granted) for access, granted in workspace_tools.items()}
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools
 
     @property
     def names(self) -> tuple[str, ...]:
-        return tuple(self._tools)
+        """The tools a membership may name (workspace tools follow workspace access instead)."""
+        return self._members
 
     def tools_for(self, names: Iterable[str]) -> list[Tool[TurnDeps]]:
-        """The registered tools among `names`, in that order."""
-        return [self._tools[name] for name in names if name in self._tools]
+        """The registered membership tools among `names`, in that order."""
+        return [self._tools[name] for name in names if name in self._members]
+
+    def workspace_tools(self, access: str) -> list[Tool[TurnDeps]]:
+        """The workspace tools an agent with this persisted access gets (none for an unknown access)."""
+        return list(self._workspace.get(access, ()))

@@ -1,0 +1,1 @@
+"""Web search tools: `webSearch` through the self-hosted SearXNG JSON API."""

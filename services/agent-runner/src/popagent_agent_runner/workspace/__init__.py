@@ -1,0 +1,11 @@
+"""A registered repository as the agents' hands reach it: contained files and a sandboxed shell.
+
+| module | does |
+|---|---|
+| `paths.py` | repository-relative paths resolved one component at a time from an open directory |
+| `files.py` | the file operations the workspace tools run (read, write, edit, list, grep, stat, mkdir, delete) |
+| `gitignore.py` | `.gitignore` matching for listings and grep |
+| `sandbox.py` | commands under bubblewrap: no network, allow-listed environment, bounded output, killed process groups |
+
+The tools themselves (Mastra's registry keys) are in `turn/tools/workspace/`.
+"""

@@ -1,0 +1,80 @@
+"""The default workspace's checkout: `workspace/popagent` under `POPAGENT_WORKSPACE_ROOT`.
+
+The seeded registration `popagent` points there. When the folder is absent, `make run` and
+the compose entrypoint clone it from `POPAGENT_DEFAULT_WORKSPACE_SOURCE` (any git URL or
+path; `make run` defaults to this repository itself, so a new user's agent can work on
+popagent). The clone goes to a temporary folder beside the target and is renamed into
+place, so a half-done clone never looks like a checkout. A failure is one line on stderr
+and exit code 0: the stack starts anyway and the tools say the directory is missing.
+
+    python -m popagent_agent_runner.workspace.checkout
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+DEFAULT_WORKSPACE_FOLDER = "popagent"
+CLONE_TIMEOUT_S = 600.0
+
+
+def ensure_default_checkout(root: Path, source: str, timeout_s: float = CLONE_TIMEOUT_S) -> str:
+    """Clone `source` to `root/popagent` when it is absent; what happened, as one line."""
+    target = root / DEFAULT_WORKSPACE_FOLDER
+    if target.exists():
+        return f"default workspace present: {target}"
+    if not source:
+        return f"default workspace not cloned: {target} is absent and POPAGENT_DEFAULT_WORKSPACE_SOURCE is not set"
+    git = shutil.which("git")
+    if git is None:
+        return f"default workspace not cloned: git is not installed ({target} is absent)"
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".popagent-clone-", dir=root))
+    # No prompt for credentials, no system or user git configuration, no hooks.
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(staging),
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+    }
+    try:
+        done = subprocess.run(
+            [git, "-c", "core.hooksPath=/dev/null", "clone", "--quiet", "--", source, str(staging / "checkout")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+        if done.returncode != 0:
+            reason = (done.stderr.strip().splitlines() or [f"git exited with {done.returncode}"])[-1]
+            return f"default workspace not cloned from {source}: {reason}"
+        try:
+            (staging / "checkout").rename(target)
+        except OSError:
+            if target.exists():  # another process cloned it meanwhile
+                return f"default workspace present: {target}"
+            raise
+        return f"default workspace cloned from {source} into {target}"
+    except subprocess.TimeoutExpired:
+        return f"default workspace not cloned from {source}: git clone took longer than {timeout_s:.0f} s"
+    except OSError as exc:
+        return f"default workspace not cloned from {source}: {exc}"
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def main() -> None:
+    root = Path(os.environ.get("POPAGENT_WORKSPACE_ROOT") or "workspace")
+    line = ensure_default_checkout(root, os.environ.get("POPAGENT_DEFAULT_WORKSPACE_SOURCE", ""))
+    print(line, file=sys.stderr if "not cloned" in line else sys.stdout, flush=True)
+
+
+if __name__ == "__main__":
+    main()

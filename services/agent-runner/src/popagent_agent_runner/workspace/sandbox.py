@@ -1,0 +1,557 @@
+"""Agent shell commands under bubblewrap: no network, nothing of the host but read-only system files.
+
+Every command runs as
+
+    bwrap --unshare-all --unshare-user --cap-drop ALL --disable-userns --new-session --die-with-parent
+          <system directories read-only> --proc /proc --dev /dev --tmpfs /tmp --tmpfs $HOME
+          --bind <repository> <repository> --chdir <repository>/<cwd>
+          --clearenv --setenv PATH/LANG/HOME/TERM ... --remount-ro / -- /bin/sh -c <command>
+
+Why each flag (checked on this kind of machine, shared/research/dependency-lab-2.md §3):
+- `--unshare-all` gives new network, PID, IPC, UTS and cgroup namespaces: the only network is
+  the sandbox's own loopback, host processes are invisible.
+- As root bubblewrap keeps every capability unless told otherwise, and a sandboxed process
+  could then remount a read-only bind writable and write to the host: `--unshare-user` and
+  `--cap-drop ALL` leave it none, `--disable-userns` stops it from making a namespace of its own.
+- Without a user namespace TIOCSTI works even with `--new-session`; with both it fails.
+- `--die-with-parent`: if this service dies (even SIGKILL) the sandbox's PID 1 dies, and with it
+  every process of the sandbox's PID namespace.
+- `--remount-ro /` last: the sandbox's own root (a tmpfs) is read-only too; the repository bind,
+  `/tmp` and `$HOME` stay writable.
+
+The environment is built from an allow-list (PATH, LANG, HOME, TERM), never the service's:
+no database URL, keys or tokens reach a command, and bubblewrap itself is started with only
+those variables. bubblewrap runs in a process group of its own, which is killed on timeout,
+on cancellation of the turn and on shutdown. Output is bounded to its first 16 KiB and last
+48 KiB. The number of processes is bounded by a `pids` cgroup where one can be made, else by
+`RLIMIT_NPROC` (which does not bind root).
+
+Where bubblewrap cannot build the sandbox (not installed, or a container without user
+namespaces), a command is refused with "sandbox unavailable: <reason>": it is never run
+unsandboxed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Coroutine, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+HEAD_BYTES = 16 * 1024
+TAIL_BYTES = 48 * 1024
+DEFAULT_TIMEOUT_S = 120.0
+MAX_TIMEOUT_S = 600.0
+SANDBOX_HOME = "/home/agent"
+SANDBOX_FLAGS = (
+    "--unshare-all",
+    "--unshare-user",
+    "--cap-drop",
+    "ALL",
+    "--disable-userns",
+    "--new-session",
+    "--die-with-parent",
+)
+# /etc files programs commonly need; never the whole of /etc (shadow, the host's git config).
+ETC_FILES = (
+    "/etc/alternatives",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+    "/etc/localtime",
+    "/etc/mime.types",
+    "/etc/ssl/certs",
+)
+ROOT_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+TMPFS_BYTES = 512 * 1024 * 1024
+KILL_GRACE_S = 2.0
+REPROBE_S = 30.0
+
+
+class SandboxUnavailable(Exception):
+    """bubblewrap cannot build the sandbox here; the message says why."""
+
+
+class SandboxStartCrashed(Exception):
+    """bubblewrap died of a signal before it started the command (seen rarely in a busy gRPC
+    process); nothing ran, so the command is simply started again."""
+
+
+# Starts of one command when bubblewrap dies of a signal before the sandbox exists.
+START_ATTEMPTS = 3
+
+
+class BoundedOutput:
+    """The first `head` and the last `tail` bytes of a stream, and how many bytes between were left out."""
+
+    def __init__(self, head: int = HEAD_BYTES, tail: int = TAIL_BYTES) -> None:
+        self.head_limit = head
+        self.tail_limit = tail
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.head_limit - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > self.tail_limit:
+                del self.tail[: len(self.tail) - self.tail_limit]
+
+    @property
+    def omitted(self) -> int:
+        return self.total - len(self.head) - len(self.tail)
+
+    def text(self) -> str:
+        if self.omitted:
+            marker = f"\n…[{self.omitted} bytes of output left out]…\n".encode()
+            return (bytes(self.head) + marker + bytes(self.tail)).decode(errors="replace")
+        return (bytes(self.head) + bytes(self.tail)).decode(errors="replace")
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    command: str
+    exit_code: int | None
+    duration_ms: int
+    output: str
+    omitted_bytes: int
+    timed_out: bool = False
+    killed: bool = False
+
+
+class _PidsCgroup:
+    """A `pids` cgroup per command, where this process may make one (cgroup v1 `pids` or v2)."""
+
+    def __init__(self) -> None:
+        self.base: Path | None = None
+        for candidate in (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")):
+            if (candidate / "cgroup.procs").exists() and os.access(candidate, os.W_OK):
+                probe = candidate / f"popagent-probe-{uuid.uuid4().hex[:8]}"
+                try:
+                    probe.mkdir()
+                except OSError:
+                    continue
+                try:
+                    if (probe / "pids.max").exists():
+                        self.base = candidate
+                        break
+                finally:
+                    with contextlib.suppress(OSError):
+                        probe.rmdir()
+        if self.base is not None:
+            # Groups of sandboxes whose service was killed: empty ones can go (rmdir refuses the others).
+            for stale in self.base.glob("popagent-sandbox-*"):
+                with contextlib.suppress(OSError):
+                    stale.rmdir()
+
+    def make(self, max_processes: int) -> Path | None:
+        if self.base is None:
+            return None
+        path = self.base / f"popagent-sandbox-{uuid.uuid4().hex}"
+        try:
+            path.mkdir()
+            (path / "pids.max").write_text(str(max_processes))
+        except OSError:
+            return None
+        return path
+
+    @staticmethod
+    def remove(path: Path | None) -> bool:
+        """Remove an empty group; False while its last processes are still exiting."""
+        if path is None:
+            return True
+        try:
+            path.rmdir()
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        return True
+
+    @staticmethod
+    async def remove_soon(path: Path | None) -> None:
+        """Remove the group now, or once its processes are gone (never holding up a result)."""
+        for _ in range(100):
+            if _PidsCgroup.remove(path):
+                return
+            await asyncio.sleep(0.05)
+
+
+def _system_binds(extra: Iterable[str]) -> list[str]:
+    args = ["--ro-bind", "/usr", "/usr"]
+    for name in ROOT_LINKS:
+        host = Path("/") / name
+        if host.is_symlink():
+            args += ["--symlink", os.readlink(host), f"/{name}"]
+        elif host.is_dir():
+            args += ["--ro-bind", str(host), f"/{name}"]
+    for path in ETC_FILES:
+        args += ["--ro-bind-try", path, path]
+    # The service's own interpreter (and its virtualenv), so `python` in a command is the
+    # toolchain the deployment ships; read-only, and outside /usr only when it is elsewhere.
+    seen: set[str] = {"/usr"}
+    for prefix in (*_interpreter_prefixes(), *extra):
+        real = os.path.realpath(prefix)
+        if real in seen or real.startswith("/usr/") or not os.path.isdir(real):
+            continue
+        seen.add(real)
+        args += ["--ro-bind", real, real]
+        if prefix != real and not prefix.startswith("/usr/"):
+            args += ["--symlink", real, prefix]
+    return args
+
+
+def _interpreter_prefixes() -> list[str]:
+    return list(dict.fromkeys([sys.base_prefix, sys.prefix]))
+
+
+def sandbox_path() -> str:
+    bins = [os.path.join(prefix, "bin") for prefix in reversed(_interpreter_prefixes())]
+    return ":".join([*bins, "/usr/local/bin", "/usr/bin", "/bin"])
+
+
+def sandbox_environment() -> dict[str, str]:
+    """The only variables a command (and bubblewrap itself) gets."""
+    return {
+        "PATH": sandbox_path(),
+        "LANG": os.environ.get("LANG", "C.UTF-8") or "C.UTF-8",
+        "HOME": SANDBOX_HOME,
+        "TERM": "dumb",
+    }
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class SandboxProcess:
+    """One running sandboxed command; its output is read as it comes."""
+
+    def __init__(
+        self, sandbox: Sandbox, proc: asyncio.subprocess.Process, command: str, status_fd: int, cgroup: Path | None
+    ) -> None:
+        self.sandbox = sandbox
+        self.proc = proc
+        self.command = command
+        self.output = BoundedOutput()
+        self.started = time.monotonic()
+        self.status_fd = status_fd
+        self.cgroup = cgroup
+        self.timed_out = False
+        self.killed = False
+        self.sandbox_started = False
+        self.child_pid: int | None = None
+        self._status = b""
+        self._reader = asyncio.create_task(self._read(), name=f"sandbox-output-{proc.pid}")
+        self._done = asyncio.create_task(self._finish(), name=f"sandbox-wait-{proc.pid}")
+
+    async def _read(self) -> None:
+        assert self.proc.stdout is not None
+        while chunk := await self.proc.stdout.read(64 * 1024):
+            self.output.feed(chunk)
+
+    async def _finish(self) -> int:
+        code = await self.proc.wait()
+        # The output pipe can stay open in a process that outlived bubblewrap only until the
+        # namespace collapses; a little grace, then stop reading.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._reader), KILL_GRACE_S)
+        self._reader.cancel()
+        self._read_status()
+        with contextlib.suppress(OSError):
+            os.close(self.status_fd)
+        self.sandbox_started = self.child_pid is not None
+        if self.killed:
+            await asyncio.to_thread(self._kill_remaining)
+        if not _PidsCgroup.remove(self.cgroup):
+            self.sandbox._cleanup(_PidsCgroup.remove_soon(self.cgroup))
+        self.sandbox._running.discard(self)
+        return code
+
+    def _read_status(self) -> None:
+        """bubblewrap's `--json-status-fd` lines; `child-pid` is its PID 1, the sandbox's init."""
+        with contextlib.suppress(OSError):
+            while chunk := os.read(self.status_fd, 4096):
+                self._status += chunk
+        if self.child_pid is None:
+            for line in self._status.splitlines():
+                with contextlib.suppress(ValueError):
+                    info = json.loads(line)
+                    if isinstance(info, dict) and "child-pid" in info:
+                        self.child_pid = int(info["child-pid"])
+
+    def _kill_remaining(self) -> None:
+        """A kill during bubblewrap's set-up can come before its PID 1 asked to die with it: every
+        process left in the command's cgroup (or its PID 1) is killed here."""
+        for _ in range(100):
+            pids: list[int] = []
+            if self.cgroup is not None:
+                with contextlib.suppress(OSError):
+                    pids = [int(pid) for pid in (self.cgroup / "cgroup.procs").read_text().split()]
+            elif self.child_pid is not None and _alive(self.child_pid):
+                pids = [self.child_pid]
+            if not pids:
+                return
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.01)
+
+    @property
+    def running(self) -> bool:
+        return not self._done.done()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def kill(self) -> None:
+        """SIGKILL to bubblewrap's process group; the sandbox's PID namespace dies with its PID 1."""
+        if self._done.done():
+            return
+        self.killed = True
+        self._read_status()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        if self.child_pid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self.child_pid, signal.SIGKILL)
+
+    async def exited(self, timeout_s: float) -> bool:
+        """Wait up to `timeout_s` for the command to end (it is not killed); whether it has."""
+        await asyncio.wait({self._done}, timeout=timeout_s)
+        return self._done.done()
+
+    async def wait(self, timeout_s: float | None) -> CommandResult:
+        """The command's result; SandboxUnavailable when bubblewrap could not build the sandbox."""
+        try:
+            code = await asyncio.wait_for(asyncio.shield(self._done), timeout_s)
+        except TimeoutError:
+            self.timed_out = True
+            self.kill()
+            code = await self._done
+        except asyncio.CancelledError:
+            self.kill()
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._done)
+            raise
+        if not self.killed:
+            if not self.sandbox_started and code < 0:
+                logger.warning("bubblewrap died before starting the sandbox", extra={"signal": -code})
+                raise SandboxStartCrashed(f"bubblewrap died of signal {-code} before starting the command")
+            if not self.sandbox_started:
+                # bubblewrap exited before it could start the command (no user namespaces, ...).
+                lines = self.output.text().strip().splitlines()
+                self.sandbox._mark_unavailable(lines[0] if lines else f"bwrap exited with {code}")
+                self.sandbox.raise_if_unavailable()
+            elif code == 1 and self.output.head.startswith(b"bwrap: "):
+                # A setup failure inside the new namespaces, or a command printing the same:
+                # a probe of `true` tells them apart (a command cannot disable the shell).
+                if self.sandbox.probing:
+                    self.sandbox._mark_unavailable(self.output.text().strip().splitlines()[0])
+                    self.sandbox.raise_if_unavailable()
+                if await self.sandbox.probe() is not None:
+                    self.sandbox.raise_if_unavailable()
+        return self.result(code)
+
+    def result(self, code: int | None = None) -> CommandResult:
+        if code is None and self._done.done():
+            code = self._done.result()
+        return CommandResult(
+            command=self.command,
+            exit_code=None if self.killed or code is None else code,
+            duration_ms=int((time.monotonic() - self.started) * 1000),
+            output=self.output.text(),
+            omitted_bytes=self.output.omitted,
+            timed_out=self.timed_out,
+            killed=self.killed and not self.timed_out,
+        )
+
+
+@dataclass
+class Sandbox:
+    """Starts sandboxed commands; knows whether bubblewrap works here."""
+
+    bwrap: str | None = field(default_factory=lambda: shutil.which("bwrap"))
+    max_processes: int = 256
+    extra_read_only: Sequence[str] = ()
+    unavailable_reason: str | None = None
+    probing: bool = False
+    _running: set[SandboxProcess] = field(default_factory=set[SandboxProcess])
+    _cgroups: _PidsCgroup | None = None
+    _probed_at: float = 0.0
+    _cleanups: set[asyncio.Task[None]] = field(default_factory=set[asyncio.Task[None]])
+
+    def __post_init__(self) -> None:
+        if self.bwrap is None:
+            self.unavailable_reason = "bubblewrap (bwrap) is not installed"
+
+    def _cleanup(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
+
+    def _mark_unavailable(self, reason: str) -> None:
+        self.unavailable_reason = reason[:500]
+        logger.warning("sandbox unavailable", extra={"reason": self.unavailable_reason})
+
+    def raise_if_unavailable(self) -> None:
+        if self.unavailable_reason is not None:
+            raise SandboxUnavailable(f"sandbox unavailable: {self.unavailable_reason}")
+
+    def argv(self, repository: Path, cwd: Path, command: str) -> list[str]:
+        assert self.bwrap is not None
+        home = SANDBOX_HOME
+        return [
+            self.bwrap,
+            *SANDBOX_FLAGS,
+            *_system_binds(self.extra_read_only),
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--size",
+            str(TMPFS_BYTES),
+            "--tmpfs",
+            "/tmp",
+            "--size",
+            str(TMPFS_BYTES),
+            "--tmpfs",
+            home,
+            "--bind",
+            str(repository),
+            str(repository),
+            "--chdir",
+            str(cwd),
+            "--clearenv",
+            *itertools.chain.from_iterable(("--setenv", k, v) for k, v in sandbox_environment().items()),
+            "--remount-ro",
+            "/",
+            "--",
+            "/bin/sh",
+            "-c",
+            command,
+        ]
+
+    async def start(self, repository: Path, cwd: Path, command: str) -> SandboxProcess:
+        """Start `command` in the sandbox, with `repository` writable and `cwd` (inside it) as working directory."""
+        # A failure may have been passing: look again, at most every REPROBE_S.
+        stale = time.monotonic() - self._probed_at >= REPROBE_S
+        if self.unavailable_reason is not None and not self.probing and self.bwrap is not None and stale:
+            await self.probe()
+        if self.unavailable_reason is not None or self.bwrap is None:
+            raise SandboxUnavailable(f"sandbox unavailable: {self.unavailable_reason}")
+        if self._cgroups is None:
+            self._cgroups = await asyncio.to_thread(_PidsCgroup)
+        cgroup = await asyncio.to_thread(self._cgroups.make, self.max_processes)
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(read_fd, False)
+        # Limits are applied by a /bin/sh that then execs bubblewrap (same pid, same process
+        # group): it joins the command's pids cgroup before bubblewrap can fork, so every
+        # process of the sandbox is counted. (A `preexec_fn` would run Python between fork and
+        # exec in this threaded process, which is not safe.)
+        limits = ["ulimit -c 0"]
+        if cgroup is not None:
+            limits.append('echo $$ > "$1"')
+        if os.getuid() != 0:
+            # RLIMIT_NPROC binds every uid but root's.
+            # bash spells the process limit -u, dash -p.
+            count = int(self.max_processes)
+            limits.append(f"{{ ulimit -u {count} 2>/dev/null || ulimit -p {count}; }}")
+        limits.append('shift; exec "$@"')
+        argv = self.argv(repository, cwd, command)
+        argv[1:1] = ["--json-status-fd", str(write_fd)]
+        procs_file = str(cgroup / "cgroup.procs") if cgroup is not None else "-"
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                "/bin/sh",
+                "-c",
+                "; ".join(limits),
+                "sh",
+                procs_file,
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                env=sandbox_environment(),
+                start_new_session=True,
+                pass_fds=(write_fd,),
+                cwd="/",
+            )
+        except OSError as exc:
+            os.close(read_fd)
+            _PidsCgroup.remove(cgroup)
+            self._mark_unavailable(f"bubblewrap could not be started: {exc}")
+            raise SandboxUnavailable(f"sandbox unavailable: {self.unavailable_reason}") from None
+        finally:
+            os.close(write_fd)
+        process = SandboxProcess(self, proc, command, read_fd, cgroup)
+        self._running.add(process)
+        return process
+
+    async def run(self, repository: Path, cwd: Path, command: str, timeout_s: float) -> CommandResult:
+        for attempt in range(1, START_ATTEMPTS + 1):
+            process = await self.start(repository, cwd, command)
+            try:
+                return await process.wait(timeout_s)
+            except SandboxStartCrashed:
+                if attempt == START_ATTEMPTS:
+                    raise SandboxUnavailable("sandbox unavailable: bubblewrap kept dying before it started") from None
+        raise AssertionError("unreachable")
+
+    async def probe(self) -> str | None:
+        """Run `true` in a sandbox once: None when it works, else why not (also kept as `unavailable_reason`)."""
+        if self.bwrap is None:
+            return self.unavailable_reason
+        self.unavailable_reason = None
+        self.probing = True
+        self._probed_at = time.monotonic()
+        try:
+            with tempfile.TemporaryDirectory(prefix="popagent-sandbox-probe-") as folder:
+                result = await self.run(Path(folder), Path(folder), "true", 30.0)
+        except SandboxUnavailable:
+            return self.unavailable_reason
+        finally:
+            self.probing = False
+        if result.exit_code != 0:
+            self._mark_unavailable(result.output.strip().splitlines()[0] if result.output.strip() else "probe failed")
+        return self.unavailable_reason
+
+    async def close(self) -> None:
+        """Kill every running command (service shutdown) and wait for them."""
+        running = list(self._running)
+        for process in running:
+            process.kill()
+        for process in running:
+            with contextlib.suppress(Exception):
+                await process._done
+        if self._cleanups:
+            await asyncio.wait(set(self._cleanups), timeout=5)
