@@ -36,7 +36,9 @@ async def test_a_plain_answer_streams_the_exact_chunk_sequence_and_is_stored(sta
     ]
     start, finish = chunks[0], chunks[-2]
     turn_id = start["messageMetadata"]["turnId"]
-    assert start["messageMetadata"] == {"turnId": turn_id, "model": MODEL}
+    trace_id = start["messageMetadata"]["traceId"]
+    assert len(trace_id) == 32 and int(trace_id, 16)
+    assert start["messageMetadata"] == {"turnId": turn_id, "model": MODEL, "traceId": trace_id}
     usage = finish["messageMetadata"]["usage"]
     assert finish["messageMetadata"] == {"turnId": turn_id, "usage": usage}
     assert usage["outputTokens"] > 0 and usage["inputTokens"] > 0
@@ -48,7 +50,7 @@ async def test_a_plain_answer_streams_the_exact_chunk_sequence_and_is_stored(sta
         "id": start["messageId"],
         "role": "assistant",
         "parts": [{"type": "step-start"}, {"type": "text", "text": "Hello there, friend.", "state": "done"}],
-        "metadata": {"turnId": turn_id, "model": MODEL, "usage": usage},
+        "metadata": {"turnId": turn_id, "model": MODEL, "traceId": trace_id, "usage": usage},
     }
     [event] = await turn_events(stack, session)
     assert (event.turn_id, event.kind, event.goal, event.evidence, event.agent_id) == (

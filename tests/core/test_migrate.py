@@ -56,12 +56,13 @@ async def test_applies_kernel_service_and_data_files_once_and_records_checksums(
 
     report = await migrate(dsn, SCHEMA, migrations)
 
-    assert report.applied == ["0001_kernel.sql", "0001_things.sql", "0002_more.sql"]
+    assert report.applied == ["0001_kernel.sql", "0002_outbox_trace_context.sql", "0001_things.sql", "0002_more.sql"]
     assert report.data_applied == ["0001_seed_things.sql"]
     kernel_file = KERNEL_MIGRATIONS / "0001_kernel.sql"
     ledger = await fetch(dsn, "SELECT scope, name, checksum FROM popagent_schema_migrations ORDER BY scope, name")
     assert [tuple(row) for row in ledger] == [
         ("kernel", "0001_kernel.sql", sha256(kernel_file)),
+        ("kernel", "0002_outbox_trace_context.sql", sha256(KERNEL_MIGRATIONS / "0002_outbox_trace_context.sql")),
         ("service", "0001_things.sql", sha256(first)),
         ("service", "0002_more.sql", sha256(second)),
     ]
@@ -73,7 +74,7 @@ async def test_applies_kernel_service_and_data_files_once_and_records_checksums(
     assert again.applied == [] and again.data_applied == []
     # Re-running the seed would have failed on the primary key or added a row.
     assert [tuple(row) for row in await fetch(dsn, "SELECT id, label FROM things")] == [(1, "seed")]
-    assert len(await fetch(dsn, "SELECT 1 FROM popagent_schema_migrations")) == 3
+    assert len(await fetch(dsn, "SELECT 1 FROM popagent_schema_migrations")) == 4
 
 
 async def test_a_new_file_added_later_is_the_only_one_applied(make_database, migrations):
@@ -135,7 +136,7 @@ async def test_files_that_are_not_sql_are_ignored(make_database, migrations):
 
     report = await migrate(dsn, SCHEMA, migrations)
 
-    assert report.applied == ["0001_kernel.sql", "0001_things.sql"]
+    assert report.applied == ["0001_kernel.sql", "0002_outbox_trace_context.sql", "0001_things.sql"]
 
 
 async def test_a_failing_migration_leaves_no_ledger_row_and_no_partial_table(make_database, migrations):
@@ -148,7 +149,7 @@ async def test_a_failing_migration_leaves_no_ledger_row_and_no_partial_table(mak
         await migrate(dsn, SCHEMA, migrations)
 
     names = [row["name"] for row in await fetch(dsn, "SELECT name FROM popagent_schema_migrations")]
-    assert sorted(names) == ["0001_fine.sql", "0001_kernel.sql"]
+    assert sorted(names) == ["0001_fine.sql", "0001_kernel.sql", "0002_outbox_trace_context.sql"]
     assert await table_exists(dsn, "fine")
     assert not await table_exists(dsn, "half_done")
 
@@ -190,7 +191,7 @@ async def test_schemas_are_migrated_independently(make_database, tmp_path):
     report_b = await migrate(dsn, "svc_b", tmp_path / "b")
 
     # Each schema gets its own kernel tables and ledger.
-    assert report_b.applied == ["0001_kernel.sql", "0001_b.sql"]
+    assert report_b.applied == ["0001_kernel.sql", "0002_outbox_trace_context.sql", "0001_b.sql"]
     conn = await asyncpg.connect(dsn)
     try:
         found = await conn.fetch(
@@ -218,7 +219,7 @@ def racy_migrations(directory: Path) -> None:
 async def assert_applied_exactly_once(dsn: str, reports: list[tuple[list[str], list[str]]]) -> None:
     schema_files = sorted(name for applied, _ in reports for name in applied)
     data_files = sorted(name for _, data in reports for name in data)
-    assert schema_files == ["0001_counter.sql", "0001_kernel.sql", "0002_slow.sql"]
+    assert schema_files == ["0001_counter.sql", "0001_kernel.sql", "0002_outbox_trace_context.sql", "0002_slow.sql"]
     assert data_files == ["0001_seed.sql"]
     assert sorted(row["n"] for row in await fetch(dsn, "SELECT n FROM counter")) == [1, 100]
 

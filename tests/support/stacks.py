@@ -418,9 +418,11 @@ async def start_stack(
         gateway_env: dict[str, Any] = {}
         gateway_url: str | None = None
         if "gateway" in spec.services:
+            # The observability store is a database of its own, as in production.
+            observability_dsn = await stack.enter_async_context(fresh_database(pg_dsn, f"popagent_{spec.name}_obs"))
             gateway_env = {
                 "DATABASE_URL": dsn,
-                "OBSERVABILITY_DATABASE_URL": dsn,
+                "OBSERVABILITY_DATABASE_URL": observability_dsn,
                 "POPAGENT_API_KEY": API_KEY,
                 "POPAGENT_INTERNAL_TOKEN": tokens["gateway"],
                 "NINEROUTER_URL": models.url,

@@ -18,15 +18,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import asyncpg
 import nats
+import orjson
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.errors import NoRespondersError, NoServersError, StaleConnectionError, UnexpectedEOF
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 from nats.js.errors import NoStreamResponseError, NotFoundError
+from opentelemetry.trace import SpanKind
 
 from popagent_core import subjects
 from popagent_core.lifecycle import raise_if_cancelling, wait_event
+from popagent_core.telemetry import TRACER, extracted, inject_headers
 
 logger = logging.getLogger(__name__)
 
@@ -148,14 +151,18 @@ async def enqueue_event(
     """Write an event into the outbox inside the caller's transaction; returns its id."""
     subjects.owner_of(subject)  # refuses malformed subjects early
     event_id = uuid.uuid4()
+    # The writer's trace context travels with the row, so the relayed message continues its trace.
+    trace_context = inject_headers()
     # One round trip: the row and the wake-up of this schema's relay (delivered at commit, like NOTIFY).
     await conn.execute(
-        "WITH event AS (INSERT INTO popagent_outbox (id, subject, payload) VALUES ($1, $2, $3) RETURNING id)"
+        "WITH event AS (INSERT INTO popagent_outbox (id, subject, payload, trace_context)"
+        " VALUES ($1, $2, $3, $5::jsonb) RETURNING id)"
         " SELECT pg_notify($4 || current_schema(), '') FROM event",
         event_id,
         subject,
         payload,
         OUTBOX_CHANNEL_PREFIX,
+        orjson.dumps(trace_context).decode() if trace_context else None,
     )
     return event_id
 
@@ -203,18 +210,21 @@ class OutboxRelay:
                 "SELECT pg_advisory_xact_lock(hashtextextended('popagent_outbox.' || current_schema(), 0))"
             )
             rows = await conn.fetch(
-                "SELECT id, subject, payload FROM popagent_outbox WHERE published_at IS NULL"
+                "SELECT id, subject, payload, trace_context FROM popagent_outbox WHERE published_at IS NULL"
                 " ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED",
                 self.batch_size,
             )
             failure: BaseException | None = None
             for row in rows:
+                headers = {"Nats-Msg-Id": str(row["id"])}
+                if row["trace_context"]:
+                    headers.update(orjson.loads(row["trace_context"]))
                 try:
                     await self.js.publish(
                         row["subject"],
                         bytes(row["payload"]),
                         timeout=PUBLISH_TIMEOUT_S,
-                        headers={"Nats-Msg-Id": str(row["id"])},
+                        headers=headers,
                     )
                 except Exception as exc:
                     failure = exc
@@ -311,7 +321,16 @@ async def consume(
             last_error = ""
             for msg in messages:
                 try:
-                    await handler(msg)
+                    # The handler's work (its queries, RPCs and own events) joins the publisher's trace.
+                    with (
+                        extracted(msg.headers),
+                        TRACER.start_as_current_span(
+                            f"{msg.subject} process",
+                            kind=SpanKind.CONSUMER,
+                            attributes={"messaging.system": "nats", "messaging.destination.name": msg.subject},
+                        ),
+                    ):
+                        await handler(msg)
                 except asyncio.CancelledError:
                     raise
                 except Exception:

@@ -8,6 +8,7 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from opentelemetry.instrumentation.grpc import aio_client_interceptors, filters
 
 from popagent_core.errors import from_grpc_code
 from popagent_core.log import request_id_var
@@ -81,7 +82,12 @@ async def open_channel(
     Server-streaming calls get none: a streamed chat turn may run for as long as it works.
     """
     target, options = channel_target(address)
-    interceptors: list[grpc.aio.ClientInterceptor] = [_UnaryUnaryCredentials(token), _UnaryStreamCredentials(token)]
+    # Tracing interceptors (one per call kind) carry the trace context in the call's metadata.
+    interceptors: list[grpc.aio.ClientInterceptor] = [
+        *aio_client_interceptors(filter_=filters.negate(filters.health_check())),
+        _UnaryUnaryCredentials(token),
+        _UnaryStreamCredentials(token),
+    ]
     if unary_timeout_s is not None:
         interceptors.append(_UnaryUnaryDeadline(unary_timeout_s))
     channel = grpc.aio.insecure_channel(

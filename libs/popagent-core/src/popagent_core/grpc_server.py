@@ -19,6 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 # The asyncio servicer that grpc_health re-exports as `health.aio.HealthServicer`; imported
 # from its module so type checkers see the class.
 from grpc_health.v1._async import HealthServicer
+from opentelemetry.instrumentation.grpc import aio_server_interceptor, filters
 
 from popagent_core.auth import CallerRegistry, caller_var
 from popagent_core.errors import PopagentError
@@ -72,8 +73,16 @@ def _refused(method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandl
         logger.error("rpc kind refused", extra={"method": method, "kind": kind})
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, detail)
 
+    async def refuse_stream(request_iterator: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        # A response stream is an async generator to whoever wraps it (the tracing interceptor iterates it).
+        await refuse(request_iterator, context)
+        return
+        yield
+
     if handler.stream_stream:
-        return grpc.stream_stream_rpc_method_handler(refuse, handler.request_deserializer, handler.response_serializer)
+        return grpc.stream_stream_rpc_method_handler(
+            refuse_stream, handler.request_deserializer, handler.response_serializer
+        )
     return grpc.stream_unary_rpc_method_handler(refuse, handler.request_deserializer, handler.response_serializer)
 
 
@@ -130,8 +139,11 @@ class KernelInterceptor(grpc.aio.ServerInterceptor):
 
 def create_server(callers: CallerRegistry | None) -> tuple[grpc.aio.Server, HealthServicer]:
     """A server with the kernel interceptor and the standard health service registered."""
+    # The tracing interceptor comes first, so the caller's trace context (gRPC metadata) is
+    # current while the kernel's runs; health probes (every 0.1-2 s per prober) make no spans.
+    tracing = aio_server_interceptor(filter_=filters.negate(filters.health_check()))
     server = grpc.aio.server(
-        interceptors=[KernelInterceptor(callers)],
+        interceptors=[tracing, KernelInterceptor(callers)],
         options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 8 * 1024 * 1024)],
     )
     health_servicer = HealthServicer()

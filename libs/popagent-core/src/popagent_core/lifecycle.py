@@ -20,6 +20,7 @@ import uvloop
 
 from popagent_core.log import configure_logging
 from popagent_core.settings import ServiceSettings
+from popagent_core.telemetry import configure_telemetry, shutdown_telemetry
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +61,7 @@ async def serve_until_signalled(build: Callable[[S], AbstractAsyncContextManager
 def run(service: str, build: Callable[[S], AbstractAsyncContextManager[object]], settings: S) -> None:
     """Run one service process until SIGTERM/SIGINT. Exit code 1 on a start-up failure."""
     configure_logging(service, settings.log_level)
+    configure_telemetry(service)
     try:
         uvloop.run(serve_until_signalled(build, settings))
     except KeyboardInterrupt:
@@ -67,6 +69,8 @@ def run(service: str, build: Callable[[S], AbstractAsyncContextManager[object]],
     except Exception:
         logger.exception("service failed")
         raise SystemExit(1) from None
+    finally:
+        shutdown_telemetry()
 
 
 @contextlib.asynccontextmanager

@@ -9,12 +9,24 @@ import time
 from typing import Any
 
 import orjson
+from opentelemetry import trace
 
 request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 turn_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("turn_id", default=None)
 trace_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("trace_id", default=None)
 
 _RESERVED = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
+
+
+def span_ids() -> dict[str, str]:
+    """`trace_id` and `span_id` of the span current where a line is logged (none outside a recorded span)."""
+    span_context = trace.get_current_span().get_span_context()
+    if not span_context.is_valid:
+        return {}
+    return {
+        "trace_id": trace.format_trace_id(span_context.trace_id),
+        "span_id": trace.format_span_id(span_context.span_id),
+    }
 
 
 class JsonFormatter(logging.Formatter):
@@ -36,6 +48,7 @@ class JsonFormatter(logging.Formatter):
             value = var.get()
             if value:
                 entry[key] = value
+        entry.update(span_ids())
         for key, value in record.__dict__.items():
             if key not in _RESERVED and not key.startswith("_"):
                 entry[key] = value

@@ -64,8 +64,11 @@ class MigrationReport:
     data_applied: list[str]
 
 
-async def migrate(dsn: str, schema: str, migrations_dir: Path) -> MigrationReport:
-    """Bring `schema` up to date. Safe to run concurrently from several processes."""
+async def migrate(dsn: str, schema: str, migrations_dir: Path, *, kernel: bool = True) -> MigrationReport:
+    """Bring `schema` up to date. Safe to run concurrently from several processes.
+
+    `kernel=False` for a schema that is no service's (the observability store): no outbox there.
+    """
     check_schema_name(schema)
     conn = await asyncpg.connect(dsn, server_settings={"application_name": f"popagent-migrate-{schema}"})
     try:
@@ -78,10 +81,14 @@ async def migrate(dsn: str, schema: str, migrations_dir: Path) -> MigrationRepor
                 " scope text NOT NULL, name text NOT NULL, checksum text NOT NULL,"
                 " applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (scope, name))"
             )
-            applied = await _apply(conn, "kernel", read_migrations(KERNEL_MIGRATIONS), "popagent_schema_migrations")
+            kernel_files = read_migrations(KERNEL_MIGRATIONS) if kernel else []
+            applied = await _apply(conn, "kernel", kernel_files, "popagent_schema_migrations")
             applied += await _apply(conn, "service", read_migrations(migrations_dir), "popagent_schema_migrations")
-            data_applied = await _apply(
-                conn, "service", read_migrations(migrations_dir / "data"), "popagent_data_migrations"
+            # The data ledger is a kernel table: a schema without the kernel has no data migrations.
+            data_applied = (
+                await _apply(conn, "service", read_migrations(migrations_dir / "data"), "popagent_data_migrations")
+                if kernel
+                else []
             )
         finally:
             await conn.execute("SELECT pg_advisory_unlock(hashtext('popagent.migrate'), hashtext($1))", schema)

@@ -27,6 +27,7 @@ from popagent_core.auth import CallerRegistry
 from popagent_core.lifecycle import background_task
 from popagent_core.migrate import migrate
 from popagent_core.settings import ServiceSettings
+from popagent_core.span_store import secret_values, span_store_export
 from popagent_core.topology import service_named
 
 
@@ -68,6 +69,14 @@ async def service_kernel(
         js = nc.jetstream()
         if spec.subjects_owner is not None:
             await bus.ensure_streams(js, (spec.subjects_owner,))
+        await stack.enter_async_context(
+            span_store_export(
+                settings.observability_database_url,
+                service=f"popagent-{service}",
+                secrets=secret_values(settings),
+                info_loggers=settings.stored_info_loggers,
+            )
+        )
         relay = bus.OutboxRelay(pool, js)
         await stack.enter_async_context(background_task(relay.run, name=f"{service}-outbox"))
         server, health_servicer = grpc_server.create_server(callers)

@@ -33,6 +33,10 @@ class ProcessSettings(BaseSettings):
     model_config = SettingsConfigDict(env_ignore_empty=True, extra="ignore", frozen=True, populate_by_name=True)
 
     database_url: str = Field(validation_alias="DATABASE_URL")
+    # The observability store every process exports its spans to (popagent_core.span_store); unset: none.
+    observability_database_url: str = Field(default="", validation_alias="OBSERVABILITY_DATABASE_URL")
+    # Comma-separated logger name prefixes whose info lines are stored too (warnings and errors always are).
+    observability_info_loggers: str = Field(default="", validation_alias="POPAGENT_OBSERVABILITY_INFO_LOGGERS")
     log_level: str = Field(default="INFO", validation_alias="POPAGENT_LOG_LEVEL")
     # This process's own credential for calling other services (internal gRPC auth).
     internal_token: str = Field(default="", validation_alias="POPAGENT_INTERNAL_TOKEN", repr=False)
@@ -41,6 +45,15 @@ class ProcessSettings(BaseSettings):
     @classmethod
     def _postgres_dsn(cls, value: str) -> str:
         return check_postgres_dsn(value)
+
+    @field_validator("observability_database_url")
+    @classmethod
+    def _observability_dsn(cls, value: str) -> str:
+        return check_postgres_dsn(value) if value else value
+
+    @property
+    def stored_info_loggers(self) -> tuple[str, ...]:
+        return tuple(name.strip() for name in self.observability_info_loggers.split(",") if name.strip())
 
     @field_validator("log_level")
     @classmethod

@@ -7,9 +7,11 @@ from collections.abc import AsyncIterator
 
 import grpc
 from fastapi import APIRouter, Depends, FastAPI
+from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
 from popagent_core.grpc_client import open_channel
 from popagent_core.lifecycle import settle_heap
+from popagent_core.span_store import secret_values, span_store_export
 from popagent_gateway.bounded import ApiKeyMiddleware, BoundedBodyMiddleware
 from popagent_gateway.deps import require_api_key
 from popagent_gateway.errors import ERROR_RESPONSES, install_error_handlers
@@ -37,6 +39,15 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
+            await stack.enter_async_context(
+                span_store_export(
+                    settings.observability_database_url,
+                    service="popagent-gateway",
+                    secrets=secret_values(settings),
+                    info_loggers=settings.stored_info_loggers,
+                )
+            )
+
             # Every unary call gets the one deadline (POPAGENT_GATEWAY_RPC_TIMEOUT_S) unless it sets its own;
             # the streamed chat turn gets none (open_channel).
             def channel_to(address: str) -> contextlib.AbstractAsyncContextManager[grpc.aio.Channel]:
@@ -89,4 +100,7 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
     app.include_router(api)
     # Last, so /api routes win over the static files.
     mount_ui(app, settings.ui_dir)
+    # One server span per request, its trace context passed on to every RPC the route makes. No
+    # spans per ASGI message: a streamed chat answer sends one per chunk.
+    FastAPIInstrumentor.instrument_app(app, exclude_spans=["receive", "send"])
     return app

@@ -39,7 +39,11 @@ def chunks_for(event: agent_runner_pb2.TurnEvent, turn_id: str) -> Iterable[chun
     if kind == "start":
         yield chunks.StartChunk(
             message_id=event.start.message_id,
-            message_metadata={"turnId": event.start.turn_id, "model": event.start.model},
+            message_metadata={
+                "turnId": event.start.turn_id,
+                "model": event.start.model,
+                **({"traceId": event.start.trace_id} if event.start.trace_id else {}),
+            },
         )
     elif kind == "step_start":
         yield chunks.StartStepChunk()
@@ -82,6 +86,7 @@ def chunks_for(event: agent_runner_pb2.TurnEvent, turn_id: str) -> Iterable[chun
                 "usage": {
                     "inputTokens": usage.input_tokens,
                     "outputTokens": usage.output_tokens,
+                    **({"cachedInputTokens": usage.cached_input_tokens} if usage.cached_input_tokens else {}),
                     **({"estimated": True} if usage.estimated else {}),
                 },
             },

@@ -18,8 +18,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+from opentelemetry import trace
 
 from popagent_core.redaction import redact_tool_detail
+from popagent_core.telemetry import TRACER
 from popagent_hooks.audit import HookRun
 from popagent_hooks.config import HandlerConfig, HooksConfig
 from popagent_hooks.transport import HookFailure, HookTransport, sign
@@ -184,41 +186,46 @@ class Dispatcher:
         context_bytes = 0
         modified = False
         for handler in handlers:
-            started_at, started = _now(), time.monotonic()
-            try:
-                answer = await self._call(handler, request, event_id, detail)
-                combined_bytes = context_bytes
-                if answer.context:
-                    combined_bytes += len(answer.context.encode()) + (len(CONTEXT_SEPARATOR) if contexts else 0)
-                    if combined_bytes > MAX_CONTEXT_BYTES:
-                        raise _malformed(f"combined additionalContext exceeds {MAX_CONTEXT_BYTES} bytes")
-            except HookFailure as failure:
-                outcome = closed_outcome(event) if handler.fail_closed else Outcome.PASS
-                message = bound_utf8(f"hook {handler.id} failed ({failure.failure_class.value}): {failure}")
-                decision.runs.append(
-                    self._record(
-                        request, event_id, handler, outcome, failure.failure_class, message, started_at, started
+            # One span per handler run: event, handler and outcome (never the payload or the reason).
+            with TRACER.start_as_current_span(
+                "hook.dispatch",
+                attributes={"popagent.hook.event": event.value, "popagent.hook.handler_id": handler.id},
+            ):
+                started_at, started = _now(), time.monotonic()
+                try:
+                    answer = await self._call(handler, request, event_id, detail)
+                    combined_bytes = context_bytes
+                    if answer.context:
+                        combined_bytes += len(answer.context.encode()) + (len(CONTEXT_SEPARATOR) if contexts else 0)
+                        if combined_bytes > MAX_CONTEXT_BYTES:
+                            raise _malformed(f"combined additionalContext exceeds {MAX_CONTEXT_BYTES} bytes")
+                except HookFailure as failure:
+                    outcome = closed_outcome(event) if handler.fail_closed else Outcome.PASS
+                    message = bound_utf8(f"hook {handler.id} failed ({failure.failure_class.value}): {failure}")
+                    decision.runs.append(
+                        self._record(
+                            request, event_id, handler, outcome, failure.failure_class, message, started_at, started
+                        )
                     )
-                )
-                if handler.fail_closed:
-                    decision.outcome, decision.reason = outcome, message
-                    decision.failure_class, decision.decided_by = failure.failure_class, handler.id
-                    break
-                continue
+                    if handler.fail_closed:
+                        decision.outcome, decision.reason = outcome, message
+                        decision.failure_class, decision.decided_by = failure.failure_class, handler.id
+                        break
+                    continue
 
-            decision.runs.append(
-                self._record(request, event_id, handler, answer.outcome, None, answer.reason, started_at, started)
-            )
-            if answer.context:
-                context_bytes = combined_bytes
-                contexts.append(answer.context)
-            if answer.outcome is Outcome.MODIFY and replacement_key is not None:
-                detail = {**detail, replacement_key: answer.replacement}
-                modified = True
-            elif answer.outcome in (Outcome.DENY, Outcome.CONTINUE):
-                decision.outcome, decision.decided_by = answer.outcome, handler.id
-                decision.reason = answer.reason or f"hook {handler.id} answered {answer.outcome.value}"
-                break
+                decision.runs.append(
+                    self._record(request, event_id, handler, answer.outcome, None, answer.reason, started_at, started)
+                )
+                if answer.context:
+                    context_bytes = combined_bytes
+                    contexts.append(answer.context)
+                if answer.outcome is Outcome.MODIFY and replacement_key is not None:
+                    detail = {**detail, replacement_key: answer.replacement}
+                    modified = True
+                elif answer.outcome in (Outcome.DENY, Outcome.CONTINUE):
+                    decision.outcome, decision.decided_by = answer.outcome, handler.id
+                    decision.reason = answer.reason or f"hook {handler.id} answered {answer.outcome.value}"
+                    break
 
         decision.additional_context = CONTEXT_SEPARATOR.join(contexts)
         if decision.outcome is Outcome.PASS and modified:
@@ -275,6 +282,10 @@ class Dispatcher:
         started_at: datetime,
         started: float,
     ) -> HookRun:
+        span = trace.get_current_span()
+        span.set_attribute("popagent.hook.outcome", outcome.value)
+        if failure_class is not None:
+            span.set_attribute("error.type", failure_class.value)
         return HookRun(
             event=request.event,
             handler_id=handler.id,

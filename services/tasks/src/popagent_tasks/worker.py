@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from popagent_core.lifecycle import wait_event
+from popagent_core.telemetry import TRACER, continuing_trace
 from popagent_tasks.executor import AbortReason, AbortSignal, Attempt, Executor, TaskFailure, classify
 from popagent_tasks.model import (
     RELEASED,
@@ -385,6 +386,16 @@ class Worker:
     # -- one attempt --------------------------------------------------------------
 
     async def _run_attempt(self, slot: _Slot) -> None:
+        task_id, attempt = slot.key
+        # The attempt's spans (its TaskStart/TaskStop hooks, its turn) join the trace its claim named.
+        with TRACER.start_as_current_span(
+            "task.attempt",
+            context=continuing_trace(slot.task_record.trace_id),
+            attributes={"popagent.task.id": str(task_id), "popagent.task.attempt": attempt},
+        ):
+            await self._attempt(slot)
+
+    async def _attempt(self, slot: _Slot) -> None:
         try:
             await self.observers.task_started(TaskStarted(slot.lifecycle, slot.attempt.prompt))
             execution = asyncio.create_task(self.executor.execute(slot.attempt, slot.abort))

@@ -31,14 +31,17 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import time
 from collections.abc import AsyncGenerator, Callable, Iterable
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
 
 import httpx
 import orjson
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from pydantic_ai import RunContext, UnexpectedModelBehavior
 from pydantic_ai.exceptions import ModelAPIError
 from pydantic_ai.messages import ModelMessage, ModelResponse, PartStartEvent, TextPart
@@ -66,6 +69,7 @@ from popagent_agent_runner.llm.wire import (
     stream_error,
     transport_error,
 )
+from popagent_core.telemetry import TRACER
 
 __all__ = [
     "DROP_TEXT",
@@ -174,8 +178,41 @@ class LeanOpenAIModel(ChatRequestEncoding):
         check_allow_model_requests()
         sink = current_turn_sink()
         model_settings, model_request_parameters = self.prepare_request(model_settings, model_request_parameters)
-        if sink is not None:
-            return await self._request_through(sink, messages, model_settings, model_request_parameters)
+        # One span per model call (OpenTelemetry GenAI conventions), none per streamed chunk.
+        with TRACER.start_as_current_span(
+            "model.generation",
+            kind=SpanKind.CLIENT,
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": self._provider_name,
+                "gen_ai.request.model": self._model_name,
+                "gen_ai.request.stream": sink is not None,
+                **generation_attributes.get(),
+            },
+            record_exception=False,
+        ) as span:
+            started = time.perf_counter()
+            try:
+                if sink is not None:
+                    response = await self._request_through(
+                        sink, messages, model_settings, model_request_parameters, span, started
+                    )
+                else:
+                    response = await self._request_unstreamed(messages, model_settings, model_request_parameters)
+            except Exception as error:
+                # The type only: a provider's message may quote the prompt back.
+                span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+                span.set_attribute("error.type", type(error).__name__)
+                raise
+            record_generation(span, response)
+            return response
+
+    async def _request_unstreamed(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+    ) -> ModelResponse:
         request = await self._build_request(messages, False, model_settings or {}, model_request_parameters)
         response = await self._send(request, stream=False, settings=model_settings or {})
         try:
@@ -199,6 +236,8 @@ class LeanOpenAIModel(ChatRequestEncoding):
         messages: list[ModelMessage],
         model_settings: ModelSettings | None,
         params: ModelRequestParameters,
+        span: Span,
+        started: float,
     ) -> ModelResponse:
         """A request streamed from the server with its text handed to `sink` as it arrives, answered to
         pydantic-ai as one finished response (what `request_stream` would have assembled).
@@ -215,7 +254,11 @@ class LeanOpenAIModel(ChatRequestEncoding):
             # (reasoning before it is read as it comes: the answer's first token must not wait).
             interval: float = getattr(sink, "forward_interval_s", 0.0)
             pace = response.extensions.get(PACE_READS) if interval else None
+            first_event = True
             async for event in stream:
+                if first_event:
+                    first_event = False
+                    span.set_attribute("gen_ai.response.time_to_first_chunk", time.perf_counter() - started)
                 if pace is not None and isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
                     pace(interval)
                     pace = None
@@ -313,6 +356,31 @@ class LeanOpenAIModel(ChatRequestEncoding):
                 retry_after = error.retry_after
             attempt += 1
             await asyncio.sleep(_retry_delay(attempt, retry_after))
+
+
+# Set by the caller around an agent's run (the turn's `agent_run_span`): which agent and conversation
+# a model call serves, so each `model.generation` row rolls up per session and agent on its own.
+generation_attributes: ContextVar[dict[str, str]] = ContextVar("generation_attributes", default={})  # noqa: B039
+
+
+def record_generation(span: Span, response: ModelResponse) -> None:
+    """The response's model, usage and finish reason on its `model.generation` span."""
+    if not span.is_recording():
+        return
+    usage = response.usage
+    attributes: dict[str, Any] = {
+        "gen_ai.usage.input_tokens": usage.input_tokens,
+        "gen_ai.usage.output_tokens": usage.output_tokens,
+        "gen_ai.usage.cache_read.input_tokens": usage.cache_read_tokens,
+        "popagent.usage.estimated": is_estimated(usage),
+    }
+    if response.model_name:
+        attributes["gen_ai.response.model"] = response.model_name
+    if response.provider_response_id:
+        attributes["gen_ai.response.id"] = response.provider_response_id
+    if response.finish_reason:
+        attributes["gen_ai.response.finish_reasons"] = (response.finish_reason,)
+    span.set_attributes(attributes)
 
 
 class LeanModels:

@@ -12,15 +12,44 @@ every other node runs as `agent.run` would run it.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Awaitable, Callable
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from opentelemetry.trace import Span
 from pydantic_ai import Agent, AgentRunResult
 from pydantic_ai.messages import AgentStreamEvent
+
+from popagent_agent_runner.llm.model import generation_attributes
+from popagent_core.telemetry import TRACER
 
 DepsT = TypeVar("DepsT")
 OutputT = TypeVar("OutputT")
 ToolEvents = Callable[[AsyncIterable[AgentStreamEvent]], Awaitable[None]]
+
+
+@contextmanager
+def agent_run_span(agent_id: str, session_id: str, thread_id: str, model: str) -> Iterator[Span]:
+    """The `agent.run` span of one agent's run in a turn (supervisor or specialist), GenAI conventions.
+
+    Its model calls' `model.generation` spans name the same agent and conversation.
+    """
+    identity = {"gen_ai.agent.id": agent_id, "gen_ai.conversation.id": session_id}
+    with TRACER.start_as_current_span(
+        "agent.run",
+        attributes={
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": agent_id,
+            "gen_ai.request.model": model,
+            "popagent.thread_id": thread_id,
+            **identity,
+        },
+    ) as span:
+        token = generation_attributes.set(identity)
+        try:
+            yield span
+        finally:
+            generation_attributes.reset(token)
 
 
 async def run_agent(

@@ -20,6 +20,7 @@ import logging
 from typing import Any
 
 import orjson
+from opentelemetry.trace import Status, StatusCode
 from pydantic_ai import RunContext, ToolFailed
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.capabilities.abstract import RawToolArgs, ValidatedToolArgs, WrapToolExecuteHandler
@@ -30,6 +31,7 @@ from pydantic_ai.tools import ToolDefinition
 
 from popagent_agent_runner.turn.deps import TurnDeps
 from popagent_agent_runner.turn.hooks_points import bounded, denied
+from popagent_core.telemetry import TRACER
 from popagent_hooks_client.events import Event, Outcome
 
 logger = logging.getLogger(__name__)
@@ -109,8 +111,26 @@ class TurnCapability(AbstractCapability[TurnDeps]):
         hooks = ctx.deps.turn.hooks
         arguments = arguments_object(args)
         try:
-            async with ctx.deps.tool_slots:
-                result = await handler(args)
+            # Name, call id, agent and outcome only: arguments and results stay out of spans.
+            with TRACER.start_as_current_span(
+                "tool.call",
+                attributes={
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": call.tool_name,
+                    "gen_ai.tool.call.id": call.tool_call_id,
+                    "gen_ai.agent.id": ctx.deps.agent_id,
+                },
+                record_exception=False,
+                set_status_on_exception=False,
+            ) as span:
+                try:
+                    async with ctx.deps.tool_slots:
+                        result = await handler(args)
+                except Exception as exc:
+                    span.set_attribute("popagent.tool.outcome", "failure")
+                    span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+                    raise
+                span.set_attribute("popagent.tool.outcome", "success")
         except asyncio.CancelledError:
             raise
         except Exception as exc:

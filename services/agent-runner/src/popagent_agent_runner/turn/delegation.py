@@ -32,10 +32,11 @@ from pydantic_ai.messages import (
 from pydantic_ai.usage import RunUsage, UsageLimits
 
 from popagent_agent_runner.llm.model import DROP_TEXT, classify_model_error, is_estimated, streaming_to
-from popagent_agent_runner.turn.agent_runs import run_agent
+from popagent_agent_runner.turn.agent_runs import agent_run_span, run_agent
 from popagent_agent_runner.turn.deps import SUPERVISOR_ID, AgentProfile, SpecialistRun, TurnContext, TurnDeps
 from popagent_agent_runner.turn.events import TurnOutput
 from popagent_agent_runner.turn.hooks_points import bounded, denied
+from popagent_core.telemetry import TRACER
 from popagent_hooks_client.events import Event, Outcome
 
 logger = logging.getLogger(__name__)
@@ -174,6 +175,12 @@ class Delegation:
         )
 
     async def run(self, ctx: RunContext[TurnDeps], agent_id: str, brief: str) -> str:
+        with TRACER.start_as_current_span(
+            "delegation", attributes={"gen_ai.agent.id": agent_id, "gen_ai.tool.call.id": ctx.tool_call_id or ""}
+        ):
+            return await self._delegate(ctx, agent_id, brief)
+
+    async def _delegate(self, ctx: RunContext[TurnDeps], agent_id: str, brief: str) -> str:
         turn = ctx.deps.turn
         if not ctx.deps.is_supervisor:
             # Never offered to specialists; refused anyway should a history replay ask for it.
@@ -202,7 +209,7 @@ class Delegation:
         try:
             # The specialist's text must not stream as the supervisor's: it is telemetry. Its requests
             # stream all the same, for the upstream's real usage (see `DROP_TEXT`).
-            with streaming_to(DROP_TEXT):
+            with streaming_to(DROP_TEXT), agent_run_span(agent_id, turn.session_id, thread_id, model):
                 result = await run_agent(
                     agent,
                     prompt,

@@ -27,9 +27,14 @@ def dumps(value: Any) -> str:
     return orjson.dumps(value, default=str).decode()
 
 
-def usage_metadata(input_tokens: int, output_tokens: int, *, estimated: bool = False) -> dict[str, Any]:
-    """The assistant message's `metadata.usage`; `estimated` only when the provider's figures were an estimate."""
+def usage_metadata(
+    input_tokens: int, output_tokens: int, *, estimated: bool = False, cached_input_tokens: int = 0
+) -> dict[str, Any]:
+    """The assistant message's `metadata.usage`; `estimated` only when the provider's figures were an estimate,
+    `cachedInputTokens` only when the provider served some input from its cache."""
     usage: dict[str, Any] = {"inputTokens": input_tokens, "outputTokens": output_tokens}
+    if cached_input_tokens:
+        usage["cachedInputTokens"] = cached_input_tokens
     if estimated:
         usage["estimated"] = True
     return usage
@@ -148,10 +153,14 @@ class TurnOutput:
 
     # -- stream shape ------------------------------------------------------------------
 
-    def start(self, turn_id: str, message_id: str, model: str) -> None:
+    def start(self, turn_id: str, message_id: str, model: str, trace_id: str = "") -> None:
         self.message_id = message_id
         self.metadata = {"turnId": turn_id, "model": model}
-        self.events.put(pb.TurnEvent(start=pb.TurnStart(turn_id=turn_id, message_id=message_id, model=model)))
+        if trace_id:
+            self.metadata["traceId"] = trace_id
+        self.events.put(
+            pb.TurnEvent(start=pb.TurnStart(turn_id=turn_id, message_id=message_id, model=model, trace_id=trace_id))
+        )
 
     def step_start(self) -> None:
         self.step_finish()
@@ -262,18 +271,27 @@ class TurnOutput:
 
     # -- the end -----------------------------------------------------------------------
 
-    def finish(self, finish_reason: str, input_tokens: int, output_tokens: int, *, estimated: bool = False) -> None:
+    def finish(
+        self,
+        finish_reason: str,
+        input_tokens: int,
+        output_tokens: int,
+        *,
+        estimated: bool = False,
+        cached_input_tokens: int = 0,
+    ) -> None:
         """The end of the turn; `estimated`: the provider reported only an estimate of some request's usage."""
         self.step_finish()
-        self.metadata["usage"] = usage_metadata(input_tokens, output_tokens, estimated=estimated)
-        self.events.put(
-            pb.TurnEvent(
-                finish=pb.TurnFinish(
-                    finish_reason=finish_reason,
-                    usage=pb.Usage(input_tokens=input_tokens, output_tokens=output_tokens, estimated=estimated),
-                )
-            )
+        self.metadata["usage"] = usage_metadata(
+            input_tokens, output_tokens, estimated=estimated, cached_input_tokens=cached_input_tokens
         )
+        usage = pb.Usage(
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            estimated=estimated,
+            cached_input_tokens=cached_input_tokens,
+        )
+        self.events.put(pb.TurnEvent(finish=pb.TurnFinish(finish_reason=finish_reason, usage=usage)))
 
     def error(self, error_class: str, message: str) -> None:
         self.step_finish()

@@ -55,7 +55,7 @@ from popagent.events.v1 import events_pb2
 from popagent_agent_runner.failures import TurnFailure
 from popagent_agent_runner.llm.model import classify_model_error, is_estimated, streaming_to
 from popagent_agent_runner.state.sessions import SessionStarts
-from popagent_agent_runner.turn.agent_runs import ToolEvents, run_agent
+from popagent_agent_runner.turn.agent_runs import ToolEvents, agent_run_span, run_agent
 from popagent_agent_runner.turn.agents_factory import AgentFactory
 from popagent_agent_runner.turn.capability import arguments_object, jsonable
 from popagent_agent_runner.turn.deps import SUPERVISOR_ID, TurnContext, TurnDeps
@@ -70,6 +70,7 @@ from popagent_agent_runner.turn.ui_message import prompt_text, user_content, wit
 from popagent_agent_runner.workspace.hands import Hands
 from popagent_core.errors import ConfigurationError, InvalidArgument, PopagentError, StorageError
 from popagent_core.log import trace_id_var, turn_id_var
+from popagent_core.telemetry import current_trace_id
 from popagent_hooks_client.client import HooksClient
 from popagent_hooks_client.events import Event, Outcome
 
@@ -93,7 +94,8 @@ class TurnInput:
     # Empty: the session's workspace.
     workspace_id: str = ""
     turn_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    trace_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # The trace the turn's request arrived in (its spans join it), else a fresh id.
+    trace_id: str = field(default_factory=lambda: current_trace_id() or uuid.uuid4().hex)
     session_start: bool = True
 
 
@@ -235,9 +237,19 @@ class TurnRunner:
     async def run(self, prepared: PreparedTurn, output: TurnOutput) -> TurnEnd:
         """Run the turn to its end; every outcome but cancellation ends in `finish` or `error`."""
         turn = prepared.input
+        with agent_run_span(SUPERVISOR_ID, turn.session_id, turn.session_id, prepared.route) as span:
+            span.set_attribute("popagent.turn_id", turn.turn_id)
+            end = await self._run(prepared, output)
+            span.set_attribute("popagent.turn.outcome", end.outcome)
+            if end.error_class is not None:
+                span.set_attribute("error.type", str(end.error_class))
+            return end
+
+    async def _run(self, prepared: PreparedTurn, output: TurnOutput) -> TurnEnd:
+        turn = prepared.input
         turn_id_var.set(turn.turn_id)
         trace_id_var.set(turn.trace_id)
-        output.start(turn.turn_id, prepared.message_id, prepared.route)
+        output.start(turn.turn_id, prepared.message_id, prepared.route, turn.trace_id)
         # Let the start go out now: the gateway answers the request as soon as it arrives,
         # while this turn spends the next milliseconds of CPU setting up the model call.
         await asyncio.sleep(0)
@@ -457,7 +469,9 @@ class TurnRunner:
         usage = run.usage
         usage.incr(context.specialist_usage)
         estimated = is_estimated(usage)
-        output.metadata["usage"] = usage_metadata(usage.input_tokens, usage.output_tokens, estimated=estimated)
+        output.metadata["usage"] = usage_metadata(
+            usage.input_tokens, usage.output_tokens, estimated=estimated, cached_input_tokens=usage.cache_read_tokens
+        )
         assistant_ui = output.ui_message()  # ends the open text part, so it comes before `text()`
         answer = output.text()
         outcome = self._outcome(context, prompt.text, "outcome", answer or "(no text)", "")
@@ -481,7 +495,13 @@ class TurnRunner:
                 logger.warning("storing the answer failed; retrying", extra={"retry_in_s": delay})
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
-        output.finish(run.finish_reason, usage.input_tokens, usage.output_tokens, estimated=estimated)
+        output.finish(
+            run.finish_reason,
+            usage.input_tokens,
+            usage.output_tokens,
+            estimated=estimated,
+            cached_input_tokens=usage.cache_read_tokens,
+        )
 
     async def _run_supervisor(
         self,

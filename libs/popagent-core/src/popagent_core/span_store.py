@@ -1,0 +1,368 @@
+"""The observability store's writer: every process exports its own spans there, in batches.
+
+    async with span_store_export(settings.observability_database_url, "tasks"):
+        ...   # finished spans of this process go to OBSERVABILITY_DATABASE_URL
+
+Who writes: each process, through this kernel exporter, straight into the store. A single
+owner (a collector service fed over NATS or gRPC) would put one more hop, one more queue and
+one more process that can be down between a span and its row, and would carry every span of
+every turn across the bus the turns themselves use. Direct export keeps a store outage local:
+each process drops and counts its own spans, and the gateway only reads.
+
+Never in the way of a turn: `on_end` (called as a span ends, on the event loop) appends to a
+bounded buffer and returns; a full buffer drops the span and counts it. A background task
+writes a batch when one is full or every `flush_interval_s`. While the store is unreachable a
+batch is dropped (counted, with the reason kept for `/api/observability/health`) and the
+writer retries with backoff, so export resumes by itself once the store is back.
+
+The store is its own database (`OBSERVABILITY_DATABASE_URL`) with its own schema and ledger,
+migrated by the first writer that connects (under the migration runner's advisory lock).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import orjson
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.instrumentation.utils import suppress_instrumentation
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.trace import Span, StatusCode
+
+from popagent_core.log import span_ids
+from popagent_core.migrate import migrate
+
+logger = logging.getLogger(__name__)
+
+STORE_SCHEMA = "observability"
+STORE_MIGRATIONS = Path(__file__).parent / "span_store_migrations"
+
+_INSERT = (
+    "INSERT INTO popagent_spans (trace_id, span_id, parent_span_id, name, kind, service, started_at, ended_at,"
+    " duration_ms, status, status_message, attributes, session_id, agent_id)"
+    " SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],"
+    " $7::timestamptz[], $8::timestamptz[], $9::float8[], $10::text[], $11::text[], $12::jsonb[], $13::text[],"
+    " $14::text[]) ON CONFLICT DO NOTHING"
+)
+
+
+_LOG_INSERT = (
+    "INSERT INTO popagent_logs (logged_at, level, service, logger, message, trace_id, span_id, attributes)"
+    " SELECT * FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],"
+    " $7::text[], $8::jsonb[])"
+)
+MAX_LOG_MESSAGE_CHARS = 2000
+MAX_LOG_FIELD_CHARS = 500
+REDACTED = "[redacted]"
+# Credentials by their shape: bearer tokens, provider keys, Standard Webhooks signing keys.
+_SECRET_SHAPES = re.compile(r"(Bearer\s+\S+|sk-[A-Za-z0-9_\-]{8,}|whsec_[A-Za-z0-9+/=]+)")
+# Extra fields whose name says they hold a credential.
+_SECRET_FIELD = re.compile(r"(secret|token|password|api_?key|authorization|cookie)", re.IGNORECASE)
+
+
+class Redactor:
+    """Takes credentials out of text bound for the store: this process's secret settings, and known shapes."""
+
+    def __init__(self, secrets: tuple[str, ...] = ()) -> None:
+        self.secrets = tuple(sorted({s for s in secrets if len(s) >= 8}, key=len, reverse=True))
+
+    def text(self, value: str, limit: int) -> str:
+        for secret in self.secrets:
+            if secret in value:
+                value = value.replace(secret, REDACTED)
+        value = _SECRET_SHAPES.sub(REDACTED, value)
+        return value if len(value) <= limit else value[:limit] + "…"
+
+
+def secret_values(settings: object) -> tuple[str, ...]:
+    """The values of a settings object's secret fields (declared `repr=False`), as text."""
+    fields = getattr(type(settings), "model_fields", {})
+    found: list[str] = []
+    for name, info in fields.items():
+        if info.repr:
+            continue
+        value = getattr(settings, name, None)
+        values = value if isinstance(value, tuple | list) else (value,)
+        for item in values:
+            if isinstance(item, bytes):
+                found += [base64.b64encode(item).decode(), item.hex()]
+            elif isinstance(item, str) and item:
+                found.append(item)
+    return tuple(found)
+
+
+def _timestamp(nanos: int | None) -> datetime:
+    return datetime.fromtimestamp((nanos or 0) / 1e9, tz=UTC)
+
+
+def span_row(span: ReadableSpan) -> tuple[Any, ...]:
+    context = span.context
+    assert context is not None
+    attributes = dict(span.attributes or {})
+    service = str(span.resource.attributes.get("service.name", "unknown"))
+    started, ended = span.start_time or 0, span.end_time or span.start_time or 0
+    return (
+        trace.format_trace_id(context.trace_id),
+        trace.format_span_id(context.span_id),
+        trace.format_span_id(span.parent.span_id) if span.parent is not None else None,
+        span.name,
+        span.kind.name.lower(),
+        service,
+        _timestamp(started),
+        _timestamp(ended),
+        (ended - started) / 1e6,
+        span.status.status_code.name.lower() if span.status.status_code is not StatusCode.UNSET else "ok",
+        span.status.description,
+        orjson.dumps(attributes, default=str).decode(),
+        attributes.get("gen_ai.conversation.id"),
+        attributes.get("gen_ai.agent.id"),
+    )
+
+
+@dataclass
+class ExportStats:
+    """What `/api/observability/health` reports of one process's exporter."""
+
+    exported: int = 0
+    dropped: int = 0
+    exported_logs: int = 0
+    dropped_logs: int = 0
+    last_error: str = ""
+    store_reachable: bool = False
+    # Which store (the DSN, never shown: it may hold a password); for tests of in-process stacks.
+    store_dsn: str = field(default="", repr=False)
+    queue_depth: int = 0
+    queue_limit: int = 0
+
+
+class SpanStoreProcessor(SpanProcessor):
+    """Buffers finished spans (bounded) for `SpanStoreWriter`; never blocks, never raises."""
+
+    def __init__(self, max_queue: int = 4096) -> None:
+        self.max_queue = max_queue
+        self.buffer: list[ReadableSpan] = []
+        self.logs: list[tuple[Any, ...]] = []
+        self.stats = ExportStats(queue_limit=max_queue)
+        self.full = asyncio.Event()
+        self.batch_size = 256
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        pass
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if len(self.buffer) >= self.max_queue:
+            self.stats.dropped += 1
+            return
+        self.buffer.append(span)
+        if len(self.buffer) >= self.batch_size:
+            self.full.set()
+
+    def take(self) -> list[ReadableSpan]:
+        batch, self.buffer = self.buffer, []
+        self.full.clear()
+        return batch
+
+    def take_logs(self) -> list[tuple[Any, ...]]:
+        batch, self.logs = self.logs, []
+        return batch
+
+    def add_log(self, row: tuple[Any, ...]) -> None:
+        if len(self.logs) >= self.max_queue:
+            self.stats.dropped_logs += 1
+            return
+        self.logs.append(row)
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+class StoredLogHandler(logging.Handler):
+    """Warning and error records (and those of the loggers named at start) into the store, bounded and redacted.
+
+    Not the OpenTelemetry logs bridge: that SDK is still experimental (`opentelemetry.sdk._logs`), and
+    the record needs the same bounding and redaction, the same buffer and the same writer as spans.
+    """
+
+    def __init__(self, processor: SpanStoreProcessor, service: str, redactor: Redactor, info_loggers: tuple[str, ...]):
+        super().__init__(logging.INFO if info_loggers else logging.WARNING)
+        self.processor = processor
+        self.service = service
+        self.redactor = redactor
+        self.info_loggers = info_loggers
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno < logging.WARNING and not record.name.startswith(self.info_loggers or ("\0",)):
+            return
+        if record.name.startswith("popagent_core.span_store"):
+            return  # the writer's own troubles are in its stats, not in the store it cannot reach
+        try:
+            redact = self.redactor.text
+            extra = {
+                key: redact(str(value), MAX_LOG_FIELD_CHARS) if not _SECRET_FIELD.search(key) else REDACTED
+                for key, value in record.__dict__.items()
+                if key not in _RECORD_KEYS and not key.startswith("_")
+            }
+            if record.exc_info and record.exc_info[0] is not None:
+                extra["exc_type"] = record.exc_info[0].__name__
+            ids = span_ids()
+            self.processor.add_log(
+                (
+                    datetime.fromtimestamp(record.created, tz=UTC),
+                    record.levelname.lower(),
+                    self.service,
+                    record.name,
+                    redact(record.getMessage(), MAX_LOG_MESSAGE_CHARS),
+                    ids.get("trace_id"),
+                    ids.get("span_id"),
+                    orjson.dumps(extra).decode(),
+                )
+            )
+        except Exception:  # a log line must never fail the code that logs it
+            self.processor.stats.dropped_logs += 1
+
+
+_RECORD_KEYS = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
+
+
+class SpanStoreWriter:
+    """Writes the processor's batches into the store; reconnects and re-migrates after an outage."""
+
+    def __init__(
+        self, dsn: str, processor: SpanStoreProcessor, *, flush_interval_s: float = 1.0, max_backoff_s: float = 10.0
+    ) -> None:
+        self.dsn = dsn
+        self.processor = processor
+        self.flush_interval_s = flush_interval_s
+        self.max_backoff_s = max_backoff_s
+        self.pool: asyncpg.Pool | None = None
+
+    async def _connect(self) -> asyncpg.Pool:
+        if self.pool is None:
+            await migrate(self.dsn, STORE_SCHEMA, STORE_MIGRATIONS, kernel=False)
+            self.pool = await asyncpg.create_pool(
+                self.dsn,
+                min_size=0,
+                max_size=2,
+                server_settings={"search_path": STORE_SCHEMA, "application_name": "popagent-span-store"},
+            )
+        return self.pool
+
+    async def flush(self) -> int:
+        """Write what is buffered now; a failed batch is dropped and counted. Returns the rows written."""
+        batch = self.processor.take()
+        logs = self.processor.take_logs()
+        stats = self.processor.stats
+        if not batch and not logs:
+            return 0
+        rows = [span_row(span) for span in batch]
+        try:
+            pool = await self._connect()
+            if rows:
+                await pool.execute(_INSERT, *(list(column) for column in zip(*rows, strict=True)))
+            if logs:
+                await pool.execute(_LOG_INSERT, *(list(column) for column in zip(*logs, strict=True)))
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+            stats.dropped += len(batch)
+            stats.dropped_logs += len(logs)
+            stats.store_reachable = False
+            stats.last_error = f"{type(exc).__name__}: {str(exc)[:200]}"
+            if self.pool is not None:
+                pool, self.pool = self.pool, None
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(pool.close(), 2)
+            raise
+        stats.exported += len(batch)
+        stats.exported_logs += len(logs)
+        stats.store_reachable = True
+        stats.last_error = ""
+        return len(batch)
+
+    async def run(self) -> None:
+        backoff = 0.5
+        # The writer's own queries make no spans (they would feed the buffer they empty).
+        with suppress_instrumentation():
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.processor.full.wait(), self.flush_interval_s)
+                try:
+                    await self.flush()
+                    backoff = 0.5
+                except Exception as exc:
+                    logger.debug("span store write failed", extra={"error": type(exc).__name__})
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, self.max_backoff_s)
+
+    async def close(self) -> None:
+        with suppress_instrumentation(), contextlib.suppress(Exception):
+            await asyncio.wait_for(self.flush(), 3)
+        if self.pool is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.pool.close(), 3)
+            self.pool = None
+
+
+# One exporter per process: in a test process several services share the provider (and the store).
+_active: SpanStoreProcessor | None = None
+
+
+def active_stats() -> ExportStats | None:
+    """This process's exporter figures, with the current queue depth; None when it exports to no store."""
+    if _active is None:
+        return None
+    _active.stats.queue_depth = len(_active.buffer)
+    return _active.stats
+
+
+@contextlib.asynccontextmanager
+async def span_store_export(
+    dsn: str,
+    *,
+    service: str = "",
+    secrets: tuple[str, ...] = (),
+    info_loggers: tuple[str, ...] = (),
+    max_queue: int = 4096,
+    flush_interval_s: float = 1.0,
+) -> AsyncIterator[None]:
+    """Export this process's finished spans to the store at `dsn` for the lifetime of the block.
+
+    Does nothing when `dsn` is empty, tracing is off, or another block of this process exports already.
+    """
+    global _active
+    provider = trace.get_tracer_provider()
+    if not dsn or not isinstance(provider, TracerProvider) or _active is not None:
+        yield
+        return
+    processor = SpanStoreProcessor(max_queue)
+    processor.stats.store_dsn = dsn
+    writer = SpanStoreWriter(dsn, processor, flush_interval_s=flush_interval_s)
+    provider.add_span_processor(processor)
+    _active = processor
+    service_name = service or str(provider.resource.attributes.get("service.name", "unknown"))
+    handler = StoredLogHandler(processor, service_name, Redactor(secrets), info_loggers)
+    logging.getLogger().addHandler(handler)
+    task = asyncio.create_task(writer.run(), name="span-store-writer")
+    try:
+        yield
+    finally:
+        logging.getLogger().removeHandler(handler)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        # Nothing more goes into this process's buffer (the provider keeps the processor object).
+        processor.max_queue = 0
+        _active = None
+        await writer.close()

@@ -1,0 +1,177 @@
+"""OpenTelemetry in every process: one tracer provider, W3C trace context across gRPC and NATS.
+
+    configure_telemetry("tasks")          # at process start (lifecycle.run, the gateway's main)
+    with TRACER.start_as_current_span("task.attempt", attributes={...}): ...
+
+Trace context crosses processes in the standard `traceparent`/`tracestate` carriers: gRPC
+metadata (the grpc aio instrumentation's interceptors, installed by `grpc_server` and
+`grpc_client`), and NATS message headers (`inject_headers` when publishing, `extracted`
+when consuming). An outbox row stores the context of the transaction that wrote it, so the
+relayed message continues the trace of the state change, not of the relay's loop.
+
+Spans of our own go through `TRACER`; with no provider configured (a library caller, or
+`OTEL_SDK_DISABLED=true`) the API hands out non-recording spans, which cost a few hundred
+nanoseconds each. The streaming path opens spans per model call and per tool call, never per
+chunk: a chunk only touches the span when it is the first (time to first token).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+from collections.abc import Iterator, Mapping
+
+from opentelemetry import context as otel_context
+from opentelemetry import propagate, trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.id_generator import IdGenerator
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, Sampler
+from opentelemetry.trace import SpanKind
+
+TRACER = trace.get_tracer("popagent")
+
+# The standard switch (`OTEL_SDK_DISABLED`), honoured here since the SDK leaves it to the distro.
+_DISABLED_VARIABLE = "OTEL_SDK_DISABLED"
+_OTLP_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+
+_libraries_instrumented = False
+
+
+def tracing_enabled(environ: Mapping[str, str] = os.environ) -> bool:
+    return environ.get(_DISABLED_VARIABLE, "").strip().lower() not in {"true", "1", "yes"}
+
+
+def instrument_libraries() -> None:
+    """Spans for every asyncpg query and httpx request of the process (idempotent: patches are global)."""
+    global _libraries_instrumented
+    if _libraries_instrumented:
+        return
+    from opentelemetry.instrumentation.asyncpg import AsyncPGInstrumentor
+    from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
+
+    AsyncPGInstrumentor().instrument()
+    HTTPXClientInstrumentor().instrument()
+    _libraries_instrumented = True
+
+
+# Ids come from a generator of their own, not the `random` module's shared state: code that seeds
+# or checks that state (a property-based test of the gateway) must not see a request's spans in it.
+_ids = random.Random()
+
+
+class _OwnRandomIds(IdGenerator):
+    def generate_span_id(self) -> int:
+        return _ids.getrandbits(64) or 1
+
+    def generate_trace_id(self) -> int:
+        return _ids.getrandbits(128) or 1
+
+
+class _NoParentlessClientSpans(Sampler):
+    """Root spans only for work that starts somewhere: a request served, a message consumed, our own spans.
+
+    A query or HTTP call with no span around it is a background loop's polling (the outbox relay
+    every second, the task claimer, the retention sweeps): traced, each would be a trace of its own.
+    """
+
+    def should_sample(self, parent_context, trace_id, name, kind=None, attributes=None, links=None, trace_state=None):  # type: ignore[no-untyped-def]
+        sampler = ALWAYS_OFF if kind is SpanKind.CLIENT else ALWAYS_ON
+        return sampler.should_sample(parent_context, trace_id, name, kind, attributes, links, trace_state)
+
+    def get_description(self) -> str:
+        return "NoParentlessClientSpans"
+
+
+# A remote parent's "not sampled" flag does not decide either: it is what a client's dropped
+# parentless call sends (a background loop's RPC, an instrumented HTTP client), and the request
+# it makes is work this process does all the same.
+SAMPLER = ParentBased(root=_NoParentlessClientSpans(), remote_parent_not_sampled=_NoParentlessClientSpans())
+
+
+def build_provider(
+    service: str, *, processors: tuple[SpanProcessor, ...] = (), sampler: Sampler = SAMPLER
+) -> TracerProvider:
+    """The process's provider: `service.name` = popagent-<service>; OTLP/HTTP export when the standard
+    variables name an endpoint (the exporter reads them itself: endpoint, headers, timeout)."""
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": f"popagent-{service}"}), sampler=sampler, id_generator=_OwnRandomIds()
+    )
+    for processor in processors:
+        provider.add_span_processor(processor)
+    if any(os.environ.get(name) for name in _OTLP_VARIABLES):
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    return provider
+
+
+def configure_telemetry(service: str) -> TracerProvider | None:
+    """Install the process's tracer provider and library instrumentation; None when tracing is off."""
+    if not tracing_enabled():
+        return None
+    provider = build_provider(service)
+    trace.set_tracer_provider(provider)
+    instrument_libraries()
+    return provider
+
+
+def shutdown_telemetry() -> None:
+    """Flush what the batch processors hold (bounded by their own export timeouts)."""
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, TracerProvider):
+        provider.shutdown()
+
+
+def current_trace_id() -> str | None:
+    """The 32-hex trace id of the active span, or None outside a recorded trace."""
+    span_context = trace.get_current_span().get_span_context()
+    if not span_context.is_valid:
+        return None
+    return trace.format_trace_id(span_context.trace_id)
+
+
+def continuing_trace(trace_id: str | None) -> otel_context.Context | None:
+    """A context whose spans join the trace `trace_id` (32 hex), one a record stored earlier named.
+
+    A background task's row gets its trace id when it is claimed; the attempt's spans, its hooks and
+    its turn all carry that id, though nothing was in flight to propagate it from. None (the current
+    context) for a missing or malformed id.
+    """
+    if not trace_id or len(trace_id) != 32:
+        return None
+    try:
+        value = int(trace_id, 16)
+    except ValueError:
+        return None
+    if value == 0:
+        return None
+    parent = trace.SpanContext(
+        trace_id=value,
+        span_id=_ids.getrandbits(64) or 1,
+        is_remote=True,
+        trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED),
+    )
+    return trace.set_span_in_context(trace.NonRecordingSpan(parent))
+
+
+def inject_headers(headers: dict[str, str] | None = None) -> dict[str, str]:
+    """`headers` plus the active trace context (`traceparent`, `tracestate`), for a NATS message or outbox row."""
+    carrier = dict(headers or {})
+    propagate.inject(carrier)
+    return carrier
+
+
+@contextlib.contextmanager
+def extracted(headers: Mapping[str, str] | None) -> Iterator[None]:
+    """Run the block in the trace context a message carried (no-op when it carried none)."""
+    if not headers or "traceparent" not in headers:
+        yield
+        return
+    token = otel_context.attach(propagate.extract(dict(headers)))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
