@@ -86,10 +86,18 @@ export function Conversation(props: {
           }
           const server = result.conflict.session;
           if (sameMessages(server.messages, messages)) {
-            // The server already holds exactly these messages: nothing of ours is lost.
-            revision.current = server.revision;
-            title.current = server.title;
+            // The server recorded this turn itself (the same messages): save ours over it
+            // once, so marks only this UI knows (a Stop) are kept too.
+            const again = await api.saveSession(session.id, {
+              revision: server.revision,
+              messages: messages as unknown as StoredMessage[],
+              ...(server.title ? {} : { title: titleFrom(messages) }),
+            });
+            const saved = again.ok ? again.session : again.conflict.session;
+            revision.current = saved.revision;
+            title.current = saved.title;
             setSaveState({ kind: "saved" });
+            if (again.ok) props.onSaved(again.session);
             return;
           }
           setConflict(server);
