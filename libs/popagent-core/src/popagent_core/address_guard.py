@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+import ssl
 import typing
 from collections.abc import Awaitable, Callable
 
@@ -163,3 +164,20 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
 
     async def sleep(self, seconds: float) -> None:
         await self._inner.sleep(seconds)
+
+
+def guarded_pool(
+    backend: GuardedBackend, ssl_context: ssl.SSLContext, *, max_connections: int, max_keepalive: int
+) -> httpcore.AsyncConnectionPool:
+    """An HTTP/1.1 pool whose every connection goes through `backend`'s address check. No
+    retries: a refused or failed connection is the caller's answer, never tried elsewhere."""
+    return httpcore.AsyncConnectionPool(
+        ssl_context=ssl_context,
+        max_connections=max_connections,
+        max_keepalive_connections=max_keepalive,
+        keepalive_expiry=15.0,
+        http1=True,
+        http2=False,
+        retries=0,
+        network_backend=backend,
+    )

@@ -25,7 +25,7 @@ from pathlib import Path
 import certifi
 import httpcore
 
-from popagent_core.address_guard import BlockedAddress, GuardedBackend, Resolver
+from popagent_core.address_guard import BlockedAddress, GuardedBackend, Resolver, guarded_pool
 from popagent_hooks_client.events import FailureClass
 
 logger = logging.getLogger(__name__)
@@ -72,16 +72,7 @@ class HookTransport:
         max_connections: int = 256,
     ) -> None:
         self.backend = GuardedBackend(allow_private=allow_private, resolver=resolver)
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=tls_context(ca_file),
-            max_connections=max_connections,
-            max_keepalive_connections=64,
-            keepalive_expiry=15.0,
-            http1=True,
-            http2=False,
-            retries=0,
-            network_backend=self.backend,
-        )
+        self._pool = guarded_pool(self.backend, tls_context(ca_file), max_connections=max_connections, max_keepalive=64)
 
     async def aclose(self) -> None:
         await self._pool.aclose()

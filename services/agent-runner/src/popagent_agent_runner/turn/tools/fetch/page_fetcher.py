@@ -30,7 +30,7 @@ import httpcore
 from bs4 import BeautifulSoup
 from markdownify import MarkdownConverter
 
-from popagent_core.address_guard import BlockedAddress, GuardedBackend, Resolver
+from popagent_core.address_guard import BlockedAddress, GuardedBackend, Resolver, guarded_pool
 from popagent_core.errors import InvalidArgument, Unavailable
 
 MAX_REDIRECTS = 5
@@ -140,15 +140,11 @@ class PageFetcher:
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
         self.backend = backend or GuardedBackend(allow_private=allow_private, resolver=resolver)
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=ssl_context or ssl.create_default_context(cafile=certifi.where()),
+        self._pool = guarded_pool(
+            self.backend,
+            ssl_context or ssl.create_default_context(cafile=certifi.where()),
             max_connections=32,
-            max_keepalive_connections=8,
-            keepalive_expiry=15.0,
-            http1=True,
-            http2=False,
-            retries=0,
-            network_backend=self.backend,
+            max_keepalive=8,
         )
 
     async def aclose(self) -> None:
