@@ -15,6 +15,7 @@ from popagent_core.span_store import secret_values, span_store_export
 from popagent_gateway.bounded import ApiKeyMiddleware, BoundedBodyMiddleware
 from popagent_gateway.deps import require_api_key
 from popagent_gateway.errors import ERROR_RESPONSES, install_error_handlers
+from popagent_gateway.observability.store import ObservabilityStore
 from popagent_gateway.routes import (
     agents,
     chat,
@@ -22,6 +23,7 @@ from popagent_gateway.routes import (
     hooks,
     memories,
     models,
+    observability,
     schedules,
     secrets,
     sessions,
@@ -47,6 +49,11 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
                     info_loggers=settings.stored_info_loggers,
                 )
             )
+
+            # Reads of /api/observability; the pool opens on first use, so a store that is down
+            # does not keep the gateway from starting.
+            app.state.observability_store = ObservabilityStore(settings.observability_database_url)
+            stack.push_async_callback(app.state.observability_store.close)
 
             # Every unary call gets the one deadline (POPAGENT_GATEWAY_RPC_TIMEOUT_S) unless it sets its own;
             # the streamed chat turn gets none (open_channel).
@@ -95,6 +102,7 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
         tasks,
         schedules,
         secrets,
+        observability,
     ):
         api.include_router(module.router)
     app.include_router(api)
