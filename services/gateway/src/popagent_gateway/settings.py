@@ -36,6 +36,8 @@ class Settings(ProcessSettings):
     model_catalog_ttl_s: float = Field(default=60.0, gt=0, le=3600, validation_alias="POPAGENT_MODEL_CATALOG_TTL_S")
     # The deadline of every unary call to a service that does not set its own (only the
     # permanent deletions that run session lifecycles do). The streamed chat turn has none.
+    # Only to publish negative feedback (popagent_core.subjects.NEGATIVE_FEEDBACK_GIVEN); connected on first use.
+    nats_url: str = Field(default="nats://127.0.0.1:4222", validation_alias="NATS_URL")
     rpc_timeout_s: float = Field(default=10.0, gt=0, le=3600, validation_alias="POPAGENT_GATEWAY_RPC_TIMEOUT_S")
 
     agent_runner_address: str = grpc_address_field("agent-runner")
@@ -54,6 +56,13 @@ class Settings(ProcessSettings):
     def agent_runner_workers(self) -> list[str]:
         """agent-runner's worker processes: a session's turns all go to one of them."""
         return split_addresses(self.agent_runner_address)
+
+    @field_validator("nats_url")
+    @classmethod
+    def _nats_url(cls, value: str) -> str:
+        if not all(part.strip().startswith(("nats://", "tls://")) for part in value.split(",")):
+            raise ValueError("must be one or more comma-separated nats:// URLs")
+        return value
 
     @field_validator("observability_database_url")
     @classmethod

@@ -5,13 +5,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from popagent_gateway.dto import WireModel
+from popagent_gateway.dto import WireInput, WireModel
 
 TRACE_ID_PATTERN = r"^[0-9a-f]{32}$"
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 MAX_WINDOW_DAYS = 366
+MAX_FEEDBACK_COMMENT_CHARS = 2000
 
 
 class WindowQuery(BaseModel):
@@ -141,3 +142,44 @@ class ObservabilityHealthOut(WireModel):
     # The gateway process's own exporter; each other service counts its own drops.
     exporter: ExporterOut | None = Field(description="null when this process exports to no store (tracing off)")
     covers: str
+
+
+class FeedbackCreate(WireInput):
+    """Thumbs up or down on one assistant message or one turn, linked to the turn's trace."""
+
+    session_id: str = Field(pattern=ID_PATTERN, max_length=128)
+    message_id: str | None = Field(default=None, min_length=1, max_length=200, description="the assistant message")
+    turn_id: str | None = Field(default=None, pattern=ID_PATTERN, max_length=128, description="or the turn")
+    trace_id: str = Field(pattern=TRACE_ID_PATTERN, description="the message metadata's traceId")
+    rating: Literal["up", "down"]
+    comment: str = Field(default="", max_length=MAX_FEEDBACK_COMMENT_CHARS)
+
+    @model_validator(mode="after")
+    def _on_something(self) -> FeedbackCreate:
+        if self.message_id is None and self.turn_id is None:
+            raise ValueError("give messageId or turnId")
+        return self
+
+
+class FeedbackListQuery(WindowQuery):
+    session_id: str | None = Field(default=None, alias="sessionId", pattern=ID_PATTERN)
+    rating: Literal["up", "down"] | None = None
+    trace_id: str | None = Field(default=None, alias="traceId", pattern=TRACE_ID_PATTERN)
+    cursor: str | None = Field(default=None, max_length=200, description="nextCursor of the previous page")
+    limit: int = Field(default=50, ge=1, le=200)
+
+
+class FeedbackOut(WireModel):
+    id: str
+    created_at: datetime
+    rating: Literal["up", "down"]
+    comment: str
+    session_id: str
+    message_id: str | None
+    turn_id: str | None
+    trace_id: str
+
+
+class FeedbackListOut(WireModel):
+    feedback: list[FeedbackOut]
+    next_cursor: str | None

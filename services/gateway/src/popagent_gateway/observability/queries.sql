@@ -88,3 +88,23 @@ WHERE logged_at >= $1 AND logged_at < $2
   AND ($6::bigint IS NULL OR id < $6)
 ORDER BY id DESC
 LIMIT $7
+
+-- name: insert_feedback
+INSERT INTO popagent_feedback (id, rating, comment, session_id, message_id, turn_id, trace_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+RETURNING id, created_at, rating, comment, session_id, message_id, turn_id, trace_id
+
+-- name: delete_feedback
+DELETE FROM popagent_feedback WHERE id = $1
+
+-- name: list_feedback
+-- Newest first, keyset-paginated on (created_at, id) < ($6, $7).
+SELECT id, created_at, rating, comment, session_id, message_id, turn_id, trace_id
+FROM popagent_feedback
+WHERE created_at >= $1 AND created_at < $2
+  AND ($3::text IS NULL OR session_id = $3)
+  AND ($4::text IS NULL OR rating = $4)
+  AND ($5::text IS NULL OR trace_id = $5)
+  AND ($6::timestamptz IS NULL OR (created_at, id) < ($6, $7::text))
+ORDER BY created_at DESC, id DESC
+LIMIT $8

@@ -98,6 +98,29 @@ class StoredLog:
 
 
 @dataclass(frozen=True, slots=True)
+class Feedback:
+    id: str
+    created_at: datetime
+    rating: str
+    comment: str
+    session_id: str
+    message_id: str | None
+    turn_id: str | None
+    trace_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class FeedbackFilter:
+    since: datetime
+    until: datetime
+    session_id: str | None = None
+    rating: str | None = None
+    trace_id: str | None = None
+    before: tuple[datetime, str] | None = None
+    limit: int = 50
+
+
+@dataclass(frozen=True, slots=True)
 class TraceFilter:
     since: datetime
     until: datetime
@@ -292,3 +315,54 @@ class ObservabilityStore:
             )
             for row in rows
         ]
+
+    async def add_feedback(
+        self,
+        *,
+        feedback_id: str,
+        rating: str,
+        comment: str,
+        session_id: str,
+        message_id: str | None,
+        turn_id: str | None,
+        trace_id: str,
+    ) -> Feedback:
+        async with self._connection() as conn:
+            row = await conn.fetchrow(
+                QUERIES["insert_feedback"], feedback_id, rating, comment, session_id, message_id, turn_id, trace_id
+            )
+        assert row is not None
+        return _feedback(row)
+
+    async def remove_feedback(self, feedback_id: str) -> None:
+        async with self._connection() as conn:
+            await conn.execute(QUERIES["delete_feedback"], feedback_id)
+
+    async def feedback(self, where: FeedbackFilter) -> list[Feedback]:
+        before_at, before_id = where.before if where.before is not None else (None, None)
+        async with self._connection() as conn:
+            rows = await conn.fetch(
+                QUERIES["list_feedback"],
+                where.since,
+                where.until,
+                where.session_id,
+                where.rating,
+                where.trace_id,
+                before_at,
+                before_id,
+                where.limit,
+            )
+        return [_feedback(row) for row in rows]
+
+
+def _feedback(row: asyncpg.Record) -> Feedback:
+    return Feedback(
+        id=row["id"],
+        created_at=row["created_at"],
+        rating=row["rating"],
+        comment=row["comment"],
+        session_id=row["session_id"],
+        message_id=row["message_id"],
+        turn_id=row["turn_id"],
+        trace_id=row["trace_id"],
+    )

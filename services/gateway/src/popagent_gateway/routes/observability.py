@@ -7,10 +7,12 @@ exporter and is no service's, so there is no RPC to make. A store that is down a
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import JSONResponse
 
 from popagent_core.errors import InvalidArgument, NotFound
 from popagent_core.span_store import active_stats
@@ -18,6 +20,10 @@ from popagent_gateway.dto.observability import (
     MAX_WINDOW_DAYS,
     TRACE_ID_PATTERN,
     ExporterOut,
+    FeedbackCreate,
+    FeedbackListOut,
+    FeedbackListQuery,
+    FeedbackOut,
     LogListOut,
     LogListQuery,
     LogOut,
@@ -32,7 +38,15 @@ from popagent_gateway.dto.observability import (
     TraceSummaryOut,
     WindowQuery,
 )
-from popagent_gateway.observability.store import LogFilter, ObservabilityStore, StoredSpan, TraceFilter
+from popagent_gateway.observability.feedback_events import FeedbackEvents
+from popagent_gateway.observability.store import (
+    Feedback,
+    FeedbackFilter,
+    LogFilter,
+    ObservabilityStore,
+    StoredSpan,
+    TraceFilter,
+)
 
 router = APIRouter(prefix="/observability", tags=["observability"])
 
@@ -85,17 +99,18 @@ async def overview(request: Request, query: Annotated[OverviewQuery, Query()]) -
     )
 
 
-def _trace_cursor(cursor: str | None) -> tuple[datetime, str] | None:
+def _keyset_cursor(cursor: str | None) -> tuple[datetime, str] | None:
+    """`<ISO time>~<id>` of the last listed row, as the lists' nextCursor gives it."""
     if cursor is None:
         return None
-    at, _, trace_id = cursor.rpartition("~")
+    at, _, last_id = cursor.rpartition("~")
     try:
         started = datetime.fromisoformat(at)
     except ValueError:
         started = None
-    if started is None or started.tzinfo is None or len(trace_id) != 32:
+    if started is None or started.tzinfo is None or not last_id:
         raise InvalidArgument("cursor is not a nextCursor of this list")
-    return started, trace_id
+    return started, last_id
 
 
 @router.get("/traces", response_model=TraceListOut)
@@ -109,7 +124,7 @@ async def list_traces(request: Request, query: Annotated[TraceListQuery, Query()
             session_id=query.session_id,
             agent_id=query.agent_id,
             failed=None if query.status is None else query.status == "error",
-            before=_trace_cursor(query.cursor),
+            before=_keyset_cursor(query.cursor),
             limit=query.limit + 1,
         )
     )
@@ -233,4 +248,68 @@ async def observability_health(request: Request) -> ObservabilityHealthOut:
     )
     return ObservabilityHealthOut(
         store_reachable=reachable, store_detail=detail, exporter=exporter, covers=HEALTH_COVERS
+    )
+
+
+def _feedback_out(feedback: Feedback) -> FeedbackOut:
+    return FeedbackOut(
+        id=feedback.id,
+        created_at=feedback.created_at,
+        rating="up" if feedback.rating == "up" else "down",
+        comment=feedback.comment,
+        session_id=feedback.session_id,
+        message_id=feedback.message_id,
+        turn_id=feedback.turn_id,
+        trace_id=feedback.trace_id,
+    )
+
+
+@router.post("/feedback", response_model=FeedbackOut, status_code=201)
+async def give_feedback(request: Request, body: FeedbackCreate) -> JSONResponse:
+    """Store a thumbs up or down; a thumbs down is also published as an outcome event.
+
+    503 when the store or (for a thumbs down) the event bus cannot take it; nothing is kept then.
+    """
+    store = _store(request)
+    feedback = await store.add_feedback(
+        feedback_id=f"fb-{uuid.uuid4().hex}",
+        rating=body.rating,
+        comment=body.comment,
+        session_id=body.session_id,
+        message_id=body.message_id,
+        turn_id=body.turn_id,
+        trace_id=body.trace_id,
+    )
+    answer = _feedback_out(feedback)
+    if feedback.rating == "down":
+        events: FeedbackEvents = request.app.state.feedback_events
+        try:
+            await events.negative_feedback_given(answer.model_dump(mode="json"), feedback_id=feedback.id)
+        except BaseException:
+            # No event, no feedback: see popagent_gateway.observability.feedback_events.
+            await store.remove_feedback(feedback.id)
+            raise
+    return JSONResponse(answer.model_dump(mode="json"), status_code=201)
+
+
+@router.get("/feedback", response_model=FeedbackListOut)
+async def list_feedback(request: Request, query: Annotated[FeedbackListQuery, Query()]) -> FeedbackListOut:
+    """Feedback given in the window, newest first, by session, rating and trace."""
+    since, until = _window(query)
+    found = await _store(request).feedback(
+        FeedbackFilter(
+            since=since,
+            until=until,
+            session_id=query.session_id,
+            rating=query.rating,
+            trace_id=query.trace_id,
+            before=_keyset_cursor(query.cursor),
+            limit=query.limit + 1,
+        )
+    )
+    page = found[: query.limit]
+    last = page[-1] if len(found) > query.limit else None
+    return FeedbackListOut(
+        feedback=[_feedback_out(f) for f in page],
+        next_cursor=f"{last.created_at.isoformat()}~{last.id}" if last is not None else None,
     )
