@@ -18,7 +18,7 @@ import pytest
 from popagent_core.db import load_queries
 from popagent_core.migrate import migrate
 from popagent_core.service import schema_for
-from popagent_core.span_store import STORE_MIGRATIONS, STORE_SCHEMA
+from popagent_core.span_store import STORE_MIGRATIONS, STORE_QUERIES_FILE, STORE_SCHEMA
 from popagent_dev.pytest_plugin import DatabaseFactory
 
 SERVICES_DIR = Path(__file__).resolve().parents[2] / "services"
@@ -46,7 +46,9 @@ MIGRATED = {
 }
 ALL_QUERY_FILES = [(service, path) for service, package in PACKAGES.items() for path in _query_files(package)]
 QUERY_FILES = [(service, path) for service, path in ALL_QUERY_FILES if service not in OBSERVABILITY_READERS]
-STORE_QUERY_FILES = [(service, path) for service, path in ALL_QUERY_FILES if service in OBSERVABILITY_READERS]
+STORE_QUERY_FILES = [(service, path) for service, path in ALL_QUERY_FILES if service in OBSERVABILITY_READERS] + [
+    ("kernel", STORE_QUERIES_FILE)  # the span store writer's retention
+]
 # `SELECT *`, `RETURNING *`, `t.*`: a projection that changes whenever the table does.
 STAR_PROJECTION = re.compile(r"(?:\bSELECT|\bRETURNING|,|\b\w+\.)\s*\*", re.IGNORECASE)
 
@@ -79,9 +81,7 @@ async def test_every_named_query_prepares(make_database: DatabaseFactory, servic
     assert not failures, f"queries in {path.relative_to(SERVICES_DIR)} do not prepare:\n" + "\n".join(failures)
 
 
-@pytest.mark.parametrize(
-    "path", [path for _, path in STORE_QUERY_FILES], ids=lambda p: str(p.relative_to(SERVICES_DIR))
-)
+@pytest.mark.parametrize("path", [path for _, path in STORE_QUERY_FILES], ids=lambda p: f"{p.parent.name}/{p.name}")
 async def test_every_observability_query_prepares_against_the_store(make_database: DatabaseFactory, path: Path) -> None:
     dsn = await make_database()
     await migrate(dsn, STORE_SCHEMA, STORE_MIGRATIONS, kernel=False)
@@ -95,7 +95,7 @@ async def test_every_observability_query_prepares_against_the_store(make_databas
                 failures.append(f"{name}: {type(exc).__name__}: {exc}")
     finally:
         await conn.close()
-    assert not failures, f"queries in {path.relative_to(SERVICES_DIR)} do not prepare:\n" + "\n".join(failures)
+    assert not failures, f"queries in {path} do not prepare:\n" + "\n".join(failures)
 
 
 @pytest.mark.parametrize(

@@ -48,6 +48,7 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
                     service="popagent-gateway",
                     secrets=secret_values(settings),
                     info_loggers=settings.stored_info_loggers,
+                    retention=settings.observability_retention,
                 )
             )
 
