@@ -133,3 +133,16 @@ async def turn_events(stack: Stack, session_id: str) -> list[events_pb2.TurnComp
         )
     events = [events_pb2.TurnCompleted.FromString(bytes(row["payload"])) for row in rows]
     return [event for event in events if event.session_id == session_id]
+
+
+async def recorded_turn(stack: Stack, session_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The user and assistant UI messages a turn recorded, once in the thread and once in the
+    session's messages (what reopening the session shows); asserts the two agree."""
+    rows = await thread_rows(stack, session_id)
+    assert [role for _, role, _ in rows] == ["user", "assistant"]
+    async with stack.db() as conn:
+        stored = await conn.fetchval("SELECT messages::text FROM popagent_sessions WHERE id = $1", session_id)
+    assert isinstance(stored, str)
+    listed = orjson.loads(stored)
+    assert listed == [rows[0][2]["ui"], rows[1][2]["ui"]]
+    return rows[0][2]["ui"], rows[1][2]["ui"]

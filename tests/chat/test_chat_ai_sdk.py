@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chat.helpers import new_session, thread_rows
+from chat.helpers import new_session, recorded_turn, thread_rows
 from support.ai_sdk_client import run_ai_sdk_chat
 from support.model_gateway import ToolCall, Turn
 from support.stacks import API_KEY, Stack
@@ -51,4 +51,5 @@ async def test_the_ai_sdk_client_shows_a_provider_failure_as_an_error(stack: Sta
     result = await run_client(stack.url, session, "hi")
     assert result["status"] == "error"
     assert result["errors"] == ["The model provider is unavailable (HTTP 503): maintenance window"]
-    assert await thread_rows(stack, session) == []
+    _, assistant = await recorded_turn(stack, session)
+    assert assistant["metadata"]["failure"] == result["errors"][0]

@@ -4,7 +4,19 @@ from __future__ import annotations
 
 import asyncio
 
-from chat.helpers import chat, new_session, runtime_settings, shape, text_of, thread_rows, turn_events, user_message
+import orjson
+
+from chat.helpers import (
+    chat,
+    new_session,
+    recorded_turn,
+    runtime_settings,
+    shape,
+    text_of,
+    thread_rows,
+    turn_events,
+    user_message,
+)
 from support.model_gateway import ToolCall, Turn
 from support.stacks import MODEL, Stack
 from support.waiting import eventually
@@ -31,7 +43,11 @@ async def test_a_provider_500_is_an_error_chunk_with_stop_failure_and_nothing_st
         "inStream": False,
     }
     assert stack.hook_requests("Stop") == []
-    assert await thread_rows(stack, session) == []
+    # The prompt is kept and the answer says how the turn ended (issue 22, finding 3).
+    user, assistant = await recorded_turn(stack, session)
+    assert user["parts"] == [{"type": "text", "text": "hi"}]
+    assert assistant["metadata"]["failure"] == "The model provider failed (HTTP 500): upstream exploded"
+    assert "interrupted" not in assistant["metadata"]
     [event] = await turn_events(stack, session)
     assert (event.kind, event.failure_class) == ("failure", "server_error")
     assert "upstream exploded" in event.evidence
@@ -70,7 +86,10 @@ async def test_a_broken_stream_ends_in_an_error_after_the_text_so_far(stack: Sta
     assert "This answer will never finish.".startswith(text_of(chunks)) and text_of(chunks)
     [failure] = stack.hook_requests("StopFailure")
     assert (failure["detail"]["errorClass"], failure["detail"]["inStream"]) == ("connection", True)
-    assert await thread_rows(stack, session) == []
+    # What was streamed is stored with the failure mark.
+    _, assistant = await recorded_turn(stack, session)
+    assert assistant["metadata"]["failure"] == shaped[-2]["errorText"]
+    assert [p["text"] for p in assistant["parts"] if p["type"] == "text"] == [text_of(chunks)]
 
 
 async def test_a_client_disconnect_mid_stream_cancels_the_turn(stack: Stack) -> None:
@@ -86,8 +105,17 @@ async def test_a_client_disconnect_mid_stream_cancels_the_turn(stack: Stack) -> 
                     break
         # The model stream is abandoned too: the turn was cancelled all the way down.
         await eventually(lambda: stack.models.disconnected == 1, within=5, what="the model stream to be abandoned")
-    await asyncio.sleep(0.2)
-    assert await thread_rows(stack, session) == []
+
+    # The prompt and what was streamed are kept, marked interrupted.
+    async def interrupted_answer() -> dict | None:  # type: ignore[type-arg]
+        turn = await recorded_turn_or_none(stack, session)
+        return turn[1] if turn is not None and "interrupted" in turn[1]["metadata"] and turn[1]["parts"] else None
+
+    assistant = await eventually(interrupted_answer, within=5, what="the interrupted answer")
+    assert assistant is not None
+    assert assistant["metadata"]["interrupted"] is True
+    streamed = "".join(p["text"] for p in assistant["parts"] if p["type"] == "text")
+    assert streamed and set(streamed) == {"x"}
     assert await turn_events(stack, session) == []
     assert stack.hook_requests("StopFailure") == stack.hook_requests("Stop") == []
 
@@ -132,3 +160,69 @@ async def test_a_model_that_answers_on_its_final_step_completes_normally(stack: 
         chunks = await chat(client, session, "time?")
     assert text_of(chunks) == "Here is my answer."
     assert chunks[-2]["finishReason"] == "stop"
+
+
+async def recorded_turn_or_none(stack: Stack, session: str) -> tuple[dict, dict] | None:  # type: ignore[type-arg]
+    try:
+        return await recorded_turn(stack, session)
+    except AssertionError:
+        return None
+
+
+async def test_the_prompt_is_stored_before_the_model_is_called(stack: Stack) -> None:
+    """Issue 22 finding 3: a turn that dies from here on (runner killed) still keeps the prompt;
+    its answer reads `interrupted` until the turn ends and replaces it."""
+    stack.models.push(Turn.say("slow answer", chunk_size=2, chunk_delay_s=0.2))
+    async with stack.client() as client:
+        session = await new_session(client)
+        turn = asyncio.create_task(chat(client, session, "keep me"))
+        await eventually(lambda: len(stack.models.requests) == 1, what="the model call")
+        loaded = (await client.get(f"/api/sessions/{session}")).json()
+        user, placeholder = loaded["messages"]
+        assert user["parts"] == [{"type": "text", "text": "keep me"}]
+        assert (placeholder["role"], placeholder["metadata"]["interrupted"]) == ("assistant", True)
+        chunks = await turn
+    # The complete answer replaced the placeholder, under the id the stream announced.
+    _, assistant = await recorded_turn(stack, session)
+    assert assistant["id"] == placeholder["id"] == chunks[0]["messageId"]
+    assert "interrupted" not in assistant["metadata"] and "failure" not in assistant["metadata"]
+    assert text_of(chunks) == "slow answer"
+
+
+async def test_a_stopping_runner_ends_its_chat_streams_with_an_error_and_keeps_them(stack: Stack) -> None:
+    """RELIABILITY row 10 in-process: a stop during a streamed turn gives the stream a terminal
+    `error` event within the grace period, and the session keeps what was streamed, marked."""
+    from popagent.agent_runner.v1 import agent_runner_pb2 as pb
+    from popagent.agent_runner.v1 import agent_runner_pb2_grpc
+    from popagent_agent_runner.service import SERVER_GRACE_S, TASK_TURN_GRACE_S
+    from popagent_core.grpc_client import open_channel
+
+    stack.models.push(Turn.say("word " * 100, chunk_size=5, chunk_delay_s=0.1))
+    async with stack.client() as client:
+        session = await new_session(client)
+    runner = stack.extra_runner()
+    address = await runner.__aenter__()
+    events: list[pb.TurnEvent] = []
+    async with open_channel(address, stack.tokens["gateway"]) as channel:
+        stub = agent_runner_pb2_grpc.AgentRunnerServiceStub(channel)
+        request = pb.ChatRequest(
+            session_id=session, message_json=orjson.dumps(user_message("long")).decode(), model=MODEL
+        )
+
+        async def consume() -> None:
+            async for batch in stub.Chat(request):
+                events.extend(batch.events)
+
+        call = asyncio.create_task(consume())
+        await eventually(lambda: any(e.HasField("text_delta") for e in events), what="streamed text")
+        stopping = asyncio.get_running_loop().time()
+        stop = asyncio.create_task(runner.__aexit__(None, None, None))
+        async with asyncio.timeout(TASK_TURN_GRACE_S + SERVER_GRACE_S + 2):
+            await call
+            ended_in = asyncio.get_running_loop().time() - stopping
+            await stop
+    assert events[-1].HasField("error") and events[-1].error.error_class == "shutdown"
+    assert ended_in < TASK_TURN_GRACE_S + 2
+    _, assistant = await recorded_turn(stack, session)
+    assert assistant["metadata"]["interrupted"] is True
+    assert "word" in "".join(p["text"] for p in assistant["parts"] if p["type"] == "text")

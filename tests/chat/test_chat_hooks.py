@@ -6,7 +6,17 @@ import base64
 import uuid
 import zlib
 
-from chat.helpers import chat, new_session, of_type, shape, text_of, thread_rows, turn_events, user_message
+from chat.helpers import (
+    chat,
+    new_session,
+    of_type,
+    recorded_turn,
+    shape,
+    text_of,
+    thread_rows,
+    turn_events,
+    user_message,
+)
 from popagent.agent_runner.v1 import agent_runner_pb2, agent_runner_pb2_grpc
 from popagent_core.grpc_client import open_channel
 from support.https_receiver import Reply, answer
@@ -216,7 +226,8 @@ async def test_stop_continue_is_capped_and_then_blocks_completion(stack: Stack) 
         "[DONE]",
     ]
     assert len(stack.hook_requests("Stop")) == 4
-    assert await thread_rows(stack, session) == []
+    _, assistant = await recorded_turn(stack, session)
+    assert assistant["metadata"]["failure"].startswith("A Stop hook kept this turn from completing")
     [event] = await turn_events(stack, session)
     assert (event.kind, event.failure_class) == ("failure", "stop_blocked")
 

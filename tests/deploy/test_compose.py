@@ -300,6 +300,13 @@ def test_popagent_services_run_their_own_module_from_one_image(services: dict[st
         assert (REPO_ROOT / "services" / service.name / "src" / service.module / "__main__.py").is_file(), service.name
 
 
+def test_every_container_restarts_by_itself(services: dict[str, Any]) -> None:
+    """Issue 22: production keeps the supervision make run has. (`always` or `unless-stopped`:
+    `on-failure` would leave a service that exited 0 on a stray SIGTERM stopped.)"""
+    for name in (*POPAGENT_SERVICES, *INFRASTRUCTURE):
+        assert services[name].get("restart") in ("always", "unless-stopped"), name
+
+
 def test_start_order_waits_only_on_health_that_is_checked(services: dict[str, Any]) -> None:
     for name, service in services.items():
         depends_on = service.get("depends_on", {})

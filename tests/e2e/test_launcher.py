@@ -2,24 +2,28 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
 import pytest
 
-from support.launcher import launch
+from support.launcher import Launched, launch
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("stack")]
 
 EXPECTED_COMPONENTS = {
     "postgres",
     "observabilityPostgres",
+    "nats",
     # Reported, not part of readiness: whether the workspace shell's sandbox works.
     "sandbox",
     "service:agent-runner",
@@ -28,6 +32,7 @@ EXPECTED_COMPONENTS = {
     "service:evolution",
     "service:secrets",
     "service:browser-bridge",
+    "supervisor",
 }
 
 
@@ -70,7 +75,8 @@ def test_stack_starts_reports_health_and_ctrl_c_leaves_no_process(tmp_path: Path
         embedded_pg = postgres_of(stack.data_dir)
         assert embedded_pg is not None and embedded_pg.is_running()
 
-        stack.process.send_signal(signal.SIGINT)
+        # Ctrl-C in a terminal signals the whole foreground group: only the launcher must act on it.
+        os.killpg(stack.process.pid, signal.SIGINT)
         assert stack.process.wait(30) == 0
         assert gone(children) == []
         assert gone([embedded_pg]) == []
@@ -98,18 +104,50 @@ def test_second_start_reuses_the_embedded_data(tmp_path: Path) -> None:
         second.process.wait(30)
 
 
-def test_a_crashed_service_is_reported_by_name_and_the_stack_stops(tmp_path: Path) -> None:
-    stack = launch(tmp_path)
+def health_of(stack: Launched) -> dict[str, Any]:
+    return httpx.get(f"{stack.url}/api/health", headers={"x-popagent-key": stack.api_key}, timeout=5).json()
+
+
+def child_pid(stack: Launched, name: str) -> int:
+    return json.loads((stack.data_dir / "supervisor.json").read_text())["children"][name]["pid"]
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_a_killed_service_is_restarted_and_the_stack_stays_up(tmp_path: Path) -> None:
+    """Issue 22 finding 1: the launcher supervises its children; /api/health says who restarts."""
+    stack = launch(tmp_path, {"POPAGENT_AGENT_RUNNER_WORKERS": "2"})
     try:
         stack.wait_running()
-        children = stack.descendants()
-        victim = next(p for p in children if "popagent_tasks" in " ".join(p.cmdline()))
+        assert health_of(stack)["components"]["supervisor"] == {"ok": True, "detail": ""}
+        victim = psutil.Process(child_pid(stack, "agent-runner-2"))
         victim.kill()
-        assert stack.process.wait(30) == 1
+        # Restarting (the backoff is 0.5 s at first): health names the worker, then it is back.
+        wait_for(lambda: "agent-runner-2" in health_of(stack)["components"]["supervisor"]["detail"], "the restart")
+        wait_for(lambda: health_of(stack)["ok"] is True, "the stack to be healthy again")
+        assert child_pid(stack, "agent-runner-2") != victim.pid
+        assert stack.process.poll() is None
+        # One service restarted on purpose, with the documented command.
+        before = child_pid(stack, "tasks")
+        restart = subprocess.run(
+            [sys.executable, "-m", "popagent_dev.launcher", "restart", "tasks", "--data-dir", str(stack.data_dir)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert restart.returncode == 0, restart.stderr
+        wait_for(lambda: child_pid(stack, "tasks") != before and health_of(stack)["ok"] is True, "tasks restarted")
+        state = json.loads((stack.data_dir / "supervisor.json").read_text())["children"]
+        assert state["agent-runner-2"]["restarts"] == 1 and state["agent-runner-2"]["lastExit"] == -9
+        os.killpg(stack.process.pid, signal.SIGINT)
+        assert stack.process.wait(30) == 0
         output = stack.read_rest()
-        assert "service tasks exited with code -9" in output
-        assert "last log lines" in output
-        assert gone(children) == []
+        assert "service agent-runner-2 exited with code -9" in output
     finally:
         if stack.process.poll() is None:
             stack.process.kill()

@@ -85,7 +85,7 @@ async def test_the_ai_sdk_client_reconstructs_text_tools_activity_and_metadata(h
 async def test_the_ai_sdk_client_surfaces_an_error_chunk_as_an_error(harness: Harness) -> None:
     async def script(request: pb.ChatRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.TurnEventBatch]:
         yield batch(start())
-        await context.abort(grpc.StatusCode.UNAVAILABLE, "model gateway answered 429: rate limited")
+        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "model gateway answered 429: rate limited")
 
     harness.runner.script = script
     result = await run_client(harness.url, "session-8", "hi")

@@ -17,6 +17,7 @@ import pytest
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent_core.errors import NotFound
+from popagent_gateway.errors import DEPENDENCY_TEXTS
 from support.sse import read_sse
 
 from .harness import API_KEY, RPC_TIMEOUT_S, USER_MESSAGE, Harness, batch, start
@@ -97,13 +98,27 @@ async def test_unknown_session_is_a_404_before_any_stream(harness: Harness) -> N
 async def test_a_failure_after_the_start_becomes_an_error_chunk_then_done(harness: Harness) -> None:
     async def script(request: pb.ChatRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.TurnEventBatch]:
         yield batch(start())
-        await context.abort(grpc.StatusCode.UNAVAILABLE, "model gateway unreachable")
+        await context.abort(grpc.StatusCode.UNAVAILABLE, "Stream removed (Socket closed)")
 
     harness.runner.script = script
     async with httpx.AsyncClient() as client:
         response = await post_chat(client, harness.url, {"id": "s1", "message": USER_MESSAGE})
         events = await read_sse(response)
-    assert events[-2:] == [{"type": "error", "errorText": "model gateway unreachable"}, "[DONE]"]
+    # The transport's words never reach the user: the text of the status says what to do (issue 22).
+    assert events[-2:] == [{"type": "error", "errorText": DEPENDENCY_TEXTS[grpc.StatusCode.UNAVAILABLE]}, "[DONE]"]
+
+
+async def test_an_unavailable_service_answers_503_with_retry_after_and_no_library_text(harness: Harness) -> None:
+    async def script(request: pb.ChatRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.TurnEventBatch]:
+        await context.abort(grpc.StatusCode.UNAVAILABLE, "database error: FileNotFoundError")
+        yield batch(start())
+
+    harness.runner.script = script
+    async with httpx.AsyncClient() as client:
+        response = await post_chat(client, harness.url, {"id": "s1", "message": USER_MESSAGE})
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "5"
+    assert response.json() == {"error": DEPENDENCY_TEXTS[grpc.StatusCode.UNAVAILABLE]}
 
 
 async def test_client_disconnect_cancels_the_turn(harness: Harness) -> None:

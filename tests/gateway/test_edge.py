@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from popagent_core.errors import HTTP_STATUS_BY_GRPC_CODE, NotFound, PopagentError
 from popagent_gateway.app import create_app
 from popagent_gateway.deps import require_api_key
-from popagent_gateway.errors import client_message
+from popagent_gateway.errors import DEPENDENCY_TEXTS, client_message
 from popagent_gateway.settings import Settings
 
 API_KEY = "k" * 32
@@ -161,7 +161,8 @@ def test_every_status_the_table_can_produce_is_documented_on_every_api_route() -
 @pytest.mark.parametrize("code", list(grpc.StatusCode))
 def test_one_function_decides_what_a_client_sees_of_every_status(code: grpc.StatusCode) -> None:
     """The JSON error, the error inside a started stream and a gateway-raised error all go through
-    `client_message`: every status the table maps to 500 hides its detail, every other shows it."""
+    `client_message`: every status the table maps to 500 hides its detail, a dependency failure
+    (503, 504) shows its status text instead, every other shows it."""
     app = create_app(make_settings())
     detail = "boom at /srv/popagent/db.py: SELECT secret_value"
 
@@ -170,13 +171,14 @@ def test_one_function_decides_what_a_client_sees_of_every_status(code: grpc.Stat
         raise grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), detail)
 
     status = HTTP_STATUS_BY_GRPC_CODE[code]
-    shown = "internal error" if status == 500 else detail
+    shown = "internal error" if status == 500 else DEPENDENCY_TEXTS.get(code, detail)
     assert client_message(code, detail) == shown
     if code is grpc.StatusCode.OK:
         return
     with TestClient(app) as client:
         answer = client.get("/raise-rpc")
     assert (answer.status_code, answer.json()) == (status, {"error": shown})
+    assert answer.headers.get("retry-after") == ("5" if status == 503 else None)
 
 
 def test_a_gateway_bug_answers_the_documented_500_shape_without_its_text() -> None:

@@ -54,5 +54,7 @@ def launch(tmp_path: Path, env: dict[str, str] | None = None) -> Launched:
         text=True,
         # The default workspace is cloned (from this repository) under the test's folder, not the checkout's.
         env={**os.environ, "POPAGENT_WORKSPACE_ROOT": str(tmp_path / "workspace"), **(env or {})},
+        # A process group of its own, as a terminal gives it: Ctrl-C is `os.killpg(pid, SIGINT)`.
+        start_new_session=True,
     )
     return Launched(process, port, data_dir)

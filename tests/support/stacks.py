@@ -236,6 +236,7 @@ class Stack:
     gateway_url: str | None
     task_stub: tasks_pb2_grpc.TasksServiceStub | None
     running_tasks: RunningTasks | None
+    runner_env: dict[str, Any] = field(default_factory=dict[str, Any])  # the first agent-runner worker's settings
 
     @property
     def url(self) -> str:
@@ -287,6 +288,16 @@ class Stack:
         """A direct gRPC stub to agent-runner, authenticated as the gateway."""
         async with open_channel(self.runner_address, self.tokens["gateway"]) as channel:
             yield agent_runner_pb2_grpc.AgentRunnerStateServiceStub(channel)
+
+    @contextlib.asynccontextmanager
+    async def extra_runner(self) -> AsyncIterator[str]:
+        """Another agent-runner worker over the same database and services; yields its address.
+        Leaving the block stops it as SIGTERM would (the service's own unwinding)."""
+        address = f"127.0.0.1:{free_port()}"
+        async with build_agent_runner(
+            AgentRunnerSettings(**{**self.runner_env, "POPAGENT_AGENT_RUNNER_ADDR": address})
+        ):
+            yield address
 
     @contextlib.asynccontextmanager
     async def extra_gateway(self, **overrides: Any) -> AsyncIterator[str]:
@@ -366,6 +377,7 @@ async def start_stack(
         if "browser-bridge" in spec.services:
             bridge_settings = settings_of("browser-bridge", POPAGENT_BROWSER_BRIDGE_ADDR=addresses["browser-bridge"])
             await stack.enter_async_context(build_browser_bridge(BrowserBridgeSettings(**bridge_settings)))
+        runner_env: dict[str, Any] = {}
         for worker in runner_workers:
             runner_settings = settings_of(
                 "agent-runner",
@@ -378,6 +390,7 @@ async def start_stack(
                 SEARXNG_URL=searxng.base,
                 POPAGENT_WEB_FETCH_ALLOW_PRIVATE_ADDRESSES="true",
             )
+            runner_env = runner_env or runner_settings
             await stack.enter_async_context(build_agent_runner(AgentRunnerSettings(**runner_settings)))
         state_channel = await stack.enter_async_context(open_channel(runner_workers[0], tokens["evolution"]))
         state = agent_runner_pb2_grpc.AgentRunnerStateServiceStub(state_channel)
@@ -443,4 +456,5 @@ async def start_stack(
             gateway_url=gateway_url,
             task_stub=task_stub,
             running_tasks=running_tasks,
+            runner_env=runner_env,
         )

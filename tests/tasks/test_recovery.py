@@ -249,3 +249,21 @@ async def test_stop_lets_short_work_finish_and_requeues_what_it_aborts(harness: 
         row = await harness.row(task_id)
         assert (row["status"], row["attempt_count"], row["last_error_class"]) == ("queued", 1, "shutdown")
     assert worker.slots == {}
+
+
+async def test_a_stop_requeues_a_last_attempt_without_using_it_up(harness: Harness) -> None:
+    """Shutdown is not the task's failure: even its only attempt goes back to the queue."""
+    worker = harness.worker(ScriptedExecutor(), shutdown_grace_s=0.1, abort_ack_s=0.5)
+    await worker.start()
+    task_id = await harness.create("sleep:1.5", source="user", max_attempts=1)
+    await eventually(lambda: task_id in worker.slots)
+
+    await worker.stop()
+
+    row = await harness.row(task_id)
+    assert (row["status"], row["attempt_count"], row["uncounted_attempts"]) == ("queued", 1, 1)
+    assert await harness.remediations_of(task_id) == []
+    again = harness.worker(ScriptedExecutor())
+    await again.start()
+    row = await harness.wait_status(task_id, "completed")
+    assert row["attempt_count"] == 2

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from popagent_tasks.model import TRANSIENT, ErrorClass
+from popagent_tasks.model import RELEASED, TRANSIENT, ErrorClass
 from popagent_tasks.observer import TaskStarted, TaskStopped
 from support.waiting import eventually
 from tasks.executors import ScriptedExecutor
 from tasks.harness import Harness, Recorder
 
-NEVER_RETRY = sorted(set(ErrorClass) - TRANSIENT)
+NEVER_RETRY = sorted(set(ErrorClass) - TRANSIENT - RELEASED)
 
 
 async def test_a_task_runs_once_and_start_and_stop_share_turn_and_trace_ids(harness: Harness) -> None:
@@ -33,7 +33,7 @@ async def test_a_task_runs_once_and_start_and_stop_share_turn_and_trace_ids(harn
     assert [(p["kind"], p["message"]) for p in await harness.progress(task_id)] == [("progress", "halfway")]
 
 
-@pytest.mark.parametrize("error_class", sorted(TRANSIENT))
+@pytest.mark.parametrize("error_class", sorted(TRANSIENT - RELEASED))
 async def test_self_update_work_retries_transient_failures_then_dead_letters_with_one_remediation(
     harness: Harness, error_class: ErrorClass
 ) -> None:
@@ -97,7 +97,7 @@ async def test_an_unexpected_exception_is_an_unknown_failure_that_never_retries(
     assert (row["attempt_count"], row["last_error_class"]) == (1, "unknown")
 
 
-@pytest.mark.parametrize("error_class", sorted(TRANSIENT))
+@pytest.mark.parametrize("error_class", sorted(TRANSIENT - RELEASED))
 async def test_user_tasks_fail_after_any_execution_error(harness: Harness, error_class: ErrorClass) -> None:
     worker = harness.worker()
     await worker.start()
@@ -107,6 +107,35 @@ async def test_user_tasks_fail_after_any_execution_error(harness: Harness, error
 
     assert row["attempt_count"] == 1
     assert "user tasks are not replayed" in (await harness.progress(task_id))[0]["message"]
+
+
+@pytest.mark.parametrize("error_class", sorted(RELEASED))
+async def test_an_orderly_interruption_requeues_a_user_task_without_remediation(
+    harness: Harness, error_class: ErrorClass
+) -> None:
+    """Issue 22 finding 2: shutdown, the service cancelling the turn, a database unreachable
+    at commit are not execution errors: the attempt is released (fenced) and the task completes."""
+    worker = harness.worker()
+    await worker.start()
+    task_id = await harness.create(f"fail-below:2:{error_class};ok", source="user", max_attempts=3)
+
+    row = await harness.wait_status(task_id, "completed")
+
+    assert row["attempt_count"] == 2
+    assert row["uncounted_attempts"] == (1 if error_class is ErrorClass.SHUTDOWN else 0)
+    assert await harness.remediations_of(task_id) == []
+    assert harness.recorder.shape(task_id) == ["start:1", "stop:1:failed:retry", "start:2", "stop:2:completed"]
+
+
+async def test_shutdowns_never_use_up_attempts_but_other_releases_do(harness: Harness) -> None:
+    worker = harness.worker()
+    await worker.start()
+    shut_down = await harness.create("fail-below:4:shutdown;ok", source="user", max_attempts=1)
+    outage = await harness.create("fail:database", source="user", max_attempts=2)
+
+    assert (await harness.wait_status(shut_down, "completed"))["attempt_count"] == 4
+    row = await harness.wait_status(outage, "dead-letter")
+    assert (row["attempt_count"], row["last_error_class"]) == (2, "database")
 
 
 async def test_a_transient_failure_that_clears_completes_on_a_later_attempt(harness: Harness) -> None:

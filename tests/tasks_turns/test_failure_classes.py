@@ -36,6 +36,9 @@ RETRY_CLASS = {
     "hook_denied": ErrorClass.HOOK_DENIED,
     "invalid_task": ErrorClass.VALIDATION,
     "deadline": ErrorClass.TIMEOUT,
+    # Orderly events, released to the queue rather than failed (model.RELEASED).
+    "shutdown": ErrorClass.SHUTDOWN,
+    "storage": ErrorClass.DATABASE,
 }
 
 

@@ -9,7 +9,17 @@ import { Composer } from "./Composer";
 import { HookRuns, HookTimeline } from "./HookTimeline";
 import { ModelNotice, ModelPicker, formatTokens } from "./ModelPicker";
 import { MessageParts } from "./Parts";
-import { failureOf, modelOf, reasonOfChatError, stoppedOf, textOf, titleFrom, turnIdOf, usageOf } from "./meta";
+import {
+  failureOf,
+  interruptedOf,
+  modelOf,
+  reasonOfChatError,
+  stoppedOf,
+  textOf,
+  titleFrom,
+  turnIdOf,
+  usageOf,
+} from "./meta";
 
 type SaveState = { kind: "idle" } | { kind: "saving" } | { kind: "saved" } | { kind: "failed"; reason: string };
 
@@ -76,10 +86,18 @@ export function Conversation(props: {
           }
           const server = result.conflict.session;
           if (sameMessages(server.messages, messages)) {
-            // The server already holds exactly these messages: nothing of ours is lost.
-            revision.current = server.revision;
-            title.current = server.title;
+            // The server recorded this turn itself (the same messages): save ours over it
+            // once, so marks only this UI knows (a Stop) are kept too.
+            const again = await api.saveSession(session.id, {
+              revision: server.revision,
+              messages: messages as unknown as StoredMessage[],
+              ...(server.title ? {} : { title: titleFrom(messages) }),
+            });
+            const saved = again.ok ? again.session : again.conflict.session;
+            revision.current = saved.revision;
+            title.current = saved.title;
             setSaveState({ kind: "saved" });
+            if (again.ok) props.onSaved(again.session);
             return;
           }
           setConflict(server);
@@ -290,6 +308,7 @@ function Message(props: { message: UIMessage; sessionId: string; streaming: bool
   const usage = usageOf(message);
   const model = modelOf(message);
   const stopped = stoppedOf(message);
+  const interrupted = !stopped && interruptedOf(message);
   const failure = failureOf(message);
   return (
     <article
@@ -306,11 +325,16 @@ function Message(props: { message: UIMessage; sessionId: string; streaming: bool
           The turn failed: {failure}
         </p>
       ) : null}
-      {message.role === "assistant" && !props.streaming && (turnId || usage || model || stopped) ? (
+      {message.role === "assistant" && !props.streaming && (turnId || usage || model || stopped || interrupted) ? (
         <footer className="message-foot muted">
           {stopped ? (
             <span className="badge warn" data-testid="message-stopped">
               stopped
+            </span>
+          ) : null}
+          {interrupted ? (
+            <span className="badge warn" data-testid="message-interrupted" title="The turn did not finish">
+              interrupted
             </span>
           ) : null}
           {model ? <span>{model}</span> : null}

@@ -31,7 +31,13 @@ export function stoppedOf(message: UIMessage): boolean {
   return record(message.metadata).stopped === true;
 }
 
-/** Set by this UI when the turn ended with an error, so a reopened session still shows the reason. */
+/** Set by the server on an answer whose turn did not end (client gone, service stopped or
+ * restarted): a reopened session shows that the answer is incomplete. */
+export function interruptedOf(message: UIMessage): boolean {
+  return record(message.metadata).interrupted === true;
+}
+
+/** Set by this UI (and by the server) when the turn ended with an error, so a reopened session still shows the reason. */
 export function failureOf(message: UIMessage): string | null {
   const reason = record(message.metadata).failure;
   return typeof reason === "string" && reason ? reason : null;

@@ -21,7 +21,7 @@ import nats
 import orjson
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
-from nats.errors import NoRespondersError, NoServersError
+from nats.errors import NoRespondersError, NoServersError, StaleConnectionError, UnexpectedEOF
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 from nats.js.errors import NoStreamResponseError, NotFoundError
@@ -39,10 +39,68 @@ OUTBOX_CHANNEL_PREFIX = "popagent_outbox_"
 PUBLISH_TIMEOUT_S = 2.0
 
 
+CONNECTION_ERRORS = (OSError, UnexpectedEOF, StaleConnectionError, NoServersError)
+
+
+class BrokerLog:
+    """What a connection says about NATS going away: one warning when it is lost, then a
+    reminder at doubling intervals (`first_reminder_s`, 2x, 4x, ... up to `max_reminder_s`)
+    while it stays down, and one line when it is back. Never a traceback per reconnect
+    attempt, which nats-py's default error callback logs (about 12 a second per stack)."""
+
+    def __init__(self, name: str, first_reminder_s: float = 5.0, max_reminder_s: float = 300.0) -> None:
+        self.name = name
+        self.first_reminder_s = first_reminder_s
+        self.max_reminder_s = max_reminder_s
+        self.down_since: float | None = None
+        # Set while this process drains and closes the connection: that disconnect is no outage.
+        self.closing = False
+        self._next_reminder = 0.0
+        self._interval = first_reminder_s
+
+    async def disconnected(self) -> None:
+        loop_time = asyncio.get_running_loop().time()
+        if self.down_since is None and not self.closing:
+            self.down_since = loop_time
+            self._interval = self.first_reminder_s
+            self._next_reminder = loop_time + self._interval
+            logger.warning("NATS connection lost; reconnecting", extra={"client": self.name})
+
+    async def error(self, exc: Exception) -> None:
+        loop_time = asyncio.get_running_loop().time()
+        if self.closing:
+            return
+        if self.down_since is None and isinstance(exc, CONNECTION_ERRORS):
+            # The read error comes before the disconnect callback: it is the same outage.
+            await self.disconnected()
+            return
+        if self.down_since is None:
+            logger.warning("NATS error", extra={"client": self.name, "error": type(exc).__name__})
+            return
+        if loop_time >= self._next_reminder:
+            logger.warning(
+                "NATS still unreachable; reconnecting",
+                extra={
+                    "client": self.name,
+                    "down_s": round(loop_time - self.down_since, 1),
+                    "error": type(exc).__name__,
+                },
+            )
+            self._interval = min(self._interval * 2, self.max_reminder_s)
+            self._next_reminder = loop_time + self._interval
+
+    async def reconnected(self) -> None:
+        if self.down_since is not None:
+            down_s = asyncio.get_running_loop().time() - self.down_since
+            logger.info("NATS connection restored", extra={"client": self.name, "down_s": round(down_s, 1)})
+        self.down_since = None
+
+
 @contextlib.asynccontextmanager
 async def connect(url: str, *, name: str, connect_timeout_s: float = 20.0) -> AsyncIterator[NatsClient]:
     """Connect (retrying the first connection until `connect_timeout_s`), drain on exit."""
     deadline = asyncio.get_running_loop().time() + connect_timeout_s
+    broker_log = BrokerLog(name)
     while True:
         try:
             nc = await nats.connect(
@@ -52,6 +110,9 @@ async def connect(url: str, *, name: str, connect_timeout_s: float = 20.0) -> As
                 max_reconnect_attempts=-1,
                 reconnect_time_wait=0.5,
                 connect_timeout=2,
+                error_cb=broker_log.error,
+                disconnected_cb=broker_log.disconnected,
+                reconnected_cb=broker_log.reconnected,
             )
             break
         except (OSError, NoServersError, TimeoutError) as exc:
@@ -61,6 +122,7 @@ async def connect(url: str, *, name: str, connect_timeout_s: float = 20.0) -> As
     try:
         yield nc
     finally:
+        broker_log.closing = True
         with contextlib.suppress(Exception):
             await asyncio.wait_for(nc.drain(), timeout=3)
         if not nc.is_closed:

@@ -11,14 +11,16 @@ import contextlib
 import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import asyncpg
 from platformdirs.api import RuntimeDirWarning
@@ -26,6 +28,7 @@ from platformdirs.api import RuntimeDirWarning
 # pgserver computes a runtime dir at import; on a headless root shell XDG_RUNTIME_DIR is
 # unset and platformdirs warns about its (correct) fallback. Nothing to act on.
 warnings.filterwarnings("ignore", category=RuntimeDirWarning)
+from pgserver._commands import POSTGRES_BIN_PATH  # noqa: E402
 from pgserver.postgres_server import get_server as pgserver_get_server  # noqa: E402
 
 
@@ -129,6 +132,83 @@ def postgres(data_dir: Path) -> Iterator[str]:
         server.cleanup()
 
 
+class StoppablePostgres:
+    """A private PostgreSQL a fault test may stop and start again (never the suite's shared
+    server, never the machine's own). Same data and socket across restarts.
+
+    Neither stop nor start forks this process: a fork beside gRPC's threads can crash the
+    child (pgserver's `pg_ctl` runs as its user through `subprocess(user=...)`, which forks).
+    Stop is the postmaster's own fast-shutdown signal; start is `pg_ctl` through posix_spawn.
+    """
+
+    def __init__(self, data_dir: Path) -> None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self._server = pgserver_get_server(data_dir, cleanup_mode="delete")
+        self.dsn: str = self._server.get_uri()
+        self._pgdata = Path(self._server.pgdata)
+        self._socket_dir = parse_qs(urlsplit(self.dsn).query)["host"][0]
+
+    def _postmaster_pid(self) -> int | None:
+        try:
+            pid = int((self._pgdata / "postmaster.pid").read_text().split()[0])
+            os.kill(pid, 0)
+        except (FileNotFoundError, ProcessLookupError, ValueError, IndexError):
+            return None
+        return pid
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """A fast shutdown (SIGINT): open connections are terminated, new ones refused."""
+        pid = self._postmaster_pid()
+        if pid is None:
+            return
+        os.kill(pid, signal.SIGINT)
+        deadline = time.monotonic() + timeout_s
+        while self._postmaster_pid() is not None:
+            if time.monotonic() > deadline:
+                raise TimeoutError("PostgreSQL did not stop")
+            time.sleep(0.02)
+
+    def start(self, timeout_s: float = 15.0) -> None:
+        if self._postmaster_pid() is not None:
+            return
+        pg_ctl_path = str(POSTGRES_BIN_PATH / "pg_ctl")
+        command = [pg_ctl_path, "-D", str(self._pgdata), "-w", "-o", '-h ""', "-o", f"-k {self._socket_dir}"]
+        command += ["-l", str(self._pgdata / "log"), "start"]
+        user = self._server.system_user
+        if user is not None:
+            command = ["/usr/sbin/runuser", "-u", user, "--", *command]
+        pid = os.posix_spawn(command[0], command, dict(os.environ))
+        deadline = time.monotonic() + timeout_s
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                if os.waitstatus_to_exitcode(status) != 0:
+                    raise RuntimeError(f"pg_ctl start failed (see {self._pgdata / 'log'})")
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError("PostgreSQL did not start")
+            time.sleep(0.02)
+
+    def close(self) -> None:
+        # Stopped by signal first, so pgserver's cleanup only deletes the data (its own stop forks).
+        self.stop()
+        self._server.cleanup()
+
+
+@contextlib.contextmanager
+def stoppable_postgres() -> Iterator[StoppablePostgres]:
+    """A fresh private PostgreSQL in a folder of its own under the system temp dir (pgserver's
+    user must be able to reach it, which a pytest tmp_path is not), deleted afterwards."""
+    data_dir = Path(tempfile.mkdtemp(prefix="popagent-fault-pg-"))
+    data_dir.chmod(0o755)
+    server = StoppablePostgres(data_dir / "pg")
+    try:
+        yield server
+    finally:
+        server.close()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
 def with_database(dsn: str, database: str) -> str:
     """`dsn` naming another database of the same server."""
     parts = urlsplit(dsn)
@@ -182,6 +262,8 @@ def start_nats(store_dir: Path, port: int | None = None, log_file: Path | None =
             stdout=output,
             stderr=output,
             env={k: v for k, v in os.environ.items() if not k.startswith("POPAGENT_")},
+            # Its own session: a terminal's Ctrl-C must not stop it before the services that use it.
+            start_new_session=True,
         )
         try:
             wait_for_port(chosen, process=process)

@@ -7,8 +7,17 @@ process (agent-runner as `POPAGENT_AGENT_RUNNER_WORKERS` worker processes, one p
 by default: a chat turn is CPU-bound Python, and the gateway sends each session to one
 worker); the launcher waits for each one's gRPC health, then the gateway's
 /api/health, prints the URL and API key, and on Ctrl-C/SIGTERM stops every child it
-started. Children also get PR_SET_PDEATHSIG so a killed launcher leaves no orphans.
-A service that dies is reported by name with its last log lines, and the stack stops.
+started: the services first, then NATS and PostgreSQL. Children also get PR_SET_PDEATHSIG so
+a killed launcher leaves no orphans, and run in sessions of their own, so a terminal's Ctrl-C
+reaches only the launcher, which stops them in that order.
+
+Supervision: a child that exits (crashed, killed, or restarted on purpose) is reported by
+name with its last log lines and started again after a backoff (0.5 s doubling to 30 s);
+more than `CRASH_LOOP_LIMIT` restarts within `CRASH_WINDOW_S` leaves it stopped (a crash
+loop) while the rest of the stack stays up. Each agent-runner worker is its own child. The
+state of every child is written to `<data>/supervisor.json`, which the gateway's
+/api/health reports (`POPAGENT_SUPERVISOR_STATE`), and `python -m popagent_dev.launcher
+restart <name>` restarts one child.
 """
 
 from __future__ import annotations
@@ -17,15 +26,17 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import json
 import os
 import secrets
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -36,14 +47,27 @@ from popagent_dev import embedded
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
 LOG_TAIL_LINES = 20
+RESTART_BASE_S = 0.5
+RESTART_MAX_S = 30.0
+CRASH_LOOP_LIMIT = 5
+CRASH_WINDOW_S = 60.0
+SUPERVISOR_STATE = "supervisor.json"
+# `restart <name>` appends the name here and sends the launcher SIGUSR1.
+RESTART_REQUESTS = "restart-requests"
 
 
 @dataclass
 class Child:
     name: str
     process: asyncio.subprocess.Process
+    service: Service
+    env: dict[str, str]
     tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=LOG_TAIL_LINES))
     pump: asyncio.Task[None] | None = None
+    # running | restarting | failed (crash loop: left stopped)
+    state: str = "running"
+    restarts: list[float] = field(default_factory=list[float])
+    last_exit: int | None = None
 
 
 class StackError(Exception):
@@ -70,6 +94,8 @@ class StackConfig:
     echo_logs: bool = True
     start_timeout_s: float = 60.0
     runner_workers: int = field(default_factory=default_runner_workers)
+    # The supervisor's first restart delay (doubling up to RESTART_MAX_S).
+    restart_base_s: float = RESTART_BASE_S
 
 
 def _secret_key(data_dir: Path) -> str:
@@ -102,6 +128,9 @@ class Stack:
         self.url = ""
         self._exit = contextlib.AsyncExitStack()
         self.died: asyncio.Queue[Child] = asyncio.Queue()
+        self.stopping = False
+        self._supervisor: asyncio.Task[None] | None = None
+        self._restarts: set[asyncio.Task[None]] = set()
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Stack]:
@@ -154,6 +183,7 @@ class Stack:
             base[service.address_variable] = addresses[service.name]
         base[runner.address_variable] = ",".join(runner_addresses)
         base["POPAGENT_GATEWAY_PORT"] = str(self.config.gateway_port)
+        base["POPAGENT_SUPERVISOR_STATE"] = str(self.state_path)
         # The tasks worker runs each attempt as an agent turn in agent-runner (POPAGENT_AGENT_RUNNER_ADDR above).
         base.setdefault("POPAGENT_TASKS_EXECUTOR", "popagent_tasks.agent_runner_executor:executor")
         self.env = base
@@ -172,27 +202,121 @@ class Stack:
                 worker = service.name if workers == 1 else f"{service.name}-{number}"
                 await self._spawn(worker, service, dict(env, **{runner.address_variable: address}))
                 listening[worker] = address
+        self.write_state()
         await asyncio.gather(*(self._wait_grpc(name, address, deadline) for name, address in listening.items()))
         self.url = f"http://127.0.0.1:{self.config.gateway_port}"
         await self._wait_http(deadline)
+        self._supervisor = asyncio.create_task(self._supervise(), name="supervisor")
 
-    async def _spawn(self, name: str, service: Service, env: dict[str, str]) -> None:
+    @property
+    def state_path(self) -> Path:
+        return self.config.data_dir / SUPERVISOR_STATE
+
+    def write_state(self) -> None:
+        """Every child's state, for /api/health and `restart`; replaced atomically."""
+        state = {
+            "launcherPid": os.getpid(),
+            "children": {
+                name: {
+                    "state": child.state,
+                    "pid": child.process.pid,
+                    "restarts": len(child.restarts),
+                    "lastExit": child.last_exit,
+                }
+                for name, child in self.children.items()
+            },
+        }
+        partial = self.state_path.with_suffix(".tmp")
+        partial.write_text(json.dumps(state))
+        partial.replace(self.state_path)
+
+    async def _supervise(self) -> None:
+        """Restart children that exit, with backoff, until one crash-loops."""
+        while True:
+            child = await self.died.get()
+            if self.stopping or self.children.get(child.name) is not child:
+                continue
+            child.last_exit = child.process.returncode
+            now = time.monotonic()
+            recent = [at for at in child.restarts if now - at < CRASH_WINDOW_S]
+            sys.stderr.write(self.crash_report(child) + "\n")
+            if len(recent) >= CRASH_LOOP_LIMIT:
+                child.state = "failed"
+                sys.stderr.write(
+                    f"service {child.name} crash-looped ({len(recent)} restarts in {CRASH_WINDOW_S:g} s); "
+                    f"left stopped: `python -m popagent_dev.launcher restart {child.name}` starts it again\n"
+                )
+                self.write_state()
+                continue
+            delay = min(self.config.restart_base_s * 2 ** len(recent), RESTART_MAX_S)
+            child.state = "restarting"
+            self.write_state()
+            self._restarting(self._restart(child, delay, [*recent, now]), child.name)
+
+    def _restarting(self, restart: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(restart, name=f"restart-{name}")
+        self._restarts.add(task)
+        task.add_done_callback(self._restarts.discard)
+
+    def restart_requested(self) -> None:
+        """SIGUSR1: restart the children named in `<data>/restart-requests` (a crash-looped one too)."""
+        path = self.config.data_dir / RESTART_REQUESTS
+        with contextlib.suppress(FileNotFoundError):
+            names = path.read_text().split()
+            path.unlink()
+            for name in dict.fromkeys(names):
+                child = self.children.get(name)
+                if child is None or self.stopping:
+                    continue
+                if child.process.returncode is None:
+                    # The supervisor starts it again once it has exited.
+                    with contextlib.suppress(ProcessLookupError):
+                        child.process.terminate()
+                elif child.state == "failed":
+                    child.state = "restarting"
+                    self.write_state()
+                    self._restarting(self._restart(child, 0, []), name)
+
+    async def _restart(self, child: Child, delay_s: float, restarts: list[float]) -> None:
+        await asyncio.sleep(delay_s)
+        if self.stopping:
+            return
+        sys.stderr.write(f"restarting service {child.name}\n")
+        replacement = await self._spawn(child.name, child.service, child.env)
+        replacement.restarts = restarts
+        replacement.last_exit = child.last_exit
+        replacement.state = "restarting"
+        self.write_state()
+        address = child.env.get(child.service.address_variable, "") if child.service.grpc_port is not None else ""
+        if address:
+            with contextlib.suppress(StackError, OSError):
+                await self._wait_grpc(child.name, address, time.monotonic() + 60, replacement)
+        if replacement.process.returncode is None and self.children.get(child.name) is replacement:
+            replacement.state = "running"
+            self.write_state()
+
+    async def _spawn(self, name: str, service: Service, env: dict[str, str]) -> Child:
         """Start `service` as the child `name` (an agent-runner worker has a name of its own)."""
         process = await asyncio.create_subprocess_exec(
             *embedded.orphan_safe([sys.executable, "-m", service.module]),
             env=env,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
+            # Not the terminal's process group: Ctrl-C reaches the launcher only, which stops
+            # the services in order before the infrastructure they need.
+            start_new_session=True,
         )
-        child = Child(name, process)
+        child = Child(name, process, service, env)
         child.pump = asyncio.create_task(self._pump(child), name=f"pump-{name}")
         self.children[name] = child
+        return child
 
     async def _pump(self, child: Child) -> None:
         assert child.process.stdout is not None
         log_path = self.config.data_dir / "logs" / f"{child.name}.log"
-        # Appending a log line to a local file is not worth a thread hop per line.
-        with open(log_path, "ab") as log:  # noqa: ASYNC230
+        # Appending a log line to a local file is not worth a thread hop per line. Unbuffered:
+        # each line is one write, so `tail -f` is current and a killed launcher loses nothing.
+        with open(log_path, "ab", buffering=0) as log:  # noqa: ASYNC230
             async for raw in child.process.stdout:
                 log.write(raw)
                 line = raw.decode(errors="replace").rstrip()
@@ -212,10 +336,13 @@ class Stack:
             if child.process.returncode is not None:
                 raise StackError(self.crash_report(child))
 
-    async def _wait_grpc(self, name: str, address: str, deadline: float) -> None:
+    async def _wait_grpc(self, name: str, address: str, deadline: float, child: Child | None = None) -> None:
         async with open_channel(address, "") as channel:
             while not await check_health(channel, timeout_s=0.5):
-                self._check_alive()
+                if child is None:
+                    self._check_alive()
+                elif child.process.returncode is not None:
+                    raise StackError(self.crash_report(child))
                 if time.monotonic() > deadline:
                     raise StackError(f"service {name} did not become healthy in time")
                 await asyncio.sleep(0.05)
@@ -234,6 +361,9 @@ class Stack:
 
     async def stop_children(self, timeout_s: float = 10.0) -> None:
         """SIGTERM every child (gateway first), wait, SIGKILL whatever is left."""
+        self.stopping = True
+        for task in (*([self._supervisor] if self._supervisor else []), *self._restarts):
+            task.cancel()
         order = list(reversed(self.children.values()))  # started in topology order: gateway first
         for child in order:
             if child.process.returncode is None:
@@ -257,6 +387,7 @@ async def _main(config: StackConfig) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     stack = Stack(config)
+    loop.add_signal_handler(signal.SIGUSR1, stack.restart_requested)
     try:
         async with stack.running():
             sys.stdout.write(
@@ -265,14 +396,8 @@ async def _main(config: StackConfig) -> int:
                 f"data folder: {config.data_dir}\nPress Ctrl-C to stop.\n\n"
             )
             sys.stdout.flush()
-            stopped = asyncio.create_task(stop.wait())
-            died = asyncio.create_task(stack.died.get())
-            done, _ = await asyncio.wait({stopped, died}, return_when=asyncio.FIRST_COMPLETED)
-            for task in (stopped, died):
-                task.cancel()
-            if died in done and not stop.is_set():
-                sys.stderr.write(stack.crash_report(died.result()) + "\n")
-                return 1
+            # Children that exit are restarted by the supervisor; only a stop ends the stack.
+            await stop.wait()
             sys.stdout.write("stopping popagent...\n")
     except StackError as exc:
         sys.stderr.write(f"popagent failed to start: {exc}\n")
@@ -280,7 +405,38 @@ async def _main(config: StackConfig) -> int:
     return 0
 
 
+def restart(argv: list[str]) -> None:
+    """`python -m popagent_dev.launcher restart <name>...`: ask the running launcher to restart
+    those children (`gateway`, `tasks`, `agent-runner-2`, ...; see `<data>/supervisor.json`)."""
+    parser = argparse.ArgumentParser(prog="popagent-stack restart", description=restart.__doc__)
+    parser.add_argument("names", nargs="+")
+    parser.add_argument("--data-dir", type=Path, default=Path(os.environ.get("POPAGENT_DATA_DIR", REPO_ROOT / ".data")))
+    args = parser.parse_args(argv)
+    data_dir: Path = args.data_dir.resolve()
+    try:
+        state = json.loads((data_dir / SUPERVISOR_STATE).read_text())
+    except FileNotFoundError:
+        sys.stderr.write(f"no running stack in {data_dir} (no {SUPERVISOR_STATE})\n")
+        raise SystemExit(1) from None
+    unknown = [name for name in args.names if name not in state["children"]]
+    if unknown:
+        sys.stderr.write(f"unknown children {', '.join(unknown)}; the children are {', '.join(state['children'])}\n")
+        raise SystemExit(2)
+    with open(data_dir / RESTART_REQUESTS, "a") as requests:
+        requests.write("".join(f"{name}\n" for name in args.names))
+    try:
+        os.kill(state["launcherPid"], signal.SIGUSR1)
+    except ProcessLookupError:
+        sys.stderr.write(f"the launcher (pid {state['launcherPid']}) is not running\n")
+        raise SystemExit(1) from None
+    sys.stdout.write(f"restart requested: {', '.join(args.names)}\n")
+
+
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["restart"]:
+        restart(argv[1:])
+        return
     parser = argparse.ArgumentParser(prog="popagent-stack", description="Start the whole popagent stack.")
     parser.add_argument("--data-dir", type=Path, default=Path(os.environ.get("POPAGENT_DATA_DIR", REPO_ROOT / ".data")))
     parser.add_argument("--port", type=int, default=int(os.environ.get("POPAGENT_GATEWAY_PORT", "8080")))

@@ -37,6 +37,9 @@ class TurnFailure(enum.StrEnum):
     # A task turn only: its request or session could not start a turn; it ran past its deadline.
     INVALID_TASK = "invalid_task"
     DEADLINE = "deadline"
+    # Not the turn's fault: agent-runner is shutting down; the database was unreachable.
+    SHUTDOWN = "shutdown"
+    STORAGE = "storage"
 
     @property
     def proto(self) -> pb.TurnFailureClass:
@@ -62,4 +65,6 @@ PROTO: dict[TurnFailure, pb.TurnFailureClass] = {
     TurnFailure.STOP_BLOCKED: pb.TURN_FAILURE_STOP_BLOCKED,
     TurnFailure.INVALID_TASK: pb.TURN_FAILURE_INVALID_TASK,
     TurnFailure.DEADLINE: pb.TURN_FAILURE_DEADLINE,
+    TurnFailure.SHUTDOWN: pb.TURN_FAILURE_SHUTDOWN,
+    TurnFailure.STORAGE: pb.TURN_FAILURE_STORAGE,
 }

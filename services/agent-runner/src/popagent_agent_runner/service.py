@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -35,6 +36,10 @@ logger = logging.getLogger(__name__)
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 QUERIES = load_queries(Path(__file__).parent / "state" / "queries.sql")
+# On stop, task turns get this long to finish before they are released to the queue; the
+# server's grace after that lets their SHUTDOWN answers (and chat streams' ends) go out.
+TASK_TURN_GRACE_S = 2.0
+SERVER_GRACE_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -105,10 +110,16 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
         )
         agent_runner_pb2_grpc.add_AgentRunnerServiceServicer_to_server(chat, kernel.server)
         # Background task attempts run through the same turn runner as chat.
-        agent_runner_pb2_grpc.add_AgentRunnerTaskServiceServicer_to_server(
-            TaskServicer(TaskTurns(chat.runner, sessions)), kernel.server
-        )
-        port = await stack.enter_async_context(kernel.serving(settings.grpc_address))
+        task_servicer = TaskServicer(TaskTurns(chat.runner, sessions))
+        agent_runner_pb2_grpc.add_AgentRunnerTaskServiceServicer_to_server(task_servicer, kernel.server)
+        port = await stack.enter_async_context(kernel.serving(settings.grpc_address, grace_s=SERVER_GRACE_S))
+
+        # Unwinds before the server stops: running task turns end with SHUTDOWN (requeued) and
+        # chat streams with an error event, in time.
+        async def interrupt_turns() -> None:
+            await asyncio.gather(task_servicer.interrupt_all(TASK_TURN_GRACE_S), chat.interrupt_all(TASK_TURN_GRACE_S))
+
+        stack.push_async_callback(interrupt_turns)
         await _resume_pending_deletions(deleter, settings.pending_deletion_grace_s)
         yield RunningAgentRunner(port, deleter)
 

@@ -143,9 +143,32 @@ class TaskTurns:
         return request.thread_id
 
 
+SHUTDOWN_RESULT = pb.TaskTurnEvent(
+    result=pb.TaskTurnResult(
+        ok=False,
+        failure_class=TurnFailure.SHUTDOWN.proto,
+        error_message="agent-runner stopped while the turn ran; the task goes back to the queue",
+    )
+)
+
+
 class TaskServicer(agent_runner_pb2_grpc.AgentRunnerTaskServiceServicer):
     def __init__(self, turns: TaskTurns) -> None:
         self.turns = turns
+        # Each running call's turn and the queue its events go out through.
+        self._running: dict[asyncio.Task[None], asyncio.Queue[pb.TaskTurnEvent]] = {}
+
+    async def interrupt_all(self, grace_s: float) -> None:
+        """Shutdown, before the server stops: turns that do not end within `grace_s` are
+        cancelled and their calls answer `SHUTDOWN`, so the tasks worker requeues them
+        (uncounted) instead of seeing a cancelled call."""
+        if self._running:
+            await asyncio.wait(set(self._running), timeout=grace_s)
+        for task, events in list(self._running.items()):
+            if not task.done():
+                logger.info("task turn interrupted by shutdown", extra={"task": task.get_name()})
+                events.put_nowait(SHUTDOWN_RESULT)
+                task.cancel()
 
     async def RunTask(  # type: ignore[override]
         self, request: pb.RunTaskRequest, context: grpc.aio.ServicerContext
@@ -173,6 +196,7 @@ class TaskServicer(agent_runner_pb2_grpc.AgentRunnerTaskServiceServicer):
         # The turn runs beside this call; when the caller cancels, gRPC cancels this call
         # and the `finally` cancels the turn with it.
         task = asyncio.create_task(run(), name=f"task-turn-{request.task_id}-{request.attempt}")
+        self._running[task] = events
         try:
             while True:
                 getter = asyncio.ensure_future(events.get())
@@ -184,6 +208,9 @@ class TaskServicer(agent_runner_pb2_grpc.AgentRunnerTaskServiceServicer):
                     event = getter.result()
                 elif not events.empty():
                     event = events.get_nowait()
+                elif task.cancelled():
+                    # Interrupted by shutdown after its SHUTDOWN result was taken: nothing more to say.
+                    return
                 else:
                     # The turn ended without a result: its error becomes this call's status.
                     await task
@@ -192,6 +219,7 @@ class TaskServicer(agent_runner_pb2_grpc.AgentRunnerTaskServiceServicer):
                 if event.HasField("result"):
                     return
         finally:
+            self._running.pop(task, None)
             if not task.done():
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

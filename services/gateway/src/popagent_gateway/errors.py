@@ -33,6 +33,28 @@ EDGE_REFUSALS = {
 }
 
 
+# What a client reads when a dependency failed rather than its request: the detail of these
+# statuses is a library's or a transport's ("Stream removed (Socket closed)", "Cancelling all
+# calls", "database error: FileNotFoundError") and is only logged. One text per status of
+# the error tree, saying what happened and what to do.
+DEPENDENCY_TEXTS: dict[grpc.StatusCode, str] = {
+    grpc.StatusCode.UNAVAILABLE: (
+        "A popagent service or its database is unavailable right now (restarting or down). "
+        "Retry in a few seconds; /api/health shows which part."
+    ),
+    grpc.StatusCode.CANCELLED: "A popagent service stopped this request (it is restarting). Retry in a few seconds.",
+    grpc.StatusCode.DEADLINE_EXCEEDED: (
+        "A popagent service did not answer in time. Retry in a moment; /api/health shows which part is slow."
+    ),
+}
+# 503 answers say when to come back: about one supervised restart.
+RETRY_AFTER_S = 5
+
+
+def retry_headers(status: int) -> dict[str, str]:
+    return {"Retry-After": str(RETRY_AFTER_S)} if status == 503 else {}
+
+
 def error_body(message: str, **extra: object) -> dict[str, object]:
     return {"error": message, **extra}
 
@@ -42,6 +64,10 @@ def client_message(code: grpc.StatusCode, detail: str) -> str:
     internal error, whose detail may carry internals (paths, SQL, a stack) and is only logged."""
     if HTTP_STATUS_BY_GRPC_CODE.get(code, INTERNAL_STATUS) == INTERNAL_STATUS:
         return INTERNAL_MESSAGE
+    if code in DEPENDENCY_TEXTS:
+        if detail:
+            logger.info("dependency failure shown as its status text", extra={"code": code.name, "detail": detail})
+        return DEPENDENCY_TEXTS[code]
     return detail or code.name.lower()
 
 
@@ -79,14 +105,17 @@ ERROR_RESPONSES = _error_responses()
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(PopagentError)
     async def popagent_error(request: Request, exc: PopagentError) -> JSONResponse:
-        return JSONResponse(error_body(client_message(exc.grpc_code, str(exc))), status_code=http_status_for(exc))
+        status = http_status_for(exc)
+        body = error_body(client_message(exc.grpc_code, str(exc)))
+        return JSONResponse(body, status_code=status, headers=retry_headers(status))
 
     @app.exception_handler(grpc.aio.AioRpcError)
     async def rpc_error(request: Request, exc: grpc.aio.AioRpcError) -> JSONResponse:
         status = HTTP_STATUS_BY_GRPC_CODE.get(exc.code(), INTERNAL_STATUS)
         if status >= 500:
             logger.warning("downstream rpc failed", extra={"code": exc.code().name, "path": request.url.path})
-        return JSONResponse(error_body(client_message(exc.code(), exc.details() or "")), status_code=status)
+        body = error_body(client_message(exc.code(), exc.details() or ""))
+        return JSONResponse(body, status_code=status, headers=retry_headers(status))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:

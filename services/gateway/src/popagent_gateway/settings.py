@@ -39,6 +39,10 @@ class Settings(ProcessSettings):
     # Only to publish negative feedback (popagent_core.subjects.NEGATIVE_FEEDBACK_GIVEN); connected on first use.
     nats_url: str = Field(default="nats://127.0.0.1:4222", validation_alias="NATS_URL")
     rpc_timeout_s: float = Field(default=10.0, gt=0, le=3600, validation_alias="POPAGENT_GATEWAY_RPC_TIMEOUT_S")
+    # The services' broker: the gateway does not use it, /api/health reports it (unset: not reported).
+    nats_url: str = Field(default="", validation_alias="NATS_URL")
+    # Set by `make run`: the launcher's state file; /api/health names the children it is restarting.
+    supervisor_state: Path | None = Field(default=None, validation_alias="POPAGENT_SUPERVISOR_STATE")
 
     agent_runner_address: str = grpc_address_field("agent-runner")
     hooks_address: str = grpc_address_field("hooks")

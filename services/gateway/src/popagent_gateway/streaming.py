@@ -131,8 +131,9 @@ async def sse_body(
                 yield data
         yield DONE
     except grpc.aio.AioRpcError as exc:
-        if exc.code() == grpc.StatusCode.CANCELLED:
-            raise
+        # (A client that went away cancels this generator, never an AioRpcError: a CANCELLED
+        # status is the service cancelling the call, e.g. while it stops. The client still
+        # gets a terminal chunk.)
         logger.warning("turn stream failed", extra={"code": exc.code().name})
         yield error_stream(client_message(exc.code(), exc.details() or ""))
     finally:

@@ -79,6 +79,9 @@ CLASS_BY_TURN_FAILURE: dict[pb.TurnFailureClass, ErrorClass] = {
     pb.TURN_FAILURE_HOOK_DENIED: ErrorClass.HOOK_DENIED,
     pb.TURN_FAILURE_STOP_BLOCKED: ErrorClass.HOOK_DENIED,
     pb.TURN_FAILURE_FRAMEWORK: ErrorClass.UNKNOWN,
+    # Not failures of the task: the worker releases these attempts to the queue (model.RELEASED).
+    pb.TURN_FAILURE_SHUTDOWN: ErrorClass.SHUTDOWN,
+    pb.TURN_FAILURE_STORAGE: ErrorClass.DATABASE,
 }
 
 
@@ -175,6 +178,18 @@ class AgentRunnerExecutor:
         return run.result()
 
     async def _consume(self, call: Any, attempt: Attempt) -> str:
+        try:
+            return await self._results(call, attempt)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.CANCELLED:
+                raise
+            # Not this worker's abort (that cancels the task running this): agent-runner
+            # cancelled the call itself, as a stopping server does. The task did not fail.
+            raise TaskFailure(
+                ErrorClass.INTERRUPTED, "agent-runner cancelled the turn (stopping or restarting)"
+            ) from exc
+
+    async def _results(self, call: Any, attempt: Attempt) -> str:
         events: AsyncIterator[pb.TaskTurnEvent] = call.__aiter__()
         with map_rpc_errors():
             async for event in events:
@@ -185,7 +200,7 @@ class AgentRunnerExecutor:
                 if result.ok:
                     return truncate(result.outcome, MAX_OUTCOME_CHARS)
                 raise TaskFailure(error_class_of(result.failure_class), truncate(result.error_message, MAX_ERROR_CHARS))
-        raise TaskFailure(ErrorClass.INFRASTRUCTURE, "agent-runner ended the task turn without a result")
+        raise TaskFailure(ErrorClass.INTERRUPTED, "agent-runner ended the task turn without a result")
 
 
 def executor(settings: Settings) -> AgentRunnerExecutor:

@@ -42,7 +42,11 @@ class Kind(enum.StrEnum):
 
 
 class ErrorClass(enum.StrEnum):
-    """Why an attempt failed. The first six are transient; the rest never retry."""
+    """Why an attempt failed. The first six are transient; the rest never retry.
+
+    `RELEASED` classes are not failures of the task at all: the attempt is released to the
+    queue instead (`SHUTDOWN` without using up an attempt).
+    """
 
     TIMEOUT = "timeout"
     PROVIDER = "provider"
@@ -57,6 +61,10 @@ class ErrorClass(enum.StrEnum):
     CONTAINMENT = "containment"
     CONFIGURATION = "configuration"
     UNKNOWN = "unknown"
+    # agent-runner stopped the turn because it was shutting down.
+    SHUTDOWN = "shutdown"
+    # The service running the turn cancelled it or went away mid-turn.
+    INTERRUPTED = "interrupted"
 
 
 TRANSIENT = frozenset(
@@ -69,6 +77,12 @@ TRANSIENT = frozenset(
         ErrorClass.INFRASTRUCTURE,
     }
 )
+
+# Orderly events, not execution errors: the worker's or agent-runner's shutdown, the
+# service cancelling the call or vanishing, a database unreachable when the result was
+# saved, any other infrastructure outage. The attempt is released and requeued (fenced),
+# for user tasks too; only `SHUTDOWN` does not count against max_attempts.
+RELEASED = frozenset({ErrorClass.SHUTDOWN, ErrorClass.INTERRUPTED, ErrorClass.DATABASE, ErrorClass.INFRASTRUCTURE})
 
 DEFAULT_MAX_ATTEMPTS = 3
 MAX_ATTEMPTS_LIMIT = 20

@@ -97,7 +97,8 @@ RETURNING id
 -- attempt number it increments becomes that attempt's fencing token.
 WITH candidate AS (
     SELECT id FROM popagent_agent_tasks
-    WHERE status = 'queued' AND next_attempt_at <= clock_timestamp() AND attempt_count < max_attempts
+    WHERE status = 'queued' AND next_attempt_at <= clock_timestamp()
+      AND attempt_count - uncounted_attempts < max_attempts
     ORDER BY next_attempt_at, id
     LIMIT $2
     FOR UPDATE SKIP LOCKED
@@ -149,7 +150,7 @@ RETURNING t.id, t.kind, t.status, t.source, t.workspace_id, t.prompt, t.model, t
 WITH decided AS (
     SELECT id, CASE
         WHEN status = 'cancelling' THEN 'cancelled'
-        WHEN $5::boolean AND attempt_count < max_attempts THEN 'queued'
+        WHEN $5::boolean AND attempt_count - uncounted_attempts < max_attempts THEN 'queued'
         WHEN $5::boolean THEN 'dead-letter'
         ELSE 'failed'
     END AS next_status
@@ -186,12 +187,15 @@ RETURNING id, kind, status, source, workspace_id, prompt, model, session_id, sch
     cancel_requested_at, created_at, updated_at
 
 -- name: release_attempts
--- Shutdown: attempts whose executors settled after the abort go back to the queue while
--- attempts remain (the recovery rule), so nothing a stop interrupts is lost.
+-- The attempt did not fail, it was interrupted: the worker or agent-runner shut down, the
+-- service cancelled it, or the database was unreachable when its result was saved. It goes
+-- back to the queue after $6 s while attempts remain (the recovery rule), so nothing such an
+-- event interrupts is lost. $3 false: a shutdown, which does not count against max_attempts.
+-- $4 error class, $5 message.
 WITH decided AS (
     SELECT t.id, CASE
         WHEN t.status = 'cancelling' THEN 'cancelled'
-        WHEN t.attempt_count < t.max_attempts THEN 'queued'
+        WHEN NOT $3::boolean OR t.attempt_count - t.uncounted_attempts < t.max_attempts THEN 'queued'
         ELSE 'dead-letter'
     END AS next_status
     FROM popagent_agent_tasks t
@@ -201,11 +205,12 @@ WITH decided AS (
 )
 UPDATE popagent_agent_tasks t SET
     status = decided.next_status,
-    next_attempt_at = CASE WHEN decided.next_status = 'queued' THEN clock_timestamp() ELSE t.next_attempt_at END,
+    uncounted_attempts = t.uncounted_attempts + CASE WHEN $3::boolean OR decided.next_status <> 'queued' THEN 0 ELSE 1 END,
+    next_attempt_at = CASE WHEN decided.next_status = 'queued'
+        THEN clock_timestamp() + make_interval(secs => $6::double precision) ELSE t.next_attempt_at END,
     dead_lettered_at = CASE WHEN decided.next_status = 'dead-letter' THEN clock_timestamp() END,
-    last_error_class = CASE WHEN decided.next_status = 'cancelled' THEN t.last_error_class ELSE 'shutdown' END,
-    last_error = CASE WHEN decided.next_status = 'cancelled' THEN t.last_error
-        ELSE 'the worker stopped while the attempt ran' END,
+    last_error_class = CASE WHEN decided.next_status = 'cancelled' THEN t.last_error_class ELSE $4 END,
+    last_error = CASE WHEN decided.next_status = 'cancelled' THEN t.last_error ELSE $5 END,
     finished_at = clock_timestamp(),
     updated_at = clock_timestamp()
 FROM decided
@@ -225,7 +230,7 @@ WITH orphan AS (
     SELECT id, CASE
         WHEN status = 'cancelling' THEN 'cancelled'
         WHEN heartbeat_at < clock_timestamp() - make_interval(secs => $2::double precision) THEN 'failed'
-        WHEN attempt_count < max_attempts THEN 'queued'
+        WHEN attempt_count - uncounted_attempts < max_attempts THEN 'queued'
         ELSE 'dead-letter'
     END AS next_status
     FROM popagent_agent_tasks

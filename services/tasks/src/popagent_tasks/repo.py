@@ -359,15 +359,30 @@ class TaskRepo:
                 await _progress(conn, [(task_id, attempt, "cancelled", "cancelled; the executor settled")])
         return Transition(_task(row))
 
-    async def release(self, held: Sequence[tuple[uuid.UUID, int]]) -> list[Transition]:
-        """Shutdown: settled attempts back to the queue (or dead letter when exhausted)."""
+    async def release(
+        self,
+        held: Sequence[tuple[uuid.UUID, int]],
+        *,
+        counted: bool = False,
+        error_class: str = "shutdown",
+        message: str = "the worker stopped while the attempt ran",
+        delay_s: float = 0.0,
+    ) -> list[Transition]:
+        """Interrupted attempts back to the queue after `delay_s` (or dead letter when a counted
+        release exhausts them). A shutdown (`counted` False) never uses up an attempt."""
         with wrap_db_errors():
             async with self.pool.acquire() as conn, conn.transaction():
                 rows = await conn.fetch(
-                    QUERIES["release_attempts"], [task_id for task_id, _ in held], [attempt for _, attempt in held]
+                    QUERIES["release_attempts"],
+                    [task_id for task_id, _ in held],
+                    [attempt for _, attempt in held],
+                    counted,
+                    error_class,
+                    message,
+                    delay_s,
                 )
                 tasks = [_task(row) for row in rows]
-                await _progress(conn, [_recovery_entry(task, "the worker stopped") for task in tasks])
+                await _progress(conn, [_recovery_entry(task, message) for task in tasks])
                 transitions = await _terminal_followups(conn, tasks, wake_queued=True)
         if any(t.remediation_id or t.task.status is Status.QUEUED for t in transitions):
             await self._after_enqueue("released")

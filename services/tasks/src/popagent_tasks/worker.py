@@ -30,7 +30,17 @@ from typing import TypeVar
 from popagent_core.lifecycle import wait_event
 from popagent_core.telemetry import TRACER, continuing_trace
 from popagent_tasks.executor import AbortReason, AbortSignal, Attempt, Executor, TaskFailure, classify
-from popagent_tasks.model import TRANSIENT, Backoff, ErrorClass, Source, Status, Task, retry_eligible, truncate
+from popagent_tasks.model import (
+    RELEASED,
+    TRANSIENT,
+    Backoff,
+    ErrorClass,
+    Source,
+    Status,
+    Task,
+    retry_eligible,
+    truncate,
+)
 from popagent_tasks.observer import Observers, StopStatus, TaskLifecycle, TaskStarted, TaskStopped
 from popagent_tasks.repo import TaskRepo, Transition
 from popagent_tasks.settings import Settings
@@ -450,6 +460,8 @@ class Worker:
         elif reason is AbortReason.SHUTDOWN:
             released = await self._durably(lambda: self.repo.release([(task_id, attempt)]))
             transition = released[0] if released else None
+        elif reason is None and (released_class := classify(error or TaskFailure(ErrorClass.UNKNOWN))) in RELEASED:
+            transition = await self._release(slot, released_class, str(error))
         else:
             error_class = (
                 ErrorClass.TIMEOUT
@@ -483,6 +495,33 @@ class Worker:
             )
             return
         await self.observers.task_stopped(stop_event(transition, slot.lifecycle))
+
+    async def _release(self, slot: _Slot, error_class: ErrorClass, message: str) -> Transition | None:
+        """An attempt an orderly event interrupted (not an execution error): back to the queue.
+
+        agent-runner's shutdown costs no attempt and requeues at once; the other classes
+        count and wait the retry backoff, so an outage does not spin through attempts.
+        """
+        task_id, attempt = slot.key
+        counted = error_class is not ErrorClass.SHUTDOWN
+        delay = self.config.backoff.delay(attempt, self.rng) if counted else 0.0
+        logger.info(
+            "attempt interrupted; releasing it to the queue",
+            extra={"task_id": str(task_id), "attempt": attempt, "error_class": error_class.value},
+        )
+        released = await self._durably(
+            lambda: self.repo.release(
+                [(task_id, attempt)],
+                counted=counted,
+                error_class=error_class.value,
+                message=truncate(message or error_class.value, 2 * 1024),
+                delay_s=delay,
+            )
+        )
+        if released and released[0].task.status is Status.QUEUED:
+            due = time.monotonic() + delay
+            self._next_retry_at = min(self._next_retry_at or due, due)
+        return released[0] if released else None
 
     async def _durably(self, operation: Callable[[], Awaitable[T]]) -> T:
         """Retry a transition through database outages: an attempt's outcome is never dropped.

@@ -32,6 +32,7 @@ from pydantic_ai.exceptions import (
 
 from popagent_agent_runner.failures import TurnFailure
 from popagent_agent_runner.llm.pydantic_ai_internals import model_errors
+from popagent_core.errors import StorageError
 
 __all__ = ["DONE", "PACE_READS", "ModelFailure", "SSEDecoder", "classify_model_error"]
 
@@ -174,6 +175,9 @@ class ModelFailure:
 
 def classify_model_error(error: BaseException) -> ModelFailure:
     """Name the failure of a model request for `StopFailure`. Never given `CancelledError`: that is not a failure."""
+    if isinstance(error, StorageError):
+        # The database, not the turn: a task attempt that ends so is requeued.
+        return ModelFailure(TurnFailure.STORAGE, None, None, str(error))
     if not isinstance(error, ModelAPIError):
         return ModelFailure(TurnFailure.FRAMEWORK, None, None, str(error) or type(error).__name__)
     # Most specific first: the categories nest (overloaded < unavailable, authentication < rejected).

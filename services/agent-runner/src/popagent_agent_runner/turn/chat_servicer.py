@@ -41,10 +41,33 @@ def memory_message(memory: Memory) -> pb.Memory:
     )
 
 
+# The end of a stream whose turn this process stopped because it is shutting down.
+SHUTDOWN_TEXT = "The service stopped during this turn; what was streamed is kept. Send your message again in a moment."
+# How long interrupted turns get to record themselves before the server stops.
+INTERRUPT_WRITE_S = 2.0
+
+
 class ChatServicer(agent_runner_pb2_grpc.AgentRunnerServiceServicer):
     def __init__(self, runner: TurnRunner, memories: MemoryStore) -> None:
         self.runner = runner
         self.memories = memories
+        # Each running turn and its output; the turns a shutdown interrupted.
+        self._turns: dict[asyncio.Task[None], TurnOutput] = {}
+        self._interrupted: set[asyncio.Task[None]] = set()
+
+    async def interrupt_all(self, grace_s: float) -> None:
+        """Shutdown, before the server stops: turns that do not end within `grace_s` end
+        their streams with an `error` event (a terminal chunk for every client) and are
+        cancelled, which stores what they streamed marked interrupted."""
+        if self._turns:
+            await asyncio.wait(set(self._turns), timeout=grace_s)
+        stopped = [task for task in self._turns if not task.done()]
+        for task in stopped:
+            self._turns[task].error("shutdown", SHUTDOWN_TEXT)
+            self._interrupted.add(task)
+            task.cancel()
+        if stopped:
+            await asyncio.wait(stopped, timeout=INTERRUPT_WRITE_S)
 
     async def Chat(  # type: ignore[override]
         self, request: pb.ChatRequest, context: grpc.aio.ServicerContext
@@ -68,11 +91,17 @@ class ChatServicer(agent_runner_pb2_grpc.AgentRunnerServiceServicer):
                 events.close()
 
         task = asyncio.create_task(run(), name=f"turn-{turn.turn_id}")
+        self._turns[task] = output
         try:
             async for batch in events.batches():
                 yield batch
+            if task in self._interrupted:
+                # Its stream already ended with the shutdown's error event.
+                return
             await task
         finally:
+            self._turns.pop(task, None)
+            self._interrupted.discard(task)
             if not task.done():
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -8,6 +8,14 @@ from popagent_agent_runner.failures import TurnFailure
 from popagent_agent_runner.llm.model import ModelFailure
 from popagent_agent_runner.turn.hooks_points import bounded
 
+# Failures that are not the provider's and whose exception text is a library's: what the
+# user reads instead (what happened, what to do).
+TURN_TEXTS: dict[TurnFailure, str] = {
+    TurnFailure.STORAGE: (
+        "The answer could not be saved: the database is unavailable. Your message is kept; send it again in a moment."
+    ),
+}
+
 
 def provider_message(error: BaseException, failure: ModelFailure) -> str:
     """The provider's own explanation when its error body has one, else the failure's message."""

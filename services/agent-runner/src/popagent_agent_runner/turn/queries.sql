@@ -142,3 +142,21 @@ FROM popagent_memories m, query
 WHERE query.q IS NOT NULL AND m.search @@ query.q
 ORDER BY rank DESC, m.updated_at DESC
 LIMIT $2
+
+-- Sessions as a turn records itself in them ---------------------------------------
+
+-- name: session_messages_for_turn
+-- The session's UI messages, locked until the turn's write commits (a permanent deletion,
+-- which marks, then removes the row, waits for it). No row: no such (live) session.
+SELECT messages::text AS messages FROM popagent_sessions WHERE id = $1 AND deleting_at IS NULL FOR UPDATE
+
+-- name: store_session_messages
+-- The turn's own write of the session's UI messages: a new revision, so a client's save
+-- from before it gets the server copy (with the same message ids) instead of overwriting it.
+UPDATE popagent_sessions
+SET messages = $2::jsonb, message_count = $3, revision = revision + 1, updated_at = now()
+WHERE id = $1
+
+-- name: replace_thread_message
+-- The user message stored before the model call, replaced by the request the model was sent.
+UPDATE popagent_thread_messages SET content = $3::jsonb WHERE thread_id = $1 AND id = $2

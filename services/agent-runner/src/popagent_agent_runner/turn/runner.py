@@ -13,11 +13,13 @@ The order of a turn (hook timing from AGENTS_HOOKS.md):
    (the lean model's sink) while steps, tools and delegations arrive as events;
 5. `Stop` after a complete response: `continue` re-runs with the hook's reason, at most
    `maxProcessorRetries` times; a `continue` after that blocks completion;
-6. the user and assistant messages, any specialist threads and the `TurnCompleted`
-   evidence are stored in one transaction, then `finish`.
+   (before the first model call the prompt is stored with a placeholder answer marked
+   `interrupted`, so a crash from here on keeps the prompt);
+6. the assistant message, any specialist threads and the `TurnCompleted` evidence are
+   stored in one transaction (retried with backoff through a database outage), then `finish`.
 A provider, stream or framework failure fires `StopFailure`, ends the stream with an
-`error` event and stores nothing but the failure evidence. Cancellation (the client went
-away) stops everything and stores nothing.
+`error` event and stores the answer as streamed so far, marked with the failure.
+Cancellation (the client went away, the service stops) stores it marked `interrupted`.
 
 `run` takes a prepared turn and an output and says how the turn ended (`TurnEnd`), so a
 background task attempt is a second thin entry point over the same turn (its own ids, no
@@ -59,14 +61,14 @@ from popagent_agent_runner.turn.capability import arguments_object, jsonable
 from popagent_agent_runner.turn.deps import SUPERVISOR_ID, TurnContext, TurnDeps
 from popagent_agent_runner.turn.events import TurnOutput, usage_metadata
 from popagent_agent_runner.turn.evidence import EVIDENCE_CHARS, GOAL_CHARS, evidence
-from popagent_agent_runner.turn.failure_texts import failure_message, provider_message
+from popagent_agent_runner.turn.failure_texts import TURN_TEXTS, failure_message, provider_message
 from popagent_agent_runner.turn.hooks_points import TurnHooks, bounded, denied
 from popagent_agent_runner.turn.memories import RECALL_LIMIT, MemoryStore, bounded_recall, recall_query
-from popagent_agent_runner.turn.thread_store import ThreadStore, TurnState
+from popagent_agent_runner.turn.thread_store import ThreadStore, TurnState, Version
 from popagent_agent_runner.turn.tools.web import WebAccess
 from popagent_agent_runner.turn.ui_message import prompt_text, user_content, with_prompt_text
 from popagent_agent_runner.workspace.hands import Hands
-from popagent_core.errors import ConfigurationError, InvalidArgument, PopagentError
+from popagent_core.errors import ConfigurationError, InvalidArgument, PopagentError, StorageError
 from popagent_core.log import trace_id_var, turn_id_var
 from popagent_core.telemetry import current_trace_id
 from popagent_hooks_client.client import HooksClient
@@ -75,6 +77,11 @@ from popagent_hooks_client.events import Event, Outcome
 logger = logging.getLogger(__name__)
 
 MAX_PROMPT_CHARS = 100_000
+# A commit that fails for the database is retried this long (backoff 0.25 s doubling to 2 s):
+# longer than a database restart, shorter than a client's patience.
+COMMIT_RETRY_S = 30.0
+# How long a cancelled turn may take to record that it was interrupted.
+INTERRUPTED_WRITE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -125,6 +132,14 @@ class GatedPrompt:
     message: dict[str, Any]
     text: str
     instructions: str | None
+
+
+@dataclass
+class _Record:
+    """What a turn has stored of itself so far (`begin_turn`), so its end can replace the placeholder."""
+
+    prompt: GatedPrompt | None = None
+    begun: Version | None = None
 
 
 @dataclass
@@ -260,9 +275,15 @@ class TurnRunner:
             else None,
         )
         goal = prompt_text(turn.message)
+        record = _Record()
         try:
-            return await self._turn(prepared, context)
+            return await self._turn(prepared, context, record)
         except asyncio.CancelledError:
+            if record.begun is not None:
+                # The client went away or the service stops: what was streamed stays, marked.
+                ending = asyncio.ensure_future(self._store_end(prepared, context, record, {"interrupted": True}))
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait_for(asyncio.shield(ending), INTERRUPTED_WRITE_S)
             raise
         except Exception as exc:
             failure = classify_model_error(exc)
@@ -283,8 +304,14 @@ class TurnRunner:
                     "inStream": in_stream,
                 },
             )
-            message = str(exc) if isinstance(exc, PopagentError) else failure_message(failure, detail)
+            message = TURN_TEXTS.get(failure.error_class) or (
+                str(exc) if isinstance(exc, PopagentError) else failure_message(failure, detail)
+            )
             output.error(failure.error_class, message)
+            if record.begun is not None:
+                await self._store_end(
+                    prepared, context, record, {"failure": message, "errorClass": failure.error_class}
+                )
             await self._publish_failure(context, goal, failure.error_class, message)
             return TurnEnd("failed", failure.error_class, message)
         finally:
@@ -292,8 +319,8 @@ class TurnRunner:
             if context.hands is not None:
                 await context.hands.close()
 
-    async def _turn(self, prepared: PreparedTurn, context: TurnContext) -> TurnEnd:
-        """The turn's steps: gate the prompt, run the supervisor until `Stop` lets it stop, commit."""
+    async def _turn(self, prepared: PreparedTurn, context: TurnContext, record: _Record) -> TurnEnd:
+        """The turn's steps: gate the prompt, store it, run the supervisor until `Stop` lets it stop, commit."""
         if prepared.input.session_start and self.starts.first_resume(context.session_id):
             await context.hooks.observe(
                 Event.SESSION_START, detail={"workspaceId": context.workspace_id, "source": "resume"}
@@ -301,10 +328,24 @@ class TurnRunner:
         prompt = await self._gate_prompt(prepared, context)
         if isinstance(prompt, TurnEnd):
             return prompt
+        record.prompt = prompt
+        record.begun = await self.threads.begin_turn(
+            session_id=context.session_id,
+            user_ui=prompt.message,
+            user_request=ModelRequest(parts=[UserPromptPart(content=user_content(prompt.message))]),
+            placeholder_ui={
+                **context.output.ui_message(),
+                "metadata": {**context.output.metadata, "interrupted": True},
+            },
+        )
         run = await self._run_until_stopped(prepared, context, prompt)
         if isinstance(run, TurnEnd):
+            if record.begun is not None:
+                await self._store_end(
+                    prepared, context, record, {"failure": run.message, "errorClass": run.error_class}
+                )
             return run
-        await self._commit(prepared, context, prompt, run)
+        await self._commit(prepared, context, prompt, run, record.begun)
         return ANSWERED
 
     async def _gate_prompt(self, prepared: PreparedTurn, context: TurnContext) -> GatedPrompt | TurnEnd:
@@ -386,8 +427,42 @@ class TurnRunner:
             if decision.additional_context:
                 model_prompt = f"{model_prompt}\n\n{decision.additional_context}"
 
+    async def _store_end(
+        self, prepared: PreparedTurn, context: TurnContext, record: _Record, marks: dict[str, Any]
+    ) -> None:
+        """The answer of a turn that did not complete: what was streamed, marked with how it ended."""
+        assert record.prompt is not None
+        output = context.output
+        assistant_ui = output.ui_message()
+        assistant_ui["metadata"] = {**assistant_ui["metadata"], **marks}
+        streamed = output.text()
+        messages: list[ModelMessage] = [
+            ModelRequest(parts=[UserPromptPart(content=user_content(record.prompt.message))])
+        ]
+        if streamed:
+            messages.append(ModelResponse(parts=[TextPart(content=streamed)]))
+        try:
+            await self.threads.commit_turn(
+                session_id=context.session_id,
+                base=prepared.state,
+                begun=record.begun,
+                user_ui=record.prompt.message,
+                assistant_ui=assistant_ui,
+                messages=messages,
+                specialist_runs=[],
+                outcome=None,
+            )
+        except PopagentError as exc:
+            # The prompt is stored already; the placeholder keeps saying `interrupted`.
+            logger.warning("the end of a turn that did not complete was not stored", extra={"error": str(exc)})
+
     async def _commit(
-        self, prepared: PreparedTurn, context: TurnContext, prompt: GatedPrompt, run: SupervisorRun
+        self,
+        prepared: PreparedTurn,
+        context: TurnContext,
+        prompt: GatedPrompt,
+        run: SupervisorRun,
+        begun: Version | None,
     ) -> None:
         """Store the user and assistant messages, the specialist threads and the outcome evidence, then `finish`."""
         output = context.output
@@ -399,15 +474,27 @@ class TurnRunner:
         )
         assistant_ui = output.ui_message()  # ends the open text part, so it comes before `text()`
         answer = output.text()
-        await self.threads.commit_turn(
-            session_id=context.session_id,
-            base=prepared.state,
-            user_ui=prompt.message,
-            assistant_ui=assistant_ui,
-            messages=run.new_messages,
-            specialist_runs=context.specialist_runs,
-            outcome=self._outcome(context, prompt.text, "outcome", answer or "(no text)", ""),
-        )
+        outcome = self._outcome(context, prompt.text, "outcome", answer or "(no text)", "")
+        delay, deadline = 0.25, asyncio.get_running_loop().time() + COMMIT_RETRY_S
+        while True:
+            try:
+                await self.threads.commit_turn(
+                    session_id=context.session_id,
+                    base=prepared.state,
+                    begun=begun,
+                    user_ui=prompt.message,
+                    assistant_ui=assistant_ui,
+                    messages=run.new_messages,
+                    specialist_runs=context.specialist_runs,
+                    outcome=outcome,
+                )
+                break
+            except StorageError:
+                if asyncio.get_running_loop().time() + delay > deadline:
+                    raise
+                logger.warning("storing the answer failed; retrying", extra={"retry_in_s": delay})
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
         output.finish(
             run.finish_reason,
             usage.input_tokens,

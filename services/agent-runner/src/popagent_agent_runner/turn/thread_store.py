@@ -12,8 +12,12 @@ and the `ui` part keeps what the user saw (text, tool parts, `data-agentActivity
 A delegated specialist's run is stored on its own isolated thread, a child of the chat
 thread (so deleting the chat thread removes it).
 
-Everything a turn stores goes in one transaction together with its outbox event; a
-turn that fails stores nothing.
+A turn records itself as it goes (issue 22): before the model is called, the user message
+and a placeholder answer marked `interrupted` (`begin_turn`); when it ends, the answer as it
+ended (`commit_turn`): complete, or marked failed/interrupted with what was streamed. Both
+writes go to the thread and to the session's UI messages (what reopening the session
+shows), each in one transaction; the complete one carries the turn's outbox event. A
+runner that dies mid-turn leaves the prompt and the `interrupted` placeholder.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any
 
 import asyncpg
 import orjson
+from asyncpg.pool import PoolConnectionProxy
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest, ToolCallPart, ToolReturnPart
 
 from popagent.events.v1 import events_pb2
@@ -132,21 +137,83 @@ class ThreadStore:
         while len(self._history) > HISTORY_CACHE_SIZE:
             self._history.popitem(last=False)
 
+    async def _record_in_session(
+        self, conn: asyncpg.Connection | PoolConnectionProxy, session_id: str, *messages: dict[str, Any]
+    ) -> None:
+        """Put the turn's UI messages in the session's list, by id: a known assistant message
+        is replaced in place, a known user message (a regenerated prompt) drops what followed it."""
+        row = await conn.fetchrow(self.q["session_messages_for_turn"], session_id)
+        if row is None:
+            raise NotFound(f"session {session_id!r} was deleted during the turn")
+        listed: list[dict[str, Any]] = orjson.loads(row["messages"])
+        for message in messages:
+            message = redact_ui_message(message)
+            index = next((i for i, known in enumerate(listed) if known.get("id") == message["id"]), None)
+            if index is None:
+                listed.append(message)
+            elif message["role"] == "user":
+                listed[index:] = [message]
+            else:
+                listed[index] = message
+        await conn.execute(self.q["store_session_messages"], session_id, orjson.dumps(listed).decode(), len(listed))
+
+    async def begin_turn(
+        self,
+        *,
+        session_id: str,
+        user_ui: dict[str, Any],
+        user_request: ModelRequest,
+        placeholder_ui: dict[str, Any],
+    ) -> Version:
+        """Store the prompt before the model is called, with a placeholder answer; the thread's version after it."""
+        self._history.pop(session_id, None)
+        user_content = _content(user_ui, _stored([user_request]))
+        placeholder_content = _content(placeholder_ui, [])
+        with wrap_db_errors():
+            async with self.pool.acquire() as conn, conn.transaction():
+                await self._record_in_session(conn, session_id, user_ui, placeholder_ui)
+                await conn.execute(self.q["upsert_thread"], session_id, USER_RESOURCE, None)
+                before = await conn.fetchrow(self.q["thread_version_and_seq"], session_id, user_ui["id"])
+                if before["message_seq"] is not None:
+                    # A retried prompt replaces what answered it before.
+                    await conn.execute(self.q["delete_thread_messages_after"], session_id, before["message_seq"])
+                    await conn.execute(self.q["replace_thread_message"], session_id, user_ui["id"], user_content)
+                    await conn.execute(
+                        self.q["insert_thread_messages"],
+                        session_id,
+                        [placeholder_ui["id"]],
+                        ["assistant"],
+                        [placeholder_content],
+                    )
+                else:
+                    await conn.execute(
+                        self.q["insert_thread_messages"],
+                        session_id,
+                        [user_ui["id"], placeholder_ui["id"]],
+                        ["user", "assistant"],
+                        [user_content, placeholder_content],
+                    )
+                after = await conn.fetchrow(self.q["thread_version_and_seq"], session_id, user_ui["id"])
+        return (after["messages"], after["last_seq"])
+
     async def commit_turn(
         self,
         *,
         session_id: str,
         base: TurnState,
+        begun: Version | None,
         user_ui: dict[str, Any],
         assistant_ui: dict[str, Any],
         messages: Sequence[ModelMessage],
         specialist_runs: Sequence[SpecialistRun],
-        outcome: events_pb2.TurnCompleted,
+        outcome: events_pb2.TurnCompleted | None,
     ) -> None:
-        """Store the turn's user and assistant messages (and specialist threads) with its outcome event.
+        """Store the turn's user and assistant messages (and specialist threads), with its
+        outcome event when it has one (a complete answer), replacing `begin_turn`'s placeholder.
 
-        `base` is the state the turn started from; `messages` are its new model messages, the
-        first being the user's request. Raises NotFound when the session was deleted meanwhile.
+        `base` is the state the turn started from, `begun` the thread's version after
+        `begin_turn`; `messages` are its new model messages, the first being the user's
+        request. Raises NotFound when the session was deleted meanwhile.
         """
         self._history.pop(session_id, None)
         first, rest = (
@@ -163,15 +230,18 @@ class ThreadStore:
         kept: Version | None = None
         with wrap_db_errors():
             async with self.pool.acquire() as conn, conn.transaction():
-                if await conn.fetchval(self.q["lock_session_for_turn"], session_id) is None:
-                    raise NotFound(f"session {session_id!r} was deleted during the turn")
+                await self._record_in_session(conn, session_id, user_ui, assistant_ui)
                 await conn.execute(self.q["upsert_thread"], session_id, USER_RESOURCE, None)
                 before = await conn.fetchrow(self.q["thread_version_and_seq"], session_id, user_ui["id"])
                 # The turn's history plus its messages is the thread only if nobody wrote in between.
-                extends = not base.retried and (before["messages"], before["last_seq"]) == base.version
+                expected = begun if begun is not None else base.version
+                extends = not base.retried and (before["messages"], before["last_seq"]) == expected
                 seq = before["message_seq"]
+                deleted = 0
                 if seq is not None:
-                    await conn.execute(self.q["delete_thread_messages_after"], session_id, seq)
+                    status = await conn.execute(self.q["delete_thread_messages_after"], session_id, seq)
+                    deleted = int(status.split()[-1])
+                    await conn.execute(self.q["replace_thread_message"], session_id, user_ui["id"], user_content)
                 stored = await conn.fetch(
                     self.q["insert_thread_messages"],
                     session_id,
@@ -179,9 +249,9 @@ class ThreadStore:
                     ["user", "assistant"],
                     [user_content, assistant_content],
                 )
-                if extends and seq is None and len(stored) == 2:
-                    # Both rows are new and follow the version the turn read: the thread is now that plus them.
-                    kept = (before["messages"] + 2, max(row["seq"] for row in stored))
+                if extends and len(stored) == (1 if seq is not None else 2):
+                    # The rows follow the version the turn read: the thread is now that plus them.
+                    kept = (before["messages"] - deleted + len(stored), max(row["seq"] for row in stored))
                 for run, prompt, answer in specialist_rows:
                     resource = f"{SPECIALIST_RESOURCE}:{run.agent_id}"
                     await conn.execute(self.q["upsert_thread"], run.thread_id, resource, session_id)
@@ -192,7 +262,8 @@ class ThreadStore:
                         ["user", "assistant"],
                         [prompt, answer],
                     )
-                await enqueue_event(conn, subjects.TURN_COMPLETED, outcome.SerializeToString())
+                if outcome is not None:
+                    await enqueue_event(conn, subjects.TURN_COMPLETED, outcome.SerializeToString())
         if kept is not None:
             self._keep(session_id, kept, [*base.history, *stored_user, *stored_answer])
 
