@@ -36,10 +36,9 @@ class Settings(ProcessSettings):
     model_catalog_ttl_s: float = Field(default=60.0, gt=0, le=3600, validation_alias="POPAGENT_MODEL_CATALOG_TTL_S")
     # The deadline of every unary call to a service that does not set its own (only the
     # permanent deletions that run session lifecycles do). The streamed chat turn has none.
-    # Only to publish negative feedback (popagent_core.subjects.NEGATIVE_FEEDBACK_GIVEN); connected on first use.
-    nats_url: str = Field(default="nats://127.0.0.1:4222", validation_alias="NATS_URL")
     rpc_timeout_s: float = Field(default=10.0, gt=0, le=3600, validation_alias="POPAGENT_GATEWAY_RPC_TIMEOUT_S")
-    # The services' broker: the gateway does not use it, /api/health reports it (unset: not reported).
+    # The services' broker: /api/health reports it (unset: not reported), and negative feedback is
+    # published there (popagent_core.subjects.NEGATIVE_FEEDBACK_GIVEN; unset: a thumbs down answers 503).
     nats_url: str = Field(default="", validation_alias="NATS_URL")
     # Set by `make run`: the launcher's state file; /api/health names the children it is restarting.
     supervisor_state: Path | None = Field(default=None, validation_alias="POPAGENT_SUPERVISOR_STATE")
@@ -64,7 +63,7 @@ class Settings(ProcessSettings):
     @field_validator("nats_url")
     @classmethod
     def _nats_url(cls, value: str) -> str:
-        if not all(part.strip().startswith(("nats://", "tls://")) for part in value.split(",")):
+        if value and not all(part.strip().startswith(("nats://", "tls://")) for part in value.split(",")):
             raise ValueError("must be one or more comma-separated nats:// URLs")
         return value
 

@@ -58,6 +58,8 @@ class FeedbackEvents:
 
     async def negative_feedback_given(self, event: dict[str, object], *, feedback_id: str) -> None:
         """Publish and wait for the stream's acknowledgement; `Unavailable` when it does not come."""
+        if not self.nats_url:
+            raise Unavailable("NATS_URL is not set: negative feedback cannot be published")
         try:
             client = await asyncio.wait_for(self._connected(), CONNECT_TIMEOUT_S * 2)
             await client.jetstream(timeout=self.ack_timeout_s).publish(
