@@ -24,6 +24,11 @@ cost. For the stack, the time to the response head
 (the gateway answers once the runner's first batch, `start`, arrived) is printed as well.
 Targets: added time to first token <= 15 ms p50; stack throughput >= 90% of direct.
 
+Tracing: the same run starts a second stack with `OTEL_SDK_DISABLED=true` (no tracer provider,
+no span export, no stored logs) beside the traced one, which exports every span to its own
+observability database as in production, and measures both at each level. Targets for the cost
+of tracing: time to first token +<= 1 ms p50, stream throughput at most 3 % lower.
+
     .venv/bin/python bench/chat.py [--chunks 200] [--chunk-delay-ms 5] [--rounds 4] [--levels 1,50] [--runner-workers N]
 """
 
@@ -150,9 +155,11 @@ def spawn(module: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes
 
 
 @contextlib.asynccontextmanager
-async def stack(data: Path, model_url: str, runner_workers: int) -> AsyncIterator[tuple[str, dict[str, int]]]:
+async def stack(
+    data: Path, model_url: str, runner_workers: int, *, tracing: bool = True
+) -> AsyncIterator[tuple[str, dict[str, int]]]:
     """(gateway url, pid by process) of hooks, agent-runner's workers and the gateway on embedded PostgreSQL and
-    NATS (their pids too: PostgreSQL's CPU is its server's and its backends')."""
+    NATS (their pids too: PostgreSQL's CPU is its server's and its backends'). `tracing=False`: OTEL_SDK_DISABLED."""
     tokens, callers = generate_credentials()
     runners = [f"127.0.0.1:{embedded.free_port()}" for _ in range(runner_workers)]
     addresses = {"hooks": f"127.0.0.1:{embedded.free_port()}"} | {
@@ -162,11 +169,15 @@ async def stack(data: Path, model_url: str, runner_workers: int) -> AsyncIterato
     unused = f"127.0.0.1:{embedded.free_port()}"
     with embedded.postgres(data / "pg") as admin_dsn, embedded.nats(data / "nats") as nats:
         dsn = await ensure_database(admin_dsn, f"popagent_bench_{uuid.uuid4().hex[:8]}")
+        # Its own database, as in production: observability writes never go to the application store.
+        observability_dsn = await ensure_database(admin_dsn, f"popagent_bench_obs_{uuid.uuid4().hex[:8]}")
         (data / "workspace" / "popagent").mkdir(parents=True, exist_ok=True)
-        base = {k: v for k, v in os.environ.items() if not k.startswith(("POPAGENT_", "NINEROUTER_"))}
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("POPAGENT_", "NINEROUTER_", "OTEL_"))}
+        if not tracing:
+            base["OTEL_SDK_DISABLED"] = "true"
         base |= {
             "DATABASE_URL": dsn,
-            "OBSERVABILITY_DATABASE_URL": dsn,
+            "OBSERVABILITY_DATABASE_URL": observability_dsn,
             "NATS_URL": nats.url,
             "NINEROUTER_URL": model_url,
             "NINEROUTER_API_KEY": MODEL_KEY,
@@ -365,23 +376,31 @@ async def run(chunks: int, chunk_delay_s: float, rounds: int, levels: list[int],
     with tempfile.TemporaryDirectory(prefix="popagent-bench-chat-") as tmp:
         async with (
             model_server(chunks, chunk_delay_s) as (model_url, model_pid),
-            stack(Path(tmp), model_url, runner_workers) as (url, pids),
+            stack(Path(tmp) / "traced", model_url, runner_workers) as (url, pids),
+            stack(Path(tmp) / "untraced", model_url, runner_workers, tracing=False) as (untraced_url, untraced_pids),
         ):
             pids = {**pids, "model-server": model_pid, "bench-client": os.getpid()}
-            async with httpx.AsyncClient(timeout=30) as client:
+            untraced_pids = {**untraced_pids, "model-server": model_pid, "bench-client": os.getpid()}
+
+            async def sessions_of(gateway: str) -> list[str]:
                 sessions = []
-                for _ in range(max(levels)):
-                    created = await client.post(
-                        f"{url}/api/sessions", json={"title": "bench"}, headers={"x-popagent-key": API_KEY}
-                    )
-                    created.raise_for_status()
-                    sessions.append(created.json()["id"])
+                async with httpx.AsyncClient(timeout=30) as client:
+                    for _ in range(max(levels)):
+                        created = await client.post(
+                            f"{gateway}/api/sessions", json={"title": "bench"}, headers={"x-popagent-key": API_KEY}
+                        )
+                        created.raise_for_status()
+                        sessions.append(created.json()["id"])
+                return sessions
+
             direct = direct_turn(model_url)
-            through = stack_turn(url, sessions)
+            through = stack_turn(url, await sessions_of(url))
+            untraced = stack_turn(untraced_url, await sessions_of(untraced_url))
             stream_s = chunks * chunk_delay_s
-            # Warm both paths (connections, caches, the hooks digest, code paths).
+            # Warm every path (connections, caches, the hooks digest, code paths).
             await run_level(direct, max(levels), 2, stream_s, pids)
             await run_level(through, max(levels), 2, stream_s, pids)
+            await run_level(untraced, max(levels), 2, stream_s, untraced_pids)
             print(
                 f"chat bench: {chunks} chunks of {CHUNK_CHARS} characters per turn, "
                 f"{chunk_delay_s * 1000:g} ms between chunks, {rounds} turns per chat and level, "
@@ -393,6 +412,7 @@ async def run(chunks: int, chunk_delay_s: float, rounds: int, levels: list[int],
                 results = {
                     "direct": [await run_level(direct, concurrency, turns_each, stream_s, pids)],
                     "stack": [await run_level(through, concurrency, turns_each, stream_s, pids)],
+                    "untraced": [await run_level(untraced, concurrency, turns_each, stream_s, untraced_pids)],
                 }
                 report(concurrency, chunks, results)
 
@@ -411,22 +431,32 @@ def report(concurrency: int, chunks: int, results: dict[str, list[Level]]) -> No
             "tokens_per_s": total_chunks / wall,
             **{f"cpu_us:{process}": seconds / total_chunks * 1e6 for process, seconds in cpu.items()},
         }
-    direct, through = summary["direct"], summary["stack"]
+    direct, through, untraced = summary["direct"], summary["stack"], summary["untraced"]
     added = through["ttft_p50"] - direct["ttft_p50"]
     ratio = through["tokens_per_s"] / direct["tokens_per_s"]
     print(f"concurrent chats: {concurrency}  (stack: response head p50 {through['head_p50']:.2f} ms)")
-    for name in ("direct", "stack"):
+    for name in ("direct", "stack", "untraced"):
         row = summary[name]
         print(
-            f"  {name:<7} time to first token p50 {row['ttft_p50']:7.2f} ms  p90 {row['ttft_p90']:7.2f} ms   "
+            f"  {name:<8} time to first token p50 {row['ttft_p50']:7.2f} ms  p90 {row['ttft_p90']:7.2f} ms   "
             f"{row['tokens_per_s']:9.0f} tokens/s"
         )
     print(f"  added time to first token (p50): {added:+.2f} ms  (target <= 15 ms: {'ok' if added <= 15 else 'MISSED'})")
     print(f"  stack throughput / direct: {ratio:.1%}  (target >= 90%: {'ok' if ratio >= 0.9 else 'MISSED'})")
+    tracing_ttft = through["ttft_p50"] - untraced["ttft_p50"]
+    tracing_ratio = through["tokens_per_s"] / untraced["tokens_per_s"]
+    print(
+        f"  tracing on vs off: time to first token (p50) {tracing_ttft:+.2f} ms"
+        f"  (target <= +1 ms: {'ok' if tracing_ttft <= 1 else 'MISSED'}),"
+        f" throughput {tracing_ratio:.1%}  (target >= 97%: {'ok' if tracing_ratio >= 0.97 else 'MISSED'})"
+    )
     processes = [key.split(":", 1)[1] for key in through if key.startswith("cpu_us:")]
-    print("  CPU per streamed chunk, µs (stack run; direct run in brackets):")
+    print("  CPU per streamed chunk, µs (stack run, tracing on | tracing off; direct run in brackets):")
     for process in processes:
-        print(f"    {process:<15} {through['cpu_us:' + process]:7.1f}   [{direct['cpu_us:' + process]:6.1f}]")
+        print(
+            f"    {process:<15} {through['cpu_us:' + process]:7.1f} | {untraced['cpu_us:' + process]:7.1f}"
+            f"   [{direct['cpu_us:' + process]:6.1f}]"
+        )
     print()
 
 

@@ -16,7 +16,9 @@ import asyncpg
 import pytest
 
 from popagent_core.db import load_queries
+from popagent_core.migrate import migrate
 from popagent_core.service import schema_for
+from popagent_core.span_store import STORE_MIGRATIONS, STORE_QUERIES_FILE, STORE_SCHEMA
 from popagent_dev.pytest_plugin import DatabaseFactory
 
 SERVICES_DIR = Path(__file__).resolve().parents[2] / "services"
@@ -37,10 +39,16 @@ def _query_files(package: Path) -> list[Path]:
 
 
 PACKAGES = _service_packages()
+# Services whose queries read the observability store (OBSERVABILITY_DATABASE_URL), not a schema of their own.
+OBSERVABILITY_READERS = {"gateway"}
 MIGRATED = {
     service: package / "migrations" for service, package in PACKAGES.items() if (package / "migrations").is_dir()
 }
-QUERY_FILES = [(service, path) for service, package in PACKAGES.items() for path in _query_files(package)]
+ALL_QUERY_FILES = [(service, path) for service, package in PACKAGES.items() for path in _query_files(package)]
+QUERY_FILES = [(service, path) for service, path in ALL_QUERY_FILES if service not in OBSERVABILITY_READERS]
+STORE_QUERY_FILES = [(service, path) for service, path in ALL_QUERY_FILES if service in OBSERVABILITY_READERS] + [
+    ("kernel", STORE_QUERIES_FILE)  # the span store writer's retention
+]
 # `SELECT *`, `RETURNING *`, `t.*`: a projection that changes whenever the table does.
 STAR_PROJECTION = re.compile(r"(?:\bSELECT|\bRETURNING|,|\b\w+\.)\s*\*", re.IGNORECASE)
 
@@ -49,6 +57,7 @@ def test_discovery_finds_every_service_and_its_queries() -> None:
     # Guards the discovery itself: a layout change that hid the files would make the
     # preparation test below vacuous.
     assert {"agent-runner", "tasks", "hooks", "secrets", "evolution"} <= {service for service, _ in QUERY_FILES}
+    assert STORE_QUERY_FILES, "the gateway's observability queries are not found"
     for service, path in QUERY_FILES:
         assert service in MIGRATED, f"{path} belongs to {service}, which has no migrations"
         assert load_queries(path), f"{path} holds no named query"
@@ -72,8 +81,25 @@ async def test_every_named_query_prepares(make_database: DatabaseFactory, servic
     assert not failures, f"queries in {path.relative_to(SERVICES_DIR)} do not prepare:\n" + "\n".join(failures)
 
 
+@pytest.mark.parametrize("path", [path for _, path in STORE_QUERY_FILES], ids=lambda p: f"{p.parent.name}/{p.name}")
+async def test_every_observability_query_prepares_against_the_store(make_database: DatabaseFactory, path: Path) -> None:
+    dsn = await make_database()
+    await migrate(dsn, STORE_SCHEMA, STORE_MIGRATIONS, kernel=False)
+    conn = await asyncpg.connect(dsn, server_settings={"search_path": STORE_SCHEMA})
+    failures = []
+    try:
+        for name, sql in load_queries(path).items():
+            try:
+                await conn.prepare(sql)
+            except asyncpg.PostgresError as exc:
+                failures.append(f"{name}: {type(exc).__name__}: {exc}")
+    finally:
+        await conn.close()
+    assert not failures, f"queries in {path} do not prepare:\n" + "\n".join(failures)
+
+
 @pytest.mark.parametrize(
-    ("service", "path"), QUERY_FILES, ids=[str(path.relative_to(SERVICES_DIR)) for _, path in QUERY_FILES]
+    ("service", "path"), ALL_QUERY_FILES, ids=[str(path.relative_to(SERVICES_DIR)) for _, path in ALL_QUERY_FILES]
 )
 def test_every_named_query_names_its_columns(service: str, path: Path) -> None:
     starred = [name for name, sql in load_queries(path).items() if STAR_PROJECTION.search(_without_comments(sql))]

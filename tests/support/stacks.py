@@ -423,6 +423,7 @@ async def start_stack(
             gateway_env = {
                 "DATABASE_URL": dsn,
                 "OBSERVABILITY_DATABASE_URL": observability_dsn,
+                "NATS_URL": nats.url,
                 "POPAGENT_API_KEY": API_KEY,
                 "POPAGENT_INTERNAL_TOKEN": tokens["gateway"],
                 "NINEROUTER_URL": models.url,

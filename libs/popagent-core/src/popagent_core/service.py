@@ -75,6 +75,7 @@ async def service_kernel(
                 service=f"popagent-{service}",
                 secrets=secret_values(settings),
                 info_loggers=settings.stored_info_loggers,
+                retention=settings.observability_retention,
             )
         )
         relay = bus.OutboxRelay(pool, js)

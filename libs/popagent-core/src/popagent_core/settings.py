@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import sys
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator
@@ -27,6 +28,14 @@ def check_postgres_dsn(value: str) -> str:
     return value
 
 
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """How long the observability store keeps rows, and how many per table at most."""
+
+    days: int = 14
+    max_rows: int = 1_000_000
+
+
 class ProcessSettings(BaseSettings):
     """What every popagent process reads, the gateway included. Subclasses add their own fields."""
 
@@ -37,6 +46,15 @@ class ProcessSettings(BaseSettings):
     observability_database_url: str = Field(default="", validation_alias="OBSERVABILITY_DATABASE_URL")
     # Comma-separated logger name prefixes whose info lines are stored too (warnings and errors always are).
     observability_info_loggers: str = Field(default="", validation_alias="POPAGENT_OBSERVABILITY_INFO_LOGGERS")
+    # Retention of the observability store, enforced by every writer after its writes and once a day:
+    # spans, logs and feedback older than this many days go, and the newest rows are kept up to the cap.
+    observability_retention_days: int = Field(
+        default=14, ge=1, le=3650, validation_alias="POPAGENT_OBSERVABILITY_RETENTION_DAYS"
+    )
+    # Per table (spans, logs).
+    observability_max_rows: int = Field(
+        default=1_000_000, ge=100, le=1_000_000_000, validation_alias="POPAGENT_OBSERVABILITY_MAX_ROWS"
+    )
     log_level: str = Field(default="INFO", validation_alias="POPAGENT_LOG_LEVEL")
     # This process's own credential for calling other services (internal gRPC auth).
     internal_token: str = Field(default="", validation_alias="POPAGENT_INTERNAL_TOKEN", repr=False)
@@ -50,6 +68,10 @@ class ProcessSettings(BaseSettings):
     @classmethod
     def _observability_dsn(cls, value: str) -> str:
         return check_postgres_dsn(value) if value else value
+
+    @property
+    def observability_retention(self) -> Retention:
+        return Retention(days=self.observability_retention_days, max_rows=self.observability_max_rows)
 
     @property
     def stored_info_loggers(self) -> tuple[str, ...]:

@@ -15,6 +15,12 @@ writes a batch when one is full or every `flush_interval_s`. While the store is 
 batch is dropped (counted, with the reason kept for `/api/observability/health`) and the
 writer retries with backoff, so export resumes by itself once the store is back.
 
+Retention (`popagent_core.settings.Retention`, the POPAGENT_OBSERVABILITY_RETENTION_* settings):
+after a write, at most once per `retention_interval_s`, and at least once a day even without
+writes, the writer removes spans, logs and feedback older than the retention days and the
+oldest spans and logs over the row cap, as the hook audit does. Every process's writer does
+it; the passes are idempotent, so several processes only repeat cheap indexed deletes.
+
 The store is its own database (`OBSERVABILITY_DATABASE_URL`) with its own schema and ledger,
 migrated by the first writer that connects (under the migration runner's advisory lock).
 """
@@ -40,13 +46,20 @@ from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.trace import Span, StatusCode
 
+from popagent_core.db import load_queries
 from popagent_core.log import span_ids
 from popagent_core.migrate import migrate
+from popagent_core.settings import Retention
 
 logger = logging.getLogger(__name__)
 
 STORE_SCHEMA = "observability"
 STORE_MIGRATIONS = Path(__file__).parent / "span_store_migrations"
+STORE_QUERIES_FILE = Path(__file__).parent / "span_store_queries.sql"
+STORE_QUERIES = load_queries(STORE_QUERIES_FILE)
+RETENTION_INTERVAL_S = 60.0
+DAILY_S = 24 * 3600.0
+DEFAULT_RETENTION = Retention()
 
 _INSERT = (
     "INSERT INTO popagent_spans (trace_id, span_id, parent_span_id, name, kind, service, started_at, ended_at,"
@@ -242,13 +255,53 @@ class SpanStoreWriter:
     """Writes the processor's batches into the store; reconnects and re-migrates after an outage."""
 
     def __init__(
-        self, dsn: str, processor: SpanStoreProcessor, *, flush_interval_s: float = 1.0, max_backoff_s: float = 10.0
+        self,
+        dsn: str,
+        processor: SpanStoreProcessor,
+        *,
+        flush_interval_s: float = 1.0,
+        max_backoff_s: float = 10.0,
+        retention: Retention = DEFAULT_RETENTION,
+        retention_interval_s: float = RETENTION_INTERVAL_S,
     ) -> None:
         self.dsn = dsn
         self.processor = processor
         self.flush_interval_s = flush_interval_s
         self.max_backoff_s = max_backoff_s
+        self.retention = retention
+        self.retention_interval_s = retention_interval_s
+        # Monotonic time of the last retention pass; None: none yet (the first write or loop runs one).
+        self.retained_at: float | None = None
         self.pool: asyncpg.Pool | None = None
+
+    async def retain(self) -> int:
+        """One retention pass: expired rows, then rows over the cap. Returns the rows removed."""
+        pool = await self._connect()
+        days, cap = self.retention.days, self.retention.max_rows
+        removed = 0
+        async with pool.acquire() as conn:
+            for name, args in (
+                ("expire_spans", (days,)),
+                ("expire_logs", (days,)),
+                ("expire_feedback", (days,)),
+                ("cap_spans", (cap,)),
+                ("cap_logs", (cap,)),
+            ):
+                status = await conn.execute(STORE_QUERIES[name], *args)
+                removed += int(status.rsplit(" ", 1)[-1])
+        self.retained_at = asyncio.get_running_loop().time()
+        return removed
+
+    async def retain_when_due(self, interval_s: float) -> None:
+        """A retention pass if none ran in the last `interval_s`; a failure waits for the next one."""
+        now = asyncio.get_running_loop().time()
+        if self.retained_at is not None and now - self.retained_at < interval_s:
+            return
+        try:
+            await self.retain()
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+            self.retained_at = now  # not again at once: the next write or the daily pass retries
+            logger.debug("span store retention failed", extra={"error": type(exc).__name__})
 
     async def _connect(self) -> asyncpg.Pool:
         if self.pool is None:
@@ -289,6 +342,7 @@ class SpanStoreWriter:
         stats.exported_logs += len(logs)
         stats.store_reachable = True
         stats.last_error = ""
+        await self.retain_when_due(self.retention_interval_s)
         return len(batch)
 
     async def run(self) -> None:
@@ -300,6 +354,8 @@ class SpanStoreWriter:
                     await asyncio.wait_for(self.processor.full.wait(), self.flush_interval_s)
                 try:
                     await self.flush()
+                    # The daily pass, for a store this process has stopped writing to.
+                    await self.retain_when_due(DAILY_S)
                     backoff = 0.5
                 except Exception as exc:
                     logger.debug("span store write failed", extra={"error": type(exc).__name__})
@@ -336,6 +392,7 @@ async def span_store_export(
     info_loggers: tuple[str, ...] = (),
     max_queue: int = 4096,
     flush_interval_s: float = 1.0,
+    retention: Retention = DEFAULT_RETENTION,
 ) -> AsyncIterator[None]:
     """Export this process's finished spans to the store at `dsn` for the lifetime of the block.
 
@@ -348,7 +405,7 @@ async def span_store_export(
         return
     processor = SpanStoreProcessor(max_queue)
     processor.stats.store_dsn = dsn
-    writer = SpanStoreWriter(dsn, processor, flush_interval_s=flush_interval_s)
+    writer = SpanStoreWriter(dsn, processor, flush_interval_s=flush_interval_s, retention=retention)
     provider.add_span_processor(processor)
     _active = processor
     service_name = service or str(provider.resource.attributes.get("service.name", "unknown"))

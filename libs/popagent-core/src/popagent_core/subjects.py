@@ -16,6 +16,8 @@ TURN_COMPLETED = "popagent.agent_runner.turn.completed"
 AGENT_RUNTIME_SETTINGS_CHANGED = "popagent.agent_runner.runtime_settings.changed"
 TASK_ENQUEUED = "popagent.tasks.task.enqueued"
 SECRET_CHANGED = "popagent.secrets.secret.changed"
+# A user gave an answer a thumbs down: an outcome the evolution loop can learn from.
+NEGATIVE_FEEDBACK_GIVEN = "popagent.observability.feedback.given"
 
 
 def stream_name(owner: str) -> str:

@@ -40,7 +40,8 @@ SERVICES: tuple[Service, ...] = (
     Service("browser-bridge", "popagent_browser_bridge", 50156, "browser_bridge"),
     Service("tasks", "popagent_tasks", 50153, "tasks"),
     Service("agent-runner", "popagent_agent_runner", 50151, "agent_runner"),
-    Service("gateway", "popagent_gateway", None, None),
+    # The gateway publishes the observability domain's facts (negative feedback) and owns no table.
+    Service("gateway", "popagent_gateway", None, "observability"),
 )
 
 SERVICE_NAMES: tuple[str, ...] = tuple(service.name for service in SERVICES)

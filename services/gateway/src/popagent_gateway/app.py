@@ -15,6 +15,8 @@ from popagent_core.span_store import secret_values, span_store_export
 from popagent_gateway.bounded import ApiKeyMiddleware, BoundedBodyMiddleware
 from popagent_gateway.deps import require_api_key
 from popagent_gateway.errors import ERROR_RESPONSES, install_error_handlers
+from popagent_gateway.observability.feedback_events import FeedbackEvents
+from popagent_gateway.observability.store import ObservabilityStore
 from popagent_gateway.routes import (
     agents,
     chat,
@@ -22,6 +24,7 @@ from popagent_gateway.routes import (
     hooks,
     memories,
     models,
+    observability,
     schedules,
     secrets,
     sessions,
@@ -45,8 +48,16 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
                     service="popagent-gateway",
                     secrets=secret_values(settings),
                     info_loggers=settings.stored_info_loggers,
+                    retention=settings.observability_retention,
                 )
             )
+
+            # Reads of /api/observability; the pool opens on first use, so a store that is down
+            # does not keep the gateway from starting.
+            app.state.observability_store = ObservabilityStore(settings.observability_database_url)
+            stack.push_async_callback(app.state.observability_store.close)
+            app.state.feedback_events = FeedbackEvents(settings.nats_url, ack_timeout_s=settings.rpc_timeout_s)
+            stack.push_async_callback(app.state.feedback_events.close)
 
             # Every unary call gets the one deadline (POPAGENT_GATEWAY_RPC_TIMEOUT_S) unless it sets its own;
             # the streamed chat turn gets none (open_channel).
@@ -95,6 +106,7 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
         tasks,
         schedules,
         secrets,
+        observability,
     ):
         api.include_router(module.router)
     app.include_router(api)

@@ -37,7 +37,8 @@ class Settings(ProcessSettings):
     # The deadline of every unary call to a service that does not set its own (only the
     # permanent deletions that run session lifecycles do). The streamed chat turn has none.
     rpc_timeout_s: float = Field(default=10.0, gt=0, le=3600, validation_alias="POPAGENT_GATEWAY_RPC_TIMEOUT_S")
-    # The services' broker: the gateway does not use it, /api/health reports it (unset: not reported).
+    # The services' broker: /api/health reports it (unset: not reported), and negative feedback is
+    # published there (popagent_core.subjects.NEGATIVE_FEEDBACK_GIVEN; unset: a thumbs down answers 503).
     nats_url: str = Field(default="", validation_alias="NATS_URL")
     # Set by `make run`: the launcher's state file; /api/health names the children it is restarting.
     supervisor_state: Path | None = Field(default=None, validation_alias="POPAGENT_SUPERVISOR_STATE")
@@ -58,6 +59,13 @@ class Settings(ProcessSettings):
     def agent_runner_workers(self) -> list[str]:
         """agent-runner's worker processes: a session's turns all go to one of them."""
         return split_addresses(self.agent_runner_address)
+
+    @field_validator("nats_url")
+    @classmethod
+    def _nats_url(cls, value: str) -> str:
+        if value and not all(part.strip().startswith(("nats://", "tls://")) for part in value.split(",")):
+            raise ValueError("must be one or more comma-separated nats:// URLs")
+        return value
 
     @field_validator("observability_database_url")
     @classmethod

@@ -1,0 +1,185 @@
+"""/api/observability: the overview figures, traces and their span trees, stored logs, the store's health."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from popagent_gateway.dto import WireInput, WireModel
+
+TRACE_ID_PATTERN = r"^[0-9a-f]{32}$"
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
+MAX_WINDOW_DAYS = 366
+MAX_FEEDBACK_COMMENT_CHARS = 2000
+
+
+class WindowQuery(BaseModel):
+    """A time window: `until` defaults to now, `since` to 24 hours before `until`."""
+
+    model_config = ConfigDict(extra="forbid", validate_by_name=True)
+
+    since: datetime | None = Field(default=None, description="ISO 8601 with a zone; default: 24 h before until")
+    until: datetime | None = Field(default=None, description="ISO 8601 with a zone; default: now")
+
+
+class OverviewQuery(WindowQuery):
+    pass
+
+
+class TraceListQuery(WindowQuery):
+    session_id: str | None = Field(default=None, alias="sessionId", pattern=ID_PATTERN)
+    agent_id: str | None = Field(default=None, alias="agentId", pattern=ID_PATTERN, description="any span of the agent")
+    status: Literal["ok", "error"] | None = Field(default=None, description="error: a span of the trace failed")
+    cursor: str | None = Field(default=None, max_length=200, description="nextCursor of the previous page")
+    limit: int = Field(default=50, ge=1, le=200)
+
+
+class LogListQuery(WindowQuery):
+    service: str | None = Field(default=None, max_length=100, description="e.g. popagent-gateway")
+    level: Literal["debug", "info", "warning", "error", "critical"] | None = Field(
+        default=None, description="this level or worse"
+    )
+    trace_id: str | None = Field(default=None, alias="traceId", pattern=TRACE_ID_PATTERN)
+    cursor: str | None = Field(default=None, max_length=40, pattern=r"^[0-9]+$")
+    limit: int = Field(default=100, ge=1, le=500)
+
+
+class TokenUsageOut(WireModel):
+    model: str
+    agent_id: str
+    calls: int
+    input_tokens: int
+    output_tokens: int
+    cached_input_tokens: int
+
+
+class OverviewOut(WireModel):
+    since: datetime
+    until: datetime
+    # A turn is the supervisor's agent.run; an error is a turn that failed.
+    turns: int
+    errors: int
+    latency_p50_ms: float | None
+    latency_p95_ms: float | None
+    # Over every model call of the window.
+    first_token_p50_ms: float | None
+    first_token_p95_ms: float | None
+    tokens: list[TokenUsageOut]
+
+
+class TraceSummaryOut(WireModel):
+    trace_id: str
+    root_name: str
+    started_at: datetime
+    ended_at: datetime
+    duration_ms: float
+    span_count: int
+    status: Literal["ok", "error"]
+    session_id: str | None
+    agents: list[str]
+    services: list[str]
+
+
+class TraceListOut(WireModel):
+    traces: list[TraceSummaryOut]
+    next_cursor: str | None = Field(description="pass as cursor for the next page; null on the last")
+
+
+class SpanOut(WireModel):
+    span_id: str
+    parent_span_id: str | None
+    name: str
+    kind: str
+    service: str
+    started_at: datetime
+    ended_at: datetime
+    duration_ms: float
+    status: str
+    status_message: str | None
+    attributes: dict[str, Any]
+    children: list[SpanOut]
+
+
+class TraceOut(WireModel):
+    trace_id: str
+    span_count: int
+    # Spans whose parent is not stored (the caller's own span, or one dropped while the store was down).
+    roots: list[SpanOut]
+
+
+class LogOut(WireModel):
+    id: int
+    logged_at: datetime
+    level: str
+    service: str
+    logger: str
+    message: str
+    trace_id: str | None
+    span_id: str | None
+    attributes: dict[str, Any]
+
+
+class LogListOut(WireModel):
+    logs: list[LogOut]
+    next_cursor: str | None
+
+
+class ExporterOut(WireModel):
+    exported_spans: int
+    dropped_spans: int
+    exported_logs: int
+    dropped_logs: int
+    queue_depth: int
+    queue_limit: int
+    last_error: str
+
+
+class ObservabilityHealthOut(WireModel):
+    store_reachable: bool
+    store_detail: str
+    # The gateway process's own exporter; each other service counts its own drops.
+    exporter: ExporterOut | None = Field(description="null when this process exports to no store (tracing off)")
+    covers: str
+
+
+class FeedbackCreate(WireInput):
+    """Thumbs up or down on one assistant message or one turn, linked to the turn's trace."""
+
+    session_id: str = Field(pattern=ID_PATTERN, max_length=128)
+    message_id: str | None = Field(default=None, min_length=1, max_length=200, description="the assistant message")
+    turn_id: str | None = Field(default=None, pattern=ID_PATTERN, max_length=128, description="or the turn")
+    trace_id: str = Field(pattern=TRACE_ID_PATTERN, description="the message metadata's traceId")
+    rating: Literal["up", "down"]
+    comment: str = Field(default="", max_length=MAX_FEEDBACK_COMMENT_CHARS)
+
+    @model_validator(mode="after")
+    def _on_something(self) -> FeedbackCreate:
+        if self.message_id is None and self.turn_id is None:
+            raise ValueError("give messageId or turnId")
+        return self
+
+
+class FeedbackListQuery(WindowQuery):
+    session_id: str | None = Field(default=None, alias="sessionId", pattern=ID_PATTERN)
+    rating: Literal["up", "down"] | None = None
+    trace_id: str | None = Field(default=None, alias="traceId", pattern=TRACE_ID_PATTERN)
+    cursor: str | None = Field(default=None, max_length=200, description="nextCursor of the previous page")
+    limit: int = Field(default=50, ge=1, le=200)
+
+
+class FeedbackOut(WireModel):
+    id: str
+    created_at: datetime
+    rating: Literal["up", "down"]
+    comment: str
+    session_id: str
+    message_id: str | None
+    turn_id: str | None
+    trace_id: str
+
+
+class FeedbackListOut(WireModel):
+    feedback: list[FeedbackOut]
+    next_cursor: str | None

@@ -1,0 +1,315 @@
+"""/api/observability: overview, traces, a trace's span tree, stored logs and the store's health.
+
+Read straight from the observability store (OBSERVABILITY_DATABASE_URL) through the gateway's
+own pool (`popagent_gateway.observability.store`): the data is written there by every process's
+exporter and is no service's, so there is no RPC to make. A store that is down answers 503.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import JSONResponse
+
+from popagent_core.errors import InvalidArgument, NotFound
+from popagent_core.span_store import active_stats
+from popagent_gateway.dto.observability import (
+    MAX_WINDOW_DAYS,
+    TRACE_ID_PATTERN,
+    ExporterOut,
+    FeedbackCreate,
+    FeedbackListOut,
+    FeedbackListQuery,
+    FeedbackOut,
+    LogListOut,
+    LogListQuery,
+    LogOut,
+    ObservabilityHealthOut,
+    OverviewOut,
+    OverviewQuery,
+    SpanOut,
+    TokenUsageOut,
+    TraceListOut,
+    TraceListQuery,
+    TraceOut,
+    TraceSummaryOut,
+    WindowQuery,
+)
+from popagent_gateway.observability.feedback_events import FeedbackEvents
+from popagent_gateway.observability.store import (
+    Feedback,
+    FeedbackFilter,
+    LogFilter,
+    ObservabilityStore,
+    StoredSpan,
+    TraceFilter,
+)
+
+router = APIRouter(prefix="/observability", tags=["observability"])
+
+DEFAULT_WINDOW = timedelta(hours=24)
+
+
+def _store(request: Request) -> ObservabilityStore:
+    return request.app.state.observability_store
+
+
+def _window(query: WindowQuery) -> tuple[datetime, datetime]:
+    until = query.until or datetime.now(UTC)
+    since = query.since or until - DEFAULT_WINDOW
+    if since.tzinfo is None or until.tzinfo is None:
+        raise InvalidArgument("since and until must carry a time zone")
+    if since >= until:
+        raise InvalidArgument("since must be before until")
+    if until - since > timedelta(days=MAX_WINDOW_DAYS):
+        raise InvalidArgument(f"the window must be at most {MAX_WINDOW_DAYS} days")
+    return since, until
+
+
+@router.get("/overview", response_model=OverviewOut)
+async def overview(request: Request, query: Annotated[OverviewQuery, Query()]) -> OverviewOut:
+    """Turns, failed turns, turn latency, time to first token and tokens by model and agent in the window."""
+    since, until = _window(query)
+    store = _store(request)
+    figures = await store.turn_figures(since, until)
+    usage = await store.token_usage(since, until)
+    return OverviewOut(
+        since=since,
+        until=until,
+        turns=figures.turns,
+        errors=figures.errors,
+        latency_p50_ms=figures.p50_ms,
+        latency_p95_ms=figures.p95_ms,
+        first_token_p50_ms=figures.first_token_p50_ms,
+        first_token_p95_ms=figures.first_token_p95_ms,
+        tokens=[
+            TokenUsageOut(
+                model=u.model,
+                agent_id=u.agent_id,
+                calls=u.calls,
+                input_tokens=u.input_tokens,
+                output_tokens=u.output_tokens,
+                cached_input_tokens=u.cached_input_tokens,
+            )
+            for u in usage
+        ],
+    )
+
+
+def _keyset_cursor(cursor: str | None) -> tuple[datetime, str] | None:
+    """`<ISO time>~<id>` of the last listed row, as the lists' nextCursor gives it."""
+    if cursor is None:
+        return None
+    at, _, last_id = cursor.rpartition("~")
+    try:
+        started = datetime.fromisoformat(at)
+    except ValueError:
+        started = None
+    if started is None or started.tzinfo is None or not last_id:
+        raise InvalidArgument("cursor is not a nextCursor of this list")
+    return started, last_id
+
+
+@router.get("/traces", response_model=TraceListOut)
+async def list_traces(request: Request, query: Annotated[TraceListQuery, Query()]) -> TraceListOut:
+    """Traces that started in the window, newest first, by session, agent and status."""
+    since, until = _window(query)
+    found = await _store(request).traces(
+        TraceFilter(
+            since=since,
+            until=until,
+            session_id=query.session_id,
+            agent_id=query.agent_id,
+            failed=None if query.status is None else query.status == "error",
+            before=_keyset_cursor(query.cursor),
+            limit=query.limit + 1,
+        )
+    )
+    page = found[: query.limit]
+    last = page[-1] if len(found) > query.limit else None
+    return TraceListOut(
+        traces=[
+            TraceSummaryOut(
+                trace_id=t.trace_id,
+                root_name=t.root_name,
+                started_at=t.started_at,
+                ended_at=t.ended_at,
+                duration_ms=(t.ended_at - t.started_at).total_seconds() * 1000,
+                span_count=t.span_count,
+                status="error" if t.failed else "ok",
+                session_id=t.session_id,
+                agents=list(t.agents),
+                services=list(t.services),
+            )
+            for t in page
+        ],
+        next_cursor=f"{last.started_at.isoformat()}~{last.trace_id}" if last is not None else None,
+    )
+
+
+def span_tree(spans: list[StoredSpan]) -> list[SpanOut]:
+    """The spans as a forest, children in start order; a span whose parent is not stored is a root."""
+    nodes = {
+        s.span_id: SpanOut(
+            span_id=s.span_id,
+            parent_span_id=s.parent_span_id,
+            name=s.name,
+            kind=s.kind,
+            service=s.service,
+            started_at=s.started_at,
+            ended_at=s.ended_at,
+            duration_ms=s.duration_ms,
+            status=s.status,
+            status_message=s.status_message,
+            attributes=s.attributes,
+            children=[],
+        )
+        for s in spans
+    }
+    roots = []
+    for span in spans:  # already in start order
+        parent = nodes.get(span.parent_span_id) if span.parent_span_id else None
+        (parent.children if parent is not None else roots).append(nodes[span.span_id])
+    return roots
+
+
+@router.get("/traces/{trace_id}", response_model=TraceOut)
+async def get_trace(
+    request: Request, trace_id: Annotated[str, Path(pattern=TRACE_ID_PATTERN, description="32 hex digits")]
+) -> TraceOut:
+    """One trace's stored spans as a tree, across every process that took part."""
+    spans = await _store(request).trace_spans(trace_id)
+    if not spans:
+        raise NotFound(f"no stored span of trace {trace_id}")
+    return TraceOut(trace_id=trace_id, span_count=len(spans), roots=span_tree(spans))
+
+
+@router.get("/logs", response_model=LogListOut)
+async def list_logs(request: Request, query: Annotated[LogListQuery, Query()]) -> LogListOut:
+    """Stored log records (warnings and errors, and the info loggers the settings select), newest first."""
+    since, until = _window(query)
+    found = await _store(request).logs(
+        LogFilter(
+            since=since,
+            until=until,
+            service=query.service,
+            min_level=query.level,
+            trace_id=query.trace_id,
+            before_id=int(query.cursor) if query.cursor is not None else None,
+            limit=query.limit + 1,
+        )
+    )
+    page = found[: query.limit]
+    return LogListOut(
+        logs=[
+            LogOut(
+                id=r.id,
+                logged_at=r.logged_at,
+                level=r.level,
+                service=r.service,
+                logger=r.logger,
+                message=r.message,
+                trace_id=r.trace_id,
+                span_id=r.span_id,
+                attributes=r.attributes,
+            )
+            for r in page
+        ],
+        next_cursor=str(page[-1].id) if len(found) > query.limit else None,
+    )
+
+
+HEALTH_COVERS = (
+    "storeReachable: a query from the gateway reaches the store now. exporter: the gateway process's own span"
+    " and log exporter only; every other service drops and counts its own spans while the store is down."
+)
+
+
+@router.get("/health", response_model=ObservabilityHealthOut)
+async def observability_health(request: Request) -> ObservabilityHealthOut:
+    """Whether the store answers, and the gateway's exporter figures (queue depth, dropped spans, last error)."""
+    reachable, detail = await _store(request).reachable()
+    stats = active_stats()
+    exporter = (
+        ExporterOut(
+            exported_spans=stats.exported,
+            dropped_spans=stats.dropped,
+            exported_logs=stats.exported_logs,
+            dropped_logs=stats.dropped_logs,
+            queue_depth=stats.queue_depth,
+            queue_limit=stats.queue_limit,
+            last_error=stats.last_error,
+        )
+        if stats is not None
+        else None
+    )
+    return ObservabilityHealthOut(
+        store_reachable=reachable, store_detail=detail, exporter=exporter, covers=HEALTH_COVERS
+    )
+
+
+def _feedback_out(feedback: Feedback) -> FeedbackOut:
+    return FeedbackOut(
+        id=feedback.id,
+        created_at=feedback.created_at,
+        rating="up" if feedback.rating == "up" else "down",
+        comment=feedback.comment,
+        session_id=feedback.session_id,
+        message_id=feedback.message_id,
+        turn_id=feedback.turn_id,
+        trace_id=feedback.trace_id,
+    )
+
+
+@router.post("/feedback", response_model=FeedbackOut, status_code=201)
+async def give_feedback(request: Request, body: FeedbackCreate) -> JSONResponse:
+    """Store a thumbs up or down; a thumbs down is also published as an outcome event.
+
+    503 when the store or (for a thumbs down) the event bus cannot take it; nothing is kept then.
+    """
+    store = _store(request)
+    feedback = await store.add_feedback(
+        feedback_id=f"fb-{uuid.uuid4().hex}",
+        rating=body.rating,
+        comment=body.comment,
+        session_id=body.session_id,
+        message_id=body.message_id,
+        turn_id=body.turn_id,
+        trace_id=body.trace_id,
+    )
+    answer = _feedback_out(feedback)
+    if feedback.rating == "down":
+        events: FeedbackEvents = request.app.state.feedback_events
+        try:
+            await events.negative_feedback_given(answer.model_dump(mode="json"), feedback_id=feedback.id)
+        except BaseException:
+            # No event, no feedback: see popagent_gateway.observability.feedback_events.
+            await store.remove_feedback(feedback.id)
+            raise
+    return JSONResponse(answer.model_dump(mode="json"), status_code=201)
+
+
+@router.get("/feedback", response_model=FeedbackListOut)
+async def list_feedback(request: Request, query: Annotated[FeedbackListQuery, Query()]) -> FeedbackListOut:
+    """Feedback given in the window, newest first, by session, rating and trace."""
+    since, until = _window(query)
+    found = await _store(request).feedback(
+        FeedbackFilter(
+            since=since,
+            until=until,
+            session_id=query.session_id,
+            rating=query.rating,
+            trace_id=query.trace_id,
+            before=_keyset_cursor(query.cursor),
+            limit=query.limit + 1,
+        )
+    )
+    page = found[: query.limit]
+    last = page[-1] if len(found) > query.limit else None
+    return FeedbackListOut(
+        feedback=[_feedback_out(f) for f in page],
+        next_cursor=f"{last.created_at.isoformat()}~{last.id}" if last is not None else None,
+    )
