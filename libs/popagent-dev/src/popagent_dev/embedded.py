@@ -8,6 +8,7 @@ on the next start.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import random
 import shutil
@@ -20,6 +21,7 @@ import time
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import asyncpg
@@ -28,7 +30,7 @@ from platformdirs.api import RuntimeDirWarning
 # pgserver computes a runtime dir at import; on a headless root shell XDG_RUNTIME_DIR is
 # unset and platformdirs warns about its (correct) fallback. Nothing to act on.
 warnings.filterwarnings("ignore", category=RuntimeDirWarning)
-from pgserver._commands import POSTGRES_BIN_PATH  # noqa: E402
+from pgserver._commands import POSTGRES_BIN_PATH, pg_ctl  # noqa: E402
 from pgserver.postgres_server import get_server as pgserver_get_server  # noqa: E402
 
 
@@ -125,11 +127,32 @@ def postgres(data_dir: Path) -> Iterator[str]:
     """Start (or reuse) PostgreSQL with pgvector in `data_dir`; yields its DSN; stops it on exit
     when this process holds the last handle."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    server = pgserver_get_server(data_dir, cleanup_mode="stop")
+    # One starter at a time (two xdist workers, or the launcher beside a test run), so the
+    # restart that raises the connection limit never cuts a client of the other one.
+    with open(data_dir.parent / f".{data_dir.name}.start-lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        server = pgserver_get_server(data_dir, cleanup_mode="stop")
+        _raise_connection_limit(server)
     try:
         yield server.get_uri()
     finally:
         server.cleanup()
+
+
+# initdb's default of 100 is what a whole stack (seven services, several agent-runner workers, each
+# with its pool) beside a second test worker's stacks runs out of: "sorry, too many clients already".
+MAX_CONNECTIONS = 500
+
+
+def _raise_connection_limit(server: Any) -> None:
+    """Set `max_connections` to MAX_CONNECTIONS once per data folder (a restart; later starts keep it)."""
+    shown = server.psql("SHOW max_connections;")  # psql's table: header, rule, value
+    current = next(int(line) for line in (row.strip() for row in shown.splitlines()) if line.isdigit())
+    if current >= MAX_CONNECTIONS:
+        return
+    server.psql(f"ALTER SYSTEM SET max_connections = {MAX_CONNECTIONS};")
+    # pg_ctl restart reuses the options of the running server (its socket folder, no TCP).
+    pg_ctl(["-w", "-m", "fast", "restart"], pgdata=server.pgdata, user=server.system_user, timeout=30)
 
 
 class StoppablePostgres:
