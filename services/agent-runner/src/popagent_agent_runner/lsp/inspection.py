@@ -206,57 +206,70 @@ class Inspector:
     async def run(self, query: Inspection) -> dict[str, Any]:
         language = _language(query)
         source = await _source(self.repo, query.path) if query.path else None
-        async with self.servers.session(self.workspace_id, self.repo.root, language) as session:
-            answer: dict[str, Any] = {"operation": query.operation, "language": language.name}
-            if query.operation == "diagnostics":
-                return answer | await self._diagnostics(session, self._need_file(source, query))
-            if query.operation == "documentSymbols":
-                return answer | await self._document_symbols(session, self._need_file(source, query))
-            source, position, symbol = await self._position(session, language, source, query)
-            uri, _ = await session.sync(source.host_path, source.text)
-            answer["at"] = {"path": source.path, **locations.position_shown(position)}
-            if symbol:
-                answer["symbol"] = symbol
-            document = types.TextDocumentIdentifier(uri=uri)
-            shown = _Answer(self.repo)
-            if query.operation == "hover":
-                hover = await session.call(
-                    "hover",
-                    lambda: session.client.text_document_hover_async(
-                        types.HoverParams(text_document=document, position=position)
-                    ),
+        for attempt in (1, 2):
+            async with self.servers.session(self.workspace_id, self.repo.root, language) as session:
+                try:
+                    return await self._run(session, language, source, query)
+                except LanguageServerUnavailable:
+                    # The server died before or during this call (a crash the manager could not see
+                    # yet): once more, on the server the manager starts in its place.
+                    if attempt == 2 or session.alive:
+                        raise
+        raise AssertionError("unreachable")
+
+    async def _run(
+        self, session: ServerSession, language: Language, source: _Source | None, query: Inspection
+    ) -> dict[str, Any]:
+        answer: dict[str, Any] = {"operation": query.operation, "language": language.name}
+        if query.operation == "diagnostics":
+            return answer | await self._diagnostics(session, self._need_file(source, query))
+        if query.operation == "documentSymbols":
+            return answer | await self._document_symbols(session, self._need_file(source, query))
+        source, position, symbol = await self._position(session, language, source, query)
+        uri, _ = await session.sync(source.host_path, source.text)
+        answer["at"] = {"path": source.path, **locations.position_shown(position)}
+        if symbol:
+            answer["symbol"] = symbol
+        document = types.TextDocumentIdentifier(uri=uri)
+        shown = _Answer(self.repo)
+        if query.operation == "hover":
+            hover = await session.call(
+                "hover",
+                lambda: session.client.text_document_hover_async(
+                    types.HoverParams(text_document=document, position=position)
+                ),
+            )
+            return answer | {"hover": _hover_text(hover) or "(no hover information at this position)"}
+        if query.operation == "definition":
+            result = await session.call(
+                "definition",
+                lambda: session.client.text_document_definition_async(
+                    types.DefinitionParams(text_document=document, position=position)
+                ),
+            )
+        elif query.operation == "implementation":
+            if session.capabilities is not None and not session.capabilities.implementation_provider:
+                raise LanguageServerUnavailable(
+                    f"the {language.display} server does not support implementation; use definition or references"
                 )
-                return answer | {"hover": _hover_text(hover) or "(no hover information at this position)"}
-            if query.operation == "definition":
-                result = await session.call(
-                    "definition",
-                    lambda: session.client.text_document_definition_async(
-                        types.DefinitionParams(text_document=document, position=position)
-                    ),
-                )
-            elif query.operation == "implementation":
-                if session.capabilities is not None and not session.capabilities.implementation_provider:
-                    raise LanguageServerUnavailable(
-                        f"the {language.display} server does not support implementation; use definition or references"
+            result = await session.call(
+                "implementation",
+                lambda: session.client.text_document_implementation_async(
+                    types.ImplementationParams(text_document=document, position=position)
+                ),
+            )
+        else:
+            result = await session.call(
+                "references",
+                lambda: session.client.text_document_references_async(
+                    types.ReferenceParams(
+                        text_document=document,
+                        position=position,
+                        context=types.ReferenceContext(include_declaration=True),
                     )
-                result = await session.call(
-                    "implementation",
-                    lambda: session.client.text_document_implementation_async(
-                        types.ImplementationParams(text_document=document, position=position)
-                    ),
-                )
-            else:
-                result = await session.call(
-                    "references",
-                    lambda: session.client.text_document_references_async(
-                        types.ReferenceParams(
-                            text_document=document,
-                            position=position,
-                            context=types.ReferenceContext(include_declaration=True),
-                        )
-                    ),
-                )
-            return answer | shown.locations(result)
+                ),
+            )
+        return answer | shown.locations(result)
 
     @staticmethod
     def _need_file(source: _Source | None, query: Inspection) -> _Source:

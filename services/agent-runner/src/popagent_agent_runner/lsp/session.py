@@ -56,6 +56,10 @@ class _Published:
     diagnostics: list[types.Diagnostic]
 
 
+def _ignored(params: object) -> None:
+    return None
+
+
 def _capabilities() -> types.ClientCapabilities:
     markup = [types.MarkupKind.Markdown, types.MarkupKind.PlainText]
     return types.ClientCapabilities(
@@ -133,6 +137,10 @@ class ServerSession:
         @client.feature(types.WINDOW_SHOW_MESSAGE)
         def _show(params: types.ShowMessageParams) -> None:
             return None
+
+        # basedpyright's own progress notifications (it reports analysis progress this way).
+        for method in ("pyright/beginProgress", "pyright/reportProgress", "pyright/endProgress"):
+            client.feature(method)(_ignored)
 
         # typescript-language-server's own notification of the tsserver version it loaded.
         @client.feature("$/typescriptVersion")
