@@ -138,8 +138,12 @@ class ServerSession:
         def _show(params: types.ShowMessageParams) -> None:
             return None
 
-        # basedpyright's own progress notifications (it reports analysis progress this way).
-        for method in ("pyright/beginProgress", "pyright/reportProgress", "pyright/endProgress"):
+        @client.feature(types.TELEMETRY_EVENT)
+        def _telemetry(params: object) -> None:
+            return None
+
+        # Progress notifications (basedpyright reports its analysis in its own ones).
+        for method in ("pyright/beginProgress", "pyright/reportProgress", "pyright/endProgress", "$/progress"):
             client.feature(method)(_ignored)
 
         # typescript-language-server's own notification of the tsserver version it loaded.
