@@ -85,8 +85,9 @@ async def test_typescript_hover_definition_references(inspector: Inspector, repo
 async def test_typescript_diagnostics(inspector: Inspector) -> None:
     answer = await inspector.run(Inspection("diagnostics", "web/main.ts"))
     found = {(item["line"], item["severity"], item.get("code")) for item in answer["diagnostics"]}
-    # TS2322: a string assigned to a number; TS2552: an unknown name.
-    assert {(3, "error", "2322"), (6, "error", "2552")} <= found
+    # TS2322: a string assigned to a number; TS2552: an unknown name; TS6133: `count` is never read.
+    assert found == {(3, "error", "2322"), (6, "error", "2552"), (3, "hint", "6133")}
+    assert [item["severity"] for item in answer["diagnostics"]] == ["error", "error", "hint"]
 
 
 async def test_library_locations_are_shown_without_host_paths(inspector: Inspector, repo: Repository) -> None:

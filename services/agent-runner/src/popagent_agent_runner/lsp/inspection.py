@@ -21,6 +21,7 @@ from lsprotocol import types
 from popagent_agent_runner.lsp import locations
 from popagent_agent_runner.lsp.languages import (
     LANGUAGE_NAMES,
+    TYPESCRIPT,
     Language,
     LanguageServerUnavailable,
     language_for,
@@ -45,6 +46,10 @@ DIAGNOSTICS_WAIT_S = 20.0
 # Files looked at to find one that opens a TypeScript project for a symbol search by name.
 PROJECT_PROBE_ENTRIES = 5000
 SEVERITY = {1: "error", 2: "warning", 3: "information", 4: "hint"}
+RANK = {"error": 0, "warning": 1, "information": 2, "hint": 3}
+# tsserver's own diagnostics requests, and its categories as LSP severities.
+TSSERVER_DIAGNOSTICS = ("syntacticDiagnosticsSync", "semanticDiagnosticsSync", "suggestionDiagnosticsSync")
+TSSERVER_SEVERITY = {"error": "error", "warning": "warning", "suggestion": "hint", "message": "information"}
 
 
 @dataclass(frozen=True)
@@ -278,28 +283,65 @@ class Inspector:
         return source
 
     async def _diagnostics(self, session: ServerSession, source: _Source) -> dict[str, Any]:
-        since = session.published_seq()
-        uri, sent = await session.sync(source.host_path, source.text)
-        found = await session.diagnostics(uri, since=since if sent else None, timeout_s=DIAGNOSTICS_WAIT_S)
-        found = sorted(found, key=lambda item: (item.severity or 9, item.range.start.line, item.range.start.character))
-        shown = [
-            {
-                "severity": SEVERITY.get(int(item.severity or 1), "error"),
-                **locations.position_shown(item.range.start),
-                "endLine": item.range.end.line + 1,
-                "endCharacter": item.range.end.character + 1,
-                "message": item.message[:MAX_MESSAGE_CHARS],
-                **({"code": str(item.code)} if item.code is not None else {}),
-                **({"source": item.source} if item.source else {}),
-            }
-            for item in found[:MAX_DIAGNOSTICS]
-        ]
+        if session.language is TYPESCRIPT:
+            shown = await self._typescript_diagnostics(session, source)
+        else:
+            since = session.published_seq()
+            uri, sent = await session.sync(source.host_path, source.text)
+            found = await session.diagnostics(uri, since=since if sent else None, timeout_s=DIAGNOSTICS_WAIT_S)
+            shown = [
+                {
+                    "severity": SEVERITY.get(int(item.severity or 1), "error"),
+                    **locations.position_shown(item.range.start),
+                    "endLine": item.range.end.line + 1,
+                    "endCharacter": item.range.end.character + 1,
+                    "message": item.message[:MAX_MESSAGE_CHARS],
+                    **({"code": str(item.code)} if item.code is not None else {}),
+                    **({"source": item.source} if item.source else {}),
+                }
+                for item in found
+            ]
+        shown.sort(key=lambda item: (RANK[item["severity"]], item["line"], item["character"]))
         return {
             "path": source.path,
-            "diagnostics": shown,
-            "total": len(found),
-            "truncated": len(found) > MAX_DIAGNOSTICS,
+            "diagnostics": shown[:MAX_DIAGNOSTICS],
+            "total": len(shown),
+            "truncated": len(shown) > MAX_DIAGNOSTICS,
         }
+
+    async def _typescript_diagnostics(self, session: ServerSession, source: _Source) -> list[dict[str, Any]]:
+        """Asked of tsserver for the file, kind by kind (`typescript.tsserverRequest`).
+
+        typescript-language-server pushes each kind (syntax, semantic, suggestion) as it comes,
+        without a version, so no push says the file's diagnostics are complete; these
+        requests answer once they are.
+        """
+        await session.sync(source.host_path, source.text)
+        shown: list[dict[str, Any]] = []
+        for command in TSSERVER_DIAGNOSTICS:
+            arguments: list[Any] = [command, {"file": str(source.host_path)}]
+            response = await session.call(
+                "diagnostics",
+                lambda arguments=arguments: session.client.workspace_execute_command_async(
+                    types.ExecuteCommandParams(command="typescript.tsserverRequest", arguments=arguments)
+                ),
+            )
+            body = response.get("body") if isinstance(response, dict) else None
+            for item in body if isinstance(body, list) else []:
+                start, end = item.get("start", {}), item.get("end", {})
+                shown.append(
+                    {
+                        "severity": TSSERVER_SEVERITY.get(item.get("category"), "error"),
+                        "line": start.get("line", 1),
+                        "character": start.get("offset", 1),
+                        "endLine": end.get("line", 1),
+                        "endCharacter": end.get("offset", 1),
+                        "message": str(item.get("text", ""))[:MAX_MESSAGE_CHARS],
+                        **({"code": str(item["code"])} if item.get("code") is not None else {}),
+                        "source": item.get("source") or "typescript",
+                    }
+                )
+        return shown
 
     async def _symbols_of(self, session: ServerSession, source: _Source) -> list[tuple[str, object, types.Position]]:
         uri, _ = await session.sync(source.host_path, source.text)
