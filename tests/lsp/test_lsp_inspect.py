@@ -178,3 +178,25 @@ async def test_two_agents_share_one_server_per_language(servers: LanguageServers
     assert servers.started == started
     assert {(server.language, server.pid) for server in servers.running()} == before
     assert {language for language, _ in before} == {"python", "typescript"}
+
+
+async def test_files_written_between_calls_are_seen_at_once(inspector: Inspector, repo: Repository) -> None:
+    """As an agent's write or a command leaves them: never opened, asked about right after."""
+    await inspector.run(Inspection("references", **fixture_repo.TS_DEFINITION))
+    (repo.root / "web" / "extra.ts").write_text('import { greet } from "./util";\n\ngreet("eve");\n')
+    typescript = await inspector.run(Inspection("references", **fixture_repo.TS_DEFINITION))
+    assert ("web/extra.ts", 3) in [(ref["path"], ref["line"]) for ref in typescript["locations"]]
+    (repo.root / "web" / "extra.ts").unlink()
+    again = await inspector.run(Inspection("references", **fixture_repo.TS_DEFINITION))
+    assert "web/extra.ts" not in [ref["path"] for ref in again["locations"]]
+
+
+async def test_answers_are_bounded(inspector: Inspector, repo: Repository) -> None:
+    await inspector.run(Inspection("references", **fixture_repo.PY_DEFINITION))
+    calls = "".join(f"greet('caller {index}')\n" for index in range(70))
+    (repo.root / "pkg" / "many.py").write_text(f"from pkg.util import greet\n\n{calls}")
+    answer = await inspector.run(Inspection("references", **fixture_repo.PY_DEFINITION))
+    assert answer["total"] > 70 and answer["truncated"] is True
+    assert len(answer["locations"]) == 50
+    # Repository files first, in path order.
+    assert answer["locations"][0]["path"] == "pkg/main.py"

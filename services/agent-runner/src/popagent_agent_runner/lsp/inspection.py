@@ -36,13 +36,14 @@ Operation = Literal["hover", "definition", "implementation", "references", "diag
 POSITION_OPERATIONS = ("hover", "definition", "implementation", "references")
 # Bounds of one answer.
 MAX_SOURCE_BYTES = 2 * 1024 * 1024
+# Changed files opened per call (the rest reach the server as watched-file events only).
+MAX_CHANGED_OPENED = 32
 MAX_LOCATIONS = 50
 MAX_DIAGNOSTICS = 100
 MAX_SYMBOLS = 200
 MAX_HOVER_CHARS = 4000
 MAX_LINE_CHARS = 200
 MAX_MESSAGE_CHARS = 500
-DIAGNOSTICS_WAIT_S = 20.0
 # Files looked at to find one that opens a TypeScript project for a symbol search by name.
 PROJECT_PROBE_ENTRIES = 5000
 SEVERITY = {1: "error", 2: "warning", 3: "information", 4: "hint"}
@@ -214,6 +215,7 @@ class Inspector:
         for attempt in (1, 2):
             async with self.servers.session(self.workspace_id, self.repo.root, language) as session:
                 try:
+                    await self._take_in_changes(session)
                     return await self._run(session, language, source, query)
                 except LanguageServerUnavailable:
                     # The server died before or during this call (a crash the manager could not see
@@ -221,6 +223,18 @@ class Inspector:
                     if attempt == 2 or session.alive:
                         raise
         raise AssertionError("unreachable")
+
+    async def _take_in_changes(self, session: ServerSession) -> None:
+        """Files changed on disk since the last call are opened with their content (or re-sent)."""
+        for host_path in (await session.changed_on_disk())[:MAX_CHANGED_OPENED]:
+            relative = locations.relative_to_root(self.repo.root, host_path.as_uri())
+            if relative is None:
+                continue
+            try:
+                changed = await _source(self.repo, relative)
+            except WorkspaceRefusal:
+                continue
+            await session.sync(changed.host_path, changed.text)
 
     async def _run(
         self, session: ServerSession, language: Language, source: _Source | None, query: Inspection
@@ -286,9 +300,14 @@ class Inspector:
         if session.language is TYPESCRIPT:
             shown = await self._typescript_diagnostics(session, source)
         else:
-            since = session.published_seq()
-            uri, sent = await session.sync(source.host_path, source.text)
-            found = await session.diagnostics(uri, since=since if sent else None, timeout_s=DIAGNOSTICS_WAIT_S)
+            uri, _ = await session.sync(source.host_path, source.text)
+            report = await session.call(
+                "diagnostics",
+                lambda: session.client.text_document_diagnostic_async(
+                    types.DocumentDiagnosticParams(text_document=types.TextDocumentIdentifier(uri=uri))
+                ),
+            )
+            found = report.items if isinstance(report, types.RelatedFullDocumentDiagnosticReport) else []
             shown = [
                 {
                     "severity": SEVERITY.get(int(item.severity or 1), "error"),

@@ -14,6 +14,7 @@ basedpyright), so no system node is needed at run time:
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,12 +45,23 @@ class Language:
     name: str
     language_ids: dict[str, str]
     display: str
+    # Configuration files whose changes the server is told about, like its sources'.
+    config_files: frozenset[str] = frozenset()
+    # The log line a server sends once it knows the repository's files (None: ready at initialize).
+    ready_message: re.Pattern[str] | None = None
 
     def language_id(self, path: str) -> str:
         return self.language_ids[os.path.splitext(path)[1].lower()]
 
 
-PYTHON = Language("python", {".py": "python", ".pyi": "python"}, "Python (basedpyright)")
+PYTHON = Language(
+    "python",
+    {".py": "python", ".pyi": "python"},
+    "Python (basedpyright)",
+    frozenset({"pyproject.toml", "pyrightconfig.json"}),
+    # basedpyright enumerates the source files after `initialized`, in the background.
+    re.compile(r"(Found \d+ source files?|No source files found)"),
+)
 TYPESCRIPT = Language(
     "typescript",
     {
@@ -63,6 +75,7 @@ TYPESCRIPT = Language(
         ".jsx": "javascriptreact",
     },
     "TypeScript/JavaScript (typescript-language-server)",
+    frozenset({"tsconfig.json", "jsconfig.json", "package.json"}),
 )
 LANGUAGES: dict[str, Language] = {PYTHON.name: PYTHON, TYPESCRIPT.name: TYPESCRIPT}
 # The names the tool accepts for `language` (javascript is served by the TypeScript server).

@@ -3,8 +3,9 @@
 The session starts the server in the repository's real directory (its own process group,
 an environment without the service's credentials), initializes it rooted there, answers
 the requests servers make of a client (`workspace/configuration`, capability registration,
-progress tokens), keeps the diagnostics the server pushes, and keeps each document the
-tool asked about open with the content on disk (re-sent in full when it changed).
+progress tokens), keeps each document the tool asked about open with the content on disk
+(re-sent in full when it changed), and tells the server which of its files changed on disk
+between calls.
 
 Every request races the server's exit and a deadline: a server that crashed fails the call
 with a clear message, and the manager starts a new one on the next call.
@@ -49,11 +50,39 @@ class _Document:
     used: float
 
 
-@dataclass
-class _Published:
-    seq: int
-    version: int | None
-    diagnostics: list[types.Diagnostic]
+# Folders never scanned for changed files (the servers' own excludes, roughly).
+SCAN_SKIPPED = frozenset({"node_modules", "__pycache__", "venv", "site-packages", "dist", "build"})
+# Files looked at per scan; a larger repository's further files are not watched.
+MAX_SCANNED_FILES = 20000
+Snapshot = dict[str, tuple[int, int]]
+
+
+def scan(root: Path, suffixes: tuple[str, ...], names: frozenset[str]) -> Snapshot:
+    """(mtime, size) of the repository's files a server reads from disk: its language's and its config.
+
+    Hidden folders, dependency and build folders and symbolic links are not followed.
+    """
+    found: Snapshot = {}
+    pending = [str(root)]
+    while pending and len(found) < MAX_SCANNED_FILES:
+        try:
+            entries = os.scandir(pending.pop())
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        if not entry.name.startswith(".") and entry.name not in SCAN_SKIPPED:
+                            pending.append(entry.path)
+                    elif (entry.name.endswith(suffixes) or entry.name in names) and entry.is_file(
+                        follow_symlinks=False
+                    ):
+                        st = entry.stat(follow_symlinks=False)
+                        found[entry.path] = (st.st_mtime_ns, st.st_size)
+                except OSError:
+                    continue
+    return found
 
 
 def _ignored(params: object) -> None:
@@ -67,6 +96,9 @@ def _capabilities() -> types.ClientCapabilities:
             configuration=True,
             workspace_folders=True,
             symbol=types.WorkspaceSymbolClientCapabilities(dynamic_registration=False),
+            # The session reports changed files itself (`refresh`); the server's watch
+            # registrations are accepted and need nothing more.
+            did_change_watched_files=types.DidChangeWatchedFilesClientCapabilities(dynamic_registration=True),
         ),
         text_document=types.TextDocumentClientCapabilities(
             synchronization=types.TextDocumentSyncClientCapabilities(dynamic_registration=False),
@@ -75,7 +107,8 @@ def _capabilities() -> types.ClientCapabilities:
             implementation=types.ImplementationClientCapabilities(link_support=True),
             references=types.ReferenceClientCapabilities(),
             document_symbol=types.DocumentSymbolClientCapabilities(hierarchical_document_symbol_support=True),
-            publish_diagnostics=types.PublishDiagnosticsClientCapabilities(version_support=True),
+            # Diagnostics are asked for (pull): a push says nothing of whether more are to come.
+            diagnostic=types.DiagnosticClientCapabilities(dynamic_registration=False, related_document_support=False),
         ),
         window=types.WindowClientCapabilities(work_done_progress=False),
     )
@@ -96,10 +129,9 @@ class ServerSession:
         self._stderr = bytearray()
         self._stderr_task: asyncio.Task[None] | None = None
         self._documents: dict[str, _Document] = {}
-        self._published: dict[str, _Published] = {}
-        self._seq = 0
-        self._publish_signal = asyncio.Event()
         self._sync_lock = asyncio.Lock()
+        self._snapshot: Snapshot | None = None
+        self._ready = asyncio.Event()
         self._register_handlers()
 
     # -- the client side of the protocol ------------------------------------------------------
@@ -109,10 +141,7 @@ class ServerSession:
 
         @client.feature(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
         def _published(params: types.PublishDiagnosticsParams) -> None:
-            self._seq += 1
-            self._published[params.uri] = _Published(self._seq, params.version, list(params.diagnostics))
-            signal_, self._publish_signal = self._publish_signal, asyncio.Event()
-            signal_.set()
+            return None
 
         @client.feature(types.WORKSPACE_CONFIGURATION)
         def _configuration(params: types.ConfigurationParams) -> list[Any]:
@@ -132,7 +161,9 @@ class ServerSession:
 
         @client.feature(types.WINDOW_LOG_MESSAGE)
         def _log(params: types.LogMessageParams) -> None:
-            return None
+            ready = self.language.ready_message
+            if ready is not None and ready.match(params.message):
+                self._ready.set()
 
         @client.feature(types.WINDOW_SHOW_MESSAGE)
         def _show(params: types.ShowMessageParams) -> None:
@@ -179,7 +210,44 @@ class ServerSession:
         detail = f" (stderr: {' | '.join(tail)})" if tail else ""
         return f"the {self.language.display} language server {what}{detail}"
 
+    async def _scan(self) -> Snapshot:
+        return await asyncio.to_thread(scan, self.root, tuple(self.language.language_ids), self.language.config_files)
+
+    async def changed_on_disk(self) -> list[Path]:
+        """Tells the server which of its files changed on disk since the last call (agents and
+        commands write them), as `workspace/didChangeWatchedFiles`; a deleted open document is
+        closed. Answers the created and changed source files, most recent first: the caller
+        opens them (read through the containment), which the servers take in at once, where a
+        watched-file event is only taken in after their own delay."""
+        current = await self._scan()
+        before, self._snapshot = self._snapshot, current
+        if before is None:
+            return []
+        created = current.keys() - before.keys()
+        deleted = before.keys() - current.keys()
+        changed = {path for path, seen in current.items() if path in before and before[path] != seen}
+        if not (created or deleted or changed):
+            return []
+        events = [
+            *(types.FileEvent(uri=uri_of(Path(path)), type=types.FileChangeType.Created) for path in created),
+            *(types.FileEvent(uri=uri_of(Path(path)), type=types.FileChangeType.Changed) for path in changed),
+            *(types.FileEvent(uri=uri_of(Path(path)), type=types.FileChangeType.Deleted) for path in deleted),
+        ]
+        async with self._sync_lock:
+            for path in deleted:
+                uri = uri_of(Path(path))
+                if self._documents.pop(uri, None) is not None:
+                    self.client.text_document_did_close(
+                        types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri))
+                    )
+            self.client.workspace_did_change_watched_files(types.DidChangeWatchedFilesParams(changes=events))
+        sources = [path for path in created | changed if Path(path).suffix.lower() in self.language.language_ids]
+        sources.sort(key=lambda path: -current[path][0])
+        return [Path(path) for path in sources]
+
     async def start(self) -> None:
+        # What the server will read at start: later calls report what changed since.
+        self._snapshot = await self._scan()
         try:
             await self.client.start_io(
                 self.command.program,
@@ -211,6 +279,10 @@ class ServerSession:
             raise LanguageServerUnavailable(f"{exc} - it failed to start") from None
         self.capabilities = result.capabilities
         self.client.initialized(types.InitializedParams())
+        if self.language.ready_message is not None:
+            # Until the server has found the repository's files, references miss the other files.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._ready.wait(), self.request_timeout_s)
 
     async def _drain(self, stream: asyncio.StreamReader) -> None:
         # pygls pipes stderr and never reads it: a chatty server would block on a full pipe.
@@ -270,7 +342,7 @@ class ServerSession:
             if task is not None and not task.done():
                 task.cancel()
 
-    # -- documents and diagnostics -----------------------------------------------------------
+    # -- documents ---------------------------------------------------------------------------
 
     async def sync(self, path: Path, text: str) -> tuple[str, bool]:
         """Opens `path` with `text`, or re-sends it if it changed; (uri, whether anything was sent)."""
@@ -306,7 +378,6 @@ class ServerSession:
         while len(self._documents) >= MAX_OPEN_DOCUMENTS:
             uri = min(self._documents, key=lambda known: self._documents[known].used)
             del self._documents[uri]
-            self._published.pop(uri, None)
             self.client.text_document_did_close(
                 types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri))
             )
@@ -314,30 +385,3 @@ class ServerSession:
     @property
     def has_documents(self) -> bool:
         return bool(self._documents)
-
-    def published_seq(self) -> int:
-        return self._seq
-
-    async def diagnostics(self, uri: str, *, since: int | None, timeout_s: float) -> list[types.Diagnostic]:
-        """The diagnostics of `uri` published after `since` (None: the last published, if any)."""
-        version = self._documents[uri].version if uri in self._documents else None
-        deadline = time.monotonic() + timeout_s
-        while True:
-            published = self._published.get(uri)
-            if (
-                published is not None
-                and (since is None or published.seq > since)
-                and (published.version is None or version is None or published.version >= version)
-            ):
-                return published.diagnostics
-            if not self.alive:
-                raise LanguageServerUnavailable(
-                    self._failure(f"exited (code {self._returncode()}); the next call starts it again")
-                )
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise LanguageServerUnavailable(
-                    f"the {self.language.display} server published no diagnostics within {timeout_s:g} s"
-                )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._publish_signal.wait(), min(remaining, 0.5))
