@@ -52,8 +52,9 @@ class _Document:
 
 # Folders never scanned for changed files (the servers' own excludes, roughly).
 SCAN_SKIPPED = frozenset({"node_modules", "__pycache__", "venv", "site-packages", "dist", "build"})
-# Files looked at per scan; a larger repository's further files are not watched.
-MAX_SCANNED_FILES = 20000
+# Files kept and entries looked at per scan; a larger repository's further files are not watched.
+MAX_SCANNED_FILES = 20_000
+MAX_SCANNED_ENTRIES = 200_000
 Snapshot = dict[str, tuple[int, int]]
 
 
@@ -64,13 +65,15 @@ def scan(root: Path, suffixes: tuple[str, ...], names: frozenset[str]) -> Snapsh
     """
     found: Snapshot = {}
     pending = [str(root)]
-    while pending and len(found) < MAX_SCANNED_FILES:
+    seen = 0
+    while pending and len(found) < MAX_SCANNED_FILES and seen < MAX_SCANNED_ENTRIES:
         try:
             entries = os.scandir(pending.pop())
         except OSError:
             continue
         with entries:
             for entry in entries:
+                seen += 1
                 try:
                     if entry.is_dir(follow_symlinks=False):
                         if not entry.name.startswith(".") and entry.name not in SCAN_SKIPPED:
