@@ -7,8 +7,9 @@ progress tokens), keeps each document the tool asked about open with the content
 (re-sent in full when it changed), and tells the server which of its files changed on disk
 between calls.
 
-Every request races the server's exit and a deadline: a server that crashed fails the call
-with a clear message, and the manager starts a new one on the next call.
+Every request races the server's exit and a deadline: a server that crashed fails the request
+with a clear message; the manager starts a new one for the next call (`inspection.py` makes
+that call at once, once).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import logging
 import os
 import signal
 import time
@@ -31,8 +31,6 @@ from pygls.lsp.client import LanguageClient
 
 from popagent_agent_runner.lsp.languages import Language, LanguageServerUnavailable, ServerCommand, server_environment
 from popagent_agent_runner.lsp.locations import uri_of
-
-logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 # Kept of a server's stderr, for the message when it fails to start or dies.
