@@ -4,7 +4,7 @@
   `make setup`) driving Debian's chromium headless, on a loopback port, exposed on a Unix socket
   (mode 0600) by a small relay: `@playwright/mcp` cannot listen on a socket itself. It can be
   killed and started again on the same socket (the relay stays), as a user restarting BifrOSt.
-- `TestSite`: HTTPS servers on two loopback ports (two origins) and a plain HTTP one, with a
+- `LoginSite`: HTTPS servers on two loopback ports (two origins) and a plain HTTP one, with a
   login form, a page framing the other origin, and a redirect. Chromium resolves every host name
   to 127.0.0.1 (`--host-resolver-rules`), so look-alike host names (`login.test.evil.test`, an
   IDN homograph, a trailing dot) reach the same servers under other origins; certificates are
@@ -66,7 +66,7 @@ class Submission:
 
 
 @dataclass
-class TestSite:
+class LoginSite:
     """`https://<any host>:<port_a>` and `:<port_b>` (two origins), `http://<any host>:<http_port>`."""
 
     port_a: int = field(default_factory=free_port)
@@ -78,7 +78,7 @@ class TestSite:
     def url(self, path: str, host: str = "login.test", port: int | None = None, scheme: str = "https") -> str:
         return f"{scheme}://{host}:{port or self.port_a}{path}"
 
-    async def __aenter__(self) -> TestSite:
+    async def __aenter__(self) -> LoginSite:
         ca = trustme.CA()
         cert = ca.issue_cert("login.test", "other.test", "127.0.0.1")
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

@@ -65,6 +65,7 @@ from popagent_agent_runner.turn.failure_texts import TURN_TEXTS, failure_message
 from popagent_agent_runner.turn.hooks_points import TurnHooks, bounded, denied
 from popagent_agent_runner.turn.memories import RECALL_LIMIT, MemoryStore, bounded_recall, recall_query
 from popagent_agent_runner.turn.thread_store import ThreadStore, TurnState, Version
+from popagent_agent_runner.turn.tools.browser import BrowserAccessPoint
 from popagent_agent_runner.turn.tools.web import WebAccess
 from popagent_agent_runner.turn.ui_message import prompt_text, user_content, with_prompt_text
 from popagent_agent_runner.workspace.hands import Hands
@@ -206,7 +207,9 @@ class TurnRunner:
         starts: SessionStarts,
         web: WebAccess,
         hands: Hands | None = None,
+        browser: BrowserAccessPoint | None = None,
     ) -> None:
+        self.browser = browser
         self.threads = threads
         self.web = web
         self.memories = memories
@@ -273,6 +276,7 @@ class TurnRunner:
             )
             if self.hands is not None
             else None,
+            browser=await self.browser.for_turn() if self.browser is not None else None,
         )
         goal = prompt_text(turn.message)
         record = _Record()
