@@ -21,7 +21,7 @@ BROWSER_STACK = StackSpec(
     "browser",
     HOOK_PATHS,
     frozenset({"secrets", "browser-bridge", "gateway"}),
-    bridge_env={"POPAGENT_BROWSER_SOCKET": str(SOCKET), "POPAGENT_BROWSER_CONNECT_WAIT_S": "10"},
+    bridge_env={"POPAGENT_BROWSER_SOCKET": str(SOCKET), "POPAGENT_BROWSER_CONNECT_WAIT_S": "3"},
 )
 
 

@@ -5,12 +5,14 @@ row 25) get 0 fills; the canary never reaches the model, hooks, the stream, the 
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import grpc
 import nats
 import orjson
 import pytest
 from chat.helpers import chat, new_session, of_type
+from nats.aio.msg import Msg
 
 from browser.helpers import SECRET_NAME, bind_canary, bridge, everything_stored, ref_of
 from support.browser_peer import LoginSite
@@ -29,7 +31,7 @@ async def test_a_turn_fills_the_bound_origin_and_the_canary_goes_nowhere(stack: 
     facts: list[bytes] = []
     nc = await nats.connect(stack.nats_url)
 
-    async def collect(msg: nats.aio.msg.Msg) -> None:
+    async def collect(msg: Msg) -> None:
         facts.append(msg.data)
 
     sub = await nc.subscribe(">", cb=collect)
@@ -136,10 +138,11 @@ async def test_typing_or_filling_a_stored_secret_is_refused(stack: Stack, site: 
     async with bridge(stack, f"typing-{uuid.uuid4().hex[:8]}") as b:
         await b.op("browser_navigate", url=site.url("/login"))
         password = ref_of(await b.text("browser_snapshot"), "Password")
-        for operation, arguments in (
+        attempts: list[tuple[str, dict[str, Any]]] = [
             ("browser_type", {"target": password, "text": value}),
             ("browser_fill_form", {"fields": [{"target": password, "name": "p", "type": "textbox", "value": value}]}),
-        ):
+        ]
+        for operation, arguments in attempts:
             with pytest.raises(grpc.aio.AioRpcError) as refused:
                 await b.op(operation, **arguments)
             assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED

@@ -26,6 +26,7 @@ import httpx2
 from mcp import types
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from popagent_core.errors import FailedPrecondition, Unavailable
 
@@ -177,11 +178,17 @@ class BifrostClient:
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, Exception):
             self.last_error = f"browser server stream failed: {_describe(message)}"
-            self._broken.set()
+            self._mark_broken()
             return
         inner = getattr(message, "root", message)
         if getattr(inner, "method", None) == "notifications/tools/list_changed":
             self._refresh_tools.set()
+
+    def _mark_broken(self) -> None:
+        """No call may use this session any more; the run loop tears it down and reconnects."""
+        self._ready.clear()
+        self._session = None
+        self._broken.set()
 
     async def session(self) -> ClientSession:
         """The live session, waiting a moment for a reconnect; else Unavailable with the reason."""
@@ -207,15 +214,18 @@ class BifrostClient:
             if _is_protocol_error(exc):
                 raise Unavailable(reason) from None
             self.last_error = reason
-            self._broken.set()
+            self._mark_broken()
             raise Unavailable(f"{reason}; reconnecting to the browser server") from None
 
 
-def _is_protocol_error(exc: Exception) -> bool:
-    """An error the server answered (the session is fine), as opposed to a broken transport."""
-    from mcp.shared.exceptions import MCPError
+# JSON-RPC errors a live server answers about one request (method not found, invalid params); any
+# other failure, "Session terminated" (a 404 from a restarted server) included, means: reconnect.
+_REQUEST_ERRORS = frozenset({-32601, -32602})
 
-    return isinstance(exc, MCPError) and "session" not in str(exc).lower()
+
+def _is_protocol_error(exc: Exception) -> bool:
+    """An error the server answered about this request, as opposed to a broken transport or session."""
+    return isinstance(exc, MCPError) and exc.error.code in _REQUEST_ERRORS
 
 
 def _describe(exc: BaseException) -> str:

@@ -10,9 +10,19 @@ import grpc
 from popagent.browser_bridge.v1 import browser_bridge_pb2, browser_bridge_pb2_grpc, navigator_pb2, navigator_pb2_grpc
 from popagent_browser_bridge.navigator import Navigator
 from popagent_browser_bridge.repo import BrowserSettings, BrowserSettingsRepo
-from popagent_core.errors import InvalidArgument
+from popagent_core.auth import caller_var
+from popagent_core.errors import InvalidArgument, PermissionDenied
 
 MAX_ARGUMENTS_BYTES = 256 * 1024
+# The tools run in agent-runner's turns; the browser routes are the gateway's.
+TOOL_CALLERS = frozenset({"agent-runner"})
+ROUTE_CALLERS = frozenset({"gateway"})
+
+
+def _require(allowed: frozenset[str], action: str) -> None:
+    caller = caller_var.get()
+    if caller not in allowed:
+        raise PermissionDenied(f"caller {caller or 'unknown'} may not {action}")
 
 
 def _message(settings: BrowserSettings) -> browser_bridge_pb2.BrowserSettings:
@@ -67,6 +77,7 @@ class BrowserNavigatorServicer(navigator_pb2_grpc.BrowserNavigatorServiceService
     async def Navigate(
         self, request: navigator_pb2.NavigateRequest, context: grpc.aio.ServicerContext
     ) -> navigator_pb2.NavigateResponse:
+        _require(TOOL_CALLERS, "run browser operations")
         outcome = await self.navigator.navigate(
             request.session_id, request.browser_access, request.operation, _arguments(request.arguments_json)
         )
@@ -81,6 +92,7 @@ class BrowserNavigatorServicer(navigator_pb2_grpc.BrowserNavigatorServiceService
     async def UseSecret(
         self, request: navigator_pb2.UseSecretRequest, context: grpc.aio.ServicerContext
     ) -> navigator_pb2.UseSecretResponse:
+        _require(TOOL_CALLERS, "fill browser secrets")
         origin, success = await self.navigator.use_secret(
             request.session_id, request.browser_access, request.resource_id, request.name, request.element
         )
@@ -112,10 +124,12 @@ class BrowserNavigatorServicer(navigator_pb2_grpc.BrowserNavigatorServiceService
     async def Screenshot(
         self, request: navigator_pb2.ScreenshotRequest, context: grpc.aio.ServicerContext
     ) -> navigator_pb2.ScreenshotResponse:
+        _require(ROUTE_CALLERS, "take browser screenshots")
         return navigator_pb2.ScreenshotResponse(png=await self.navigator.screenshot(request.session_id))
 
     async def SetTakeover(
         self, request: navigator_pb2.SetTakeoverRequest, context: grpc.aio.ServicerContext
     ) -> navigator_pb2.SetTakeoverResponse:
+        _require(ROUTE_CALLERS, "take over browser sessions")
         self.navigator.set_takeover(request.session_id, request.held)
         return navigator_pb2.SetTakeoverResponse(session=self._session(request.session_id))
