@@ -23,6 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import jsonschema
+import jsonschema.exceptions
+import jsonschema.protocols
+import jsonschema.validators
 from mcp import types
 
 from popagent_browser_bridge.bifrost import BifrostClient
@@ -109,6 +112,7 @@ class Navigator:
     _tabs: list[str | None] | None = None
     _current: int | None = None
     _generation: int = -1
+    _validators: dict[str, tuple[types.Tool, Any]] = field(default_factory=dict[str, tuple[types.Tool, Any]])
 
     def set_takeover(self, session_id: str, held: bool) -> None:
         if held:
@@ -125,6 +129,20 @@ class Navigator:
         if self._tabs is None or self._generation != self.client.generation:
             return []
         return [owner for owner in self._tabs if owner is not None]
+
+    def _validator(self, tool: types.Tool) -> jsonschema.protocols.Validator:
+        """One checked validator per catalog entry (a refreshed catalog brings new Tool objects)."""
+        cached = self._validators.get(tool.name)
+        if cached is not None and cached[0] is tool:
+            return cached[1]
+        cls = jsonschema.validators.validator_for(tool.input_schema)
+        try:
+            cls.check_schema(tool.input_schema)
+        except jsonschema.SchemaError:
+            raise Unavailable(f"the browser's schema of {tool.name} is invalid") from None
+        validator = cls(tool.input_schema)
+        self._validators[tool.name] = (tool, validator)
+        return validator
 
     def operations(self) -> list[types.Tool]:
         return sorted(self.client.tools.values(), key=lambda tool: tool.name)
@@ -145,13 +163,10 @@ class Navigator:
         if tool is None:
             names = ", ".join(sorted(self.client.tools)) or "none"
             raise InvalidArgument(f"unknown browser operation {operation!r}; the browser offers: {names}")
-        try:
-            jsonschema.validate(arguments, tool.input_schema)
-        except jsonschema.ValidationError as exc:
-            where = "/".join(str(p) for p in exc.absolute_path) or "arguments"
-            raise InvalidArgument(f"{operation} {where}: {exc.message}") from None
-        except jsonschema.SchemaError:
-            raise Unavailable(f"the browser's schema of {operation} is invalid") from None
+        error = jsonschema.exceptions.best_match(self._validator(tool).iter_errors(arguments))
+        if error is not None:
+            where = "/".join(str(p) for p in error.absolute_path) or "arguments"
+            raise InvalidArgument(f"{operation} {where}: {error.message}")
         scrubber = await self.secrets.scrubber()
         if operation in ("browser_type", "browser_fill_form") and any(
             value in scrubber.values for value in _typed_texts(operation, arguments)

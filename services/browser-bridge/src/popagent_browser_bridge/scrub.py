@@ -67,15 +67,26 @@ class Scrubber:
         patterns = sorted({(p, ci) for value in values if value for p, ci in forms(value)}, key=lambda f: -len(f[0]))
         parts = [f"(?i:{re.escape(p)})" if ci else re.escape(p) for p, ci in patterns]
         self._pattern = re.compile("|".join(parts)) if parts else None
+        # Substring checks first (C speed): the regex runs only on text that holds a form.
+        self._exact = tuple(p for p, ci in patterns if not ci)
+        self._folded = tuple(p.lower() for p, ci in patterns if ci)
+
+    def _holds(self, text: str) -> bool:
+        if any(p in text for p in self._exact):
+            return True
+        if self._folded:
+            lowered = text.lower()
+            return any(p in lowered for p in self._folded)
+        return False
 
     def scrub(self, text: str) -> str:
-        if self._pattern is None or not text:
+        if self._pattern is None or not text or not self._holds(text):
             return text
         return self._pattern.sub(REDACTED, text)
 
     def contains_secret(self, text: str) -> bool:
         """Whether `text` is, or holds, a bound value (any form)."""
-        return self._pattern is not None and self._pattern.search(text) is not None
+        return self._pattern is not None and self._holds(text)
 
 
 class SecretValues:
