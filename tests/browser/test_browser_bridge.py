@@ -5,6 +5,7 @@ server killed and restarted mid-session is reconnected to."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import uuid
@@ -145,3 +146,34 @@ async def test_a_bad_socket_is_named_and_a_restarted_server_is_reconnected(
             return (await client.get("/api/browser/health")).json()["reachable"] is True
 
         await eventually(healthy)
+
+
+async def test_code_execution_needs_the_setting_and_interactive_access(stack: Stack, site: LoginSite) -> None:
+    code = {"code": "async (page) => { return await page.title(); }"}
+    async with stack.client() as client, bridge(stack, f"code-{uuid.uuid4().hex[:8]}") as b:
+        await b.op("browser_navigate", url=site.url("/login"))
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await b.op("browser_run_code_unsafe", **code)
+        assert "browser settings do not allow code execution" in (refused.value.details() or "")
+        allowed = await client.patch("/api/settings/browser", json={"allowCodeExecution": True})
+        assert allowed.json()["allowCodeExecution"] is True and allowed.json()["enabled"] is True
+        try:
+            with pytest.raises(grpc.aio.AioRpcError) as read_only:
+                await b.op("browser_run_code_unsafe", access="read-only", **code)
+            assert "needs interactive browser access" in (read_only.value.details() or "")
+            assert "Sign in" in await b.text("browser_run_code_unsafe", **code)
+        finally:
+            await client.patch("/api/settings/browser", json={"allowCodeExecution": False})
+
+
+async def test_a_patch_that_disables_the_browser_refuses_the_call_in_flight(stack: Stack, site: LoginSite) -> None:
+    async with stack.client() as client, bridge(stack, f"inflight-{uuid.uuid4().hex[:8]}") as b:
+        await b.op("browser_navigate", url=site.url("/login"))
+        waiting = asyncio.ensure_future(b.op("browser_wait_for", time=2))
+        await asyncio.sleep(0.5)
+        assert not waiting.done()
+        (await client.patch("/api/settings/browser", json={"enabled": False})).raise_for_status()
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await waiting
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "disabled in browser settings" in (refused.value.details() or "")

@@ -2,7 +2,8 @@
 
 - Access is decided here, from the agent's persisted browser access the runner sends: the
   code-owned `OPERATION_ACCESS` table classifies each `browser_*` operation; one it does not
-  know counts as interactive; code execution is never granted (no browser setting allows it yet).
+  know counts as interactive; code execution needs interactive access and the browser setting
+  `allow_code_execution`.
 - Arguments are validated against the live catalog's `input_schema` before the call (the server
   drops unknown keys silently, so a typo would otherwise do something else than asked).
 - One tab per chat session: calls are serialized and each first selects its session's tab.
@@ -29,6 +30,7 @@ import jsonschema.validators
 from mcp import types
 
 from popagent_browser_bridge.bifrost import BifrostClient
+from popagent_browser_bridge.repo import BrowserSettings
 from popagent_browser_bridge.scrub import Scrubber, SecretValues
 from popagent_core.errors import FailedPrecondition, InvalidArgument, PermissionDenied, Unavailable
 
@@ -95,6 +97,11 @@ class BrowserGate:
     """The global browser setting as this process last read or wrote it."""
 
     enabled: bool = False
+    allow_code_execution: bool = False
+
+    def apply(self, settings: BrowserSettings) -> None:
+        self.enabled = settings.enabled
+        self.allow_code_execution = settings.allow_code_execution
 
     def require(self) -> None:
         if not self.enabled:
@@ -153,7 +160,11 @@ class Navigator:
             raise PermissionDenied("this agent has no browser access")
         needed = required_access(operation)
         if needed == "code":
-            raise PermissionDenied(f"{operation} runs arbitrary code and no browser setting allows code execution")
+            if not self.gate.allow_code_execution:
+                raise PermissionDenied(
+                    f"{operation} runs arbitrary code and browser settings do not allow code execution"
+                )
+            needed = "interactive"
         if ACCESS_RANK[needed] > ACCESS_RANK.get(access, 0):
             raise PermissionDenied(f"{operation} needs interactive browser access; this agent's access is {access}")
         if operation == "browser_tabs" and arguments.get("action") not in TAB_ACTIONS_ALLOWED:

@@ -43,7 +43,9 @@ async def build(settings: Settings) -> AsyncIterator[Navigator]:
             call_timeout_s=settings.browser_call_timeout_s,
             connect_wait_s=settings.browser_connect_wait_s,
         )
-        navigator = Navigator(client, secrets, BrowserGate(enabled=(await repo.get()).enabled))
+        gate = BrowserGate()
+        gate.apply(await repo.get())
+        navigator = Navigator(client, secrets, gate)
         client.on_new_session = _forget_tabs(navigator)
         await stack.enter_async_context(background_task(client.run, name="browser-bridge-bifrost"))
         browser_bridge_pb2_grpc.add_BrowserBridgeServiceServicer_to_server(

@@ -26,7 +26,11 @@ def _require(allowed: frozenset[str], action: str) -> None:
 
 
 def _message(settings: BrowserSettings) -> browser_bridge_pb2.BrowserSettings:
-    return browser_bridge_pb2.BrowserSettings(enabled=settings.enabled, updated_at=settings.updated_at.isoformat())
+    return browser_bridge_pb2.BrowserSettings(
+        enabled=settings.enabled,
+        allow_code_execution=settings.allow_code_execution,
+        updated_at=settings.updated_at.isoformat(),
+    )
 
 
 class BrowserBridgeServicer(browser_bridge_pb2_grpc.BrowserBridgeServiceServicer):
@@ -38,7 +42,7 @@ class BrowserBridgeServicer(browser_bridge_pb2_grpc.BrowserBridgeServiceServicer
         self, request: browser_bridge_pb2.GetBrowserSettingsRequest, context: grpc.aio.ServicerContext
     ) -> browser_bridge_pb2.BrowserSettings:
         settings = await self.settings.get()
-        self.navigator.gate.enabled = settings.enabled
+        self.navigator.gate.apply(settings)
         return _message(settings)
 
     async def UpdateBrowserSettings(
@@ -46,10 +50,11 @@ class BrowserBridgeServicer(browser_bridge_pb2_grpc.BrowserBridgeServiceServicer
     ) -> browser_bridge_pb2.BrowserSettings:
         # The gate is what every browser call checks (before and after the call), so a change
         # applies at once, to calls in flight too.
-        settings = await (
-            self.settings.set_enabled(request.enabled) if request.HasField("enabled") else self.settings.get()
+        settings = await self.settings.update(
+            request.enabled if request.HasField("enabled") else None,
+            request.allow_code_execution if request.HasField("allow_code_execution") else None,
         )
-        self.navigator.gate.enabled = settings.enabled
+        self.navigator.gate.apply(settings)
         return _message(settings)
 
     async def CloseSession(
