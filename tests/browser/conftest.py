@@ -20,7 +20,7 @@ HOOK_PATHS = {**CHAT_HOOK_PATHS, "PreToolUse": ("/pre-tool", ["bifrostNavigator"
 BROWSER_STACK = StackSpec(
     "browser",
     HOOK_PATHS,
-    frozenset({"secrets", "browser-bridge", "gateway"}),
+    frozenset({"secrets", "browser-bridge", "tasks", "gateway"}),
     bridge_env={"POPAGENT_BROWSER_SOCKET": str(SOCKET), "POPAGENT_BROWSER_CONNECT_WAIT_S": "3"},
 )
 

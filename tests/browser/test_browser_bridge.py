@@ -177,3 +177,14 @@ async def test_a_patch_that_disables_the_browser_refuses_the_call_in_flight(stac
             await waiting
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "disabled in browser settings" in (refused.value.details() or "")
+
+
+async def test_a_trusted_self_update_turn_gets_no_browser_tools(stack: Stack) -> None:
+    stack.models.push(Turn.say("user task done"), Turn.say("self-update done"))
+    for source in ("user", "self-update"):
+        task_id = await stack.create_task(f"a {source} task", source=source)
+        task = await stack.wait_task(task_id, "completed", "failed", "dead-letter")
+        assert task.status == "completed", task
+    user_tools, self_update_tools = (set(_tool_names(request)) for request in stack.models.requests[-2:])
+    assert {NAV, "useBrowserSecret"} <= user_tools
+    assert not {NAV, "useBrowserSecret"} & self_update_tools

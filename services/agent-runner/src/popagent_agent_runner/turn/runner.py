@@ -102,6 +102,8 @@ class TurnInput:
     # The trace the turn's request arrived in (its spans join it), else a fresh id.
     trace_id: str = field(default_factory=lambda: current_trace_id() or uuid.uuid4().hex)
     session_start: bool = True
+    # A trusted self-update task's turn: no browser tools (the spec's fixed self-update policy).
+    self_update: bool = False
 
 
 @dataclass(frozen=True)
@@ -295,7 +297,7 @@ class TurnRunner:
             )
             if self.hands is not None
             else None,
-            browser=await self.browser.for_turn() if self.browser is not None else None,
+            browser=await self.browser.for_turn() if self.browser is not None and not turn.self_update else None,
         )
         goal = prompt_text(turn.message)
         record = _Record()
