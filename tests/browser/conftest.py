@@ -4,25 +4,13 @@ connects to that socket (support/browser_peer.py, support/stacks.py)."""
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 
 import pytest
 
+from browser.helpers import BASE, BROWSER_STACK
 from support.browser_peer import BrowserPeer, LoginSite, browser_peer
-from support.stacks import CHAT_HOOK_PATHS, Stack, StackSpec
-
-# Short: a Unix socket path must fit in 108 bytes.
-_BASE = Path(tempfile.mkdtemp(prefix="pa-browser-"))
-SOCKET = _BASE / "bifrost.sock"
-HOOK_PATHS = {**CHAT_HOOK_PATHS, "PreToolUse": ("/pre-tool", ["bifrostNavigator", "useBrowserSecret"])}
-BROWSER_STACK = StackSpec(
-    "browser",
-    HOOK_PATHS,
-    frozenset({"secrets", "browser-bridge", "tasks", "gateway"}),
-    bridge_env={"POPAGENT_BROWSER_SOCKET": str(SOCKET), "POPAGENT_BROWSER_CONNECT_WAIT_S": "3"},
-)
+from support.stacks import Stack, StackSpec
 
 
 @pytest.fixture(scope="session")
@@ -33,7 +21,7 @@ async def site() -> AsyncIterator[LoginSite]:
 
 @pytest.fixture(scope="session")
 async def peer() -> AsyncIterator[BrowserPeer]:
-    async with browser_peer(_BASE) as running:
+    async with browser_peer(BASE) as running:
         yield running
 
 

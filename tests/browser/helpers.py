@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import tempfile
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -15,8 +17,18 @@ from popagent.browser_bridge.v1 import navigator_pb2, navigator_pb2_grpc
 from popagent_core.grpc_client import open_channel
 from support.browser_peer import LoginSite
 from support.canary import CANARY
-from support.stacks import Stack
+from support.stacks import CHAT_HOOK_PATHS, Stack, StackSpec
 
+# Short: a Unix socket path must fit in 108 bytes.
+BASE = Path(tempfile.mkdtemp(prefix="pa-browser-"))
+SOCKET = BASE / "bifrost.sock"
+HOOK_PATHS = {**CHAT_HOOK_PATHS, "PreToolUse": ("/pre-tool", ["bifrostNavigator", "useBrowserSecret"])}
+BROWSER_STACK = StackSpec(
+    "browser",
+    HOOK_PATHS,
+    frozenset({"secrets", "browser-bridge", "tasks", "gateway"}),
+    bridge_env={"POPAGENT_BROWSER_SOCKET": str(SOCKET), "POPAGENT_BROWSER_CONNECT_WAIT_S": "3"},
+)
 USER_RESOURCE = "popagent-user"
 SECRET_NAME = "site-password"
 

@@ -21,6 +21,10 @@ from support.model_gateway import ToolCall, Turn
 from support.stacks import Stack
 from support.waiting import eventually
 
+# One browser server (node + chromium, ~0.5 GB) for the whole browser suite: keep it on one worker.
+pytestmark = pytest.mark.xdist_group("browser")
+
+
 NAV = "bifrostNavigator"
 
 

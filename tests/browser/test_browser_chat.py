@@ -7,11 +7,16 @@ import base64
 import re
 from typing import Any
 
+import pytest
 from chat.helpers import chat, new_session, of_type, thread_rows
 
 from support.browser_peer import LoginSite
 from support.model_gateway import ToolCall, Turn
 from support.stacks import Stack
+
+# One browser server (node + chromium, ~0.5 GB) for the whole browser suite: keep it on one worker.
+pytestmark = pytest.mark.xdist_group("browser")
+
 
 NAV = "bifrostNavigator"
 

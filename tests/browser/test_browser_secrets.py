@@ -20,6 +20,9 @@ from support.canary import CANARY, assert_no_canary
 from support.model_gateway import ToolCall, Turn
 from support.stacks import Stack
 
+# One browser server (node + chromium, ~0.5 GB) for the whole browser suite: keep it on one worker.
+pytestmark = pytest.mark.xdist_group("browser")
+
 
 def _filled(site: LoginSite) -> int:
     return sum(1 for s in site.submissions if s.fields.get("password") == CANARY)
