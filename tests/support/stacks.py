@@ -202,6 +202,7 @@ class StackSpec:
     services: frozenset[str]  # of OPTIONAL_SERVICES
     runner_workers: int = 1  # agent-runner processes-equivalent; the gateway balances over them
     runtime: Mapping[str, Any] = field(default_factory=dict[str, Any])  # agent-runtime settings written at start
+    bridge_env: Mapping[str, str] = field(default_factory=dict[str, str])  # browser-bridge settings (its socket)
 
     def __post_init__(self) -> None:
         unknown = self.services - OPTIONAL_SERVICES
@@ -378,7 +379,12 @@ async def start_stack(
             )
             await stack.enter_async_context(build_secrets(SecretsSettings(**secrets_settings)))
         if "browser-bridge" in spec.services:
-            bridge_settings = settings_of("browser-bridge", POPAGENT_BROWSER_BRIDGE_ADDR=addresses["browser-bridge"])
+            bridge_settings = settings_of(
+                "browser-bridge",
+                POPAGENT_BROWSER_BRIDGE_ADDR=addresses["browser-bridge"],
+                POPAGENT_SECRETS_ADDR=addresses["secrets"],
+                **spec.bridge_env,
+            )
             await stack.enter_async_context(build_browser_bridge(BrowserBridgeSettings(**bridge_settings)))
         runner_env: dict[str, Any] = {}
         for worker in runner_workers:

@@ -1,4 +1,4 @@
-import { useCallback, useEffect, useRef, useState } from "react";
+import { lazy, Suspense, useCallback, useEffect, useRef, useState } from "react";
 import { api } from "./api/client";
 import { ChatPage } from "./chat/ChatPage";
 import { initialModel } from "./chat/ModelPicker";
@@ -9,6 +9,9 @@ import { href, useRoute } from "./route";
 import { Sidebar } from "./sessions/Sidebar";
 import { SettingsPage } from "./settings/SettingsPage";
 import { TasksPage } from "./tasks/TasksPage";
+
+// Loaded when a chat session is open: the browser panel polls the session's page.
+const BrowserPanel = lazy(() => import("./browser/BrowserPanel").then((m) => ({ default: m.BrowserPanel })));
 
 export function App() {
   const route = useRoute();
@@ -112,6 +115,11 @@ export function App() {
               workspaces={workspaces.data?.workspaces ?? []}
               onSessionsChanged={refreshSessions}
             />
+          ) : null}
+          {route.page === "chat" && route.sessionId ? (
+            <Suspense fallback={null}>
+              <BrowserPanel sessionId={route.sessionId} />
+            </Suspense>
           ) : null}
           {route.page === "tasks" ? <TasksPage models={models.data} workspaces={workspaces.data?.workspaces ?? []} /> : null}
           {route.page === "settings" ? <SettingsPage section={route.section} models={models.data} onModelsChanged={refreshModels} /> : null}

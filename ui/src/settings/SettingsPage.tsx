@@ -10,6 +10,7 @@ import type {
   ModelsOut,
   UnlistedModelOut,
 } from "../api/types";
+import { BrowserHealthCard } from "../browser/BrowserHealthCard";
 import { FORM_FIELDS, PatchForm, type FieldInputProps } from "../common/forms";
 import { useLoad } from "../common/useLoad";
 import { href } from "../route";
@@ -102,7 +103,7 @@ function Agents({ models, modelsChanged }: { models: ModelsOut | undefined; mode
           <p className="muted">
             The supervisor and its specialists. Edits apply on the next run. Delegation eligibility and the description decide whom the
             supervisor delegates to. Tools lists the registered tools. Workspace access decides the repository tools: read-write gets files and the sandboxed
-            shell, read-only gets read, list, grep and stat, none gets no workspace tool. Browser access takes effect once those tools land.
+            shell, read-only gets read, list, grep and stat, none gets no workspace tool. Browser access decides bifrostNavigator: read-only may navigate and read pages, interactive may also click, type and fill secrets with useBrowserSecret.
           </p>
           {list.agents.map((agent: AgentOut) => (
             <details key={agent.id} className="card" data-agent-id={agent.id}>
@@ -194,13 +195,16 @@ const SECTIONS: Section[] = [
     render: () => (
       <Loading load={api.browser}>
         {(value) => (
-          <PatchForm
-            form="BrowserSettingsPatch"
-            title="Browser"
-            description="Stored for the browser, which comes with its own issue: no agent has a browser tool yet."
-            value={value}
-            onSave={(patch) => api.patchBrowser(patch as BrowserSettingsPatch)}
-          />
+          <div className="stack">
+            <BrowserHealthCard />
+            <PatchForm
+              form="BrowserSettingsPatch"
+              title="Browser"
+              description="Whether agents with browser access get bifrostNavigator and useBrowserSecret. A change applies at once: calls in flight are refused."
+              value={value}
+              onSave={(patch) => api.patchBrowser(patch as BrowserSettingsPatch)}
+            />
+          </div>
         )}
       </Loading>
     ),

@@ -66,6 +66,7 @@ from popagent_agent_runner.turn.hooks_points import TurnHooks, bounded, denied
 from popagent_agent_runner.turn.memories import RECALL_LIMIT, MemoryStore, bounded_recall, recall_query
 from popagent_agent_runner.turn.model_check import refuse_unlisted_models
 from popagent_agent_runner.turn.thread_store import ThreadStore, TurnState, Version
+from popagent_agent_runner.turn.tools.browser import BrowserAccessPoint
 from popagent_agent_runner.turn.tools.web import WebAccess
 from popagent_agent_runner.turn.ui_message import prompt_text, user_content, with_prompt_text
 from popagent_agent_runner.workspace.hands import Hands
@@ -101,6 +102,8 @@ class TurnInput:
     # The trace the turn's request arrived in (its spans join it), else a fresh id.
     trace_id: str = field(default_factory=lambda: current_trace_id() or uuid.uuid4().hex)
     session_start: bool = True
+    # A trusted self-update task's turn: no browser tools (the spec's fixed self-update policy).
+    self_update: bool = False
 
 
 @dataclass(frozen=True)
@@ -223,7 +226,9 @@ class TurnRunner:
         starts: SessionStarts,
         web: WebAccess,
         hands: Hands | None = None,
+        browser: BrowserAccessPoint | None = None,
     ) -> None:
+        self.browser = browser
         self.threads = threads
         self.web = web
         self.memories = memories
@@ -292,6 +297,7 @@ class TurnRunner:
             )
             if self.hands is not None
             else None,
+            browser=await self.browser.for_turn() if self.browser is not None and not turn.self_update else None,
         )
         goal = prompt_text(turn.message)
         record = _Record()
