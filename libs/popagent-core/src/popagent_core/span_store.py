@@ -15,6 +15,12 @@ writes a batch when one is full or every `flush_interval_s`. While the store is 
 batch is dropped (counted, with the reason kept for `/api/observability/health`) and the
 writer retries with backoff, so export resumes by itself once the store is back.
 
+Every process's figures reach the health route through the store too: the writer upserts a
+heartbeat row (`popagent_exporters`, one per service and host:pid) every `heartbeat_interval_s`,
+with its queue depth, exported and dropped counts and its last failed write. A process that
+cannot reach the store cannot say so there; its row then ages, and the health route calls it
+stale, while the gateway's own live figures still say why.
+
 Retention (`popagent_core.settings.Retention`, the POPAGENT_OBSERVABILITY_RETENTION_* settings):
 after a write, at most once per `retention_interval_s`, and at least once a day even without
 writes, the writer removes spans, logs and feedback older than the retention days and the
@@ -31,7 +37,9 @@ import asyncio
 import base64
 import contextlib
 import logging
+import os
 import re
+import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -58,6 +66,7 @@ STORE_MIGRATIONS = Path(__file__).parent / "span_store_migrations"
 STORE_QUERIES_FILE = Path(__file__).parent / "span_store_queries.sql"
 STORE_QUERIES = load_queries(STORE_QUERIES_FILE)
 RETENTION_INTERVAL_S = 60.0
+HEARTBEAT_INTERVAL_S = 5.0
 DAILY_S = 24 * 3600.0
 DEFAULT_RETENTION = Retention()
 
@@ -152,6 +161,9 @@ class ExportStats:
     exported_logs: int = 0
     dropped_logs: int = 0
     last_error: str = ""
+    # The last failed write, kept after export resumed (for the heartbeat row), and when.
+    last_failure: str = ""
+    last_failure_at: datetime | None = None
     store_reachable: bool = False
     # Which store (the DSN, never shown: it may hold a password); for tests of in-process stacks.
     store_dsn: str = field(default="", repr=False)
@@ -263,8 +275,16 @@ class SpanStoreWriter:
         max_backoff_s: float = 10.0,
         retention: Retention = DEFAULT_RETENTION,
         retention_interval_s: float = RETENTION_INTERVAL_S,
+        service: str = "unknown",
+        heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S,
     ) -> None:
         self.dsn = dsn
+        self.service = service
+        self.instance = f"{socket.gethostname()}:{os.getpid()}"
+        self.started_at = datetime.now(UTC)
+        self.heartbeat_interval_s = heartbeat_interval_s
+        # Monotonic time of the last heartbeat; None: none yet.
+        self.beat_at: float | None = None
         self.processor = processor
         self.flush_interval_s = flush_interval_s
         self.max_backoff_s = max_backoff_s
@@ -284,6 +304,7 @@ class SpanStoreWriter:
                 ("expire_spans", (days,)),
                 ("expire_logs", (days,)),
                 ("expire_feedback", (days,)),
+                ("expire_exporters", ()),
                 ("cap_spans", (cap,)),
                 ("cap_logs", (cap,)),
             ):
@@ -302,6 +323,48 @@ class SpanStoreWriter:
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
             self.retained_at = now  # not again at once: the next write or the daily pass retries
             logger.debug("span store retention failed", extra={"error": type(exc).__name__})
+
+    async def heartbeat(self) -> None:
+        """Upsert this process's exporter figures into `popagent_exporters`."""
+        stats = self.processor.stats
+        try:
+            pool = await self._connect()
+            await pool.execute(
+                STORE_QUERIES["heartbeat"],
+                self.service,
+                self.instance,
+                self.started_at,
+                stats.exported,
+                stats.dropped,
+                stats.exported_logs,
+                stats.dropped_logs,
+                len(self.processor.buffer),
+                self.processor.max_queue,
+                stats.last_failure,
+                stats.last_failure_at,
+            )
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+            await self._failed(exc)
+            raise
+        stats.store_reachable = True
+        stats.last_error = ""
+        self.beat_at = asyncio.get_running_loop().time()
+
+    async def heartbeat_when_due(self) -> None:
+        now = asyncio.get_running_loop().time()
+        if self.beat_at is None or now - self.beat_at >= self.heartbeat_interval_s:
+            await self.heartbeat()
+
+    async def _failed(self, exc: BaseException) -> None:
+        """Note a failed write and drop the pool (the next write reconnects, and migrates again)."""
+        stats = self.processor.stats
+        stats.store_reachable = False
+        stats.last_error = stats.last_failure = f"{type(exc).__name__}: {str(exc)[:200]}"
+        stats.last_failure_at = datetime.now(UTC)
+        if self.pool is not None:
+            pool, self.pool = self.pool, None
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(pool.close(), 2)
 
     async def _connect(self) -> asyncpg.Pool:
         if self.pool is None:
@@ -331,12 +394,7 @@ class SpanStoreWriter:
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
             stats.dropped += len(batch)
             stats.dropped_logs += len(logs)
-            stats.store_reachable = False
-            stats.last_error = f"{type(exc).__name__}: {str(exc)[:200]}"
-            if self.pool is not None:
-                pool, self.pool = self.pool, None
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(pool.close(), 2)
+            await self._failed(exc)
             raise
         stats.exported += len(batch)
         stats.exported_logs += len(logs)
@@ -354,6 +412,7 @@ class SpanStoreWriter:
                     await asyncio.wait_for(self.processor.full.wait(), self.flush_interval_s)
                 try:
                     await self.flush()
+                    await self.heartbeat_when_due()
                     # The daily pass, for a store this process has stopped writing to.
                     await self.retain_when_due(DAILY_S)
                     backoff = 0.5
@@ -405,10 +464,12 @@ async def span_store_export(
         return
     processor = SpanStoreProcessor(max_queue)
     processor.stats.store_dsn = dsn
-    writer = SpanStoreWriter(dsn, processor, flush_interval_s=flush_interval_s, retention=retention)
+    service_name = service or str(provider.resource.attributes.get("service.name", "unknown"))
+    writer = SpanStoreWriter(
+        dsn, processor, flush_interval_s=flush_interval_s, retention=retention, service=service_name
+    )
     provider.add_span_processor(processor)
     _active = processor
-    service_name = service or str(provider.resource.attributes.get("service.name", "unknown"))
     handler = StoredLogHandler(processor, service_name, Redactor(secrets), info_loggers)
     logging.getLogger().addHandler(handler)
     task = asyncio.create_task(writer.run(), name="span-store-writer")
