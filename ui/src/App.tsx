@@ -1,10 +1,11 @@
-import { useCallback, useEffect, useRef, useState } from "react";
+import { Suspense, useCallback, useEffect, useRef, useState } from "react";
 import { api } from "./api/client";
 import { ChatPage } from "./chat/ChatPage";
 import { initialModel } from "./chat/ModelPicker";
 import { ApiKeyDialog } from "./common/ApiKeyDialog";
 import { Icon } from "./common/Icon";
 import { useLoad } from "./common/useLoad";
+import { ObservabilityPage } from "./observability";
 import { href, useRoute } from "./route";
 import { Sidebar } from "./sessions/Sidebar";
 import { SettingsPage } from "./settings/SettingsPage";
@@ -80,6 +81,9 @@ export function App() {
           <a href={href({ page: "settings", section: null })} aria-current={route.page === "settings" ? "page" : undefined}>
             Settings
           </a>
+          <a href={href({ page: "observability", path: "" })} aria-current={route.page === "observability" ? "page" : undefined}>
+            Observability
+          </a>
         </nav>
       </header>
       <div className="layout">
@@ -115,6 +119,11 @@ export function App() {
           ) : null}
           {route.page === "tasks" ? <TasksPage models={models.data} workspaces={workspaces.data?.workspaces ?? []} /> : null}
           {route.page === "settings" ? <SettingsPage section={route.section} models={models.data} onModelsChanged={refreshModels} /> : null}
+          {route.page === "observability" ? (
+            <Suspense fallback={<p className="muted">Loading…</p>}>
+              <ObservabilityPage path={route.path} />
+            </Suspense>
+          ) : null}
         </main>
       </div>
       <ApiKeyDialog />
