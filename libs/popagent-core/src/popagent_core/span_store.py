@@ -128,10 +128,19 @@ def _timestamp(nanos: int | None) -> datetime:
     return datetime.fromtimestamp((nanos or 0) / 1e9, tz=UTC)
 
 
+# A stored attribute's text is cut here: a SQL span's statement is the whole query (kilobytes for
+# the turn's big reads), stored and read back for every turn otherwise.
+MAX_ATTRIBUTE_CHARS = 1000
+
+
+def _bounded(value: Any) -> Any:
+    return value[:MAX_ATTRIBUTE_CHARS] + "…" if isinstance(value, str) and len(value) > MAX_ATTRIBUTE_CHARS else value
+
+
 def span_row(span: ReadableSpan) -> tuple[Any, ...]:
     context = span.context
     assert context is not None
-    attributes = dict(span.attributes or {})
+    attributes = {key: _bounded(value) for key, value in (span.attributes or {}).items()}
     service = str(span.resource.attributes.get("service.name", "unknown"))
     started, ended = span.start_time or 0, span.end_time or span.start_time or 0
     return (
@@ -263,6 +272,20 @@ class StoredLogHandler(logging.Handler):
 _RECORD_KEYS = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
 
 
+# Spans turned into rows between two yields to the event loop: a busy second's batch (hundreds of
+# spans at ~20 µs each) must not hold up the turns sharing the loop (a first token waiting on it).
+ROWS_PER_SLICE = 32
+
+
+async def _rows_yielding(batch: list[ReadableSpan]) -> list[tuple[Any, ...]]:
+    rows: list[tuple[Any, ...]] = []
+    for start in range(0, len(batch), ROWS_PER_SLICE):
+        if start:
+            await asyncio.sleep(0)
+        rows += [span_row(span) for span in batch[start : start + ROWS_PER_SLICE]]
+    return rows
+
+
 class SpanStoreWriter:
     """Writes the processor's batches into the store; reconnects and re-migrates after an outage."""
 
@@ -384,7 +407,7 @@ class SpanStoreWriter:
         stats = self.processor.stats
         if not batch and not logs:
             return 0
-        rows = [span_row(span) for span in batch]
+        rows = await _rows_yielding(batch)
         try:
             pool = await self._connect()
             if rows:

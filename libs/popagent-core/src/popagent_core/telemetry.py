@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import sys
 from collections.abc import Iterator, Mapping
 
 from opentelemetry import context as otel_context
@@ -44,16 +45,19 @@ def tracing_enabled(environ: Mapping[str, str] = os.environ) -> bool:
     return environ.get(_DISABLED_VARIABLE, "").strip().lower() not in {"true", "1", "yes"}
 
 
-def instrument_libraries() -> None:
-    """Spans for every asyncpg query and httpx request of the process (idempotent: patches are global)."""
+def instrument_libraries(*, httpx: bool = True) -> None:
+    """Spans for every asyncpg query and (with `httpx`) httpx request of the process (idempotent: the
+    patches are global). The dependency checks are skipped: the versions are pinned together."""
     global _libraries_instrumented
     if _libraries_instrumented:
         return
     from opentelemetry.instrumentation.asyncpg import AsyncPGInstrumentor
-    from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 
-    AsyncPGInstrumentor().instrument()
-    HTTPXClientInstrumentor().instrument()
+    AsyncPGInstrumentor().instrument(skip_dep_check=True)
+    if httpx:
+        from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
+
+        HTTPXClientInstrumentor().instrument(skip_dep_check=True)
     _libraries_instrumented = True
 
 
@@ -85,10 +89,31 @@ class _NoParentlessClientSpans(Sampler):
         return "NoParentlessClientSpans"
 
 
+# asyncpg's transaction statements: they take no time a span would show and are a third of a turn's
+# SQL spans (each one recorded, exported and stored); the statements between them keep theirs.
+TRANSACTION_STATEMENTS = frozenset({"BEGIN;", "COMMIT;", "ROLLBACK;", "BEGIN", "COMMIT", "ROLLBACK"})
+
+
+class _NoTransactionStatements(Sampler):
+    """`ParentBased` for every span, except the transaction statements' client spans, never recorded."""
+
+    def __init__(self, delegate: Sampler) -> None:
+        self.delegate = delegate
+
+    def should_sample(self, parent_context, trace_id, name, kind=None, attributes=None, links=None, trace_state=None):  # type: ignore[no-untyped-def]
+        sampler = ALWAYS_OFF if kind is SpanKind.CLIENT and name in TRANSACTION_STATEMENTS else self.delegate
+        return sampler.should_sample(parent_context, trace_id, name, kind, attributes, links, trace_state)
+
+    def get_description(self) -> str:
+        return "NoTransactionStatements"
+
+
 # A remote parent's "not sampled" flag does not decide either: it is what a client's dropped
 # parentless call sends (a background loop's RPC, an instrumented HTTP client), and the request
 # it makes is work this process does all the same.
-SAMPLER = ParentBased(root=_NoParentlessClientSpans(), remote_parent_not_sampled=_NoParentlessClientSpans())
+SAMPLER = _NoTransactionStatements(
+    ParentBased(root=_NoParentlessClientSpans(), remote_parent_not_sampled=_NoParentlessClientSpans())
+)
 
 
 def build_provider(
@@ -109,12 +134,17 @@ def build_provider(
 
 
 def configure_telemetry(service: str) -> TracerProvider | None:
-    """Install the process's tracer provider and library instrumentation; None when tracing is off."""
+    """Install the process's tracer provider and library instrumentation; None when tracing is off.
+
+    httpx is instrumented only in a process that has loaded it by now (its service's modules are
+    imported before `lifecycle.run` starts): the others make no HTTP call, and the instrumentation
+    (with the second HTTP library it imports) costs ~1.5 MB a process.
+    """
     if not tracing_enabled():
         return None
     provider = build_provider(service)
     trace.set_tracer_provider(provider)
-    instrument_libraries()
+    instrument_libraries(httpx="httpx" in sys.modules)
     return provider
 
 

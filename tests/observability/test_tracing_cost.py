@@ -1,0 +1,83 @@
+"""What keeps tracing cheap on a turn's path: no spans for transaction statements, bounded stored
+attributes, a writer that yields to the event loop, and no httpx instrumentation where no HTTP is made."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+
+import asyncpg
+from opentelemetry.sdk.trace import TracerProvider
+
+from popagent_core.span_store import MAX_ATTRIBUTE_CHARS, ROWS_PER_SLICE, SpanStoreProcessor, _rows_yielding, span_row
+from popagent_core.telemetry import TRACER
+from support.tracing import collecting_spans
+
+
+async def test_a_transaction_records_its_statements_but_not_begin_and_commit(pg_dsn: str) -> None:
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        with collecting_spans() as spans, TRACER.start_as_current_span("unit-of-work") as parent:
+            async with conn.transaction():
+                await conn.fetchval("SELECT 1")
+                await conn.execute("SELECT 2")
+    finally:
+        await conn.close()
+    trace_id = parent.get_span_context().trace_id
+    names = [s.name for s in spans.of_trace(trace_id)]
+    assert names.count("SELECT") == 2 and "unit-of-work" in names
+    assert not {"BEGIN;", "COMMIT;", "BEGIN", "COMMIT"} & set(names)
+
+
+def test_a_stored_attribute_is_cut_to_its_bound() -> None:
+    provider = TracerProvider()
+    processor = SpanStoreProcessor()
+    provider.add_span_processor(processor)
+    query = "SELECT " + "x, " * 5000
+    with provider.get_tracer("t").start_as_current_span("SELECT", attributes={"db.statement": query, "n": 3}):
+        pass
+    [span] = processor.take()
+    attributes = span_row(span)[11]
+    assert len(attributes) < MAX_ATTRIBUTE_CHARS + 100 and '"n":3' in attributes
+    assert query not in attributes and query[:MAX_ATTRIBUTE_CHARS] in attributes
+
+
+async def test_the_writer_yields_to_the_loop_while_it_turns_a_big_batch_into_rows() -> None:
+    provider = TracerProvider()
+    processor = SpanStoreProcessor(10_000)
+    provider.add_span_processor(processor)
+    for _ in range(ROWS_PER_SLICE * 4):
+        with provider.get_tracer("t").start_as_current_span("s"):
+            pass
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    before = ticks
+    rows = await _rows_yielding(processor.take())
+    task.cancel()
+    assert len(rows) == ROWS_PER_SLICE * 4
+    assert ticks - before >= 3  # another task ran between the slices
+
+
+def test_a_process_that_loaded_no_httpx_does_not_instrument_it() -> None:
+    code = (
+        "import sys\n"
+        "from popagent_core.telemetry import configure_telemetry\n"
+        "assert configure_telemetry('probe') is not None\n"
+        "print('httpx' in sys.modules, 'opentelemetry.instrumentation.httpx' in sys.modules,"
+        " 'opentelemetry.instrumentation.asyncpg' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.split() == ["False", "False", "True"], out.stdout + out.stderr
+    with_httpx = subprocess.run(
+        [sys.executable, "-c", "import httpx\n" + code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert with_httpx.stdout.split() == ["True", "True", "True"], with_httpx.stdout + with_httpx.stderr
