@@ -176,7 +176,7 @@ async def test_observability_pages_in_a_real_browser(stack: tuple[Stack, HttpsRe
                 and exported(h, "popagent-hooks") > 0
             ),
             what="a heartbeat of every process, after its spans were exported",
-            within=30,
+            within=45,
             interval=0.5,
         )
         assert status["storeReachable"] is True

@@ -16,10 +16,16 @@ batch is dropped (counted, with the reason kept for `/api/observability/health`)
 writer retries with backoff, so export resumes by itself once the store is back.
 
 Every process's figures reach the health route through the store too: the writer upserts a
-heartbeat row (`popagent_exporters`, one per service and host:pid) every `heartbeat_interval_s`,
-with its queue depth, exported and dropped counts and its last failed write. A process that
-cannot reach the store cannot say so there; its row then ages, and the health route calls it
-stale, while the gateway's own live figures still say why.
+heartbeat row (`popagent_exporters`, one per service and host:pid) with its queue depth,
+exported and dropped counts and its last failed write: every `heartbeat_interval_s` while the
+figures change, every `IDLE_HEARTBEAT_S` while they do not. A process that cannot reach the
+store cannot say so there; its row then ages, and the health route calls it stale, while the
+gateway's own live figures still say why.
+
+An idle process holds no store connection: the pool closes one unused for
+`IDLE_CONNECTION_S`, and the first heartbeat and retention pass of a process that writes nothing
+wait `FIRST_BEAT_S` and `FIRST_RETENTION_S` after start (a PostgreSQL backend per process, kept
+open, was most of what tracing added to the stack's idle memory).
 
 Retention (`popagent_core.settings.Retention`, the POPAGENT_OBSERVABILITY_RETENTION_* settings):
 after a write, at most once per `retention_interval_s`, and at least once a day even without
@@ -67,6 +73,12 @@ STORE_QUERIES_FILE = Path(__file__).parent / "span_store_queries.sql"
 STORE_QUERIES = load_queries(STORE_QUERIES_FILE)
 RETENTION_INTERVAL_S = 60.0
 HEARTBEAT_INTERVAL_S = 5.0
+IDLE_HEARTBEAT_S = 60.0
+# A heartbeat older than this is stale: the process stopped, or cannot reach the store.
+STALE_HEARTBEAT_S = IDLE_HEARTBEAT_S + 2 * HEARTBEAT_INTERVAL_S
+FIRST_BEAT_S = 10.0
+FIRST_RETENTION_S = 60.0
+IDLE_CONNECTION_S = 10.0
 DAILY_S = 24 * 3600.0
 DEFAULT_RETENTION = Retention()
 
@@ -306,8 +318,9 @@ class SpanStoreWriter:
         self.instance = f"{socket.gethostname()}:{os.getpid()}"
         self.started_at = datetime.now(UTC)
         self.heartbeat_interval_s = heartbeat_interval_s
-        # Monotonic time of the last heartbeat; None: none yet.
+        # Monotonic time of the last heartbeat (None: none yet), and the figures it carried.
         self.beat_at: float | None = None
+        self.beat_figures: tuple[int, ...] = ()
         self.processor = processor
         self.flush_interval_s = flush_interval_s
         self.max_backoff_s = max_backoff_s
@@ -372,10 +385,22 @@ class SpanStoreWriter:
         stats.store_reachable = True
         stats.last_error = ""
         self.beat_at = asyncio.get_running_loop().time()
+        self.beat_figures = self._figures()
 
-    async def heartbeat_when_due(self) -> None:
+    def _figures(self) -> tuple[int, ...]:
+        stats = self.processor.stats
+        return (stats.exported, stats.dropped, stats.exported_logs, stats.dropped_logs, len(self.processor.buffer))
+
+    async def heartbeat_when_due(self, started_at: float) -> None:
+        """A heartbeat every `heartbeat_interval_s` while the figures change, every `IDLE_HEARTBEAT_S` else;
+        the first once something was exported, or `FIRST_BEAT_S` after `started_at` (loop time)."""
         now = asyncio.get_running_loop().time()
-        if self.beat_at is None or now - self.beat_at >= self.heartbeat_interval_s:
+        changed = self._figures() != self.beat_figures
+        if self.beat_at is None:
+            due = (changed and self.processor.stats.exported > 0) or now - started_at >= FIRST_BEAT_S
+        else:
+            due = now - self.beat_at >= (self.heartbeat_interval_s if changed else IDLE_HEARTBEAT_S)
+        if due:
             await self.heartbeat()
 
     async def _failed(self, exc: BaseException) -> None:
@@ -396,6 +421,7 @@ class SpanStoreWriter:
                 self.dsn,
                 min_size=0,
                 max_size=2,
+                max_inactive_connection_lifetime=IDLE_CONNECTION_S,
                 server_settings={"search_path": STORE_SCHEMA, "application_name": "popagent-span-store"},
             )
         return self.pool
@@ -428,6 +454,10 @@ class SpanStoreWriter:
 
     async def run(self) -> None:
         backoff = 0.5
+        started_at = asyncio.get_running_loop().time()
+        if self.retained_at is None:
+            # The first daily pass a minute after start (a write runs one at once).
+            self.retained_at = started_at - DAILY_S + FIRST_RETENTION_S
         # The writer's own queries make no spans (they would feed the buffer they empty).
         with suppress_instrumentation():
             while True:
@@ -435,7 +465,7 @@ class SpanStoreWriter:
                     await asyncio.wait_for(self.processor.full.wait(), self.flush_interval_s)
                 try:
                     await self.flush()
-                    await self.heartbeat_when_due()
+                    await self.heartbeat_when_due(started_at)
                     # The daily pass, for a store this process has stopped writing to.
                     await self.retain_when_due(DAILY_S)
                     backoff = 0.5

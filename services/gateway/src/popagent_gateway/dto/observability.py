@@ -155,7 +155,7 @@ class ProcessExporterOut(WireModel):
     instance: str = Field(description="host:pid")
     started_at: datetime
     seen_at: datetime
-    stale: bool = Field(description="no heartbeat for over three intervals: stopped, or cannot reach the store")
+    stale: bool = Field(description="no heartbeat for over 70 s: the process stopped, or cannot reach the store")
     exported_spans: int
     dropped_spans: int
     exported_logs: int

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from popagent_core.errors import InvalidArgument, NotFound, Unavailable
-from popagent_core.span_store import HEARTBEAT_INTERVAL_S, active_stats
+from popagent_core.span_store import HEARTBEAT_INTERVAL_S, IDLE_HEARTBEAT_S, STALE_HEARTBEAT_S, active_stats
 from popagent_gateway.dto.observability import (
     MAX_WINDOW_DAYS,
     TRACE_ID_PATTERN,
@@ -247,9 +247,9 @@ async def list_logs(request: Request, query: Annotated[LogListQuery, Query()]) -
 
 HEALTH_COVERS = (
     "storeReachable: a query from the gateway reaches the store now. exporter: the gateway process's own span"
-    " and log exporter, live. processes: each process's exporter as of its last heartbeat (every"
-    f" {HEARTBEAT_INTERVAL_S:g} s through the store, so none is read while the store is down; stale: none for"
-    " three intervals)."
+    " and log exporter, live. processes: each process's exporter as of its last heartbeat, written to the store"
+    f" every {HEARTBEAT_INTERVAL_S:g} s while its figures change and every {IDLE_HEARTBEAT_S:g} s while they do"
+    f" not (none is read while the store is down; stale: none for {STALE_HEARTBEAT_S:g} s)."
 )
 HEARTBEATS_WITHIN_S = 3600.0
 
@@ -272,7 +272,7 @@ async def observability_health(request: Request) -> ObservabilityHealthOut:
                     instance=b.instance,
                     started_at=b.started_at,
                     seen_at=b.seen_at,
-                    stale=b.age_s > 3 * HEARTBEAT_INTERVAL_S,
+                    stale=b.age_s > STALE_HEARTBEAT_S,
                     exported_spans=b.exported_spans,
                     dropped_spans=b.dropped_spans,
                     exported_logs=b.exported_logs,
