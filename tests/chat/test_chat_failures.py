@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import orjson
 
@@ -169,24 +170,64 @@ async def recorded_turn_or_none(stack: Stack, session: str) -> tuple[dict, dict]
         return None
 
 
-async def test_the_prompt_is_stored_before_the_model_is_called(stack: Stack) -> None:
-    """Issue 22 finding 3: a turn that dies from here on (runner killed) still keeps the prompt;
-    its answer reads `interrupted` until the turn ends and replaces it."""
+async def test_the_prompt_is_stored_before_any_of_the_answer_is_streamed(stack: Stack) -> None:
+    """Issue 22 finding 3: a turn that dies once its answer is streaming (runner killed) still keeps
+    the prompt; its answer reads `interrupted` until the turn ends and replaces it. (The prompt is
+    stored while the model is asked, so storing it costs no time to first token.)"""
     stack.models.push(Turn.say("slow answer", chunk_size=2, chunk_delay_s=0.2))
+    body = {"id": "", "message": user_message("keep me"), "model": MODEL}
     async with stack.client() as client:
-        session = await new_session(client)
-        turn = asyncio.create_task(chat(client, session, "keep me"))
-        await eventually(lambda: len(stack.models.requests) == 1, what="the model call")
-        loaded = (await client.get(f"/api/sessions/{session}")).json()
-        user, placeholder = loaded["messages"]
-        assert user["parts"] == [{"type": "text", "text": "keep me"}]
-        assert (placeholder["role"], placeholder["metadata"]["interrupted"]) == ("assistant", True)
-        chunks = await turn
+        session = body["id"] = await new_session(client)
+        chunks: list[Any] = []
+        async with client.stream("POST", "/api/chat", json=body) as response:
+            lines = response.aiter_lines()
+            async for line in lines:
+                if line.startswith("data: {"):
+                    chunks.append(orjson.loads(line.removeprefix("data: ")))
+                    if chunks[-1]["type"] == "text-delta":
+                        break
+            # The first of the answer is out: the prompt and the placeholder are stored.
+            loaded = (await client.get(f"/api/sessions/{session}")).json()
+            user, placeholder = loaded["messages"]
+            assert user["parts"] == [{"type": "text", "text": "keep me"}]
+            assert (placeholder["role"], placeholder["metadata"]["interrupted"]) == ("assistant", True)
+            chunks += [orjson.loads(line.removeprefix("data: ")) async for line in lines if line.startswith("data: {")]
     # The complete answer replaced the placeholder, under the id the stream announced.
     _, assistant = await recorded_turn(stack, session)
     assert assistant["id"] == placeholder["id"] == chunks[0]["messageId"]
     assert "interrupted" not in assistant["metadata"] and "failure" not in assistant["metadata"]
     assert text_of(chunks) == "slow answer"
+
+
+async def test_no_answer_reaches_the_client_while_its_prompt_waits_to_be_stored(stack: Stack) -> None:
+    """The model is asked while the prompt is being stored, but the answer is held until it is:
+    with the session row locked, the model answers and the stream carries nothing past `start`."""
+    stack.models.push(Turn.say("held answer"))
+    body = {"id": "", "message": user_message("hold me"), "model": MODEL}
+    async with stack.client() as client, stack.db() as conn:
+        session = body["id"] = await new_session(client)
+        chunks: list[Any] = []
+
+        async def read() -> None:
+            async with client.stream("POST", "/api/chat", json=body) as response:
+                async for line in response.aiter_lines():
+                    if line.startswith("data: {"):
+                        chunks.append(orjson.loads(line.removeprefix("data: ")))
+
+        locked = conn.transaction()
+        await locked.start()
+        await conn.execute("SELECT 1 FROM popagent_sessions WHERE id = $1 FOR UPDATE", session)
+        reading = asyncio.create_task(read())
+        try:
+            await eventually(lambda: len(stack.models.requests) == 1, what="the model call")
+            await asyncio.sleep(0.3)
+            assert [chunk["type"] for chunk in chunks] == ["start"]
+        finally:
+            await locked.rollback()
+        await reading
+    assert text_of(chunks) == "held answer"
+    user, assistant = await recorded_turn(stack, session)
+    assert user["parts"] == [{"type": "text", "text": "hold me"}] and "interrupted" not in assistant["metadata"]
 
 
 async def test_a_stopping_runner_ends_its_chat_streams_with_an_error_and_keeps_them(stack: Stack) -> None:

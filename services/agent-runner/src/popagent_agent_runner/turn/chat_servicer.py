@@ -79,6 +79,7 @@ class ChatServicer(agent_runner_pb2_grpc.AgentRunnerServiceServicer):
             message=parse_user_message(request.message_json),
             model=request.model,
             workspace_id=request.workspace_id,
+            listed_models=frozenset(request.listed_models) if request.check_models else None,
         )
         prepared = await self.runner.prepare(turn)
         events = TurnEvents(BATCH_INTERVAL_S)
