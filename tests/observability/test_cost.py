@@ -49,7 +49,7 @@ async def test_a_priced_turn_carries_its_cost_streamed_stored_and_rolled_up(chat
             overview = (await client.get("/api/observability/overview")).json()
             return [t for t in overview["tokens"] if t["model"] == PRICED_MODEL]
 
-        rows = await eventually(priced_rows, until=lambda rows: bool(rows), what="the priced model's roll-up")
+        rows: list[dict[str, Any]] = await eventually(priced_rows, what="the priced model's roll-up")
         assert sum(r["costUsd"] or 0 for r in rows) >= expected * 0.999
         stats = active_stats()
         assert stats is not None
