@@ -1,5 +1,6 @@
-"""What keeps tracing cheap on a turn's path: no spans for transaction statements, bounded stored
-attributes, a writer that yields to the event loop, and no httpx instrumentation where no HTTP is made."""
+"""What keeps tracing cheap on a turn's path: one span per storage transaction of a turn, no spans for
+transaction statements, bounded stored attributes, a writer that yields to the event loop, and no
+httpx instrumentation where no HTTP is made."""
 
 from __future__ import annotations
 
@@ -8,11 +9,16 @@ import subprocess
 import sys
 
 import asyncpg
-from opentelemetry.sdk.trace import TracerProvider
+from chat.helpers import chat, new_session, thread_rows
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.trace import StatusCode
 
 from popagent_core.span_store import MAX_ATTRIBUTE_CHARS, ROWS_PER_SLICE, SpanStoreProcessor, _rows_yielding, span_row
 from popagent_core.telemetry import TRACER
+from support.model_gateway import Turn
+from support.stacks import Stack
 from support.tracing import collecting_spans
+from support.waiting import eventually
 
 
 async def test_a_transaction_records_its_statements_but_not_begin_and_commit(pg_dsn: str) -> None:
@@ -81,3 +87,30 @@ def test_a_process_that_loaded_no_httpx_does_not_instrument_it() -> None:
         [sys.executable, "-c", "import httpx\n" + code], capture_output=True, text=True, check=True, timeout=60
     )
     assert with_httpx.stdout.split() == ["True", "True", "True"], with_httpx.stdout + with_httpx.stderr
+
+
+async def test_a_turn_stores_its_prompt_and_answer_under_one_span_each(chat_stack: Stack) -> None:
+    stack = chat_stack
+    stack.models.push(Turn.say("Stored in two transactions."))
+    with collecting_spans() as spans:
+        async with stack.client() as client:
+            session = await new_session(client)
+            chunks = await chat(client, session, "store me")
+        trace_id = int(
+            next(c for c in chunks if isinstance(c, dict) and c.get("type") == "start")["messageMetadata"]["traceId"],
+            16,
+        )
+
+        def stored() -> list[ReadableSpan]:
+            return [s for s in spans.of_trace(trace_id) if s.name in ("db.begin_turn", "db.commit_turn")]
+
+        units = await eventually(stored, until=lambda found: len(found) == 2, what="the turn's two storage spans")
+    assert sorted(s.name for s in units) == ["db.begin_turn", "db.commit_turn"]
+    assert all(s.status.status_code is not StatusCode.ERROR for s in units)
+    unit_ids = {s.context.span_id for s in units if s.context is not None}
+    # Their statements make no span of their own; the turn's other queries (its prelude) still do.
+    in_trace = spans.of_trace(trace_id)
+    assert not [s for s in in_trace if s.parent is not None and s.parent.span_id in unit_ids]
+    assert any((s.attributes or {}).get("db.statement") for s in in_trace)
+    rows = await thread_rows(stack, session)
+    assert [role for _, role, _ in rows][-2:] == ["user", "assistant"]

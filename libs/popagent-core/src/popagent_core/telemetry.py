@@ -25,12 +25,13 @@ from collections.abc import Iterator, Mapping
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
+from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, Sampler
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
 TRACER = trace.get_tracer("popagent")
 
@@ -153,6 +154,36 @@ def shutdown_telemetry() -> None:
     provider = trace.get_tracer_provider()
     if isinstance(provider, TracerProvider):
         provider.shutdown()
+
+
+@contextlib.contextmanager
+def statements_span(operation: str) -> Iterator[None]:
+    """One client span for a unit of SQL statements (a transaction on a turn's path), none per statement.
+
+    A chat turn stores its prompt and its answer in two transactions of five to eight statements:
+    each statement's span cost more to record, export and store than the statement took. The block
+    runs with library instrumentation suppressed, so it must hold database work only (no RPC: its
+    client span and trace header would be suppressed too). Outside a recorded trace it does nothing.
+    """
+    if not trace.get_current_span().is_recording():
+        yield
+        return
+    with (
+        TRACER.start_as_current_span(
+            f"db.{operation}",
+            kind=SpanKind.CLIENT,
+            attributes={"db.system.name": "postgresql", "db.operation.name": operation},
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span,
+        suppress_instrumentation(),
+    ):
+        try:
+            yield
+        except Exception as error:
+            span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+            span.set_attribute("error.type", type(error).__qualname__)
+            raise
 
 
 def current_trace_id() -> str | None:
