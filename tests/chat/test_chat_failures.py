@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -32,7 +33,10 @@ async def test_a_provider_500_is_an_error_chunk_with_stop_failure_and_nothing_st
         {"type": "start"},
         {"type": "start-step"},
         {"type": "finish-step"},
-        {"type": "error", "errorText": "The model provider failed (HTTP 500): upstream exploded"},
+        {
+            "type": "error",
+            "errorText": "The model provider failed (HTTP 500): upstream exploded. Send the message again; if it keeps failing, pick another model.",
+        },
         "[DONE]",
     ]
     [failure] = stack.hook_requests("StopFailure")
@@ -47,7 +51,10 @@ async def test_a_provider_500_is_an_error_chunk_with_stop_failure_and_nothing_st
     # The prompt is kept and the answer says how the turn ended (issue 22, finding 3).
     user, assistant = await recorded_turn(stack, session)
     assert user["parts"] == [{"type": "text", "text": "hi"}]
-    assert assistant["metadata"]["failure"] == "The model provider failed (HTTP 500): upstream exploded"
+    assert (
+        assistant["metadata"]["failure"]
+        == "The model provider failed (HTTP 500): upstream exploded. Send the message again; if it keeps failing, pick another model."
+    )
     assert "interrupted" not in assistant["metadata"]
     [event] = await turn_events(stack, session)
     assert (event.kind, event.failure_class) == ("failure", "server_error")
@@ -61,7 +68,8 @@ async def test_a_429_reports_the_retry_after(stack: Stack) -> None:
         chunks = await chat(client, session, "hi")
     assert chunks[-2] == {
         "type": "error",
-        "errorText": "The model provider is rate limiting requests (HTTP 429, retry after 7 s): slow down",
+        "errorText": "The model provider is rate limiting requests (HTTP 429, retry after 7 s): slow down. "
+        "Wait a moment, then send the message again.",
     }
     [failure] = stack.hook_requests("StopFailure")
     assert (failure["detail"]["errorClass"], failure["detail"]["statusCode"], failure["detail"]["retryAfter"]) == (
@@ -83,7 +91,10 @@ async def test_a_broken_stream_ends_in_an_error_after_the_text_so_far(stack: Sta
         {"type": "finish-step"},
         {"type": "error", "errorText": shaped[-2]["errorText"]},
     ]
-    assert shaped[-2]["errorText"].startswith("The connection to the model provider broke")
+    assert shaped[-2]["errorText"] == (
+        f"The connection to the model gateway at 127.0.0.1:{urlsplit(stack.models.url).port} broke during the "
+        "answer; what arrived is kept. Send the message again."
+    )
     assert "This answer will never finish.".startswith(text_of(chunks)) and text_of(chunks)
     [failure] = stack.hook_requests("StopFailure")
     assert (failure["detail"]["errorClass"], failure["detail"]["inStream"]) == ("connection", True)

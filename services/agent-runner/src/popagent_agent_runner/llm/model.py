@@ -423,6 +423,10 @@ class LeanModels:
         self._models: dict[str, LeanOpenAIModel] = {}
         self.prices = ModelPrices(base_url, self._client, api_key=api_key)
 
+    @property
+    def base_url(self) -> str:
+        return self._base_url
+
     def preload(self) -> None:
         """Pay the one-time cost of building a model now rather than in the first turn.
 

@@ -62,7 +62,7 @@ from popagent_agent_runner.turn.capability import arguments_object, jsonable
 from popagent_agent_runner.turn.deps import SUPERVISOR_ID, TurnContext, TurnDeps
 from popagent_agent_runner.turn.events import TurnOutput, usage_metadata
 from popagent_agent_runner.turn.evidence import EVIDENCE_CHARS, GOAL_CHARS, evidence
-from popagent_agent_runner.turn.failure_texts import TURN_TEXTS, failure_message, provider_message
+from popagent_agent_runner.turn.failure_texts import failure_message, failure_text, provider_message
 from popagent_agent_runner.turn.hooks_points import TurnHooks, bounded, denied
 from popagent_agent_runner.turn.memories import RECALL_LIMIT, MemoryStore, bounded_recall, recall_query
 from popagent_agent_runner.turn.model_check import refuse_unlisted_models
@@ -325,14 +325,18 @@ class TurnRunner:
                     "inStream": in_stream,
                 },
             )
-            message = TURN_TEXTS.get(failure.error_class) or (
-                str(exc) if isinstance(exc, PopagentError) else failure_message(failure, detail)
-            )
-            output.error(failure.error_class, message)
+            if failure.error_class is TurnFailure.STORAGE:
+                message = failure_text(TurnFailure.STORAGE)
+            elif isinstance(exc, PopagentError):
+                message = str(exc)  # popagent's own words (a session deleted during the turn, ...)
+            else:
+                message = failure_message(failure, detail, gateway=self.factory.models.base_url, in_stream=in_stream)
             if record.beginning is not None:
+                # Stored before the client reads the error: a reload right after it shows the failure.
                 await self._store_end(
                     prepared, context, record, {"failure": message, "errorClass": failure.error_class}
                 )
+            output.error(failure.error_class, message)
             await self._publish_failure(context, goal, failure.error_class, message)
             return TurnEnd("failed", failure.error_class, message)
         finally:
