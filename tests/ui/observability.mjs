@@ -201,8 +201,15 @@ await step("narrow screens", ["overview", "waterfall from the list"], async () =
   await page.goto(`${url}/#/observability`);
   await statValue("Turns").waitFor();
   await page.locator(".obs-chart canvas").first().waitFor();
-  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
-  check(overflow <= 1, `the overview scrolls sideways by ${overflow}px at 375px`);
+  // Neither the document nor the page's scrolling region is wider than the screen (tables scroll in their own box).
+  const overflow = await page.evaluate(() => {
+    const main = document.querySelector("main");
+    return Math.max(
+      document.documentElement.scrollWidth - document.documentElement.clientWidth,
+      main ? main.scrollWidth - main.clientWidth : 0,
+    );
+  });
+  check(overflow <= 1, `the overview is ${overflow}px wider than the 375px screen`);
   await shot("overview-375");
   await page.goto(`${url}/#/observability/traces/${traceId}`);
   await page.getByRole("list", { name: "Spans" }).locator(".obs-span-row").first().waitFor();

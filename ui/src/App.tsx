@@ -81,8 +81,15 @@ export function App() {
           <a href={href({ page: "settings", section: null })} aria-current={route.page === "settings" ? "page" : undefined}>
             Settings
           </a>
-          <a href={href({ page: "observability", path: "" })} aria-current={route.page === "observability" ? "page" : undefined}>
-            Observability
+          <a
+            href={href({ page: "observability", path: "" })}
+            aria-current={route.page === "observability" ? "page" : undefined}
+            aria-label="Observability"
+          >
+            <span className="nav-long">Observability</span>
+            <span className="nav-short" aria-hidden="true">
+              Obs
+            </span>
           </a>
         </nav>
       </header>
