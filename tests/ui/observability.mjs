@@ -124,6 +124,39 @@ await step("traces filtered by session and status", ["overview"], async () => {
   return "failed and by-session lists";
 });
 
+await step("traces paged", ["traces filtered by session and status"], async () => {
+  const fresh = await context.newPage();
+  try {
+    // The three chat turns are the traces with a supervisor span (every API request is a trace too).
+    await fresh.goto(`${url}/#/observability/traces?agentId=popagent&limit=1`);
+    const table = fresh.getByRole("table", { name: "Traces" });
+    const firstLink = table.locator("tbody tr a").first();
+    await firstLink.waitFor();
+    const seen = [await firstLink.getAttribute("href")];
+    const older = fresh.getByRole("button", { name: "Older" });
+    // Three turns ran: three pages of one, each a different trace, and no fourth.
+    for (let pageNumber = 2; pageNumber <= 3; pageNumber++) {
+      check(await older.isEnabled(), `no page ${pageNumber}`);
+      await older.click();
+      await fresh.getByText(`Page ${pageNumber}`).waitFor();
+      await fresh.waitForFunction((previous) => {
+        const link = document.querySelector('table[aria-label="Traces"] tbody tr a');
+        return link && link.getAttribute("href") !== previous;
+      }, seen[seen.length - 1]);
+      seen.push(await firstLink.getAttribute("href"));
+    }
+    check(new Set(seen).size === 3, `the pages repeat a trace: ${seen}`);
+    await fresh.waitForFunction(() => !document.querySelector('table[aria-label="Traces"][aria-busy]'));
+    check(!(await older.isEnabled()), "a page after the last trace");
+    await fresh.getByRole("button", { name: "Newer" }).click();
+    await fresh.getByText("Page 2").waitFor();
+    await fresh.waitForFunction((href) => document.querySelector('table[aria-label="Traces"] tbody tr a')?.getAttribute("href") === href, seen[1]);
+    return "3 pages of 1";
+  } finally {
+    await fresh.close();
+  }
+});
+
 await step("waterfall from the list", ["traces filtered by session and status"], async () => {
   await page.getByRole("table", { name: "Traces" }).locator(`a[href$="${traceId}"]`).click();
   await page.waitForURL(new RegExp(`#/observability/traces/${traceId}$`));

@@ -9,7 +9,7 @@ stored warning log). Then:
 - `/api/observability/health` lists every process's exporter (heartbeats through the store);
 - tests/ui/observability.mjs drives Debian's headless Chromium through playwright-core: the
   overview (figures, the two uPlot charts, tokens and cost by model, the exporters table), the
-  traces list filtered by session and by status, a trace's waterfall opened from the list and
+  traces list filtered by session and by status and paged, a trace's waterfall opened from the list and
   from its URL (spans of the gateway, agent-runner and hooks processes, a span's attributes),
   and the logs filtered by level and by trace. Screenshots go to tests/output/ui/observability-*.png.
 
@@ -222,6 +222,7 @@ async def test_observability_pages_in_a_real_browser(stack: tuple[Stack, HttpsRe
     assert [s["step"] for s in steps] == [
         "overview",
         "traces filtered by session and status",
+        "traces paged",
         "waterfall from the list",
         "waterfall from its URL",
         "logs by level and trace",

@@ -7,11 +7,18 @@ import { WindowPicker } from "./WindowPicker";
 
 const PAGE = 25;
 
+/** Rows a page: `?limit=` of the URL (1–200), else 25. */
+function pageSize(params: URLSearchParams): number {
+  const asked = Number(params.get("limit"));
+  return Number.isInteger(asked) && asked >= 1 && asked <= 200 ? asked : PAGE;
+}
+
 type Filters = { sessionId: string; agentId: string; status: string };
 
 /** The traces list: filters by session, status, agent and time; pages by the API's cursor. */
 export function Traces(props: { params: URLSearchParams }) {
   const id = useId();
+  const limit = pageSize(props.params);
   const initial: Filters = {
     sessionId: props.params.get("sessionId") ?? "",
     agentId: props.params.get("agentId") ?? "",
@@ -31,7 +38,7 @@ export function Traces(props: { params: URLSearchParams }) {
         agentId: filters.agentId.trim() || undefined,
         status: filters.status || undefined,
         cursor,
-        limit: PAGE,
+        limit,
       }),
     [filters, window, cursor],
   );
