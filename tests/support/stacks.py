@@ -62,10 +62,14 @@ from support.web_standins import PageServer, SearxngStandIn
 API_KEY = "stack-tests-api-key-" + "k" * 16
 MODELS_API_KEY = "sk-stack-tests"
 MODEL = "fake/fake-chat"
+# The one model the scripted catalog prices (USD per token), for the cost-per-message tests.
+PRICED_MODEL = "fake/priced-chat"
+PRICES = {"prompt": "0.000002", "completion": "0.00001", "input_cache_read": "0.0000005"}
 CATALOG = (
     ModelInfo(MODEL, context_length=128_000),
     ModelInfo("cx/gpt-5.3-codex", context_length=400_000),
     ModelInfo("cx/gpt-5.3-codex-spark", context_length=128_000),
+    ModelInfo(PRICED_MODEL, context_length=128_000, pricing=PRICES),
 )
 SPECIALISTS = ("researcher", "implementer", "reviewer")
 # The session's canary, provisioned as a real secret in every stack that runs secrets.

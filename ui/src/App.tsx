@@ -5,6 +5,7 @@ import { initialModel } from "./chat/ModelPicker";
 import { ApiKeyDialog } from "./common/ApiKeyDialog";
 import { Icon } from "./common/Icon";
 import { useLoad } from "./common/useLoad";
+import { ObservabilityPage } from "./observability";
 import { href, useRoute } from "./route";
 import { Sidebar } from "./sessions/Sidebar";
 import { SettingsPage } from "./settings/SettingsPage";
@@ -83,6 +84,16 @@ export function App() {
           <a href={href({ page: "settings", section: null })} aria-current={route.page === "settings" ? "page" : undefined}>
             Settings
           </a>
+          <a
+            href={href({ page: "observability", path: "" })}
+            aria-current={route.page === "observability" ? "page" : undefined}
+            aria-label="Observability"
+          >
+            <span className="nav-long">Observability</span>
+            <span className="nav-short" aria-hidden="true">
+              Obs
+            </span>
+          </a>
         </nav>
       </header>
       <div className="layout">
@@ -123,6 +134,11 @@ export function App() {
           ) : null}
           {route.page === "tasks" ? <TasksPage models={models.data} workspaces={workspaces.data?.workspaces ?? []} /> : null}
           {route.page === "settings" ? <SettingsPage section={route.section} models={models.data} onModelsChanged={refreshModels} /> : null}
+          {route.page === "observability" ? (
+            <Suspense fallback={<p className="muted">Loading…</p>}>
+              <ObservabilityPage path={route.path} />
+            </Suspense>
+          ) : null}
         </main>
       </div>
       <ApiKeyDialog />

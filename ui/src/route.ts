@@ -1,16 +1,19 @@
-// Hash routes: #/chat, #/chat/<session id>, #/tasks, #/settings/<section>.
+// Hash routes: #/chat, #/chat/<session id>, #/tasks, #/settings/<section>,
+// #/observability/<view...> (parsed by observability/routes.ts).
 import { useEffect, useState } from "react";
 
 export type Route =
   | { page: "chat"; sessionId: string | null }
   | { page: "tasks" }
-  | { page: "settings"; section: string | null };
+  | { page: "settings"; section: string | null }
+  | { page: "observability"; path: string };
 
 export function parseRoute(hash: string): Route {
   const [page, rest] = hash.replace(/^#\/?/, "").split(/\/(.*)/s, 2);
   const arg = rest ? decodeURIComponent(rest) : null;
   if (page === "tasks") return { page: "tasks" };
   if (page === "settings") return { page: "settings", section: arg };
+  if (page === "observability") return { page: "observability", path: rest ?? "" };
   return { page: "chat", sessionId: arg };
 }
 
@@ -22,6 +25,8 @@ export function href(route: Route): string {
       return "#/tasks";
     case "settings":
       return route.section ? `#/settings/${route.section}` : "#/settings";
+    case "observability":
+      return route.path ? `#/observability/${route.path}` : "#/observability";
   }
 }
 

@@ -54,6 +54,7 @@ from pydantic_ai.usage import RunUsage, UsageLimits
 from popagent.events.v1 import events_pb2
 from popagent_agent_runner.failures import TurnFailure
 from popagent_agent_runner.llm.model import classify_model_error, is_estimated, streaming_to
+from popagent_agent_runner.llm.prices import counting_cost, turn_cost
 from popagent_agent_runner.state.sessions import SessionStarts
 from popagent_agent_runner.turn.agent_runs import ToolEvents, agent_run_span, run_agent
 from popagent_agent_runner.turn.agents_factory import AgentFactory
@@ -302,7 +303,8 @@ class TurnRunner:
         goal = prompt_text(turn.message)
         record = _Record()
         try:
-            return await self._turn(prepared, context, record)
+            with counting_cost():
+                return await self._turn(prepared, context, record)
         except asyncio.CancelledError:
             if record.beginning is not None:
                 # The client went away or the service stops: what was streamed stays, marked.
@@ -530,8 +532,14 @@ class TurnRunner:
         usage = run.usage
         usage.incr(context.specialist_usage)
         estimated = is_estimated(usage)
+        tally = turn_cost.get()
+        cost_usd = tally.cost_usd if tally is not None else None
         output.metadata["usage"] = usage_metadata(
-            usage.input_tokens, usage.output_tokens, estimated=estimated, cached_input_tokens=usage.cache_read_tokens
+            usage.input_tokens,
+            usage.output_tokens,
+            estimated=estimated,
+            cached_input_tokens=usage.cache_read_tokens,
+            cost_usd=cost_usd,
         )
         assistant_ui = output.ui_message()  # ends the open text part, so it comes before `text()`
         answer = output.text()
@@ -562,6 +570,7 @@ class TurnRunner:
             usage.output_tokens,
             estimated=estimated,
             cached_input_tokens=usage.cache_read_tokens,
+            cost_usd=cost_usd,
         )
 
     async def _run_supervisor(
