@@ -12,11 +12,11 @@ import { TasksPage } from "./tasks/TasksPage";
 
 export function App() {
   const route = useRoute();
-  const models = useLoad(api.models, []);
-  const workspaces = useLoad(api.workspaces, []);
+  const models = useLoad(["models"], api.models);
+  const workspaces = useLoad(["workspaces"], api.workspaces);
   const [workspaceId, setWorkspaceId] = useState("");
   const [archived, setArchived] = useState(false);
-  const sessions = useLoad(() => api.sessions(archived, workspaceId || undefined), [archived, workspaceId]);
+  const sessions = useLoad(["sessions", archived, workspaceId], () => api.sessions(archived, workspaceId || undefined));
   const [drawerOpen, setDrawerOpen] = useState(false);
   // The model for new turns: the persisted default until the user picks another (for this tab);
   // a listed model when the model gateway does not offer the default (the notice asks to save one).

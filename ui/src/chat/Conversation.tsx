@@ -8,6 +8,7 @@ import { messageOf } from "../common/useLoad";
 import { Composer } from "./Composer";
 import { HookRuns, HookTimeline } from "./HookTimeline";
 import { ModelNotice, ModelPicker, formatTokens } from "./ModelPicker";
+import { chatModels, rememberModel, rememberedModel } from "./models";
 import { MessageParts } from "./Parts";
 import {
   failureOf,
@@ -41,6 +42,18 @@ export function Conversation(props: {
   const modelRef = useRef(model);
   modelRef.current = model;
 
+  // A chat reopens on the model it last used (this browser's record, else the newest answer's
+  // model), when the catalog still offers it.
+  const restored = useRef(false);
+  const { onModelChange } = props;
+  useEffect(() => {
+    if (restored.current || !props.models) return;
+    restored.current = true;
+    const answered = [...session.messages].reverse().map((message) => modelOf(message as unknown as UIMessage)).find(Boolean);
+    const last = rememberedModel(session.id) ?? answered ?? null;
+    if (last && last !== modelRef.current && chatModels(props.models).includes(last)) onModelChange(last);
+  }, [props.models, session.id, session.messages, onModelChange]);
+
   const revision = useRef(session.revision);
   const title = useRef(session.title);
   const saving = useRef<Promise<void>>(Promise.resolve());
@@ -55,6 +68,7 @@ export function Conversation(props: {
         // Only the session, model, workspace and newest message: the server rebuilds history.
         prepareSendMessagesRequest: ({ id, messages }) => {
           const newest = messages[messages.length - 1];
+          rememberModel(session.id, modelRef.current);
           const body: ChatTurnCreate = {
             id,
             model: modelRef.current || null,
@@ -64,7 +78,7 @@ export function Conversation(props: {
           return { body };
         },
       }),
-    [session.workspaceId],
+    [session.id, session.workspaceId],
   );
 
   const persist = useCallback(

@@ -31,17 +31,13 @@ export function Sidebar(props: {
   const [error, setError] = useState<string | null>(null);
   const [dialog, confirm] = useConfirm();
 
-  const createSession = async () => {
+  // A new chat is only a page until its first message: nothing is stored before then.
+  const createSession = () => {
     setError(null);
-    try {
-      const session = await api.createSession({ title: "", ...(props.workspaceId ? { workspaceId: props.workspaceId } : {}) });
-      if (props.archived) props.onArchivedChange(false);
-      props.onChanged();
-      props.onNavigate();
-      navigate({ page: "chat", sessionId: session.id });
-    } catch (caught) {
-      setError(`Could not create a chat: ${messageOf(caught)}`);
-    }
+    if (props.archived) props.onArchivedChange(false);
+    props.onNavigate();
+    navigate({ page: "chat", sessionId: null });
+    document.getElementById("composer-input")?.focus();
   };
 
   const act = async (what: string, run: () => Promise<unknown>) => {
@@ -76,7 +72,7 @@ export function Sidebar(props: {
     <nav className="sidebar-inner" aria-label="Sessions">
       <div className="sidebar-head">
         <h2>Chats</h2>
-        <button type="button" className="primary small" onClick={() => void createSession()}>
+        <button type="button" className="primary small" onClick={createSession}>
           New chat
         </button>
       </div>

@@ -50,8 +50,9 @@ export function modelSelect(models: ModelsOut | undefined, inherit?: string) {
   };
 }
 
-function Loading<T>({ load, children }: { load: () => Promise<T>; children: (value: T) => ReactNode }) {
-  const loaded = useLoad(load, []);
+function Loading<T>({ name, load, children }: { name: string; load: () => Promise<T>; children: (value: T) => ReactNode }) {
+  // Fresh each time a section opens: the form starts from the server's current values.
+  const loaded = useLoad(["settings", name], load, { fresh: true });
   if (loaded.error) return <p role="alert" className="error-text">Could not load: {loaded.error.message}</p>;
   if (!loaded.data) return <p className="muted">Loading…</p>;
   return <>{children(loaded.data)}</>;
@@ -96,7 +97,7 @@ const AGENT_ORDER = ["displayName", "description", "instructions", "model", "wor
 
 function Agents({ models, modelsChanged }: { models: ModelsOut | undefined; modelsChanged: () => void }) {
   return (
-    <Loading load={api.agents}>
+    <Loading name="agents" load={api.agents}>
       {(list) => (
         <div className="stack">
           <p className="muted">
@@ -135,7 +136,7 @@ const SECTIONS: Section[] = [
     label: "Agent runtime",
     form: "AgentRuntimeSettingsPatch",
     render: (models, modelsChanged) => (
-      <Loading load={api.agentRuntime}>
+      <Loading name="agentRuntime" load={api.agentRuntime}>
         {(value) => (
           <PatchForm
             form="AgentRuntimeSettingsPatch"
@@ -155,7 +156,7 @@ const SECTIONS: Section[] = [
     label: "Memory compaction",
     form: "MemorySettingsPatch",
     render: () => (
-      <Loading load={api.memorySettings}>
+      <Loading name="memorySettings" load={api.memorySettings}>
         {(value) => (
           <PatchForm
             form="MemorySettingsPatch"
@@ -174,7 +175,7 @@ const SECTIONS: Section[] = [
     label: "Autonomy",
     form: "AutonomySettingsPatch",
     render: () => (
-      <Loading load={api.autonomy}>
+      <Loading name="autonomy" load={api.autonomy}>
         {(value) => (
           <PatchForm
             form="AutonomySettingsPatch"
@@ -192,7 +193,7 @@ const SECTIONS: Section[] = [
     label: "Browser",
     form: "BrowserSettingsPatch",
     render: () => (
-      <Loading load={api.browser}>
+      <Loading name="browser" load={api.browser}>
         {(value) => (
           <PatchForm
             form="BrowserSettingsPatch"

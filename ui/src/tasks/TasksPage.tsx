@@ -50,8 +50,8 @@ function workspaceSelect(workspaces: WorkspaceOut[]) {
 }
 
 export function TasksPage(props: { models: ModelsOut | undefined; workspaces: WorkspaceOut[] }) {
-  const tasks = useLoad(() => api.tasks(), []);
-  const schedules = useLoad(() => api.schedules(), []);
+  const tasks = useLoad(["tasks"], () => api.tasks());
+  const schedules = useLoad(["schedules"], () => api.schedules());
   const [dialog, confirm] = useConfirm();
   const [actionError, setActionError] = useState<string | null>(null);
 
