@@ -8,11 +8,33 @@ import {
   type ToolUIPart,
   type UIMessage,
 } from "ai";
-import type { JSX } from "react";
+import { Suspense, lazy, type JSX } from "react";
 import { record } from "./meta";
 import { WorkspaceResult, hasWorkspaceView, isWorkspaceTool, workspaceSummary } from "./WorkspaceParts";
 
 type Part = UIMessage["parts"][number];
+
+// The Markdown renderer and its grammars are their own chunks: the first paint stays small.
+const Markdown = lazy(() => import("./Markdown"));
+
+/** An answer's text: plain while the renderer loads, then rendered Markdown. A user's text stays as typed. */
+function TextPart({ text, role, streaming }: { text: string; role: UIMessage["role"]; streaming: boolean }) {
+  const plain = (
+    <div className="text" data-testid="message-text">
+      {text}
+      {streaming ? <span className="caret" aria-hidden="true" /> : null}
+    </div>
+  );
+  if (role === "user") return plain;
+  return (
+    <div className="text rendered" data-testid="message-text">
+      <Suspense fallback={<div className="plain-fallback">{text}</div>}>
+        <Markdown text={text} streaming={streaming} />
+      </Suspense>
+      {streaming ? <span className="caret" aria-hidden="true" /> : null}
+    </div>
+  );
+}
 
 function compactJson(value: unknown, max = 80): string {
   let text: string;
@@ -269,12 +291,7 @@ export function MessageParts({ message, streaming }: { message: UIMessage; strea
       {message.parts.map((part: Part, index) => {
         const key = `${index}-${part.type}`;
         if (isTextUIPart(part)) {
-          return (
-            <div key={key} className="text" data-testid="message-text">
-              {part.text}
-              {streaming && part.state === "streaming" ? <span className="caret" aria-hidden="true" /> : null}
-            </div>
-          );
+          return <TextPart key={key} text={part.text} role={message.role} streaming={streaming && part.state === "streaming"} />;
         }
         if (isReasoningUIPart(part)) {
           return (
