@@ -13,6 +13,12 @@ export function turnIdOf(message: UIMessage): string | null {
   return typeof id === "string" && id ? id : null;
 }
 
+/** The turn's trace (the start chunk's metadata), for feedback and the trace page. */
+export function traceIdOf(message: UIMessage): string | null {
+  const id = record(message.metadata).traceId;
+  return typeof id === "string" && id ? id : null;
+}
+
 export function modelOf(message: UIMessage): string | null {
   const model = record(message.metadata).model;
   return typeof model === "string" && model ? model : null;
