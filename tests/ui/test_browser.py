@@ -51,6 +51,8 @@ DENY_REASON = "blocked by the UI test policy"
 CATALOG = (
     ModelInfo("fake/fake-chat", context_length=128_000),
     ModelInfo("cx/gpt-5.3-codex-spark", context_length=128_000),
+    # Not a chat model: the picker leaves it out.
+    ModelInfo("fake/text-embedding-3-small", context_length=8_192),
 )
 HELLO = "Hello from the scripted model! This answer streams in small pieces so the browser sees it grow."
 SLOW = "Slow answer: " + " ".join(f"word{n}" for n in range(800))
@@ -70,6 +72,22 @@ SEARCH_RESULTS = [
 GUIDE_PATH = "/guide.html"
 GUIDE = b"""<html><head><title>Install guide</title></head><body><h1>Install</h1>
 <p>Run <code>make setup</code> first.</p><script>document.title = "x"</script></body></html>"""
+MARKDOWN = """## Results
+
+| tool | calls |
+| --- | ---: |
+| webSearch | 3 |
+| webFetch | 1 |
+
+```python
+def add(a, b):
+    return a + b
+```
+
+<script>window.__injected = true</script><b>raw html</b> stays text, and **bold** renders.
+"""
+# The "fail once" prompt: the model refuses the first request, then answers (the UI's Retry).
+fail_once = {"armed": True}
 # The page server's guide URL, once it listens (the scripted model fetches it).
 guide_url: list[str] = []
 
@@ -143,6 +161,15 @@ def respond(body: dict[str, Any]) -> Turn:
             return Turn.say("The researcher says the answer is 42.", **pieces)
         name = delegation[0]
         return Turn.call(ToolCall(name, _arguments(tools[name])))
+    if "markdown" in prompt.lower():
+        return Turn.say(MARKDOWN, **pieces)
+    if "fail once" in prompt.lower():
+        if fail_once["armed"]:
+            fail_once["armed"] = False
+            return Turn.fail(400, "scripted refusal for the retry test")
+        return Turn.say("Second try worked.", **pieces)
+    if "edited question" in prompt.lower():
+        return Turn.say("Answer to the edited question.", **pieces)
     if "repository" in prompt.lower():
         return _repository_turn(messages, **pieces)
     if "slow" in prompt.lower():
@@ -274,6 +301,13 @@ async def test_the_web_ui_in_a_real_browser(stack: tuple[Stack, ModelGateway, Ht
     for expected in (
         "first-use model pick",
         "model picker",
+        "empty new chat not persisted",
+        "markdown answer",
+        "failure then retry",
+        "edit and resend",
+        "chat remembers its model",
+        "sessions grouped and searchable",
+        "narrow picker shows the model",
         "streamed text",
         "delegation",
         "stop",
