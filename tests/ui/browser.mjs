@@ -145,6 +145,9 @@ let chatSessionId = null;
 
 /** New chat, then a first message: the session exists from then on. Its id. */
 async function newSession(text) {
+  if (!(await page.getByRole("button", { name: "New chat" }).isVisible())) {
+    await page.goto(`${url}/#/chat`);
+  }
   await page.getByRole("button", { name: "New chat" }).click();
   await page.waitForFunction(() => location.hash === "#/chat");
   const before = page.url();
@@ -619,7 +622,7 @@ try {
     const error = field.locator('[data-testid="field-error"]');
     await error.waitFor({ timeout: 10_000 });
     const message = await error.innerText();
-    check(/greater than or equal to 2/.test(message), `unexpected field error "${message}"`);
+    check(/^Must be at least 2\.$/.test(message), `the field error is not in words: "${message}"`);
     check((await field.getByRole("spinbutton").getAttribute("aria-invalid")) === "true", "the field is not marked invalid");
     await page.screenshot({ path: resolve(outDir, "settings-1440.png") });
     await page.setViewportSize(NARROW);
@@ -635,10 +638,40 @@ try {
     await field.getByRole("spinbutton").fill(String(valid));
     await form.getByRole("button", { name: "Save", exact: true }).click();
     await form.locator('[data-testid="submit-status"][data-state="saved"]').waitFor({ timeout: 10_000 });
+    const report = await form.locator('[data-testid="submit-status"]').innerText();
+    check(report.includes("Supervisor max steps"), `the save does not say what was saved: "${report}"`);
+    check(await form.getByRole("button", { name: "Save", exact: true }).isDisabled(), "Save stays enabled with nothing changed");
     check((await error.count()) === 0, "the field error stayed after a valid save");
     ({ body: settings } = await apiGet("/api/settings/agent-runtime"));
     check(settings.supervisorMaxSteps === valid, `the saved value is ${settings.supervisorMaxSteps}, not ${valid}`);
-    return `shown beside the field: "${message}"; ${valid} saved`;
+    return `shown beside the field: "${message}"; ${valid} saved ("${report}")`;
+  });
+
+  await step("unsaved changes warning", ["setting validation error"], async () => {
+    await page.goto(`${url}/#/settings/agent-runtime`);
+    const form = page.locator('form[data-form="AgentRuntimeSettingsPatch"]');
+    const field = form.locator('[data-field="supervisorMaxSteps"]');
+    await field.waitFor();
+    check(await form.getByRole("button", { name: "Save", exact: true }).isDisabled(), "Save is enabled before any change");
+    const groups = await form.locator("legend").allInnerTexts();
+    check(groups[0] === "Model" && groups.includes("Background tasks"), `the fields are grouped as ${JSON.stringify(groups)}`);
+    const before = await field.getByRole("spinbutton").inputValue();
+    await field.getByRole("spinbutton").fill(String(Number(before) + 1));
+    await page.getByRole("link", { name: "Memory compaction" }).click();
+    const dialog = page.getByRole("dialog", { name: "Leave without saving?" });
+    await dialog.waitFor({ timeout: 5_000 });
+    await page.screenshot({ path: resolve(outDir, "settings-unsaved-1440.png") });
+    await dialog.getByRole("button", { name: "Cancel" }).click();
+    check(new URL(page.url()).hash === "#/settings/agent-runtime", `cancelling left the page for ${page.url()}`);
+    check((await field.getByRole("spinbutton").inputValue()) === String(Number(before) + 1), "the edit was lost after cancelling");
+    await page.getByRole("link", { name: "Memory compaction" }).click();
+    await dialog.getByRole("button", { name: "Leave without saving" }).click();
+    await page.waitForFunction(() => location.hash === "#/settings/memory");
+    const memory = page.locator('form[data-form="MemorySettingsPatch"] [data-field]').first();
+    check((await memory.getAttribute("data-field")) === "enabled", `the memory form starts with ${await memory.getAttribute("data-field")}, not its enable switch`);
+    const { body } = await apiGet("/api/settings/agent-runtime");
+    check(String(body.supervisorMaxSteps) === before, "the unsaved edit was stored");
+    return `asked before leaving; cancel kept the edit, leave dropped it; groups ${groups.join(", ")}`;
   });
 
   await step("schedule with a cron error and the server's next runs", ["api key prompt"], async () => {
@@ -663,6 +696,11 @@ try {
     check(stored && stored.nextRuns.length > 0, "the server has no next runs for the schedule");
     const shown = await item.locator('[data-testid="next-runs"] time').evaluateAll((nodes) => nodes.map((node) => node.getAttribute("datetime")));
     check(shown.length > 0 && shown.every((run, index) => run === stored.nextRuns[index]), "the next runs shown are not the server's");
+    await item.getByRole("button", { name: "Pause" }).click();
+    await item.locator('[data-testid="schedule-paused"]').waitFor({ timeout: 10_000 });
+    check((await item.locator('[data-testid="next-runs"]').count()) === 0, "a paused schedule still lists next runs");
+    check((await item.locator('[data-testid="schedule-state"]').innerText()) === "paused", "the paused schedule is not marked paused");
+    await page.screenshot({ path: resolve(outDir, "schedule-paused-1440.png") });
     await item.getByRole("button", { name: "Delete" }).click();
     await page.getByRole("dialog", { name: "Delete this schedule?" }).getByRole("button", { name: "Delete" }).click();
     await item.waitFor({ state: "detached" });
@@ -697,6 +735,13 @@ try {
     const other = models.models.find((model) => model !== models.defaultModel);
     check(other, "the catalog lists only one model");
     const id = await newSession("Which model answers this chat?");
+    // No hook ran in this chat: the timeline says how hooks are configured.
+    await page.getByRole("button", { name: "Hook timeline" }).click();
+    const empty = page.locator('[data-testid="hooks-empty"]');
+    await empty.waitFor({ timeout: 10_000 });
+    check((await empty.innerText()).includes("POPAGENT_HOOKS"), "the empty timeline does not say how to configure hooks");
+    await page.screenshot({ path: resolve(outDir, "hooks-empty-1440.png") });
+    await page.getByRole("button", { name: "Hook timeline" }).click();
     await page.locator('[data-testid="model-picker"]').selectOption(other);
     await send("And this one, with the other model?");
     await waitTurnOver();

@@ -84,7 +84,9 @@ def add(a, b):
     return a + b
 ```
 
-<script>window.__injected = true</script><b>raw html</b> stays text, and **bold** renders.
+<script>window.__injected = true</script>
+
+Inline <b>raw html</b> is dropped, and **bold** renders.
 """
 # The "fail once" prompt: the model refuses the first request, then answers (the UI's Retry).
 fail_once = {"armed": True}
@@ -308,6 +310,7 @@ async def test_the_web_ui_in_a_real_browser(stack: tuple[Stack, ModelGateway, Ht
         "chat remembers its model",
         "sessions grouped and searchable",
         "narrow picker shows the model",
+        "unsaved changes warning",
         "streamed text",
         "delegation",
         "stop",

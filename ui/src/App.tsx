@@ -1,8 +1,11 @@
+import { useQueryClient } from "@tanstack/react-query";
 import { useCallback, useEffect, useRef, useState } from "react";
 import { api } from "./api/client";
 import { ChatPage } from "./chat/ChatPage";
 import { initialModel } from "./chat/ModelPicker";
 import { ApiKeyDialog } from "./common/ApiKeyDialog";
+import { useConfirm } from "./common/confirm";
+import { clearUnsaved, hasUnsaved } from "./common/unsaved";
 import { Icon } from "./common/Icon";
 import { useLoad } from "./common/useLoad";
 import { href, useRoute } from "./route";
@@ -34,6 +37,30 @@ export function App() {
   );
   const main = useRef<HTMLElement>(null);
 
+  // Following a link inside the app with unsaved edits asks first (closing the tab asks too).
+  const [leaveDialog, confirm] = useConfirm();
+  useEffect(() => {
+    const onClick = (event: MouseEvent) => {
+      const link = (event.target as Element | null)?.closest?.("a[href^='#']");
+      const target = link?.getAttribute("href");
+      const unsaved = hasUnsaved();
+      if (!target || target === window.location.hash || !unsaved.length || event.defaultPrevented) return;
+      event.preventDefault();
+      void confirm({
+        title: "Leave without saving?",
+        message: <p>Your changes to {unsaved.join(", ")} are not saved yet. Leave this page and lose them?</p>,
+        confirmLabel: "Leave without saving",
+        danger: true,
+      }).then((leave) => {
+        if (!leave) return;
+        clearUnsaved();
+        window.location.hash = target;
+      });
+    };
+    document.addEventListener("click", onClick, true);
+    return () => document.removeEventListener("click", onClick, true);
+  }, [confirm]);
+
   // Moving to another page puts focus on its main region, as a page load would.
   const page = route.page === "chat" ? `chat:${route.sessionId ?? ""}` : route.page;
   const firstPage = useRef(true);
@@ -46,7 +73,9 @@ export function App() {
     if (route.page !== "chat") main.current?.focus();
   }, [page, route.page]);
 
-  const refreshSessions = useCallback(() => void sessions.reload(), [sessions.reload]);
+  // Every sessions list (active, archived, per workspace) is stale after a change.
+  const queries = useQueryClient();
+  const refreshSessions = useCallback(() => void queries.invalidateQueries({ queryKey: ["sessions"] }), [queries]);
   const sessionId = route.page === "chat" ? route.sessionId : null;
 
   return (
@@ -118,6 +147,7 @@ export function App() {
         </main>
       </div>
       <ApiKeyDialog />
+      {leaveDialog}
     </div>
   );
 }

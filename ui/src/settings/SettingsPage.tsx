@@ -14,6 +14,22 @@ import { FORM_FIELDS, PatchForm, type FieldInputProps } from "../common/forms";
 import { useLoad } from "../common/useLoad";
 import { href } from "../route";
 import { Memories } from "./Memories";
+import { ThisBrowser } from "./ThisBrowser";
+
+const RUNTIME_GROUPS = [
+  { title: "Model", fields: ["defaultModel"] },
+  { title: "Steps and tools", fields: ["supervisorMaxSteps", "specialistMaxSteps", "maxConcurrentToolCalls", "maxProcessorRetries", "commandTimeoutMs"] },
+  { title: "Delegation", fields: ["delegationContextMaxChars", "delegationResultMaxChars", "delegationFailureText", "delegationTruncationText", "finalResponseFeedback"] },
+  {
+    title: "Background tasks",
+    fields: ["taskConcurrency", "taskAttemptTimeoutMs", "taskRetryBaseMs", "taskRetryCapMs", "taskPollIntervalMs", "taskHeartbeatIntervalMs", "taskHeartbeatTimeoutMs", "taskAbortAckTimeoutMs"],
+  },
+];
+const MEMORY_GROUPS = [
+  { title: "Observational memory", fields: ["enabled", "retrievalScope", "rawHistoryRetentionMessages", "idleActivationSeconds", "activateOnProviderChange", "sharedBudget", "temporalMarkers", "forwardAttachments"] },
+  { title: "Observation", fields: ["observationMessageTokens", "observationBufferActivation", "observationBlockAfter", "asyncObservationEnabled", "previousObservationMaxTokens", "observerInstructions"] },
+  { title: "Reflection", fields: ["reflectionObservationTokens", "reflectionBufferActivation", "reflectionBlockAfter", "asyncReflectionEnabled", "reflectorInstructions"] },
+];
 
 // `modelsChanged`: a save that can change what GET /api/models reports (the default, an override).
 type Section = {
@@ -145,6 +161,8 @@ const SECTIONS: Section[] = [
             value={value}
             onSave={(patch) => api.patchAgentRuntime(patch as AgentRuntimeSettingsPatch)}
             onSaved={modelsChanged}
+            groups={RUNTIME_GROUPS}
+            labels={{ defaultModel: "Default model", maxProcessorRetries: "Output retries", finalResponseFeedback: "Final answer reminder" }}
             custom={{ defaultModel: modelSelect(models) }}
           />
         )}
@@ -164,6 +182,8 @@ const SECTIONS: Section[] = [
             description="Stored for observational memory (compacting old messages into observations), which comes with its own issue: no turn reads these settings yet."
             value={value}
             onSave={(patch) => api.patchMemorySettings(patch as MemorySettingsPatch)}
+            groups={MEMORY_GROUPS}
+            labels={{ enabled: "Enable observational memory" }}
           />
         )}
       </Loading>
@@ -183,6 +203,7 @@ const SECTIONS: Section[] = [
             description="Stored for the learning loop (evolution, skill creation, contained self-update), which comes with its own issue: nothing acts on them yet."
             value={value}
             onSave={(patch) => api.patchAutonomy(patch as AutonomySettingsPatch)}
+            order={["evolutionEnabled", "skillCreationEnabled", "selfUpdateEnabled", "selfUpdateCron"]}
           />
         )}
       </Loading>
@@ -201,16 +222,18 @@ const SECTIONS: Section[] = [
             description="Stored for the browser, which comes with its own issue: no agent has a browser tool yet."
             value={value}
             onSave={(patch) => api.patchBrowser(patch as BrowserSettingsPatch)}
+            labels={{ enabled: "Enable the browser" }}
           />
         )}
       </Loading>
     ),
   },
+  { id: "this-browser", label: "This browser", form: "", render: (_models, modelsChanged) => <ThisBrowser onModelsChanged={modelsChanged} /> },
 ];
 
 export function SettingsPage(props: { section: string | null; models: ModelsOut | undefined; onModelsChanged: () => void }) {
   // A section whose body the gateway does not describe is not offered.
-  const sections = SECTIONS.filter((section) => FORM_FIELDS[section.form]);
+  const sections = SECTIONS.filter((section) => !section.form || FORM_FIELDS[section.form]);
   const current = sections.find((section) => section.id === props.section) ?? sections[0];
   return (
     <div className="page settings-page">
