@@ -1,5 +1,6 @@
 import { useQueryClient } from "@tanstack/react-query";
-import { useCallback, useEffect, useRef, useState } from "react";
+import { Suspense, useCallback, useEffect, useRef, useState } from "react";
+import type { ModelsOut, WorkspaceOut } from "./api/types";
 import { api } from "./api/client";
 import { ChatPage } from "./chat/ChatPage";
 import { initialModel } from "./chat/ModelPicker";
@@ -8,7 +9,8 @@ import { useConfirm } from "./common/confirm";
 import { clearUnsaved, hasUnsaved } from "./common/unsaved";
 import { Icon } from "./common/Icon";
 import { useLoad } from "./common/useLoad";
-import { href, useRoute } from "./route";
+import { PAGES } from "./pages";
+import { pageIdOf, useRoute } from "./route";
 import { Sidebar } from "./sessions/Sidebar";
 import { SettingsPage } from "./settings/SettingsPage";
 import { TasksPage } from "./tasks/TasksPage";
@@ -25,8 +27,10 @@ export function App() {
   // a listed model when the model gateway does not offer the default (the notice asks to save one).
   const [model, setModel] = useState("");
   useEffect(() => {
-    if (!model && models.data) setModel(initialModel(models.data));
-  }, [model, models.data]);
+    // Functional: an open chat may have just restored its own model in this same commit.
+    const data = models.data;
+    if (data) setModel((current) => current || initialModel(data));
+  }, [models.data]);
   const refreshModels = useCallback(() => void models.reload(), [models.reload]);
   const saveDefault = useCallback(
     async (picked: string) => {
@@ -62,7 +66,7 @@ export function App() {
   }, [confirm]);
 
   // Moving to another page puts focus on its main region, as a page load would.
-  const page = route.page === "chat" ? `chat:${route.sessionId ?? ""}` : route.page;
+  const page = route.page === "chat" ? `chat:${route.sessionId ?? ""}` : pageIdOf(route);
   const firstPage = useRef(true);
   useEffect(() => {
     setDrawerOpen(false);
@@ -100,15 +104,11 @@ export function App() {
           popagent
         </a>
         <nav className="main-nav" aria-label="Main">
-          <a href={href({ page: "chat", sessionId: null })} aria-current={route.page === "chat" ? "page" : undefined}>
-            Chat
-          </a>
-          <a href={href({ page: "tasks" })} aria-current={route.page === "tasks" ? "page" : undefined}>
-            Tasks
-          </a>
-          <a href={href({ page: "settings", section: null })} aria-current={route.page === "settings" ? "page" : undefined}>
-            Settings
-          </a>
+          {PAGES.map((entry) => (
+            <a key={entry.id} href={`#/${entry.id}`} aria-current={pageIdOf(route) === entry.id ? "page" : undefined}>
+              {entry.label}
+            </a>
+          ))}
         </nav>
       </header>
       <div className="layout">
@@ -144,10 +144,31 @@ export function App() {
           ) : null}
           {route.page === "tasks" ? <TasksPage models={models.data} workspaces={workspaces.data?.workspaces ?? []} /> : null}
           {route.page === "settings" ? <SettingsPage section={route.section} models={models.data} onModelsChanged={refreshModels} /> : null}
+          {route.page === "other" ? <OtherPage id={route.id} rest={route.rest} models={models.data} workspaces={workspaces.data?.workspaces ?? []} /> : null}
         </main>
       </div>
       <ApiKeyDialog />
       {leaveDialog}
     </div>
+  );
+}
+
+/** A page of pages.tsx drawn by its own `render`, behind Suspense for its lazy chunk. */
+function OtherPage(props: { id: string; rest: string | null; models: ModelsOut | undefined; workspaces: WorkspaceOut[] }) {
+  const entry = PAGES.find((candidate) => candidate.id === props.id);
+  if (!entry?.render) {
+    return (
+      <div className="page">
+        <h1>Page not found</h1>
+        <p>
+          There is no page at <code>#/{props.id}</code>. <a href="#/chat">Go to the chat</a>.
+        </p>
+      </div>
+    );
+  }
+  return (
+    <Suspense fallback={<p className="page muted">Loading…</p>}>
+      {entry.render({ rest: props.rest, models: props.models, workspaces: props.workspaces })}
+    </Suspense>
   );
 }
