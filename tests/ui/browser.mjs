@@ -314,6 +314,27 @@ try {
     return `table ${headers.join("|")}, python block highlighted (${await block.locator(".hljs-keyword").count()} keywords), raw HTML not rendered`;
   });
 
+  await step("feedback and trace link", ["markdown answer"], async () => {
+    const answer = assistants().filter({ has: page.locator('[data-testid="markdown"] table') }).last();
+    const trace = answer.locator('[data-testid="trace-link"]');
+    const target = (await trace.getAttribute("href")) ?? "";
+    check(/^#\/observability\/traces\/[0-9a-f]{32}$/.test(target), `the trace link is "${target}"`);
+    await answer.hover();
+    await answer.getByRole("button", { name: "Bad answer" }).click();
+    await answer.getByRole("textbox", { name: "Comment (optional)" }).fill("The table was too short.");
+    await answer.locator('[data-testid="feedback-send"]').click();
+    const given = answer.locator('[data-testid="feedback-given"]');
+    await given.waitFor({ timeout: 10_000 }).catch(() => undefined);
+    if (!(await given.count())) {
+      throw new StepFailed(`feedback was not saved: ${await answer.locator('[data-testid="feedback"]').innerText()}`);
+    }
+    const { status, body } = await apiGet(`/api/observability/feedback?sessionId=${encodeURIComponent(chatSessionId)}`);
+    check(status === 200, `GET /api/observability/feedback answered ${status}`);
+    const stored = body.feedback.find((item) => item.comment === "The table was too short.");
+    check(stored && stored.rating === "down" && target.endsWith(stored.traceId), `the stored feedback is ${JSON.stringify(stored)}`);
+    return `thumbs down with a comment stored for trace ${stored.traceId}`;
+  });
+
   await step("failure then retry", ["streamed text"], async () => {
     const question = "Please fail once, then answer.";
     await send(question);
@@ -809,6 +830,31 @@ try {
     check(!wide.length, `pages wider than 375px: ${JSON.stringify(wide)}`);
     await page.setViewportSize(WIDE);
     return `"${shown.value}" in ${Math.round(shown.width)}px (text ${Math.round(textWidth)}px); no page scrolls sideways`;
+  });
+
+  await step("task page readable", ["api key prompt"], async () => {
+    const created = await fetch(`${url}/api/tasks`, {
+      method: "POST",
+      headers: { "x-popagent-key": apiKey, "content-type": "application/json" },
+      body: JSON.stringify({ prompt: "Give me a markdown summary of the tools.", workspaceId: "popagent" }),
+    });
+    check(created.status === 201 || created.status === 200, `POST /api/tasks answered ${created.status}`);
+    const task = await created.json();
+    await page.goto(`${url}/#/tasks`);
+    const item = page.locator(`[data-testid="task-item"][data-task-id="${task.id}"]`);
+    await item.waitFor({ timeout: 15_000 });
+    await page.waitForFunction(
+      (id) => document.querySelector(`[data-testid="task-item"][data-task-id="${id}"]`)?.getAttribute("data-status") === "completed",
+      task.id,
+      { timeout: 60_000 },
+    );
+    const prompt = await item.locator(".task-prompt").innerText();
+    check(prompt.includes("markdown summary of the tools"), `the task shows its prompt as "${prompt}"`);
+    const result = item.locator('[data-testid="task-result"] [data-testid="markdown"] table');
+    await result.waitFor({ timeout: 15_000 });
+    await item.scrollIntoViewIfNeeded();
+    await page.screenshot({ path: resolve(outDir, "task-1440.png") });
+    return `task ${task.id} completed; its result renders as Markdown (a table)`;
   });
 
   await step("no outside requests", [], async () => {

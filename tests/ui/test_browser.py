@@ -4,11 +4,18 @@ The test starts a private NATS, a fresh database, the scripted model server, an 
 receiver that denies the clock tool, and the seven services as real processes (the
 launcher's `Stack`); the gateway serves the built UI (ui/dist) at `/`. Then
 tests/ui/browser.mjs drives Debian's headless Chromium through playwright-core: the API
-key prompt, the first-use model pick (the seeded default is not in the catalog), the model picker, streamed text, a delegation, Stop, the hook timeline of a
-denied tool call, a stale save's revision conflict, a reload that keeps the delegation
-activity, rename/archive/delete of sessions, a settings validation error, a schedule's
-cron error and next runs, and long-term memories. Screenshots of the chat and the settings page
-at 1440 and 375 px wide go to tests/output/ui/.
+key prompt (kept per browser), the first run (the seeded default is not in the catalog: the
+first message goes out on the picked model, then one click saves it as the default), the
+model picker without the catalog's embedding model, an empty "New chat" that stores nothing,
+streamed text, a Markdown answer (table, highlighted code, raw HTML not rendered), a failed
+turn kept in the session then Retry with one stored question, edit and resend, workspace tools,
+a delegation, Stop, the hook timeline of a denied tool call and the empty timeline's help, web
+search and fetch views, a stale save's revision conflict, a reload that keeps the delegation
+activity, a chat that reopens on its model, sessions grouped by date and searched by title
+with actions in a menu, rename/archive/delete, settings (errors in words, Save only when
+changed, the unsaved-edit warning), a paused schedule, long-term memories, and the 375 px
+layout (the picker shows the model, no page scrolls sideways). Screenshots of each step go to
+tests/output/ui/.
 
 Needs: `npm ci --prefix ui && npm --prefix ui run build` (make test does both) and
 `/usr/bin/chromium` (Debian's chromium package).
@@ -305,12 +312,14 @@ async def test_the_web_ui_in_a_real_browser(stack: tuple[Stack, ModelGateway, Ht
         "model picker",
         "empty new chat not persisted",
         "markdown answer",
+        "feedback and trace link",
         "failure then retry",
         "edit and resend",
         "chat remembers its model",
         "sessions grouped and searchable",
         "narrow picker shows the model",
         "unsaved changes warning",
+        "task page readable",
         "streamed text",
         "delegation",
         "stop",
