@@ -362,6 +362,39 @@ try {
     return `"${said.replace(/\s+/g, " ").slice(0, 100)}" shown once, Retry answered, one user message stored`;
   });
 
+  await step("refused turn kept", ["streamed text"], async () => {
+    // The gateway refuses an unknown model before the turn starts (HTTP 400): the request's
+    // model is rewritten on its way out, as a stale tab would send it.
+    const rewrite = async (route) => {
+      const body = JSON.parse(route.request().postData() ?? "{}");
+      await route.continue({ postData: JSON.stringify({ ...body, model: "gone/model-no-longer-listed" }) });
+    };
+    await page.route("**/api/chat", rewrite);
+    const question = "A question asked with a model the gateway no longer lists.";
+    await send(question);
+    await waitTurnOver(60_000, true);
+    await page.unroute("**/api/chat", rewrite);
+    const failure = page.locator('[data-testid="message-failure"], [data-testid="chat-error"]');
+    await failure.first().waitFor({ timeout: 15_000 });
+    check((await failure.count()) === 1, `the error shows ${await failure.count()} times`);
+    const said = await failure.first().innerText();
+    check(said.includes("gone/model-no-longer-listed"), `the refusal does not name the model: "${said}"`);
+    await waitSaved();
+    let { body: session } = await apiGet(`/api/sessions/${encodeURIComponent(chatSessionId)}`);
+    const last = session.messages[session.messages.length - 1];
+    check(last.role === "assistant" && last.metadata?.failure, `the refused question is left unanswered: ${JSON.stringify(last).slice(0, 200)}`);
+    await page.screenshot({ path: resolve(outDir, "refused-1440.png") });
+    await failure.first().getByRole("button", { name: "Retry" }).click();
+    await waitTurnOver();
+    await waitSaved();
+    ({ body: session } = await apiGet(`/api/sessions/${encodeURIComponent(chatSessionId)}`));
+    const asked = session.messages.filter((message) => message.role === "user" && message.parts.some((part) => part.text === question));
+    check(asked.length === 1, `the question is stored ${asked.length} times`);
+    const answer = session.messages[session.messages.length - 1];
+    check(answer.role === "assistant" && !answer.metadata?.failure, "the retried turn is not answered");
+    return `"${said.replace(/\s+/g, " ").slice(0, 120)}" kept as a failure record; Retry answered it`;
+  });
+
   await step("edit and resend", ["streamed text"], async () => {
     await send("An original question to edit.");
     await waitTurnOver();

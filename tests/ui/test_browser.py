@@ -314,6 +314,7 @@ async def test_the_web_ui_in_a_real_browser(stack: tuple[Stack, ModelGateway, Ht
         "markdown answer",
         "feedback and trace link",
         "failure then retry",
+        "refused turn kept",
         "edit and resend",
         "chat remembers its model",
         "sessions grouped and searchable",
