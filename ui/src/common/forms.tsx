@@ -42,8 +42,13 @@ export function hintOf(spec: FieldSpec, lengths = true): string {
   return parts.join(" · ");
 }
 
+/** Internal field names in a description ("greater than taskHeartbeatIntervalMs") as labels. */
+function humanizeNames(text: string): string {
+  return text.replace(/\b[a-z]+(?:[A-Z][a-z0-9]*)+\b/g, (name) => humanize(name).toLowerCase());
+}
+
 function sentence(text: string): string {
-  const trimmed = text.trim();
+  const trimmed = humanizeNames(text.trim());
   return trimmed.charAt(0).toUpperCase() + trimmed.slice(1);
 }
 
@@ -313,6 +318,7 @@ export function PatchForm<Out extends object>(props: {
         { title: "Other", specs: specs.filter(([name]) => !grouped.has(name)) },
       ].filter((section) => section.specs.length)
     : [{ title: props.title, specs }];
+  const failedFields = submit.state.kind === "failed" ? specs.filter(([name]) => submit.errors[name]).map(([name]) => labelOf(name)) : [];
   const unshown = Object.entries(submit.errors)
     .filter(([name]) => !specs.some(([field]) => field === name))
     .map(([name, message]) => (name ? `${humanize(name)}: ${message}` : message));
@@ -336,7 +342,7 @@ export function PatchForm<Out extends object>(props: {
         <button type="button" className="ghost" disabled={!Object.keys(draft).length} onClick={() => { setDraft({}); submit.setState({ kind: "idle" }); submit.setErrors({}); }}>
           Discard changes
         </button>
-        <SubmitStatus state={submit.state} unshown={unshown} />
+        <SubmitStatus state={failedFields.length && !unshown.length ? { kind: "failed", reason: `check ${failedFields.join(", ")} (marked above)` } : submit.state} unshown={unshown} />
       </div>
     </form>
   );
