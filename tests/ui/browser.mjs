@@ -417,6 +417,24 @@ try {
     return "edited in place, answered, stored once in place of the original";
   });
 
+  await step("generic tool view", ["streamed text"], async () => {
+    await send("Please remember that I like green tea.");
+    await waitTurnOver();
+    const row = assistants().last().locator('[data-testid="tool-call"][data-tool="remember"]');
+    await row.waitFor({ timeout: 10_000 });
+    const summary = await row.locator("summary").innerText();
+    check(summary.includes("The user likes green tea."), `the row says "${summary}"`);
+    await row.locator("summary").click();
+    const fields = row.locator(".readable-field");
+    await fields.first().waitFor();
+    const text = await row.locator(".tool-body").innerText();
+    check(/stored\s+yes/i.test(text), `the result is not readable: "${text}"`);
+    check(!text.includes("{"), `the result shows raw JSON: "${text}"`);
+    await page.screenshot({ path: resolve(outDir, "tool-generic-1440.png") });
+    await waitSaved();
+    return summary.replace(/\s+/g, " ");
+  });
+
   await step("workspace tools", ["streamed text"], async () => {
     await send("Fix the add function in the repository.");
     await waitTurnOver();
@@ -432,6 +450,10 @@ try {
     check(((await command.locator(".command-output pre").textContent()) ?? "").trim() === "5", "the command's output is not 5");
     const tree = await last.locator('[data-testid="workspace-tree"] li').allTextContents();
     check(tree.some((item) => item.startsWith("calc.py")), `the listing tree is ${JSON.stringify(tree)}`);
+    await last.locator('[data-testid="tool-call"][data-tool="mastra_workspace_edit_file"] > summary').click();
+    await last.locator('[data-testid="tool-call"][data-tool="mastra_workspace_execute_command"] > summary').click();
+    await last.scrollIntoViewIfNeeded();
+    await page.screenshot({ path: resolve(outDir, "tools-1440.png") });
     const header = (await page.locator('[data-testid="session-workspace"]').textContent()) ?? "";
     check(header.includes("popagent"), `the session header shows "${header}"`);
     await waitSaved();
@@ -463,6 +485,8 @@ try {
     check(/research/i.test(text), `the activity does not name the researcher: "${text}"`);
     const answer = await assistants().last().innerText();
     check(answer.includes("The researcher says the answer is 42."), `supervisor answer missing: "${answer.slice(0, 200)}"`);
+    await assistants().last().scrollIntoViewIfNeeded();
+    await page.screenshot({ path: resolve(outDir, "delegation-1440.png") });
     await waitSaved();
     return `activity: ${text.replace(/\s+/g, " ").slice(0, 80)}`;
   });
@@ -888,6 +912,25 @@ try {
     await item.scrollIntoViewIfNeeded();
     await page.screenshot({ path: resolve(outDir, "task-1440.png") });
     return `task ${task.id} completed; its result renders as Markdown (a table)`;
+  });
+
+  await step("api key changed per browser", ["api key prompt"], async () => {
+    await page.goto(`${url}/#/settings/this-browser`);
+    const form = page.locator('form[data-form="ApiKey"]');
+    await form.waitFor({ timeout: 10_000 });
+    check((await form.locator('[data-testid="api-key-state"]').innerText()).includes(apiKey.slice(-4)), "the stored key is not shown as stored");
+    await form.getByLabel("New API key").fill(apiKey);
+    await form.getByRole("button", { name: "Save key" }).click();
+    await form.locator('[data-testid="submit-status"][data-state="saved"]').waitFor();
+    await page.screenshot({ path: resolve(outDir, "this-browser-1440.png") });
+    // Another tab of the same browser uses the key without asking.
+    const other = await context.newPage();
+    await other.goto(`${url}/#/chat`);
+    await other.locator('[data-testid="session-list"]').waitFor({ timeout: 15_000 });
+    const asked = await other.getByRole("dialog", { name: "API key needed" }).isVisible();
+    await other.close();
+    check(!asked, "a second tab asked for the key again");
+    return "saved from Settings → This browser; a second tab used it without asking";
   });
 
   await step("no outside requests", [], async () => {

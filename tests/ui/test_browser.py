@@ -170,6 +170,10 @@ def respond(body: dict[str, Any]) -> Turn:
             return Turn.say("The researcher says the answer is 42.", **pieces)
         name = delegation[0]
         return Turn.call(ToolCall(name, _arguments(tools[name])))
+    if "remember that" in prompt.lower():
+        if after_tool:
+            return Turn.say("Noted: you like green tea.", **pieces)
+        return Turn.call(ToolCall("remember", {"content": "The user likes green tea."}))
     if "markdown" in prompt.lower():
         return Turn.say(MARKDOWN, **pieces)
     if "fail once" in prompt.lower():
@@ -316,6 +320,8 @@ async def test_the_web_ui_in_a_real_browser(stack: tuple[Stack, ModelGateway, Ht
         "failure then retry",
         "refused turn kept",
         "edit and resend",
+        "generic tool view",
+        "api key changed per browser",
         "chat remembers its model",
         "sessions grouped and searchable",
         "narrow picker shows the model",
