@@ -1,5 +1,5 @@
 import { useQueryClient } from "@tanstack/react-query";
-import { Suspense, useCallback, useEffect, useRef, useState } from "react";
+import { Suspense, lazy, useCallback, useEffect, useRef, useState } from "react";
 import type { ModelsOut, WorkspaceOut } from "./api/types";
 import { api } from "./api/client";
 import { ChatPage } from "./chat/ChatPage";
@@ -12,8 +12,9 @@ import { useLoad } from "./common/useLoad";
 import { PAGES } from "./pages";
 import { pageIdOf, useRoute } from "./route";
 import { Sidebar } from "./sessions/Sidebar";
-import { SettingsPage } from "./settings/SettingsPage";
-import { TasksPage } from "./tasks/TasksPage";
+// Tasks and settings are their own chunks: the chat's first paint does not wait for them.
+const SettingsPage = lazy(() => import("./settings/SettingsPage").then((module) => ({ default: module.SettingsPage })));
+const TasksPage = lazy(() => import("./tasks/TasksPage").then((module) => ({ default: module.TasksPage })));
 
 export function App() {
   const route = useRoute();
@@ -142,8 +143,10 @@ export function App() {
               onSessionsChanged={refreshSessions}
             />
           ) : null}
-          {route.page === "tasks" ? <TasksPage models={models.data} workspaces={workspaces.data?.workspaces ?? []} /> : null}
-          {route.page === "settings" ? <SettingsPage section={route.section} models={models.data} onModelsChanged={refreshModels} /> : null}
+          <Suspense fallback={<p className="page muted">Loading…</p>}>
+            {route.page === "tasks" ? <TasksPage models={models.data} workspaces={workspaces.data?.workspaces ?? []} /> : null}
+            {route.page === "settings" ? <SettingsPage section={route.section} models={models.data} onModelsChanged={refreshModels} /> : null}
+          </Suspense>
           {route.page === "other" ? <OtherPage id={route.id} rest={route.rest} models={models.data} workspaces={workspaces.data?.workspaces ?? []} /> : null}
         </main>
       </div>
