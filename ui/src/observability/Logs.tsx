@@ -41,6 +41,7 @@ export function Logs(props: { params: URLSearchParams }) {
   const traceId = filters.traceId.trim();
   const badTrace = traceId !== "" && !isTraceId(traceId);
   const list = useLoad(
+    ["observability", "logs", filters, window, cursor],
     () =>
       badTrace
         ? Promise.reject(new Error("A trace id is 32 hex digits."))
@@ -52,7 +53,6 @@ export function Logs(props: { params: URLSearchParams }) {
             cursor,
             limit: PAGE,
           }),
-    [filters, window, cursor],
   );
 
   function apply(event: FormEvent) {

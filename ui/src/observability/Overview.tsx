@@ -109,8 +109,8 @@ function Health(props: { health: ObservabilityHealthOut | undefined; error: Erro
 
 export function Overview() {
   const [window, setWindow] = useState<Window>(DEFAULT_WINDOW);
-  const overview = useLoad(() => obsApi.overview(windowParams(window)), [window]);
-  const health = useLoad(obsApi.health, []);
+  const overview = useLoad(["observability", "overview", window], () => obsApi.overview(windowParams(window)));
+  const health = useLoad(["observability", "health"], obsApi.health);
   const data = overview.data;
   const chart = useMemo(() => (data ? buckets(data) : null), [data]);
   const tokens = data?.tokens ?? [];

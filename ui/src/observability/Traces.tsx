@@ -31,6 +31,7 @@ export function Traces(props: { params: URLSearchParams }) {
   const [cursors, setCursors] = useState<string[]>([]);
   const cursor = cursors.length ? cursors[cursors.length - 1] : undefined;
   const list = useLoad(
+    ["observability", "traces", filters, window, cursor, limit],
     () =>
       obsApi.traces({
         ...windowParams(window),
@@ -40,7 +41,6 @@ export function Traces(props: { params: URLSearchParams }) {
         cursor,
         limit,
       }),
-    [filters, window, cursor],
   );
 
   function apply(event: FormEvent) {

@@ -92,7 +92,9 @@ function SpanDetails(props: { row: Row; color: string }) {
 export function Waterfall(props: { traceId: string }) {
   const { traceId } = props;
   const valid = isTraceId(traceId);
-  const trace = useLoad(() => (valid ? obsApi.trace(traceId) : Promise.reject(new Error("not a trace id (32 hex digits)"))), [traceId]);
+  const trace = useLoad(["observability", "trace", traceId], () =>
+    valid ? obsApi.trace(traceId) : Promise.reject(new Error("not a trace id (32 hex digits)")),
+  );
   const [selected, setSelected] = useState<string | null>(null);
   const layout = useMemo(() => (trace.data ? flatten(trace.data.roots) : null), [trace.data]);
   const services = useMemo(() => [...new Set(layout?.rows.map((r) => r.span.service) ?? [])].sort(), [layout]);
