@@ -15,7 +15,7 @@ import asyncpg
 import pytest
 from chat.helpers import chat, new_session, of_type, thread_rows
 
-from observability.test_routes import reading_gateway
+from observability.helpers import reading_gateway
 from popagent_agent_runner.llm.prices import ModelPrice, parse_prices
 from popagent_core.span_store import active_stats
 from support.model_gateway import ToolCall, Turn, Usage

@@ -8,7 +8,7 @@ import os
 import asyncpg
 import pytest
 
-from observability.test_retention import spans, store  # noqa: F401  (the store fixture)
+from observability.helpers import spans
 from popagent_core.span_store import (
     FIRST_BEAT_S,
     IDLE_HEARTBEAT_S,
@@ -26,7 +26,7 @@ async def _rows(dsn: str) -> list[asyncpg.Record]:
         await conn.close()
 
 
-async def test_the_heartbeat_carries_the_figures_often_while_they_change_and_seldom_when_idle(store: str) -> None:  # noqa: F811
+async def test_the_heartbeat_carries_the_figures_often_while_they_change_and_seldom_when_idle(store: str) -> None:
     processor = SpanStoreProcessor()
     writer = SpanStoreWriter(store, processor, service="popagent-probe", heartbeat_interval_s=0.2)
     loop = asyncio.get_running_loop()
@@ -65,7 +65,7 @@ async def test_the_heartbeat_carries_the_figures_often_while_they_change_and_sel
         await writer.close()
 
 
-async def test_a_failed_write_is_kept_in_the_heartbeat_after_export_resumes(store: str) -> None:  # noqa: F811
+async def test_a_failed_write_is_kept_in_the_heartbeat_after_export_resumes(store: str) -> None:
     processor = SpanStoreProcessor()
     down = SpanStoreWriter("postgresql://nobody@127.0.0.1:1/none", processor, service="popagent-probe")
     for span in spans(2, "lost"):

@@ -2,46 +2,14 @@
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 
+from observability.helpers import spans
 from popagent_core.settings import ProcessSettings, Retention
 from popagent_core.span_store import DAILY_S, STORE_SCHEMA, SpanStoreProcessor, SpanStoreWriter
-from popagent_dev.embedded import with_database
-
-
-def spans(count: int, prefix: str) -> list[ReadableSpan]:
-    collected: list[ReadableSpan] = []
-
-    class Keep(SpanStoreProcessor):
-        def on_end(self, span: ReadableSpan) -> None:
-            collected.append(span)
-
-    provider = TracerProvider()
-    provider.add_span_processor(Keep())
-    tracer = provider.get_tracer("test")
-    for index in range(count):
-        tracer.start_span(f"{prefix}-{index}").end()
-    return collected
-
-
-@pytest.fixture
-async def store(pg_dsn: str) -> AsyncIterator[str]:
-    name = f"popagent_obs_retain_{uuid.uuid4().hex[:10]}"
-    admin = await asyncpg.connect(pg_dsn)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-        try:
-            yield with_database(pg_dsn, name)
-        finally:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await admin.close()
 
 
 async def test_old_rows_and_rows_over_the_cap_are_removed_after_a_write(store: str) -> None:

@@ -2,36 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 from chat.helpers import chat, new_session
 
-from popagent_core.span_store import active_stats
+from observability.helpers import reading_gateway
 from popagent_gateway.settings import Settings as GatewaySettings
 from support.model_gateway import ToolCall, Turn
 from support.stacks import API_KEY, Stack, serve_gateway
 from support.tracing import collecting_spans
 from support.waiting import eventually
-
-
-@contextlib.asynccontextmanager
-async def reading_gateway(stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
-    """A gateway on the stack's services that reads the store this test process really exports to.
-
-    Several stacks share one test process and its one exporter (the first gateway started it), so
-    the stack's own observability database may hold none of this process's spans.
-    """
-    stats = active_stats()
-    assert stats is not None and stats.store_dsn
-    settings = GatewaySettings(**{**stack.gateway_env, "OBSERVABILITY_DATABASE_URL": stats.store_dsn})
-    async with (
-        serve_gateway(settings) as url,
-        httpx.AsyncClient(base_url=url, headers={"x-popagent-key": API_KEY}, timeout=30.0) as client,
-    ):
-        yield client
 
 
 def walk(nodes: list[dict[str, Any]], depth: int = 0) -> list[tuple[int, dict[str, Any]]]:

@@ -34,7 +34,7 @@ const browser = await chromium.launch({
 });
 const context = await browser.newContext({ viewport: WIDE });
 // The API key as the key prompt would have kept it.
-await context.addInitScript((key) => sessionStorage.setItem("popagent.apiKey", key), apiKey);
+await context.addInitScript((key) => localStorage.setItem("popagent.apiKey", key), apiKey);
 const page = await context.newPage();
 const pageErrors = [];
 page.on("pageerror", (error) => pageErrors.push(error.message));

@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from ui.helpers import OUTPUT, REPO, UI_DIST, prerequisites
 
 from popagent_dev import embedded
 from popagent_dev.embedded import free_port
@@ -43,12 +42,7 @@ from support.web_standins import Page, PageServer, SearxngStandIn, searxng_resul
 
 pytestmark = [pytest.mark.timeout(480), pytest.mark.xdist_group("stack")]
 
-REPO = Path(__file__).resolve().parents[2]
-UI_DIST = REPO / "ui" / "dist"
-PLAYWRIGHT = REPO / "ui" / "node_modules" / "playwright-core"
 DRIVER = Path(__file__).with_name("browser.mjs")
-OUTPUT = REPO / "tests" / "output" / "ui"
-CHROMIUM = Path(os.environ.get("POPAGENT_CHROMIUM", "/usr/bin/chromium"))
 
 API_KEY = "browser-test-key-" + "k" * 16
 DENY_PATH = "/pre-tool-use"
@@ -226,24 +220,11 @@ def _hooks_document(receiver: HttpsReceiver) -> str:
     )
 
 
-def _prerequisites() -> list[str]:
-    missing = []
-    if not (UI_DIST / "index.html").is_file():
-        missing.append(f"the built UI ({UI_DIST}/index.html): run `npm ci --prefix ui && npm --prefix ui run build`")
-    if not PLAYWRIGHT.is_dir():
-        missing.append(f"playwright-core ({PLAYWRIGHT}): run `npm ci --prefix ui`")
-    if not CHROMIUM.is_file():
-        missing.append(f"Chromium ({CHROMIUM}): run `apt-get install -y chromium`")
-    if shutil.which("node") is None:
-        missing.append("node")
-    return missing
-
-
 @pytest.fixture
 async def stack(
     tmp_path: Path, make_database: Any, nats_server: embedded.NatsProcess, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[tuple[Stack, ModelGateway, HttpsReceiver]]:
-    missing = _prerequisites()
+    missing = prerequisites()
     assert not missing, "the browser test needs: " + "; ".join(missing)
     dsn = await make_database()
     (tmp_path / "receiver").mkdir()

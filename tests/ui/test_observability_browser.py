@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 import pytest
-from ui.test_browser import CHROMIUM, OUTPUT, REPO, _prerequisites
+from ui.helpers import CHROMIUM, OUTPUT, REPO, prerequisites
 
 from popagent_core.topology import SERVICE_NAMES
 from popagent_dev import embedded
@@ -71,7 +71,7 @@ def respond(body: dict[str, Any]) -> Turn:
 async def stack(
     tmp_path: Path, make_database: Any, nats_server: embedded.NatsProcess, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[tuple[Stack, HttpsReceiver]]:
-    missing = _prerequisites()
+    missing = prerequisites()
     assert not missing, "the browser test needs: " + "; ".join(missing)
     dsn = await make_database()
     observability_dsn = await make_database()
