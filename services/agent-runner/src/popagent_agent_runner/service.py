@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from popagent.agent_runner.v1 import agent_runner_pb2_grpc
+from popagent.agent_runner.v1 import agent_runner_pb2_grpc, skills_pb2_grpc
 from popagent.browser_bridge.v1 import browser_bridge_pb2_grpc
 from popagent.events.v1 import events_pb2
 from popagent.hooks.v1 import hooks_pb2_grpc
@@ -18,6 +18,8 @@ from popagent_agent_runner.state import settings_rules
 from popagent_agent_runner.state.agents import AgentStore
 from popagent_agent_runner.state.sessions import SessionDeleter, SessionStarts, SessionStore
 from popagent_agent_runner.state.settings_store import ChangeFact, SingletonSettings
+from popagent_agent_runner.state.skills import SkillStore
+from popagent_agent_runner.state.skills_servicer import AgentRunnerSkillsServicer
 from popagent_agent_runner.state.state_servicer import AgentRunnerStateServicer
 from popagent_agent_runner.state.workspaces import AgentWorkspaceStore
 from popagent_agent_runner.task_turn import TaskServicer, TaskTurns
@@ -96,6 +98,9 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
             sandbox,
         )
         agent_runner_pb2_grpc.add_AgentRunnerStateServiceServicer_to_server(servicer, kernel.server)
+        skills_pb2_grpc.add_AgentRunnerSkillsServiceServicer_to_server(
+            AgentRunnerSkillsServicer(SkillStore(pool, QUERIES)), kernel.server
+        )
         web = await stack.enter_async_context(
             web_access(
                 searxng_url=settings.searxng_url,

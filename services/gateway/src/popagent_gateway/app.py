@@ -28,6 +28,7 @@ from popagent_gateway.routes import (
     schedules,
     secrets,
     sessions,
+    skills,
     tasks,
     workspaces,
 )
@@ -102,6 +103,7 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
         memories,
         settings_routes,
         agents,
+        skills,
         workspaces,
         tasks,
         schedules,

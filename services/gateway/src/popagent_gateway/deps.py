@@ -15,7 +15,7 @@ import grpc
 from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader
 
-from popagent.agent_runner.v1 import agent_runner_pb2_grpc
+from popagent.agent_runner.v1 import agent_runner_pb2_grpc, skills_pb2_grpc
 from popagent.browser_bridge.v1 import browser_bridge_pb2_grpc
 from popagent.evolution.v1 import evolution_pb2_grpc
 from popagent.hooks.v1 import hooks_pb2_grpc
@@ -101,6 +101,10 @@ async def get_agent_runner_state(request: Request) -> agent_runner_pb2_grpc.Agen
     return cached_stub(request, "agent-runner", agent_runner_pb2_grpc.AgentRunnerStateServiceStub)
 
 
+async def get_agent_runner_skills(request: Request) -> skills_pb2_grpc.AgentRunnerSkillsServiceStub:
+    return cached_stub(request, "agent-runner", skills_pb2_grpc.AgentRunnerSkillsServiceStub)
+
+
 async def get_model_catalog(request: Request) -> ModelCatalog:
     """The app's one model catalog cache, made on first use from the settings."""
     state = request.app.state
@@ -136,6 +140,7 @@ async def get_browser_bridge(request: Request) -> browser_bridge_pb2_grpc.Browse
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 AgentRunnerStub = Annotated[agent_runner_pb2_grpc.AgentRunnerServiceStub, Depends(get_agent_runner)]
 AgentRunnerStateStub = Annotated[agent_runner_pb2_grpc.AgentRunnerStateServiceStub, Depends(get_agent_runner_state)]
+AgentRunnerSkillsStub = Annotated[skills_pb2_grpc.AgentRunnerSkillsServiceStub, Depends(get_agent_runner_skills)]
 ModelCatalogDep = Annotated[ModelCatalog, Depends(get_model_catalog)]
 HooksStub = Annotated[hooks_pb2_grpc.HooksServiceStub, Depends(get_hooks)]
 SecretsStub = Annotated[secrets_pb2_grpc.SecretsServiceStub, Depends(get_secrets)]
