@@ -52,6 +52,26 @@ class RuntimeSnapshot:
 
 
 @dataclass(frozen=True)
+class RunSkill:
+    """One Agent Skill as a run sees it: enabled, resolved for this agent (`turn/tools/skills/`)."""
+
+    name: str
+    description: str
+    instructions: str
+    # Relative path -> text, read one at a time with `skill_read`.
+    references: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> RunSkill:
+        return cls(
+            name=row["name"],
+            description=row["description"],
+            instructions=row["instructions"],
+            references=tuple(sorted(row["references"].items())),
+        )
+
+
+@dataclass(frozen=True)
 class AgentProfile:
     """One persisted agent (popagent_agents), as this turn read it."""
 
@@ -65,6 +85,8 @@ class AgentProfile:
     model: str | None
     # Which workspace tools it gets: none, read-only or read-write (decided here, never by a prompt).
     workspace_access: str = "none"
+    # The agent's enabled skills, by name; the skill tools exist for it only when there is one.
+    skills: tuple[RunSkill, ...] = ()
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> AgentProfile:
@@ -77,6 +99,7 @@ class AgentProfile:
             tools=tuple(row["tools"]),
             model=row["model"],
             workspace_access=row["workspace_access"],
+            skills=tuple(RunSkill.from_row(skill) for skill in row.get("skills") or ()),
         )
 
 
