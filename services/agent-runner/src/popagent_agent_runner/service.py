@@ -12,6 +12,7 @@ from pathlib import Path
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc, skills_pb2_grpc
 from popagent.browser_bridge.v1 import browser_bridge_pb2_grpc
 from popagent.events.v1 import events_pb2
+from popagent.evolution.v1 import learning_pb2_grpc
 from popagent.hooks.v1 import hooks_pb2_grpc
 from popagent_agent_runner.settings import Settings
 from popagent_agent_runner.state import settings_rules
@@ -24,6 +25,7 @@ from popagent_agent_runner.state.state_servicer import AgentRunnerStateServicer
 from popagent_agent_runner.state.workspaces import AgentWorkspaceStore
 from popagent_agent_runner.task_turn import TaskServicer, TaskTurns
 from popagent_agent_runner.turn import chat_service
+from popagent_agent_runner.turn.learned import LearnedCache, invalidated_on_change
 from popagent_agent_runner.turn.tools.web import web_access
 from popagent_agent_runner.workspace.hands import Hands
 from popagent_agent_runner.workspace.sandbox import Sandbox
@@ -57,6 +59,12 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
         browser_channel = await stack.enter_async_context(
             open_channel(settings.browser_bridge_address, settings.internal_token)
         )
+        evolution_channel = await stack.enter_async_context(
+            open_channel(settings.evolution_address, settings.internal_token)
+        )
+        evolution = learning_pb2_grpc.EvolutionLearningServiceStub(evolution_channel)
+        learned = LearnedCache(evolution)
+        await stack.enter_async_context(invalidated_on_change(learned, kernel.nats))
         pool = kernel.pool
         hooks = HooksClient(hooks_pb2_grpc.HooksServiceStub(hooks_channel))
         workspaces = AgentWorkspaceStore(pool, settings.workspace_root, QUERIES)
@@ -99,7 +107,7 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
         )
         agent_runner_pb2_grpc.add_AgentRunnerStateServiceServicer_to_server(servicer, kernel.server)
         skills_pb2_grpc.add_AgentRunnerSkillsServiceServicer_to_server(
-            AgentRunnerSkillsServicer(SkillStore(pool, QUERIES)), kernel.server
+            AgentRunnerSkillsServicer(SkillStore(pool, QUERIES), learned, evolution), kernel.server
         )
         web = await stack.enter_async_context(
             web_access(
@@ -111,7 +119,7 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
             )
         )
         chat = await stack.enter_async_context(
-            chat_service(pool, hooks, starts, settings.ninerouter_url, settings.ninerouter_api_key, web, hands)
+            chat_service(pool, hooks, starts, settings.ninerouter_url, settings.ninerouter_api_key, web, hands, learned)
         )
         agent_runner_pb2_grpc.add_AgentRunnerServiceServicer_to_server(chat, kernel.server)
         # Background task attempts run through the same turn runner as chat.

@@ -19,6 +19,7 @@ from popagent_gateway.observability.feedback_events import FeedbackEvents
 from popagent_gateway.observability.store import ObservabilityStore
 from popagent_gateway.routes import (
     agents,
+    autonomy,
     chat,
     health,
     hooks,
@@ -104,6 +105,7 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
         settings_routes,
         agents,
         skills,
+        autonomy,
         workspaces,
         tasks,
         schedules,

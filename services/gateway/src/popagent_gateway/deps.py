@@ -17,7 +17,7 @@ from fastapi.security import APIKeyHeader
 
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc, skills_pb2_grpc
 from popagent.browser_bridge.v1 import browser_bridge_pb2_grpc
-from popagent.evolution.v1 import evolution_pb2_grpc
+from popagent.evolution.v1 import evolution_pb2_grpc, learning_pb2_grpc
 from popagent.hooks.v1 import hooks_pb2_grpc
 from popagent.secrets.v1 import secrets_pb2_grpc
 from popagent.tasks.v1 import tasks_pb2_grpc
@@ -133,6 +133,10 @@ async def get_evolution(request: Request) -> evolution_pb2_grpc.EvolutionService
     return cached_stub(request, "evolution", evolution_pb2_grpc.EvolutionServiceStub)
 
 
+async def get_evolution_learning(request: Request) -> learning_pb2_grpc.EvolutionLearningServiceStub:
+    return cached_stub(request, "evolution", learning_pb2_grpc.EvolutionLearningServiceStub)
+
+
 async def get_browser_bridge(request: Request) -> browser_bridge_pb2_grpc.BrowserBridgeServiceStub:
     return cached_stub(request, "browser-bridge", browser_bridge_pb2_grpc.BrowserBridgeServiceStub)
 
@@ -146,4 +150,5 @@ HooksStub = Annotated[hooks_pb2_grpc.HooksServiceStub, Depends(get_hooks)]
 SecretsStub = Annotated[secrets_pb2_grpc.SecretsServiceStub, Depends(get_secrets)]
 TasksStub = Annotated[tasks_pb2_grpc.TasksServiceStub, Depends(get_tasks)]
 EvolutionStub = Annotated[evolution_pb2_grpc.EvolutionServiceStub, Depends(get_evolution)]
+EvolutionLearningStub = Annotated[learning_pb2_grpc.EvolutionLearningServiceStub, Depends(get_evolution_learning)]
 BrowserBridgeStub = Annotated[browser_bridge_pb2_grpc.BrowserBridgeServiceStub, Depends(get_browser_bridge)]

@@ -31,6 +31,7 @@ from popagent_agent_runner.llm.transport import LeanTransport
 from popagent_agent_runner.state.sessions import SessionStarts
 from popagent_agent_runner.turn.agents_factory import AgentFactory
 from popagent_agent_runner.turn.chat_servicer import ChatServicer
+from popagent_agent_runner.turn.learned import LearnedCache
 from popagent_agent_runner.turn.memories import MemoryStore
 from popagent_agent_runner.turn.runner import TurnRunner
 from popagent_agent_runner.turn.thread_store import ThreadStore
@@ -55,6 +56,7 @@ async def chat_service(
     ninerouter_api_key: str,
     web: WebAccess,
     hands: Hands | None = None,
+    learned: LearnedCache | None = None,
 ) -> AsyncIterator[ChatServicer]:
     """The `AgentRunnerService` servicer, with the one model connection pool it owns."""
     # The turn's agents run unstreamed for pydantic-ai (`agent_runs`): the model streams every text
@@ -67,6 +69,13 @@ async def chat_service(
         models.preload()
         memories = MemoryStore(pool, QUERIES)
         runner = TurnRunner(
-            ThreadStore(pool, QUERIES), memories, hooks, AgentFactory(models, ToolRegistry()), starts, web, hands
+            ThreadStore(pool, QUERIES),
+            memories,
+            hooks,
+            AgentFactory(models, ToolRegistry()),
+            starts,
+            web,
+            hands,
+            learned,
         )
         yield ChatServicer(runner, memories)
