@@ -7,11 +7,11 @@ away, and a second revert of the same revision is refused.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from chat.helpers import chat, new_session
 
-from evolution.helpers import autonomy, revisions, settled_signals
+from evolution.helpers import autonomy, revisions, signals
 from support.model_gateway import Turn
 from support.reflection import ReflectionRequest, proposal, reflection_responder
 from support.stacks import Stack
@@ -46,15 +46,23 @@ async def test_a_failing_turn_teaches_an_overlay_that_a_revert_takes_away_once(s
         chunks = await chat(client, await new_session(client), "summarize the quarterly report")
         assert any(chunk.get("type") == "error" for chunk in chunks if isinstance(chunk, dict))
 
-        [signal] = await settled_signals(client, "popagent", 1, "applied")
+        trace = chunks[0]["messageMetadata"]["traceId"]
+
+        async def of_this_trace() -> list[dict[str, Any]]:
+            return [s for s in await signals(client, "popagent") if s["traceId"] == trace]
+
+        def applied(rows: Any) -> bool:
+            return [r["status"] for r in rows] == ["applied"]
+
+        rows = await eventually(of_this_trace, until=applied, what="the applied signal")
+        [signal] = cast(list[dict[str, Any]], rows)
         assert len(signal["traceId"]) == 32 and signal["failureClass"] == "rejected"
         assert signal["goal"] == "summarize the quarterly report"
-        [request] = seen
+        [request] = [r for r in seen if signal["id"] in r.ids]
         assert request.agent_id == "popagent" and request.ids == [signal["id"]]
-        [revision] = await revisions(client, "popagent")
+        [revision] = [r for r in await revisions(client, "popagent") if r["signalIds"] == [signal["id"]]]
         assert (revision["targetKind"], revision["strategy"]) == ("overlay", "verify_before_answering")
         assert revision["signalIds"] == [signal["id"]] and revision["traceIds"] == [signal["traceId"]]
-        assert revision["before"] is None
         section = revision["after"]["sections"]["verify_before_answering"]
         assert 'Goal: "summarize the quarterly report"' in section
 
@@ -71,12 +79,12 @@ async def test_a_failing_turn_teaches_an_overlay_that_a_revert_takes_away_once(s
         assert reverted.status_code == 200, reverted.text
         compensation = reverted.json()
         assert compensation["revertsRevisionId"] == revision["id"] and compensation["strategy"] == "revert"
-        assert compensation["before"] == revision["after"] and compensation["after"] is None
+        assert compensation["before"] == revision["after"] and compensation["after"] == revision["before"]
 
         await eventually(overlaid, until=lambda text: OVERLAY_MARK not in text, what="the overlay gone from runs")
 
         again = await client.post(f"/api/autonomy/revisions/{revision['id']}/revert")
         assert again.status_code == 409 and "already reverted" in again.json()["error"]
-        listed = await revisions(client, "popagent")
+        listed = [r for r in await revisions(client, "popagent") if r["signalIds"] == [signal["id"]]]
         assert [r["id"] for r in listed] == [compensation["id"], revision["id"]]
         assert listed[1]["revertedById"] == compensation["id"]

@@ -207,21 +207,32 @@ class LearnedStore:
                 for change in changes:
                     check_change(change)
                 applied: set[str] = set()
+                unchanged: set[str] = set()
                 for change in changes:
                     revision = await self._write(conn, change)
                     if revision is not None:
                         outcome.revisions.append(revision)
                         applied.update(s.id for s in change.cited)
-                policy_ignored -= applied
-                dismissed = [s for s in held if s.id not in applied and s.id not in policy_ignored]
+                    else:
+                        unchanged.update(s.id for s in change.cited)
+                unchanged -= applied
+                policy_ignored -= applied | unchanged
+                settled = applied | unchanged | policy_ignored
+                dismissed = [s for s in held if s.id not in settled]
                 await self.signals.settle(conn, [by_id[i] for i in applied], "applied")
                 await self.signals.settle(
                     conn, [by_id[i] for i in policy_ignored], "ignored", "skill creation is disabled"
                 )
+                await self.signals.settle(
+                    conn,
+                    [by_id[i] for i in unchanged],
+                    "dismissed",
+                    "the learned target already holds this change, or a user adopted it",
+                )
                 await self.signals.settle(conn, dismissed, "dismissed", "no strategy selected it")
                 outcome.applied = sorted(applied)
                 outcome.ignored = sorted(policy_ignored)
-                outcome.dismissed = [s.id for s in dismissed]
+                outcome.dismissed = sorted(unchanged) + [s.id for s in dismissed]
                 if outcome.revisions:
                     await _changed(conn)
         return outcome
