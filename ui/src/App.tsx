@@ -1,4 +1,4 @@
-import { useCallback, useEffect, useRef, useState } from "react";
+import { lazy, Suspense, useCallback, useEffect, useRef, useState } from "react";
 import { api } from "./api/client";
 import { ChatPage } from "./chat/ChatPage";
 import { initialModel } from "./chat/ModelPicker";
@@ -9,6 +9,9 @@ import { href, useRoute } from "./route";
 import { Sidebar } from "./sessions/Sidebar";
 import { SettingsPage } from "./settings/SettingsPage";
 import { TasksPage } from "./tasks/TasksPage";
+
+const AutonomyPage = lazy(() => import("./autonomy/AutonomyPage"));
+const SkillsPage = lazy(() => import("./skills/SkillsPage"));
 
 export function App() {
   const route = useRoute();
@@ -77,6 +80,12 @@ export function App() {
           <a href={href({ page: "tasks" })} aria-current={route.page === "tasks" ? "page" : undefined}>
             Tasks
           </a>
+          <a href={href({ page: "skills", agentId: null })} aria-current={route.page === "skills" ? "page" : undefined}>
+            Skills
+          </a>
+          <a href={href({ page: "autonomy" })} aria-current={route.page === "autonomy" ? "page" : undefined}>
+            Autonomy
+          </a>
           <a href={href({ page: "settings", section: null })} aria-current={route.page === "settings" ? "page" : undefined}>
             Settings
           </a>
@@ -115,6 +124,10 @@ export function App() {
           ) : null}
           {route.page === "tasks" ? <TasksPage models={models.data} workspaces={workspaces.data?.workspaces ?? []} /> : null}
           {route.page === "settings" ? <SettingsPage section={route.section} models={models.data} onModelsChanged={refreshModels} /> : null}
+          <Suspense fallback={<p className="muted">Loading…</p>}>
+            {route.page === "autonomy" ? <AutonomyPage /> : null}
+            {route.page === "skills" ? <SkillsPage agentId={route.agentId} /> : null}
+          </Suspense>
         </main>
       </div>
       <ApiKeyDialog />
