@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from popagent_core.errors import PopagentError
+from popagent_core.secret_text import redact_secrets
 from popagent_evolution.signals import SignalRecord, SignalRepo
 
 logger = logging.getLogger(__name__)
@@ -79,6 +80,8 @@ class EvolutionWorker:
                 raise
             except Exception as exc:
                 reason = str(exc) if isinstance(exc, PopagentError) else f"{type(exc).__name__}: {exc}"
+                # The reason is shown by /api/autonomy/signals: nothing credential-like in it.
+                reason = redact_secrets(reason)
                 outcome = await self.signals.fail(
                     group,
                     reason[:MAX_ERROR_CHARS],
