@@ -6,10 +6,10 @@ Uses DATABASE_URL when set (in a scratch database it creates and drops), else an
 PostgreSQL in a temporary folder, and an embedded NATS with JetStream either way.
 
 - Ingestion: `--events` failing-turn outcome events are published to the agent-runner stream
-  once. A durable consumer with a handler that only counts (`bus.consume`, the same loop every
-  service uses) gives the raw consume rate; then evolution's own consumer handler (parse,
-  redact, bound, `INSERT … ON CONFLICT DO NOTHING` of the signal) consumes the same events
-  through a second durable. Both print events per second; the ratio is signals/s over raw.
+  once. A durable consumer whose batch handler does nothing (`bus.consume_batches`, fetch
+  and ack of every message, the loop evolution's consumer runs) gives the raw consume rate;
+  then evolution's own batch handler (parse, redact, bound, one `INSERT … ON CONFLICT DO
+  NOTHING` per fetched batch) consumes the same events through a second durable. Both print events per second; the ratio is signals/s over raw.
 - Apply: one claimed signal per round, applied with a one-strategy proposal by
   `LearnedStore.apply` (lock and reread the autonomy row, lock the claimed signal, render and
   check the overlay section, upsert the overlay, append the revision, settle the signal,
@@ -87,21 +87,21 @@ def event(trace: str) -> bytes:
     ).SerializeToString()
 
 
-async def consume_all(js: bus.JetStreamContext, durable: str, count: int, handle: bus.Handler) -> float:
-    """Seconds `bus.consume` takes to hand `count` events to `handle` and ack them."""
+async def consume_all(js: bus.JetStreamContext, durable: str, count: int, handle: bus.BatchHandler) -> float:
+    """Seconds `bus.consume_batches` takes to hand `count` events to `handle` and ack them."""
     done = asyncio.Event()
     seen = 0
 
-    async def counted(msg: Msg) -> None:
+    async def counted(messages: list[Msg]) -> None:
         nonlocal seen
-        await handle(msg)
-        seen += 1
-        if seen == count:
+        await handle(messages)
+        seen += len(messages)
+        if seen >= count:
             done.set()
 
     start = time.perf_counter()
     task = asyncio.create_task(
-        bus.consume(js, subject=subjects.TURN_COMPLETED, durable=durable, handler=counted, batch=100)
+        bus.consume_batches(js, subject=subjects.TURN_COMPLETED, durable=durable, handler=counted, batch=100)
     )
     try:
         await asyncio.wait_for(done.wait(), timeout=600)
@@ -121,7 +121,7 @@ async def ingestion(dsn: str, nats_url: str, count: int) -> tuple[float, float]:
                 subjects.TURN_COMPLETED, event(secrets.token_hex(16)), headers={"Nats-Msg-Id": uuid.uuid4().hex}
             )
 
-        async def nothing(msg: Msg) -> None:
+        async def nothing(messages: list[Msg]) -> None:
             return None
 
         raw_s = await consume_all(js, "bench-raw", count, nothing)
@@ -191,7 +191,7 @@ async def main() -> None:
             await conn.close()
     print(f"evolution bench: {args.events} outcome events, {args.applies} applies")
     print(f"{'ingestion':<44}{'events/s':>12}{'vs raw':>10}")
-    print(f"{'raw JetStream consume (bus.consume, no-op)':<44}{raw_rate:>12.0f}{'1.00x':>10}")
+    print(f"{'raw JetStream consume (no-op batch handler)':<44}{raw_rate:>12.0f}{'1.00x':>10}")
     print(f"{'signal ingest (parse, redact, insert)':<44}{ingest_rate:>12.0f}{ingest_rate / raw_rate:>9.2f}x")
     apply_p50, apply_p99 = p50_p99(apply_us)
     bare_p50, bare_p99 = p50_p99(bare_us)

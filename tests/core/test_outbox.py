@@ -509,3 +509,33 @@ async def test_a_handler_running_twice_ack_wait_has_one_effect_and_no_redelivery
 
     assert sorted(effects) == [(b"behind", 1), (b"slow", 1)]
     assert info.num_redelivered == 0
+
+
+async def test_consume_batches_hands_over_whole_batches_and_redelivers_a_failed_one(pool, nats_url):
+    subject = unique_subject()
+    durable = f"core-test-{subject.split('.')[2]}"
+    batches: list[list[bytes]] = []
+
+    async def handler(messages: list[Msg]) -> None:
+        batches.append([m.data for m in messages])
+        if len(batches) == 1:
+            raise RuntimeError("the first batch fails")
+
+    async with jetstream(nats_url) as js:
+        await publish_through_outbox(pool, js, subject, b"a", b"b", b"c")
+        try:
+            async with background_task(
+                lambda: bus.consume_batches(js, subject=subject, durable=durable, handler=handler), name="consumer"
+            ):
+                await eventually(lambda: sum(map(len, batches)) >= 6, what="the batch, then its redelivery")
+
+                async def acked() -> bool:
+                    info = await js.consumer_info(STREAM, durable)
+                    return info.num_ack_pending == 0 and info.num_pending == 0
+
+                await eventually(acked, what="the redelivered batch acked")
+        finally:
+            await js.delete_consumer(STREAM, durable)
+
+    assert batches[0] == [b"a", b"b", b"c"]
+    assert sorted(b for batch in batches[1:] for b in batch) == [b"a", b"b", b"c"]

@@ -11,6 +11,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 
+from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
 
 from popagent.events.v1 import events_pb2
@@ -54,15 +55,23 @@ def signal_from(event_id: str, event: events_pb2.TurnCompleted) -> NewSignal | N
     )
 
 
-def outcome_handler(repo: SignalRepo, *, max_attempts: int, delay_s: float) -> Callable[[Msg], Awaitable[None]]:
-    async def handle(msg: Msg) -> None:
+def _signal_of(msg: Msg) -> NewSignal | None:
+    try:
         event = events_pb2.TurnCompleted.FromString(msg.data)
-        event_id = (msg.headers or {}).get("Nats-Msg-Id", "") or f"seq-{msg.metadata.sequence.stream}"
-        signal = signal_from(event_id, event)
-        if signal is not None and await repo.ingest(signal, max_attempts=max_attempts, delay_s=delay_s):
-            logger.info(
-                "signal recorded",
-                extra={"agent_id": signal.agent_id, "failure_class": signal.failure_class, "trace_id": signal.trace_id},
-            )
+    except DecodeError:
+        logger.warning("outcome event that is no TurnCompleted dropped", extra={"subject": msg.subject})
+        return None
+    event_id = (msg.headers or {}).get("Nats-Msg-Id", "") or f"seq-{msg.metadata.sequence.stream}"
+    return signal_from(event_id[:128], event)
+
+
+def outcome_handler(repo: SignalRepo, *, max_attempts: int, delay_s: float) -> Callable[[list[Msg]], Awaitable[None]]:
+    """The batch handler of the outcome consumer: every fetched event's signal in one insert."""
+
+    async def handle(messages: list[Msg]) -> None:
+        found = [signal for signal in map(_signal_of, messages) if signal is not None]
+        stored = await repo.ingest_many(found, max_attempts=max_attempts, delay_s=delay_s)
+        if stored:
+            logger.info("signals recorded", extra={"signals": stored, "events": len(messages)})
 
     return handle

@@ -15,13 +15,17 @@ RETURNING evolution_enabled, skill_creation_enabled, self_update_enabled, self_u
 
 -- Signals ----------------------------------------------------------------------------
 
--- name: insert_signal
--- One signal per (trace, agent, class): a redelivered or repeated event changes nothing.
--- Returns the id only when this call stored it.
+-- name: insert_signals
+-- A batch of signals in one statement ($1..$9 parallel arrays), each kept only when no
+-- signal of its trace, agent and class exists (duplicates within the batch included).
 INSERT INTO popagent_evolution_signals (
     id, event_id, trace_id, turn_id, session_id, agent_id, failure_class, goal, evidence,
     status, attempts, max_attempts, due_at, last_error
-) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'pending', 0, $10, now() + make_interval(secs => $11), '')
+)
+SELECT n.id, n.event_id, n.trace_id, n.turn_id, n.session_id, n.agent_id, n.failure_class, n.goal, n.evidence,
+       'pending', 0, $10, now() + make_interval(secs => $11), ''
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[])
+    AS n(id, event_id, trace_id, turn_id, session_id, agent_id, failure_class, goal, evidence)
 ON CONFLICT (trace_id, agent_id, failure_class) DO NOTHING
 RETURNING id
 

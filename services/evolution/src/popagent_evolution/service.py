@@ -49,7 +49,7 @@ async def build(settings: Settings) -> AsyncIterator[RunningEvolution]:
         # every evolution process) turns failures into signals.
         await stack.enter_async_context(
             background_task(
-                lambda: bus.consume(
+                lambda: bus.consume_batches(
                     kernel.js,
                     subject=subjects.TURN_COMPLETED,
                     durable=DURABLE,

@@ -88,24 +88,29 @@ class SignalRepo:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
 
-    async def ingest(self, signal: NewSignal, *, max_attempts: int, delay_s: float) -> bool:
-        """Store a signal unless one of its trace, agent and class exists; True when stored now."""
+    async def ingest_many(self, signals: list[NewSignal], *, max_attempts: int, delay_s: float) -> int:
+        """Store a batch in one statement (each unless its trace, agent and class exists); how many were new."""
+        if not signals:
+            return 0
+        columns = [
+            [uuid.uuid4() for _ in signals],
+            *(
+                [getattr(s, name) for s in signals]
+                for name in (
+                    "event_id",
+                    "trace_id",
+                    "turn_id",
+                    "session_id",
+                    "agent_id",
+                    "failure_class",
+                    "goal",
+                    "evidence",
+                )
+            ),
+        ]
         with wrap_db_errors():
-            stored = await self.pool.fetchval(
-                QUERIES["insert_signal"],
-                uuid.uuid4(),
-                signal.event_id,
-                signal.trace_id,
-                signal.turn_id,
-                signal.session_id,
-                signal.agent_id,
-                signal.failure_class,
-                signal.goal,
-                signal.evidence,
-                max_attempts,
-                delay_s,
-            )
-        return stored is not None
+            rows = await self.pool.fetch(QUERIES["insert_signals"], *columns, max_attempts, delay_s)
+        return len(rows)
 
     async def recover_abandoned(self, claim_timeout_s: float) -> int:
         with wrap_db_errors():
