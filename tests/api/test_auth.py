@@ -25,6 +25,10 @@ ROUTES = [
     ("PATCH", "/api/settings/browser"),
     ("GET", "/api/agents"),
     ("PATCH", "/api/agents/researcher"),
+    ("GET", "/api/agents/researcher/skills"),
+    ("POST", "/api/agents/researcher/skills"),
+    ("PATCH", "/api/agents/researcher/skills/k1"),
+    ("DELETE", "/api/agents/researcher/skills/k1"),
     ("GET", "/api/workspaces"),
     ("POST", "/api/workspaces"),
     ("PATCH", "/api/workspaces/popagent"),
@@ -58,6 +62,7 @@ def test_the_inventory_above_covers_every_route_of_these_resources() -> None:
     from popagent_gateway.openapi import document
 
     covered = {(m, p.replace("s1", "{session_id}").replace("researcher", "{agent_id}")) for m, p in ROUTES}
+    covered = {(m, p.replace("/skills/k1", "/skills/{skill_id}")) for m, p in covered}
     covered = {(m, p.replace("/api/workspaces/popagent", "/api/workspaces/{workspace_id}")) for m, p in covered}
     paths = document()["paths"]
     assert isinstance(paths, dict)

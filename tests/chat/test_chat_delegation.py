@@ -66,9 +66,12 @@ async def test_a_delegation_runs_the_specialist_and_returns_only_its_text(stack:
     # The supervisor is offered every delegation-eligible specialist; the specialist none of them.
     assert set(SPECIALISTS) <= set(tool_names(supervisor_first))
     assert not set(SPECIALISTS) & set(tool_names(specialist_first))
-    # Its membership, then the workspace tools of its persisted access.
+    # Its membership, then the workspace tools of its persisted access, then the skill tools (it has seeded skills).
     workspace = [name for name in tool_names(specialist_first) if name.startswith("mastra_workspace_")]
-    assert [name for name in tool_names(specialist_first) if name not in workspace] == SPECIALIST_TOOLS[specialist]
+    skill_tools = ["skill", "skill_read", "skill_search"]
+    assert tool_names(specialist_first)[-3:] == skill_tools
+    others = [name for name in tool_names(specialist_first) if name not in workspace and name not in skill_tools]
+    assert others == SPECIALIST_TOOLS[specialist]
     # The file (and, for the implementer, shell) tools, plus mastra_workspace_lsp_inspect (every role).
     assert len(workspace) == (11 if specialist == "implementer" else 4) + 1
     # Each agent on its own model: a profile override, or the turn's route (never the server default).

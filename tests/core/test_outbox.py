@@ -462,3 +462,80 @@ async def test_a_consumer_stops_even_when_a_fetch_swallowed_its_cancellation():
     assert subscription.swallowed
     assert task in done and task.cancelled()
     assert subscription.fetches == 1
+
+
+async def test_a_handler_running_twice_ack_wait_has_one_effect_and_no_redelivery(pool, nats_url):
+    subject = unique_subject()
+    durable = f"core-test-{subject.split('.')[2]}"
+    ack_wait_s = 1.0
+    effects: list[tuple[bytes, int]] = []
+
+    async def slow_handler(msg: Msg) -> None:
+        if msg.data == b"slow":
+            await asyncio.sleep(2 * ack_wait_s)
+        effects.append((msg.data, msg.metadata.num_delivered))
+
+    async with jetstream(nats_url) as js:
+        # The second event waits in the same batch behind the slow one: it must not expire either.
+        await publish_through_outbox(pool, js, subject, b"slow", b"behind")
+        try:
+            # Two consumers of the same durable, as two replicas of a service: one that is idle
+            # would take over a message whose ack_wait expired while the other still works on it.
+            async with (
+                background_task(
+                    lambda: bus.consume(
+                        js, subject=subject, durable=durable, handler=slow_handler, ack_wait_s=ack_wait_s
+                    ),
+                    name="consumer-1",
+                ),
+                background_task(
+                    lambda: bus.consume(
+                        js, subject=subject, durable=durable, handler=slow_handler, ack_wait_s=ack_wait_s
+                    ),
+                    name="consumer-2",
+                ),
+            ):
+                await eventually(lambda: len(effects) >= 2, what="both events handled")
+
+                async def acked() -> bool:
+                    info = await js.consumer_info(STREAM, durable)
+                    return info.num_ack_pending == 0 and info.num_pending == 0
+
+                await eventually(acked, what="both events acked")
+                await asyncio.sleep(ack_wait_s * 1.5)  # a redelivery would have come by now
+            info = await js.consumer_info(STREAM, durable)
+        finally:
+            await js.delete_consumer(STREAM, durable)
+
+    assert sorted(effects) == [(b"behind", 1), (b"slow", 1)]
+    assert info.num_redelivered == 0
+
+
+async def test_consume_batches_hands_over_whole_batches_and_redelivers_a_failed_one(pool, nats_url):
+    subject = unique_subject()
+    durable = f"core-test-{subject.split('.')[2]}"
+    batches: list[list[bytes]] = []
+
+    async def handler(messages: list[Msg]) -> None:
+        batches.append([m.data for m in messages])
+        if len(batches) == 1:
+            raise RuntimeError("the first batch fails")
+
+    async with jetstream(nats_url) as js:
+        await publish_through_outbox(pool, js, subject, b"a", b"b", b"c")
+        try:
+            async with background_task(
+                lambda: bus.consume_batches(js, subject=subject, durable=durable, handler=handler), name="consumer"
+            ):
+                await eventually(lambda: sum(map(len, batches)) >= 6, what="the batch, then its redelivery")
+
+                async def acked() -> bool:
+                    info = await js.consumer_info(STREAM, durable)
+                    return info.num_ack_pending == 0 and info.num_pending == 0
+
+                await eventually(acked, what="the redelivered batch acked")
+        finally:
+            await js.delete_consumer(STREAM, durable)
+
+    assert batches[0] == [b"a", b"b", b"c"]
+    assert sorted(b for batch in batches[1:] for b in batch) == [b"a", b"b", b"c"]

@@ -42,6 +42,7 @@ from popagent_browser_bridge.settings import Settings as BrowserBridgeSettings
 from popagent_core.grpc_client import open_channel
 from popagent_dev import embedded
 from popagent_dev.embedded import free_port, with_database
+from popagent_evolution.service import RunningEvolution
 from popagent_evolution.service import build as build_evolution
 from popagent_evolution.settings import Settings as EvolutionSettings
 from popagent_gateway.app import create_app
@@ -207,6 +208,7 @@ class StackSpec:
     runner_workers: int = 1  # agent-runner processes-equivalent; the gateway balances over them
     runtime: Mapping[str, Any] = field(default_factory=dict[str, Any])  # agent-runtime settings written at start
     bridge_env: Mapping[str, str] = field(default_factory=dict[str, str])  # browser-bridge settings (its socket)
+    evolution: Mapping[str, Any] = field(default_factory=dict[str, Any])  # evolution's own variables
 
     def __post_init__(self) -> None:
         unknown = self.services - OPTIONAL_SERVICES
@@ -223,6 +225,20 @@ API_STACK = StackSpec(
 # Two agent-runner workers, as `make run` starts it; browser-bridge, whose settings every turn reads.
 CHAT_STACK = StackSpec("chat", CHAT_HOOK_PATHS, frozenset({"browser-bridge", "gateway"}), runner_workers=2)
 TASK_TURN_STACK = StackSpec("task_turns", TASK_HOOK_PATHS, frozenset({"tasks"}), runtime=TASK_RUNTIME)
+# The evolution loop: a quick worker, signals due at once, one retry a second apart.
+LEARNING_STACK = StackSpec(
+    "learning",
+    CHAT_HOOK_PATHS,
+    frozenset({"evolution", "gateway"}),
+    evolution={
+        "POPAGENT_EVOLUTION_POLL_INTERVAL_S": "0.2",
+        "POPAGENT_EVOLUTION_SIGNAL_DELAY_S": "0",
+        "POPAGENT_EVOLUTION_RETRY_BASE_S": "0.5",
+        "POPAGENT_EVOLUTION_RETRY_CAP_S": "1",
+        "POPAGENT_EVOLUTION_MAX_ATTEMPTS": "2",
+        "POPAGENT_EVOLUTION_ACK_WAIT_S": "2",
+    },
+)
 
 
 @dataclass
@@ -245,6 +261,7 @@ class Stack:
     task_stub: tasks_pb2_grpc.TasksServiceStub | None
     running_tasks: RunningTasks | None
     runner_env: dict[str, Any] = field(default_factory=dict[str, Any])  # the first agent-runner worker's settings
+    evolution_env: dict[str, Any] = field(default_factory=dict[str, Any])  # empty without evolution
 
     @property
     def url(self) -> str:
@@ -308,6 +325,14 @@ class Stack:
             yield address
 
     @contextlib.asynccontextmanager
+    async def extra_evolution(self, **overrides: Any) -> AsyncIterator[RunningEvolution]:
+        """Another evolution process-equivalent over the same database, NATS and model."""
+        assert self.evolution_env, f"the {self.spec.name} stack runs no evolution"
+        env = {**self.evolution_env, "POPAGENT_EVOLUTION_ADDR": f"127.0.0.1:{free_port()}", **overrides}
+        async with build_evolution(EvolutionSettings(**env)) as running:
+            yield running
+
+    @contextlib.asynccontextmanager
     async def extra_gateway(self, **overrides: Any) -> AsyncIterator[str]:
         """Another gateway process-equivalent over the same services, with other settings."""
         assert self.gateway_env, f"the {self.spec.name} stack runs no gateway"
@@ -369,12 +394,17 @@ async def start_stack(
         await stack.enter_async_context(
             serve_hooks(common, tokens["hooks"], addresses["hooks"], receiver, spec.hook_paths)
         )
+        evolution_env: dict[str, Any] = {}
         if "evolution" in spec.services:
-            await stack.enter_async_context(
-                build_evolution(
-                    EvolutionSettings(**settings_of("evolution", POPAGENT_EVOLUTION_ADDR=addresses["evolution"]))
-                )
+            evolution_env = settings_of(
+                "evolution",
+                POPAGENT_EVOLUTION_ADDR=addresses["evolution"],
+                POPAGENT_AGENT_RUNNER_ADDR=addresses["agent-runner"],
+                NINEROUTER_URL=models.url,
+                NINEROUTER_API_KEY=MODELS_API_KEY,
+                **spec.evolution,
             )
+            await stack.enter_async_context(build_evolution(EvolutionSettings(**evolution_env)))
         if "secrets" in spec.services:
             secrets_settings = settings_of(
                 "secrets",
@@ -397,6 +427,7 @@ async def start_stack(
                 POPAGENT_AGENT_RUNNER_ADDR=worker,
                 POPAGENT_HOOKS_ADDR=addresses["hooks"],
                 POPAGENT_BROWSER_BRIDGE_ADDR=addresses["browser-bridge"],
+                POPAGENT_EVOLUTION_ADDR=addresses["evolution"],
                 POPAGENT_WORKSPACE_ROOT=str(workspace_root),
                 NINEROUTER_URL=models.url,
                 NINEROUTER_API_KEY=MODELS_API_KEY,
@@ -470,4 +501,5 @@ async def start_stack(
             task_stub=task_stub,
             running_tasks=running_tasks,
             runner_env=runner_env,
+            evolution_env=evolution_env,
         )

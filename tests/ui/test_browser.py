@@ -320,6 +320,8 @@ async def test_the_web_ui_in_a_real_browser(stack: tuple[Stack, ModelGateway, Ht
         "setting validation error",
         "schedule with a cron error and the server's next runs",
         "long-term memories",
+        "skills editor",
+        "autonomy page",
     ):
         assert expected in names
     # Stop reached the model: the scripted server saw the client abandon the slow stream.

@@ -133,7 +133,7 @@ export function App() {
           </aside>
         ) : null}
         {drawerOpen ? <div className="scrim" aria-hidden="true" onClick={() => setDrawerOpen(false)} /> : null}
-        <main id="main" ref={main} tabIndex={-1} className={`main ${route.page}`}>
+        <main id="main" ref={main} tabIndex={-1} className={`main ${pageIdOf(route)}`}>
           {route.page === "chat" ? (
             <ChatPage
               sessionId={route.sessionId}

@@ -6,9 +6,12 @@
 //
 // `rest` is what follows `#/<id>/` in the address (null when nothing does). Chat, tasks and
 // settings are drawn by App.tsx itself (they share its state); every other entry by `render`.
-import type { ReactNode } from "react";
+import { lazy, type ReactNode } from "react";
 import type { ModelsOut, WorkspaceOut } from "./api/types";
 import { ObservabilityPage } from "./observability";
+
+const AutonomyPage = lazy(() => import("./autonomy/AutonomyPage"));
+const SkillsPage = lazy(() => import("./skills/SkillsPage"));
 
 export type PageContext = {
   rest: string | null;
@@ -26,6 +29,8 @@ export type PageDef = {
 export const PAGES: PageDef[] = [
   { id: "chat", label: "Chat" },
   { id: "tasks", label: "Tasks" },
+  { id: "skills", label: "Skills", render: ({ rest }) => <SkillsPage agentId={rest ? decodeURIComponent(rest) : null} /> },
+  { id: "autonomy", label: "Autonomy", render: () => <AutonomyPage /> },
   { id: "settings", label: "Settings" },
   { id: "observability", label: "Observability", render: ({ rest }) => <ObservabilityPage path={rest ?? ""} /> },
 ];

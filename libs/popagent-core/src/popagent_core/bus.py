@@ -283,6 +283,7 @@ class OutboxRelay:
 
 
 Handler = Callable[[Msg], Awaitable[None]]
+BatchHandler = Callable[[list[Msg]], Awaitable[None]]
 
 
 async def consume(
@@ -298,8 +299,59 @@ async def consume(
     """Durable pull consumer loop: explicit ack after the handler succeeds, nak on failure.
 
     Handlers must be idempotent (keyed on the `Nats-Msg-Id` header): delivery is at least once.
+    While a batch is handled, every message of it not yet acked is marked in progress every
+    third of `ack_wait_s`, so a handler that runs longer than `ack_wait_s` (or a message
+    waiting behind one) is not redelivered meanwhile.
     Runs until cancelled; survives broker restarts by re-fetching.
     """
+
+    async def each(messages: list[Msg], unsettled: list[Msg]) -> None:
+        for msg in messages:
+            await _handle(msg, handler)
+            unsettled.remove(msg)
+
+    await _consume_loop(js, subject, durable, each, ack_wait_s, max_deliver, batch)
+
+
+async def consume_batches(
+    js: JetStreamContext,
+    *,
+    subject: str,
+    durable: str,
+    handler: BatchHandler,
+    ack_wait_s: float = 30.0,
+    max_deliver: int = 10,
+    batch: int = 100,
+) -> None:
+    """`consume`, with the handler given each fetched batch whole (one database round trip for
+    many events): every message is acked after it succeeds, every one nak'ed when it fails."""
+
+    async def whole(messages: list[Msg], unsettled: list[Msg]) -> None:
+        try:
+            await handler(messages)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("event batch handler failed", extra={"subject": subject, "messages": len(messages)})
+            for msg in messages:
+                await msg.nak(delay=1.0)
+        else:
+            for msg in messages:
+                await msg.ack()
+        unsettled.clear()
+
+    await _consume_loop(js, subject, durable, whole, ack_wait_s, max_deliver, batch)
+
+
+async def _consume_loop(
+    js: JetStreamContext,
+    subject: str,
+    durable: str,
+    process: Callable[[list[Msg], list[Msg]], Awaitable[None]],
+    ack_wait_s: float,
+    max_deliver: int,
+    batch: int,
+) -> None:
     stream = subjects.stream_name(subjects.owner_of(subject))
     sub = None
     last_error = ""
@@ -319,25 +371,9 @@ async def consume(
             except TimeoutError:
                 continue
             last_error = ""
-            for msg in messages:
-                try:
-                    # The handler's work (its queries, RPCs and own events) joins the publisher's trace.
-                    with (
-                        extracted(msg.headers),
-                        TRACER.start_as_current_span(
-                            f"{msg.subject} process",
-                            kind=SpanKind.CONSUMER,
-                            attributes={"messaging.system": "nats", "messaging.destination.name": msg.subject},
-                        ),
-                    ):
-                        await handler(msg)
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    logger.exception("event handler failed", extra={"subject": msg.subject})
-                    await msg.nak(delay=1.0)
-                else:
-                    await msg.ack()
+            unsettled = list(messages)
+            async with _kept_in_progress(unsettled, ack_wait_s / 3):
+                await process(messages, unsettled)
         except asyncio.CancelledError:
             # Leave no subscription behind: drain() on shutdown would wait for it.
             if sub is not None:
@@ -352,3 +388,46 @@ async def consume(
             logger.log(level, "consumer error; retrying", extra={"durable": durable, "error": last_error})
             sub = None
             await asyncio.sleep(1.0)
+
+
+async def _handle(msg: Msg, handler: Handler) -> None:
+    """Run the handler on one message, then ack it (or nak it after a failure)."""
+    try:
+        # The handler's work (its queries, RPCs and own events) joins the publisher's trace.
+        with (
+            extracted(msg.headers),
+            TRACER.start_as_current_span(
+                f"{msg.subject} process",
+                kind=SpanKind.CONSUMER,
+                attributes={"messaging.system": "nats", "messaging.destination.name": msg.subject},
+            ),
+        ):
+            await handler(msg)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        logger.exception("event handler failed", extra={"subject": msg.subject})
+        await msg.nak(delay=1.0)
+    else:
+        await msg.ack()
+
+
+@contextlib.asynccontextmanager
+async def _kept_in_progress(unsettled: list[Msg], interval_s: float) -> AsyncIterator[None]:
+    """While the block runs, tell JetStream every `interval_s` that each unsettled message is
+    still being worked on (`+WPI`), which restarts its ack_wait."""
+
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            for msg in list(unsettled):
+                with contextlib.suppress(Exception):
+                    await msg.in_progress()
+
+    task = asyncio.create_task(beat(), name="jetstream-in-progress")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -18,6 +18,9 @@ TASK_ENQUEUED = "popagent.tasks.task.enqueued"
 SECRET_CHANGED = "popagent.secrets.secret.changed"
 # A user gave an answer a thumbs down: an outcome the evolution loop can learn from.
 NEGATIVE_FEEDBACK_GIVEN = "popagent.observability.feedback.given"
+# What learning wrote for agents (an overlay, a learned skill, a revert, an adoption, an
+# autonomy change) changed: agent runs re-read it.
+LEARNING_CHANGED = "popagent.evolution.learning.changed"
 
 
 def stream_name(owner: str) -> str:

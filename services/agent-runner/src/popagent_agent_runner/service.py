@@ -9,9 +9,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from popagent.agent_runner.v1 import agent_runner_pb2_grpc
+from popagent.agent_runner.v1 import agent_runner_pb2_grpc, skills_pb2_grpc
 from popagent.browser_bridge.v1 import browser_bridge_pb2_grpc, navigator_pb2_grpc
 from popagent.events.v1 import events_pb2
+from popagent.evolution.v1 import learning_pb2_grpc
 from popagent.hooks.v1 import hooks_pb2_grpc
 from popagent_agent_runner.lsp.languages import ServerCatalog
 from popagent_agent_runner.lsp.manager import LanguageServers
@@ -20,11 +21,14 @@ from popagent_agent_runner.state import settings_rules
 from popagent_agent_runner.state.agents import AgentStore
 from popagent_agent_runner.state.sessions import SessionDeleter, SessionStarts, SessionStore
 from popagent_agent_runner.state.settings_store import ChangeFact, SingletonSettings
+from popagent_agent_runner.state.skills import SkillStore
+from popagent_agent_runner.state.skills_servicer import AgentRunnerSkillsServicer
 from popagent_agent_runner.state.state_servicer import AgentRunnerStateServicer
 from popagent_agent_runner.state.workspaces import AgentWorkspaceStore
 from popagent_agent_runner.task_turn import TaskServicer, TaskTurns
 from popagent_agent_runner.turn import chat_service
 from popagent_agent_runner.turn.tools.browser import BrowserAccessPoint
+from popagent_agent_runner.turn.learned import LearnedCache, invalidated_on_change
 from popagent_agent_runner.turn.tools.web import web_access
 from popagent_agent_runner.workspace.hands import Hands
 from popagent_agent_runner.workspace.sandbox import Sandbox
@@ -58,6 +62,12 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
         browser_channel = await stack.enter_async_context(
             open_channel(settings.browser_bridge_address, settings.internal_token)
         )
+        evolution_channel = await stack.enter_async_context(
+            open_channel(settings.evolution_address, settings.internal_token)
+        )
+        evolution = learning_pb2_grpc.EvolutionLearningServiceStub(evolution_channel)
+        learned = LearnedCache(evolution)
+        await stack.enter_async_context(invalidated_on_change(learned, kernel.nats))
         pool = kernel.pool
         hooks = HooksClient(hooks_pb2_grpc.HooksServiceStub(hooks_channel))
         workspaces = AgentWorkspaceStore(pool, settings.workspace_root, QUERIES)
@@ -107,6 +117,9 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
             sandbox,
         )
         agent_runner_pb2_grpc.add_AgentRunnerStateServiceServicer_to_server(servicer, kernel.server)
+        skills_pb2_grpc.add_AgentRunnerSkillsServiceServicer_to_server(
+            AgentRunnerSkillsServicer(SkillStore(pool, QUERIES), learned, evolution), kernel.server
+        )
         web = await stack.enter_async_context(
             web_access(
                 searxng_url=settings.searxng_url,
@@ -129,6 +142,7 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
                     browser_bridge_pb2_grpc.BrowserBridgeServiceStub(browser_channel),
                     navigator_pb2_grpc.BrowserNavigatorServiceStub(browser_channel),
                 ),
+                learned,
             )
         )
         agent_runner_pb2_grpc.add_AgentRunnerServiceServicer_to_server(chat, kernel.server)

@@ -14,6 +14,8 @@ class Settings(ServiceSettings):
     grpc_address: str = grpc_address_field("agent-runner")
     hooks_address: str = grpc_address_field("hooks")
     browser_bridge_address: str = grpc_address_field("browser-bridge")
+    # Learned overlays and skills come from evolution (cached; see learned.py).
+    evolution_address: str = grpc_address_field("evolution")
     # Registered repository paths are relative to this folder and must resolve inside it.
     workspace_root: Path = Field(default=Path("workspace"), validation_alias="POPAGENT_WORKSPACE_ROOT")
     # A deletion left half-done (hidden row) for this long is finished by the start-up sweep.

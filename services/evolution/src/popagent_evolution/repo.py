@@ -9,6 +9,9 @@ from typing import TypeVar
 
 import asyncpg
 
+from popagent.events.v1 import events_pb2
+from popagent_core import subjects
+from popagent_core.bus import enqueue_event
 from popagent_core.db import load_queries, wrap_db_errors
 from popagent_core.errors import ConfigurationError
 
@@ -73,4 +76,14 @@ class AutonomySettingsRepo:
                     _pick(changes.self_update_enabled, current.self_update_enabled),
                     _pick(changes.self_update_cron, current.self_update_cron),
                 )
+                if (row["evolution_enabled"], row["skill_creation_enabled"]) != (
+                    current.evolution_enabled,
+                    current.skill_creation_enabled,
+                ):
+                    # They gate the learned overlays and skills runs compose: from the next run.
+                    await enqueue_event(
+                        conn,
+                        subjects.LEARNING_CHANGED,
+                        events_pb2.LearningChanged().SerializeToString(),
+                    )
         return _settings(row)

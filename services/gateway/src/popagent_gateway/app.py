@@ -19,6 +19,7 @@ from popagent_gateway.observability.feedback_events import FeedbackEvents
 from popagent_gateway.observability.store import ObservabilityStore
 from popagent_gateway.routes import (
     agents,
+    autonomy,
     browser,
     chat,
     health,
@@ -29,6 +30,7 @@ from popagent_gateway.routes import (
     schedules,
     secrets,
     sessions,
+    skills,
     tasks,
     workspaces,
 )
@@ -103,6 +105,8 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
         memories,
         settings_routes,
         agents,
+        skills,
+        autonomy,
         workspaces,
         tasks,
         schedules,

@@ -15,9 +15,9 @@ import grpc
 from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader
 
-from popagent.agent_runner.v1 import agent_runner_pb2_grpc
+from popagent.agent_runner.v1 import agent_runner_pb2_grpc, skills_pb2_grpc
 from popagent.browser_bridge.v1 import browser_bridge_pb2_grpc
-from popagent.evolution.v1 import evolution_pb2_grpc
+from popagent.evolution.v1 import evolution_pb2_grpc, learning_pb2_grpc
 from popagent.hooks.v1 import hooks_pb2_grpc
 from popagent.secrets.v1 import secrets_pb2_grpc
 from popagent.tasks.v1 import tasks_pb2_grpc
@@ -101,6 +101,10 @@ async def get_agent_runner_state(request: Request) -> agent_runner_pb2_grpc.Agen
     return cached_stub(request, "agent-runner", agent_runner_pb2_grpc.AgentRunnerStateServiceStub)
 
 
+async def get_agent_runner_skills(request: Request) -> skills_pb2_grpc.AgentRunnerSkillsServiceStub:
+    return cached_stub(request, "agent-runner", skills_pb2_grpc.AgentRunnerSkillsServiceStub)
+
+
 async def get_model_catalog(request: Request) -> ModelCatalog:
     """The app's one model catalog cache, made on first use from the settings."""
     state = request.app.state
@@ -129,6 +133,10 @@ async def get_evolution(request: Request) -> evolution_pb2_grpc.EvolutionService
     return cached_stub(request, "evolution", evolution_pb2_grpc.EvolutionServiceStub)
 
 
+async def get_evolution_learning(request: Request) -> learning_pb2_grpc.EvolutionLearningServiceStub:
+    return cached_stub(request, "evolution", learning_pb2_grpc.EvolutionLearningServiceStub)
+
+
 async def get_browser_bridge(request: Request) -> browser_bridge_pb2_grpc.BrowserBridgeServiceStub:
     return cached_stub(request, "browser-bridge", browser_bridge_pb2_grpc.BrowserBridgeServiceStub)
 
@@ -136,9 +144,11 @@ async def get_browser_bridge(request: Request) -> browser_bridge_pb2_grpc.Browse
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 AgentRunnerStub = Annotated[agent_runner_pb2_grpc.AgentRunnerServiceStub, Depends(get_agent_runner)]
 AgentRunnerStateStub = Annotated[agent_runner_pb2_grpc.AgentRunnerStateServiceStub, Depends(get_agent_runner_state)]
+AgentRunnerSkillsStub = Annotated[skills_pb2_grpc.AgentRunnerSkillsServiceStub, Depends(get_agent_runner_skills)]
 ModelCatalogDep = Annotated[ModelCatalog, Depends(get_model_catalog)]
 HooksStub = Annotated[hooks_pb2_grpc.HooksServiceStub, Depends(get_hooks)]
 SecretsStub = Annotated[secrets_pb2_grpc.SecretsServiceStub, Depends(get_secrets)]
 TasksStub = Annotated[tasks_pb2_grpc.TasksServiceStub, Depends(get_tasks)]
 EvolutionStub = Annotated[evolution_pb2_grpc.EvolutionServiceStub, Depends(get_evolution)]
+EvolutionLearningStub = Annotated[learning_pb2_grpc.EvolutionLearningServiceStub, Depends(get_evolution_learning)]
 BrowserBridgeStub = Annotated[browser_bridge_pb2_grpc.BrowserBridgeServiceStub, Depends(get_browser_bridge)]

@@ -193,3 +193,45 @@ RETURNING enabled, observation_message_tokens, reflection_observation_tokens, ra
           reflection_buffer_activation, reflection_block_after, idle_activation_seconds, activate_on_provider_change,
           shared_budget, previous_observation_max_tokens, temporal_markers, forward_attachments, retrieval_scope,
           observer_instructions, reflector_instructions, updated_at
+
+-- Agent Skills ------------------------------------------------------------------------
+
+-- name: agent_exists
+SELECT id FROM popagent_agents WHERE id = $1
+
+-- name: lock_agent_for_skills
+-- Serializes skill creation per agent, so the per-agent bound holds under concurrent creates.
+SELECT id FROM popagent_agents WHERE id = $1 FOR UPDATE
+
+-- name: count_agent_skills
+SELECT count(*) FROM popagent_agent_skills WHERE agent_id = $1
+
+-- name: list_agent_skills
+SELECT id, agent_id, name, description, instructions, named_references::text AS named_references, source_url,
+       attribution, license, compatibility, metadata::text AS metadata, enabled, created_at, updated_at
+FROM popagent_agent_skills WHERE agent_id = $1
+ORDER BY name
+
+-- name: lock_agent_skill
+SELECT id, agent_id, name, description, instructions, named_references::text AS named_references, source_url,
+       attribution, license, compatibility, metadata::text AS metadata, enabled, created_at, updated_at
+FROM popagent_agent_skills WHERE agent_id = $1 AND id = $2 FOR UPDATE
+
+-- name: insert_agent_skill
+INSERT INTO popagent_agent_skills (
+    id, agent_id, name, description, instructions, named_references, source_url, attribution, license,
+    compatibility, metadata, enabled
+) VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10, $11::jsonb, $12)
+RETURNING id, agent_id, name, description, instructions, named_references::text AS named_references, source_url,
+          attribution, license, compatibility, metadata::text AS metadata, enabled, created_at, updated_at
+
+-- name: update_agent_skill
+UPDATE popagent_agent_skills
+SET name = $3, description = $4, instructions = $5, named_references = $6::jsonb, source_url = $7,
+    attribution = $8, license = $9, compatibility = $10, metadata = $11::jsonb, enabled = $12, updated_at = now()
+WHERE id = $1 AND agent_id = $2
+RETURNING id, agent_id, name, description, instructions, named_references::text AS named_references, source_url,
+          attribution, license, compatibility, metadata::text AS metadata, enabled, created_at, updated_at
+
+-- name: delete_agent_skill
+DELETE FROM popagent_agent_skills WHERE agent_id = $1 AND id = $2 RETURNING id

@@ -31,6 +31,7 @@ from popagent_agent_runner.llm.transport import LeanTransport
 from popagent_agent_runner.state.sessions import SessionStarts
 from popagent_agent_runner.turn.agents_factory import AgentFactory
 from popagent_agent_runner.turn.chat_servicer import ChatServicer
+from popagent_agent_runner.turn.learned import LearnedCache
 from popagent_agent_runner.turn.memories import MemoryStore
 from popagent_agent_runner.turn.runner import TurnRunner
 from popagent_agent_runner.turn.thread_store import ThreadStore
@@ -57,6 +58,7 @@ async def chat_service(
     web: WebAccess,
     hands: Hands | None = None,
     browser: BrowserAccessPoint | None = None,
+    learned: LearnedCache | None = None,
 ) -> AsyncIterator[ChatServicer]:
     """The `AgentRunnerService` servicer, with the one model connection pool it owns."""
     # The turn's agents run unstreamed for pydantic-ai (`agent_runs`): the model streams every text
@@ -77,5 +79,6 @@ async def chat_service(
             web,
             hands,
             browser,
+            learned,
         )
         yield ChatServicer(runner, memories)

@@ -19,6 +19,7 @@ from popagent_agent_runner.turn.delegation import Delegation, DelegationActivity
 from popagent_agent_runner.turn.deps import SUPERVISOR_ID, AgentProfile, StepObserver, TurnContext, TurnDeps
 from popagent_agent_runner.turn.tools import ToolRegistry
 from popagent_agent_runner.turn.tools.browser import BROWSER_TOOLS
+from popagent_agent_runner.turn.tools.skills.catalog import skill_catalog
 
 
 def _members(turn: TurnContext, profile: AgentProfile) -> list[str]:
@@ -52,7 +53,7 @@ class AgentFactory:
 
     def _agent(self, turn: TurnContext, profile: AgentProfile, tools: list[Tool[TurnDeps]]) -> Agent[TurnDeps, str]:
         model = turn.model_for(profile)
-        key = (profile.id, profile.instructions, model, tuple(id(tool) for tool in tools))
+        key = (profile.id, profile.instructions, profile.skills, model, tuple(id(tool) for tool in tools))
         agent = self._agents.get(key)
         if agent is None:
             if len(self._agents) >= MAX_CACHED_AGENTS:
@@ -61,7 +62,7 @@ class AgentFactory:
                 self.models.get(model),
                 name=profile.id,
                 deps_type=TurnDeps,
-                instructions=[profile.instructions, final_step_feedback],
+                instructions=[profile.instructions, skill_catalog(profile.skills), final_step_feedback],
                 tools=tools,
                 capabilities=[self._capability],
             )
@@ -72,6 +73,7 @@ class AgentFactory:
         tools = (
             self.registry.tools_for(_members(turn, profile))
             + self.registry.workspace_tools(profile.workspace_access)
+            + self.registry.skill_tools(profile.skills)
             + self.delegation.tools(turn)
         )
         return self._agent(turn, profile, tools)
@@ -90,8 +92,10 @@ class AgentFactory:
 
     def specialist(self, turn: TurnContext, profile: AgentProfile) -> Agent[TurnDeps, str]:
         # Only the registry's tools: specialists get no delegation tools.
-        tools = self.registry.tools_for(_members(turn, profile)) + self.registry.workspace_tools(
-            profile.workspace_access
+        tools = (
+            self.registry.tools_for(_members(turn, profile))
+            + self.registry.workspace_tools(profile.workspace_access)
+            + self.registry.skill_tools(profile.skills)
         )
         return self._agent(turn, profile, tools)
 

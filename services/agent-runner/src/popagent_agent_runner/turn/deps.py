@@ -53,6 +53,26 @@ class RuntimeSnapshot:
 
 
 @dataclass(frozen=True)
+class RunSkill:
+    """One Agent Skill as a run sees it: enabled, resolved for this agent (`turn/tools/skills/`)."""
+
+    name: str
+    description: str
+    instructions: str
+    # Relative path -> text, read one at a time with `skill_read`.
+    references: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> RunSkill:
+        return cls(
+            name=row["name"],
+            description=row["description"],
+            instructions=row["instructions"],
+            references=tuple(sorted(row["references"].items())),
+        )
+
+
+@dataclass(frozen=True)
 class AgentProfile:
     """One persisted agent (popagent_agents), as this turn read it."""
 
@@ -68,6 +88,8 @@ class AgentProfile:
     workspace_access: str = "none"
     # Which browser operations it may run: none, read-only or interactive (enforced by browser-bridge).
     browser_access: str = "none"
+    # The agent's enabled skills, by name; the skill tools exist for it only when there is one.
+    skills: tuple[RunSkill, ...] = ()
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> AgentProfile:
@@ -81,6 +103,7 @@ class AgentProfile:
             model=row["model"],
             workspace_access=row["workspace_access"],
             browser_access=row.get("browser_access", "none"),
+            skills=tuple(RunSkill.from_row(skill) for skill in row.get("skills") or ()),
         )
 
 

@@ -3,7 +3,7 @@
 -- name: turn_prelude
 -- Everything a chat turn reads before it starts, in one round trip: the session's
 -- workspace (id and registered path), the runtime-settings snapshot (turn.deps.RuntimeSnapshot's fields), the agent
--- profiles (AgentProfile's), the memories recalled for
+-- profiles (AgentProfile's, with their enabled skills), the memories recalled for
 -- prompt $3 (at most $4; see recall_memories) and the thread: its version (message count
 -- and last seq), whether it already holds message $2 (a retried request), and its history,
 -- the model-side messages oldest first as one JSON array (on a retry only what came before
@@ -48,7 +48,15 @@ SELECT s.workspace_id,
            SELECT jsonb_agg(jsonb_build_object(
                'id', a.id, 'display_name', a.display_name, 'description', a.description,
                'instructions', a.instructions, 'delegation_eligible', a.delegation_eligible, 'tools', a.tools,
-               'model', a.model, 'workspace_access', a.workspace_access, 'browser_access', a.browser_access
+               'model', a.model, 'workspace_access', a.workspace_access, 'browser_access', a.browser_access,
+               -- Only enabled skills ever reach a run (AgentProfile.skills).
+               'skills', (
+                   SELECT coalesce(jsonb_agg(jsonb_build_object(
+                       'name', k.name, 'description', k.description, 'instructions', k.instructions,
+                       'references', k.named_references
+                   ) ORDER BY k.name), '[]'::jsonb)
+                   FROM popagent_agent_skills k WHERE k.agent_id = a.id AND k.enabled
+               )
            ) ORDER BY a.position)
            FROM popagent_agents a
        )::text AS agents,

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import uuid
 from collections.abc import AsyncIterable
@@ -64,6 +65,7 @@ from popagent_agent_runner.turn.events import TurnOutput, usage_metadata
 from popagent_agent_runner.turn.evidence import EVIDENCE_CHARS, GOAL_CHARS, evidence
 from popagent_agent_runner.turn.failure_texts import failure_message, failure_text, provider_message
 from popagent_agent_runner.turn.hooks_points import TurnHooks, bounded, denied
+from popagent_agent_runner.turn.learned import LearnedCache, compose
 from popagent_agent_runner.turn.memories import RECALL_LIMIT, MemoryStore, bounded_recall, recall_query
 from popagent_agent_runner.turn.model_check import refuse_unlisted_models
 from popagent_agent_runner.turn.thread_store import ThreadStore, TurnState, Version
@@ -228,8 +230,11 @@ class TurnRunner:
         web: WebAccess,
         hands: Hands | None = None,
         browser: BrowserAccessPoint | None = None,
+        learned: LearnedCache | None = None,
     ) -> None:
         self.browser = browser
+        # Evolution's learned overlays and skills, composed into every agent resolution.
+        self.learned = learned
         self.threads = threads
         self.web = web
         self.memories = memories
@@ -252,6 +257,8 @@ class TurnRunner:
             )
         if SUPERVISOR_ID not in state.profiles:
             raise ConfigurationError(f"agent profile {SUPERVISOR_ID!r} is missing")
+        if self.learned is not None:
+            state = dataclasses.replace(state, profiles=compose(state.profiles, await self.learned.get()))
         if len(prompt_text(turn.message)) > MAX_PROMPT_CHARS:
             raise InvalidArgument(f"the message text must be at most {MAX_PROMPT_CHARS} characters")
         if turn.listed_models is not None:

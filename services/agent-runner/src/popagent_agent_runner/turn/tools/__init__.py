@@ -1,12 +1,13 @@
 """The tool registry: the tools the model sees, by the registry key hook matchers use.
 
-Tools live in one folder per group (`time/`, `memory/`, `search/`, `fetch/`, `lsp/`, `workspace/`, and the browser, docs
-and skill groups to come); adding a tool is one module with a `TOOL` in its group and one entry in
+Tools live in one folder per group (`time/`, `memory/`, `search/`, `fetch/`, `lsp/`, `workspace/`, `skills/`, and
+the browser and docs groups to come); adding a tool is one module with a `TOOL` in its group and one entry in
 `TOOLS`. `TOOLS` is the one list of what exists: the agents' `knownTools` is derived from it, and
 a membership naming anything else is refused (`PATCH /api/agents/:id` answers 422). An agent gets
 the registered tools named in its persisted membership. The workspace tools (Mastra's registry
 keys, `workspace/`) are registered here too but are no membership: an agent gets them by its
-persisted workspace access.
+persisted workspace access. Likewise the skill tools (`skills/`): an agent gets them when it
+has at least one enabled skill.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from popagent_agent_runner.turn.tools.fetch import web_fetch
 from popagent_agent_runner.turn.tools.lsp import lsp_inspect
 from popagent_agent_runner.turn.tools.memory import remember
 from popagent_agent_runner.turn.tools.search import web_search
+from popagent_agent_runner.turn.tools.skills.skill_tools import SKILL_TOOLS
 from popagent_agent_runner.turn.tools.time import get_time
 from popagent_agent_runner.turn.tools.workspace import BY_ACCESS, READ_WRITE_TOOLS
 
@@ -42,7 +44,7 @@ class ToolRegistry:
         workspace_tools: Mapping[str, Sequence[Tool[TurnDeps]]] = BY_ACCESS,
     ) -> None:
         self._tools: dict[str, Tool[TurnDeps]] = {}
-        for tool in (*tools, *READ_WRITE_TOOLS):
+        for tool in (*tools, *READ_WRITE_TOOLS, *SKILL_TOOLS):
             if tool.name in self._tools:
                 raise ValueError(f"tool {tool.name!r} is registered twice")
             self._tools[tool.name] = tool
@@ -64,3 +66,7 @@ class ToolRegistry:
     def workspace_tools(self, access: str) -> list[Tool[TurnDeps]]:
         """The workspace tools an agent with this persisted access gets (none for an unknown access)."""
         return list(self._workspace.get(access, ()))
+
+    def skill_tools(self, skills: Sequence[object]) -> list[Tool[TurnDeps]]:
+        """The skill tools, for an agent with at least one enabled skill; none otherwise."""
+        return list(SKILL_TOOLS) if skills else []

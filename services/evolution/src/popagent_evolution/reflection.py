@@ -1,0 +1,111 @@
+"""Reflection: a tool-free pydantic-ai agent that picks strategies for one agent's claimed signals.
+
+It runs on the configured default model (agent-runner's runtime settings) through the model
+gateway, with streamed structured output: the gateway answers chat completions as SSE, and
+the reply is one JSON object validated against `Reflection`. The schema is closed: a
+selection names a `Strategy` and the ids of the signals it rests on, nothing else, so the
+model cannot write prompt or skill text, name a tool or touch any other setting. A
+proposal citing a signal that is not one of this agent's claimed signals is rejected whole.
+"""
+
+from __future__ import annotations
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_ai import Agent, PromptedOutput
+from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.providers.openai import OpenAIProvider
+from pydantic_ai.settings import ModelSettings
+
+from popagent_core.errors import InvalidArgument
+from popagent_evolution.signals import SignalRecord
+from popagent_evolution.strategies import Strategy, clip
+
+MAX_SELECTIONS = 4
+MAX_CITED = 20
+
+
+class Selection(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    strategy: Strategy = Field(description="one of the strategies listed in the instructions")
+    signal_ids: list[str] = Field(min_length=1, max_length=MAX_CITED, description="ids of the signals it rests on")
+
+
+class Reflection(BaseModel):
+    """The whole answer: the strategies chosen (possibly none)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    selections: list[Selection] = Field(max_length=MAX_SELECTIONS)
+
+
+class ProposalRejected(InvalidArgument):
+    """The reflection's proposal cites signals it may not cite."""
+
+
+INSTRUCTIONS = (
+    "You review failures of one AI agent and choose which of a fixed set of improvement strategies would help. "
+    "You cannot write any text for the agent; you only choose strategies by name and cite the ids of the "
+    "signals that justify each. Choose nothing when no strategy fits. Cite only ids from the signals given.\n\n"
+    "Strategies:\n"
+    "- verify_before_answering: answers claimed more than the evidence showed.\n"
+    "- tool_failure_checklist: the same tool or step failed repeatedly.\n"
+    "- context_budget: the agent ran out of context window.\n"
+    "- hook_policy_alignment: a configured policy (hook) denied the request.\n"
+    "- completion_criteria: the agent tried to finish before the work was complete.\n"
+    "- deadline_pacing: the work ran past its deadline.\n"
+    "- clarify_first: the goal was too vague to act on.\n"
+    "- troubleshooting_skill: a failure class that recurs and needs a step-by-step procedure."
+)
+
+
+def reflection_prompt(agent_id: str, signals: list[SignalRecord]) -> str:
+    cases = [
+        {
+            "id": s.id,
+            "failureClass": s.failure_class,
+            "goal": clip(s.goal, 300),
+            "failure": clip(s.evidence, 500),
+        }
+        for s in signals
+    ]
+    return f"Agent: {agent_id}\nSignals (JSON):\n{orjson.dumps(cases).decode()}"
+
+
+def checked(reflection: Reflection, claimed: list[SignalRecord]) -> Reflection:
+    """The proposal, if every selection cites only these claimed signals (all of one agent)."""
+    held = {s.id for s in claimed}
+    for selection in reflection.selections:
+        foreign = [sid for sid in selection.signal_ids if sid not in held]
+        if foreign:
+            raise ProposalRejected(
+                f"proposal rejected: {selection.strategy} cites {', '.join(foreign[:3])}, "
+                "which is not a claimed signal of this agent"
+            )
+    return reflection
+
+
+class Reflector:
+    def __init__(self, base_url: str, api_key: str, timeout_s: float) -> None:
+        self.provider = OpenAIProvider(base_url=base_url, api_key=api_key or "unused")
+        self.timeout_s = timeout_s
+        self._agents: dict[str, Agent[None, Reflection]] = {}
+
+    def _agent(self, model: str) -> Agent[None, Reflection]:
+        agent = self._agents.get(model)
+        if agent is None:
+            agent = self._agents[model] = Agent(
+                OpenAIChatModel(model, provider=self.provider),
+                output_type=PromptedOutput(Reflection),
+                instructions=INSTRUCTIONS,
+                retries={"output": 1},
+                model_settings=ModelSettings(timeout=self.timeout_s, temperature=0),
+            )
+        return agent
+
+    async def reflect(self, model: str, agent_id: str, signals: list[SignalRecord]) -> Reflection:
+        """The validated proposal for `signals` (claimed signals of `agent_id`)."""
+        async with self._agent(model).run_stream(reflection_prompt(agent_id, signals)) as result:
+            reflection = await result.get_output()
+        return checked(reflection, signals)

@@ -1,0 +1,168 @@
+"""Evolution signals (popagent_evolution_signals): ingest, claim, settle, and the user's ignore and retry.
+
+A signal is one failure of one agent in one trace, with bounded, redacted Goal/Failure
+evidence. Workers claim due signals with `FOR UPDATE SKIP LOCKED`; the attempt number is
+the claim's fencing token, so an attempt that lost its claim (recovered as abandoned)
+settles nothing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+
+from popagent_core.db import load_queries, wrap_db_errors
+from popagent_core.errors import Conflict, NotFound
+
+QUERIES = load_queries(Path(__file__).parent / "queries.sql")
+STATUSES = ("pending", "claimed", "applied", "dismissed", "ignored", "dead_letter")
+MAX_LIST = 200
+
+Conn = asyncpg.Connection | PoolConnectionProxy
+
+
+@dataclass(frozen=True, slots=True)
+class SignalRecord:
+    id: str
+    event_id: str
+    trace_id: str
+    turn_id: str
+    session_id: str
+    agent_id: str
+    failure_class: str
+    goal: str
+    evidence: str
+    status: str
+    attempts: int
+    max_attempts: int
+    due_at: datetime
+    last_error: str
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class NewSignal:
+    event_id: str
+    trace_id: str
+    turn_id: str
+    session_id: str
+    agent_id: str
+    failure_class: str
+    goal: str
+    evidence: str
+
+
+def signal_of(row: asyncpg.Record) -> SignalRecord:
+    return SignalRecord(
+        id=str(row["id"]),
+        event_id=row["event_id"],
+        trace_id=row["trace_id"],
+        turn_id=row["turn_id"],
+        session_id=row["session_id"],
+        agent_id=row["agent_id"],
+        failure_class=row["failure_class"],
+        goal=row["goal"],
+        evidence=row["evidence"],
+        status=row["status"],
+        attempts=row["attempts"],
+        max_attempts=row["max_attempts"],
+        due_at=row["due_at"],
+        last_error=row["last_error"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+def fences(signals: list[SignalRecord]) -> tuple[list[uuid.UUID], list[int]]:
+    """The ids and attempt numbers of claimed signals, as the settle queries take them."""
+    return [uuid.UUID(s.id) for s in signals], [s.attempts for s in signals]
+
+
+class SignalRepo:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    async def ingest_many(self, signals: list[NewSignal], *, max_attempts: int, delay_s: float) -> int:
+        """Store a batch in one statement (each unless its trace, agent and class exists); how many were new."""
+        if not signals:
+            return 0
+        columns = [
+            [uuid.uuid4() for _ in signals],
+            *(
+                [getattr(s, name) for s in signals]
+                for name in (
+                    "event_id",
+                    "trace_id",
+                    "turn_id",
+                    "session_id",
+                    "agent_id",
+                    "failure_class",
+                    "goal",
+                    "evidence",
+                )
+            ),
+        ]
+        with wrap_db_errors():
+            rows = await self.pool.fetch(QUERIES["insert_signals"], *columns, max_attempts, delay_s)
+        return len(rows)
+
+    async def recover_abandoned(self, claim_timeout_s: float) -> int:
+        with wrap_db_errors():
+            return len(await self.pool.fetch(QUERIES["recover_abandoned_claims"], claim_timeout_s))
+
+    async def claim(self, limit: int, worker: str) -> list[SignalRecord]:
+        with wrap_db_errors():
+            return [signal_of(row) for row in await self.pool.fetch(QUERIES["claim_signals"], limit, worker)]
+
+    async def fail(self, signals: list[SignalRecord], error: str, *, base_s: float, cap_s: float) -> dict[str, str]:
+        """Release a failed attempt (backoff, or dead letter); signal id -> its new status."""
+        ids, attempts = fences(signals)
+        with wrap_db_errors():
+            rows = await self.pool.fetch(QUERIES["fail_claimed_signals"], ids, attempts, base_s, cap_s, error)
+        return {str(row["id"]): row["status"] for row in rows}
+
+    async def settle(self, conn: Conn, signals: list[SignalRecord], status: str, note: str = "") -> int:
+        """End this attempt's claim on `signals` inside the caller's transaction."""
+        ids, attempts = fences(signals)
+        return len(await conn.fetch(QUERIES["settle_claimed_signals"], ids, attempts, status, note))
+
+    async def settle_now(self, signals: list[SignalRecord], status: str, note: str = "") -> int:
+        with wrap_db_errors():
+            async with self.pool.acquire() as conn:
+                return await self.settle(conn, signals, status, note)
+
+    async def list(self, *, status: str | None, agent_id: str | None, limit: int) -> list[SignalRecord]:
+        with wrap_db_errors():
+            rows = await self.pool.fetch(QUERIES["list_signals"], status, agent_id, min(limit, MAX_LIST))
+        return [signal_of(row) for row in rows]
+
+    async def ignore(self, signal_id: str) -> SignalRecord:
+        return await self._transition(signal_id, "ignore_signal", "only a pending or dead-letter signal can be ignored")
+
+    async def retry(self, signal_id: str) -> SignalRecord:
+        return await self._transition(signal_id, "retry_signal", "only a dead-letter signal can be retried")
+
+    async def _transition(self, signal_id: str, query: str, refusal: str) -> SignalRecord:
+        key = _uuid(signal_id)
+        with wrap_db_errors():
+            async with self.pool.acquire() as conn, conn.transaction():
+                row = await conn.fetchrow(QUERIES[query], key)
+                if row is None:
+                    status = await conn.fetchval(QUERIES["signal_status"], key)
+                    if status is None:
+                        raise NotFound(f"signal {signal_id!r} not found")
+                    raise Conflict(f"{refusal}; this one is {status}")
+        return signal_of(row)
+
+
+def _uuid(value: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise NotFound(f"signal {value!r} not found") from None

@@ -1,0 +1,174 @@
+// The evolution loop: recent signals (ignore, retry) and learned revisions (a diff of each, revert).
+import { useState } from "react";
+import { messageOf, useLoad } from "../common/useLoad";
+import { autonomyApi, type RevisionOut, type SignalOut } from "./api";
+import { contentText, lineDiff } from "./diff";
+
+const STATUSES = ["", "pending", "claimed", "applied", "dismissed", "ignored", "dead_letter"];
+const TONE: Record<string, string> = {
+  pending: "pending",
+  claimed: "pending",
+  applied: "ok",
+  dismissed: "warn",
+  ignored: "warn",
+  dead_letter: "bad",
+};
+
+function stamp(iso: string): string {
+  const date = new Date(iso);
+  return Number.isNaN(date.getTime()) ? iso : date.toLocaleString();
+}
+
+function Diff(props: { revision: RevisionOut }) {
+  const lines = lineDiff(contentText(props.revision.before), contentText(props.revision.after));
+  return (
+    <pre className="tool-body" aria-label="What this revision changed">
+      {lines.map((line, index) => (
+        <div
+          key={index}
+          className={line.kind === "removed" ? "danger-text" : line.kind === "same" ? "muted" : undefined}
+          style={line.kind === "added" ? { color: "var(--ok)" } : undefined}
+        >
+          {line.kind === "added" ? "+ " : line.kind === "removed" ? "- " : "  "}
+          {line.text}
+        </div>
+      ))}
+    </pre>
+  );
+}
+
+function SignalItem(props: { signal: SignalOut; onAct: (what: string, run: () => Promise<unknown>) => void }) {
+  const { signal } = props;
+  return (
+    <li className="card">
+      <div className="task-head">
+        <span className={`badge ${TONE[signal.status] ?? ""}`}>{signal.status.replace("_", " ")}</span>
+        <strong>{signal.agentId}</strong>
+        <span className="muted">{signal.failureClass}</span>
+        <span className="muted small-text">{stamp(signal.createdAt)}</span>
+      </div>
+      <p>
+        <span className="muted">Goal: </span>
+        {signal.goal}
+      </p>
+      <p>
+        <span className="muted">Failure: </span>
+        {signal.evidence}
+      </p>
+      <p className="muted small-text">
+        Trace {signal.traceId} · attempt {signal.attempts} of {signal.maxAttempts}
+        {signal.lastError ? ` · ${signal.lastError}` : ""}
+      </p>
+      <div className="task-actions">
+        {signal.status === "pending" || signal.status === "dead_letter" ? (
+          <button type="button" className="ghost small" onClick={() => props.onAct("ignore the signal", () => autonomyApi.ignoreSignal(signal.id))}>
+            Ignore
+          </button>
+        ) : null}
+        {signal.status === "dead_letter" ? (
+          <button type="button" className="ghost small" onClick={() => props.onAct("retry the signal", () => autonomyApi.retrySignal(signal.id))}>
+            Retry
+          </button>
+        ) : null}
+      </div>
+    </li>
+  );
+}
+
+function RevisionItem(props: { revision: RevisionOut; onAct: (what: string, run: () => Promise<unknown>) => void }) {
+  const { revision } = props;
+  const revertible = revision.strategy !== "revert" && !revision.revertedById;
+  return (
+    <li className="card">
+      <div className="task-head">
+        <span className={`badge ${revision.strategy === "revert" ? "warn" : "ok"}`}>{revision.strategy.replaceAll("_", " ")}</span>
+        <strong>{revision.targetKey}</strong>
+        <span className="muted small-text">{stamp(revision.createdAt)}</span>
+      </div>
+      <p className="muted small-text">
+        {revision.signalIds.length} signal{revision.signalIds.length === 1 ? "" : "s"} · traces {revision.traceIds.join(", ")}
+        {revision.revertedById ? " · reverted" : ""}
+      </p>
+      <details>
+        <summary>Change</summary>
+        <Diff revision={revision} />
+      </details>
+      {revertible ? (
+        <div className="task-actions">
+          <button type="button" className="ghost small" onClick={() => props.onAct("revert the revision", () => autonomyApi.revert(revision.id))}>
+            Revert
+          </button>
+        </div>
+      ) : null}
+    </li>
+  );
+}
+
+export default function AutonomyPage() {
+  const [status, setStatus] = useState("");
+  const signals = useLoad(() => autonomyApi.signals(status || undefined), [status]);
+  const revisions = useLoad(() => autonomyApi.revisions(), []);
+  const [actionError, setActionError] = useState<string | null>(null);
+
+  const act = async (what: string, run: () => Promise<unknown>) => {
+    setActionError(null);
+    try {
+      await run();
+    } catch (error) {
+      setActionError(`Could not ${what}: ${messageOf(error)}`);
+    }
+    await Promise.all([signals.reload(), revisions.reload()]);
+  };
+  const onAct = (what: string, run: () => Promise<unknown>) => void act(what, run);
+
+  return (
+    <div className="page tasks-page">
+      <h1>Autonomy</h1>
+      <p className="muted">
+        Failed turns become signals; learning picks code-owned strategies for them and writes overlays or learned
+        skills, each an append-only revision you can revert. The autonomy settings switch it on and off.
+      </p>
+      {actionError ? (
+        <p role="alert" className="banner bad">
+          {actionError}
+        </p>
+      ) : null}
+      <section aria-labelledby="signals-heading" className="stack">
+        <div className="section-head">
+          <h2 id="signals-heading">Signals</h2>
+          <label>
+            <span className="visually-hidden">Status</span>
+            <select value={status} onChange={(event) => setStatus(event.target.value)}>
+              {STATUSES.map((value) => (
+                <option key={value} value={value}>
+                  {value ? value.replace("_", " ") : "every status"}
+                </option>
+              ))}
+            </select>
+          </label>
+          <button type="button" className="ghost small" onClick={() => void signals.reload()}>
+            Refresh
+          </button>
+        </div>
+        {signals.error ? <p role="alert" className="error-text">Could not load signals: {signals.error.message}</p> : null}
+        <ul className="task-list" data-testid="signal-list">
+          {signals.data?.signals.length === 0 ? <li className="muted">No signals.</li> : null}
+          {signals.data?.signals.map((signal) => <SignalItem key={signal.id} signal={signal} onAct={onAct} />)}
+        </ul>
+      </section>
+      <section aria-labelledby="revisions-heading" className="stack">
+        <div className="section-head">
+          <h2 id="revisions-heading">Revisions</h2>
+          <button type="button" className="ghost small" onClick={() => void revisions.reload()}>
+            Refresh
+          </button>
+        </div>
+        {revisions.error ? <p role="alert" className="error-text">Could not load revisions: {revisions.error.message}</p> : null}
+        <ul className="task-list" data-testid="revision-list">
+          {revisions.data?.revisions.length === 0 ? <li className="muted">Nothing learned yet.</li> : null}
+          {revisions.data?.revisions.map((revision) => <RevisionItem key={revision.id} revision={revision} onAct={onAct} />)}
+        </ul>
+      </section>
+    </div>
+  );
+}
