@@ -106,8 +106,8 @@ function RevisionItem(props: { revision: RevisionOut; onAct: (what: string, run:
 
 export default function AutonomyPage() {
   const [status, setStatus] = useState("");
-  const signals = useLoad(() => autonomyApi.signals(status || undefined), [status]);
-  const revisions = useLoad(() => autonomyApi.revisions(), []);
+  const signals = useLoad(["autonomy", "signals", status], () => autonomyApi.signals(status || undefined));
+  const revisions = useLoad(["autonomy", "revisions"], () => autonomyApi.revisions());
   const [actionError, setActionError] = useState<string | null>(null);
 
   const act = async (what: string, run: () => Promise<unknown>) => {

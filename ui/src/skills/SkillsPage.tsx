@@ -114,10 +114,10 @@ function ImportForm(props: { agentId: string; onImported: () => Promise<void> })
 }
 
 export default function SkillsPage(props: { agentId: string | null }) {
-  const agents = useLoad(api.agents, []);
+  const agents = useLoad(["agents"], api.agents);
   const agentIds = agents.data?.agents.map((agent) => agent.id) ?? [];
   const agentId = props.agentId && agentIds.includes(props.agentId) ? props.agentId : agentIds[0] ?? "";
-  const skills = useLoad(() => (agentId ? skillsApi.list(agentId) : Promise.resolve({ skills: [] })), [agentId]);
+  const skills = useLoad(["skills", agentId], () => (agentId ? skillsApi.list(agentId) : Promise.resolve({ skills: [] })));
   const [editing, setEditing] = useState<SkillOut | "new" | null>(null);
   const [actionError, setActionError] = useState<string | null>(null);
 
