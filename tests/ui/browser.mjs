@@ -808,6 +808,28 @@ try {
     return `added, refused over the bound ("${await error.innerText()}"), forgotten`;
   });
 
+  await step("skills editor", ["api key prompt"], async () => {
+    await page.goto(`${url}/#/skills/researcher`);
+    const list = page.locator('[data-testid="skill-list"]');
+    await list.getByText("source-verification", { exact: true }).waitFor({ timeout: 10_000 });
+    await page.getByText("Import a SKILL.md").click();
+    const md = "---\nname: ui-imported\ndescription: Imported by the browser test.\n---\n# Steps\n1. Do it.\n";
+    await page.getByLabel("or paste it").fill(md);
+    await page.getByRole("button", { name: "Import" }).click();
+    const item = list.locator("li").filter({ hasText: "ui-imported" });
+    await item.waitFor({ timeout: 10_000 });
+    await item.getByRole("button", { name: "Delete" }).click();
+    await item.waitFor({ state: "detached" });
+    return "seeded skills listed; a pasted SKILL.md imported, then deleted";
+  });
+
+  await step("autonomy page", ["api key prompt"], async () => {
+    await page.goto(`${url}/#/autonomy`);
+    await page.getByRole("heading", { name: "Signals" }).waitFor({ timeout: 10_000 });
+    await page.locator('[data-testid="revision-list"]').waitFor({ timeout: 10_000 });
+    return "signals and revisions sections shown";
+  });
+
   await step("chat remembers its model", ["first-use model pick"], async () => {
     const { body: models } = await apiGet("/api/models");
     const other = models.models.find((model) => model !== models.defaultModel);
@@ -931,26 +953,6 @@ try {
     await other.close();
     check(!asked, "a second tab asked for the key again");
     return "saved from Settings → This browser; a second tab used it without asking";
-  await step("skills editor", ["api key prompt"], async () => {
-    await page.goto(`${url}/#/skills/researcher`);
-    const list = page.locator('[data-testid="skill-list"]');
-    await list.getByText("source-verification", { exact: true }).waitFor({ timeout: 10_000 });
-    await page.getByText("Import a SKILL.md").click();
-    const md = "---\nname: ui-imported\ndescription: Imported by the browser test.\n---\n# Steps\n1. Do it.\n";
-    await page.getByLabel("or paste it").fill(md);
-    await page.getByRole("button", { name: "Import" }).click();
-    const item = list.locator("li").filter({ hasText: "ui-imported" });
-    await item.waitFor({ timeout: 10_000 });
-    await item.getByRole("button", { name: "Delete" }).click();
-    await item.waitFor({ state: "detached" });
-    return "seeded skills listed; a pasted SKILL.md imported, then deleted";
-  });
-
-  await step("autonomy page", ["api key prompt"], async () => {
-    await page.goto(`${url}/#/autonomy`);
-    await page.getByRole("heading", { name: "Signals" }).waitFor({ timeout: 10_000 });
-    await page.locator('[data-testid="revision-list"]').waitFor({ timeout: 10_000 });
-    return "signals and revisions sections shown";
   });
 
   await step("no outside requests", [], async () => {
