@@ -20,6 +20,7 @@ from popagent_gateway.observability.store import ObservabilityStore
 from popagent_gateway.routes import (
     agents,
     chat,
+    documents,
     health,
     hooks,
     memories,
@@ -103,6 +104,7 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
         settings_routes,
         agents,
         workspaces,
+        documents,
         tasks,
         schedules,
         secrets,

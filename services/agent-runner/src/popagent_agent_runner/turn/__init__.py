@@ -26,6 +26,7 @@ from pathlib import Path
 import asyncpg
 import httpx
 
+from popagent_agent_runner.docs.documents import Documentation
 from popagent_agent_runner.llm.model import LeanModels
 from popagent_agent_runner.llm.transport import LeanTransport
 from popagent_agent_runner.state.sessions import SessionStarts
@@ -55,6 +56,7 @@ async def chat_service(
     ninerouter_api_key: str,
     web: WebAccess,
     hands: Hands | None = None,
+    docs: Documentation | None = None,
 ) -> AsyncIterator[ChatServicer]:
     """The `AgentRunnerService` servicer, with the one model connection pool it owns."""
     # The turn's agents run unstreamed for pydantic-ai (`agent_runs`): the model streams every text
@@ -67,6 +69,6 @@ async def chat_service(
         models.preload()
         memories = MemoryStore(pool, QUERIES)
         runner = TurnRunner(
-            ThreadStore(pool, QUERIES), memories, hooks, AgentFactory(models, ToolRegistry()), starts, web, hands
+            ThreadStore(pool, QUERIES), memories, hooks, AgentFactory(models, ToolRegistry()), starts, web, hands, docs
         )
         yield ChatServicer(runner, memories)

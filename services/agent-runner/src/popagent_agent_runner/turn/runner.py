@@ -52,6 +52,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.usage import RunUsage, UsageLimits
 
 from popagent.events.v1 import events_pb2
+from popagent_agent_runner.docs.documents import Documentation
 from popagent_agent_runner.failures import TurnFailure
 from popagent_agent_runner.llm.model import classify_model_error, is_estimated, streaming_to
 from popagent_agent_runner.state.sessions import SessionStarts
@@ -206,8 +207,11 @@ class TurnRunner:
         starts: SessionStarts,
         web: WebAccess,
         hands: Hands | None = None,
+        docs: Documentation | None = None,
     ) -> None:
         self.threads = threads
+        # The documentation search `searchDocs` uses; None: the tool says it is unavailable.
+        self.docs = docs
         self.web = web
         self.memories = memories
         self.hooks = hooks
@@ -273,6 +277,7 @@ class TurnRunner:
             )
             if self.hands is not None
             else None,
+            docs=self.docs,
         )
         goal = prompt_text(turn.message)
         record = _Record()

@@ -16,13 +16,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from pydantic_ai import Tool
 
 from popagent_agent_runner.turn.deps import TurnDeps
+from popagent_agent_runner.turn.tools.docs import search_docs
 from popagent_agent_runner.turn.tools.fetch import web_fetch
 from popagent_agent_runner.turn.tools.memory import remember
 from popagent_agent_runner.turn.tools.search import web_search
 from popagent_agent_runner.turn.tools.time import get_time
 from popagent_agent_runner.turn.tools.workspace import BY_ACCESS, READ_WRITE_TOOLS
 
-TOOLS: tuple[Tool[TurnDeps], ...] = (get_time.TOOL, remember.TOOL, web_search.TOOL, web_fetch.TOOL)
+TOOLS: tuple[Tool[TurnDeps], ...] = (get_time.TOOL, remember.TOOL, web_search.TOOL, web_fetch.TOOL, search_docs.TOOL)
 
 
 class ToolRegistry:
