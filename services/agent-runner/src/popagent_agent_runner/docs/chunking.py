@@ -60,7 +60,7 @@ def sections(text: str) -> list[tuple[tuple[str, ...], str]]:
             level = len(heading.group(1))
             while stack and stack[-1][0] >= level:
                 stack.pop()
-            stack.append((level, heading.group(2).strip()))
+            stack.append((level, heading.group(2).strip().replace("\x1f", " ")))
             found.append((tuple(title for _, title in stack), []))
             continue
         found[-1][1].append(line)

@@ -4,10 +4,11 @@ A run walks the workspace (contained: every path is opened from the repository's
 descriptor, no symbolic link followed, `.git` and whatever `.gitignore` ignores left out),
 takes the files the include globs match and the exclude globs do not, and compares each
 file's sha256 with what its stored chunks were made from. Only new and changed files are
-chunked and embedded; documents of files that are gone are removed. Each file is written
-with its chunks in one transaction and the run's progress moves with it, so a run stopped
-anywhere (the service stopped, the machine rebooted) leaves a consistent index: its state
-stays `running` and the next start runs it again, which embeds only what is still missing.
+chunked and embedded; documents of files that are gone are removed. Each embedding batch of
+files is written with its chunks in one transaction and the run's progress moves with it, so
+a run stopped anywhere (the service stopped, the machine rebooted) leaves a consistent index:
+its state stays `running` and the next start runs it again, which embeds only what is still
+missing.
 
 One run per workspace at a time across every agent-runner worker (a session advisory lock);
 a run asked for while one is going is taken up when it ends.

@@ -87,13 +87,15 @@ RETURNING id
 -- name: delete_chunks
 DELETE FROM popagent_document_chunks WHERE document_id = $1
 
--- name: insert_chunk
+-- name: insert_chunks
+-- A document's chunks in one statement (arrays of equal length, one element per chunk).
 INSERT INTO popagent_document_chunks
     (document_id, workspace_id, path, ordinal, heading_path, content, model, dims, embedding, search_text)
-VALUES ($1, $2, $3, $4, $5::text[], $6, $7, $8, $9::text::vector,
-        setweight(to_tsvector('english', array_to_string($5::text[], ' ')), 'A')
-        || setweight(to_tsvector('english', translate($3, '/._-', '    ')), 'B')
-        || to_tsvector('english', $6))
+SELECT $1, $2, $3, c.ordinal, string_to_array(c.heading, E'\x1f'), c.content, $4, $5, c.embedding::vector,
+       setweight(to_tsvector('english', replace(c.heading, E'\x1f', ' ')), 'A')
+       || setweight(to_tsvector('english', translate($3, '/._-', '    ')), 'B')
+       || to_tsvector('english', c.content)
+FROM unnest($6::int[], $7::text[], $8::text[], $9::text[]) AS c (ordinal, heading, content, embedding)
 
 -- name: mark_embedded
 UPDATE popagent_documents

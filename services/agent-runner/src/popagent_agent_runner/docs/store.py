@@ -13,10 +13,12 @@ import asyncpg
 
 from popagent_agent_runner.docs.chunking import Chunk
 from popagent_core.db import load_queries, wrap_db_errors
-from popagent_core.errors import AlreadyExists, FailedPrecondition, NotFound
+from popagent_core.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 
 QUERIES = load_queries(Path(__file__).parent / "queries.sql")
 DEFAULT_INCLUDE = ("**/*.md",)
+HEADING_SEPARATOR = "\x1f"
+"""Joins a heading path into one array element for `insert_chunks` (a heading never holds it)."""
 INDEXED_DIMS = frozenset({256, 384, 512, 768, 1024, 1536})
 """Dimensions with an HNSW index (migration 0110); other dimensions are searched by exact scan."""
 
@@ -210,11 +212,16 @@ class DocsStore:
                 await self.pool.execute(self.q["delete_documents"], workspace_id, list(document_ids))
 
     async def store_files(self, workspace_id: str, model: str, documents: Sequence[EmbeddedDocument]) -> int:
-        """Write each file document with its new chunks, one transaction per document; the chunks written."""
+        """Write file documents with their new chunks and the run's progress in one transaction; the chunks written.
+
+        One commit per embedding batch, not per file: a commit waits for the disk, and a run
+        stopped between batches only re-embeds the batch it was in.
+        """
         written = 0
-        for document in documents:
-            with wrap_db_errors():
-                async with self.pool.acquire() as conn, conn.transaction():
+        files = 0
+        with wrap_db_errors():
+            async with self.pool.acquire() as conn, conn.transaction():
+                for document in documents:
                     document_id = await conn.fetchval(
                         self.q["upsert_file_document"],
                         _new_id(),
@@ -227,8 +234,9 @@ class DocsStore:
                     if document_id is None:
                         continue  # an API document holds this path: it stays as it is
                     await self._replace_chunks(conn, document_id, workspace_id, model, document)
-                    await conn.execute(self.q["run_progress"], workspace_id, 1, len(document.chunks))
-            written += len(document.chunks)
+                    written += len(document.chunks)
+                    files += 1
+                await conn.execute(self.q["run_progress"], workspace_id, files, written)
         return written
 
     async def _replace_chunks(
@@ -241,22 +249,20 @@ class DocsStore:
     ) -> None:
         await conn.execute(self.q["delete_chunks"], document_id)
         if document.chunks:
-            await conn.executemany(
-                self.q["insert_chunk"],
-                [
-                    (
-                        document_id,
-                        workspace_id,
-                        document.path,
-                        chunk.ordinal,
-                        list(chunk.heading_path),
-                        chunk.content,
-                        model,
-                        len(vector),
-                        vector_text(vector),
-                    )
-                    for chunk, vector in zip(document.chunks, document.vectors, strict=True)
-                ],
+            dims = {len(vector) for vector in document.vectors}
+            if len(dims) != 1:
+                raise InvalidArgument("the embedding model answered vectors of different lengths")
+            await conn.execute(
+                self.q["insert_chunks"],
+                document_id,
+                workspace_id,
+                document.path,
+                model,
+                dims.pop(),
+                [chunk.ordinal for chunk in document.chunks],
+                [HEADING_SEPARATOR.join(chunk.heading_path) for chunk in document.chunks],
+                [chunk.content for chunk in document.chunks],
+                [vector_text(vector) for vector in document.vectors],
             )
         await conn.execute(self.q["mark_embedded"], document_id, model, len(document.chunks))
 
