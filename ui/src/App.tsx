@@ -1,4 +1,4 @@
-import { useCallback, useEffect, useRef, useState } from "react";
+import { Suspense, lazy, useCallback, useEffect, useRef, useState } from "react";
 import { api } from "./api/client";
 import { ChatPage } from "./chat/ChatPage";
 import { initialModel } from "./chat/ModelPicker";
@@ -9,6 +9,8 @@ import { href, useRoute } from "./route";
 import { Sidebar } from "./sessions/Sidebar";
 import { SettingsPage } from "./settings/SettingsPage";
 import { TasksPage } from "./tasks/TasksPage";
+
+const DocumentsPage = lazy(() => import("./documents/DocumentsPage"));
 
 export function App() {
   const route = useRoute();
@@ -77,6 +79,9 @@ export function App() {
           <a href={href({ page: "tasks" })} aria-current={route.page === "tasks" ? "page" : undefined}>
             Tasks
           </a>
+          <a href={href({ page: "documents", workspaceId: null })} aria-current={route.page === "documents" ? "page" : undefined}>
+            Docs
+          </a>
           <a href={href({ page: "settings", section: null })} aria-current={route.page === "settings" ? "page" : undefined}>
             Settings
           </a>
@@ -114,6 +119,11 @@ export function App() {
             />
           ) : null}
           {route.page === "tasks" ? <TasksPage models={models.data} workspaces={workspaces.data?.workspaces ?? []} /> : null}
+          {route.page === "documents" ? (
+            <Suspense fallback={<p className="muted">Loading…</p>}>
+              <DocumentsPage workspaceId={route.workspaceId} workspaces={workspaces.data?.workspaces ?? []} />
+            </Suspense>
+          ) : null}
           {route.page === "settings" ? <SettingsPage section={route.section} models={models.data} onModelsChanged={refreshModels} /> : null}
         </main>
       </div>
