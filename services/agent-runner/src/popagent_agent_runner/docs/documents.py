@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import re
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,11 +21,22 @@ from popagent_agent_runner.docs.search import DocsSearch, SearchHit
 from popagent_agent_runner.docs.store import DocsStore, DocumentRecord, EmbeddedDocument, IndexRecord
 from popagent_agent_runner.llm.embeddings import GatewayRetrieval
 from popagent_agent_runner.state.workspaces import AgentWorkspaceStore, normalize_relative_path
-from popagent_core.errors import FailedPrecondition, InvalidArgument
+from popagent_core.errors import FailedPrecondition, InvalidArgument, NotFound
 
 MAX_API_DOCUMENT_CHARS = 1_000_000
 MAX_TITLE_CHARS = 500
 EMBEDDINGS_TIMEOUT = httpx.Timeout(120.0, connect=5.0)
+_DOCUMENT_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def _check_text(value: str, what: str) -> None:
+    if "\x00" in value:
+        raise InvalidArgument(f"{what} must not contain NUL characters")
+
+
+def _check_id(workspace_id: str, document_id: str) -> None:
+    if not _DOCUMENT_ID.match(document_id):
+        raise NotFound(f"document {document_id[:80]!r} not found in workspace {workspace_id!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,11 +69,13 @@ class Documentation:
 
     async def list(self, workspace_id: str, path_prefix: str = "", limit: int = 0) -> list[DocumentRecord]:
         await self.workspaces.get(workspace_id)
+        _check_text(path_prefix, "pathPrefix")
         if not 0 <= limit <= 1000:
             raise InvalidArgument("limit must be between 1 and 1000")
         return await self.store.list(workspace_id, self.model, path_prefix, limit or 1000)
 
     async def get(self, workspace_id: str, document_id: str) -> DocumentRecord:
+        _check_id(workspace_id, document_id)
         return await self.store.get(workspace_id, document_id, self.model)
 
     async def add(self, workspace_id: str, path: str, title: str, content: str) -> DocumentRecord:
@@ -74,6 +88,7 @@ class Documentation:
         self, workspace_id: str, document_id: str, path: str | None, title: str | None, content: str | None
     ) -> DocumentRecord:
         model = self.indexer.require_model()
+        _check_id(workspace_id, document_id)
         current = await self.store.get(workspace_id, document_id, model)
         if current.origin != "api":
             # The store refuses it too; refused here before paying for embeddings.
@@ -89,6 +104,7 @@ class Documentation:
         return await self.store.update_api_document(workspace_id, document_id, model, document)
 
     async def delete(self, workspace_id: str, document_id: str) -> None:
+        _check_id(workspace_id, document_id)
         await self.store.delete_api_document(workspace_id, document_id)
 
     async def start_indexing(
@@ -105,6 +121,8 @@ class Documentation:
 
     async def search(self, workspace_id: str, query: str, k: int = 5, path_prefix: str = "") -> list[SearchHit]:
         await self.workspaces.get(workspace_id)
+        _check_text(query, "query")
+        _check_text(path_prefix, "pathPrefix")
         return await self.search_engine.search(workspace_id, query, k, path_prefix)
 
     async def _embedded(self, path: str, title: str, content: str) -> EmbeddedDocument:

@@ -29,7 +29,7 @@ router = APIRouter(prefix="/workspaces/{workspace_id}/documents", tags=["documen
 EMBEDDING_TIMEOUT_S = 120.0
 
 WorkspaceId = Annotated[str, Path(pattern=WORKSPACE_ID_PATTERN, max_length=63)]
-DocumentId = Annotated[str, Path(min_length=1, max_length=64)]
+DocumentId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 
 
 async def get_documents(request: Request) -> documents_pb2_grpc.DocumentsServiceStub:
