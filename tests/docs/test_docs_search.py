@@ -3,6 +3,8 @@ agent-runner, embedded and reranked by the scripted model server, stored in pgve
 
 from __future__ import annotations
 
+import asyncio
+
 import asyncpg
 import pytest
 
@@ -207,3 +209,25 @@ async def test_an_interrupted_run_is_resumed_by_the_next_start_and_embeds_only_w
         embedded = [text for body in stack.models.embedding_requests for text in body["input"]]
     assert status["state"] == "idle" and status["filesEmbedded"] == 1 and status["documents"] == 5
     assert embedded and all(text.startswith("part-4.md") for text in embedded)
+
+
+async def test_a_run_waits_while_another_worker_holds_the_workspace(stack: Stack) -> None:
+    root = stack.workspace_root / "locked"
+    root.mkdir()
+    (root / "a.md").write_text("# A\n\nLocked away.\n")
+    async with stack.client() as client, stack.db() as other_worker:
+        await register_workspace(client, "locked", "locked")
+        # What a run on another agent-runner worker holds for as long as it goes.
+        key = "SELECT pg_try_advisory_lock(hashtextextended('popagent-docs-index:' || $1, 0))"
+        assert await other_worker.fetchval(key, "locked")
+        started = await client.post("/api/workspaces/locked/documents/index")
+        assert started.status_code == 202 and started.json()["state"] == "queued"
+        await asyncio.sleep(0.5)
+        status = (await client.get("/api/workspaces/locked/documents/index")).json()
+        assert status["state"] == "queued" and status["documents"] == 0
+        assert stack.models.embedding_requests == []
+        await other_worker.fetchval(
+            "SELECT pg_advisory_unlock(hashtextextended('popagent-docs-index:' || $1, 0))", "locked"
+        )
+        status = await index_and_wait(client, "locked")
+    assert (status["state"], status["documents"], status["filesEmbedded"]) == ("idle", 1, 1)

@@ -64,7 +64,7 @@ def check_globs(globs: Sequence[str], what: str) -> tuple[str, ...]:
 
 
 def document_title(path: str, text: str) -> str:
-    """The first top-level heading, else the file name."""
+    """The first heading with none above it, else the file name."""
     for heading_path, _ in sections(text):
         if len(heading_path) == 1:
             return heading_path[0][:500]
