@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import semchunk
+from semchunk.semchunk import chunk as semantic_chunks  # the package re-exports it without `__all__`
 
 __all__ = ["MAX_CHUNK_CHARS", "Chunk", "chunk_markdown", "embedding_text", "sections"]
 
@@ -79,7 +79,7 @@ def chunk_markdown(text: str, *, max_chars: int = MAX_CHUNK_CHARS) -> list[Chunk
             if path:
                 chunks.append(Chunk(len(chunks), path, ""))
             continue
-        pieces = [body] if len(body) <= max_chars else semchunk.chunk(body, max_chars, len, memoize=False)
+        pieces = [body] if len(body) <= max_chars else semantic_chunks(body, max_chars, len, memoize=False)
         for piece in pieces:
             piece = str(piece).strip()
             if piece:
