@@ -8,15 +8,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
 import psutil
 import pytest
 
-from support.launcher import Launched, launch
+from support.launcher import child_pid, health_of, launch, wait_for
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("stack")]
 
@@ -106,21 +104,6 @@ def test_second_start_reuses_the_embedded_data(tmp_path: Path) -> None:
     finally:
         second.process.send_signal(signal.SIGTERM)
         second.process.wait(30)
-
-
-def health_of(stack: Launched) -> dict[str, Any]:
-    return httpx.get(f"{stack.url}/api/health", headers={"x-popagent-key": stack.api_key}, timeout=5).json()
-
-
-def child_pid(stack: Launched, name: str) -> int:
-    return json.loads((stack.data_dir / "supervisor.json").read_text())["children"][name]["pid"]
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def test_a_killed_service_is_restarted_and_the_stack_stays_up(tmp_path: Path) -> None:
