@@ -61,6 +61,7 @@ MODEL = "fake/fake-embed"
 WORKSPACE = "bench-docs"
 K = 10
 LOAD_BATCH = 5000
+EXACT_SAMPLE = 40
 HNSW_INDEX = "popagent_document_chunks_hnsw_256"
 LOAD_CHUNKS = """
 INSERT INTO popagent_document_chunks
@@ -169,34 +170,33 @@ async def search_bench(pool: asyncpg.Pool, store: DocsStore, queries: list[str])
     exact_sql = store.q["vector_candidates_exact"].replace("{dims}", "256")
     hnsw_ms: list[float] = []
     exact_ms: list[float] = []
-    recalls: list[float] = []
-    for vector in vectors:
+    truths: list[set[int]] = []
+    # An exact scan of 100,000 chunks takes seconds: it runs for the first EXACT_SAMPLE queries only.
+    for n, vector in enumerate(vectors):
         started = time.perf_counter()
-        approximate = await store.vector_candidates(WORKSPACE, MODEL, vector, "", K, HNSW_EF_SEARCH)
+        await store.vector_candidates(WORKSPACE, MODEL, vector, "", K, HNSW_EF_SEARCH)
         hnsw_ms.append((time.perf_counter() - started) * 1000)
-        started = time.perf_counter()
-        exact = await pool.fetch(exact_sql, WORKSPACE, MODEL, vector_text(vector), "", K)
-        exact_ms.append((time.perf_counter() - started) * 1000)
-        truth = {row["id"] for row in exact}
-        recalls.append(len(truth & {candidate.chunk_id for candidate in approximate}) / len(truth))
-    sweep = {}
-    for ef_search in (100, 400):
-        found = []
-        for vector in vectors[:50]:
-            approximate = await store.vector_candidates(WORKSPACE, MODEL, vector, "", K, ef_search)
+        if n < EXACT_SAMPLE:
+            started = time.perf_counter()
             exact = await pool.fetch(exact_sql, WORKSPACE, MODEL, vector_text(vector), "", K)
-            truth = {row["id"] for row in exact}
+            exact_ms.append((time.perf_counter() - started) * 1000)
+            truths.append({row["id"] for row in exact})
+    recall_at: dict[int, float] = {}
+    for ef_search in (100, HNSW_EF_SEARCH, 400):
+        found = []
+        for vector, truth in zip(vectors, truths, strict=False):
+            approximate = await store.vector_candidates(WORKSPACE, MODEL, vector, "", K, ef_search)
             found.append(len(truth & {candidate.chunk_id for candidate in approximate}) / len(truth))
-        sweep[ef_search] = statistics.fmean(found)
+        recall_at[ef_search] = statistics.fmean(found)
     hnsw_p50, hnsw_p95 = quantiles(hnsw_ms)
     exact_p50, exact_p95 = quantiles(exact_ms)
-    recall = statistics.fmean(recalls)
+    recall = recall_at[HNSW_EF_SEARCH]
     print(f"HNSW index used by the planner: {uses_index}")
     print(f"vector search, k={K}: HNSW p50 {hnsw_p50:.2f} ms p95 {hnsw_p95:.2f} ms (target p50 <= 30 ms)")
-    print(f"                exact scan p50 {exact_p50:.2f} ms p95 {exact_p95:.2f} ms")
+    print(f"                exact scan p50 {exact_p50:.2f} ms p95 {exact_p95:.2f} ms ({len(exact_ms)} queries)")
     print(f"                HNSW / exact p50: {hnsw_p50 / exact_p50:.3f} ({exact_p50 / hnsw_p50:.1f}x faster)")
     print(f"HNSW recall@{K} against the exact scan at ef_search {HNSW_EF_SEARCH}: {recall:.4f} (target >= 0.95)")
-    print("  at ef_search " + ", ".join(f"{ef}: {value:.4f}" for ef, value in sweep.items()) + " (first 50 queries)")
+    print("  by ef_search: " + ", ".join(f"{ef}: {value:.4f}" for ef, value in recall_at.items()))
 
 
 async def hybrid_bench(store: DocsStore, retrieval: GatewayRetrieval, queries: list[str]) -> None:
