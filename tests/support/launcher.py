@@ -38,7 +38,8 @@ class Launched:
             self.output.append(line)
             if line.startswith("popagent is running"):
                 return
-        raise AssertionError("launcher did not start:\n" + "".join(self.output[-40:]))
+        code = self.process.poll()
+        raise AssertionError(f"launcher did not start (exit code {code}):\n" + "".join(self.output[-40:]))
 
     def descendants(self) -> list[psutil.Process]:
         return psutil.Process(self.process.pid).children(recursive=True)
