@@ -142,15 +142,27 @@ SELECT id, document_id, path, heading_path, content, embedding <=> $3::text::vec
 FROM scoped ORDER BY distance LIMIT $5
 
 -- name: text_candidates
--- websearch_to_tsquery ANDs the words; a question rarely has all of them in one chunk, so the
--- full-text side ranks chunks having any of its words.
-SELECT id, document_id, path, heading_path, content,
-       ts_rank_cd(search_text, query) AS rank
-FROM popagent_document_chunks,
-     (SELECT nullif(replace(plainto_tsquery('english', $3)::text, '&', '|'), '')::tsquery AS query) AS q
-WHERE workspace_id = $1 AND model = $2 AND search_text @@ query
-  AND ($4::text = '' OR path LIKE $4 ESCAPE '\')
-ORDER BY rank DESC, id
+-- websearch_to_tsquery ANDs the words, and a question rarely has all of them in one chunk, so
+-- chunks having any of its words are ranked too. Ranking reads each matched chunk's vector, so
+-- in a big workspace it is bounded: every chunk with all the words is a candidate, and at most
+-- $6 of those with some of them (in storage order) join them before the ranking.
+WITH q AS (
+    SELECT plainto_tsquery('english', $3) AS every_word,
+           nullif(replace(plainto_tsquery('english', $3)::text, '&', '|'), '')::tsquery AS any_word
+), matched AS (
+    (SELECT c.id FROM popagent_document_chunks c, q
+     WHERE c.workspace_id = $1 AND c.model = $2 AND c.search_text @@ q.every_word
+       AND ($4::text = '' OR c.path LIKE $4 ESCAPE '\'))
+    UNION
+    (SELECT c.id FROM popagent_document_chunks c, q
+     WHERE c.workspace_id = $1 AND c.model = $2 AND c.search_text @@ q.any_word
+       AND ($4::text = '' OR c.path LIKE $4 ESCAPE '\')
+     LIMIT $6)
+)
+SELECT c.id, c.document_id, c.path, c.heading_path, c.content, ts_rank_cd(c.search_text, q.any_word) AS rank
+FROM popagent_document_chunks c, q
+WHERE c.id IN (SELECT id FROM matched)
+ORDER BY rank DESC, c.id
 LIMIT $5
 
 -- name: set_ef_search

@@ -22,7 +22,7 @@ CANDIDATES = 40
 """Candidates each side contributes before fusion."""
 RERANK_WINDOW = 20
 """Fused candidates the reranker sees (at least k)."""
-HNSW_EF_SEARCH = 200
+HNSW_EF_SEARCH = 400
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,8 @@ from popagent_core.errors import AlreadyExists, FailedPrecondition, InvalidArgum
 
 QUERIES = load_queries(Path(__file__).parent / "queries.sql")
 DEFAULT_INCLUDE = ("**/*.md",)
+TEXT_RANKED = 2000
+"""Chunks having only some of a query's words that full-text search ranks at most (see `text_candidates`)."""
 HEADING_SEPARATOR = "\x1f"
 """Joins a heading path into one array element for `insert_chunks` (a heading never holds it)."""
 INDEXED_DIMS = frozenset({256, 384, 512, 768, 1024, 1536})
@@ -373,7 +375,7 @@ class DocsStore:
     ) -> list[Candidate]:
         with wrap_db_errors():
             rows = await self.pool.fetch(
-                self.q["text_candidates"], workspace_id, model, query, like_prefix(path_prefix), limit
+                self.q["text_candidates"], workspace_id, model, query, like_prefix(path_prefix), limit, TEXT_RANKED
             )
         return [_candidate(row, float(row["rank"])) for row in rows]
 
