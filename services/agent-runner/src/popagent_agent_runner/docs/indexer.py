@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -149,6 +150,7 @@ class DocsIndexer:
         self.retrieval = retrieval
         self.embedding_model = embedding_model
         self._runs: dict[str, asyncio.Task[None]] = {}
+        self._again: set[str] = set()
 
     def require_model(self) -> str:
         if not self.embedding_model:
@@ -188,21 +190,28 @@ class DocsIndexer:
 
     def _start(self, workspace_id: str) -> None:
         if self.running(workspace_id):
-            return  # the run going takes the new request up when it ends (finish_run → queued)
+            # The run going takes the new request up when it ends (finish_run answers queued; the
+            # mark covers a request that came after that answer, before the task ended).
+            self._again.add(workspace_id)
+            return
         task = asyncio.create_task(self._run_while_queued(workspace_id), name=f"docs-index-{workspace_id}")
         self._runs[workspace_id] = task
-        task.add_done_callback(
-            lambda done: self._runs.pop(workspace_id, None) if self._runs.get(workspace_id) is done else None
-        )
+        task.add_done_callback(functools.partial(self._forget, workspace_id))
+
+    def _forget(self, workspace_id: str, task: asyncio.Task[None]) -> None:
+        if self._runs.get(workspace_id) is task:
+            del self._runs[workspace_id]
 
     async def _run_while_queued(self, workspace_id: str) -> None:
         try:
             while True:
+                self._again.discard(workspace_id)
                 async with self.store.run_lock(workspace_id) as mine:
                     if not mine:
-                        return  # another worker runs it
+                        return  # another worker runs it (and takes a later request up when it ends)
                     state = await self._run_once(workspace_id)
-                if state != "queued":
+                # No await between this check and the task's end: a request cannot slip in between.
+                if state != "queued" and workspace_id not in self._again:
                     return
         except PopagentError as exc:
             logger.warning("documentation index run failed", extra={"workspace": workspace_id, "error": str(exc)})
