@@ -142,17 +142,18 @@ SELECT id, document_id, path, heading_path, content, embedding <=> $3::text::vec
 FROM scoped ORDER BY distance LIMIT $5
 
 -- name: text_candidates
--- websearch_to_tsquery ANDs the words, and a question rarely has all of them in one chunk, so
+-- plainto_tsquery ANDs the words, and a question rarely has all of them in one chunk, so
 -- chunks having any of its words are ranked too. Ranking reads each matched chunk's vector, so
--- in a big workspace it is bounded: every chunk with all the words is a candidate, and at most
--- $6 of those with some of them (in storage order) join them before the ranking.
+-- in a big workspace it is bounded: at most $6 chunks with all the words and $6 with some of
+-- them (each in storage order) are ranked.
 WITH q AS (
     SELECT plainto_tsquery('english', $3) AS every_word,
            nullif(replace(plainto_tsquery('english', $3)::text, '&', '|'), '')::tsquery AS any_word
 ), matched AS (
     (SELECT c.id FROM popagent_document_chunks c, q
      WHERE c.workspace_id = $1 AND c.model = $2 AND c.search_text @@ q.every_word
-       AND ($4::text = '' OR c.path LIKE $4 ESCAPE '\'))
+       AND ($4::text = '' OR c.path LIKE $4 ESCAPE '\')
+     LIMIT $6)
     UNION
     (SELECT c.id FROM popagent_document_chunks c, q
      WHERE c.workspace_id = $1 AND c.model = $2 AND c.search_text @@ q.any_word

@@ -18,7 +18,7 @@ from popagent_core.errors import AlreadyExists, FailedPrecondition, InvalidArgum
 QUERIES = load_queries(Path(__file__).parent / "queries.sql")
 DEFAULT_INCLUDE = ("**/*.md",)
 TEXT_RANKED = 2000
-"""Chunks having only some of a query's words that full-text search ranks at most (see `text_candidates`)."""
+"""Chunks with all of a query's words, and chunks with some, that full-text search ranks at most (`text_candidates`)."""
 HEADING_SEPARATOR = "\x1f"
 """Joins a heading path into one array element for `insert_chunks` (a heading never holds it)."""
 INDEXED_DIMS = frozenset({256, 384, 512, 768, 1024, 1536})
