@@ -32,7 +32,7 @@ export default function DocumentsPage(props: { workspaceId: string | null; works
         id={selectId}
         value={workspaceId}
         onChange={(event) => {
-          window.location.hash = href({ page: "documents", workspaceId: event.target.value });
+          window.location.hash = href({ page: "other", id: "documents", rest: encodeURIComponent(event.target.value) });
         }}
       >
         {props.workspaces.map((workspace) => (
@@ -47,8 +47,8 @@ export default function DocumentsPage(props: { workspaceId: string | null; works
 }
 
 function WorkspaceDocuments({ workspaceId }: { workspaceId: string }) {
-  const status = useLoad(() => documentsApi.status(workspaceId), [workspaceId]);
-  const documents = useLoad(() => documentsApi.list(workspaceId), [workspaceId]);
+  const status = useLoad(["documents-index", workspaceId], () => documentsApi.status(workspaceId), { fresh: true });
+  const documents = useLoad(["documents", workspaceId], () => documentsApi.list(workspaceId), { fresh: true });
   const [actionError, setActionError] = useState<string | null>(null);
   const active = status.data?.state === "queued" || status.data?.state === "running";
 

@@ -36,6 +36,7 @@ from popagent_agent_runner.turn.memories import MemoryStore
 from popagent_agent_runner.turn.runner import TurnRunner
 from popagent_agent_runner.turn.thread_store import ThreadStore
 from popagent_agent_runner.turn.tools import ToolRegistry
+from popagent_agent_runner.turn.tools.browser import BrowserAccessPoint
 from popagent_agent_runner.turn.tools.web import WebAccess
 from popagent_agent_runner.workspace.hands import Hands
 from popagent_core.db import load_queries
@@ -56,6 +57,7 @@ async def chat_service(
     ninerouter_api_key: str,
     web: WebAccess,
     hands: Hands | None = None,
+    browser: BrowserAccessPoint | None = None,
     docs: Documentation | None = None,
 ) -> AsyncIterator[ChatServicer]:
     """The `AgentRunnerService` servicer, with the one model connection pool it owns."""
@@ -69,6 +71,14 @@ async def chat_service(
         models.preload()
         memories = MemoryStore(pool, QUERIES)
         runner = TurnRunner(
-            ThreadStore(pool, QUERIES), memories, hooks, AgentFactory(models, ToolRegistry()), starts, web, hands, docs
+            ThreadStore(pool, QUERIES),
+            memories,
+            hooks,
+            AgentFactory(models, ToolRegistry()),
+            starts,
+            web,
+            hands,
+            browser,
+            docs,
         )
         yield ChatServicer(runner, memories)
