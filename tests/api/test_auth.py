@@ -34,6 +34,14 @@ ROUTES = [
     ("PATCH", "/api/workspaces/popagent"),
     ("DELETE", "/api/workspaces/popagent"),
     ("DELETE", "/api/workspaces/popagent/sessions"),
+    ("GET", "/api/workspaces/popagent/documents"),
+    ("POST", "/api/workspaces/popagent/documents"),
+    ("GET", "/api/workspaces/popagent/documents/d1"),
+    ("PATCH", "/api/workspaces/popagent/documents/d1"),
+    ("DELETE", "/api/workspaces/popagent/documents/d1"),
+    ("GET", "/api/workspaces/popagent/documents/index"),
+    ("POST", "/api/workspaces/popagent/documents/index"),
+    ("POST", "/api/workspaces/popagent/documents/search"),
 ]
 BAD_KEYS = [{}, {"x-popagent-key": ""}, {"x-popagent-key": API_KEY[:-1]}, {"x-popagent-key": API_KEY.upper()}]
 
@@ -64,6 +72,7 @@ def test_the_inventory_above_covers_every_route_of_these_resources() -> None:
     covered = {(m, p.replace("s1", "{session_id}").replace("researcher", "{agent_id}")) for m, p in ROUTES}
     covered = {(m, p.replace("/skills/k1", "/skills/{skill_id}")) for m, p in covered}
     covered = {(m, p.replace("/api/workspaces/popagent", "/api/workspaces/{workspace_id}")) for m, p in covered}
+    covered = {(m, p.replace("/documents/d1", "/documents/{document_id}")) for m, p in covered}
     paths = document()["paths"]
     assert isinstance(paths, dict)
     mine = ("/api/models", "/api/sessions", "/api/settings", "/api/agents", "/api/workspaces")

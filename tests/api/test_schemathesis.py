@@ -109,5 +109,5 @@ async def test_schemathesis_finds_no_failure_in_the_live_gateway(
             document = (await client.get("/openapi.json")).json()
         # The fuzzer is synchronous; the stack runs in this event loop, so it runs in a thread.
         operations, failures = await asyncio.to_thread(fuzz, document, stack.url)
-    assert operations == 31
+    assert operations == 39
     assert failures == [], "\n\n".join(failures)

@@ -13,11 +13,12 @@ from support.stacks import MODEL, SPECIALISTS, Stack
 
 # The persisted profiles: researcher and reviewer override the model, implementer inherits the route.
 SPECIALIST_MODEL = {"researcher": "cx/gpt-5.3-codex-spark", "implementer": MODEL, "reviewer": "cx/gpt-5.3-codex-spark"}
-# The seeded memberships (data migrations 0004-0006): every role searches, the researcher also fetches.
+# The seeded memberships (data migrations 0004-0006, 0009): every role searches the web and the
+# workspace's documentation, the researcher also fetches.
 SPECIALIST_TOOLS = {
-    "researcher": ["getTime", "webSearch", "webFetch"],
-    "implementer": ["getTime", "webSearch"],
-    "reviewer": ["getTime", "webSearch"],
+    "researcher": ["getTime", "webSearch", "webFetch", "searchDocs"],
+    "implementer": ["getTime", "webSearch", "searchDocs"],
+    "reviewer": ["getTime", "webSearch", "searchDocs"],
 }
 
 

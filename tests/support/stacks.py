@@ -73,6 +73,9 @@ CATALOG = (
     ModelInfo(PRICED_MODEL, context_length=128_000, pricing=PRICES),
 )
 SPECIALISTS = ("researcher", "implementer", "reviewer")
+# Documentation search's models at the scripted gateway (its /v1/embeddings and /v1/rerank).
+EMBEDDING_MODEL = "fake/fake-embed"
+RERANK_MODEL = "fake/fake-rerank"
 # The session's canary, provisioned as a real secret in every stack that runs secrets.
 CANARY_RESOURCE = "canary"
 CANARY_NAME = "session-canary"
@@ -207,6 +210,7 @@ class StackSpec:
     services: frozenset[str]  # of OPTIONAL_SERVICES
     runner_workers: int = 1  # agent-runner processes-equivalent; the gateway balances over them
     runtime: Mapping[str, Any] = field(default_factory=dict[str, Any])  # agent-runtime settings written at start
+    runner_settings: Mapping[str, str] = field(default_factory=dict[str, str])  # more agent-runner environment
     bridge_env: Mapping[str, str] = field(default_factory=dict[str, str])  # browser-bridge settings (its socket)
     evolution: Mapping[str, Any] = field(default_factory=dict[str, Any])  # evolution's own variables
 
@@ -433,6 +437,8 @@ async def start_stack(
                 NINEROUTER_API_KEY=MODELS_API_KEY,
                 SEARXNG_URL=searxng.base,
                 POPAGENT_WEB_FETCH_ALLOW_PRIVATE_ADDRESSES="true",
+                POPAGENT_DOCS_EMBEDDING_MODEL=EMBEDDING_MODEL,
+                **spec.runner_settings,
             )
             runner_env = runner_env or runner_settings
             await stack.enter_async_context(build_agent_runner(AgentRunnerSettings(**runner_settings)))

@@ -12,6 +12,7 @@ import { ObservabilityPage } from "./observability";
 
 const AutonomyPage = lazy(() => import("./autonomy/AutonomyPage"));
 const SkillsPage = lazy(() => import("./skills/SkillsPage"));
+const DocumentsPage = lazy(() => import("./documents/DocumentsPage"));
 
 export type PageContext = {
   rest: string | null;
@@ -33,4 +34,11 @@ export const PAGES: PageDef[] = [
   { id: "autonomy", label: "Autonomy", render: () => <AutonomyPage /> },
   { id: "settings", label: "Settings" },
   { id: "observability", label: "Observability", render: ({ rest }) => <ObservabilityPage path={rest ?? ""} /> },
+  {
+    id: "documents",
+    label: "Docs",
+    render: ({ rest, workspaces }) => (
+      <DocumentsPage workspaceId={rest ? decodeURIComponent(rest) : null} workspaces={workspaces} />
+    ),
+  },
 ];

@@ -9,11 +9,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from popagent.agent_runner.v1 import agent_runner_pb2_grpc, skills_pb2_grpc
+from popagent.agent_runner.v1 import agent_runner_pb2_grpc, documents_pb2_grpc, skills_pb2_grpc
 from popagent.browser_bridge.v1 import browser_bridge_pb2_grpc, navigator_pb2_grpc
 from popagent.events.v1 import events_pb2
 from popagent.evolution.v1 import learning_pb2_grpc
 from popagent.hooks.v1 import hooks_pb2_grpc
+from popagent_agent_runner.docs.documents import Documentation, documentation
+from popagent_agent_runner.docs.servicer import DocumentsServicer
 from popagent_agent_runner.lsp.languages import ServerCatalog
 from popagent_agent_runner.lsp.manager import LanguageServers
 from popagent_agent_runner.settings import Settings
@@ -129,6 +131,18 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
                 allow_private=settings.web_fetch_allow_private_addresses,
             )
         )
+        docs = await stack.enter_async_context(
+            documentation(
+                pool,
+                workspaces,
+                settings.workspace_root,
+                gateway_url=settings.ninerouter_url,
+                gateway_api_key=settings.ninerouter_api_key,
+                embedding_model=settings.docs_embedding_model,
+                rerank_model=settings.docs_rerank_model,
+            )
+        )
+        documents_pb2_grpc.add_DocumentsServiceServicer_to_server(DocumentsServicer(docs), kernel.server)
         chat = await stack.enter_async_context(
             chat_service(
                 pool,
@@ -143,6 +157,7 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
                     navigator_pb2_grpc.BrowserNavigatorServiceStub(browser_channel),
                 ),
                 learned,
+                docs,
             )
         )
         agent_runner_pb2_grpc.add_AgentRunnerServiceServicer_to_server(chat, kernel.server)
@@ -158,6 +173,7 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
 
         stack.push_async_callback(interrupt_turns)
         await _resume_pending_deletions(deleter, settings.pending_deletion_grace_s)
+        await _resume_index_runs(docs)
         yield RunningAgentRunner(port, deleter)
 
 
@@ -169,3 +185,13 @@ async def _resume_pending_deletions(deleter: SessionDeleter, grace_s: float) -> 
         return
     if finished:
         logger.info("pending session deletions finished", extra={"sessions": finished})
+
+
+async def _resume_index_runs(docs: Documentation) -> None:
+    try:
+        resumed = await docs.indexer.resume()
+    except PopagentError as exc:
+        logger.warning("documentation index runs not resumed", extra={"error": str(exc)})
+        return
+    if resumed:
+        logger.info("documentation index runs resumed", extra={"workspaces": resumed})

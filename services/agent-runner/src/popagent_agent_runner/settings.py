@@ -35,6 +35,10 @@ class Settings(ServiceSettings):
     web_fetch_allow_private_addresses: bool = Field(
         default=False, validation_alias="POPAGENT_WEB_FETCH_ALLOW_PRIVATE_ADDRESSES"
     )
+    # Documentation search: the gateway's embedding model (empty: documentation search is off)
+    # and its rerank model (empty: results stay in fused order).
+    docs_embedding_model: str = Field(default="", max_length=200, validation_alias="POPAGENT_DOCS_EMBEDDING_MODEL")
+    docs_rerank_model: str = Field(default="", max_length=200, validation_alias="POPAGENT_DOCS_RERANK_MODEL")
     # Workspace shell: the processes one command may run (its default timeout is an agent-runtime setting).
     sandbox_max_processes: int = Field(default=256, ge=8, le=65536, validation_alias="POPAGENT_SANDBOX_MAX_PROCESSES")
 

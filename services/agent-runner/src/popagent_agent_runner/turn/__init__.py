@@ -26,6 +26,7 @@ from pathlib import Path
 import asyncpg
 import httpx
 
+from popagent_agent_runner.docs.documents import Documentation
 from popagent_agent_runner.llm.model import LeanModels
 from popagent_agent_runner.llm.transport import LeanTransport
 from popagent_agent_runner.state.sessions import SessionStarts
@@ -59,6 +60,7 @@ async def chat_service(
     hands: Hands | None = None,
     browser: BrowserAccessPoint | None = None,
     learned: LearnedCache | None = None,
+    docs: Documentation | None = None,
 ) -> AsyncIterator[ChatServicer]:
     """The `AgentRunnerService` servicer, with the one model connection pool it owns."""
     # The turn's agents run unstreamed for pydantic-ai (`agent_runs`): the model streams every text
@@ -80,5 +82,6 @@ async def chat_service(
             hands,
             browser,
             learned,
+            docs,
         )
         yield ChatServicer(runner, memories)

@@ -22,6 +22,7 @@ from popagent_agent_runner.turn.memories import MemoryStore
 from popagent_agent_runner.workspace.hands import TurnHands
 
 if TYPE_CHECKING:
+    from popagent_agent_runner.docs.documents import Documentation
     from popagent_agent_runner.turn.tools.browser import TurnBrowser
     from popagent_agent_runner.turn.tools.web import WebAccess
 
@@ -139,6 +140,8 @@ class TurnContext:
     hands: TurnHands | None = None
     # The browser as this turn read its settings; None: no browser-bridge.
     browser: TurnBrowser | None = None
+    # The process's documentation search (searchDocs, always within `workspace_id`).
+    docs: Documentation | None = None
 
     def model_for(self, profile: AgentProfile) -> str:
         return profile.model or self.route

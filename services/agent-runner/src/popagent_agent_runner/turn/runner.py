@@ -53,6 +53,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.usage import RunUsage, UsageLimits
 
 from popagent.events.v1 import events_pb2
+from popagent_agent_runner.docs.documents import Documentation
 from popagent_agent_runner.failures import TurnFailure
 from popagent_agent_runner.llm.model import classify_model_error, is_estimated, streaming_to
 from popagent_agent_runner.llm.prices import counting_cost, turn_cost
@@ -231,11 +232,14 @@ class TurnRunner:
         hands: Hands | None = None,
         browser: BrowserAccessPoint | None = None,
         learned: LearnedCache | None = None,
+        docs: Documentation | None = None,
     ) -> None:
         self.browser = browser
         # Evolution's learned overlays and skills, composed into every agent resolution.
         self.learned = learned
         self.threads = threads
+        # The documentation search `searchDocs` uses; None: the tool says it is unavailable.
+        self.docs = docs
         self.web = web
         self.memories = memories
         self.hooks = hooks
@@ -306,6 +310,7 @@ class TurnRunner:
             if self.hands is not None
             else None,
             browser=await self.browser.for_turn() if self.browser is not None and not turn.self_update else None,
+            docs=self.docs,
         )
         goal = prompt_text(turn.message)
         record = _Record()

@@ -18,6 +18,7 @@ from pydantic_ai import Tool
 
 from popagent_agent_runner.turn.deps import TurnDeps
 from popagent_agent_runner.turn.tools.browser import bifrost_navigator, use_browser_secret
+from popagent_agent_runner.turn.tools.docs import search_docs
 from popagent_agent_runner.turn.tools.fetch import web_fetch
 from popagent_agent_runner.turn.tools.lsp import lsp_inspect
 from popagent_agent_runner.turn.tools.memory import remember
@@ -34,6 +35,7 @@ TOOLS: tuple[Tool[TurnDeps], ...] = (
     lsp_inspect.TOOL,
     bifrost_navigator.TOOL,
     use_browser_secret.TOOL,
+    search_docs.TOOL,
 )
 
 
