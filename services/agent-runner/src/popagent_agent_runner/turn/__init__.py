@@ -14,6 +14,7 @@
 | `events.py` | the batched turn events and the assistant UI message |
 | `thread_store.py` | thread history in, messages and outcome evidence out |
 | `memories.py` | long-term memories and recall |
+| `observational/` | observational memory: token accounting, Observer and Reflector, the context-window guard |
 | `chat_servicer.py` | `AgentRunnerService` (Chat, memories) |
 """
 
@@ -32,6 +33,9 @@ from popagent_agent_runner.state.sessions import SessionStarts
 from popagent_agent_runner.turn.agents_factory import AgentFactory
 from popagent_agent_runner.turn.chat_servicer import ChatServicer
 from popagent_agent_runner.turn.memories import MemoryStore
+from popagent_agent_runner.turn.observational import tokens
+from popagent_agent_runner.turn.observational.memory import ObservationalMemory
+from popagent_agent_runner.turn.observational.windows import ContextWindows
 from popagent_agent_runner.turn.runner import TurnRunner
 from popagent_agent_runner.turn.thread_store import ThreadStore
 from popagent_agent_runner.turn.tools import ToolRegistry
@@ -41,6 +45,7 @@ from popagent_core.db import load_queries
 from popagent_hooks_client.client import HooksClient
 
 QUERIES = load_queries(Path(__file__).parent / "queries.sql")
+MEMORY_QUERIES = load_queries(Path(__file__).parent / "observational" / "queries.sql")
 # A slow local model may take minutes to its first token; connecting must be quick.
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 600.0
@@ -65,8 +70,21 @@ async def chat_service(
         LeanModels(ninerouter_url, ninerouter_api_key or None, http_client=http) as models,
     ):
         models.preload()
+        tokens.preload()
         memories = MemoryStore(pool, QUERIES)
+        windows = ContextWindows(ninerouter_url, ninerouter_api_key or None, http)
+        observational = ObservationalMemory(pool, MEMORY_QUERIES, models.get, windows)
         runner = TurnRunner(
-            ThreadStore(pool, QUERIES), memories, hooks, AgentFactory(models, ToolRegistry()), starts, web, hands
+            ThreadStore(pool, QUERIES),
+            memories,
+            hooks,
+            AgentFactory(models, ToolRegistry()),
+            starts,
+            web,
+            hands,
+            observational,
         )
-        yield ChatServicer(runner, memories)
+        try:
+            yield ChatServicer(runner, memories)
+        finally:
+            await observational.aclose()

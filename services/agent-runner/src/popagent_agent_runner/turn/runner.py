@@ -64,6 +64,8 @@ from popagent_agent_runner.turn.evidence import EVIDENCE_CHARS, GOAL_CHARS, evid
 from popagent_agent_runner.turn.failure_texts import TURN_TEXTS, failure_message, provider_message
 from popagent_agent_runner.turn.hooks_points import TurnHooks, bounded, denied
 from popagent_agent_runner.turn.memories import RECALL_LIMIT, MemoryStore, bounded_recall, recall_query
+from popagent_agent_runner.turn.observational.memory import ObservationalMemory, TurnMemory
+from popagent_agent_runner.turn.observational.tokens import count_text
 from popagent_agent_runner.turn.thread_store import ThreadStore, TurnState, Version
 from popagent_agent_runner.turn.tools.web import WebAccess
 from popagent_agent_runner.turn.ui_message import prompt_text, user_content, with_prompt_text
@@ -77,6 +79,8 @@ from popagent_hooks_client.events import Event, Outcome
 logger = logging.getLogger(__name__)
 
 MAX_PROMPT_CHARS = 100_000
+# What one tool's definition adds to a request, for the context-window guard's estimate.
+TOOL_TOKENS = 200
 # A commit that fails for the database is retried this long (backoff 0.25 s doubling to 2 s):
 # longer than a database restart, shorter than a client's patience.
 COMMIT_RETRY_S = 30.0
@@ -206,8 +210,11 @@ class TurnRunner:
         starts: SessionStarts,
         web: WebAccess,
         hands: Hands | None = None,
+        observational: ObservationalMemory | None = None,
     ) -> None:
         self.threads = threads
+        # None: every turn replays the whole thread (no observational memory).
+        self.observational = observational
         self.web = web
         self.memories = memories
         self.hooks = hooks
@@ -338,7 +345,12 @@ class TurnRunner:
                 "metadata": {**context.output.metadata, "interrupted": True},
             },
         )
-        run = await self._run_until_stopped(prepared, context, prompt)
+        memory = await self._memory(prepared, context, prompt)
+        if memory is not None and memory.prompt_marker:
+            prompt = GatedPrompt(
+                prompt.message, prompt.text, "\n\n".join(filter(None, [memory.prompt_marker, prompt.instructions]))
+            )
+        run = await self._run_until_stopped(prepared, context, prompt, memory)
         if isinstance(run, TurnEnd):
             if record.begun is not None:
                 await self._store_end(
@@ -346,7 +358,36 @@ class TurnRunner:
                 )
             return run
         await self._commit(prepared, context, prompt, run, record.begun)
+        if self.observational is not None:
+            reported = run.usage.input_tokens if run.usage.requests == 1 and not is_estimated(run.usage) else None
+            try:
+                await self.observational.after_turn(
+                    context.session_id, prepared.route, memory, reported_prompt_tokens=reported
+                )
+            except PopagentError as exc:
+                logger.warning("observational memory not updated after the turn", extra={"error": str(exc)})
         return ANSWERED
+
+    async def _memory(self, prepared: PreparedTurn, context: TurnContext, prompt: GatedPrompt) -> TurnMemory | None:
+        """The thread as this turn's first request carries it (observational memory), or None: all of it."""
+        if self.observational is None:
+            return None
+        profile = context.profiles[SUPERVISOR_ID]
+        fixed = count_text(profile.instructions) + count_text(prompt.instructions or "")
+        fixed += TOOL_TOKENS * (len(profile.tools) + 3)
+        options = {
+            "stop_at_id": prompt.message["id"],
+            "fixed_tokens": fixed,
+            "prompt_tokens": count_text(prompt.text) + 8,
+        }
+        try:
+            return await self.observational.context(context.session_id, prepared.route, **options)
+        except (PopagentError, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            # The Observer's model failed: the turn goes on with what is already observed.
+            logger.warning("observation failed; the turn uses the log as it is", extra={"error": str(exc)})
+            return await self.observational.context(context.session_id, prepared.route, model_calls=False, **options)
 
     async def _gate_prompt(self, prepared: PreparedTurn, context: TurnContext) -> GatedPrompt | TurnEnd:
         """`UserPromptSubmit` on the prompt, then recall: the prompt the supervisor gets, or the end of a denied turn."""
@@ -371,7 +412,7 @@ class TurnRunner:
         return GatedPrompt(message, text, turn_instructions(recalled, decision.additional_context))
 
     async def _run_until_stopped(
-        self, prepared: PreparedTurn, context: TurnContext, prompt: GatedPrompt
+        self, prepared: PreparedTurn, context: TurnContext, prompt: GatedPrompt, memory: TurnMemory | None = None
     ) -> SupervisorRun | TurnEnd:
         """Run the supervisor until `Stop` lets the answer stand (each `continue` re-runs it with the hook's reason).
 
@@ -381,7 +422,7 @@ class TurnRunner:
         agent = self.factory.supervisor(context)
         deps = self.factory.supervisor_deps(context, _UISteps(output))
         snapshot = context.snapshot
-        history: list[ModelMessage] = prepared.state.history
+        history: list[ModelMessage] = memory.history if memory is not None else prepared.state.history
         model_prompt: str | list[UserContent] = user_content(prompt.message)
         run = SupervisorRun()
         retries = 0
