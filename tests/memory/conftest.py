@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import asyncpg
 import pytest
 
-from memory.harness import SMALL_MODEL, Conversations
+from memory.harness import OTHER_MODEL, SMALL_MODEL, Conversations
 from support.model_gateway import ModelGateway, ModelInfo
 from support.stacks import CHAT_STACK, MODEL, Stack, StackSpec
 
@@ -25,7 +25,11 @@ async def stack(started_stack: Callable[[StackSpec], Awaitable[Stack]]) -> Stack
 async def conversations(stack: Stack) -> AsyncIterator[Conversations]:
     pool = await asyncpg.create_pool(stack.dsn, min_size=1, max_size=4, server_settings={"search_path": "agent_runner"})
     assert pool is not None
-    models = (ModelInfo(MODEL, context_length=128_000), ModelInfo(SMALL_MODEL, context_length=6_000))
+    models = (
+        ModelInfo(MODEL, context_length=128_000),
+        ModelInfo(OTHER_MODEL, context_length=128_000),
+        ModelInfo(SMALL_MODEL, context_length=6_000),
+    )
     try:
         async with (
             ModelGateway(models=models, api_key="sk-memory") as gateway,

@@ -33,6 +33,7 @@ from support.model_gateway import Body, ModelGateway
 from support.stacks import MODEL
 
 SMALL_MODEL = "fake/small-window"
+OTHER_MODEL = "fake/other-chat"
 INSTRUCTIONS = "You are popagent, a helpful assistant."
 START = dt.datetime(2026, 11, 2, 9, 0, tzinfo=dt.UTC)
 
