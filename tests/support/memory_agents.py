@@ -6,7 +6,7 @@ structured output: the `final_result` tool call pydantic-ai's tool output mode e
 A request whose instructions are the Observer's gets one high-priority observation per user line of
 the history it was given (`User said: <text>`, with `referred_date` when the line names a day as
 YYYY-MM-DD), a medium one per tool result; the Reflector's gets the log's lines back deduplicated,
-with only the newest half of the low- and medium-priority ones. Anything else goes to `chat`.
+without the oldest half of the low- and medium-priority ones and the oldest third of the others. Anything else goes to `chat`.
 """
 
 from __future__ import annotations
@@ -87,7 +87,8 @@ def reflect(body: Body) -> Turn:
             seen.add(entry[2])
             lines.append({"priority": _PRIORITY.get(entry[1], "low"), "text": entry[2], "observed_on": day})
     minor = [item for item in lines if item["priority"] in ("low", "medium")]
-    dropped = {id(item) for item in minor[: len(minor) // 2]}
+    major = [item for item in lines if item["priority"] not in ("low", "medium")]
+    dropped = {id(item) for item in [*minor[: len(minor) // 2], *major[: len(major) // 3]]}
     kept = [item for item in lines if id(item) not in dropped]
     return Turn.call(ToolCall("final_result", {"observations": kept}))
 

@@ -141,6 +141,19 @@ class LogEntry:
 
 
 @dataclass(frozen=True)
+class _View:
+    """The thread as one read saw it: cursor, raw messages after it, the current log."""
+
+    state: ThreadState
+    raw: list[RawMessage]
+    log: list[LogEntry]
+
+    @property
+    def pending(self) -> int:
+        return sum(m.tokens for m in self.raw)
+
+
+@dataclass(frozen=True)
 class TurnMemory:
     """What one request carries of the thread, and how it came to be."""
 
@@ -270,41 +283,43 @@ class ObservationalMemory:
         settings = settings or await self.settings()
         now = now or self.clock()
         window = await self.windows.window(route) if self.windows is not None else None
-        state = await self.state(thread_id)
         observed = waited = False
-        if settings.enabled:
-            raw = await self.raw(thread_id, state.observed_seq, stop_at_id)
-            log = await self.log(thread_id, state.generation)
-            pending = sum(m.tokens for m in raw)
-            threshold = settings.message_threshold(_tokens(log))
-            if settings.buffering and any(not e.active for e in log):
+        if not settings.enabled:
+            view = _View(ThreadState(), await self.raw(thread_id, 0, stop_at_id), [])
+            memory = self._assemble(view, settings, fixed_tokens, prompt_tokens, now)
+        else:
+            view = await self._read(thread_id, stop_at_id)
+            threshold = settings.message_threshold(_tokens(view.log))
+            if settings.buffering and any(not e.active for e in view.log):
+                state = view.state
                 idle = (
                     settings.idle_activation_seconds > 0
                     and state.last_turn_at is not None
                     and (now - state.last_turn_at).total_seconds() >= settings.idle_activation_seconds
                 )
                 changed = settings.activate_on_provider_change and state.last_model not in (None, route)
-                if pending >= threshold or idle or changed:
+                if view.pending >= threshold or idle or changed:
                     await self._activate(thread_id, state)
                     observed = True
-            if settings.buffering and pending >= threshold * settings.observation_block_after:
+            if settings.buffering and view.pending >= threshold * settings.observation_block_after:
                 waited = await self._wait_background(thread_id)
-            state = await self.state(thread_id)
-            raw = await self.raw(thread_id, state.observed_seq, stop_at_id)
-            pending = sum(m.tokens for m in raw)
-            log = await self.log(thread_id, state.generation)
-            threshold = settings.message_threshold(_tokens(log))
-            blocking = not settings.buffering or pending >= threshold * settings.observation_block_after
-            if pending > threshold and blocking and model_calls:
+            if observed or waited:
+                view = await self._read(thread_id, stop_at_id)
+                threshold = settings.message_threshold(_tokens(view.log))
+            blocking = not settings.buffering or view.pending >= threshold * settings.observation_block_after
+            if view.pending > threshold and blocking and model_calls:
                 await self.observe(thread_id, route, settings, stop_at_id=stop_at_id)
                 observed = waited = True
-            if model_calls and await self._reflection_due(
-                thread_id, settings, blocking_only=settings.async_reflection_enabled
-            ):
+                view = await self._read(thread_id, stop_at_id)
+            reflect_at = settings.reflection_observation_tokens
+            if settings.async_reflection_enabled:
+                reflect_at = int(reflect_at * settings.reflection_block_after)
+            if model_calls and _tokens([e for e in view.log if e.active]) > reflect_at:
                 await self.reflect(thread_id, route, settings)
                 waited = True
-            memory = await self._assemble(thread_id, settings, stop_at_id, fixed_tokens, prompt_tokens, now)
-            over = window is not None and self._over(memory, window, state)
+                view = await self._read(thread_id, stop_at_id)
+            memory = self._assemble(view, settings, fixed_tokens, prompt_tokens, now)
+            over = window is not None and self._over(memory, window, view.state)
             if over and memory.raw_messages > 0 and model_calls:
                 # The guard's first resort: observe now, whatever the thresholds say.
                 try:
@@ -312,12 +327,16 @@ class ObservationalMemory:
                     observed = waited = True
                 except Exception as exc:
                     logger.warning("forced observation failed", extra={"error": str(exc)})
-                memory = await self._assemble(thread_id, settings, stop_at_id, fixed_tokens, prompt_tokens, now)
-        else:
-            memory = await self._assemble(thread_id, settings, stop_at_id, fixed_tokens, prompt_tokens, now)
-        if window is not None and self._over(memory, window, state):
-            memory = self._drop_oldest(memory, window, state)
+                view = await self._read(thread_id, stop_at_id)
+                memory = self._assemble(view, settings, fixed_tokens, prompt_tokens, now)
+        if window is not None and self._over(memory, window, view.state):
+            memory = self._drop_oldest(memory, window, view.state)
         return dataclasses.replace(memory, observed=observed, waited=waited, window=window, settings=settings)
+
+    async def _read(self, thread_id: str, stop_at_id: str) -> _View:
+        state = await self.state(thread_id)
+        raw = await self.raw(thread_id, state.observed_seq, stop_at_id)
+        return _View(state, raw, await self.log(thread_id, state.generation))
 
     def _budget(self, window: int) -> int:
         return window - min(OUTPUT_RESERVE_TOKENS, window // 4)
@@ -352,19 +371,16 @@ class ObservationalMemory:
             dropped=dropped,
         )
 
-    async def _assemble(
+    def _assemble(
         self,
-        thread_id: str,
+        view: _View,
         settings: MemorySettings,
-        stop_at_id: str,
         fixed_tokens: int,
         prompt_tokens: int,
         now: dt.datetime,
     ) -> TurnMemory:
-        state = await self.state(thread_id) if settings.enabled else ThreadState()
-        raw = await self.raw(thread_id, state.observed_seq, stop_at_id)
-        log = await self.log(thread_id, state.generation) if settings.enabled else []
-        text = "\n".join(e.content for e in log if e.active and e.content)
+        raw = view.raw
+        text = "\n".join(e.content for e in view.log if e.active and e.content)
         block = observations_block(text)
         history: list[ModelMessage] = [ModelRequest(parts=[SystemPromptPart(content=block)])] if block else []
         previous: dt.datetime | None = None
@@ -469,8 +485,7 @@ class ObservationalMemory:
                         break
                 elif buffered:
                     break
-        sync_reflection = not buffered and not settings.async_reflection_enabled
-        if sync_reflection and await self._reflection_due(thread_id, settings, blocking_only=False):
+        if not buffered and not settings.async_reflection_enabled:
             await self.reflect(thread_id, route, settings)
         return observed
 
@@ -522,20 +537,16 @@ class ObservationalMemory:
 
     # -- reflection ------------------------------------------------------------------
 
-    async def _reflection_due(self, thread_id: str, settings: MemorySettings, *, blocking_only: bool) -> bool:
-        state = await self.state(thread_id)
-        tokens = _tokens([e for e in await self.log(thread_id, state.generation) if e.active])
-        limit = settings.reflection_observation_tokens
-        if blocking_only:
-            limit = int(limit * settings.reflection_block_after)
-        return tokens > limit
-
-    async def reflect(self, thread_id: str, route: str, settings: MemorySettings) -> bool:
-        """Condense the active log into a new generation; the previous generation stays stored."""
+    async def reflect(
+        self, thread_id: str, route: str, settings: MemorySettings, *, above_tokens: int | None = None
+    ) -> bool:
+        """Condense the active log into a new generation, if it is over `above_tokens` (default: the
+        reflection threshold); the previous generation stays stored."""
         async with self._lock(thread_id):
             state = await self.state(thread_id)
             log = [e for e in await self.log(thread_id, state.generation) if e.active]
-            if _tokens(log) <= settings.reflection_observation_tokens:
+            limit = settings.reflection_observation_tokens if above_tokens is None else above_tokens
+            if not log or _tokens(log) <= limit:
                 return False
             text = "\n".join(e.content for e in log if e.content)
             entries, usage = await self.agents.reflect(
@@ -582,7 +593,6 @@ class ObservationalMemory:
         if memory is not None and reported_prompt_tokens:
             calibration = calibration.observe(reported_prompt_tokens, memory.request_tokens)
         with wrap_db_errors():
-            await self.pool.execute(self.q["ensure_observation_state"], thread_id)
             await self.pool.execute(self.q["record_turn"], thread_id, route, calibration.factor)
         settings = memory.settings if memory is not None and memory.settings is not None else None
         if settings is None or not settings.enabled:
@@ -596,7 +606,7 @@ class ObservationalMemory:
             if unbuffered >= start_at:
                 self._start(thread_id, self._buffer(thread_id, route, settings))
                 return
-        if settings.async_reflection_enabled:
+        if settings.async_reflection_enabled and not settings.shared_budget:
             log = [e for e in await self.log(thread_id, state.generation) if e.active]
             if _tokens(log) > settings.reflection_observation_tokens * settings.reflection_buffer_activation:
                 self._start(thread_id, self._reflect_in_background(thread_id, route, settings))
@@ -616,8 +626,9 @@ class ObservationalMemory:
         await self.observe(thread_id, route, settings, buffered=True)
 
     async def _reflect_in_background(self, thread_id: str, route: str, settings: MemorySettings) -> None:
-        # A background reflection condenses at the full threshold only (what it writes replaces the log).
-        await self.reflect(thread_id, route, settings)
+        # Started once the log passed reflection_buffer_activation x threshold, before it is due.
+        above = int(settings.reflection_observation_tokens * settings.reflection_buffer_activation)
+        await self.reflect(thread_id, route, settings, above_tokens=above)
 
     def background(self, thread_id: str) -> asyncio.Task[None] | None:
         return self._background.get(thread_id)

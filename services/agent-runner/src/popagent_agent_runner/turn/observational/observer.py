@@ -55,6 +55,8 @@ MAX_OBSERVATION_CHARS = 400
 TOOL_RESULT_MAX_TOKENS = 2000
 # A message's text beyond this is cut before the Observer reads it.
 MESSAGE_MAX_CHARS = 20_000
+# A `Date: Mon D, YYYY` header line, with its newline, in o200k tokens (at most).
+HEADER_TOKENS = 10
 
 Priority = Literal["high", "medium", "low", "completed"]
 MARKERS: dict[str, str] = {"high": "🔴", "medium": "🟡", "low": "🟢", "completed": "✅"}
@@ -179,24 +181,27 @@ def render(entries: Sequence[Entry]) -> str:
 
 
 def tail(log: str, max_tokens: int) -> str:
-    """The newest lines of `log` within `max_tokens` (its `Date:` headers kept where a kept line needs one)."""
+    """The newest lines of `log` within `max_tokens`, under the `Date:` header they belong to."""
     if max_tokens <= 0:
         return ""
     lines = log.splitlines()
-    kept: list[str] = []
-    budget = max_tokens
-    header_needed = False
-    for line in reversed(lines):
-        is_header = line.startswith("Date: ")
-        if is_header and not header_needed:
+    # The header of the oldest kept line costs at most this much.
+    budget = max_tokens - HEADER_TOKENS
+    first = len(lines)
+    for index in range(len(lines) - 1, -1, -1):
+        if lines[index].startswith("Date: "):
             continue
-        cost = count_text(line) + 1
+        cost = count_text(lines[index]) + 1
         if cost > budget:
             break
-        kept.append(line)
         budget -= cost
-        header_needed = not is_header
-    kept.reverse()
+        first = index
+    if first == len(lines):
+        return ""
+    kept = lines[first:]
+    header = next((line for line in reversed(lines[:first]) if line.startswith("Date: ")), None)
+    if header is not None and not kept[0].startswith("Date: "):
+        kept.insert(0, header)
     return "\n".join(kept)
 
 

@@ -78,9 +78,10 @@ WHERE thread_id = $1 AND generation = $2 AND NOT active
 
 -- name: record_turn
 -- The model and end of the thread's latest turn, and the calibration after it.
-UPDATE popagent_observation_state
+INSERT INTO popagent_observation_state (thread_id, last_model, last_turn_at, calibration)
+VALUES ($1, $2, now(), $3)
+ON CONFLICT (thread_id) DO UPDATE
 SET last_model = $2, last_turn_at = now(), calibration = $3, updated_at = now()
-WHERE thread_id = $1
 
 -- name: observation_generations
 -- Every generation of a thread's log with its size (the session memory view).
