@@ -15,6 +15,14 @@ needs no key and carries `context_length` / `capabilities.contextWindow`; chat n
 answered as a stream; a turn may end with two `data: [DONE]` lines and with an
 estimated usage block on the finish chunk before the real usage chunk.
 
+Retrieval: `POST /v1/embeddings` answers OpenAI's shape with deterministic vectors (`text_vector`: a
+hashed bag of words, L2-normalized, so texts that share words have similar vectors and the same
+text always has the same vector), and `POST /v1/rerank` answers the Jina/Cohere shape
+(`{model, query, documents, top_n}` -> `{results: [{index, relevance_score}]}`) scoring each
+document by the share of the query's words it contains. Both need the key like chat; their
+bodies are recorded in `gw.embedding_requests` and `gw.rerank_requests`, and
+`gw.fail_retrieval = (status, message)` makes both answer that error.
+
 `ModelGateway(..., ninerouter_usage=True)` (or setting `gw.ninerouter_usage`) reports usage as
 9Router 0.5.69 does in front of an upstream: a non-streamed answer's `prompt_tokens` carry 2000
 more than the upstream counted, without saying so, and a streamed answer puts an estimate
@@ -44,11 +52,14 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import hashlib
 import importlib
 import inspect
 import itertools
 import json
 import logging
+import math
+import re
 import signal
 import socket
 import time
@@ -60,7 +71,17 @@ from typing import Any
 import orjson
 import uvicorn
 
-__all__ = ["ModelGateway", "ModelInfo", "ToolCall", "Turn", "Usage", "load_script", "tool_call_then_answer"]
+__all__ = [
+    "ModelGateway",
+    "ModelInfo",
+    "ToolCall",
+    "Turn",
+    "Usage",
+    "load_script",
+    "text_vector",
+    "text_words",
+    "tool_call_then_answer",
+]
 
 Body = dict[str, Any]
 NINEROUTER_PROMPT_INFLATION = 2000
@@ -197,6 +218,92 @@ def load_script(path: Path) -> tuple[list[Turn], dict[str, Any]]:
     return [Turn.from_dict(turn) for turn in raw.get("turns", [])], options
 
 
+# -- retrieval ------------------------------------------------------------------
+
+EMBEDDING_DIMS = 256
+_WORD = re.compile(r"[a-z0-9]+")
+_STOP_WORDS = frozenset(
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "can",
+        "do",
+        "does",
+        "for",
+        "from",
+        "has",
+        "have",
+        "how",
+        "i",
+        "in",
+        "is",
+        "it",
+        "its",
+        "of",
+        "on",
+        "or",
+        "that",
+        "the",
+        "this",
+        "to",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "why",
+        "will",
+        "with",
+        "you",
+        "your",
+    ]
+)
+
+
+def text_words(text: str) -> list[str]:
+    """The words the scripted retrieval sees: lower-case alphanumeric runs, stop words out, a plural `s` off."""
+    words = []
+    for word in _WORD.findall(text.lower()):
+        if word in _STOP_WORDS:
+            continue
+        if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
+            word = word[:-1]
+        words.append(word)
+    return words
+
+
+def text_vector(text: str, dims: int = EMBEDDING_DIMS) -> list[float]:
+    """A deterministic embedding: each word hashed to a signed slot, counts dampened, L2-normalized."""
+    counts: collections.Counter[str] = collections.Counter(text_words(text))
+    vector = [0.0] * dims
+    for word, count in counts.items():
+        digest = hashlib.blake2b(word.encode(), digest_size=8).digest()
+        slot = int.from_bytes(digest[:4], "little") % dims
+        sign = 1.0 if digest[4] & 1 else -1.0
+        vector[slot] += sign * (1.0 + math.log(count))
+    norm = math.sqrt(sum(value * value for value in vector))
+    if norm == 0.0:
+        # A text with no words still gets a unit vector (a real model never answers zeros).
+        vector[0] = 1.0
+        return vector
+    return [value / norm for value in vector]
+
+
+def _rerank_score(query_words: set[str], document: str) -> float:
+    if not query_words:
+        return 0.0
+    document_words = set(text_words(document))
+    shared = len(query_words & document_words)
+    # The share of the query found, with a small preference for shorter (more focused) documents.
+    return shared / len(query_words) + 0.01 / (1 + len(document_words)) ** 0.5
+
+
 class _BrokenStream(Exception):
     """Raised inside a response to make the server drop the connection mid-stream."""
 
@@ -238,6 +345,7 @@ class ModelGateway:
         loop: bool = False,
         record: bool = True,
         ninerouter_usage: bool = False,
+        embedding_dims: int = EMBEDDING_DIMS,
     ) -> None:
         self.responder: Responder | None = None
         self._turns: collections.deque[Turn] = collections.deque()
@@ -256,6 +364,10 @@ class ModelGateway:
         self.requests: list[Body] = []
         self.unauthorized = 0  # chat requests refused for a missing or wrong key
         self.disconnected = 0  # streams the client abandoned before the end
+        self.embedding_dims = embedding_dims
+        self.embedding_requests: list[Body] = []  # bodies of /v1/embeddings requests that passed authentication
+        self.rerank_requests: list[Body] = []
+        self.fail_retrieval: tuple[int, str] | None = None  # (status, message) for /v1/embeddings and /v1/rerank
         self._ids = itertools.count(1)
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Task[None] | None = None
@@ -284,6 +396,14 @@ class ModelGateway:
         self.requests.clear()
         self.unauthorized = 0
         self.disconnected = 0
+        self.embedding_requests.clear()
+        self.rerank_requests.clear()
+        self.fail_retrieval = None
+
+    @property
+    def embedded_inputs(self) -> int:
+        """How many texts `/v1/embeddings` has embedded (every batch's inputs)."""
+        return sum(len(body["input"]) for body in self.embedding_requests)
 
     async def _next_turn(self, body: Body) -> Turn | None:
         if self._turns:
@@ -360,10 +480,81 @@ class ModelGateway:
             await _json(send, 200, {"object": "list", "data": [model.to_json() for model in self.models]})
         elif path == "/v1/chat/completions" and method == "POST":
             await self._chat(scope, receive, send)
-        elif path in {"/v1/models", "/v1/chat/completions"}:
+        elif path == "/v1/embeddings" and method == "POST":
+            await self._retrieval(scope, receive, send, self._embeddings)
+        elif path == "/v1/rerank" and method == "POST":
+            await self._retrieval(scope, receive, send, self._rerank)
+        elif path in {"/v1/models", "/v1/chat/completions", "/v1/embeddings", "/v1/rerank"}:
             await _json(send, 405, _error_body("method not allowed", "invalid_request_error"))
         else:
             await _json(send, 404, _error_body(f"no route {path}", "invalid_request_error"))
+
+    async def _retrieval(
+        self, scope: dict[str, Any], receive: Any, send: Any, answer: Callable[[Body], tuple[int, Body]]
+    ) -> None:
+        raw = await _read_body(receive)
+        if self.api_key is not None:
+            headers = dict(scope["headers"])
+            if headers.get(b"authorization", b"").decode("latin-1") != f"Bearer {self.api_key}":
+                self.unauthorized += 1
+                await _json(send, 401, _error_body("invalid or missing API key", "invalid_request_error"))
+                return
+        try:
+            body = json.loads(raw)
+            if not isinstance(body, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            await _json(send, 400, _error_body("request body is not a JSON object", "invalid_request_error"))
+            return
+        if self.fail_retrieval is not None:
+            status, message = self.fail_retrieval
+            await _json(
+                send, status, _error_body(message, "server_error" if status >= 500 else "invalid_request_error")
+            )
+            return
+        status, payload = answer(body)
+        await _json(send, status, payload)
+
+    def _embeddings(self, body: Body) -> tuple[int, Body]:
+        inputs = body.get("input")
+        if isinstance(inputs, str):
+            inputs = [inputs]
+        if not isinstance(inputs, list) or not inputs or not all(isinstance(text, str) for text in inputs):
+            return 400, _error_body("`input` must be a string or a non-empty list of strings", "invalid_request_error")
+        if not body.get("model"):
+            return 400, _error_body("`model` is required", "invalid_request_error")
+        if self.record:
+            self.embedding_requests.append({**body, "input": inputs})
+        tokens = sum(len(text.split()) for text in inputs)
+        data = [
+            {"object": "embedding", "index": index, "embedding": text_vector(text, self.embedding_dims)}
+            for index, text in enumerate(inputs)
+        ]
+        return 200, {
+            "object": "list",
+            "data": data,
+            "model": body["model"],
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+
+    def _rerank(self, body: Body) -> tuple[int, Body]:
+        query, documents, top_n = body.get("query"), body.get("documents"), body.get("top_n")
+        if not isinstance(query, str) or not isinstance(documents, list) or not body.get("model"):
+            return 400, _error_body("`model`, `query` and `documents` are required", "invalid_request_error")
+        texts = [doc if isinstance(doc, str) else str((doc or {}).get("text", "")) for doc in documents]
+        if top_n is not None and (not isinstance(top_n, int) or top_n < 1):
+            return 400, _error_body("`top_n` must be a positive integer", "invalid_request_error")
+        if self.record:
+            self.rerank_requests.append(body)
+        query_words = set(text_words(query))
+        scored = sorted(
+            ({"index": index, "relevance_score": _rerank_score(query_words, text)} for index, text in enumerate(texts)),
+            key=lambda result: -result["relevance_score"],
+        )
+        if top_n is not None:
+            scored = scored[:top_n]
+        tokens = len(query.split()) + sum(len(text.split()) for text in texts)
+        return 200, {"model": body["model"], "results": scored, "usage": {"total_tokens": tokens}}
 
     async def _chat(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         raw = await _read_body(receive)
