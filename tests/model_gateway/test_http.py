@@ -319,7 +319,7 @@ async def test_a_client_that_walks_away_mid_stream_is_counted_and_the_stream_sto
 
 async def test_unknown_routes_are_404_and_bad_json_is_400():
     async with ModelGateway([Turn.say("x")]) as gw, httpx.AsyncClient() as client:
-        missing = await client.get(f"{gw.url}/embeddings")
+        missing = await client.get(f"{gw.url}/audio/speech")
         bad = await client.post(f"{gw.url}/chat/completions", content=b"{not json")
 
         assert gw.pending == 1
