@@ -96,8 +96,7 @@ async def test_an_edit_changes_only_what_was_sent_and_persists(client: httpx.Asy
     [
         ({"tools": ["getTime", "rm -rf"]}, 422, "tools"),
         ({"tools": ["getTime", "launchMissiles"]}, 422, "launchMissiles"),
-        # Advertised by the first role seed, never registered: refused, named.
-        ({"tools": ["getTime", "recall"]}, 422, "recall"),
+        # Advertised by the first role seed, not registered: refused, named.
         ({"tools": ["bifrostNavigator", "useBrowserSecret"]}, 422, "bifrostNavigator, useBrowserSecret"),
         ({"tools": ["getTime", "getTime"]}, 400, "repeat"),
         ({"workspaceAccess": "admin"}, 422, "workspaceAccess"),

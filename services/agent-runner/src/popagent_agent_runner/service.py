@@ -106,7 +106,16 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
             )
         )
         chat = await stack.enter_async_context(
-            chat_service(pool, hooks, starts, settings.ninerouter_url, settings.ninerouter_api_key, web, hands)
+            chat_service(
+                pool,
+                hooks,
+                starts,
+                settings.ninerouter_url,
+                settings.ninerouter_api_key,
+                web,
+                hands,
+                settings.memory_embedding_model,
+            )
         )
         agent_runner_pb2_grpc.add_AgentRunnerServiceServicer_to_server(chat, kernel.server)
         # Background task attempts run through the same turn runner as chat.

@@ -35,6 +35,9 @@ class Settings(ServiceSettings):
     # Workspace shell: the processes one command may run (its default timeout is an agent-runtime setting).
     sandbox_max_processes: int = Field(default=256, ge=8, le=65536, validation_alias="POPAGENT_SANDBOX_MAX_PROCESSES")
 
+    # `recall` adds vector search over the original messages with this gateway embedding model; empty: full text only.
+    memory_embedding_model: str = Field(default="", max_length=200, validation_alias="POPAGENT_MEMORY_EMBEDDING_MODEL")
+
     @field_validator("grpc_address")
     @classmethod
     def _one_address(cls, value: str) -> str:

@@ -27,6 +27,7 @@ from pathlib import Path
 import asyncpg
 import httpx
 
+from popagent_agent_runner.llm.embeddings import GatewayRetrieval
 from popagent_agent_runner.llm.model import LeanModels
 from popagent_agent_runner.llm.transport import LeanTransport
 from popagent_agent_runner.state.sessions import SessionStarts
@@ -35,6 +36,7 @@ from popagent_agent_runner.turn.chat_servicer import ChatServicer
 from popagent_agent_runner.turn.memories import MemoryStore
 from popagent_agent_runner.turn.observational import tokens
 from popagent_agent_runner.turn.observational.memory import ObservationalMemory
+from popagent_agent_runner.turn.observational.recall import HistorySearch
 from popagent_agent_runner.turn.observational.windows import ContextWindows
 from popagent_agent_runner.turn.runner import TurnRunner
 from popagent_agent_runner.turn.thread_store import ThreadStore
@@ -60,6 +62,7 @@ async def chat_service(
     ninerouter_api_key: str,
     web: WebAccess,
     hands: Hands | None = None,
+    embedding_model: str = "",
 ) -> AsyncIterator[ChatServicer]:
     """The `AgentRunnerService` servicer, with the one model connection pool it owns."""
     # The turn's agents run unstreamed for pydantic-ai (`agent_runs`): the model streams every text
@@ -74,6 +77,8 @@ async def chat_service(
         memories = MemoryStore(pool, QUERIES)
         windows = ContextWindows(ninerouter_url, ninerouter_api_key or None, http)
         observational = ObservationalMemory(pool, MEMORY_QUERIES, models.get, windows)
+        retrieval = GatewayRetrieval(ninerouter_url, ninerouter_api_key or None, http_client=http)
+        history_search = HistorySearch(pool, MEMORY_QUERIES, retrieval, embedding_model)
         runner = TurnRunner(
             ThreadStore(pool, QUERIES),
             memories,
@@ -83,6 +88,7 @@ async def chat_service(
             web,
             hands,
             observational,
+            history_search,
         )
         try:
             yield ChatServicer(runner, memories)

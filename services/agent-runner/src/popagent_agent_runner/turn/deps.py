@@ -22,6 +22,7 @@ from popagent_agent_runner.turn.memories import MemoryStore
 from popagent_agent_runner.workspace.hands import TurnHands
 
 if TYPE_CHECKING:
+    from popagent_agent_runner.turn.observational.recall import HistorySearch
     from popagent_agent_runner.turn.tools.web import WebAccess
 
 SUPERVISOR_ID = "popagent"
@@ -110,6 +111,8 @@ class TurnContext:
     specialist_usage: RunUsage = field(default_factory=RunUsage)
     # The turn's repository and the background processes its agents started.
     hands: TurnHands | None = None
+    # `recall`'s search over the original messages; None: no recall in this process.
+    history_search: HistorySearch | None = None
 
     def model_for(self, profile: AgentProfile) -> str:
         return profile.model or self.route

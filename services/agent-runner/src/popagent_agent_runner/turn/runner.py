@@ -65,6 +65,7 @@ from popagent_agent_runner.turn.failure_texts import TURN_TEXTS, failure_message
 from popagent_agent_runner.turn.hooks_points import TurnHooks, bounded, denied
 from popagent_agent_runner.turn.memories import RECALL_LIMIT, MemoryStore, bounded_recall, recall_query
 from popagent_agent_runner.turn.observational.memory import ObservationalMemory, TurnMemory
+from popagent_agent_runner.turn.observational.recall import HistorySearch
 from popagent_agent_runner.turn.observational.tokens import count_text
 from popagent_agent_runner.turn.thread_store import ThreadStore, TurnState, Version
 from popagent_agent_runner.turn.tools.web import WebAccess
@@ -211,7 +212,9 @@ class TurnRunner:
         web: WebAccess,
         hands: Hands | None = None,
         observational: ObservationalMemory | None = None,
+        history_search: HistorySearch | None = None,
     ) -> None:
+        self.history_search = history_search
         self.threads = threads
         # None: every turn replays the whole thread (no observational memory).
         self.observational = observational
@@ -280,6 +283,7 @@ class TurnRunner:
             )
             if self.hands is not None
             else None,
+            history_search=self.history_search,
         )
         goal = prompt_text(turn.message)
         record = _Record()

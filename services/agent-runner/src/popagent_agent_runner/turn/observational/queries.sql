@@ -89,3 +89,73 @@ SELECT generation, count(*) AS entries, sum(tokens)::bigint AS tokens, sum(messa
        min(created_at) AS created_at, bool_or(kind = 'reflection') AS reflected
 FROM popagent_observations WHERE thread_id = $1
 GROUP BY generation ORDER BY generation
+
+-- Exact recall ------------------------------------------------------------------------
+
+-- name: recall_full_text
+-- Original messages matching any stemmed word of query $1 (ranked by ts_rank_cd), in thread $2 only
+-- or ($3) in every `popagent-user` thread; the asking thread's newest user message and what follows
+-- it (the turn asking) are left out. At most $4.
+WITH query AS (
+    SELECT to_tsquery('simple', string_agg(quote_literal(lexeme), ' | ')) AS q
+    FROM unnest(tsvector_to_array(to_tsvector('english', $1))) AS lexeme
+),
+asking AS (
+    SELECT coalesce(max(seq), 9223372036854775807) AS seq
+    FROM popagent_thread_messages WHERE thread_id = $2 AND role = 'user'
+)
+SELECT m.thread_id, m.seq, m.id, m.role, m.created_at, m.content -> 'ui' ->> 'parts' AS parts,
+       ts_rank_cd(m.search, query.q) AS rank
+FROM popagent_thread_messages m
+JOIN popagent_threads t ON t.id = m.thread_id
+CROSS JOIN query, asking
+WHERE query.q IS NOT NULL AND m.search @@ query.q
+  AND (m.thread_id = $2 OR ($3 AND t.resource_id = 'popagent-user'))
+  AND NOT (m.thread_id = $2 AND m.seq >= asking.seq)
+ORDER BY rank DESC, m.created_at DESC
+LIMIT $4
+
+-- name: recall_unembedded
+-- Messages in scope (thread $1, or every `popagent-user` thread when $2) without an embedding for
+-- model $3, newest first, at most $4.
+WITH asking AS (
+    SELECT coalesce(max(seq), 9223372036854775807) AS seq
+    FROM popagent_thread_messages WHERE thread_id = $1 AND role = 'user'
+)
+SELECT m.thread_id, m.seq, m.content -> 'ui' ->> 'parts' AS parts
+FROM popagent_thread_messages m
+JOIN popagent_threads t ON t.id = m.thread_id
+CROSS JOIN asking
+WHERE (m.thread_id = $1 OR ($2 AND t.resource_id = 'popagent-user'))
+  AND NOT (m.thread_id = $1 AND m.seq >= asking.seq)
+  AND NOT EXISTS (
+      SELECT 1 FROM popagent_message_embeddings e WHERE e.thread_id = m.thread_id AND e.seq = m.seq AND e.model = $3
+  )
+ORDER BY m.created_at DESC
+LIMIT $4
+
+-- name: store_message_embeddings
+INSERT INTO popagent_message_embeddings (thread_id, seq, model, embedding)
+SELECT t, s, $4, e::vector FROM unnest($1::text[], $2::bigint[], $3::text[]) AS x(t, s, e)
+ON CONFLICT DO NOTHING
+
+-- name: recall_vector
+-- The messages in scope nearest to embedding $3 (cosine distance) for model $4, at most $5.
+WITH asking AS (
+    SELECT coalesce(max(seq), 9223372036854775807) AS seq
+    FROM popagent_thread_messages WHERE thread_id = $1 AND role = 'user'
+)
+SELECT m.thread_id, m.seq, m.id, m.role, m.created_at, m.content -> 'ui' ->> 'parts' AS parts,
+       e.embedding <=> $3::vector AS distance
+FROM popagent_message_embeddings e
+JOIN popagent_thread_messages m ON m.thread_id = e.thread_id AND m.seq = e.seq
+JOIN popagent_threads t ON t.id = m.thread_id
+CROSS JOIN asking
+WHERE e.model = $4
+  AND (m.thread_id = $1 OR ($2 AND t.resource_id = 'popagent-user'))
+  AND NOT (m.thread_id = $1 AND m.seq >= asking.seq)
+ORDER BY distance
+LIMIT $5
+
+-- name: retrieval_scope
+SELECT retrieval_scope FROM popagent_memory_settings WHERE id = 1

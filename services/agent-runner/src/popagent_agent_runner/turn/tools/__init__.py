@@ -17,12 +17,12 @@ from pydantic_ai import Tool
 
 from popagent_agent_runner.turn.deps import TurnDeps
 from popagent_agent_runner.turn.tools.fetch import web_fetch
-from popagent_agent_runner.turn.tools.memory import remember
+from popagent_agent_runner.turn.tools.memory import recall, remember
 from popagent_agent_runner.turn.tools.search import web_search
 from popagent_agent_runner.turn.tools.time import get_time
 from popagent_agent_runner.turn.tools.workspace import BY_ACCESS, READ_WRITE_TOOLS
 
-TOOLS: tuple[Tool[TurnDeps], ...] = (get_time.TOOL, remember.TOOL, web_search.TOOL, web_fetch.TOOL)
+TOOLS: tuple[Tool[TurnDeps], ...] = (get_time.TOOL, remember.TOOL, web_search.TOOL, web_fetch.TOOL, recall.TOOL)
 
 
 class ToolRegistry:
