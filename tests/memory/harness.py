@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 
 from popagent_agent_runner.llm.model import LeanModels
-from popagent_agent_runner.llm.stream import DROP_TEXT, streaming_to
+from popagent_agent_runner.llm.stream import streaming_to
 from popagent_agent_runner.turn import MEMORY_QUERIES
 from popagent_agent_runner.turn.observational.memory import MemorySettings, ObservationalMemory, TurnMemory
 from popagent_agent_runner.turn.observational.tokens import count_text
@@ -68,6 +69,22 @@ def settings(**changes: Any) -> MemorySettings:
 class TurnRecord:
     memory: TurnMemory
     request: Body  # the chat request the model got
+    context_s: float = 0.0  # observational memory's part of the turn before the model call
+    first_text_s: float = 0.0  # turn start -> the model's first text delta (time to first token)
+
+
+class FirstText:
+    """A turn sink that notes when the first text arrived."""
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+
+    def text_delta(self, index: int, delta: str) -> None:
+        if self.at is None:
+            self.at = time.perf_counter()
+
+    def thinking_delta(self, index: int, delta: str) -> None:
+        pass
 
 
 @dataclass
@@ -83,6 +100,7 @@ class Conversation:
     ) -> TurnRecord:
         self.clock = at or self.clock + dt.timedelta(minutes=1)
         om = self.harness.memory
+        started = time.perf_counter()
         memory = await om.context(
             self.thread_id,
             self.model,
@@ -91,15 +109,18 @@ class Conversation:
             prompt_tokens=count_text(text) + 8,
             now=self.clock,
         )
+        context_s = time.perf_counter() - started
         agent = self.harness.agent(self.model)
         before = len(self.harness.gateway.requests)
-        with streaming_to(DROP_TEXT):
+        first = FirstText()
+        with streaming_to(first):
             result = await agent.run(prompt if prompt is not None else text, message_history=memory.history)
         chat_requests = [b for b in self.harness.gateway.requests[before:] if _is_chat(b)]
         new = result.new_messages()
         await self.harness.store(self.thread_id, new, self.clock, text)
         await om.after_turn(self.thread_id, self.model, memory)
-        record = TurnRecord(memory, chat_requests[-1])
+        first_text_s = (first.at or time.perf_counter()) - started
+        record = TurnRecord(memory, chat_requests[-1], context_s, first_text_s)
         self.turns.append(record)
         return record
 
