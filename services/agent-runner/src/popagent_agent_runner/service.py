@@ -115,6 +115,7 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
                 web,
                 hands,
                 settings.memory_embedding_model,
+                settings.memory_retention_days,
             )
         )
         agent_runner_pb2_grpc.add_AgentRunnerServiceServicer_to_server(chat, kernel.server)

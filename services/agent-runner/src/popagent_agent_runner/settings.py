@@ -38,6 +38,9 @@ class Settings(ServiceSettings):
     # `recall` adds vector search over the original messages with this gateway embedding model; empty: full text only.
     memory_embedding_model: str = Field(default="", max_length=200, validation_alias="POPAGENT_MEMORY_EMBEDDING_MODEL")
 
+    # Agent-written, unpinned long-term memories not written for this many days are forgotten; 0 keeps them.
+    memory_retention_days: int = Field(default=0, ge=0, le=36_500, validation_alias="POPAGENT_MEMORY_RETENTION_DAYS")
+
     @field_validator("grpc_address")
     @classmethod
     def _one_address(cls, value: str) -> str:

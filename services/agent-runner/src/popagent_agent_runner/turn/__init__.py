@@ -63,6 +63,7 @@ async def chat_service(
     web: WebAccess,
     hands: Hands | None = None,
     embedding_model: str = "",
+    memory_retention_days: int = 0,
 ) -> AsyncIterator[ChatServicer]:
     """The `AgentRunnerService` servicer, with the one model connection pool it owns."""
     # The turn's agents run unstreamed for pydantic-ai (`agent_runs`): the model streams every text
@@ -74,10 +75,12 @@ async def chat_service(
     ):
         models.preload()
         tokens.preload()
-        memories = MemoryStore(pool, QUERIES)
+        retrieval = GatewayRetrieval(ninerouter_url, ninerouter_api_key or None, http_client=http)
+        memories = MemoryStore(
+            pool, QUERIES, retention_days=memory_retention_days, retrieval=retrieval, embedding_model=embedding_model
+        )
         windows = ContextWindows(ninerouter_url, ninerouter_api_key or None, http)
         observational = ObservationalMemory(pool, MEMORY_QUERIES, models.get, windows)
-        retrieval = GatewayRetrieval(ninerouter_url, ninerouter_api_key or None, http_client=http)
         history_search = HistorySearch(pool, MEMORY_QUERIES, retrieval, embedding_model)
         runner = TurnRunner(
             ThreadStore(pool, QUERIES),

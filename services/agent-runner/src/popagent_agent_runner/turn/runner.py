@@ -228,8 +228,10 @@ class TurnRunner:
 
     async def prepare(self, turn: TurnInput) -> PreparedTurn:
         """Everything the turn needs before its first event; raises NotFound for an unknown session."""
+        # Retention first, so nothing past it is recalled (at most one sweep every few minutes).
+        await self.memories.sweep()
         # Recall rides along with the prelude for the prompt as sent; only a prompt a hook
-        # rewrites costs a second query.
+        # rewrites (or hybrid recall, with embeddings) costs a second query.
         state = await self.threads.prelude(
             turn.session_id, turn.message["id"], recall_query(prompt_text(turn.message)), RECALL_LIMIT
         )
@@ -410,6 +412,8 @@ class TurnRunner:
         if decision.outcome is Outcome.MODIFY and decision.prompt is not None:
             message = with_prompt_text(message, decision.prompt)
             text = decision.prompt
+            recalled = await self.memories.recall(text)
+        elif self.memories.hybrid:
             recalled = await self.memories.recall(text)
         else:
             recalled = bounded_recall(prepared.state.recalled)
