@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from pydantic.alias_generators import to_camel
+
 from popagent_agent_runner.state.settings_rules import MEMORY
 from popagent_gateway.dto.settings import MEMORY_SETTING_HELP
-from pydantic.alias_generators import to_camel
 from support.stacks import Stack
 
 

@@ -64,3 +64,25 @@ async def test_a_long_chat_is_observed_and_deleting_the_session_removes_its_obse
             left = await db.fetchval("SELECT count(*) FROM popagent_observations WHERE thread_id = $1", session)
             state = await db.fetchval("SELECT count(*) FROM popagent_observation_state WHERE thread_id = $1", session)
         assert (left, state) == (0, 0)
+
+
+async def test_the_session_memory_view_shows_the_log_and_the_tokens_saved(stack: Stack) -> None:
+    stack.models.responder = memory_agents()
+    async with (
+        stack.client() as client,
+        memory_settings(
+            client, observationMessageTokens=1000, asyncObservationEnabled=False, rawHistoryRetentionMessages=2
+        ),
+    ):
+        session = await new_session(client)
+        empty = (await client.get(f"/api/sessions/{session}/memory")).json()
+        assert (empty["entries"], empty["lastCompactionAt"], empty["tokensSaved"]) == ([], None, 0)
+        for n in range(10):
+            await chat(client, session, f"{n}: {LONG}")
+        view = (await client.get(f"/api/sessions/{session}/memory")).json()
+        assert view["entries"] and view["entries"][0]["kind"] == "observation"
+        assert "User said: 0: Here is a long message" in view["entries"][0]["content"]
+        assert view["lastCompactionAt"] is not None
+        assert view["tokensSaved"] == view["observedMessageTokens"] - view["observationTokens"] > 0
+        assert view["rawMessages"] >= 2
+        assert (await client.get("/api/sessions/no-such-session/memory")).status_code == 404

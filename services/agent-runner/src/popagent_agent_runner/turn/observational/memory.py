@@ -138,6 +138,7 @@ class LogEntry:
     last_message_seq: int
     message_tokens: int
     active: bool
+    created_at: dt.datetime
 
 
 @dataclass(frozen=True)

@@ -159,3 +159,6 @@ LIMIT $5
 
 -- name: retrieval_scope
 SELECT retrieval_scope FROM popagent_memory_settings WHERE id = 1
+
+-- name: session_exists
+SELECT 1 FROM popagent_sessions WHERE id = $1 AND deleting_at IS NULL
