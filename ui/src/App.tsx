@@ -1,4 +1,4 @@
-import { useCallback, useEffect, useRef, useState } from "react";
+import { lazy, Suspense, useCallback, useEffect, useRef, useState } from "react";
 import { api } from "./api/client";
 import { ChatPage } from "./chat/ChatPage";
 import { initialModel } from "./chat/ModelPicker";
@@ -9,6 +9,8 @@ import { href, useRoute } from "./route";
 import { Sidebar } from "./sessions/Sidebar";
 import { SettingsPage } from "./settings/SettingsPage";
 import { TasksPage } from "./tasks/TasksPage";
+
+const SessionMemoryPage = lazy(() => import("./memory/SessionMemoryPage"));
 
 export function App() {
   const route = useRoute();
@@ -74,6 +76,14 @@ export function App() {
           <a href={href({ page: "chat", sessionId: null })} aria-current={route.page === "chat" ? "page" : undefined}>
             Chat
           </a>
+          {sessionId || route.page === "memory" ? (
+            <a
+              href={href({ page: "memory", sessionId: route.page === "memory" ? route.sessionId : (sessionId ?? "") })}
+              aria-current={route.page === "memory" ? "page" : undefined}
+            >
+              Memory
+            </a>
+          ) : null}
           <a href={href({ page: "tasks" })} aria-current={route.page === "tasks" ? "page" : undefined}>
             Tasks
           </a>
@@ -112,6 +122,11 @@ export function App() {
               workspaces={workspaces.data?.workspaces ?? []}
               onSessionsChanged={refreshSessions}
             />
+          ) : null}
+          {route.page === "memory" ? (
+            <Suspense fallback={<p className="muted">Loading…</p>}>
+              <SessionMemoryPage sessionId={route.sessionId} />
+            </Suspense>
           ) : null}
           {route.page === "tasks" ? <TasksPage models={models.data} workspaces={workspaces.data?.workspaces ?? []} /> : null}
           {route.page === "settings" ? <SettingsPage section={route.section} models={models.data} onModelsChanged={refreshModels} /> : null}

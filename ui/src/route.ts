@@ -1,8 +1,9 @@
-// Hash routes: #/chat, #/chat/<session id>, #/tasks, #/settings/<section>.
+// Hash routes: #/chat, #/chat/<session id>, #/memory/<session id>, #/tasks, #/settings/<section>.
 import { useEffect, useState } from "react";
 
 export type Route =
   | { page: "chat"; sessionId: string | null }
+  | { page: "memory"; sessionId: string }
   | { page: "tasks" }
   | { page: "settings"; section: string | null };
 
@@ -10,6 +11,7 @@ export function parseRoute(hash: string): Route {
   const [page, rest] = hash.replace(/^#\/?/, "").split(/\/(.*)/s, 2);
   const arg = rest ? decodeURIComponent(rest) : null;
   if (page === "tasks") return { page: "tasks" };
+  if (page === "memory" && arg) return { page: "memory", sessionId: arg };
   if (page === "settings") return { page: "settings", section: arg };
   return { page: "chat", sessionId: arg };
 }
@@ -18,6 +20,8 @@ export function href(route: Route): string {
   switch (route.page) {
     case "chat":
       return route.sessionId ? `#/chat/${encodeURIComponent(route.sessionId)}` : "#/chat";
+    case "memory":
+      return `#/memory/${encodeURIComponent(route.sessionId)}`;
     case "tasks":
       return "#/tasks";
     case "settings":
