@@ -62,6 +62,8 @@ class TurnEvents:
         # The pending text delta the next delta of the same part is appended to.
         self._open_delta: pb.TextDelta | None = None
         self.min_interval_s = min_interval_s
+        # What the next batch waits for (the prompt's storing), however it ends.
+        self._hold: asyncio.Future[Any] | None = None
 
     def put(self, event: pb.TurnEvent) -> None:
         self._open_delta = None
@@ -82,6 +84,10 @@ class TurnEvents:
         self._open_delta = event.text_delta
         self._text_queued = True
         self._ready.set()
+
+    def hold_until(self, done: asyncio.Future[Any]) -> None:
+        """Keep what comes next queued until `done` is done (the batch already out is not recalled)."""
+        self._hold = done
 
     def close(self) -> None:
         """No more events: `batches()` ends once the queue is empty."""
@@ -110,6 +116,9 @@ class TurnEvents:
         sent_at = 0.0
         while True:
             await self._ready.wait()
+            if self._hold is not None:
+                hold, self._hold = self._hold, None
+                await asyncio.wait([hold])  # at once when it is done; its error is its owner's
             if paced and not self._closed and not self._urgent:
                 wait = sent_at + self.min_interval_s - loop.time()
                 if wait > 0:
