@@ -99,8 +99,7 @@ async def test_cross_session_recall_finds_the_planted_memories(conversations: Co
     store = MemoryStore(
         conversations.pool, QUERIES, retrieval=retrieval, embedding_model="fake/embed" if embeddings else ""
     )
-    for planted in data.planted:
-        await store.create(planted.text, source="agent")
+    created = [(await store.create(planted.text, source="agent"))[0].id for planted in data.planted]
     try:
         hits = 0
         for question in data.questions:
@@ -109,6 +108,8 @@ async def test_cross_session_recall_finds_the_planted_memories(conversations: Co
     finally:
         if retrieval is not None:
             await retrieval.aclose()
+        await conversations.pool.execute("DELETE FROM popagent_memories WHERE id = ANY($1::uuid[])", created)
+    print(f"memory recall top-5 ({'hybrid' if embeddings else 'full text'}): {hits}/{len(data.questions)}")
     assert hits / len(data.questions) >= 0.9, f"{hits}/{len(data.questions)}"
     if embeddings:
         assert conversations.gateway.embedding_requests

@@ -80,10 +80,13 @@ async def test_a_longmemeval_style_set_finds_the_planted_evidence(
     data = build()
     assert len(data.questions) >= 100
     ids: dict[str, str] = {}
+    threads: list[str] = []
     for session, messages in enumerate(data.sessions):
-        _, session_ids = await add_thread(conversations.pool, messages, DAY + dt.timedelta(days=session))
+        thread, session_ids = await add_thread(conversations.pool, messages, DAY + dt.timedelta(days=session))
         ids.update(session_ids)
+        threads.append(thread)
     asking, _ = await add_thread(conversations.pool, [])
+    threads.append(asking)
     retrieval = GatewayRetrieval(conversations.gateway.url, "sk-memory") if embeddings else None
     search = HistorySearch(conversations.pool, MEMORY_QUERIES, retrieval, "fake/embed" if embeddings else "")
     hits: dict[str, list[bool]] = {}
@@ -94,8 +97,11 @@ async def test_a_longmemeval_style_set_finds_the_planted_evidence(
     finally:
         if retrieval is not None:
             await retrieval.aclose()
+        # The set's threads go, so another run of it (the other parametrization) sees only its own.
+        await conversations.pool.execute("DELETE FROM popagent_threads WHERE id = ANY($1::text[])", threads)
     total = sum(sum(kind) for kind in hits.values()) / len(data.questions)
     by_kind = {kind: f"{sum(v)}/{len(v)}" for kind, v in hits.items()}
+    print(f"recall top-5 ({'hybrid' if embeddings else 'full text'}): {total:.1%} {by_kind}")
     assert total >= 0.9, by_kind
     assert set(hits) == {"single-session", "multi-session", "temporal", "knowledge-update"}
     if embeddings:
