@@ -69,8 +69,12 @@ async def test_recall_never_returns_the_turn_that_asks(conversations: Conversati
     thread, ids = await add_thread(
         conversations.pool, [f"Old fact about zebra{tag}.", f"Where is the zebra{tag} fact?"]
     )
-    found = await search.search(thread, f"zebra{tag}", 5, scope="thread")
+    asking = ids[f"Where is the zebra{tag} fact?"]
+    found = await search.search(thread, f"zebra{tag}", 5, scope="thread", asking_id=asking)
     assert [r.message_id for r in found] == [ids[f"Old fact about zebra{tag}."]]
+    # Before the asking message is stored (the turn stores it while the model runs), nothing is left out.
+    before = await search.search(thread, f"zebra{tag}", 5, scope="thread", asking_id="not-stored-yet")
+    assert {r.message_id for r in before} == {ids[f"Old fact about zebra{tag}."], asking}
 
 
 @pytest.mark.parametrize("embeddings", [False, True], ids=["full-text", "hybrid"])

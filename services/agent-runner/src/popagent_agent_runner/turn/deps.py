@@ -113,6 +113,8 @@ class TurnContext:
     hands: TurnHands | None = None
     # `recall`'s search over the original messages; None: no recall in this process.
     history_search: HistorySearch | None = None
+    # The id of the user message the turn answers (recall leaves it, and what follows, out).
+    message_id: str = ""
 
     def model_for(self, profile: AgentProfile) -> str:
         return profile.model or self.route

@@ -305,6 +305,7 @@ class TurnRunner:
             if self.hands is not None
             else None,
             history_search=self.history_search,
+            message_id=turn.message["id"],
         )
         goal = prompt_text(turn.message)
         record = _Record()

@@ -94,15 +94,15 @@ GROUP BY generation ORDER BY generation
 
 -- name: recall_full_text
 -- Original messages matching any stemmed word of query $1 (ranked by ts_rank_cd), in thread $2 only
--- or ($3) in every `popagent-user` thread; the asking thread's newest user message and what follows
--- it (the turn asking) are left out. At most $4.
+-- or ($3) in every `popagent-user` thread; the asking turn's message ($5, once stored) and what
+-- follows it are left out. At most $4.
 WITH query AS (
     SELECT to_tsquery('simple', string_agg(quote_literal(lexeme), ' | ')) AS q
     FROM unnest(tsvector_to_array(to_tsvector('english', $1))) AS lexeme
 ),
 asking AS (
-    SELECT coalesce(max(seq), 9223372036854775807) AS seq
-    FROM popagent_thread_messages WHERE thread_id = $2 AND role = 'user'
+    SELECT coalesce(min(seq), 9223372036854775807) AS seq
+    FROM popagent_thread_messages WHERE thread_id = $2 AND id = $5
 )
 SELECT m.thread_id, m.seq, m.id, m.role, m.created_at, m.content -> 'ui' ->> 'parts' AS parts,
        ts_rank_cd(m.search, query.q) AS rank
@@ -117,10 +117,10 @@ LIMIT $4
 
 -- name: recall_unembedded
 -- Messages in scope (thread $1, or every `popagent-user` thread when $2) without an embedding for
--- model $3, newest first, at most $4.
+-- model $3, newest first, at most $4 (the asking turn's message $5 and what follows left out).
 WITH asking AS (
-    SELECT coalesce(max(seq), 9223372036854775807) AS seq
-    FROM popagent_thread_messages WHERE thread_id = $1 AND role = 'user'
+    SELECT coalesce(min(seq), 9223372036854775807) AS seq
+    FROM popagent_thread_messages WHERE thread_id = $1 AND id = $5
 )
 SELECT m.thread_id, m.seq, m.content -> 'ui' ->> 'parts' AS parts
 FROM popagent_thread_messages m
@@ -140,10 +140,11 @@ SELECT t, s, $4, e::vector FROM unnest($1::text[], $2::bigint[], $3::text[]) AS 
 ON CONFLICT DO NOTHING
 
 -- name: recall_vector
--- The messages in scope nearest to embedding $3 (cosine distance) for model $4, at most $5.
+-- The messages in scope nearest to embedding $3 (cosine distance) for model $4, at most $5 (the
+-- asking turn's message $6 and what follows left out).
 WITH asking AS (
-    SELECT coalesce(max(seq), 9223372036854775807) AS seq
-    FROM popagent_thread_messages WHERE thread_id = $1 AND role = 'user'
+    SELECT coalesce(min(seq), 9223372036854775807) AS seq
+    FROM popagent_thread_messages WHERE thread_id = $1 AND id = $6
 )
 SELECT m.thread_id, m.seq, m.id, m.role, m.created_at, m.content -> 'ui' ->> 'parts' AS parts,
        e.embedding <=> $3::vector AS distance

@@ -5,7 +5,7 @@ Full text always (PostgreSQL `ts_rank_cd` over each message's UI text, any stemm
 query); with an embedding model configured (`POPAGENT_MEMORY_EMBEDDING_MODEL`), also the nearest
 messages by cosine distance of gateway embeddings (`llm.embeddings`, each message embedded once per
 model, at most `EMBED_PER_SEARCH` new ones per search), the two lists fused by reciprocal rank.
-The turn asking (its newest user message and what follows) is never among the results.
+The turn asking (its message, once stored, and what follows) is never among the results.
 """
 
 from __future__ import annotations
@@ -79,12 +79,15 @@ class HistorySearch:
         with wrap_db_errors():
             return await self.pool.fetchval(self.q["retrieval_scope"]) or "thread"
 
-    async def search(self, thread_id: str, query: str, limit: int = 5, *, scope: str | None = None) -> list[Recalled]:
+    async def search(
+        self, thread_id: str, query: str, limit: int = 5, *, scope: str | None = None, asking_id: str = ""
+    ) -> list[Recalled]:
+        """The best `limit` messages for `query`; `asking_id` is the asking turn's user message id."""
         scope = scope or await self.scope()
         every = scope == "resource"
         limit = max(1, min(limit, MAX_RESULTS))
         with wrap_db_errors():
-            rows = await self.pool.fetch(self.q["recall_full_text"], query, thread_id, every, limit * 4)
+            rows = await self.pool.fetch(self.q["recall_full_text"], query, thread_id, every, limit * 4, asking_id)
         ranked: dict[tuple[str, int], float] = {}
         found: dict[tuple[str, int], asyncpg.Record] = {}
         for rank, row in enumerate(rows):
@@ -93,7 +96,7 @@ class HistorySearch:
             found[key] = row
         if self.retrieval is not None and query.strip():
             try:
-                for rank, row in enumerate(await self._nearest(thread_id, every, query, limit * 4)):
+                for rank, row in enumerate(await self._nearest(thread_id, every, query, limit * 4, asking_id)):
                     key = (row["thread_id"], row["seq"])
                     ranked[key] = ranked.get(key, 0.0) + 1.0 / (RRF_K + rank + 1)
                     found.setdefault(key, row)
@@ -112,11 +115,15 @@ class HistorySearch:
             for key in best
         ]
 
-    async def _nearest(self, thread_id: str, every: bool, query: str, limit: int) -> list[asyncpg.Record]:
+    async def _nearest(
+        self, thread_id: str, every: bool, query: str, limit: int, asking_id: str
+    ) -> list[asyncpg.Record]:
         assert self.retrieval is not None
         model = self.embedding_model
         with wrap_db_errors():
-            missing = await self.pool.fetch(self.q["recall_unembedded"], thread_id, every, model, EMBED_PER_SEARCH)
+            missing = await self.pool.fetch(
+                self.q["recall_unembedded"], thread_id, every, model, EMBED_PER_SEARCH, asking_id
+            )
         texts = [(row["thread_id"], row["seq"], message_text(row["parts"])) for row in missing]
         texts = [(t, s, text) for t, s, text in texts if text.strip()]
         inputs = [text for _, _, text in texts] + [query]
@@ -132,7 +139,9 @@ class HistorySearch:
                     model,
                 )
         with wrap_db_errors():
-            return await self.pool.fetch(self.q["recall_vector"], thread_id, every, vectors[-1], model, limit)
+            return await self.pool.fetch(
+                self.q["recall_vector"], thread_id, every, vectors[-1], model, limit, asking_id
+            )
 
 
 def _vector(values: list[float]) -> str:

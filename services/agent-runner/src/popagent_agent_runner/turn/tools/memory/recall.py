@@ -24,7 +24,7 @@ async def recall(
     search = ctx.deps.turn.history_search
     if search is None:
         return {"messages": [], "note": "recall is not available in this process"}
-    found = await search.search(ctx.deps.turn.session_id, query, limit)
+    found = await search.search(ctx.deps.turn.session_id, query, limit, asking_id=ctx.deps.turn.message_id)
     return {"messages": [item.to_json() for item in found]}
 
 
