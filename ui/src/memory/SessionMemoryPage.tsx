@@ -6,7 +6,30 @@ import { useLoad } from "../common/useLoad";
 import { href } from "../route";
 
 export default function SessionMemoryPage({ sessionId }: { sessionId: string }) {
-  const memory = useLoad(() => api.sessionMemory(sessionId), [sessionId]);
+  return sessionId ? <SessionMemory sessionId={sessionId} /> : <ChooseSession />;
+}
+
+/** No session in the address: the recent chats, each linking to its memory view. */
+function ChooseSession() {
+  const sessions = useLoad(["sessions", false, ""], () => api.sessions(false));
+  return (
+    <section className="page session-memory" aria-labelledby="session-memory-title">
+      <h1 id="session-memory-title">Conversation memory</h1>
+      <p className="muted">Choose a chat to see what its memory keeps of it.</p>
+      {sessions.error ? <p role="alert">The chats could not be loaded: {sessions.error.message}</p> : null}
+      <ul>
+        {(sessions.data?.sessions ?? []).map((session) => (
+          <li key={session.id}>
+            <a href={`#/memory/${encodeURIComponent(session.id)}`}>{session.title || session.id}</a>
+          </li>
+        ))}
+      </ul>
+    </section>
+  );
+}
+
+function SessionMemory({ sessionId }: { sessionId: string }) {
+  const memory = useLoad(["session-memory", sessionId], () => api.sessionMemory(sessionId), { fresh: true });
   const view = memory.data;
   return (
     <section className="page session-memory" aria-labelledby="session-memory-title">

@@ -19,6 +19,7 @@ from popagent_gateway.observability.feedback_events import FeedbackEvents
 from popagent_gateway.observability.store import ObservabilityStore
 from popagent_gateway.routes import (
     agents,
+    browser,
     chat,
     health,
     hooks,
@@ -109,6 +110,7 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
         schedules,
         secrets,
         observability,
+        browser,
     ):
         api.include_router(module.router)
     app.include_router(api)

@@ -41,6 +41,7 @@ from popagent_agent_runner.turn.observational.windows import ContextWindows
 from popagent_agent_runner.turn.runner import TurnRunner
 from popagent_agent_runner.turn.thread_store import ThreadStore
 from popagent_agent_runner.turn.tools import ToolRegistry
+from popagent_agent_runner.turn.tools.browser import BrowserAccessPoint
 from popagent_agent_runner.turn.tools.web import WebAccess
 from popagent_agent_runner.workspace.hands import Hands
 from popagent_core.db import load_queries
@@ -62,6 +63,8 @@ async def chat_service(
     ninerouter_api_key: str,
     web: WebAccess,
     hands: Hands | None = None,
+    browser: BrowserAccessPoint | None = None,
+    *,
     embedding_model: str = "",
     memory_retention_days: int = 0,
 ) -> AsyncIterator[ChatServicer]:
@@ -90,8 +93,9 @@ async def chat_service(
             starts,
             web,
             hands,
-            observational,
-            history_search,
+            browser,
+            observational=observational,
+            history_search=history_search,
         )
         try:
             yield ChatServicer(runner, memories)

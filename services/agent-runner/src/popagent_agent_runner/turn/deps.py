@@ -23,6 +23,7 @@ from popagent_agent_runner.workspace.hands import TurnHands
 
 if TYPE_CHECKING:
     from popagent_agent_runner.turn.observational.recall import HistorySearch
+    from popagent_agent_runner.turn.tools.browser import TurnBrowser
     from popagent_agent_runner.turn.tools.web import WebAccess
 
 SUPERVISOR_ID = "popagent"
@@ -66,6 +67,8 @@ class AgentProfile:
     model: str | None
     # Which workspace tools it gets: none, read-only or read-write (decided here, never by a prompt).
     workspace_access: str = "none"
+    # Which browser operations it may run: none, read-only or interactive (enforced by browser-bridge).
+    browser_access: str = "none"
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> AgentProfile:
@@ -78,6 +81,7 @@ class AgentProfile:
             tools=tuple(row["tools"]),
             model=row["model"],
             workspace_access=row["workspace_access"],
+            browser_access=row.get("browser_access", "none"),
         )
 
 
@@ -111,6 +115,8 @@ class TurnContext:
     specialist_usage: RunUsage = field(default_factory=RunUsage)
     # The turn's repository and the background processes its agents started.
     hands: TurnHands | None = None
+    # The browser as this turn read its settings; None: no browser-bridge.
+    browser: TurnBrowser | None = None
     # `recall`'s search over the original messages; None: no recall in this process.
     history_search: HistorySearch | None = None
     # The id of the user message the turn answers (recall leaves it, and what follows, out).
@@ -140,6 +146,7 @@ class TurnDeps:
     # (canonical repository path) as this run last read or wrote it (read before write).
     workspace_access: str = "none"
     file_reads: dict[str, str] = field(default_factory=dict[str, str])
+    browser_access: str = "none"
 
     @property
     def is_supervisor(self) -> bool:

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pydantic_ai import Tool
 
 from popagent_agent_runner.turn.deps import TurnDeps
+from popagent_agent_runner.turn.tools.browser import bifrost_navigator, use_browser_secret
 from popagent_agent_runner.turn.tools.fetch import web_fetch
 from popagent_agent_runner.turn.tools.lsp import lsp_inspect
 from popagent_agent_runner.turn.tools.memory import recall, remember
@@ -29,6 +30,8 @@ TOOLS: tuple[Tool[TurnDeps], ...] = (
     web_search.TOOL,
     web_fetch.TOOL,
     lsp_inspect.TOOL,
+    bifrost_navigator.TOOL,
+    use_browser_secret.TOOL,
     recall.TOOL,
 )
 
