@@ -96,8 +96,6 @@ async def test_an_edit_changes_only_what_was_sent_and_persists(client: httpx.Asy
     [
         ({"tools": ["getTime", "rm -rf"]}, 422, "tools"),
         ({"tools": ["getTime", "launchMissiles"]}, 422, "launchMissiles"),
-        # Advertised by the first role seed, never registered: refused, named.
-        ({"tools": ["getTime", "recall"]}, 422, "recall"),
         # The retired plaintext secret tools are never registered.
         ({"tools": ["storeSecret", "recallSecret"]}, 422, "storeSecret, recallSecret"),
         ({"tools": ["getTime", "getTime"]}, 400, "repeat"),

@@ -13,6 +13,7 @@ import { ObservabilityPage } from "./observability";
 const AutonomyPage = lazy(() => import("./autonomy/AutonomyPage"));
 const SkillsPage = lazy(() => import("./skills/SkillsPage"));
 const DocumentsPage = lazy(() => import("./documents/DocumentsPage"));
+const SessionMemoryPage = lazy(() => import("./memory/SessionMemoryPage"));
 
 export type PageContext = {
   rest: string | null;
@@ -41,4 +42,5 @@ export const PAGES: PageDef[] = [
       <DocumentsPage workspaceId={rest ? decodeURIComponent(rest) : null} workspaces={workspaces} />
     ),
   },
+  { id: "memory", label: "Memory", render: ({ rest }) => <SessionMemoryPage sessionId={rest ? decodeURIComponent(rest) : ""} /> },
 ];

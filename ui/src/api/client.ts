@@ -83,6 +83,7 @@ export const api = {
     call<T.SessionListOut>("GET", `/api/sessions${query({ archived, workspaceId })}`),
   createSession: (body: T.SessionCreate) => call<T.SessionSummary>("POST", "/api/sessions", body),
   session: (id: string) => call<T.SessionOut>("GET", `/api/sessions/${enc(id)}`),
+  sessionMemory: (id: string) => call<T.SessionMemoryOut>("GET", `/api/sessions/${enc(id)}/memory`),
   async saveSession(id: string, body: T.SessionSave): Promise<SaveResult> {
     try {
       return { ok: true, session: await call<T.SessionSummary>("PUT", `/api/sessions/${enc(id)}`, body) };

@@ -26,6 +26,7 @@ export type AgentPatch = S["AgentPatch"];
 export type AgentRuntimeSettingsOut = S["AgentRuntimeSettingsOut"];
 export type AgentRuntimeSettingsPatch = S["AgentRuntimeSettingsPatch"];
 export type MemorySettingsOut = S["MemorySettingsOut"];
+export type SessionMemoryOut = S["SessionMemoryOut"];
 export type MemorySettingsPatch = S["MemorySettingsPatch"];
 export type AutonomySettingsOut = S["AutonomySettingsOut"];
 export type AutonomySettingsPatch = S["AutonomySettingsPatch"];

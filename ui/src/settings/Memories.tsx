@@ -86,7 +86,7 @@ function NewMemory(props: { onCreated: () => void }) {
   const spec = fieldsOf("MemoryCreate").content ?? { type: "string" };
   const onSubmit = async (event: FormEvent) => {
     event.preventDefault();
-    const created = await submit.run(() => api.createMemory({ content }));
+    const created = await submit.run(() => api.createMemory({ content, kind: "fact", pinned: false }));
     if (created !== undefined) {
       setContent("");
       props.onCreated();

@@ -180,7 +180,7 @@ const SECTIONS: Section[] = [
           <PatchForm
             form="MemorySettingsPatch"
             title="Observational memory"
-            description="Stored for observational memory (compacting old messages into observations), which comes with its own issue: no turn reads these settings yet."
+            description="Observational memory: long conversations are sent as dated observations of the older messages plus the newest messages; the originals stay stored. Changes apply on the next turn."
             value={value}
             onSave={(patch) => api.patchMemorySettings(patch as MemorySettingsPatch)}
             groups={MEMORY_GROUPS}

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from popagent.agent_runner.v1 import agent_runner_pb2_grpc, documents_pb2_grpc, skills_pb2_grpc
+from popagent.agent_runner.v1 import agent_runner_pb2_grpc, documents_pb2_grpc, memory_pb2_grpc, skills_pb2_grpc
 from popagent.browser_bridge.v1 import browser_bridge_pb2_grpc, navigator_pb2_grpc
 from popagent.events.v1 import events_pb2
 from popagent.evolution.v1 import learning_pb2_grpc
@@ -29,6 +29,7 @@ from popagent_agent_runner.state.state_servicer import AgentRunnerStateServicer
 from popagent_agent_runner.state.workspaces import AgentWorkspaceStore
 from popagent_agent_runner.task_turn import TaskServicer, TaskTurns
 from popagent_agent_runner.turn import chat_service
+from popagent_agent_runner.turn.observational.view_servicer import SessionMemoryServicer
 from popagent_agent_runner.turn.tools.browser import BrowserAccessPoint
 from popagent_agent_runner.turn.learned import LearnedCache, invalidated_on_change
 from popagent_agent_runner.turn.tools.web import web_access
@@ -158,9 +159,15 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
                 ),
                 learned,
                 docs,
+                embedding_model=settings.memory_embedding_model,
+                memory_retention_days=settings.memory_retention_days,
             )
         )
         agent_runner_pb2_grpc.add_AgentRunnerServiceServicer_to_server(chat, kernel.server)
+        if chat.runner.observational is not None:
+            memory_pb2_grpc.add_SessionMemoryServiceServicer_to_server(
+                SessionMemoryServicer(chat.runner.observational), kernel.server
+            )
         # Background task attempts run through the same turn runner as chat.
         task_servicer = TaskServicer(TaskTurns(chat.runner, sessions))
         agent_runner_pb2_grpc.add_AgentRunnerTaskServiceServicer_to_server(task_servicer, kernel.server)

@@ -42,6 +42,12 @@ class Settings(ServiceSettings):
     # Workspace shell: the processes one command may run (its default timeout is an agent-runtime setting).
     sandbox_max_processes: int = Field(default=256, ge=8, le=65536, validation_alias="POPAGENT_SANDBOX_MAX_PROCESSES")
 
+    # `recall` adds vector search over the original messages with this gateway embedding model; empty: full text only.
+    memory_embedding_model: str = Field(default="", max_length=200, validation_alias="POPAGENT_MEMORY_EMBEDDING_MODEL")
+
+    # Agent-written, unpinned long-term memories not written for this many days are forgotten; 0 keeps them.
+    memory_retention_days: int = Field(default=0, ge=0, le=36_500, validation_alias="POPAGENT_MEMORY_RETENTION_DAYS")
+
     # mastra_workspace_lsp_inspect: language servers running at once (all workspaces), how long an
     # unused one is kept, one request's deadline, and where typescript-language-server is installed.
     lsp_max_servers: int = Field(default=4, ge=1, le=64, validation_alias="POPAGENT_LSP_MAX_SERVERS")

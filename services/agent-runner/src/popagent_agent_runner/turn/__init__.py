@@ -14,6 +14,7 @@
 | `events.py` | the batched turn events and the assistant UI message |
 | `thread_store.py` | thread history in, messages and outcome evidence out |
 | `memories.py` | long-term memories and recall |
+| `observational/` | observational memory: token accounting, Observer and Reflector, the context-window guard |
 | `chat_servicer.py` | `AgentRunnerService` (Chat, memories) |
 """
 
@@ -27,6 +28,7 @@ import asyncpg
 import httpx
 
 from popagent_agent_runner.docs.documents import Documentation
+from popagent_agent_runner.llm.embeddings import GatewayRetrieval
 from popagent_agent_runner.llm.model import LeanModels
 from popagent_agent_runner.llm.transport import LeanTransport
 from popagent_agent_runner.state.sessions import SessionStarts
@@ -34,6 +36,10 @@ from popagent_agent_runner.turn.agents_factory import AgentFactory
 from popagent_agent_runner.turn.chat_servicer import ChatServicer
 from popagent_agent_runner.turn.learned import LearnedCache
 from popagent_agent_runner.turn.memories import MemoryStore
+from popagent_agent_runner.turn.observational import tokens
+from popagent_agent_runner.turn.observational.memory import ObservationalMemory
+from popagent_agent_runner.turn.observational.recall import HistorySearch
+from popagent_agent_runner.turn.observational.windows import ContextWindows
 from popagent_agent_runner.turn.runner import TurnRunner
 from popagent_agent_runner.turn.thread_store import ThreadStore
 from popagent_agent_runner.turn.tools import ToolRegistry
@@ -44,6 +50,7 @@ from popagent_core.db import load_queries
 from popagent_hooks_client.client import HooksClient
 
 QUERIES = load_queries(Path(__file__).parent / "queries.sql")
+MEMORY_QUERIES = load_queries(Path(__file__).parent / "observational" / "queries.sql")
 # A slow local model may take minutes to its first token; connecting must be quick.
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 600.0
@@ -61,6 +68,9 @@ async def chat_service(
     browser: BrowserAccessPoint | None = None,
     learned: LearnedCache | None = None,
     docs: Documentation | None = None,
+    *,
+    embedding_model: str = "",
+    memory_retention_days: int = 0,
 ) -> AsyncIterator[ChatServicer]:
     """The `AgentRunnerService` servicer, with the one model connection pool it owns."""
     # The turn's agents run unstreamed for pydantic-ai (`agent_runs`): the model streams every text
@@ -71,7 +81,14 @@ async def chat_service(
         LeanModels(ninerouter_url, ninerouter_api_key or None, http_client=http) as models,
     ):
         models.preload()
-        memories = MemoryStore(pool, QUERIES)
+        tokens.preload()
+        retrieval = GatewayRetrieval(ninerouter_url, ninerouter_api_key or None, http_client=http)
+        memories = MemoryStore(
+            pool, QUERIES, retention_days=memory_retention_days, retrieval=retrieval, embedding_model=embedding_model
+        )
+        windows = ContextWindows(ninerouter_url, ninerouter_api_key or None, http)
+        observational = ObservationalMemory(pool, MEMORY_QUERIES, models.get, windows)
+        history_search = HistorySearch(pool, MEMORY_QUERIES, retrieval, embedding_model)
         runner = TurnRunner(
             ThreadStore(pool, QUERIES),
             memories,
@@ -83,5 +100,10 @@ async def chat_service(
             browser,
             learned,
             docs,
+            observational=observational,
+            history_search=history_search,
         )
-        yield ChatServicer(runner, memories)
+        try:
+            yield ChatServicer(runner, memories)
+        finally:
+            await observational.aclose()

@@ -40,6 +40,8 @@ def memory_message(memory: Memory) -> pb.Memory:
         turn_id=memory.turn_id,
         created_at=memory.created_at,
         updated_at=memory.updated_at,
+        kind=memory.kind,
+        pinned=memory.pinned,
     )
 
 
@@ -119,11 +121,19 @@ class ChatServicer(agent_runner_pb2_grpc.AgentRunnerServiceServicer):
     async def CreateMemory(
         self, request: pb.CreateMemoryRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateMemoryResponse:
-        memory, created = await self.memories.create(request.content, source="user")
+        memory, created = await self.memories.create(
+            request.content, source="user", kind=request.kind or "fact", pinned=request.pinned
+        )
         return pb.CreateMemoryResponse(memory=memory_message(memory), created=created)
 
     async def UpdateMemory(self, request: pb.UpdateMemoryRequest, context: grpc.aio.ServicerContext) -> pb.Memory:
-        return memory_message(await self.memories.update(request.id, request.content))
+        memory = await self.memories.update(
+            request.id,
+            request.content if request.HasField("content") else None,
+            kind=request.kind if request.HasField("kind") else None,
+            pinned=request.pinned if request.HasField("pinned") else None,
+        )
+        return memory_message(memory)
 
     async def DeleteMemory(
         self, request: pb.DeleteMemoryRequest, context: grpc.aio.ServicerContext

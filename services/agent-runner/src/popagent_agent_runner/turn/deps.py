@@ -23,6 +23,7 @@ from popagent_agent_runner.workspace.hands import TurnHands
 
 if TYPE_CHECKING:
     from popagent_agent_runner.docs.documents import Documentation
+    from popagent_agent_runner.turn.observational.recall import HistorySearch
     from popagent_agent_runner.turn.tools.browser import TurnBrowser
     from popagent_agent_runner.turn.tools.web import WebAccess
 
@@ -142,6 +143,10 @@ class TurnContext:
     browser: TurnBrowser | None = None
     # The process's documentation search (searchDocs, always within `workspace_id`).
     docs: Documentation | None = None
+    # `recall`'s search over the original messages; None: no recall in this process.
+    history_search: HistorySearch | None = None
+    # The id of the user message the turn answers (recall leaves it, and what follows, out).
+    message_id: str = ""
 
     def model_for(self, profile: AgentProfile) -> str:
         return profile.model or self.route

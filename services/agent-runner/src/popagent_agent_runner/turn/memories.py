@@ -1,22 +1,39 @@
 """Long-term memories (popagent_memories): written by `remember` and /api/memories, recalled every turn.
 
-Recall relevance is PostgreSQL full-text ranking (`ts_rank_cd` over an English
-`tsvector` of each memory, queried with any of the prompt's stemmed words). It is
-honest and cheap, and it only finds memories that share words with the prompt: there
-are no embeddings here, so no semantic (pgvector) search.
+Each memory is a `fact` or a `preference`. Semantics:
+- the user (/api/memories) creates, edits, pins, unpins and deletes any memory; a pinned memory is
+  never changed by the agent and never ages out;
+- `remember` adds a memory, or, when one with nearly the same words exists (`NEAR_DUPLICATE` of
+  their stemmed words in common), replaces that one's text with the newer statement instead of
+  adding a copy; a pinned near-duplicate stays as the user left it;
+- retention (`POPAGENT_MEMORY_RETENTION_DAYS`, 0 keeps everything): agent-written, unpinned
+  memories not written for that long are forgotten (swept at most every `SWEEP_INTERVAL_S`);
+- memories are not thread data: deleting a session keeps them (session and turn are provenance).
+
+Recall ranks by PostgreSQL full-text search (`ts_rank_cd`, any of the prompt's stemmed words);
+with an embedding model configured (`POPAGENT_MEMORY_EMBEDDING_MODEL`) it is hybrid: the nearest
+memories by gateway embeddings (each memory embedded once per model and content) fused with the
+full-text ranking by reciprocal rank.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import asyncpg
 
 from popagent_core.db import wrap_db_errors
-from popagent_core.errors import InvalidArgument, NotFound
+from popagent_core.errors import InvalidArgument, NotFound, PopagentError
+
+if TYPE_CHECKING:
+    from popagent_agent_runner.llm.embeddings import GatewayRetrieval
+
+logger = logging.getLogger(__name__)
 
 MAX_CONTENT_CHARS = 2000
 LIST_LIMIT = 200
@@ -26,6 +43,12 @@ RECALL_LIMIT = 5
 RECALL_MAX_CHARS = 4000
 
 Source = Literal["user", "agent"]
+Kind = Literal["fact", "preference"]
+KINDS = ("fact", "preference")
+# Two memories are near-duplicates when this share of their stemmed words (Jaccard) is common.
+NEAR_DUPLICATE = 0.6
+SWEEP_INTERVAL_S = 600.0
+RRF_K = 60
 
 
 @dataclass(frozen=True)
@@ -37,6 +60,8 @@ class Memory:
     turn_id: str
     created_at: str
     updated_at: str
+    kind: str = "fact"
+    pinned: bool = False
 
 
 def _memory(row: asyncpg.Record) -> Memory:
@@ -48,6 +73,8 @@ def _memory(row: asyncpg.Record) -> Memory:
         turn_id=row["turn_id"] or "",
         created_at=row["created_at"].isoformat(),
         updated_at=row["updated_at"].isoformat(),
+        kind=row["kind"],
+        pinned=row["pinned"],
     )
 
 
@@ -65,21 +92,76 @@ def _memory_id(memory_id: str) -> uuid.UUID:
         raise NotFound(f"memory {memory_id!r} not found") from None
 
 
+def check_kind(kind: str) -> str:
+    kind = kind or "fact"
+    if kind not in KINDS:
+        raise InvalidArgument(f"kind must be one of {', '.join(KINDS)}")
+    return kind
+
+
+def _jaccard(a: list[str], b: list[str]) -> float:
+    left, right = set(a), set(b)
+    return len(left & right) / len(left | right) if left | right else 0.0
+
+
+@dataclass(frozen=True)
+class Remembered:
+    memory: Memory
+    # created: a new memory; merged: an existing one now says this; kept: the same or a pinned one.
+    outcome: Literal["created", "merged", "kept"]
+
+
 class MemoryStore:
-    def __init__(self, pool: asyncpg.Pool, queries: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        queries: Mapping[str, str],
+        *,
+        retention_days: int = 0,
+        retrieval: GatewayRetrieval | None = None,
+        embedding_model: str = "",
+    ) -> None:
         self.pool = pool
         self.q = queries
+        self.retention_days = retention_days
+        self.retrieval = retrieval if embedding_model else None
+        self.embedding_model = embedding_model
+        self._swept_at: float | None = None
+
+    @property
+    def hybrid(self) -> bool:
+        return self.retrieval is not None
+
+    async def sweep(self, *, force: bool = False) -> int:
+        """Apply retention now (at most every SWEEP_INTERVAL_S unless forced); how many were forgotten."""
+        if self.retention_days <= 0:
+            return 0
+        now = time.monotonic()
+        if not force and self._swept_at is not None and now - self._swept_at < SWEEP_INTERVAL_S:
+            return 0
+        self._swept_at = now
+        with wrap_db_errors():
+            status = await self.pool.execute(self.q["sweep_memories"], self.retention_days)
+        return int(status.split()[-1])
 
     async def list(self, query: str = "", limit: int = LIST_LIMIT) -> list[Memory]:
         """Newest first; with `query`, only memories matching it (web-search syntax)."""
         if len(query) > MAX_QUERY_CHARS:
             raise InvalidArgument(f"query must be at most {MAX_QUERY_CHARS} characters")
+        await self.sweep()
         with wrap_db_errors():
             rows = await self.pool.fetch(self.q["list_memories"], query.strip(), max(1, min(limit, LIST_LIMIT)))
         return [_memory(row) for row in rows]
 
     async def create(
-        self, content: str, *, source: Source, session_id: str = "", turn_id: str = ""
+        self,
+        content: str,
+        *,
+        source: Source,
+        session_id: str = "",
+        turn_id: str = "",
+        kind: str = "fact",
+        pinned: bool = False,
     ) -> tuple[Memory, bool]:
         """Store a memory; an identical one (ignoring case) is returned instead. True when new."""
         with wrap_db_errors():
@@ -90,13 +172,39 @@ class MemoryStore:
                 source,
                 session_id or None,
                 turn_id or None,
+                check_kind(kind),
+                pinned,
             )
         assert row is not None
         return _memory(row), bool(row["created"])
 
-    async def update(self, memory_id: str, content: str) -> Memory:
+    async def remember(self, content: str, *, kind: str, session_id: str, turn_id: str) -> Remembered:
+        """The agent's write: a near-duplicate is merged (the newer statement wins), a pinned one kept."""
+        content, kind = check_content(content), check_kind(kind)
         with wrap_db_errors():
-            row = await self.pool.fetchrow(self.q["update_memory"], _memory_id(memory_id), check_content(content))
+            candidates = await self.pool.fetch(self.q["similar_memories"], content)
+        for row in candidates:
+            if _jaccard(row["lexemes"], row["new_lexemes"]) < NEAR_DUPLICATE:
+                continue
+            if row["pinned"] or (row["content"].lower() == content.lower() and row["kind"] == kind):
+                return Remembered(_memory(row), "kept")
+            with wrap_db_errors():
+                merged = await self.pool.fetchrow(
+                    self.q["merge_memory"], row["id"], content, kind, session_id or None, turn_id or None
+                )
+            if merged is not None:
+                return Remembered(_memory(merged), "merged")
+        memory, created = await self.create(content, source="agent", session_id=session_id, turn_id=turn_id, kind=kind)
+        return Remembered(memory, "created" if created else "kept")
+
+    async def update(
+        self, memory_id: str, content: str | None = None, *, kind: str | None = None, pinned: bool | None = None
+    ) -> Memory:
+        """The user's edit: any field given (content, kind, pin); the others stay."""
+        content = check_content(content) if content is not None else None
+        kind = check_kind(kind) if kind is not None else None
+        with wrap_db_errors():
+            row = await self.pool.fetchrow(self.q["update_memory"], _memory_id(memory_id), content, kind, pinned)
         if row is None:
             raise NotFound(f"memory {memory_id!r} not found")
         return _memory(row)
@@ -111,9 +219,39 @@ class MemoryStore:
         """The memories most relevant to `prompt`, best first, bounded in count and characters."""
         if not prompt.strip():
             return []
+        await self.sweep()
         with wrap_db_errors():
-            rows = await self.pool.fetch(self.q["recall_memories"], recall_query(prompt), limit)
-        return bounded_recall([row["content"] for row in rows])
+            rows = await self.pool.fetch(self.q["recall_memories"], recall_query(prompt), limit * 2)
+        if self.retrieval is None:
+            return bounded_recall([row["content"] for row in rows][:limit])
+        scores: dict[str, float] = {}
+        for rank, row in enumerate(rows):
+            scores[row["content"]] = scores.get(row["content"], 0.0) + 1.0 / (RRF_K + rank + 1)
+        try:
+            for rank, content in enumerate(await self._nearest(recall_query(prompt), limit * 2)):
+                scores[content] = scores.get(content, 0.0) + 1.0 / (RRF_K + rank + 1)
+        except PopagentError as exc:
+            logger.warning("memory recall without embeddings", extra={"error": str(exc)})
+        return bounded_recall(sorted(scores, key=lambda c: scores[c], reverse=True)[:limit])
+
+    async def _nearest(self, query: str, limit: int) -> list[str]:
+        assert self.retrieval is not None
+        model = self.embedding_model
+        with wrap_db_errors():
+            missing = await self.pool.fetch(self.q["unembedded_memories"], model, 256)
+        embedded = await self.retrieval.embed(model, [row["content"] for row in missing] + [query])
+        vectors = ["[" + ",".join(f"{v:.6g}" for v in vector) + "]" for vector in embedded.vectors]
+        with wrap_db_errors():
+            if missing:
+                await self.pool.execute(
+                    self.q["store_memory_embeddings"],
+                    [row["id"] for row in missing],
+                    [row["content_md5"] for row in missing],
+                    vectors[:-1],
+                    model,
+                )
+            rows = await self.pool.fetch(self.q["nearest_memories"], vectors[-1], model, limit)
+        return [row["content"] for row in rows]
 
 
 def recall_query(prompt: str) -> str:

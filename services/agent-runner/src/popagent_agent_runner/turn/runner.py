@@ -69,6 +69,9 @@ from popagent_agent_runner.turn.hooks_points import TurnHooks, bounded, denied
 from popagent_agent_runner.turn.learned import LearnedCache, compose
 from popagent_agent_runner.turn.memories import RECALL_LIMIT, MemoryStore, bounded_recall, recall_query
 from popagent_agent_runner.turn.model_check import refuse_unlisted_models
+from popagent_agent_runner.turn.observational.memory import ObservationalMemory, TurnMemory
+from popagent_agent_runner.turn.observational.recall import HistorySearch
+from popagent_agent_runner.turn.observational.tokens import count_text
 from popagent_agent_runner.turn.thread_store import ThreadStore, TurnState, Version
 from popagent_agent_runner.turn.tools.browser import BrowserAccessPoint
 from popagent_agent_runner.turn.tools.web import WebAccess
@@ -83,6 +86,8 @@ from popagent_hooks_client.events import Event, Outcome
 logger = logging.getLogger(__name__)
 
 MAX_PROMPT_CHARS = 100_000
+# What one tool's definition adds to a request, for the context-window guard's estimate.
+TOOL_TOKENS = 200
 # A commit that fails for the database is retried this long (backoff 0.25 s doubling to 2 s):
 # longer than a database restart, shorter than a client's patience.
 COMMIT_RETRY_S = 30.0
@@ -233,13 +238,18 @@ class TurnRunner:
         browser: BrowserAccessPoint | None = None,
         learned: LearnedCache | None = None,
         docs: Documentation | None = None,
+        observational: ObservationalMemory | None = None,
+        history_search: HistorySearch | None = None,
     ) -> None:
         self.browser = browser
         # Evolution's learned overlays and skills, composed into every agent resolution.
         self.learned = learned
+        self.history_search = history_search
         self.threads = threads
         # The documentation search `searchDocs` uses; None: the tool says it is unavailable.
         self.docs = docs
+        # None: every turn replays the whole thread (no observational memory).
+        self.observational = observational
         self.web = web
         self.memories = memories
         self.hooks = hooks
@@ -250,8 +260,10 @@ class TurnRunner:
 
     async def prepare(self, turn: TurnInput) -> PreparedTurn:
         """Everything the turn needs before its first event; raises NotFound for an unknown session."""
+        # Retention first, so nothing past it is recalled (at most one sweep every few minutes).
+        await self.memories.sweep()
         # Recall rides along with the prelude for the prompt as sent; only a prompt a hook
-        # rewrites costs a second query.
+        # rewrites (or hybrid recall, with embeddings) costs a second query.
         state = await self.threads.prelude(
             turn.session_id, turn.message["id"], recall_query(prompt_text(turn.message)), RECALL_LIMIT
         )
@@ -311,6 +323,8 @@ class TurnRunner:
             else None,
             browser=await self.browser.for_turn() if self.browser is not None and not turn.self_update else None,
             docs=self.docs,
+            history_search=self.history_search,
+            message_id=turn.message["id"],
         )
         goal = prompt_text(turn.message)
         record = _Record()
@@ -384,22 +398,61 @@ class TurnRunner:
             )
         )
         context.output.events.hold_until(record.beginning)
-        run = await self._run_while_storing_prompt(prepared, context, prompt, record.beginning)
+        memory = await self._memory(prepared, context, prompt)
+        if memory is not None and memory.prompt_marker:
+            prompt = GatedPrompt(
+                prompt.message, prompt.text, "\n\n".join(filter(None, [memory.prompt_marker, prompt.instructions]))
+            )
+        run = await self._run_while_storing_prompt(prepared, context, prompt, record.beginning, memory)
         if isinstance(run, TurnEnd):
             await self._store_end(prepared, context, record, {"failure": run.message, "errorClass": run.error_class})
             return run
         await self._commit(prepared, context, prompt, run, await record.beginning)
+        if self.observational is not None:
+            reported = run.usage.input_tokens if run.usage.requests == 1 and not is_estimated(run.usage) else None
+            try:
+                await self.observational.after_turn(
+                    context.session_id, prepared.route, memory, reported_prompt_tokens=reported
+                )
+            except PopagentError as exc:
+                logger.warning("observational memory not updated after the turn", extra={"error": str(exc)})
         return ANSWERED
 
+    async def _memory(self, prepared: PreparedTurn, context: TurnContext, prompt: GatedPrompt) -> TurnMemory | None:
+        """The thread as this turn's first request carries it (observational memory), or None: all of it."""
+        if self.observational is None:
+            return None
+        profile = context.profiles[SUPERVISOR_ID]
+        fixed = count_text(profile.instructions) + count_text(prompt.instructions or "")
+        fixed += TOOL_TOKENS * (len(profile.tools) + 3)
+        options = {
+            "stop_at_id": prompt.message["id"],
+            "fixed_tokens": fixed,
+            "prompt_tokens": count_text(prompt.text) + 8,
+        }
+        try:
+            return await self.observational.context(context.session_id, prepared.route, **options)
+        except (PopagentError, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            # The Observer's model failed: the turn goes on with what is already observed.
+            logger.warning("observation failed; the turn uses the log as it is", extra={"error": str(exc)})
+            return await self.observational.context(context.session_id, prepared.route, model_calls=False, **options)
+
     async def _run_while_storing_prompt(
-        self, prepared: PreparedTurn, context: TurnContext, prompt: GatedPrompt, beginning: asyncio.Task[Version]
+        self,
+        prepared: PreparedTurn,
+        context: TurnContext,
+        prompt: GatedPrompt,
+        beginning: asyncio.Task[Version],
+        memory: TurnMemory | None = None,
     ) -> SupervisorRun | TurnEnd:
         """`_run_until_stopped` beside the prompt's storing; a failure to store it ends the run with that error.
 
         The prompt must be kept whatever happens next, so a turn whose prompt cannot be stored
         does not go on to answer it.
         """
-        running = asyncio.create_task(self._run_until_stopped(prepared, context, prompt))
+        running = asyncio.create_task(self._run_until_stopped(prepared, context, prompt, memory))
 
         def stop_running(task: asyncio.Task[Version]) -> None:
             if not task.cancelled() and task.exception() is not None:
@@ -438,12 +491,14 @@ class TurnRunner:
             message = with_prompt_text(message, decision.prompt)
             text = decision.prompt
             recalled = await self.memories.recall(text)
+        elif self.memories.hybrid:
+            recalled = await self.memories.recall(text)
         else:
             recalled = bounded_recall(prepared.state.recalled)
         return GatedPrompt(message, text, turn_instructions(recalled, decision.additional_context))
 
     async def _run_until_stopped(
-        self, prepared: PreparedTurn, context: TurnContext, prompt: GatedPrompt
+        self, prepared: PreparedTurn, context: TurnContext, prompt: GatedPrompt, memory: TurnMemory | None = None
     ) -> SupervisorRun | TurnEnd:
         """Run the supervisor until `Stop` lets the answer stand (each `continue` re-runs it with the hook's reason).
 
@@ -453,7 +508,7 @@ class TurnRunner:
         agent = self.factory.supervisor(context)
         deps = self.factory.supervisor_deps(context, _UISteps(output))
         snapshot = context.snapshot
-        history: list[ModelMessage] = prepared.state.history
+        history: list[ModelMessage] = memory.history if memory is not None else prepared.state.history
         model_prompt: str | list[UserContent] = user_content(prompt.message)
         run = SupervisorRun()
         retries = 0

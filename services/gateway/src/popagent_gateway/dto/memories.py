@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from popagent_gateway.dto import WireInput, WireModel
+from popagent_gateway.dto import PatchModel, WireInput, WireModel
 
 MAX_CONTENT_CHARS = 2000
 LIST_LIMIT = 200
 
 Content = Annotated[str, Field(min_length=1, max_length=MAX_CONTENT_CHARS, description="one fact or preference")]
+Kind = Literal["fact", "preference"]
+KIND_DESCRIPTION = "fact (about the user or the world) or preference (how the user wants things)"
+PINNED_DESCRIPTION = "a pinned memory is never changed by the agent and never ages out (retention)"
 
 
 class MemoryOut(WireModel):
@@ -21,6 +24,8 @@ class MemoryOut(WireModel):
     session_id: str | None = Field(description="the session that wrote it, if any (provenance only)")
     created_at: str
     updated_at: str
+    kind: Kind = Field(description=KIND_DESCRIPTION)
+    pinned: bool = Field(description=PINNED_DESCRIPTION)
 
 
 class MemoryListOut(WireModel):
@@ -38,7 +43,13 @@ class MemoryListQuery(BaseModel):
 
 class MemoryCreate(WireInput):
     content: Content
+    kind: Kind = Field(default="fact", description=KIND_DESCRIPTION)
+    pinned: bool = Field(default=False, description=PINNED_DESCRIPTION)
 
 
-class MemoryPatch(WireInput):
-    content: Content
+class MemoryPatch(PatchModel):
+    """Any of content, kind and pin; the fields not sent stay."""
+
+    content: Content | None = None
+    kind: Kind | None = Field(default=None, description=KIND_DESCRIPTION)
+    pinned: bool | None = Field(default=None, description=PINNED_DESCRIPTION)

@@ -95,65 +95,107 @@ class AgentRuntimeSettingsPatch(PatchModel):
     )
 
 
+MEMORY_SETTING_HELP: dict[str, str] = {
+    "enabled": "observational memory on: long threads are sent as observations plus recent messages; off: every turn replays the whole thread",
+    "observation_message_tokens": "unobserved message tokens (o200k) past which the Observer turns the oldest messages into observations",
+    "reflection_observation_tokens": "observation-log tokens past which the Reflector condenses the log (the previous version is kept)",
+    "raw_history_retention_messages": "the newest messages always kept raw (never observed) after an observation",
+    "async_observation_enabled": "observe in the background between turns; a turn then waits only at observationBlockAfter",
+    "observation_buffer_activation": "fraction of the observation threshold at which background observation starts",
+    "observation_block_after": "multiple of the observation threshold at which a turn waits for observation",
+    "async_reflection_enabled": "reflect in the background; a turn then waits only at reflectionBlockAfter",
+    "reflection_buffer_activation": "fraction of the reflection threshold at which background reflection starts",
+    "reflection_block_after": "multiple of the reflection threshold at which a turn waits for reflection",
+    "idle_activation_seconds": "background observations join the context after this long without a turn; 0 disables",
+    "activate_on_provider_change": "background observations join the context when the next turn uses another model",
+    "shared_budget": "raw messages may use what the observation log leaves of the reflection budget; requires both async buffers off",
+    "previous_observation_max_tokens": "how many tokens of the newest earlier observations the Observer sees; 0: none",
+    "temporal_markers": "mark gaps of 10 minutes or more between messages (and before the prompt) with the time that passed",
+    "forward_attachments": "send attachments (images, files) to the Observer itself instead of naming them",
+    "retrieval_scope": "what recall searches: thread, this conversation only; resource, every popagent-user conversation",
+    "observer_instructions": "extra guidance appended to the Observer's instructions",
+    "reflector_instructions": "extra guidance appended to the Reflector's instructions",
+}
+"""One line per memory setting: the OpenAPI description of each field (the settings page shows it)."""
+
+
 class MemorySettingsOut(WireModel):
-    enabled: bool
-    observation_message_tokens: int
-    reflection_observation_tokens: int
-    raw_history_retention_messages: int
-    async_observation_enabled: bool
-    observation_buffer_activation: float
-    observation_block_after: float
-    async_reflection_enabled: bool
-    reflection_buffer_activation: float
-    reflection_block_after: float
-    idle_activation_seconds: int
-    activate_on_provider_change: bool
-    shared_budget: bool
-    previous_observation_max_tokens: int
-    temporal_markers: bool
-    forward_attachments: bool
-    retrieval_scope: RetrievalScope
-    observer_instructions: str
-    reflector_instructions: str
+    enabled: bool = Field(description=MEMORY_SETTING_HELP["enabled"])
+    observation_message_tokens: int = Field(description=MEMORY_SETTING_HELP["observation_message_tokens"])
+    reflection_observation_tokens: int = Field(description=MEMORY_SETTING_HELP["reflection_observation_tokens"])
+    raw_history_retention_messages: int = Field(description=MEMORY_SETTING_HELP["raw_history_retention_messages"])
+    async_observation_enabled: bool = Field(description=MEMORY_SETTING_HELP["async_observation_enabled"])
+    observation_buffer_activation: float = Field(description=MEMORY_SETTING_HELP["observation_buffer_activation"])
+    observation_block_after: float = Field(description=MEMORY_SETTING_HELP["observation_block_after"])
+    async_reflection_enabled: bool = Field(description=MEMORY_SETTING_HELP["async_reflection_enabled"])
+    reflection_buffer_activation: float = Field(description=MEMORY_SETTING_HELP["reflection_buffer_activation"])
+    reflection_block_after: float = Field(description=MEMORY_SETTING_HELP["reflection_block_after"])
+    idle_activation_seconds: int = Field(description=MEMORY_SETTING_HELP["idle_activation_seconds"])
+    activate_on_provider_change: bool = Field(description=MEMORY_SETTING_HELP["activate_on_provider_change"])
+    shared_budget: bool = Field(description=MEMORY_SETTING_HELP["shared_budget"])
+    previous_observation_max_tokens: int = Field(description=MEMORY_SETTING_HELP["previous_observation_max_tokens"])
+    temporal_markers: bool = Field(description=MEMORY_SETTING_HELP["temporal_markers"])
+    forward_attachments: bool = Field(description=MEMORY_SETTING_HELP["forward_attachments"])
+    retrieval_scope: RetrievalScope = Field(description=MEMORY_SETTING_HELP["retrieval_scope"])
+    observer_instructions: str = Field(description=MEMORY_SETTING_HELP["observer_instructions"])
+    reflector_instructions: str = Field(description=MEMORY_SETTING_HELP["reflector_instructions"])
     updated_at: str
 
 
 class MemorySettingsPatch(PatchModel):
-    enabled: bool | SkipJsonSchema[None] = None
+    enabled: bool | SkipJsonSchema[None] = Field(default=None, description=MEMORY_SETTING_HELP["enabled"])
     observation_message_tokens: Tokens | SkipJsonSchema[None] = Field(
-        default=None, description="unobserved message tokens that trigger the Observer"
+        default=None, description=MEMORY_SETTING_HELP["observation_message_tokens"]
     )
     reflection_observation_tokens: Tokens | SkipJsonSchema[None] = Field(
-        default=None, description="observation tokens that trigger the Reflector"
+        default=None, description=MEMORY_SETTING_HELP["reflection_observation_tokens"]
     )
     raw_history_retention_messages: RetainedMessages | SkipJsonSchema[None] = Field(
-        default=None, description="recent raw messages kept in context after observation"
+        default=None, description=MEMORY_SETTING_HELP["raw_history_retention_messages"]
     )
-    async_observation_enabled: bool | SkipJsonSchema[None] = None
+    async_observation_enabled: bool | SkipJsonSchema[None] = Field(
+        default=None, description=MEMORY_SETTING_HELP["async_observation_enabled"]
+    )
     observation_buffer_activation: Fraction | SkipJsonSchema[None] = Field(
-        default=None, description="fraction of the threshold at which background observation starts"
+        default=None, description=MEMORY_SETTING_HELP["observation_buffer_activation"]
     )
     observation_block_after: BlockAfter | SkipJsonSchema[None] = Field(
-        default=None, description="multiple of the threshold at which a turn waits for observation"
+        default=None, description=MEMORY_SETTING_HELP["observation_block_after"]
     )
-    async_reflection_enabled: bool | SkipJsonSchema[None] = None
-    reflection_buffer_activation: Fraction | SkipJsonSchema[None] = None
-    reflection_block_after: BlockAfter | SkipJsonSchema[None] = None
+    async_reflection_enabled: bool | SkipJsonSchema[None] = Field(
+        default=None, description=MEMORY_SETTING_HELP["async_reflection_enabled"]
+    )
+    reflection_buffer_activation: Fraction | SkipJsonSchema[None] = Field(
+        default=None, description=MEMORY_SETTING_HELP["reflection_buffer_activation"]
+    )
+    reflection_block_after: BlockAfter | SkipJsonSchema[None] = Field(
+        default=None, description=MEMORY_SETTING_HELP["reflection_block_after"]
+    )
     idle_activation_seconds: IdleSeconds | SkipJsonSchema[None] = Field(
-        default=None, description="observe after this much idle time; 0 disables"
+        default=None, description=MEMORY_SETTING_HELP["idle_activation_seconds"]
     )
-    activate_on_provider_change: bool | SkipJsonSchema[None] = None
-    shared_budget: bool | SkipJsonSchema[None] = Field(
-        default=None, description="shared budgets require both async buffers to be disabled"
+    activate_on_provider_change: bool | SkipJsonSchema[None] = Field(
+        default=None, description=MEMORY_SETTING_HELP["activate_on_provider_change"]
     )
-    previous_observation_max_tokens: PreviousObservationTokens | SkipJsonSchema[None] = None
-    temporal_markers: bool | SkipJsonSchema[None] = None
-    forward_attachments: bool | SkipJsonSchema[None] = None
+    shared_budget: bool | SkipJsonSchema[None] = Field(default=None, description=MEMORY_SETTING_HELP["shared_budget"])
+    previous_observation_max_tokens: PreviousObservationTokens | SkipJsonSchema[None] = Field(
+        default=None, description=MEMORY_SETTING_HELP["previous_observation_max_tokens"]
+    )
+    temporal_markers: bool | SkipJsonSchema[None] = Field(
+        default=None, description=MEMORY_SETTING_HELP["temporal_markers"]
+    )
+    forward_attachments: bool | SkipJsonSchema[None] = Field(
+        default=None, description=MEMORY_SETTING_HELP["forward_attachments"]
+    )
     retrieval_scope: RetrievalScope | SkipJsonSchema[None] = Field(
-        default=None, description="thread: this conversation only; resource: every popagent-user thread"
+        default=None, description=MEMORY_SETTING_HELP["retrieval_scope"]
     )
-    observer_instructions: Guidance | SkipJsonSchema[None] = None
-    reflector_instructions: Guidance | SkipJsonSchema[None] = None
+    observer_instructions: Guidance | SkipJsonSchema[None] = Field(
+        default=None, description=MEMORY_SETTING_HELP["observer_instructions"]
+    )
+    reflector_instructions: Guidance | SkipJsonSchema[None] = Field(
+        default=None, description=MEMORY_SETTING_HELP["reflector_instructions"]
+    )
 
 
 class AutonomySettingsOut(WireModel):

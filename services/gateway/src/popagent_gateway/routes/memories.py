@@ -1,7 +1,8 @@
 """/api/memories: long-term memories, kept across sessions and recalled into every turn.
 
-A memory is one fact or preference. The agent writes them with its `remember` tool; a
-user can add, correct or delete them here. They outlive the session that wrote them.
+A memory is one fact or preference (`kind`). The agent writes them with its `remember` tool
+(restating a memory updates it); a user can add, correct, pin or delete them here. A pinned
+memory is never changed by the agent and never ages out. They outlive the session that wrote them.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ def memory_out(memory: pb.Memory) -> MemoryOut:
         session_id=memory.session_id or None,
         created_at=memory.created_at,
         updated_at=memory.updated_at,
+        kind="preference" if memory.kind == "preference" else "fact",
+        pinned=memory.pinned,
     )
 
 
@@ -40,7 +43,9 @@ async def list_memories(runner: AgentRunnerStub, query: Annotated[MemoryListQuer
 @router.post("", response_model=MemoryOut, status_code=201, responses={200: {"model": MemoryOut}})
 async def create_memory(body: MemoryCreate, runner: AgentRunnerStub, response: Response) -> MemoryOut:
     """Remember a fact. An identical memory (ignoring case) is returned with 200 instead of a copy."""
-    created = await runner.CreateMemory(pb.CreateMemoryRequest(content=body.content))
+    created = await runner.CreateMemory(
+        pb.CreateMemoryRequest(content=body.content, kind=body.kind, pinned=body.pinned)
+    )
     if not created.created:
         response.status_code = 200
     return memory_out(created.memory)
@@ -48,8 +53,8 @@ async def create_memory(body: MemoryCreate, runner: AgentRunnerStub, response: R
 
 @router.patch("/{memory_id}", response_model=MemoryOut)
 async def update_memory(memory_id: MemoryId, body: MemoryPatch, runner: AgentRunnerStub) -> MemoryOut:
-    """Correct a memory's content; recall uses the new text from the next turn on."""
-    memory = await runner.UpdateMemory(pb.UpdateMemoryRequest(id=memory_id, content=body.content))
+    """Correct a memory's content, kind or pin; recall uses it from the next turn on."""
+    memory = await runner.UpdateMemory(pb.UpdateMemoryRequest(id=memory_id, **body.changes()))
     return memory_out(memory)
 
 

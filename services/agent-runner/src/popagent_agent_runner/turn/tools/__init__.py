@@ -21,7 +21,7 @@ from popagent_agent_runner.turn.tools.browser import bifrost_navigator, use_brow
 from popagent_agent_runner.turn.tools.docs import search_docs
 from popagent_agent_runner.turn.tools.fetch import web_fetch
 from popagent_agent_runner.turn.tools.lsp import lsp_inspect
-from popagent_agent_runner.turn.tools.memory import remember
+from popagent_agent_runner.turn.tools.memory import recall, remember
 from popagent_agent_runner.turn.tools.search import web_search
 from popagent_agent_runner.turn.tools.skills.skill_tools import SKILL_TOOLS
 from popagent_agent_runner.turn.tools.time import get_time
@@ -36,6 +36,7 @@ TOOLS: tuple[Tool[TurnDeps], ...] = (
     bifrost_navigator.TOOL,
     use_browser_secret.TOOL,
     search_docs.TOOL,
+    recall.TOOL,
 )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 from pydantic_ai import RunContext, Tool
@@ -17,16 +17,27 @@ async def remember(
         str,
         Field(min_length=1, max_length=MAX_CONTENT_CHARS, description="the fact, stated on its own in one sentence"),
     ],
+    kind: Annotated[
+        Literal["fact", "preference"], Field(description="a fact about the user or world, or a preference")
+    ] = "fact",
 ) -> dict[str, Any]:
     """Store a durable fact or preference the user wants kept across conversations.
 
     Use it only for lasting facts or preferences, never for secrets, credentials or one-off details.
+    Restating a known memory updates it (the newer statement wins) instead of adding a copy; a memory
+    the user pinned stays as the user wrote it.
     """
     turn = ctx.deps.turn
-    memory, created = await turn.memories.create(
-        content, source="agent", session_id=turn.session_id, turn_id=turn.turn_id
-    )
-    return {"id": memory.id, "stored": created, "alreadyKnown": not created}
+    remembered = await turn.memories.remember(content, kind=kind, session_id=turn.session_id, turn_id=turn.turn_id)
+    memory = remembered.memory
+    return {
+        "id": memory.id,
+        "stored": remembered.outcome == "created",
+        "merged": remembered.outcome == "merged",
+        "alreadyKnown": remembered.outcome == "kept",
+        "pinned": memory.pinned,
+        "content": memory.content,
+    }
 
 
 TOOL: Tool[TurnDeps] = Tool(remember, name="remember")

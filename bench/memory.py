@@ -1,0 +1,153 @@
+"""Observational memory over a 300-turn conversation against full replay, measured in the same run.
+
+Embedded PostgreSQL (agent-runner's migrations), the scripted model server over real HTTP (it also
+answers the Observer and the Reflector), and the turn layer's memory steps in-process
+(tests/memory/harness.py: `ObservationalMemory.context()`, a pydantic-ai run on the lean model, the
+thread rows stored as a chat turn stores them). Two conversations of the same 300 scripted turns:
+
+- OM: observation at 3,000 tokens of unobserved messages, reflection at 4,000, 4 raw messages kept;
+- full replay: memory disabled, every turn sends the whole thread (on a model with a 1M window).
+
+Printed: prompt tokens per turn (o200k count of what was sent) for both and their ratio; time to
+first token at turns 296-300 against turns 1-5 (median, each path against itself); and the
+Observer's cost excluding model time: what an observing turn spends in observational memory
+beyond the Observer/Reflector calls themselves, and what every other turn spends in it.
+
+    .venv/bin/python bench/memory.py [--turns 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH_DIR.parent / "tests"))
+
+import asyncpg  # noqa: E402
+from memory.harness import Conversations, TurnRecord, request_tokens, settings  # noqa: E402
+
+from popagent_agent_runner.service import MIGRATIONS  # noqa: E402
+from popagent_core.migrate import migrate  # noqa: E402
+from popagent_dev import embedded  # noqa: E402
+from popagent_dev.embedded import with_database  # noqa: E402
+from support.memory_agents import memory_agents  # noqa: E402
+from support.model_gateway import Body, ModelGateway, ModelInfo, Turn  # noqa: E402
+
+OM_MODEL = "fake/fake-chat"
+REPLAY_MODEL = "fake/huge-window"
+TOPICS = ("the garden", "a trip to Porto", "the quarterly report", "a chess opening", "the new bicycle")
+
+
+def answer(body: Body) -> Turn:
+    last = str(body["messages"][-1].get("content"))[:80]
+    return Turn.say(f"Noted: {last}. Here is a considered reply of a few sentences, as a model would give.")
+
+
+def prompt(n: int) -> str:
+    return f"Turn {n}: some thoughts about {TOPICS[n % len(TOPICS)]}, detail {n * 7}, and a question about it?"
+
+
+class Timed:
+    """Wall time spent inside the Observer and Reflector calls (model time, as the harness sees it)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def wrap(self, method: Any) -> Any:
+        async def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return await method(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - started
+
+        return timed
+
+
+def median_ms(values: list[float]) -> float:
+    return statistics.median(values) * 1000
+
+
+async def conversation(harness: Conversations, model: str, turns: int, memory_settings: Any) -> list[TurnRecord]:
+    chat = await harness.new(model)
+    for n in range(1, turns + 1):
+        await chat.turn(prompt(n), memory_settings)
+    return chat.turns
+
+
+async def run(turns: int) -> None:
+    with (
+        tempfile.TemporaryDirectory(prefix="popagent-bench-memory-") as tmp,
+        embedded.postgres(Path(tmp) / "pg") as admin_dsn,
+    ):
+        admin = await asyncpg.connect(admin_dsn)
+        await admin.execute("DROP DATABASE IF EXISTS popagent_bench_memory WITH (FORCE)")
+        await admin.execute("CREATE DATABASE popagent_bench_memory")
+        await admin.close()
+        dsn = with_database(admin_dsn, "popagent_bench_memory")
+        await migrate(dsn, "agent_runner", MIGRATIONS)
+        pool = await asyncpg.create_pool(dsn, min_size=1, max_size=4, server_settings={"search_path": "agent_runner"})
+        assert pool is not None
+        models = (ModelInfo(OM_MODEL, context_length=128_000), ModelInfo(REPLAY_MODEL, context_length=1_000_000))
+        try:
+            async with (
+                ModelGateway(memory_agents(answer), models=models, api_key="sk-bench", record=True) as gateway,
+                Conversations.open(pool, gateway, "sk-bench") as harness,
+            ):
+                timed = Timed()
+                harness.memory.agents.observe = timed.wrap(harness.memory.agents.observe)  # type: ignore[method-assign]
+                harness.memory.agents.reflect = timed.wrap(harness.memory.agents.reflect)  # type: ignore[method-assign]
+                om_settings = settings(
+                    observation_message_tokens=3000,
+                    reflection_observation_tokens=4000,
+                    raw_history_retention_messages=4,
+                    previous_observation_max_tokens=2000,
+                )
+                om = await conversation(harness, OM_MODEL, turns, om_settings)
+                model_s = timed.seconds
+                replay = await conversation(harness, REPLAY_MODEL, turns, settings(enabled=False))
+        finally:
+            await pool.close()
+
+    om_tokens = [request_tokens(r.request) for r in om]
+    replay_tokens = [request_tokens(r.request) for r in replay]
+    print(f"prompt tokens per turn over {turns} turns (o200k count of what was sent)")
+    print(f"  {'':12} {'mean':>8} {'max':>8} {'turn ' + str(turns):>10}")
+    for name, values in (("OM", om_tokens), ("full replay", replay_tokens)):
+        print(f"  {name:12} {statistics.mean(values):8.0f} {max(values):8d} {values[-1]:10d}")
+    print(
+        f"  OM / full replay: mean {statistics.mean(om_tokens) / statistics.mean(replay_tokens):.3f}, "
+        f"turn {turns} {om_tokens[-1] / replay_tokens[-1]:.3f} ({replay_tokens[-1] / om_tokens[-1]:.1f}x fewer)"
+    )
+    for name, records in (("OM", om), ("full replay", replay)):
+        first = median_ms([r.first_text_s for r in records[:5]])
+        last = median_ms([r.first_text_s for r in records[-5:]])
+        print(
+            f"time to first token, {name}: turns 1-5 {first:.1f} ms, turns {turns - 4}-{turns} {last:.1f} ms, ratio {last / first:.2f}"
+        )
+    observing = [r for r in om if r.memory.observed]
+    quiet = [r for r in om if not r.memory.observed]
+    bookkeeping = sum(r.context_s for r in observing) - model_s
+    print(
+        f"observer cost excluding model time: {len(observing)} observing turns, "
+        f"{bookkeeping / max(1, len(observing)) * 1000:.1f} ms each beyond {model_s / max(1, len(observing)) * 1000:.1f} ms "
+        f"in Observer/Reflector calls; other turns {median_ms([r.context_s for r in quiet]):.1f} ms median in memory"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--turns", type=int, default=300)
+    args = parser.parse_args()
+    asyncio.run(run(args.turns))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,673 @@
+"""Observational memory of a chat thread: what the next request carries, and keeping it bounded.
+
+A turn's history is `[observations][recent raw messages]` instead of the whole thread:
+
+1. `context()` before the model call reads `popagent_memory_settings` (a change applies on this turn),
+   the thread's cursor and the raw messages after it (their token counts counted once and stored).
+2. When the unobserved raw history exceeds the message threshold (`observation_message_tokens`; with
+   `shared_budget`, that plus whatever of `reflection_observation_tokens` the log does not use), the
+   Observer turns its oldest messages into observations, all but the newest
+   `raw_history_retention_messages`, cut where a user message starts. Without async observation the
+   turn waits for it; with it, the work was buffered in the background after an earlier turn (from
+   `observation_buffer_activation` x threshold on) and is only activated here (no model call): at
+   the threshold, after `idle_activation_seconds` without a turn, or when the model changed
+   (`activate_on_provider_change`). A turn waits only when the unobserved history reached
+   `observation_block_after` x threshold.
+3. When the log exceeds `reflection_observation_tokens`, the Reflector condenses it into a new
+   generation (the previous one stays stored); async reflection runs it in the background unless the
+   log reached `reflection_block_after` x threshold. `previous_observation_max_tokens` bounds how much
+   of the log the Observer sees.
+4. The context-window guard: with the model's window from the catalog, the request (instructions,
+   observations, raw messages, prompt, an output reserve, scaled by the provider's calibration)
+   never exceeds it: first a forced observation, then, as a last resort, the oldest raw messages are
+   left out behind a marker.
+
+The raw messages stay in PostgreSQL untouched. The observations block is rendered from stored entries
+only, so it is byte-identical between turns until the log changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime as dt
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    SystemPromptPart,
+    UserPromptPart,
+)
+from pydantic_ai.models import Model
+from pydantic_ai.usage import RunUsage
+
+from popagent_agent_runner.turn.observational.observer import (
+    Entry,
+    MemoryAgents,
+    RawMessage,
+    render,
+    tail,
+)
+from popagent_agent_runner.turn.observational.tokens import Calibration, count_messages, count_text
+from popagent_agent_runner.turn.observational.windows import ContextWindows
+from popagent_core.db import wrap_db_errors
+from popagent_core.errors import ConfigurationError
+
+logger = logging.getLogger(__name__)
+
+# What the model keeps free of a window for its answer (at most a quarter of the window).
+OUTPUT_RESERVE_TOKENS = 8192
+# One Observer call reads at most this much of the raw history; more is observed in several calls.
+MAX_BATCH_TOKENS = 40_000
+# Gap markers between messages at least this far apart (temporal_markers).
+TEMPORAL_GAP = dt.timedelta(minutes=10)
+
+PREAMBLE = (
+    "The observations below are your memory of the earlier part of this conversation (the messages "
+    "themselves are no longer shown). Prefer the most recent observation when two disagree; the newest "
+    "messages after this block take priority over it. Do not mention that you have a memory."
+)
+DROPPED_MARKER = "[{n} earlier messages of this conversation are left out here to fit the model's context window.]"
+
+
+@dataclass(frozen=True)
+class MemorySettings:
+    """One read of popagent_memory_settings (19 columns), used unchanged for the turn."""
+
+    enabled: bool
+    observation_message_tokens: int
+    reflection_observation_tokens: int
+    raw_history_retention_messages: int
+    async_observation_enabled: bool
+    observation_buffer_activation: float
+    observation_block_after: float
+    async_reflection_enabled: bool
+    reflection_buffer_activation: float
+    reflection_block_after: float
+    idle_activation_seconds: int
+    activate_on_provider_change: bool
+    shared_budget: bool
+    previous_observation_max_tokens: int
+    temporal_markers: bool
+    forward_attachments: bool
+    retrieval_scope: str
+    observer_instructions: str
+    reflector_instructions: str
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> MemorySettings:
+        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
+
+    def message_threshold(self, log_tokens: int) -> int:
+        if not self.shared_budget:
+            return self.observation_message_tokens
+        # A shared budget: what the log does not use of the reflection budget goes to raw messages.
+        total = self.observation_message_tokens + self.reflection_observation_tokens
+        return max(total - log_tokens, self.observation_message_tokens)
+
+    @property
+    def buffering(self) -> bool:
+        return self.async_observation_enabled and not self.shared_budget
+
+
+@dataclass(frozen=True)
+class ThreadState:
+    generation: int = 0
+    observed_seq: int = 0
+    buffered_seq: int = 0
+    calibration: float = 1.0
+    last_model: str | None = None
+    last_turn_at: dt.datetime | None = None
+    last_compaction_at: dt.datetime | None = None
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    seq: int
+    kind: str
+    content: str
+    tokens: int
+    first_message_seq: int
+    last_message_seq: int
+    message_tokens: int
+    active: bool
+    created_at: dt.datetime
+
+
+@dataclass(frozen=True)
+class _View:
+    """The thread as one read saw it: cursor, raw messages after it, the current log."""
+
+    state: ThreadState
+    raw: list[RawMessage]
+    log: list[LogEntry]
+
+    @property
+    def pending(self) -> int:
+        return sum(m.tokens for m in self.raw)
+
+
+@dataclass(frozen=True)
+class TurnMemory:
+    """What one request carries of the thread, and how it came to be."""
+
+    history: list[ModelMessage]
+    # The observations block as sent ('' when there is none) and its tokens.
+    observations: str
+    observation_tokens: int
+    # Raw messages sent (rows) and their tokens.
+    raw_messages: int
+    raw_tokens: int
+    # The whole request as counted (fixed + observations + raw + prompt), before calibration.
+    request_tokens: int
+    # A gap marker for the prompt itself (temporal_markers), for the turn's instructions.
+    prompt_marker: str | None = None
+    observed: bool = False  # an observation ran (or was activated) for this request
+    waited: bool = False  # the turn waited for observation or reflection work
+    dropped: int = 0  # raw messages the guard left out
+    window: int | None = None
+    settings: MemorySettings | None = None
+
+
+def _gap(delta: dt.timedelta) -> str:
+    minutes = int(delta.total_seconds() // 60)
+    days, rest = divmod(minutes, 24 * 60)
+    hours, minutes = divmod(rest, 60)
+    parts = [f"{days} day{'s' if days != 1 else ''}"] if days else []
+    if hours:
+        parts.append(f"{hours} hour{'s' if hours != 1 else ''}")
+    if minutes and not days:
+        parts.append(f"{minutes} minute{'s' if minutes != 1 else ''}")
+    return " ".join(parts)
+
+
+def temporal_marker(previous: dt.datetime, current: dt.datetime) -> str | None:
+    if current - previous < TEMPORAL_GAP:
+        return None
+    return f"<system-reminder>{_gap(current - previous)} later — {current:%Y-%m-%d %H:%M} UTC</system-reminder>"
+
+
+def observations_block(log: str) -> str:
+    return f"{PREAMBLE}\n\n<observations>\n{log}\n</observations>" if log else ""
+
+
+class ObservationalMemory:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        queries: Mapping[str, str],
+        model_for: Callable[[str], Model],
+        windows: ContextWindows | None,
+        *,
+        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+    ) -> None:
+        self.pool = pool
+        self.q = queries
+        self.model_for = model_for
+        self.windows = windows
+        self.clock = clock
+        self.agents = MemoryAgents()
+        # The background observation or reflection of each thread (at most one at a time).
+        self._background: dict[str, asyncio.Task[None]] = {}
+        # Per thread: observation and reflection never run twice at once in this process.
+        self._locks: dict[str, asyncio.Lock] = {}
+        # Usage of the Observer and Reflector calls (the bench reads it).
+        self.usage = RunUsage()
+
+    # -- reading ----------------------------------------------------------------
+
+    async def settings(self) -> MemorySettings:
+        with wrap_db_errors():
+            row = await self.pool.fetchrow(self.q["memory_settings"])
+        if row is None:
+            raise ConfigurationError("memory settings row is missing")
+        return MemorySettings.from_row(row)
+
+    async def state(self, thread_id: str) -> ThreadState:
+        with wrap_db_errors():
+            row = await self.pool.fetchrow(self.q["observation_state"], thread_id)
+        return ThreadState(**dict(row)) if row is not None else ThreadState()
+
+    async def log(self, thread_id: str, generation: int) -> list[LogEntry]:
+        with wrap_db_errors():
+            rows = await self.pool.fetch(self.q["observation_log"], thread_id, generation)
+        return [LogEntry(**{k: row[k] for k in LogEntry.__dataclass_fields__}) for row in rows]
+
+    async def raw(self, thread_id: str, after_seq: int, stop_at_id: str = "") -> list[RawMessage]:
+        """The thread's messages after `after_seq` (before message `stop_at_id`), each counted once."""
+        with wrap_db_errors():
+            rows = await self.pool.fetch(self.q["raw_messages"], thread_id, after_seq, stop_at_id)
+        messages: list[RawMessage] = []
+        uncounted: list[tuple[int, int]] = []
+        for row in rows:
+            parsed = ModelMessagesTypeAdapter.validate_json(row["model"] or "[]")
+            tokens = row["tokens"]
+            if tokens is None:
+                tokens = count_messages(parsed)
+                uncounted.append((row["seq"], tokens))
+            messages.append(RawMessage(row["seq"], row["id"], row["role"], row["created_at"], parsed, tokens))
+        if uncounted:
+            with wrap_db_errors():
+                await self.pool.execute(
+                    self.q["store_message_tokens"],
+                    thread_id,
+                    [seq for seq, _ in uncounted],
+                    [tokens for _, tokens in uncounted],
+                )
+        return messages
+
+    # -- one request's context ---------------------------------------------------
+
+    async def context(
+        self,
+        thread_id: str,
+        route: str,
+        *,
+        stop_at_id: str = "",
+        fixed_tokens: int = 0,
+        prompt_tokens: int = 0,
+        settings: MemorySettings | None = None,
+        now: dt.datetime | None = None,
+        model_calls: bool = True,
+    ) -> TurnMemory:
+        """The history the next request of `thread_id` carries, on model `route`.
+
+        `model_calls=False` (after the Observer failed): activation, assembly and the guard only.
+        """
+        settings = settings or await self.settings()
+        now = now or self.clock()
+        window = await self.windows.window(route) if self.windows is not None else None
+        observed = waited = False
+        if not settings.enabled:
+            view = _View(ThreadState(), await self.raw(thread_id, 0, stop_at_id), [])
+            memory = self._assemble(view, settings, fixed_tokens, prompt_tokens, now)
+        else:
+            view = await self._read(thread_id, stop_at_id)
+            threshold = settings.message_threshold(_tokens(view.log))
+            if settings.buffering and any(not e.active for e in view.log):
+                state = view.state
+                idle = (
+                    settings.idle_activation_seconds > 0
+                    and state.last_turn_at is not None
+                    and (now - state.last_turn_at).total_seconds() >= settings.idle_activation_seconds
+                )
+                changed = settings.activate_on_provider_change and state.last_model not in (None, route)
+                if view.pending >= threshold or idle or changed:
+                    await self._activate(thread_id, state)
+                    observed = True
+            if settings.buffering and view.pending >= threshold * settings.observation_block_after:
+                waited = await self._wait_background(thread_id)
+            if observed or waited:
+                view = await self._read(thread_id, stop_at_id)
+                threshold = settings.message_threshold(_tokens(view.log))
+            blocking = not settings.buffering or view.pending >= threshold * settings.observation_block_after
+            if view.pending > threshold and blocking and model_calls:
+                await self.observe(thread_id, route, settings, stop_at_id=stop_at_id)
+                observed = waited = True
+                view = await self._read(thread_id, stop_at_id)
+            reflect_at = settings.reflection_observation_tokens
+            if settings.async_reflection_enabled:
+                reflect_at = int(reflect_at * settings.reflection_block_after)
+            if model_calls and _tokens([e for e in view.log if e.active]) > reflect_at:
+                await self.reflect(thread_id, route, settings)
+                waited = True
+                view = await self._read(thread_id, stop_at_id)
+            memory = self._assemble(view, settings, fixed_tokens, prompt_tokens, now)
+            over = window is not None and self._over(memory, window, view.state)
+            if over and memory.raw_messages > 0 and model_calls:
+                # The guard's first resort: observe now, whatever the thresholds say.
+                try:
+                    await self.observe(thread_id, route, settings, stop_at_id=stop_at_id, force=True)
+                    observed = waited = True
+                except Exception as exc:
+                    logger.warning("forced observation failed", extra={"error": str(exc)})
+                view = await self._read(thread_id, stop_at_id)
+                memory = self._assemble(view, settings, fixed_tokens, prompt_tokens, now)
+        if window is not None and self._over(memory, window, view.state):
+            memory = self._drop_oldest(memory, window, view.state)
+        return dataclasses.replace(memory, observed=observed, waited=waited, window=window, settings=settings)
+
+    async def _read(self, thread_id: str, stop_at_id: str) -> _View:
+        state = await self.state(thread_id)
+        raw = await self.raw(thread_id, state.observed_seq, stop_at_id)
+        return _View(state, raw, await self.log(thread_id, state.generation))
+
+    def _budget(self, window: int) -> int:
+        return window - min(OUTPUT_RESERVE_TOKENS, window // 4)
+
+    def _over(self, memory: TurnMemory, window: int, state: ThreadState) -> bool:
+        return Calibration(state.calibration).provider_tokens(memory.request_tokens) > self._budget(window)
+
+    def _drop_oldest(self, memory: TurnMemory, window: int, state: ThreadState) -> TurnMemory:
+        """The last resort: the oldest raw messages left out (whole turns), a marker in their place."""
+        calibration = Calibration(state.calibration)
+        history = list(memory.history)
+        head = 1 if memory.observations else 0
+        body = history[head:]
+        dropped = 0
+        total = memory.request_tokens
+        marker_tokens = count_text(DROPPED_MARKER) + 10
+        while body and calibration.provider_tokens(total + marker_tokens) > self._budget(window):
+            message = body.pop(0)
+            total -= count_messages([message])
+            dropped += 1
+            # Never start on a tool return or a response: cut where a user prompt starts.
+            while body and not _starts_turn(body[0]):
+                total -= count_messages([body.pop(0)])
+                dropped += 1
+        marker = ModelRequest(parts=[UserPromptPart(content=DROPPED_MARKER.format(n=dropped))])
+        kept = [*history[:head], marker, *body]
+        return dataclasses.replace(
+            memory,
+            history=kept,
+            raw_tokens=count_messages(body),
+            request_tokens=total + marker_tokens,
+            dropped=dropped,
+        )
+
+    def _assemble(
+        self,
+        view: _View,
+        settings: MemorySettings,
+        fixed_tokens: int,
+        prompt_tokens: int,
+        now: dt.datetime,
+    ) -> TurnMemory:
+        raw = view.raw
+        text = "\n".join(e.content for e in view.log if e.active and e.content)
+        block = observations_block(text)
+        history: list[ModelMessage] = [ModelRequest(parts=[SystemPromptPart(content=block)])] if block else []
+        previous: dt.datetime | None = None
+        for message in raw:
+            parts = message.messages
+            if settings.temporal_markers and previous is not None and message.role == "user":
+                marker = temporal_marker(previous, message.created_at)
+                if marker and parts and isinstance(parts[0], ModelRequest):
+                    first = parts[0]
+                    parts = [
+                        dataclasses.replace(first, parts=[UserPromptPart(content=marker), *first.parts]),
+                        *parts[1:],
+                    ]
+            history.extend(parts)
+            previous = message.created_at
+        prompt_marker = None
+        if settings.temporal_markers and previous is not None:
+            prompt_marker = temporal_marker(previous, now)
+        block_tokens = count_text(block) + 7 if block else 0
+        raw_tokens = count_messages(history[1:] if block else history)
+        return TurnMemory(
+            history=history,
+            observations=block,
+            observation_tokens=block_tokens,
+            raw_messages=len(raw),
+            raw_tokens=raw_tokens,
+            request_tokens=fixed_tokens + block_tokens + raw_tokens + prompt_tokens,
+            prompt_marker=prompt_marker,
+        )
+
+    # -- observation ----------------------------------------------------------------
+
+    def _lock(self, thread_id: str) -> asyncio.Lock:
+        lock = self._locks.get(thread_id)
+        if lock is None:
+            if len(self._locks) > 1024:
+                self._locks = {k: v for k, v in self._locks.items() if v.locked()}
+            lock = self._locks[thread_id] = asyncio.Lock()
+        return lock
+
+    @staticmethod
+    def _batch(raw: Sequence[RawMessage], settings: MemorySettings, *, force: bool) -> list[RawMessage]:
+        """The oldest messages to observe: all but the newest `raw_history_retention_messages`
+        (none kept when forced), ending before a user message, at most `MAX_BATCH_TOKENS`."""
+        keep = 0 if force else settings.raw_history_retention_messages
+        end = max(0, len(raw) - keep)
+        # The rest must start where a turn starts.
+        while 0 < end < len(raw) and raw[end].role != "user":
+            end -= 1
+        batch: list[RawMessage] = []
+        tokens = 0
+        for message in raw[:end]:
+            if batch and tokens + message.tokens > MAX_BATCH_TOKENS and message.role == "user":
+                break
+            batch.append(message)
+            tokens += message.tokens
+        return batch
+
+    async def observe(
+        self,
+        thread_id: str,
+        route: str,
+        settings: MemorySettings,
+        *,
+        stop_at_id: str = "",
+        force: bool = False,
+        buffered: bool = False,
+    ) -> int:
+        """Observe the oldest unobserved messages now (into the active log, or as buffered entries);
+        the number of messages observed. Buffered entries are activated first, unless buffering."""
+        observed = 0
+        async with self._lock(thread_id):
+            while True:
+                state = await self.state(thread_id)
+                if not buffered and state.buffered_seq > state.observed_seq:
+                    await self._activate(thread_id, state)
+                    state = await self.state(thread_id)
+                raw = await self.raw(thread_id, state.buffered_seq, stop_at_id)
+                batch = self._batch(raw, settings, force=force)
+                if not batch:
+                    return observed
+                log = await self.log(thread_id, state.generation)
+                previous = tail(
+                    "\n".join(e.content for e in log if e.content), settings.previous_observation_max_tokens
+                )
+                content, usage = await self.agents.observe(
+                    self.model_for(route),
+                    batch,
+                    previous,
+                    custom=settings.observer_instructions,
+                    forward_attachments=settings.forward_attachments,
+                )
+                self.usage.incr(usage)
+                committed = await self._commit_observation(thread_id, state, batch, content, route, active=not buffered)
+                if not committed:
+                    return observed
+                observed += len(batch)
+                if not force and not buffered:
+                    # One batch per call unless forced: the rest stays raw for the next turn.
+                    remaining = await self.raw(thread_id, batch[-1].seq, stop_at_id)
+                    if sum(m.tokens for m in remaining) <= settings.message_threshold(_tokens(log)):
+                        break
+                elif buffered:
+                    break
+        if not buffered and not settings.async_reflection_enabled:
+            await self.reflect(thread_id, route, settings)
+        return observed
+
+    async def _commit_observation(
+        self,
+        thread_id: str,
+        state: ThreadState,
+        batch: Sequence[RawMessage],
+        content: str,
+        route: str,
+        *,
+        active: bool,
+    ) -> bool:
+        """Append the entry and move the cursor, unless another writer moved it meanwhile."""
+        with wrap_db_errors():
+            async with self.pool.acquire() as conn, conn.transaction():
+                await conn.execute(self.q["ensure_observation_state"], thread_id)
+                current = await conn.fetchrow(self.q["lock_observation_state"], thread_id)
+                if current["buffered_seq"] != state.buffered_seq or current["generation"] != state.generation:
+                    return False
+                await conn.execute(
+                    self.q["insert_observation"],
+                    thread_id,
+                    state.generation,
+                    "observation",
+                    content,
+                    count_text(content),
+                    batch[0].seq,
+                    batch[-1].seq,
+                    sum(m.tokens for m in batch),
+                    active,
+                    route,
+                )
+                last = batch[-1].seq
+                await conn.execute(self.q["advance_cursor"], thread_id, last if active else 0, last)
+        return True
+
+    async def _activate(self, thread_id: str, state: ThreadState) -> None:
+        """Buffered entries join the context (no model call): the cursor moves past them."""
+        with wrap_db_errors():
+            async with self.pool.acquire() as conn, conn.transaction():
+                current = await conn.fetchrow(self.q["lock_observation_state"], thread_id)
+                if current is None or current["buffered_seq"] <= current["observed_seq"]:
+                    return
+                await conn.execute(
+                    self.q["activate_buffered"], thread_id, current["generation"], current["buffered_seq"]
+                )
+                await conn.execute(self.q["advance_cursor"], thread_id, current["buffered_seq"], 0)
+
+    # -- reflection ------------------------------------------------------------------
+
+    async def reflect(
+        self, thread_id: str, route: str, settings: MemorySettings, *, above_tokens: int | None = None
+    ) -> bool:
+        """Condense the active log into a new generation, if it is over `above_tokens` (default: the
+        reflection threshold); the previous generation stays stored."""
+        async with self._lock(thread_id):
+            state = await self.state(thread_id)
+            log = [e for e in await self.log(thread_id, state.generation) if e.active]
+            limit = settings.reflection_observation_tokens if above_tokens is None else above_tokens
+            if not log or _tokens(log) <= limit:
+                return False
+            text = "\n".join(e.content for e in log if e.content)
+            entries, usage = await self.agents.reflect(
+                self.model_for(route), text, custom=settings.reflector_instructions
+            )
+            self.usage.incr(usage)
+            content = _bounded(entries, settings.reflection_observation_tokens)
+            with wrap_db_errors():
+                async with self.pool.acquire() as conn, conn.transaction():
+                    current = await conn.fetchrow(self.q["lock_observation_state"], thread_id)
+                    if current is None or current["generation"] != state.generation:
+                        return False
+                    generation = state.generation + 1
+                    await conn.execute(
+                        self.q["insert_observation"],
+                        thread_id,
+                        generation,
+                        "reflection",
+                        content,
+                        count_text(content),
+                        min(e.first_message_seq for e in log),
+                        max(e.last_message_seq for e in log),
+                        sum(e.message_tokens for e in log),
+                        True,
+                        route,
+                    )
+                    await conn.execute(self.q["carry_buffered"], thread_id, state.generation, generation)
+                    await conn.execute(self.q["start_generation"], thread_id, generation)
+            return True
+
+    # -- after a turn: record it, buffer in the background ---------------------------
+
+    async def after_turn(
+        self,
+        thread_id: str,
+        route: str,
+        memory: TurnMemory | None,
+        *,
+        reported_prompt_tokens: int | None = None,
+    ) -> None:
+        """Record the turn (model, time, calibration) and start background work the settings ask for."""
+        state = await self.state(thread_id)
+        calibration = Calibration(state.calibration)
+        if memory is not None and reported_prompt_tokens:
+            calibration = calibration.observe(reported_prompt_tokens, memory.request_tokens)
+        with wrap_db_errors():
+            await self.pool.execute(self.q["record_turn"], thread_id, route, calibration.factor)
+        settings = memory.settings if memory is not None and memory.settings is not None else None
+        if settings is None or not settings.enabled:
+            return
+        running = self._background.get(thread_id)
+        if running is not None and not running.done():
+            return
+        if settings.buffering:
+            unbuffered = sum(m.tokens for m in await self.raw(thread_id, state.buffered_seq))
+            start_at = settings.message_threshold(0) * settings.observation_buffer_activation
+            if unbuffered >= start_at:
+                self._start(thread_id, self._buffer(thread_id, route, settings))
+                return
+        if settings.async_reflection_enabled and not settings.shared_budget:
+            log = [e for e in await self.log(thread_id, state.generation) if e.active]
+            if _tokens(log) > settings.reflection_observation_tokens * settings.reflection_buffer_activation:
+                self._start(thread_id, self._reflect_in_background(thread_id, route, settings))
+
+    def _start(self, thread_id: str, work: Any) -> None:
+        task = asyncio.create_task(work, name=f"observational-memory {thread_id}")
+        self._background[thread_id] = task
+        task.add_done_callback(lambda done: self._finished(thread_id, done))
+
+    def _finished(self, thread_id: str, task: asyncio.Task[None]) -> None:
+        if self._background.get(thread_id) is task:
+            del self._background[thread_id]
+        if not task.cancelled() and task.exception() is not None:
+            logger.warning("background observation failed", extra={"error": str(task.exception())})
+
+    async def _buffer(self, thread_id: str, route: str, settings: MemorySettings) -> None:
+        await self.observe(thread_id, route, settings, buffered=True)
+
+    async def _reflect_in_background(self, thread_id: str, route: str, settings: MemorySettings) -> None:
+        # Started once the log passed reflection_buffer_activation x threshold, before it is due.
+        above = int(settings.reflection_observation_tokens * settings.reflection_buffer_activation)
+        await self.reflect(thread_id, route, settings, above_tokens=above)
+
+    def background(self, thread_id: str) -> asyncio.Task[None] | None:
+        return self._background.get(thread_id)
+
+    async def _wait_background(self, thread_id: str) -> bool:
+        task = self._background.get(thread_id)
+        if task is None or task.done():
+            return False
+        with contextlib.suppress(Exception):
+            await asyncio.shield(task)
+        return True
+
+    async def aclose(self) -> None:
+        tasks = [t for t in self._background.values() if not t.done()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=2.0)
+
+
+def _tokens(log: Sequence[LogEntry]) -> int:
+    return sum(e.tokens for e in log)
+
+
+def _starts_turn(message: ModelMessage) -> bool:
+    return isinstance(message, ModelRequest) and any(isinstance(p, UserPromptPart) for p in message.parts)
+
+
+PRIORITY_ORDER = ("🟢", "🟡", "✅", "🔴")
+
+
+def _bounded(entries: Sequence[Entry], limit: int) -> str:
+    """The reflected log within `limit` tokens: low-priority lines go first, then medium, oldest first."""
+    kept = list(entries)
+    content = render(kept)
+    for marker in PRIORITY_ORDER:
+        while count_text(content) >= limit and any(f"* {marker} " in e.line for e in kept):
+            index = next(i for i, e in enumerate(kept) if f"* {marker} " in e.line)
+            kept.pop(index)
+            content = render(kept)
+    return content

