@@ -112,8 +112,11 @@ class ThreadStore:
             raise ConfigurationError("agent-runtime settings row is missing")
         version: Version = (row["messages"], row["last_seq"])
         if row["history"] is None:
+            # The copy read before the query is current; another turn on this session may have
+            # dropped it from the cache meanwhile (begin_turn, commit_turn), so it is not looked up again.
             assert cached is not None
-            self._history.move_to_end(session_id)
+            if session_id in self._history:
+                self._history.move_to_end(session_id)
             history = list(cached[1])
         else:
             history = ModelMessagesTypeAdapter.validate_json(row["history"])
@@ -130,6 +133,14 @@ class ThreadStore:
             version=version,
             retried=row["retried"],
         )
+
+    async def double_texting(self, session_id: str) -> str:
+        """The session's double-texting policy ("reject" or "enqueue"); NotFound when there is no such session."""
+        with wrap_db_errors():
+            policy = await self.pool.fetchval(self.q["session_double_texting"], session_id)
+        if policy is None:
+            raise NotFound(f"session {session_id!r} not found")
+        return policy
 
     def _keep(self, thread_id: str, version: Version, history: list[ModelMessage]) -> None:
         self._history[thread_id] = (version, list(history))
