@@ -32,7 +32,17 @@ def redacted_message(message: UserMessage) -> bytes:
     "/chat",
     response_class=StreamingResponse,
     response_model=None,
-    responses={409: {"model": RunningTurnOut, "description": "Conflict: a turn is already running on this session"}},
+    responses={
+        200: {
+            "description": "The turn as the AI SDK UI message stream v1 over SSE (`data: <chunk JSON>` events, "
+            "ending with `data: [DONE]`)",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "headers": {
+                "x-vercel-ai-ui-message-stream": {"schema": {"type": "string", "enum": ["v1"]}},
+            },
+        },
+        409: {"model": RunningTurnOut, "description": "Conflict: a turn is already running on this session"},
+    },
 )
 async def chat(
     body: ChatTurnCreate, request: Request, catalog: ModelCatalogDep, state: AgentRunnerStateStub
