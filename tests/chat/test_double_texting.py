@@ -120,7 +120,7 @@ async def test_the_history_cache_survives_a_turn_dropping_it_while_another_reads
         assert session in threads._history
         reading = asyncio.create_task(threads.prelude(session, "m-read-2", "again", 0))
         await asyncio.sleep(0)  # the prelude took its cached copy and waits on the database
-        threads._history.pop(session, None)  # what another turn's begin_turn does meanwhile
+        threads._drop(session)  # what another turn's begin_turn does meanwhile
         state = await reading
     finally:
         await pool.close()
