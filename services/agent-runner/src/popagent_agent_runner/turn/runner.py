@@ -307,11 +307,15 @@ class TurnRunner:
             message = TURN_TEXTS.get(failure.error_class) or (
                 str(exc) if isinstance(exc, PopagentError) else failure_message(failure, detail)
             )
-            output.error(failure.error_class, message)
-            if record.begun is not None:
-                await self._store_end(
-                    prepared, context, record, {"failure": message, "errorClass": failure.error_class}
-                )
+            # Stored before the client sees the error: a client that stops reading at the error
+            # event (the AI SDK's does) finds the failure recorded when it reopens the session.
+            try:
+                if record.begun is not None:
+                    await self._store_end(
+                        prepared, context, record, {"failure": message, "errorClass": failure.error_class}
+                    )
+            finally:
+                output.error(failure.error_class, message)
             await self._publish_failure(context, goal, failure.error_class, message)
             return TurnEnd("failed", failure.error_class, message)
         finally:
