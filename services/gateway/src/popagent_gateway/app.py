@@ -13,7 +13,7 @@ from popagent_core.grpc_client import open_channel
 from popagent_core.lifecycle import settle_heap
 from popagent_core.span_store import secret_values, span_store_export
 from popagent_gateway.bounded import ApiKeyMiddleware, BoundedBodyMiddleware
-from popagent_gateway.deps import require_api_key
+from popagent_gateway.deps import refuse_unknown_query, require_api_key
 from popagent_gateway.errors import ERROR_RESPONSES, install_error_handlers
 from popagent_gateway.json_bounds import JsonBoundsMiddleware
 from popagent_gateway.observability.feedback_events import FeedbackEvents
@@ -96,7 +96,9 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
     # Every /api route documents the edge's error answers (401 from the key, 413 from the
     # body cap, 422 from validation, the mapped service statuses), so clients and
     # schemathesis see what the edge really answers.
-    api = APIRouter(prefix="/api", dependencies=[Depends(require_api_key)], responses=ERROR_RESPONSES)
+    api = APIRouter(
+        prefix="/api", dependencies=[Depends(require_api_key), Depends(refuse_unknown_query)], responses=ERROR_RESPONSES
+    )
     for module in (
         health,
         models,
