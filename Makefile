@@ -11,6 +11,7 @@ PROTO_OUT := libs/popagent-protos/src
 PROTO_STAMP := libs/popagent-protos/.stamp
 SYNC_STAMP := $(VENV)/.synced
 NODE_TEST_DEPS := tests/ai_sdk/node_modules/.package-lock.json
+LANGUAGE_SERVERS := services/agent-runner/language-servers/node_modules/.package-lock.json
 UI_DEPS := ui/node_modules/.package-lock.json
 UI_BUILD := ui/dist/index.html
 # The UI is rebuilt when its sources change or when the gateway's API (its types) may have.
@@ -38,7 +39,7 @@ lint: setup
 	$(VENV)/bin/pyright
 	PYTHONPATH=tests $(VENV)/bin/lint-imports
 
-setup: system-deps $(SYNC_STAMP) $(PROTO_STAMP) $(NODE_TEST_DEPS) $(UI_BUILD)
+setup: system-deps $(SYNC_STAMP) $(PROTO_STAMP) $(NODE_TEST_DEPS) $(LANGUAGE_SERVERS) $(UI_BUILD)
 	@# The project's own modules (editable installs) too; only changed files are compiled again.
 	@$(VPY) -m compileall -q -j 0 libs services >/dev/null
 
@@ -54,6 +55,11 @@ $(UI_BUILD): $(UI_DEPS) $(SYNC_STAMP) $(PROTO_STAMP) $(UI_SOURCES) $(GATEWAY_SOU
 # The real AI SDK client the stream tests drive (pinned by its package-lock.json).
 $(NODE_TEST_DEPS): tests/ai_sdk/package.json tests/ai_sdk/package-lock.json
 	npm ci --prefix tests/ai_sdk --no-audit --no-fund --loglevel=error
+
+# typescript-language-server and typescript 6.x, which mastra_workspace_lsp_inspect starts (pinned, never
+# fetched at run time; the Python server, basedpyright, is a PyPI dependency of agent-runner).
+$(LANGUAGE_SERVERS): services/agent-runner/language-servers/package.json services/agent-runner/language-servers/package-lock.json
+	npm ci --prefix services/agent-runner/language-servers --no-audit --no-fund --loglevel=error
 
 # uv itself comes from PyPI into the machine's Python. Dependencies are installed with their bytecode
 # compiled: a process never writes .pyc where PYTHONDONTWRITEBYTECODE is set (it is on the dev and CI
@@ -89,4 +95,4 @@ compose-config:
 	$(COMPOSE) -f deploy/compose.yaml --env-file $(if $(wildcard deploy/.env),deploy/.env,deploy/.env.example) config -q
 
 clean:
-	rm -rf $(VENV) $(PROTO_OUT)/popagent $(PROTO_STAMP) ui/node_modules ui/dist tests/ai_sdk/node_modules
+	rm -rf $(VENV) $(PROTO_OUT)/popagent $(PROTO_STAMP) ui/node_modules ui/dist tests/ai_sdk/node_modules services/agent-runner/language-servers/node_modules

@@ -50,6 +50,9 @@ async def test_the_ai_sdk_client_shows_a_provider_failure_as_an_error(stack: Sta
         session = await new_session(client)
     result = await run_client(stack.url, session, "hi")
     assert result["status"] == "error"
-    assert result["errors"] == ["The model provider is unavailable (HTTP 503): maintenance window"]
+    assert result["errors"] == [
+        "The model provider is unavailable (HTTP 503): maintenance window. "
+        "Send the message again; if it keeps failing, pick another model."
+    ]
     _, assistant = await recorded_turn(stack, session)
     assert assistant["metadata"]["failure"] == result["errors"][0]

@@ -69,7 +69,8 @@ async def test_a_delegation_runs_the_specialist_and_returns_only_its_text(stack:
     # Its membership, then the workspace tools of its persisted access.
     workspace = [name for name in tool_names(specialist_first) if name.startswith("mastra_workspace_")]
     assert [name for name in tool_names(specialist_first) if name not in workspace] == SPECIALIST_TOOLS[specialist]
-    assert len(workspace) == (11 if specialist == "implementer" else 4)
+    # The file (and, for the implementer, shell) tools, plus mastra_workspace_lsp_inspect (every role).
+    assert len(workspace) == (11 if specialist == "implementer" else 4) + 1
     # Each agent on its own model: a profile override, or the turn's route (never the server default).
     assert supervisor_first["model"] == MODEL
     assert specialist_first["model"] == SPECIALIST_MODEL[specialist]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -31,7 +33,10 @@ async def test_a_provider_500_is_an_error_chunk_with_stop_failure_and_nothing_st
         {"type": "start"},
         {"type": "start-step"},
         {"type": "finish-step"},
-        {"type": "error", "errorText": "The model provider failed (HTTP 500): upstream exploded"},
+        {
+            "type": "error",
+            "errorText": "The model provider failed (HTTP 500): upstream exploded. Send the message again; if it keeps failing, pick another model.",
+        },
         "[DONE]",
     ]
     [failure] = stack.hook_requests("StopFailure")
@@ -46,7 +51,10 @@ async def test_a_provider_500_is_an_error_chunk_with_stop_failure_and_nothing_st
     # The prompt is kept and the answer says how the turn ended (issue 22, finding 3).
     user, assistant = await recorded_turn(stack, session)
     assert user["parts"] == [{"type": "text", "text": "hi"}]
-    assert assistant["metadata"]["failure"] == "The model provider failed (HTTP 500): upstream exploded"
+    assert (
+        assistant["metadata"]["failure"]
+        == "The model provider failed (HTTP 500): upstream exploded. Send the message again; if it keeps failing, pick another model."
+    )
     assert "interrupted" not in assistant["metadata"]
     [event] = await turn_events(stack, session)
     assert (event.kind, event.failure_class) == ("failure", "server_error")
@@ -60,7 +68,8 @@ async def test_a_429_reports_the_retry_after(stack: Stack) -> None:
         chunks = await chat(client, session, "hi")
     assert chunks[-2] == {
         "type": "error",
-        "errorText": "The model provider is rate limiting requests (HTTP 429, retry after 7 s): slow down",
+        "errorText": "The model provider is rate limiting requests (HTTP 429, retry after 7 s): slow down. "
+        "Wait a moment, then send the message again.",
     }
     [failure] = stack.hook_requests("StopFailure")
     assert (failure["detail"]["errorClass"], failure["detail"]["statusCode"], failure["detail"]["retryAfter"]) == (
@@ -82,7 +91,10 @@ async def test_a_broken_stream_ends_in_an_error_after_the_text_so_far(stack: Sta
         {"type": "finish-step"},
         {"type": "error", "errorText": shaped[-2]["errorText"]},
     ]
-    assert shaped[-2]["errorText"].startswith("The connection to the model provider broke")
+    assert shaped[-2]["errorText"] == (
+        f"The connection to the model gateway at 127.0.0.1:{urlsplit(stack.models.url).port} broke during the "
+        "answer; what arrived is kept. Send the message again."
+    )
     assert "This answer will never finish.".startswith(text_of(chunks)) and text_of(chunks)
     [failure] = stack.hook_requests("StopFailure")
     assert (failure["detail"]["errorClass"], failure["detail"]["inStream"]) == ("connection", True)
@@ -169,24 +181,64 @@ async def recorded_turn_or_none(stack: Stack, session: str) -> tuple[dict, dict]
         return None
 
 
-async def test_the_prompt_is_stored_before_the_model_is_called(stack: Stack) -> None:
-    """Issue 22 finding 3: a turn that dies from here on (runner killed) still keeps the prompt;
-    its answer reads `interrupted` until the turn ends and replaces it."""
+async def test_the_prompt_is_stored_before_any_of_the_answer_is_streamed(stack: Stack) -> None:
+    """Issue 22 finding 3: a turn that dies once its answer is streaming (runner killed) still keeps
+    the prompt; its answer reads `interrupted` until the turn ends and replaces it. (The prompt is
+    stored while the model is asked, so storing it costs no time to first token.)"""
     stack.models.push(Turn.say("slow answer", chunk_size=2, chunk_delay_s=0.2))
+    body = {"id": "", "message": user_message("keep me"), "model": MODEL}
     async with stack.client() as client:
-        session = await new_session(client)
-        turn = asyncio.create_task(chat(client, session, "keep me"))
-        await eventually(lambda: len(stack.models.requests) == 1, what="the model call")
-        loaded = (await client.get(f"/api/sessions/{session}")).json()
-        user, placeholder = loaded["messages"]
-        assert user["parts"] == [{"type": "text", "text": "keep me"}]
-        assert (placeholder["role"], placeholder["metadata"]["interrupted"]) == ("assistant", True)
-        chunks = await turn
+        session = body["id"] = await new_session(client)
+        chunks: list[Any] = []
+        async with client.stream("POST", "/api/chat", json=body) as response:
+            lines = response.aiter_lines()
+            async for line in lines:
+                if line.startswith("data: {"):
+                    chunks.append(orjson.loads(line.removeprefix("data: ")))
+                    if chunks[-1]["type"] == "text-delta":
+                        break
+            # The first of the answer is out: the prompt and the placeholder are stored.
+            loaded = (await client.get(f"/api/sessions/{session}")).json()
+            user, placeholder = loaded["messages"]
+            assert user["parts"] == [{"type": "text", "text": "keep me"}]
+            assert (placeholder["role"], placeholder["metadata"]["interrupted"]) == ("assistant", True)
+            chunks += [orjson.loads(line.removeprefix("data: ")) async for line in lines if line.startswith("data: {")]
     # The complete answer replaced the placeholder, under the id the stream announced.
     _, assistant = await recorded_turn(stack, session)
     assert assistant["id"] == placeholder["id"] == chunks[0]["messageId"]
     assert "interrupted" not in assistant["metadata"] and "failure" not in assistant["metadata"]
     assert text_of(chunks) == "slow answer"
+
+
+async def test_no_answer_reaches_the_client_while_its_prompt_waits_to_be_stored(stack: Stack) -> None:
+    """The model is asked while the prompt is being stored, but the answer is held until it is:
+    with the session row locked, the model answers and the stream carries nothing past `start`."""
+    stack.models.push(Turn.say("held answer"))
+    body = {"id": "", "message": user_message("hold me"), "model": MODEL}
+    async with stack.client() as client, stack.db() as conn:
+        session = body["id"] = await new_session(client)
+        chunks: list[Any] = []
+
+        async def read() -> None:
+            async with client.stream("POST", "/api/chat", json=body) as response:
+                async for line in response.aiter_lines():
+                    if line.startswith("data: {"):
+                        chunks.append(orjson.loads(line.removeprefix("data: ")))
+
+        locked = conn.transaction()
+        await locked.start()
+        await conn.execute("SELECT 1 FROM popagent_sessions WHERE id = $1 FOR UPDATE", session)
+        reading = asyncio.create_task(read())
+        try:
+            await eventually(lambda: len(stack.models.requests) == 1, what="the model call")
+            await asyncio.sleep(0.3)
+            assert [chunk["type"] for chunk in chunks] == ["start"]
+        finally:
+            await locked.rollback()
+        await reading
+    assert text_of(chunks) == "held answer"
+    user, assistant = await recorded_turn(stack, session)
+    assert user["parts"] == [{"type": "text", "text": "hold me"}] and "interrupted" not in assistant["metadata"]
 
 
 async def test_a_stopping_runner_ends_its_chat_streams_with_an_error_and_keeps_them(stack: Stack) -> None:

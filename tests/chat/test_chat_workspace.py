@@ -28,6 +28,7 @@ EDIT = "mastra_workspace_edit_file"
 RUN = "mastra_workspace_execute_command"
 GET_OUTPUT = "mastra_workspace_get_process_output"
 KILL = "mastra_workspace_kill_process"
+LSP = "mastra_workspace_lsp_inspect"
 READ_ONLY = [
     "mastra_workspace_read_file",
     "mastra_workspace_list_files",
@@ -122,9 +123,10 @@ async def test_roles_gate_the_tools_server_side(stack: Stack) -> None:
         )
         await chat(client, session, "look, then change")
         supervisor, researcher, researcher_2, _, implementer, _ = stack.models.requests
-        assert [n for n in tool_names(supervisor) if n.startswith("mastra_")] == READ_WRITE
-        assert [n for n in tool_names(researcher) if n.startswith("mastra_")] == READ_ONLY
-        assert [n for n in tool_names(implementer) if n.startswith("mastra_")] == READ_WRITE
+        # Code inspection is every role's membership tool (listed first), read-only.
+        assert [n for n in tool_names(supervisor) if n.startswith("mastra_")] == [LSP, *READ_WRITE]
+        assert [n for n in tool_names(researcher) if n.startswith("mastra_")] == [LSP, *READ_ONLY]
+        assert [n for n in tool_names(implementer) if n.startswith("mastra_")] == [LSP, *READ_WRITE]
         # Not offered, and refused all the same when called.
         [refusal] = [m["content"] for m in researcher_2["messages"] if m["role"] in ("tool", "user")][-1:]
         assert f"Unknown tool name: '{WRITE}'" in refusal, refusal

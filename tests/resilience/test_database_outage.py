@@ -62,12 +62,13 @@ async def test_an_answer_finished_during_a_database_outage_is_stored_when_it_ret
 def test_a_database_failure_of_a_turn_reads_as_what_to_do_not_as_the_driver_error() -> None:
     from popagent_agent_runner.failures import TurnFailure
     from popagent_agent_runner.llm.wire import classify_model_error
-    from popagent_agent_runner.turn.failure_texts import TURN_TEXTS
+    from popagent_agent_runner.turn.failure_texts import failure_message
     from popagent_core.errors import StorageError
 
     failure = classify_model_error(StorageError("database error: FileNotFoundError"))
     assert failure.error_class is TurnFailure.STORAGE
-    assert "FileNotFoundError" not in TURN_TEXTS[failure.error_class]
+    message = failure_message(failure, failure.message)
+    assert "FileNotFoundError" not in message and message.endswith("send it again in a moment.")
 
 
 async def test_the_model_list_is_served_while_the_database_is_down(outage: tuple[Stack, StoppablePostgres]) -> None:

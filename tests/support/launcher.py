@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import httpx
 import psutil
 
 from popagent_dev.embedded import free_port
@@ -34,7 +38,8 @@ class Launched:
             self.output.append(line)
             if line.startswith("popagent is running"):
                 return
-        raise AssertionError("launcher did not start:\n" + "".join(self.output[-40:]))
+        code = self.process.poll()
+        raise AssertionError(f"launcher did not start (exit code {code}):\n" + "".join(self.output[-40:]))
 
     def descendants(self) -> list[psutil.Process]:
         return psutil.Process(self.process.pid).children(recursive=True)
@@ -58,3 +63,42 @@ def launch(tmp_path: Path, env: dict[str, str] | None = None) -> Launched:
         start_new_session=True,
     )
     return Launched(process, port, data_dir)
+
+
+def health_of(stack: Launched) -> dict[str, Any]:
+    return httpx.get(f"{stack.url}/api/health", headers={"x-popagent-key": stack.api_key}, timeout=5).json()
+
+
+def child_pid(stack: Launched, name: str) -> int:
+    """The pid of the launcher's child `name` (`gateway`, `agent-runner-1`, ...), from supervisor.json."""
+    return json.loads((stack.data_dir / "supervisor.json").read_text())["children"][name]["pid"]
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+TESTS = Path(__file__).resolve().parents[1]
+SEEDED_CATALOG = ("fake/fake-chat", "cx/gpt-5.3-codex", "cx/gpt-5.3-codex-spark")
+
+
+def start_model_server(tmp_path: Path, turn: dict[str, object] | None = None) -> tuple[subprocess.Popen[str], str]:
+    """The scripted model server as a process of its own, answering every request with `turn`; and its URL."""
+    script = tmp_path / "script.json"
+    # The catalog lists the seeded agents' models too, so a chat on `fake/fake-chat` is not refused.
+    models = [{"id": model, "context_length": 128_000} for model in SEEDED_CATALOG]
+    script.write_text(json.dumps({"turns": [turn or {"text": "Launcher task done."}], "loop": True, "models": models}))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "support.model_gateway", "--script", str(script), "--no-record"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])},
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    assert line.startswith("model gateway listening on "), line
+    return process, line.removeprefix("model gateway listening on ").strip()

@@ -162,7 +162,10 @@ CHAT_HOOK_PATHS: HookPaths = {
     "SessionStart": ("/session-start", None),
     "UserPromptSubmit": ("/prompt", None),
     # No handler matches `remember`: its calls must cost no hook RPC at all.
-    "PreToolUse": ("/pre-tool", ["getTime", "webFetch", "mastra_workspace_write_file", *SPECIALISTS]),
+    "PreToolUse": (
+        "/pre-tool",
+        ["getTime", "webFetch", "mastra_workspace_write_file", "mastra_workspace_lsp_inspect", *SPECIALISTS],
+    ),
     "PostToolUse": ("/post-tool", None),
     "PostToolUseFailure": ("/post-tool-failure", None),
     "SubagentStart": ("/subagent-start", None),

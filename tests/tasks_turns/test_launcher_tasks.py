@@ -4,38 +4,16 @@ its own; a task-runtime PATCH resizes the running worker."""
 
 from __future__ import annotations
 
-import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from support.launcher import launch
+from support.launcher import launch, start_model_server
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("stack")]
-
-TESTS = Path(__file__).resolve().parents[1]
-
-
-def start_model_server(tmp_path: Path, turn: dict[str, object] | None = None) -> tuple[subprocess.Popen[str], str]:
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps({"turns": [turn or {"text": "Launcher task done."}], "loop": True}))
-    process = subprocess.Popen(
-        [sys.executable, "-m", "support.model_gateway", "--script", str(script)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])},
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    assert line.startswith("model gateway listening on "), line
-    return process, line.removeprefix("model gateway listening on ").strip()
 
 
 def test_a_task_created_through_the_gateway_completes_as_an_agent_turn(tmp_path: Path) -> None:

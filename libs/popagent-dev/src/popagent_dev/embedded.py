@@ -30,7 +30,8 @@ from platformdirs.api import RuntimeDirWarning
 # pgserver computes a runtime dir at import; on a headless root shell XDG_RUNTIME_DIR is
 # unset and platformdirs warns about its (correct) fallback. Nothing to act on.
 warnings.filterwarnings("ignore", category=RuntimeDirWarning)
-from pgserver._commands import POSTGRES_BIN_PATH, pg_ctl  # noqa: E402
+from pgserver import _commands as pgserver_commands  # noqa: E402
+from pgserver._commands import POSTGRES_BIN_PATH  # noqa: E402
 from pgserver.postgres_server import get_server as pgserver_get_server  # noqa: E402
 
 
@@ -123,9 +124,13 @@ def wait_for_port(
 
 
 @contextlib.contextmanager
-def postgres(data_dir: Path) -> Iterator[str]:
+def postgres(data_dir: Path, *, sole_owner: bool = False) -> Iterator[str]:
     """Start (or reuse) PostgreSQL with pgvector in `data_dir`; yields its DSN; stops it on exit
-    when this process holds the last handle."""
+    when this process holds the last handle.
+
+    `sole_owner` (the launcher, whose data folder nobody shares): on exit, also stop a server
+    that was restarted by hand meanwhile (pgserver only knows the postmaster it started).
+    """
     data_dir.mkdir(parents=True, exist_ok=True)
     # One starter at a time (two xdist workers, or the launcher beside a test run), so the
     # restart that raises the connection limit never cuts a client of the other one.
@@ -137,6 +142,32 @@ def postgres(data_dir: Path) -> Iterator[str]:
         yield server.get_uri()
     finally:
         server.cleanup()
+        if sole_owner:
+            _stop_postmaster(Path(server.pgdata))
+
+
+def _stop_postmaster(pgdata: Path, timeout_s: float = 10.0) -> None:
+    """Fast shutdown (SIGINT) of whichever postmaster `pgdata/postmaster.pid` names, if it lives."""
+    try:
+        pid = int((pgdata / "postmaster.pid").read_text().split()[0])
+        os.kill(pid, signal.SIGINT)
+    except (FileNotFoundError, ProcessLookupError, ValueError, IndexError):
+        return
+    _wait_gone(pid, timeout_s)
+
+
+def _wait_gone(pid: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        if time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            return
+        time.sleep(0.05)
 
 
 # initdb's default of 100 is what a whole stack (seven services, several agent-runner workers, each
@@ -152,7 +183,9 @@ def _raise_connection_limit(server: Any) -> None:
         return
     server.psql(f"ALTER SYSTEM SET max_connections = {MAX_CONNECTIONS};")
     # pg_ctl restart reuses the options of the running server (its socket folder, no TCP).
-    pg_ctl(["-w", "-m", "fast", "restart"], pgdata=server.pgdata, user=server.system_user, timeout=30)
+    # pgserver makes its command functions at import, out of a type checker's sight.
+    restart = pgserver_commands.pg_ctl  # pyright: ignore[reportAttributeAccessIssue]
+    restart(["-w", "-m", "fast", "restart"], pgdata=server.pgdata, user=server.system_user, timeout=30)
 
 
 class StoppablePostgres:
@@ -250,9 +283,11 @@ async def ensure_database(admin_dsn: str, name: str) -> str:
 
 
 class NatsProcess:
-    def __init__(self, process: subprocess.Popen[bytes], port: int) -> None:
+    def __init__(self, process: subprocess.Popen[bytes], port: int, pid_file: Path) -> None:
         self.process = process
         self.port = port
+        # nats-server writes its pid here; a server restarted by hand with the same command line does too.
+        self.pid_file = pid_file
 
     @property
     def url(self) -> str:
@@ -266,6 +301,24 @@ class NatsProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        self._stop_restarted()
+
+    def _stop_restarted(self) -> None:
+        """Stop a server that took over this store after ours (restarted by hand), named by the pid file."""
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return
+        if pid == self.process.pid:
+            return
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                if str(self.pid_file).encode() not in cmdline.read():
+                    return  # a reused pid, not a server of this store
+            os.kill(pid, signal.SIGTERM)
+        except (FileNotFoundError, ProcessLookupError):
+            return
+        _wait_gone(pid, 5.0)
 
 
 def start_nats(store_dir: Path, port: int | None = None, log_file: Path | None = None) -> NatsProcess:
@@ -276,12 +329,14 @@ def start_nats(store_dir: Path, port: int | None = None, log_file: Path | None =
     listening is retried on a fresh port.
     """
     store_dir.mkdir(parents=True, exist_ok=True)
+    pid_file = store_dir / "nats-server.pid"
     attempts = 1 if port else 5
     for attempt in range(attempts):
         chosen = port or free_port()
+        nats_options = ["-js", "-sd", str(store_dir), "-a", "127.0.0.1", "-p", str(chosen), "-P", str(pid_file)]
         output = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115 - owned by the child
         process = subprocess.Popen(
-            orphan_safe([nats_server_binary(), "-js", "-sd", str(store_dir), "-a", "127.0.0.1", "-p", str(chosen)]),
+            orphan_safe([nats_server_binary(), *nats_options]),
             stdout=output,
             stderr=output,
             env={k: v for k, v in os.environ.items() if not k.startswith("POPAGENT_")},
@@ -297,7 +352,7 @@ def start_nats(store_dir: Path, port: int | None = None, log_file: Path | None =
         except TimeoutError:
             process.kill()
             raise
-        return NatsProcess(process, chosen)
+        return NatsProcess(process, chosen, pid_file)
     raise AssertionError("unreachable")
 
 

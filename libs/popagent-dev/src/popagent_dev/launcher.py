@@ -146,7 +146,7 @@ class Stack:
         database_url = os.environ.get("DATABASE_URL", "")
         observability_url = os.environ.get("OBSERVABILITY_DATABASE_URL", "")
         if not database_url or not observability_url:
-            admin_dsn = self._exit.enter_context(embedded.postgres(data / "postgres"))
+            admin_dsn = self._exit.enter_context(embedded.postgres(data / "postgres", sole_owner=True))
             database_url = database_url or await embedded.ensure_database(admin_dsn, "popagent")
             observability_url = observability_url or await embedded.ensure_database(admin_dsn, "popagent_observability")
         env["DATABASE_URL"] = database_url

@@ -13,6 +13,8 @@ from popagent.agent_runner.v1 import agent_runner_pb2_grpc
 from popagent.browser_bridge.v1 import browser_bridge_pb2_grpc
 from popagent.events.v1 import events_pb2
 from popagent.hooks.v1 import hooks_pb2_grpc
+from popagent_agent_runner.lsp.languages import ServerCatalog
+from popagent_agent_runner.lsp.manager import LanguageServers
 from popagent_agent_runner.settings import Settings
 from popagent_agent_runner.state import settings_rules
 from popagent_agent_runner.state.agents import AgentStore
@@ -71,7 +73,15 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
         reason = await sandbox.probe()
         if reason is not None:
             logger.warning("workspace shell disabled", extra={"reason": f"sandbox unavailable: {reason}"})
-        hands = Hands(settings.workspace_root, sandbox)
+        # Unwound with the sandbox: every language server is shut down and its process group killed.
+        servers = LanguageServers(
+            ServerCatalog(settings.language_servers_dir),
+            max_servers=settings.lsp_max_servers,
+            idle_timeout_s=settings.lsp_idle_timeout_s,
+            request_timeout_s=settings.lsp_request_timeout_s,
+        )
+        stack.push_async_callback(servers.close)
+        hands = Hands(settings.workspace_root, sandbox, lsp=servers)
         sessions = SessionStore(pool, workspaces, QUERIES)
         starts = SessionStarts(hooks)
         servicer = AgentRunnerStateServicer(

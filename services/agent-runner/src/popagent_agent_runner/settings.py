@@ -6,6 +6,7 @@ from pathlib import Path
 
 from pydantic import Field, field_validator
 
+from popagent_agent_runner.lsp.languages import DEFAULT_SERVERS_DIR
 from popagent_core.settings import ServiceSettings, check_listen_address, grpc_address_field
 
 
@@ -34,6 +35,13 @@ class Settings(ServiceSettings):
     )
     # Workspace shell: the processes one command may run (its default timeout is an agent-runtime setting).
     sandbox_max_processes: int = Field(default=256, ge=8, le=65536, validation_alias="POPAGENT_SANDBOX_MAX_PROCESSES")
+
+    # mastra_workspace_lsp_inspect: language servers running at once (all workspaces), how long an
+    # unused one is kept, one request's deadline, and where typescript-language-server is installed.
+    lsp_max_servers: int = Field(default=4, ge=1, le=64, validation_alias="POPAGENT_LSP_MAX_SERVERS")
+    lsp_idle_timeout_s: float = Field(default=600.0, gt=0, validation_alias="POPAGENT_LSP_IDLE_TIMEOUT_S")
+    lsp_request_timeout_s: float = Field(default=30.0, gt=0, le=300, validation_alias="POPAGENT_LSP_REQUEST_TIMEOUT_S")
+    language_servers_dir: Path = Field(default=DEFAULT_SERVERS_DIR, validation_alias="POPAGENT_LANGUAGE_SERVERS_DIR")
 
     @field_validator("grpc_address")
     @classmethod

@@ -7,7 +7,8 @@ override when a chat sends no `model`) and each agent's override (`model` of
 ones), and a provider 404 in the middle of a turn is a poor way to find out. So
 /api/models and /api/agents name the configured ids the catalog does not list, and a
 chat is refused (400, naming the setting) before its turn starts when an agent it may
-run (the supervisor, or a specialist it may delegate to) would use one. As with an
+run (the supervisor, or a specialist it may delegate to) would use one: agent-runner
+checks that against the catalog ids the chat route sends (turn/model_check.py). As with an
 explicit `model`, a catalog outage fails open: the turn runs and a warning says what
 was not checked.
 """
@@ -21,7 +22,6 @@ from dataclasses import dataclass
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
-from popagent_core.errors import InvalidArgument
 from popagent_gateway.catalog import CatalogView, ModelCatalog, ensure_known_model
 
 logger = logging.getLogger(__name__)
@@ -91,35 +91,45 @@ def turn_models(
     return list(configured)
 
 
-async def ensure_turn_models(
-    catalog: ModelCatalog, runner: agent_runner_pb2_grpc.AgentRunnerStateServiceStub, requested: str | None
-) -> str | None:
-    """Refuse a chat turn whose agents would use a model the catalog does not list (InvalidArgument, 400).
+@dataclass(frozen=True)
+class TurnModelCheck:
+    """What the chat route sends with a turn: the catalog's ids for agent-runner to check the
+    turn's agents against (None: not checked there), and the warning of what went unchecked."""
 
-    `requested` is the chat's own `model`, checked as before. Fails open during a catalog
-    outage: the warning returned (also logged) names what was not checked.
+    listed_models: Sequence[str] | None
+    warning: str | None
+
+
+async def check_turn_models(
+    catalog: ModelCatalog, runner: agent_runner_pb2_grpc.AgentRunnerStateServiceStub, requested: str | None
+) -> TurnModelCheck:
+    """Refuse a chat turn whose own `model` the catalog does not list (InvalidArgument, 400), and
+    say how agent-runner checks the models its agents would use.
+
+    With a current catalog, agent-runner refuses the turn before it starts, on the agents and
+    the default its prelude reads anyway: no call here. During a catalog outage the turn runs
+    (fails open) and the warning returned (also logged) names the configured models that were
+    not checked, which takes reading them here.
     """
     warnings: list[str] = []
     if requested:
         warning = await ensure_known_model(catalog, requested)
         if warning:
             warnings.append(warning)
+    view = await catalog.view()
+    if view.fresh:
+        return TurnModelCheck(view.models, "; ".join(warnings) or None)
     agents_call = runner.ListAgents(pb.ListAgentsRequest())
     settings: pb.AgentRuntimeSettings | None = None
     if requested:
-        agents, view = await asyncio.gather(agents_call, catalog.view())
+        agents = await agents_call
     else:
         settings_call = runner.GetAgentRuntimeSettings(pb.GetAgentRuntimeSettingsRequest())
-        agents, settings, view = await asyncio.gather(agents_call, settings_call, catalog.view())
+        agents, settings = await asyncio.gather(agents_call, settings_call)
     listed = set(view.models)
     missing = [entry for entry in turn_models(agents.agents, requested, settings) if entry.model not in listed]
-    if missing and view.fresh:
-        named = "; ".join(entry.describe() for entry in missing)
-        default_missing = any(entry.agent_id is None for entry in missing)
-        fix = "set a listed model there" + (", or send `model` with the chat" if default_missing else "")
-        raise InvalidArgument(f"{named}: not listed by the model catalog; {fix}")
     if missing:
         models = ", ".join(repr(entry.model) for entry in missing)
         logger.warning("unchecked configured models accepted", extra={"models": models, "reason": view.warning})
         warnings.append(f"configured model(s) {models} were not checked: {view.warning}")
-    return "; ".join(warnings) or None
+    return TurnModelCheck(None, "; ".join(warnings) or None)

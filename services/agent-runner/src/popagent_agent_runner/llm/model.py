@@ -410,6 +410,10 @@ class LeanModels:
         self._merge_system_messages_for = tuple(merge_system_messages_for)
         self._models: dict[str, LeanOpenAIModel] = {}
 
+    @property
+    def base_url(self) -> str:
+        return self._base_url
+
     def preload(self) -> None:
         """Pay the one-time cost of building a model now rather than in the first turn.
 

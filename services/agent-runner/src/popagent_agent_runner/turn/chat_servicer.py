@@ -21,7 +21,9 @@ import grpc
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
+from popagent_agent_runner.failures import TurnFailure
 from popagent_agent_runner.turn.events import TurnEvents, TurnOutput
+from popagent_agent_runner.turn.failure_texts import failure_text
 from popagent_agent_runner.turn.memories import Memory, MemoryStore
 from popagent_agent_runner.turn.runner import TurnInput, TurnRunner
 from popagent_agent_runner.turn.ui_message import parse_user_message
@@ -47,7 +49,7 @@ def memory_message(memory: Memory) -> pb.Memory:
 
 
 # The end of a stream whose turn this process stopped because it is shutting down.
-SHUTDOWN_TEXT = "The service stopped during this turn; what was streamed is kept. Send your message again in a moment."
+SHUTDOWN_TEXT = failure_text(TurnFailure.SHUTDOWN)
 # How long interrupted turns get to record themselves before the server stops.
 INTERRUPT_WRITE_S = 2.0
 
@@ -98,6 +100,7 @@ class ChatServicer(agent_runner_pb2_grpc.AgentRunnerServiceServicer):
             message=parse_user_message(request.message_json),
             model=request.model,
             workspace_id=request.workspace_id,
+            listed_models=frozenset(request.listed_models) if request.check_models else None,
         )
         while (running := self._by_session.get(turn.session_id)) is not None:
             if await self.runner.threads.double_texting(turn.session_id) == "reject":

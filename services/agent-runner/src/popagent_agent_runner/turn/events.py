@@ -77,6 +77,8 @@ class TurnEvents:
         self._drained = asyncio.Event()
         self.min_interval_s = min_interval_s
         self.max_queued_bytes = max_queued_bytes
+        # What the next batch waits for (the prompt's storing), however it ends.
+        self._hold: asyncio.Future[Any] | None = None
 
     @property
     def backlogged(self) -> bool:
@@ -120,6 +122,10 @@ class TurnEvents:
         self._text_queued = True
         self._ready.set()
 
+    def hold_until(self, done: asyncio.Future[Any]) -> None:
+        """Keep what comes next queued until `done` is done (the batch already out is not recalled)."""
+        self._hold = done
+
     def close(self) -> None:
         """No more events: `batches()` ends once the queue is empty."""
         self._closed = True
@@ -148,6 +154,9 @@ class TurnEvents:
         sent_at = 0.0
         while True:
             await self._ready.wait()
+            if self._hold is not None:
+                hold, self._hold = self._hold, None
+                await asyncio.wait([hold])  # at once when it is done; its error is its owner's
             if paced and not self._closed and not self._urgent:
                 wait = sent_at + self.min_interval_s - loop.time()
                 if wait > 0:

@@ -61,9 +61,10 @@ from popagent_agent_runner.turn.capability import arguments_object, jsonable
 from popagent_agent_runner.turn.deps import SUPERVISOR_ID, TurnContext, TurnDeps
 from popagent_agent_runner.turn.events import TurnOutput, usage_metadata
 from popagent_agent_runner.turn.evidence import EVIDENCE_CHARS, GOAL_CHARS, evidence
-from popagent_agent_runner.turn.failure_texts import TURN_TEXTS, failure_message, provider_message
+from popagent_agent_runner.turn.failure_texts import failure_message, failure_text, provider_message
 from popagent_agent_runner.turn.hooks_points import TurnHooks, bounded, denied
 from popagent_agent_runner.turn.memories import RECALL_LIMIT, MemoryStore, bounded_recall, recall_query
+from popagent_agent_runner.turn.model_check import refuse_unlisted_models
 from popagent_agent_runner.turn.thread_store import ThreadStore, TurnState, Version
 from popagent_agent_runner.turn.tools.web import WebAccess
 from popagent_agent_runner.turn.ui_message import prompt_text, user_content, with_prompt_text
@@ -93,6 +94,9 @@ class TurnInput:
     model: str = ""
     # Empty: the session's workspace.
     workspace_id: str = ""
+    # The model catalog's ids, when the gateway had a current answer: the turn is refused when
+    # an agent it may run would use another model. None: not checked.
+    listed_models: frozenset[str] | None = None
     turn_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     # The trace the turn's request arrived in (its spans join it), else a fresh id.
     trace_id: str = field(default_factory=lambda: current_trace_id() or uuid.uuid4().hex)
@@ -136,10 +140,23 @@ class GatedPrompt:
 
 @dataclass
 class _Record:
-    """What a turn has stored of itself so far (`begin_turn`), so its end can replace the placeholder."""
+    """What a turn has stored of itself so far (`begin_turn`), so its end can replace the placeholder.
+
+    The prompt is stored while the model is already being asked (`beginning`), so storing it
+    adds nothing to the time to first token; no event after the start reaches the client
+    before it is stored, and every end of the turn awaits it first.
+    """
 
     prompt: GatedPrompt | None = None
-    begun: Version | None = None
+    beginning: asyncio.Task[Version] | None = None
+
+    async def begun(self) -> Version | None:
+        """The thread's version once the prompt is stored; None when it never was."""
+        if self.beginning is None:
+            return None
+        with contextlib.suppress(Exception):
+            return await asyncio.shield(self.beginning)
+        return None
 
 
 @dataclass
@@ -231,6 +248,8 @@ class TurnRunner:
             raise ConfigurationError(f"agent profile {SUPERVISOR_ID!r} is missing")
         if len(prompt_text(turn.message)) > MAX_PROMPT_CHARS:
             raise InvalidArgument(f"the message text must be at most {MAX_PROMPT_CHARS} characters")
+        if turn.listed_models is not None:
+            refuse_unlisted_models(state.profiles, state.snapshot.default_model, turn.model, turn.listed_models)
         route = turn.model or state.snapshot.default_model
         return PreparedTurn(turn, state, message_id=f"msg-{uuid.uuid4().hex}", route=route)
 
@@ -279,7 +298,7 @@ class TurnRunner:
         try:
             return await self._turn(prepared, context, record)
         except asyncio.CancelledError:
-            if record.begun is not None:
+            if record.beginning is not None:
                 # The client went away or the service stops: what was streamed stays, marked.
                 ending = asyncio.ensure_future(self._store_end(prepared, context, record, {"interrupted": True}))
                 with contextlib.suppress(BaseException):
@@ -304,18 +323,18 @@ class TurnRunner:
                     "inStream": in_stream,
                 },
             )
-            message = TURN_TEXTS.get(failure.error_class) or (
-                str(exc) if isinstance(exc, PopagentError) else failure_message(failure, detail)
-            )
-            # Stored before the client sees the error: a client that stops reading at the error
-            # event (the AI SDK's does) finds the failure recorded when it reopens the session.
-            try:
-                if record.begun is not None:
-                    await self._store_end(
-                        prepared, context, record, {"failure": message, "errorClass": failure.error_class}
-                    )
-            finally:
-                output.error(failure.error_class, message)
+            if failure.error_class is TurnFailure.STORAGE:
+                message = failure_text(TurnFailure.STORAGE)
+            elif isinstance(exc, PopagentError):
+                message = str(exc)  # popagent's own words (a session deleted during the turn, ...)
+            else:
+                message = failure_message(failure, detail, gateway=self.factory.models.base_url, in_stream=in_stream)
+            if record.beginning is not None:
+                # Stored before the client reads the error: a reload right after it shows the failure.
+                await self._store_end(
+                    prepared, context, record, {"failure": message, "errorClass": failure.error_class}
+                )
+            output.error(failure.error_class, message)
             await self._publish_failure(context, goal, failure.error_class, message)
             return TurnEnd("failed", failure.error_class, message)
         finally:
@@ -333,24 +352,53 @@ class TurnRunner:
         if isinstance(prompt, TurnEnd):
             return prompt
         record.prompt = prompt
-        record.begun = await self.threads.begin_turn(
-            session_id=context.session_id,
-            user_ui=prompt.message,
-            user_request=ModelRequest(parts=[UserPromptPart(content=user_content(prompt.message))]),
-            placeholder_ui={
-                **context.output.ui_message(),
-                "metadata": {**context.output.metadata, "interrupted": True},
-            },
+        record.beginning = asyncio.create_task(
+            self.threads.begin_turn(
+                session_id=context.session_id,
+                user_ui=prompt.message,
+                user_request=ModelRequest(parts=[UserPromptPart(content=user_content(prompt.message))]),
+                placeholder_ui={
+                    **context.output.ui_message(),
+                    "metadata": {**context.output.metadata, "interrupted": True},
+                },
+            )
         )
-        run = await self._run_until_stopped(prepared, context, prompt)
+        context.output.events.hold_until(record.beginning)
+        run = await self._run_while_storing_prompt(prepared, context, prompt, record.beginning)
         if isinstance(run, TurnEnd):
-            if record.begun is not None:
-                await self._store_end(
-                    prepared, context, record, {"failure": run.message, "errorClass": run.error_class}
-                )
+            await self._store_end(prepared, context, record, {"failure": run.message, "errorClass": run.error_class})
             return run
-        await self._commit(prepared, context, prompt, run, record.begun)
+        await self._commit(prepared, context, prompt, run, await record.beginning)
         return ANSWERED
+
+    async def _run_while_storing_prompt(
+        self, prepared: PreparedTurn, context: TurnContext, prompt: GatedPrompt, beginning: asyncio.Task[Version]
+    ) -> SupervisorRun | TurnEnd:
+        """`_run_until_stopped` beside the prompt's storing; a failure to store it ends the run with that error.
+
+        The prompt must be kept whatever happens next, so a turn whose prompt cannot be stored
+        does not go on to answer it.
+        """
+        running = asyncio.create_task(self._run_until_stopped(prepared, context, prompt))
+
+        def stop_running(task: asyncio.Task[Version]) -> None:
+            if not task.cancelled() and task.exception() is not None:
+                running.cancel()
+
+        beginning.add_done_callback(stop_running)
+        try:
+            run = await running
+        except asyncio.CancelledError:
+            error = beginning.exception() if beginning.done() and not beginning.cancelled() else None
+            if error is not None:
+                raise error from None
+            raise
+        finally:
+            beginning.remove_done_callback(stop_running)
+            if not running.done():
+                running.cancel()
+        await beginning  # its error, if storing failed after the run ended
+        return run
 
     async def _gate_prompt(self, prepared: PreparedTurn, context: TurnContext) -> GatedPrompt | TurnEnd:
         """`UserPromptSubmit` on the prompt, then recall: the prompt the supervisor gets, or the end of a denied turn."""
@@ -436,6 +484,9 @@ class TurnRunner:
     ) -> None:
         """The answer of a turn that did not complete: what was streamed, marked with how it ended."""
         assert record.prompt is not None
+        begun = await record.begun()
+        if begun is None:
+            return  # the prompt was never stored: nothing to replace
         output = context.output
         assistant_ui = output.ui_message()
         assistant_ui["metadata"] = {**assistant_ui["metadata"], **marks}
@@ -449,7 +500,7 @@ class TurnRunner:
             await self.threads.commit_turn(
                 session_id=context.session_id,
                 base=prepared.state,
-                begun=record.begun,
+                begun=begun,
                 user_ui=record.prompt.message,
                 assistant_ui=assistant_ui,
                 messages=messages,

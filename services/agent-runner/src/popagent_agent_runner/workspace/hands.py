@@ -14,11 +14,15 @@ import contextlib
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from popagent_agent_runner.state.workspaces import contained_path
 from popagent_agent_runner.workspace.paths import Repository, WorkspaceRefusal
 from popagent_agent_runner.workspace.sandbox import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, Sandbox, SandboxProcess
 from popagent_core.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from popagent_agent_runner.lsp.manager import LanguageServers
 
 # Background processes one turn may keep at once.
 MAX_BACKGROUND_PROCESSES = 8
@@ -30,6 +34,8 @@ class Hands:
     sandbox: Sandbox
     # Used only where no settings snapshot gives one (benchmarks).
     command_timeout_s: float = DEFAULT_TIMEOUT_S
+    # The service's language servers (mastra_workspace_lsp_inspect); None: no code inspection.
+    lsp: LanguageServers | None = None
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def for_turn(

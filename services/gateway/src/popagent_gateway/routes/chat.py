@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from popagent.agent_runner.v1 import agent_runner_pb2
 from popagent_core.errors import InvalidArgument
 from popagent_core.redaction import redact_ui_message
-from popagent_gateway.configured_models import ensure_turn_models
+from popagent_gateway.configured_models import check_turn_models
 from popagent_gateway.deps import AgentRunnerStateStub, ModelCatalogDep, runner_for_session
 from popagent_gateway.dto.chat import MAX_PARTS, ChatTurnCreate, RunningTurnOut, UserMessage
 from popagent_gateway.streaming import UI_STREAM_HEADERS, sse_body
@@ -52,7 +52,7 @@ async def chat(
         raise InvalidArgument(f"message must have 1 to {MAX_PARTS} parts")
     # An unknown model (the request's, the default or an override the turn may use) is refused
     # (400) before the turn starts; a catalog outage fails open.
-    warning = await ensure_turn_models(catalog, state, body.model)
+    models = await check_turn_models(catalog, state, body.model)
     # No deadline (POPAGENT_GATEWAY_RPC_TIMEOUT_S covers unary calls only): a turn streams for as
     # long as it works, and ends when it finishes or the client goes away (sse_body cancels the call).
     call = runner_for_session(request, body.id).Chat(
@@ -61,6 +61,8 @@ async def chat(
             model=body.model or "",
             workspace_id=body.workspace_id or "",
             message_json=redacted_message(body.message).decode(),
+            check_models=models.listed_models is not None,
+            listed_models=models.listed_models or (),
         )
     )
     # Read the first batch before answering: an unknown session or a refused request is
@@ -78,5 +80,6 @@ async def chat(
     except BaseException:
         call.cancel()
         raise
+    warning = models.warning
     headers = {**UI_STREAM_HEADERS, WARNING_HEADER: warning} if warning else UI_STREAM_HEADERS
     return StreamingResponse(sse_body(first, batches, call), media_type="text/event-stream", headers=headers)

@@ -1,6 +1,6 @@
 """The tool registry: the tools the model sees, by the registry key hook matchers use.
 
-Tools live in one folder per group (`time/`, `memory/`, `search/`, `fetch/`, `workspace/`, and the browser, docs
+Tools live in one folder per group (`time/`, `memory/`, `search/`, `fetch/`, `lsp/`, `workspace/`, and the browser, docs
 and skill groups to come); adding a tool is one module with a `TOOL` in its group and one entry in
 `TOOLS`. `TOOLS` is the one list of what exists: the agents' `knownTools` is derived from it, and
 a membership naming anything else is refused (`PATCH /api/agents/:id` answers 422). An agent gets
@@ -17,12 +17,13 @@ from pydantic_ai import Tool
 
 from popagent_agent_runner.turn.deps import TurnDeps
 from popagent_agent_runner.turn.tools.fetch import web_fetch
+from popagent_agent_runner.turn.tools.lsp import lsp_inspect
 from popagent_agent_runner.turn.tools.memory import remember
 from popagent_agent_runner.turn.tools.search import web_search
 from popagent_agent_runner.turn.tools.time import get_time
 from popagent_agent_runner.turn.tools.workspace import BY_ACCESS, READ_WRITE_TOOLS
 
-TOOLS: tuple[Tool[TurnDeps], ...] = (get_time.TOOL, remember.TOOL, web_search.TOOL, web_fetch.TOOL)
+TOOLS: tuple[Tool[TurnDeps], ...] = (get_time.TOOL, remember.TOOL, web_search.TOOL, web_fetch.TOOL, lsp_inspect.TOOL)
 
 
 class ToolRegistry:

@@ -1,0 +1,224 @@
+"""Slow readers and abrupt disconnects against the whole stack (issue 22; RELIABILITY row 12).
+
+Real processes, started as bench/chat.py starts them (embedded PostgreSQL and NATS, the hooks
+service, one agent-runner worker, the gateway, the scripted model server as its own process).
+
+- Slow consumers: `--slow` clients each read their chat stream at one small read a second
+  (a 4 KiB receive buffer, so the kernel's buffers fill at once and backpressure reaches the
+  server), while 10 normal chats run turns back to back. Printed: the gateway's and agent-runner's
+  RSS growth per slow stream (target <= 1 MiB), and the normal turns' p99 time to first token and
+  total time against the same 10 chats run first without slow readers (target: within 2x).
+- Abrupt disconnects: `--disconnects` chats, 100 at a time, each closed with a TCP reset as soon
+  as its first text arrives. Printed: open file descriptors and threads of the gateway and
+  agent-runner before, and 5 s after the last reset (target: at most baseline + 5).
+
+    .venv/bin/python bench/slow_clients.py [--slow 20] [--disconnects 1000] [--rounds 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import socket
+import statistics
+import struct
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import orjson
+import psutil
+import uvloop
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# bench/chat.py's stack (pyright resolves `chat` to tests/chat, which tests/ on its path puts first).
+from chat import API_KEY, MODEL, model_server, stack  # pyright: ignore[reportAttributeAccessIssue]
+
+HEADERS = {"x-popagent-key": API_KEY}
+
+
+def chat_request(host: str, session: str) -> bytes:
+    body = orjson.dumps(
+        {
+            "id": session,
+            "model": MODEL,
+            "message": {"id": f"u-{uuid.uuid4().hex}", "role": "user", "parts": [{"type": "text", "text": "Go"}]},
+        }
+    )
+    head = (
+        f"POST /api/chat HTTP/1.1\r\nhost: {host}\r\nx-popagent-key: {API_KEY}\r\n"
+        f"content-type: application/json\r\ncontent-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+async def new_sessions(url: str, count: int) -> list[str]:
+    async with httpx.AsyncClient(base_url=url, headers=HEADERS, timeout=30) as client:
+        created = await asyncio.gather(*(client.post("/api/sessions", json={"title": "bench"}) for _ in range(count)))
+    return [response.json()["id"] for response in created]
+
+
+async def timed_turn(url: str, session: str) -> tuple[float, float]:
+    """(time to first text-delta, total) of one chat turn, read at full speed."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    started = time.perf_counter()
+    writer.write(chat_request(f"{host}:{port}", session))
+    first = 0.0
+    try:
+        while data := await reader.read(65536):
+            if not first and b'"text-delta"' in data:
+                first = time.perf_counter()
+    finally:
+        writer.close()
+    if not first:
+        raise RuntimeError("a normal turn streamed no text")
+    return first - started, time.perf_counter() - started
+
+
+async def normal_chats(url: str, sessions: list[str], rounds: int) -> list[tuple[float, float]]:
+    async def one_chat(session: str) -> list[tuple[float, float]]:
+        return [await timed_turn(url, session) for _ in range(rounds)]
+
+    results = await asyncio.gather(*(one_chat(session) for session in sessions))
+    return [turn for chat in results for turn in chat]
+
+
+def _address(url: str) -> tuple[str, int]:
+    host, port = url.removeprefix("http://").split(":")
+    return host, int(port)
+
+
+async def slow_reader(url: str, session: str, stop: asyncio.Event) -> None:
+    """A chat read one 256-byte piece a second until `stop`, through a 4 KiB receive buffer."""
+    loop = asyncio.get_running_loop()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    try:
+        await loop.sock_connect(sock, _address(url))
+        await loop.sock_sendall(sock, chat_request(url.removeprefix("http://"), session))
+        while not stop.is_set():
+            if not await loop.sock_recv(sock, 256):
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
+    finally:
+        sock.close()
+
+
+async def reset_after_first_text(url: str, session: str) -> None:
+    """A chat whose client vanishes (TCP reset, no FIN) once its first text arrives."""
+    loop = asyncio.get_running_loop()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    try:
+        await loop.sock_connect(sock, _address(url))
+        await loop.sock_sendall(sock, chat_request(url.removeprefix("http://"), session))
+        seen = b""
+        while b'"text-delta"' not in seen:
+            data = await loop.sock_recv(sock, 65536)
+            if not data:
+                return
+            seen = seen[-64:] + data
+    finally:
+        sock.close()  # SO_LINGER 0: the close is a reset
+
+
+def rss_mib(pid: int) -> float:
+    return psutil.Process(pid).memory_info().rss / 2**20
+
+
+def handles(pid: int) -> tuple[int, int]:
+    process = psutil.Process(pid)
+    return process.num_fds(), process.num_threads()
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+async def run(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="popagent-bench-slow-") as tmp:
+        data = Path(tmp)
+        data.chmod(0o755)  # noqa: ASYNC240 - once, before anything runs
+        async with (
+            model_server(args.chunks, args.chunk_delay_ms / 1000) as (model_url, _),
+            stack(data, model_url, 1) as (url, pids),
+        ):
+            gateway, runner = pids["gateway"], pids["agent-runner-1"]
+            sessions = await new_sessions(url, 10 + args.slow)
+            normal, slow_sessions = sessions[:10], sessions[10:]
+            await normal_chats(url, normal, 1)  # warm up
+            baseline = await normal_chats(url, normal, args.rounds)
+            before = rss_mib(gateway), rss_mib(runner)
+            stop = asyncio.Event()
+            readers = [asyncio.create_task(slow_reader(url, s, stop)) for s in slow_sessions]
+            await asyncio.sleep(2)
+            loaded = await normal_chats(url, normal, args.rounds)
+            during = rss_mib(gateway), rss_mib(runner)
+            stop.set()
+            await asyncio.gather(*readers, return_exceptions=True)
+            print(f"slow consumers: {args.slow} streams read at 256 bytes/s beside 10 normal chats")
+            for name, b, d in (("gateway", before[0], during[0]), ("agent-runner", before[1], during[1])):
+                per = max(0.0, d - b) / args.slow
+                verdict = "ok" if per <= 1.0 else "MISSED"
+                print(
+                    f"  {name:13} RSS {b:7.1f} -> {d:7.1f} MiB: {per:.2f} MiB per slow stream (target <= 1 MiB: {verdict})"
+                )
+            for label, index in (("time to first token", 0), ("turn time", 1)):
+                base = percentile([t[index] for t in baseline], 0.99)
+                load = percentile([t[index] for t in loaded], 0.99)
+                verdict = "ok" if load <= 2 * base else "MISSED"
+                print(
+                    f"  normal turns' {label} p99: {base * 1000:.1f} ms alone, {load * 1000:.1f} ms beside the slow "
+                    f"readers ({load / base:.2f}x; target <= 2x: {verdict})"
+                )
+
+            await asyncio.sleep(2)
+            start_handles = handles(gateway), handles(runner)
+            resets = await new_sessions(url, min(args.disconnects, 100))
+            started = time.perf_counter()
+            for offset in range(0, args.disconnects, 100):
+                batch = range(offset, min(offset + 100, args.disconnects))
+                await asyncio.gather(
+                    *(reset_after_first_text(url, resets[n % len(resets)]) for n in batch), return_exceptions=True
+                )
+            took = time.perf_counter() - started
+            await asyncio.sleep(5)
+            end_handles = handles(gateway), handles(runner)
+            print(f"abrupt disconnects: {args.disconnects} chats reset after their first text ({took:.1f} s)")
+            for name, (fds0, threads0), (fds1, threads1) in (
+                ("gateway", start_handles[0], end_handles[0]),
+                ("agent-runner", start_handles[1], end_handles[1]),
+            ):
+                verdict = "ok" if fds1 - fds0 <= 5 and threads1 - threads0 <= 5 else "MISSED"
+                print(
+                    f"  {name:13} fds {fds0} -> {fds1}, threads {threads0} -> {threads1} 5 s later "
+                    f"(target: at most baseline + 5: {verdict})"
+                )
+            print(
+                f"  per-chat medians while loaded: {statistics.median(t[0] for t in loaded) * 1000:.1f} ms to first token"
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--slow", type=int, default=20, help="slow-reading chat streams")
+    parser.add_argument("--disconnects", type=int, default=1000, help="chats reset after their first text")
+    parser.add_argument(
+        "--rounds", type=int, default=6, help="turns per normal chat, alone and beside the slow readers"
+    )
+    parser.add_argument("--chunks", type=int, default=200, help="chunks of 4 characters per answer")
+    parser.add_argument("--chunk-delay-ms", type=float, default=5.0, help="pause between chunks")
+    uvloop.run(run(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
