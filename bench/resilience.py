@@ -33,7 +33,7 @@ import orjson
 import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from chat import API_KEY, MODEL, model_server, stack
+from chat import API_KEY, MODEL, model_server, stack  # pyright: ignore[reportAttributeAccessIssue]
 
 
 @dataclass

@@ -154,7 +154,7 @@ def stateful(schema: Any, base_url: str) -> list[str]:
                 database=None,
                 deadline=None,
                 derandomize=True,
-                suppress_health_check=list(HealthCheck),
+                suppress_health_check=list(HealthCheck),  # pyright: ignore[reportArgumentType]
             )
         )
     except (Exception, BaseExceptionGroup) as exc:

@@ -107,12 +107,19 @@ async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
         yield running
 
 
+RESET = b"<reset>"
+
+
 async def closed_within(reader: asyncio.StreamReader, within_s: float) -> bytes:
-    """Everything the server sent until it closed the connection (fails if it did not close)."""
+    """Everything the server sent until it closed the connection (fails if it did not close). A
+    close while the client's own bytes were still unread is a reset, marked RESET."""
     received = b""
     deadline = time.monotonic() + within_s
     while True:
-        chunk = await asyncio.wait_for(reader.read(65536), timeout=max(0.01, deadline - time.monotonic()))
+        try:
+            chunk = await asyncio.wait_for(reader.read(65536), timeout=max(0.01, deadline - time.monotonic()))
+        except ConnectionResetError:
+            return received or RESET
         if not chunk:
             return received
         received += chunk
@@ -171,7 +178,9 @@ async def test_a_slowloris_crowd_is_closed_by_the_header_timeout_while_others_ar
             trickling.cancel()
             for _reader, writer in crowd:
                 writer.close()
-        assert all(answer.startswith(b"HTTP/1.1 408 ") for answer in answers)
+        # Answered 408 and closed (or reset: a trickled byte arrived after the close).
+        assert all(answer.startswith(b"HTTP/1.1 408 ") or answer == RESET for answer in answers)
+        assert sum(answer.startswith(b"HTTP/1.1 408 ") for answer in answers) > CROWD // 2
 
         # And the gateway serves as before.
         assert statistics.median(await sample(client, url, 10)) <= 2 * baseline + 0.05
