@@ -12,6 +12,7 @@ PROTO_STAMP := libs/popagent-protos/.stamp
 SYNC_STAMP := $(VENV)/.synced
 NODE_TEST_DEPS := tests/ai_sdk/node_modules/.package-lock.json
 LANGUAGE_SERVERS := services/agent-runner/language-servers/node_modules/.package-lock.json
+BROWSER_PEER_DEPS := tests/browser_peer/node_modules/.package-lock.json
 UI_DEPS := ui/node_modules/.package-lock.json
 UI_BUILD := ui/dist/index.html
 # The UI is rebuilt when its sources change or when the gateway's API (its types) may have.
@@ -39,7 +40,7 @@ lint: setup
 	$(VENV)/bin/pyright
 	PYTHONPATH=tests $(VENV)/bin/lint-imports
 
-setup: system-deps $(SYNC_STAMP) $(PROTO_STAMP) $(NODE_TEST_DEPS) $(LANGUAGE_SERVERS) $(UI_BUILD)
+setup: system-deps $(SYNC_STAMP) $(PROTO_STAMP) $(NODE_TEST_DEPS) $(LANGUAGE_SERVERS) $(BROWSER_PEER_DEPS) $(UI_BUILD)
 	@# The project's own modules (editable installs) too; only changed files are compiled again.
 	@$(VPY) -m compileall -q -j 0 libs services >/dev/null
 
@@ -60,6 +61,10 @@ $(NODE_TEST_DEPS): tests/ai_sdk/package.json tests/ai_sdk/package-lock.json
 # fetched at run time; the Python server, basedpyright, is a PyPI dependency of agent-runner).
 $(LANGUAGE_SERVERS): services/agent-runner/language-servers/package.json services/agent-runner/language-servers/package-lock.json
 	npm ci --prefix services/agent-runner/language-servers --no-audit --no-fund --loglevel=error
+
+# The real MCP browser server (@playwright/mcp, driving Debian's chromium) behind the browser tests' socket.
+$(BROWSER_PEER_DEPS): tests/browser_peer/package.json tests/browser_peer/package-lock.json
+	npm ci --prefix tests/browser_peer --no-audit --no-fund --loglevel=error
 
 # uv itself comes from PyPI into the machine's Python. Dependencies are installed with their bytecode
 # compiled: a process never writes .pyc where PYTHONDONTWRITEBYTECODE is set (it is on the dev and CI
@@ -95,4 +100,4 @@ compose-config:
 	$(COMPOSE) -f deploy/compose.yaml --env-file $(if $(wildcard deploy/.env),deploy/.env,deploy/.env.example) config -q
 
 clean:
-	rm -rf $(VENV) $(PROTO_OUT)/popagent $(PROTO_STAMP) ui/node_modules ui/dist tests/ai_sdk/node_modules services/agent-runner/language-servers/node_modules
+	rm -rf $(VENV) $(PROTO_OUT)/popagent $(PROTO_STAMP) ui/node_modules ui/dist tests/ai_sdk/node_modules services/agent-runner/language-servers/node_modules tests/browser_peer/node_modules

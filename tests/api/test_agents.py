@@ -98,7 +98,8 @@ async def test_an_edit_changes_only_what_was_sent_and_persists(client: httpx.Asy
         ({"tools": ["getTime", "launchMissiles"]}, 422, "launchMissiles"),
         # Advertised by the first role seed, never registered: refused, named.
         ({"tools": ["getTime", "recall"]}, 422, "recall"),
-        ({"tools": ["bifrostNavigator", "useBrowserSecret"]}, 422, "bifrostNavigator, useBrowserSecret"),
+        # The retired plaintext secret tools are never registered.
+        ({"tools": ["storeSecret", "recallSecret"]}, 422, "storeSecret, recallSecret"),
         ({"tools": ["getTime", "getTime"]}, 400, "repeat"),
         ({"workspaceAccess": "admin"}, 422, "workspaceAccess"),
         ({"browserAccess": "read-write"}, 422, "browserAccess"),
@@ -159,11 +160,11 @@ def test_known_tools_are_the_registered_tools() -> None:
 
 
 async def test_an_unregistered_tool_is_refused_with_422_naming_it(client: httpx.AsyncClient) -> None:
-    response = await client.patch("/api/agents/implementer", json={"tools": ["getTime", "bifrostNavigator"]})
+    response = await client.patch("/api/agents/implementer", json={"tools": ["getTime", "storeSecret"]})
     assert response.status_code == 422, response.text
     [detail] = response.json()["details"]
     assert detail["loc"] == ["body", "tools"]
-    assert "bifrostNavigator" in detail["msg"] and "getTime" in detail["msg"]
+    assert "storeSecret" in detail["msg"] and "getTime" in detail["msg"]
 
 
 async def test_the_tool_migration_drops_unregistered_tools_and_keeps_edited_guidance(api_stack: Stack) -> None:

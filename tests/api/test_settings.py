@@ -190,8 +190,10 @@ async def test_a_missing_singleton_row_is_a_configuration_error_not_a_default(ap
                 assert "missing" in response.json()["error"]
         finally:
             await conn.execute(
-                "INSERT INTO popagent_browser_settings (id, enabled, updated_at) VALUES (1, $1, $2)",
+                "INSERT INTO popagent_browser_settings (id, enabled, allow_code_execution, updated_at)"
+                " VALUES (1, $1, $2, $3)",
                 row["enabled"],
+                row["allow_code_execution"],
                 row["updated_at"],
             )
     async with api_stack.db("agent_runner") as conn:
@@ -204,6 +206,8 @@ async def test_a_missing_singleton_row_is_a_configuration_error_not_a_default(ap
         "0005_drop_unregistered_tools.sql",
         "0006_add_web_tools.sql",
         "0007_seed_command_timeout.sql",
+        "0008_add_lsp_inspect.sql",
+        "0012_add_browser_tools.sql",
     ]
 
 

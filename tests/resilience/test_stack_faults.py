@@ -39,9 +39,12 @@ FAST_RECOVERY = {
     "POPAGENT_TASKS_HEARTBEAT_TIMEOUT_S": "3",
     "POPAGENT_TASKS_SWEEP_INTERVAL_S": "1",
     "POPAGENT_TASKS_POLL_INTERVAL_S": "0.2",
-    "POPAGENT_TASKS_RETRY_BASE_S": "0.5",
-    "POPAGENT_TASKS_RETRY_CAP_S": "2",
+    "POPAGENT_TASKS_RETRY_BASE_S": "1",
+    "POPAGENT_TASKS_RETRY_CAP_S": "4",
 }
+# An outage's interrupted attempts count (a task that keeps killing its runner must end): with
+# six attempts and the backoff above, a task rides out a restart of 7.5 s or more on a loaded machine.
+TASK_ATTEMPTS = 6
 
 
 @dataclass
@@ -126,7 +129,8 @@ class User:
         return loaded.json()["messages"]
 
     def create_task(self, prompt: str) -> str:
-        created = self.client.post("/api/tasks", json={"prompt": prompt, "workspaceId": "popagent", "model": MODEL})
+        task = {"prompt": prompt, "workspaceId": "popagent", "model": MODEL, "maxAttempts": TASK_ATTEMPTS}
+        created = self.client.post("/api/tasks", json=task)
         assert created.status_code == 201, created.text
         return created.json()["id"]
 
@@ -228,7 +232,10 @@ def kill_during_work(stack: Launched, user: User, victim: str) -> None:
     if chat.terminal == "finish":
         assert answer is not None and "interrupted" not in answer["metadata"], (victim, answer)
     task = user.wait_task(task_id)
-    assert task["status"] == "completed", (victim, task)
+    assert task["status"] == "completed", (
+        victim,
+        {k: task.get(k) for k in ("status", "attemptCount", "lastErrorClass", "lastError")},
+    )
 
 
 def _await_settled_answer(user: User, chat: ChatStream) -> dict[str, Any] | None:

@@ -39,7 +39,11 @@ class Launched:
             if line.startswith("popagent is running"):
                 return
         code = self.process.poll()
-        raise AssertionError(f"launcher did not start (exit code {code}):\n" + "".join(self.output[-40:]))
+        logs = "".join(
+            f"--- {log.name} (last lines)\n" + "".join(log.read_text(errors="replace").splitlines(True)[-15:])
+            for log in sorted((self.data_dir / "logs").glob("*.log"))
+        )
+        raise AssertionError(f"launcher did not start (exit code {code}):\n" + "".join(self.output[-40:]) + logs)
 
     def descendants(self) -> list[psutil.Process]:
         return psutil.Process(self.process.pid).children(recursive=True)

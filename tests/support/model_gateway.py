@@ -75,9 +75,12 @@ class ModelInfo:
     id: str = "fake/fake-chat"
     context_length: int = 128_000
     max_completion_tokens: int = 16_384
+    # OpenRouter-style prices, USD per token as strings (`prompt`, `completion`, `input_cache_read`); none: unpriced.
+    pricing: Mapping[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
+            **({"pricing": dict(self.pricing)} if self.pricing else {}),
             "id": self.id,
             "object": "model",
             "created": 0,

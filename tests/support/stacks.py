@@ -63,10 +63,14 @@ from support.web_standins import PageServer, SearxngStandIn
 API_KEY = "stack-tests-api-key-" + "k" * 16
 MODELS_API_KEY = "sk-stack-tests"
 MODEL = "fake/fake-chat"
+# The one model the scripted catalog prices (USD per token), for the cost-per-message tests.
+PRICED_MODEL = "fake/priced-chat"
+PRICES = {"prompt": "0.000002", "completion": "0.00001", "input_cache_read": "0.0000005"}
 CATALOG = (
     ModelInfo(MODEL, context_length=128_000),
     ModelInfo("cx/gpt-5.3-codex", context_length=400_000),
     ModelInfo("cx/gpt-5.3-codex-spark", context_length=128_000),
+    ModelInfo(PRICED_MODEL, context_length=128_000, pricing=PRICES),
 )
 SPECIALISTS = ("researcher", "implementer", "reviewer")
 # The session's canary, provisioned as a real secret in every stack that runs secrets.
@@ -203,6 +207,7 @@ class StackSpec:
     services: frozenset[str]  # of OPTIONAL_SERVICES
     runner_workers: int = 1  # agent-runner processes-equivalent; the gateway balances over them
     runtime: Mapping[str, Any] = field(default_factory=dict[str, Any])  # agent-runtime settings written at start
+    bridge_env: Mapping[str, str] = field(default_factory=dict[str, str])  # browser-bridge settings (its socket)
 
     def __post_init__(self) -> None:
         unknown = self.services - OPTIONAL_SERVICES
@@ -379,7 +384,12 @@ async def start_stack(
             )
             await stack.enter_async_context(build_secrets(SecretsSettings(**secrets_settings)))
         if "browser-bridge" in spec.services:
-            bridge_settings = settings_of("browser-bridge", POPAGENT_BROWSER_BRIDGE_ADDR=addresses["browser-bridge"])
+            bridge_settings = settings_of(
+                "browser-bridge",
+                POPAGENT_BROWSER_BRIDGE_ADDR=addresses["browser-bridge"],
+                POPAGENT_SECRETS_ADDR=addresses["secrets"],
+                **spec.bridge_env,
+            )
             await stack.enter_async_context(build_browser_bridge(BrowserBridgeSettings(**bridge_settings)))
         runner_env: dict[str, Any] = {}
         for worker in runner_workers:

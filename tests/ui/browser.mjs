@@ -95,7 +95,7 @@ const composer = () => page.getByRole("textbox", { name: "Message", exact: true 
 const assistants = () => page.locator('[data-testid="message-assistant"]');
 
 /** The chat's status once the turn is over; a failed turn's reason shown by the UI becomes the error. */
-async function waitTurnOver(timeout = 60_000) {
+async function waitTurnOver(timeout = 60_000, allowFailure = false) {
   await page.waitForFunction(
     () => {
       const status = document.querySelector('[data-testid="chat-status"]')?.getAttribute("data-status");
@@ -104,8 +104,13 @@ async function waitTurnOver(timeout = 60_000) {
     null,
     { timeout },
   );
+  const record = assistants().last().locator('[data-testid="message-failure"]');
+  if (!allowFailure && (await record.count())) {
+    const status = chatStatuses[chatStatuses.length - 1];
+    throw new StepFailed(`the turn failed: "${(await record.innerText()).trim()}"; POST /api/chat answered HTTP ${status}`);
+  }
   const shown = page.locator('[data-testid="chat-error"]');
-  if (await shown.count()) {
+  if (!allowFailure && (await shown.count())) {
     const status = chatStatuses[chatStatuses.length - 1];
     const hint = status === 501 ? UNSERVED : "";
     const reason = (await shown.locator('[data-testid="chat-error-reason"]').innerText()).trim();
@@ -138,6 +143,28 @@ function currentSessionId() {
 
 let chatSessionId = null;
 
+/** New chat, then a first message: the session exists from then on. Its id. */
+async function newSession(text) {
+  if (!(await page.getByRole("button", { name: "New chat" }).isVisible())) {
+    await page.goto(`${url}/#/chat`);
+  }
+  await page.getByRole("button", { name: "New chat" }).click();
+  await page.waitForFunction(() => location.hash === "#/chat");
+  const before = page.url();
+  await send(text);
+  await page.waitForFunction((previous) => /#\/chat\/.+/.test(location.hash) && location.href !== previous, before, { timeout: 15_000 });
+  await waitTurnOver();
+  await waitSaved();
+  return currentSessionId();
+}
+
+/** Opens a session's action menu (shown on hover or focus) and picks `name`. */
+async function menuAction(item, name) {
+  await item.hover();
+  await item.locator('[data-testid="session-menu"]').click();
+  await page.getByRole("menuitem", { name }).click();
+}
+
 try {
   await step("api key prompt", [], async () => {
     await page.goto(url);
@@ -146,11 +173,11 @@ try {
     await dialog.getByRole("textbox", { name: "API key" }).fill(apiKey);
     await dialog.getByRole("button", { name: "Use this key" }).click();
     await dialog.waitFor({ state: "hidden" });
-    const stored = await page.evaluate(() => sessionStorage.getItem("popagent.apiKey"));
-    check(stored === apiKey, "the key is not kept in sessionStorage");
+    const stored = await page.evaluate(() => localStorage.getItem("popagent.apiKey"));
+    check(stored === apiKey, "the key is not kept in localStorage (per browser)");
     // Every /api request now carries it: the sessions list loads without another prompt.
     await page.locator('[data-testid="session-list"]').waitFor();
-    return "asked once, kept for the tab";
+    return "asked once, kept for the browser";
   });
 
   await step("first-use model pick", ["api key prompt"], async () => {
@@ -168,11 +195,21 @@ try {
     const picked = await page.locator('[data-testid="model-picker"]').inputValue();
     check(before.models.includes(picked), `the picker opened on ${picked}, which the catalog does not list`);
     await page.screenshot({ path: resolve(outDir, "first-use-1440.png") });
+    // The first message goes out with the picked model and is answered.
+    check(new URL(page.url()).hash === "" || new URL(page.url()).hash === "#/chat", `the first page is ${page.url()}`);
+    await send("Hello popagent, this is my first message.");
+    await page.waitForFunction(() => /#\/chat\/.+/.test(location.hash), null, { timeout: 15_000 });
+    chatSessionId = currentSessionId();
+    await waitTurnOver();
+    const first = await assistants().last().innerText();
+    check(first.includes("Hello from the scripted model"), `the first answer is "${first.slice(0, 120)}"`);
+    await waitSaved();
+    await page.screenshot({ path: resolve(outDir, "first-message-1440.png") });
     await page.locator('[data-testid="save-default-model"]').click();
     await notice.waitFor({ state: "detached", timeout: 10_000 });
     const { body: after } = await apiGet("/api/models");
     check(after.defaultModel === picked && after.defaultModelListed, `the default is ${after.defaultModel} after saving ${picked}`);
-    return `default ${before.defaultModel} not offered; ${picked} picked and saved as the default in one click`;
+    return `default ${before.defaultModel} not offered; first message answered with ${picked}, saved as the default in one click`;
   });
 
   await step("model picker", ["first-use model pick"], async () => {
@@ -185,23 +222,21 @@ try {
       { timeout: 10_000 },
     );
     const options = await picker.locator("option").evaluateAll((nodes) => nodes.map((node) => node.value));
-    for (const model of models.models) check(options.includes(model), `model ${model} is not offered`);
+    for (const model of models.models.filter((id) => !/embed|rerank/i.test(id))) check(options.includes(model), `model ${model} is not offered`);
     const window = models.contextWindows[models.defaultModel];
     const shown = await page.locator('[data-testid="context-window"]').innerText();
     if (window) check(shown === `${formatTokens(window)} context`, `context window shown as "${shown}", expected ${window} tokens`);
     return `default ${models.defaultModel} preselected, ${shown}`;
   });
 
-  await step("streamed text", ["api key prompt"], async () => {
-    await page.getByRole("button", { name: "New chat" }).click();
-    await page.waitForFunction(() => /#\/chat\/.+/.test(location.hash));
-    chatSessionId = currentSessionId();
+  await step("streamed text", ["first-use model pick"], async () => {
+    check(chatSessionId, "no session from the first message");
     // Shift+Enter is a new line, not a send.
     await composer().fill("line one");
     await composer().press("Shift+Enter");
     await composer().pressSequentially("line two");
     check((await composer().inputValue()) === "line one\nline two", "Shift+Enter did not add a line");
-    check((await page.locator('[data-testid^="message-"]').count()) === 0, "Shift+Enter sent the message");
+    check((await page.locator('[data-testid^="message-user"]').count()) === 1, "Shift+Enter sent the message");
     await page.evaluate(() => {
       const log = document.querySelector('[role="log"]');
       const box = () => document.querySelector(".composer")?.getBoundingClientRect().top ?? -1;
@@ -236,6 +271,170 @@ try {
     return `${pieces.length + 1} pieces, composer fixed at y=${[...tops][0]}`;
   });
 
+  await step("empty new chat not persisted", ["streamed text"], async () => {
+    const { body: before } = await apiGet("/api/sessions");
+    await page.getByRole("button", { name: "New chat" }).click();
+    await page.waitForFunction(() => location.hash === "#/chat", null, { timeout: 10_000 });
+    await composer().waitFor();
+    await page.screenshot({ path: resolve(outDir, "new-chat-1440.png") });
+    await page.reload();
+    await page.locator('[data-testid="session-list"]').waitFor();
+    const { body: after } = await apiGet("/api/sessions");
+    check(after.sessions.length === before.sessions.length, `New chat stored a session (${before.sessions.length} -> ${after.sessions.length})`);
+    await page.goto(`${url}/#/chat/${encodeURIComponent(chatSessionId)}`);
+    await assistants().first().waitFor({ timeout: 15_000 });
+    return `${after.sessions.length} sessions before and after New chat and a reload`;
+  });
+
+  await step("markdown answer", ["streamed text"], async () => {
+    await send("Give me a markdown summary.");
+    await waitTurnOver();
+    const answer = assistants().last();
+    const table = answer.locator('[data-testid="markdown"] table');
+    await table.waitFor({ timeout: 10_000 });
+    const headers = await table.locator("th").allInnerTexts();
+    check(headers.join("|") === "tool|calls", `the table's headers are ${JSON.stringify(headers)}`);
+    check((await table.locator("tbody tr").count()) === 2, "the table does not have 2 rows");
+    const block = answer.locator('[data-testid="code-block"][data-language="python"]');
+    await block.waitFor();
+    await page.waitForFunction(
+      () => document.querySelector('[data-testid="code-block"][data-language="python"]')?.getAttribute("data-highlighted") === "true",
+      null,
+      { timeout: 10_000 },
+    );
+    check((await block.locator(".hljs-keyword").count()) >= 2, "the python block has no highlighted keywords");
+    check((await answer.locator('[data-testid="markdown"] strong').innerText()) === "bold", "**bold** did not render");
+    const injected = await page.evaluate(() => window.__injected === true || document.querySelector('[data-testid="markdown"] script, [data-testid="markdown"] b') !== null);
+    check(!injected, "raw HTML from the model was rendered");
+    await block.getByRole("button", { name: "Copy code" }).click();
+    await block.locator('[data-testid="copy"][data-state="copied"], [data-testid="copy"][data-state="failed"]').waitFor();
+    await answer.scrollIntoViewIfNeeded();
+    await page.screenshot({ path: resolve(outDir, "markdown-1440.png") });
+    await waitSaved();
+    return `table ${headers.join("|")}, python block highlighted (${await block.locator(".hljs-keyword").count()} keywords), raw HTML not rendered`;
+  });
+
+  await step("feedback and trace link", ["markdown answer"], async () => {
+    const answer = assistants().filter({ has: page.locator('[data-testid="markdown"] table') }).last();
+    const trace = answer.locator('[data-testid="trace-link"]');
+    const target = (await trace.getAttribute("href")) ?? "";
+    check(/^#\/observability\/traces\/[0-9a-f]{32}$/.test(target), `the trace link is "${target}"`);
+    await answer.hover();
+    await answer.getByRole("button", { name: "Bad answer" }).click();
+    await answer.getByRole("textbox", { name: "Comment (optional)" }).fill("The table was too short.");
+    await answer.locator('[data-testid="feedback-send"]').click();
+    const given = answer.locator('[data-testid="feedback-given"]');
+    await given.waitFor({ timeout: 10_000 }).catch(() => undefined);
+    if (!(await given.count())) {
+      throw new StepFailed(`feedback was not saved: ${await answer.locator('[data-testid="feedback"]').innerText()}`);
+    }
+    const { status, body } = await apiGet(`/api/observability/feedback?sessionId=${encodeURIComponent(chatSessionId)}`);
+    check(status === 200, `GET /api/observability/feedback answered ${status}`);
+    const stored = body.feedback.find((item) => item.comment === "The table was too short.");
+    check(stored && stored.rating === "down" && target.endsWith(stored.traceId), `the stored feedback is ${JSON.stringify(stored)}`);
+    return `thumbs down with a comment stored for trace ${stored.traceId}`;
+  });
+
+  await step("failure then retry", ["streamed text"], async () => {
+    const question = "Please fail once, then answer.";
+    await send(question);
+    await waitTurnOver(60_000, true);
+    const failure = page.locator('[data-testid="message-failure"], [data-testid="chat-error"]');
+    await failure.first().waitFor({ timeout: 15_000 });
+    check((await failure.count()) === 1, `the error shows ${await failure.count()} times`);
+    const said = await failure.first().innerText();
+    check(!/\{|\}|Traceback|grpc/i.test(said), `the error is not in plain words: "${said}"`);
+    await waitSaved();
+    let { body: session } = await apiGet(`/api/sessions/${encodeURIComponent(chatSessionId)}`);
+    const lastStored = session.messages[session.messages.length - 1];
+    check(lastStored.role === "assistant" && lastStored.metadata?.failure, `the failed turn is not kept: last stored ${JSON.stringify(lastStored).slice(0, 200)}`);
+    await page.screenshot({ path: resolve(outDir, "failure-1440.png") });
+    await failure.first().getByRole("button", { name: "Retry" }).click();
+    await waitTurnOver();
+    const answer = await assistants().last().innerText();
+    check(answer.includes("Second try worked."), `the retried answer is "${answer.slice(0, 120)}"`);
+    check((await page.locator('[data-testid="message-failure"]').count()) === 0, "the failure is still shown after a successful retry");
+    await waitSaved();
+    ({ body: session } = await apiGet(`/api/sessions/${encodeURIComponent(chatSessionId)}`));
+    const asked = session.messages.filter((message) => message.role === "user" && message.parts.some((part) => part.text === question));
+    check(asked.length === 1, `the question is stored ${asked.length} times`);
+    await page.screenshot({ path: resolve(outDir, "retry-1440.png") });
+    return `"${said.replace(/\s+/g, " ").slice(0, 100)}" shown once, Retry answered, one user message stored`;
+  });
+
+  await step("refused turn kept", ["streamed text"], async () => {
+    // The gateway refuses an unknown model before the turn starts (HTTP 400): the request's
+    // model is rewritten on its way out, as a stale tab would send it.
+    const rewrite = async (route) => {
+      const body = JSON.parse(route.request().postData() ?? "{}");
+      await route.continue({ postData: JSON.stringify({ ...body, model: "gone/model-no-longer-listed" }) });
+    };
+    await page.route("**/api/chat", rewrite);
+    const question = "A question asked with a model the gateway no longer lists.";
+    await send(question);
+    await waitTurnOver(60_000, true);
+    await page.unroute("**/api/chat", rewrite);
+    const failure = page.locator('[data-testid="message-failure"], [data-testid="chat-error"]');
+    await failure.first().waitFor({ timeout: 15_000 });
+    check((await failure.count()) === 1, `the error shows ${await failure.count()} times`);
+    const said = await failure.first().innerText();
+    check(said.includes("gone/model-no-longer-listed"), `the refusal does not name the model: "${said}"`);
+    await waitSaved();
+    let { body: session } = await apiGet(`/api/sessions/${encodeURIComponent(chatSessionId)}`);
+    const last = session.messages[session.messages.length - 1];
+    check(last.role === "assistant" && last.metadata?.failure, `the refused question is left unanswered: ${JSON.stringify(last).slice(0, 200)}`);
+    await page.screenshot({ path: resolve(outDir, "refused-1440.png") });
+    await failure.first().getByRole("button", { name: "Retry" }).click();
+    await waitTurnOver();
+    await waitSaved();
+    ({ body: session } = await apiGet(`/api/sessions/${encodeURIComponent(chatSessionId)}`));
+    const asked = session.messages.filter((message) => message.role === "user" && message.parts.some((part) => part.text === question));
+    check(asked.length === 1, `the question is stored ${asked.length} times`);
+    const answer = session.messages[session.messages.length - 1];
+    check(answer.role === "assistant" && !answer.metadata?.failure, "the retried turn is not answered");
+    return `"${said.replace(/\s+/g, " ").slice(0, 120)}" kept as a failure record; Retry answered it`;
+  });
+
+  await step("edit and resend", ["streamed text"], async () => {
+    await send("An original question to edit.");
+    await waitTurnOver();
+    await waitSaved();
+    const lastUser = page.locator('[data-testid="message-user"]').last();
+    await lastUser.hover();
+    await lastUser.getByRole("button", { name: "Edit and resend" }).click();
+    const box = lastUser.getByRole("textbox", { name: "Edited message" });
+    await box.fill("The edited question, please.");
+    await page.screenshot({ path: resolve(outDir, "edit-1440.png") });
+    await lastUser.getByRole("button", { name: "Send" }).click();
+    await waitTurnOver();
+    const answer = await assistants().last().innerText();
+    check(answer.includes("Answer to the edited question."), `the answer after editing is "${answer.slice(0, 120)}"`);
+    await waitSaved();
+    const { body: session } = await apiGet(`/api/sessions/${encodeURIComponent(chatSessionId)}`);
+    const texts = session.messages.filter((message) => message.role === "user").map((message) => message.parts.map((part) => part.text ?? "").join(""));
+    check(!texts.includes("An original question to edit."), "the original question is still stored");
+    check(texts.filter((text) => text === "The edited question, please.").length === 1, `the edited question is stored ${texts.filter((text) => text === "The edited question, please.").length} times`);
+    return "edited in place, answered, stored once in place of the original";
+  });
+
+  await step("generic tool view", ["streamed text"], async () => {
+    await send("Please remember that I like green tea.");
+    await waitTurnOver();
+    const row = assistants().last().locator('[data-testid="tool-call"][data-tool="remember"]');
+    await row.waitFor({ timeout: 10_000 });
+    const summary = await row.locator("summary").innerText();
+    check(summary.includes("The user likes green tea."), `the row says "${summary}"`);
+    await row.locator("summary").click();
+    const fields = row.locator(".readable-field");
+    await fields.first().waitFor();
+    const text = await row.locator(".tool-body").innerText();
+    check(/stored\s+yes/i.test(text), `the result is not readable: "${text}"`);
+    check(!text.includes("{"), `the result shows raw JSON: "${text}"`);
+    await page.screenshot({ path: resolve(outDir, "tool-generic-1440.png") });
+    await waitSaved();
+    return summary.replace(/\s+/g, " ");
+  });
+
   await step("workspace tools", ["streamed text"], async () => {
     await send("Fix the add function in the repository.");
     await waitTurnOver();
@@ -251,6 +450,10 @@ try {
     check(((await command.locator(".command-output pre").textContent()) ?? "").trim() === "5", "the command's output is not 5");
     const tree = await last.locator('[data-testid="workspace-tree"] li').allTextContents();
     check(tree.some((item) => item.startsWith("calc.py")), `the listing tree is ${JSON.stringify(tree)}`);
+    await last.locator('[data-testid="tool-call"][data-tool="mastra_workspace_edit_file"] > summary').click();
+    await last.locator('[data-testid="tool-call"][data-tool="mastra_workspace_execute_command"] > summary').click();
+    await last.scrollIntoViewIfNeeded();
+    await page.screenshot({ path: resolve(outDir, "tools-1440.png") });
     const header = (await page.locator('[data-testid="session-workspace"]').textContent()) ?? "";
     check(header.includes("popagent"), `the session header shows "${header}"`);
     await waitSaved();
@@ -282,6 +485,8 @@ try {
     check(/research/i.test(text), `the activity does not name the researcher: "${text}"`);
     const answer = await assistants().last().innerText();
     check(answer.includes("The researcher says the answer is 42."), `supervisor answer missing: "${answer.slice(0, 200)}"`);
+    await assistants().last().scrollIntoViewIfNeeded();
+    await page.screenshot({ path: resolve(outDir, "delegation-1440.png") });
     await waitSaved();
     return `activity: ${text.replace(/\s+/g, " ").slice(0, 80)}`;
   });
@@ -443,13 +648,10 @@ try {
 
   await step("rename and archive", ["api key prompt"], async () => {
     await page.goto(`${url}/#/chat`);
-    const previous = await page.evaluate(() => location.hash);
-    await page.getByRole("button", { name: "New chat" }).click();
-    await page.waitForFunction((before) => /#\/chat\/.+/.test(location.hash) && location.hash !== before, previous);
-    const id = currentSessionId();
+    const id = await newSession("A chat to rename.");
     const item = page.locator(`[data-testid="session-item"][data-session-id="${id}"]`);
     await item.waitFor();
-    await item.getByRole("button", { name: /^Rename/ }).click();
+    await menuAction(item, "Rename");
     const input = item.getByRole("textbox", { name: "New title" });
     check(await input.evaluate((node) => node === document.activeElement), "the rename box did not get focus");
     await input.fill("Renamed by the browser test");
@@ -458,14 +660,14 @@ try {
     await item.getByRole("img", { name: "title locked" }).waitFor();
     let { body: session } = await apiGet(`/api/sessions/${encodeURIComponent(id)}`);
     check(session.title === "Renamed by the browser test" && session.titleLocked === true, "the rename did not lock the title");
-    await item.getByRole("button", { name: /^Archive/ }).click();
+    await menuAction(item, "Archive");
     await item.waitFor({ state: "detached" });
     await page.getByRole("button", { name: "Archived", exact: true }).click();
     await page.locator('[data-testid="session-list"][data-archived="true"]').waitFor();
     await item.waitFor();
     ({ body: session } = await apiGet(`/api/sessions/${encodeURIComponent(id)}`));
     check(session.archived === true, "the session is not archived on the server");
-    await item.getByRole("button", { name: /^Restore/ }).click();
+    await menuAction(item, "Restore");
     await item.waitFor({ state: "detached" });
     await page.getByRole("button", { name: "Active", exact: true }).click();
     await item.waitFor();
@@ -473,17 +675,14 @@ try {
   });
 
   await step("delete with confirmation", ["api key prompt"], async () => {
-    const previous = await page.evaluate(() => location.hash);
-    await page.getByRole("button", { name: "New chat" }).click();
-    await page.waitForFunction((before) => /#\/chat\/.+/.test(location.hash) && location.hash !== before, previous);
-    const id = currentSessionId();
+    const id = await newSession("A chat to delete.");
     const item = page.locator(`[data-testid="session-item"][data-session-id="${id}"]`);
-    await item.getByRole("button", { name: /^Delete/ }).click();
+    await menuAction(item, "Delete…");
     const dialog = page.getByRole("dialog", { name: "Delete this chat permanently?" });
     await dialog.waitFor();
     await dialog.getByRole("button", { name: "Cancel" }).click();
     check((await item.count()) === 1, "cancelling the confirmation deleted the chat");
-    await item.getByRole("button", { name: /^Delete/ }).click();
+    await menuAction(item, "Delete…");
     await dialog.getByRole("button", { name: "Delete permanently" }).click();
     await item.waitFor({ state: "detached" });
     const { status } = await apiGet(`/api/sessions/${encodeURIComponent(id)}`);
@@ -501,7 +700,7 @@ try {
     const error = field.locator('[data-testid="field-error"]');
     await error.waitFor({ timeout: 10_000 });
     const message = await error.innerText();
-    check(/greater than or equal to 2/.test(message), `unexpected field error "${message}"`);
+    check(/^Must be at least 2\.$/.test(message), `the field error is not in words: "${message}"`);
     check((await field.getByRole("spinbutton").getAttribute("aria-invalid")) === "true", "the field is not marked invalid");
     await page.screenshot({ path: resolve(outDir, "settings-1440.png") });
     await page.setViewportSize(NARROW);
@@ -517,10 +716,40 @@ try {
     await field.getByRole("spinbutton").fill(String(valid));
     await form.getByRole("button", { name: "Save", exact: true }).click();
     await form.locator('[data-testid="submit-status"][data-state="saved"]').waitFor({ timeout: 10_000 });
+    const report = await form.locator('[data-testid="submit-status"]').innerText();
+    check(report.includes("Supervisor max steps"), `the save does not say what was saved: "${report}"`);
+    check(await form.getByRole("button", { name: "Save", exact: true }).isDisabled(), "Save stays enabled with nothing changed");
     check((await error.count()) === 0, "the field error stayed after a valid save");
     ({ body: settings } = await apiGet("/api/settings/agent-runtime"));
     check(settings.supervisorMaxSteps === valid, `the saved value is ${settings.supervisorMaxSteps}, not ${valid}`);
-    return `shown beside the field: "${message}"; ${valid} saved`;
+    return `shown beside the field: "${message}"; ${valid} saved ("${report}")`;
+  });
+
+  await step("unsaved changes warning", ["setting validation error"], async () => {
+    await page.goto(`${url}/#/settings/agent-runtime`);
+    const form = page.locator('form[data-form="AgentRuntimeSettingsPatch"]');
+    const field = form.locator('[data-field="supervisorMaxSteps"]');
+    await field.waitFor();
+    check(await form.getByRole("button", { name: "Save", exact: true }).isDisabled(), "Save is enabled before any change");
+    const groups = await form.locator("legend").allInnerTexts();
+    check(groups[0] === "Model" && groups.includes("Background tasks"), `the fields are grouped as ${JSON.stringify(groups)}`);
+    const before = await field.getByRole("spinbutton").inputValue();
+    await field.getByRole("spinbutton").fill(String(Number(before) + 1));
+    await page.getByRole("link", { name: "Memory compaction" }).click();
+    const dialog = page.getByRole("dialog", { name: "Leave without saving?" });
+    await dialog.waitFor({ timeout: 5_000 });
+    await page.screenshot({ path: resolve(outDir, "settings-unsaved-1440.png") });
+    await dialog.getByRole("button", { name: "Cancel" }).click();
+    check(new URL(page.url()).hash === "#/settings/agent-runtime", `cancelling left the page for ${page.url()}`);
+    check((await field.getByRole("spinbutton").inputValue()) === String(Number(before) + 1), "the edit was lost after cancelling");
+    await page.getByRole("link", { name: "Memory compaction" }).click();
+    await dialog.getByRole("button", { name: "Leave without saving" }).click();
+    await page.waitForFunction(() => location.hash === "#/settings/memory");
+    const memory = page.locator('form[data-form="MemorySettingsPatch"] [data-field]').first();
+    check((await memory.getAttribute("data-field")) === "enabled", `the memory form starts with ${await memory.getAttribute("data-field")}, not its enable switch`);
+    const { body } = await apiGet("/api/settings/agent-runtime");
+    check(String(body.supervisorMaxSteps) === before, "the unsaved edit was stored");
+    return `asked before leaving; cancel kept the edit, leave dropped it; groups ${groups.join(", ")}`;
   });
 
   await step("schedule with a cron error and the server's next runs", ["api key prompt"], async () => {
@@ -545,6 +774,11 @@ try {
     check(stored && stored.nextRuns.length > 0, "the server has no next runs for the schedule");
     const shown = await item.locator('[data-testid="next-runs"] time').evaluateAll((nodes) => nodes.map((node) => node.getAttribute("datetime")));
     check(shown.length > 0 && shown.every((run, index) => run === stored.nextRuns[index]), "the next runs shown are not the server's");
+    await item.getByRole("button", { name: "Pause" }).click();
+    await item.locator('[data-testid="schedule-paused"]').waitFor({ timeout: 10_000 });
+    check((await item.locator('[data-testid="next-runs"]').count()) === 0, "a paused schedule still lists next runs");
+    check((await item.locator('[data-testid="schedule-state"]').innerText()) === "paused", "the paused schedule is not marked paused");
+    await page.screenshot({ path: resolve(outDir, "schedule-paused-1440.png") });
     await item.getByRole("button", { name: "Delete" }).click();
     await page.getByRole("dialog", { name: "Delete this schedule?" }).getByRole("button", { name: "Delete" }).click();
     await item.waitFor({ state: "detached" });
@@ -572,6 +806,131 @@ try {
     const { body } = await apiGet("/api/memories");
     check(!body.memories.some((memory) => memory.content.includes("browser test")), "the forgotten memory is still stored");
     return `added, refused over the bound ("${await error.innerText()}"), forgotten`;
+  });
+
+  await step("chat remembers its model", ["first-use model pick"], async () => {
+    const { body: models } = await apiGet("/api/models");
+    const other = models.models.find((model) => model !== models.defaultModel);
+    check(other, "the catalog lists only one model");
+    const id = await newSession("Which model answers this chat?");
+    // No hook ran in this chat: the timeline says how hooks are configured.
+    await page.getByRole("button", { name: "Hook timeline" }).click();
+    const empty = page.locator('[data-testid="hooks-empty"]');
+    await empty.waitFor({ timeout: 10_000 });
+    check((await empty.innerText()).includes("POPAGENT_HOOKS"), "the empty timeline does not say how to configure hooks");
+    await page.screenshot({ path: resolve(outDir, "hooks-empty-1440.png") });
+    await page.getByRole("button", { name: "Hook timeline" }).click();
+    await page.locator('[data-testid="model-picker"]').selectOption(other);
+    await send("And this one, with the other model?");
+    await waitTurnOver();
+    await waitSaved();
+    await page.reload();
+    await assistants().first().waitFor({ timeout: 15_000 });
+    await page.waitForFunction((expected) => document.querySelector('[data-testid="model-picker"]')?.value === expected, other, { timeout: 10_000 });
+    // Embedding and rerank models are not offered for chat.
+    const options = await page.locator('[data-testid="model-picker"] option').evaluateAll((nodes) => nodes.map((node) => node.value));
+    check(!options.some((model) => /embed|rerank/i.test(model)), `the picker offers ${JSON.stringify(options)}`);
+    check(options.length < models.models.length, `every catalog model (${models.models.length}) is offered for chat`);
+    // Back to the default for the steps after this one.
+    await page.locator('[data-testid="model-picker"]').selectOption(models.defaultModel);
+    return `session ${id} reopened on ${other}; picker offers ${options.join(", ")}`;
+  });
+
+  await step("sessions grouped and searchable", ["rename and archive"], async () => {
+    await page.goto(`${url}/#/chat`);
+    const today = page.locator('[data-testid="session-group"][data-group="Today"]');
+    await today.waitFor({ timeout: 10_000 });
+    const all = await page.locator('[data-testid="session-item"]').count();
+    await page.locator('[data-testid="session-search"]').fill("renamed by the browser");
+    await page.waitForFunction(() => document.querySelectorAll('[data-testid="session-item"]').length === 1, null, { timeout: 5_000 });
+    const shown = await page.locator('[data-testid="session-item"]').innerText();
+    check(shown.includes("Renamed by the browser test"), `the search shows "${shown}"`);
+    // The title is not cut by action icons: the only control is the menu, shown on hover.
+    const item = page.locator('[data-testid="session-item"]').first();
+    const opacity = await item.locator('[data-testid="session-menu"]').evaluate((node) => getComputedStyle(node).opacity);
+    check(opacity === "0", `the menu button shows without hover (opacity ${opacity})`);
+    await item.hover();
+    await item.locator('[data-testid="session-menu"]').click();
+    await page.getByRole("menu").waitFor();
+    await page.screenshot({ path: resolve(outDir, "sessions-1440.png") });
+    await page.keyboard.press("Escape");
+    await page.locator('[data-testid="session-search"]').fill("");
+    return `${all} chats under Today; search by title finds 1`;
+  });
+
+  await step("narrow picker shows the model", ["first-use model pick"], async () => {
+    await page.goto(`${url}/#/chat/${encodeURIComponent(chatSessionId)}`);
+    await assistants().first().waitFor({ timeout: 15_000 });
+    await page.setViewportSize(NARROW);
+    await page.waitForTimeout(300);
+    const picker = page.locator('[data-testid="model-picker"]');
+    const shown = await picker.evaluate((node) => ({ value: node.value, width: node.getBoundingClientRect().width, right: node.getBoundingClientRect().right, scroll: node.scrollWidth, client: node.clientWidth }));
+    const textWidth = await picker.evaluate((node) => {
+      const canvas = document.createElement("canvas").getContext("2d");
+      canvas.font = getComputedStyle(node).font;
+      return canvas.measureText(node.value).width;
+    });
+    check(shown.width >= textWidth + 8, `the picker is ${Math.round(shown.width)}px wide for a ${Math.round(textWidth)}px model name "${shown.value}"`);
+    check(shown.right <= 375, `the picker ends at ${Math.round(shown.right)}px, past the screen`);
+    const box = await composer().boundingBox();
+    check(box && box.width >= 200 && box.y + box.height <= 812, `the message box is at ${JSON.stringify(box)}`);
+    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+    check(overflow <= 0, `the chat is ${overflow}px wider than a 375px screen`);
+    await page.screenshot({ path: resolve(outDir, "picker-375.png") });
+    const pages = {};
+    for (const hash of ["#/tasks", "#/settings/agent-runtime", "#/settings/this-browser"]) {
+      await page.goto(`${url}/${hash}`);
+      await page.waitForTimeout(600);
+      pages[hash] = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+    }
+    const wide = Object.entries(pages).filter(([, over]) => over > 0);
+    check(!wide.length, `pages wider than 375px: ${JSON.stringify(wide)}`);
+    await page.setViewportSize(WIDE);
+    return `"${shown.value}" in ${Math.round(shown.width)}px (text ${Math.round(textWidth)}px); no page scrolls sideways`;
+  });
+
+  await step("task page readable", ["api key prompt"], async () => {
+    const created = await fetch(`${url}/api/tasks`, {
+      method: "POST",
+      headers: { "x-popagent-key": apiKey, "content-type": "application/json" },
+      body: JSON.stringify({ prompt: "Give me a markdown summary of the tools.", workspaceId: "popagent" }),
+    });
+    check(created.status === 201 || created.status === 200, `POST /api/tasks answered ${created.status}`);
+    const task = await created.json();
+    await page.goto(`${url}/#/tasks`);
+    const item = page.locator(`[data-testid="task-item"][data-task-id="${task.id}"]`);
+    await item.waitFor({ timeout: 15_000 });
+    await page.waitForFunction(
+      (id) => document.querySelector(`[data-testid="task-item"][data-task-id="${id}"]`)?.getAttribute("data-status") === "completed",
+      task.id,
+      { timeout: 60_000 },
+    );
+    const prompt = await item.locator(".task-prompt").innerText();
+    check(prompt.includes("markdown summary of the tools"), `the task shows its prompt as "${prompt}"`);
+    const result = item.locator('[data-testid="task-result"] [data-testid="markdown"] table');
+    await result.waitFor({ timeout: 15_000 });
+    await item.scrollIntoViewIfNeeded();
+    await page.screenshot({ path: resolve(outDir, "task-1440.png") });
+    return `task ${task.id} completed; its result renders as Markdown (a table)`;
+  });
+
+  await step("api key changed per browser", ["api key prompt"], async () => {
+    await page.goto(`${url}/#/settings/this-browser`);
+    const form = page.locator('form[data-form="ApiKey"]');
+    await form.waitFor({ timeout: 10_000 });
+    check((await form.locator('[data-testid="api-key-state"]').innerText()).includes(apiKey.slice(-4)), "the stored key is not shown as stored");
+    await form.getByLabel("New API key").fill(apiKey);
+    await form.getByRole("button", { name: "Save key" }).click();
+    await form.locator('[data-testid="submit-status"][data-state="saved"]').waitFor();
+    await page.screenshot({ path: resolve(outDir, "this-browser-1440.png") });
+    // Another tab of the same browser uses the key without asking.
+    const other = await context.newPage();
+    await other.goto(`${url}/#/chat`);
+    await other.locator('[data-testid="session-list"]').waitFor({ timeout: 15_000 });
+    const asked = await other.getByRole("dialog", { name: "API key needed" }).isVisible();
+    await other.close();
+    check(!asked, "a second tab asked for the key again");
+    return "saved from Settings → This browser; a second tab used it without asking";
   });
 
   await step("no outside requests", [], async () => {

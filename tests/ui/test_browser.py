@@ -4,11 +4,18 @@ The test starts a private NATS, a fresh database, the scripted model server, an 
 receiver that denies the clock tool, and the seven services as real processes (the
 launcher's `Stack`); the gateway serves the built UI (ui/dist) at `/`. Then
 tests/ui/browser.mjs drives Debian's headless Chromium through playwright-core: the API
-key prompt, the first-use model pick (the seeded default is not in the catalog), the model picker, streamed text, a delegation, Stop, the hook timeline of a
-denied tool call, a stale save's revision conflict, a reload that keeps the delegation
-activity, rename/archive/delete of sessions, a settings validation error, a schedule's
-cron error and next runs, and long-term memories. Screenshots of the chat and the settings page
-at 1440 and 375 px wide go to tests/output/ui/.
+key prompt (kept per browser), the first run (the seeded default is not in the catalog: the
+first message goes out on the picked model, then one click saves it as the default), the
+model picker without the catalog's embedding model, an empty "New chat" that stores nothing,
+streamed text, a Markdown answer (table, highlighted code, raw HTML not rendered), a failed
+turn kept in the session then Retry with one stored question, edit and resend, workspace tools,
+a delegation, Stop, the hook timeline of a denied tool call and the empty timeline's help, web
+search and fetch views, a stale save's revision conflict, a reload that keeps the delegation
+activity, a chat that reopens on its model, sessions grouped by date and searched by title
+with actions in a menu, rename/archive/delete, settings (errors in words, Save only when
+changed, the unsaved-edit warning), a paused schedule, long-term memories, and the 375 px
+layout (the picker shows the model, no page scrolls sideways). Screenshots of each step go to
+tests/output/ui/.
 
 Needs: `npm ci --prefix ui && npm --prefix ui run build` (make test does both) and
 `/usr/bin/chromium` (Debian's chromium package).
@@ -51,6 +58,8 @@ DENY_REASON = "blocked by the UI test policy"
 CATALOG = (
     ModelInfo("fake/fake-chat", context_length=128_000),
     ModelInfo("cx/gpt-5.3-codex-spark", context_length=128_000),
+    # Not a chat model: the picker leaves it out.
+    ModelInfo("fake/text-embedding-3-small", context_length=8_192),
 )
 HELLO = "Hello from the scripted model! This answer streams in small pieces so the browser sees it grow."
 SLOW = "Slow answer: " + " ".join(f"word{n}" for n in range(800))
@@ -70,6 +79,24 @@ SEARCH_RESULTS = [
 GUIDE_PATH = "/guide.html"
 GUIDE = b"""<html><head><title>Install guide</title></head><body><h1>Install</h1>
 <p>Run <code>make setup</code> first.</p><script>document.title = "x"</script></body></html>"""
+MARKDOWN = """## Results
+
+| tool | calls |
+| --- | ---: |
+| webSearch | 3 |
+| webFetch | 1 |
+
+```python
+def add(a, b):
+    return a + b
+```
+
+<script>window.__injected = true</script>
+
+Inline <b>raw html</b> is dropped, and **bold** renders.
+"""
+# The "fail once" prompt: the model refuses the first request, then answers (the UI's Retry).
+fail_once = {"armed": True}
 # The page server's guide URL, once it listens (the scripted model fetches it).
 guide_url: list[str] = []
 
@@ -143,6 +170,19 @@ def respond(body: dict[str, Any]) -> Turn:
             return Turn.say("The researcher says the answer is 42.", **pieces)
         name = delegation[0]
         return Turn.call(ToolCall(name, _arguments(tools[name])))
+    if "remember that" in prompt.lower():
+        if after_tool:
+            return Turn.say("Noted: you like green tea.", **pieces)
+        return Turn.call(ToolCall("remember", {"content": "The user likes green tea."}))
+    if "markdown" in prompt.lower():
+        return Turn.say(MARKDOWN, **pieces)
+    if "fail once" in prompt.lower():
+        if fail_once["armed"]:
+            fail_once["armed"] = False
+            return Turn.fail(400, "scripted refusal for the retry test")
+        return Turn.say("Second try worked.", **pieces)
+    if "edited question" in prompt.lower():
+        return Turn.say("Answer to the edited question.", **pieces)
     if "repository" in prompt.lower():
         return _repository_turn(messages, **pieces)
     if "slow" in prompt.lower():
@@ -274,6 +314,19 @@ async def test_the_web_ui_in_a_real_browser(stack: tuple[Stack, ModelGateway, Ht
     for expected in (
         "first-use model pick",
         "model picker",
+        "empty new chat not persisted",
+        "markdown answer",
+        "feedback and trace link",
+        "failure then retry",
+        "refused turn kept",
+        "edit and resend",
+        "generic tool view",
+        "api key changed per browser",
+        "chat remembers its model",
+        "sessions grouped and searchable",
+        "narrow picker shows the model",
+        "unsaved changes warning",
+        "task page readable",
         "streamed text",
         "delegation",
         "stop",

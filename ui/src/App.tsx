@@ -1,29 +1,40 @@
-import { useCallback, useEffect, useRef, useState } from "react";
+import { useQueryClient } from "@tanstack/react-query";
+import { Suspense, lazy, useCallback, useEffect, useRef, useState } from "react";
+import type { ModelsOut, WorkspaceOut } from "./api/types";
 import { api } from "./api/client";
 import { ChatPage } from "./chat/ChatPage";
 import { initialModel } from "./chat/ModelPicker";
 import { ApiKeyDialog } from "./common/ApiKeyDialog";
+import { useConfirm } from "./common/confirm";
+import { clearUnsaved, hasUnsaved } from "./common/unsaved";
 import { Icon } from "./common/Icon";
 import { useLoad } from "./common/useLoad";
-import { href, useRoute } from "./route";
+import { PAGES } from "./pages";
+import { pageIdOf, useRoute } from "./route";
 import { Sidebar } from "./sessions/Sidebar";
-import { SettingsPage } from "./settings/SettingsPage";
-import { TasksPage } from "./tasks/TasksPage";
+// Tasks and settings are their own chunks: the chat's first paint does not wait for them.
+const SettingsPage = lazy(() => import("./settings/SettingsPage").then((module) => ({ default: module.SettingsPage })));
+const TasksPage = lazy(() => import("./tasks/TasksPage").then((module) => ({ default: module.TasksPage })));
+
+// Loaded when a chat session is open: the browser panel polls the session's page.
+const BrowserPanel = lazy(() => import("./browser/BrowserPanel").then((m) => ({ default: m.BrowserPanel })));
 
 export function App() {
   const route = useRoute();
-  const models = useLoad(api.models, []);
-  const workspaces = useLoad(api.workspaces, []);
+  const models = useLoad(["models"], api.models);
+  const workspaces = useLoad(["workspaces"], api.workspaces);
   const [workspaceId, setWorkspaceId] = useState("");
   const [archived, setArchived] = useState(false);
-  const sessions = useLoad(() => api.sessions(archived, workspaceId || undefined), [archived, workspaceId]);
+  const sessions = useLoad(["sessions", archived, workspaceId], () => api.sessions(archived, workspaceId || undefined));
   const [drawerOpen, setDrawerOpen] = useState(false);
   // The model for new turns: the persisted default until the user picks another (for this tab);
   // a listed model when the model gateway does not offer the default (the notice asks to save one).
   const [model, setModel] = useState("");
   useEffect(() => {
-    if (!model && models.data) setModel(initialModel(models.data));
-  }, [model, models.data]);
+    // Functional: an open chat may have just restored its own model in this same commit.
+    const data = models.data;
+    if (data) setModel((current) => current || initialModel(data));
+  }, [models.data]);
   const refreshModels = useCallback(() => void models.reload(), [models.reload]);
   const saveDefault = useCallback(
     async (picked: string) => {
@@ -34,8 +45,32 @@ export function App() {
   );
   const main = useRef<HTMLElement>(null);
 
+  // Following a link inside the app with unsaved edits asks first (closing the tab asks too).
+  const [leaveDialog, confirm] = useConfirm();
+  useEffect(() => {
+    const onClick = (event: MouseEvent) => {
+      const link = (event.target as Element | null)?.closest?.("a[href^='#']");
+      const target = link?.getAttribute("href");
+      const unsaved = hasUnsaved();
+      if (!target || target === window.location.hash || !unsaved.length || event.defaultPrevented) return;
+      event.preventDefault();
+      void confirm({
+        title: "Leave without saving?",
+        message: <p>Your changes to {unsaved.join(", ")} are not saved yet. Leave this page and lose them?</p>,
+        confirmLabel: "Leave without saving",
+        danger: true,
+      }).then((leave) => {
+        if (!leave) return;
+        clearUnsaved();
+        window.location.hash = target;
+      });
+    };
+    document.addEventListener("click", onClick, true);
+    return () => document.removeEventListener("click", onClick, true);
+  }, [confirm]);
+
   // Moving to another page puts focus on its main region, as a page load would.
-  const page = route.page === "chat" ? `chat:${route.sessionId ?? ""}` : route.page;
+  const page = route.page === "chat" ? `chat:${route.sessionId ?? ""}` : pageIdOf(route);
   const firstPage = useRef(true);
   useEffect(() => {
     setDrawerOpen(false);
@@ -46,7 +81,9 @@ export function App() {
     if (route.page !== "chat") main.current?.focus();
   }, [page, route.page]);
 
-  const refreshSessions = useCallback(() => void sessions.reload(), [sessions.reload]);
+  // Every sessions list (active, archived, per workspace) is stale after a change.
+  const queries = useQueryClient();
+  const refreshSessions = useCallback(() => void queries.invalidateQueries({ queryKey: ["sessions"] }), [queries]);
   const sessionId = route.page === "chat" ? route.sessionId : null;
 
   return (
@@ -71,15 +108,11 @@ export function App() {
           popagent
         </a>
         <nav className="main-nav" aria-label="Main">
-          <a href={href({ page: "chat", sessionId: null })} aria-current={route.page === "chat" ? "page" : undefined}>
-            Chat
-          </a>
-          <a href={href({ page: "tasks" })} aria-current={route.page === "tasks" ? "page" : undefined}>
-            Tasks
-          </a>
-          <a href={href({ page: "settings", section: null })} aria-current={route.page === "settings" ? "page" : undefined}>
-            Settings
-          </a>
+          {PAGES.map((entry) => (
+            <a key={entry.id} href={`#/${entry.id}`} aria-current={pageIdOf(route) === entry.id ? "page" : undefined}>
+              {entry.label}
+            </a>
+          ))}
         </nav>
       </header>
       <div className="layout">
@@ -113,11 +146,40 @@ export function App() {
               onSessionsChanged={refreshSessions}
             />
           ) : null}
-          {route.page === "tasks" ? <TasksPage models={models.data} workspaces={workspaces.data?.workspaces ?? []} /> : null}
-          {route.page === "settings" ? <SettingsPage section={route.section} models={models.data} onModelsChanged={refreshModels} /> : null}
+          {route.page === "chat" && route.sessionId ? (
+            <Suspense fallback={null}>
+              <BrowserPanel sessionId={route.sessionId} />
+            </Suspense>
+          ) : null}
+          <Suspense fallback={<p className="page muted">Loading…</p>}>
+            {route.page === "tasks" ? <TasksPage models={models.data} workspaces={workspaces.data?.workspaces ?? []} /> : null}
+            {route.page === "settings" ? <SettingsPage section={route.section} models={models.data} onModelsChanged={refreshModels} /> : null}
+          </Suspense>
+          {route.page === "other" ? <OtherPage id={route.id} rest={route.rest} models={models.data} workspaces={workspaces.data?.workspaces ?? []} /> : null}
         </main>
       </div>
       <ApiKeyDialog />
+      {leaveDialog}
     </div>
+  );
+}
+
+/** A page of pages.tsx drawn by its own `render`, behind Suspense for its lazy chunk. */
+function OtherPage(props: { id: string; rest: string | null; models: ModelsOut | undefined; workspaces: WorkspaceOut[] }) {
+  const entry = PAGES.find((candidate) => candidate.id === props.id);
+  if (!entry?.render) {
+    return (
+      <div className="page">
+        <h1>Page not found</h1>
+        <p>
+          There is no page at <code>#/{props.id}</code>. <a href="#/chat">Go to the chat</a>.
+        </p>
+      </div>
+    );
+  }
+  return (
+    <Suspense fallback={<p className="page muted">Loading…</p>}>
+      {entry.render({ rest: props.rest, models: props.models, workspaces: props.workspaces })}
+    </Suspense>
   );
 }

@@ -1,16 +1,19 @@
-// Hash routes: #/chat, #/chat/<session id>, #/tasks, #/settings/<section>.
+// Hash routes: #/chat, #/chat/<session id>, #/tasks, #/settings/<section>, and
+// #/<page>/<rest> for every other page of pages.tsx (its `id` is the first segment).
 import { useEffect, useState } from "react";
 
 export type Route =
   | { page: "chat"; sessionId: string | null }
   | { page: "tasks" }
-  | { page: "settings"; section: string | null };
+  | { page: "settings"; section: string | null }
+  | { page: "other"; id: string; rest: string | null };
 
 export function parseRoute(hash: string): Route {
   const [page, rest] = hash.replace(/^#\/?/, "").split(/\/(.*)/s, 2);
   const arg = rest ? decodeURIComponent(rest) : null;
   if (page === "tasks") return { page: "tasks" };
   if (page === "settings") return { page: "settings", section: arg };
+  if (page && page !== "chat") return { page: "other", id: page, rest: rest ?? null };
   return { page: "chat", sessionId: arg };
 }
 
@@ -22,7 +25,14 @@ export function href(route: Route): string {
       return "#/tasks";
     case "settings":
       return route.section ? `#/settings/${route.section}` : "#/settings";
+    case "other":
+      return route.rest ? `#/${route.id}/${route.rest}` : `#/${route.id}`;
   }
+}
+
+/** The page a route shows: its first segment. */
+export function pageIdOf(route: Route): string {
+  return route.page === "other" ? route.id : route.page;
 }
 
 export function navigate(route: Route): void {

@@ -1,5 +1,6 @@
-// The API key: asked for once when the API answers 401, kept for the tab
-// (sessionStorage), sent as `x-popagent-key` on every /api request.
+// The API key: asked for once when the API answers 401, kept for this browser
+// (localStorage, shared by its tabs), sent as `x-popagent-key` on every /api request.
+// Settings → This browser changes or forgets it.
 
 const STORAGE_KEY = "popagent.apiKey";
 export const KEY_HEADER = "x-popagent-key";
@@ -12,10 +13,16 @@ let pending: Promise<void> | null = null;
 
 export function storedKey(): string | null {
   try {
-    return sessionStorage.getItem(STORAGE_KEY);
+    return localStorage.getItem(STORAGE_KEY);
   } catch {
     return null;
   }
+}
+
+/** Keeps `key` for this browser; an empty key forgets it (the next request asks again). */
+export function storeKey(key: string): void {
+  if (key) localStorage.setItem(STORAGE_KEY, key);
+  else localStorage.removeItem(STORAGE_KEY);
 }
 
 export function installKeyPrompt(fn: KeyPrompt | null): void {
@@ -28,7 +35,7 @@ function obtainKey(rejected: boolean): Promise<void> {
     if (!prompt) return Promise.reject(new Error("the API needs a key and no prompt is mounted"));
     pending = prompt(rejected)
       .then((key) => {
-        sessionStorage.setItem(STORAGE_KEY, key);
+        storeKey(key);
       })
       .finally(() => {
         pending = null;

@@ -126,6 +126,8 @@ export const api = {
   createSchedule: (body: T.ScheduleCreate) => call<T.ScheduleOut>("POST", "/api/schedules", body),
   patchSchedule: (id: string, body: T.SchedulePatch) =>
     call<T.ScheduleOut>("PATCH", `/api/schedules/${enc(id)}`, body),
+  feedback: (body: T.FeedbackCreate) => call<T.FeedbackOut>("POST", "/api/observability/feedback", body),
+
   deleteSchedule: (id: string) => call<void>("DELETE", `/api/schedules/${enc(id)}`),
 };
 

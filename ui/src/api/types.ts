@@ -43,3 +43,5 @@ export type MemoryOut = S["MemoryOut"];
 export type MemoryListOut = S["MemoryListOut"];
 export type MemoryCreate = S["MemoryCreate"];
 export type MemoryPatch = S["MemoryPatch"];
+export type FeedbackCreate = S["FeedbackCreate"];
+export type FeedbackOut = S["FeedbackOut"];

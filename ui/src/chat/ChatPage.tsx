@@ -6,6 +6,7 @@ import { navigate } from "../route";
 import { Composer } from "./Composer";
 import { Conversation } from "./Conversation";
 import { ModelNotice, ModelPicker } from "./ModelPicker";
+import { rememberModel } from "./models";
 
 // The first message typed before a session existed, handed to the new session's view.
 const firstMessages = new Map<string, string>();
@@ -33,6 +34,7 @@ function NewChat(props: Shared & { workspaceId: string; workspaces: WorkspaceOut
     try {
       const session = await api.createSession({ title: "", ...(workspace ? { workspaceId: workspace } : {}) });
       firstMessages.set(session.id, text);
+      rememberModel(session.id, props.model);
       props.onSessionsChanged(session);
       navigate({ page: "chat", sessionId: session.id });
     } catch (caught) {
@@ -76,7 +78,7 @@ function NewChat(props: Shared & { workspaceId: string; workspaces: WorkspaceOut
 }
 
 function OpenSession(props: Shared & { sessionId: string }) {
-  const loaded = useLoad(() => api.session(props.sessionId), [props.sessionId]);
+  const loaded = useLoad(["session", props.sessionId], () => api.session(props.sessionId), { fresh: true });
   const [firstMessage] = useState(() => firstMessages.get(props.sessionId));
   useEffect(() => {
     firstMessages.delete(props.sessionId);

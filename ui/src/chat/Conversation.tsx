@@ -4,22 +4,14 @@ import { useCallback, useEffect, useLayoutEffect, useMemo, useRef, useState } fr
 import { authedFetch } from "../api/auth";
 import { api } from "../api/client";
 import type { ChatTurnCreate, HookRunOut, ModelsOut, SessionOut, SessionSummary, StoredMessage } from "../api/types";
+import { Icon } from "../common/Icon";
 import { messageOf } from "../common/useLoad";
 import { Composer } from "./Composer";
-import { HookRuns, HookTimeline } from "./HookTimeline";
-import { ModelNotice, ModelPicker, formatTokens } from "./ModelPicker";
-import { MessageParts } from "./Parts";
-import {
-  failureOf,
-  interruptedOf,
-  modelOf,
-  reasonOfChatError,
-  stoppedOf,
-  textOf,
-  titleFrom,
-  turnIdOf,
-  usageOf,
-} from "./meta";
+import { HookTimeline } from "./HookTimeline";
+import { ModelNotice, ModelPicker } from "./ModelPicker";
+import { chatModels, rememberModel, rememberedModel } from "./models";
+import { Message } from "./Message";
+import { failureOf, modelOf, reasonOfChatError, textOf, titleFrom } from "./meta";
 
 type SaveState = { kind: "idle" } | { kind: "saving" } | { kind: "saved" } | { kind: "failed"; reason: string };
 
@@ -41,6 +33,18 @@ export function Conversation(props: {
   const modelRef = useRef(model);
   modelRef.current = model;
 
+  // A chat reopens on the model it last used (this browser's record, else the newest answer's
+  // model), when the catalog still offers it.
+  const restored = useRef(false);
+  const { onModelChange } = props;
+  useEffect(() => {
+    if (restored.current || !props.models) return;
+    restored.current = true;
+    const answered = [...session.messages].reverse().map((message) => modelOf(message as unknown as UIMessage)).find(Boolean);
+    const last = rememberedModel(session.id) ?? answered ?? null;
+    if (last && last !== modelRef.current && chatModels(props.models).includes(last)) onModelChange(last);
+  }, [props.models, session.id, session.messages, onModelChange]);
+
   const revision = useRef(session.revision);
   const title = useRef(session.title);
   const saving = useRef<Promise<void>>(Promise.resolve());
@@ -55,6 +59,7 @@ export function Conversation(props: {
         // Only the session, model, workspace and newest message: the server rebuilds history.
         prepareSendMessagesRequest: ({ id, messages }) => {
           const newest = messages[messages.length - 1];
+          rememberModel(session.id, modelRef.current);
           const body: ChatTurnCreate = {
             id,
             model: modelRef.current || null,
@@ -64,7 +69,7 @@ export function Conversation(props: {
           return { body };
         },
       }),
-    [session.workspaceId],
+    [session.id, session.workspaceId],
   );
 
   const persist = useCallback(
@@ -119,11 +124,21 @@ export function Conversation(props: {
     transport,
     onFinish: ({ message, messages, isAbort, isError }) => {
       // Keep how the turn ended with its message: a reopened session shows "stopped" or the reason.
-      const ended = isAbort ? { stopped: true } : isError && lastError.current ? { failure: lastError.current } : null;
+      const ended = isAbort ? { stopped: true } : isError ? { failure: lastError.current ?? "the turn failed" } : null;
       if (ended && messages.some((item) => item.id === message.id && item.role === "assistant")) {
         const marked = messages.map((item) =>
           item.id === message.id ? { ...item, metadata: { ...(item.metadata as object | undefined), ...ended } } : item,
         );
+        setMessagesRef.current(marked);
+        persist(marked);
+        return;
+      }
+      const last = messages[messages.length - 1];
+      if (isError && !isAbort && last?.role === "user") {
+        // Refused before it started (an unknown model, the gateway down): the question is
+        // answered by a failure record, kept in the session, and Retry runs it again.
+        const failed: UIMessage = { id: message.id, role: "assistant", parts: [], metadata: { failure: lastError.current ?? "the turn failed" } };
+        const marked = [...messages, failed];
         setMessagesRef.current(marked);
         persist(marked);
         return;
@@ -134,7 +149,7 @@ export function Conversation(props: {
       lastError.current = reasonOfChatError(error);
     },
   });
-  const { messages, status, error, stop, sendMessage, setMessages, clearError } = chat;
+  const { messages, status, error, stop, sendMessage, setMessages, clearError, regenerate } = chat;
   setMessagesRef.current = setMessages;
   const busy = status === "submitted" || status === "streaming";
 
@@ -143,6 +158,22 @@ export function Conversation(props: {
       lastError.current = null;
       clearError();
       void sendMessage({ text });
+    },
+    [sendMessage, clearError],
+  );
+
+  // Retry and regenerate re-post the last user message with its id: the server replaces what
+  // answered it, so the session keeps one copy of the question.
+  const retry = useCallback(() => {
+    lastError.current = null;
+    clearError();
+    void regenerate();
+  }, [regenerate, clearError]);
+  const edit = useCallback(
+    (messageId: string, text: string) => {
+      lastError.current = null;
+      clearError();
+      void sendMessage({ text, messageId });
     },
     [sendMessage, clearError],
   );
@@ -193,7 +224,9 @@ export function Conversation(props: {
     persist(messages);
   };
 
-  const lastAssistant = messages.length ? messages[messages.length - 1] : undefined;
+  const newest = messages[messages.length - 1];
+  // A failed turn shows its reason once: on its failure record when it has one, else here.
+  const failureShown = newest?.role === "assistant" && (failureOf(newest) !== null || status === "error");
   return (
     <div className="conversation">
       <div className="chat-toolbar">
@@ -251,24 +284,33 @@ export function Conversation(props: {
           }}
         >
           {messages.length === 0 ? <p className="empty muted">Ask popagent anything to start.</p> : null}
-          {messages.map((message) => (
-            <Message
-              key={message.id}
-              message={message}
-              sessionId={session.id}
-              streaming={busy && message === lastAssistant && message.role === "assistant"}
-            />
-          ))}
+          {messages.map((message, index) => {
+            const last = index === messages.length - 1;
+            const lastUser = message.role === "user" && !messages.slice(index + 1).some((item) => item.role === "user");
+            return (
+              <Message
+                key={message.id}
+                message={message}
+                sessionId={session.id}
+                busy={busy}
+                streaming={busy && last && message.role === "assistant"}
+                {...(last && message.role === "assistant" ? { onRetry: retry } : {})}
+                {...(lastUser ? { onEdit: (text: string) => edit(message.id, text) } : {})}
+              />
+            );
+          })}
           {status === "submitted" ? (
             <p className="thinking muted" aria-live="polite">
               Waiting for popagent…
             </p>
           ) : null}
-          {error ? (
+          {error && !failureShown ? (
             <div className="turn-error" role="alert" data-testid="chat-error">
-              <strong>The turn failed:</strong> <span data-testid="chat-error-reason">{reasonOfChatError(error)}</span>
-              <button type="button" className="ghost small" onClick={clearError}>
-                Dismiss
+              <p>
+                <strong>The turn failed.</strong> <span data-testid="chat-error-reason">{reasonOfChatError(error)}</span>
+              </p>
+              <button type="button" className="primary small" onClick={retry} data-testid="retry">
+                <Icon name="retry" /> Retry
               </button>
             </div>
           ) : null}
@@ -302,77 +344,3 @@ export function Conversation(props: {
   );
 }
 
-function Message(props: { message: UIMessage; sessionId: string; streaming: boolean }) {
-  const { message } = props;
-  const turnId = message.role === "assistant" ? turnIdOf(message) : null;
-  const usage = usageOf(message);
-  const model = modelOf(message);
-  const stopped = stoppedOf(message);
-  const interrupted = !stopped && interruptedOf(message);
-  const failure = failureOf(message);
-  return (
-    <article
-      className={`message ${message.role}`}
-      data-testid={`message-${message.role}`}
-      data-turn-id={turnId ?? ""}
-      aria-label={message.role === "user" ? "You" : "popagent"}
-    >
-      <div className="message-body">
-        <MessageParts message={message} streaming={props.streaming} />
-      </div>
-      {failure && !props.streaming ? (
-        <p className="error-text small-text" data-testid="message-failure">
-          The turn failed: {failure}
-        </p>
-      ) : null}
-      {message.role === "assistant" && !props.streaming && (turnId || usage || model || stopped || interrupted) ? (
-        <footer className="message-foot muted">
-          {stopped ? (
-            <span className="badge warn" data-testid="message-stopped">
-              stopped
-            </span>
-          ) : null}
-          {interrupted ? (
-            <span className="badge warn" data-testid="message-interrupted" title="The turn did not finish">
-              interrupted
-            </span>
-          ) : null}
-          {model ? <span>{model}</span> : null}
-          {usage ? (
-            <span>
-              {formatTokens(usage.input)} in · {formatTokens(usage.output)} out
-            </span>
-          ) : null}
-          {turnId ? <TurnHooks sessionId={props.sessionId} turnId={turnId} /> : null}
-        </footer>
-      ) : null}
-    </article>
-  );
-}
-
-/** The hook runs of one turn, fetched when opened. */
-function TurnHooks(props: { sessionId: string; turnId: string }) {
-  const [runs, setRuns] = useState<HookRunOut[] | null>(null);
-  const [error, setError] = useState<string | null>(null);
-  const [open, setOpen] = useState(false);
-  useEffect(() => {
-    if (!open) return;
-    let live = true;
-    api.hooks(props.sessionId).then(
-      (answer) => live && setRuns(answer.runs.filter((run) => run.turnId === props.turnId)),
-      (caught: unknown) => live && setError(messageOf(caught)),
-    );
-    return () => {
-      live = false;
-    };
-  }, [open, props.sessionId, props.turnId]);
-  return (
-    <details className="turn-hooks" data-testid="turn-hooks" onToggle={(event) => setOpen(event.currentTarget.open)}>
-      <summary>Hooks</summary>
-      {error ? <p className="error-text">{error}</p> : null}
-      {runs === null && !error ? <p className="muted">Loading…</p> : null}
-      {runs && runs.length === 0 ? <p className="muted">No hook ran in this turn.</p> : null}
-      {runs && runs.length ? <HookRuns runs={runs} /> : null}
-    </details>
-  );
-}

@@ -61,7 +61,18 @@ function summary(runs: HookRunOut[]): string {
 /** The whole session's timeline: one collapsible group per turn. */
 export function HookTimeline(props: { runs: HookRunOut[]; openTurn?: string | null }) {
   const groups = useMemo(() => groupByTurn(props.runs), [props.runs]);
-  if (!groups.length) return <p className="muted">No hook ran in this session yet.</p>;
+  if (!groups.length) {
+    return (
+      <div className="muted hooks-empty" data-testid="hooks-empty">
+        <p>No hook ran in this session yet.</p>
+        <p>
+          Hooks run only when the server has some configured: the hooks service reads them from <code>POPAGENT_HOOKS</code>, one JSON
+          document such as <code>{'{"version": 1, "hooks": {"PreToolUse": [{"id": "policy", "type": "http", "url": "https://…", "matcher": ["getTime"], "secret": "…"}]}}'}</code>.
+          Set it and restart the hooks service; each hook that runs then shows here, per turn, with its decision.
+        </p>
+      </div>
+    );
+  }
   return (
     <div className="hook-timeline">
       {groups.map((group) => (

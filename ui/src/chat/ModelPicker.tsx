@@ -1,6 +1,7 @@
 import { useId, useState } from "react";
 import type { ModelsOut } from "../api/types";
 import { href } from "../route";
+import { chatModels, isChatModel } from "./models";
 
 export function formatTokens(tokens: number): string {
   if (tokens >= 1_000_000) return `${+(tokens / 1_000_000).toFixed(2)}M`;
@@ -11,7 +12,7 @@ export function formatTokens(tokens: number): string {
 /** Models and context windows come from GET /api/models; the caller preselects `initialModel`. */
 export function ModelPicker(props: { models: ModelsOut | undefined; value: string; onChange: (model: string) => void; disabled?: boolean }) {
   const id = useId();
-  const catalog = props.models?.models ?? [];
+  const catalog = chatModels(props.models);
   // The persisted default (or a model a session used) may be missing from a stale catalog: keep it selectable.
   const options = props.value && !catalog.includes(props.value) ? [props.value, ...catalog] : catalog;
   const window = props.value ? props.models?.contextWindows[props.value] : undefined;
@@ -49,8 +50,8 @@ export function ModelPicker(props: { models: ModelsOut | undefined; value: strin
 
 /** The model a tab starts on: the persisted default when the catalog lists it, else the first listed model. */
 export function initialModel(models: ModelsOut): string {
-  if (models.defaultModelListed) return models.defaultModel;
-  return models.models[0] ?? models.defaultModel;
+  if (models.defaultModelListed && isChatModel(models.defaultModel)) return models.defaultModel;
+  return chatModels(models)[0] ?? models.defaultModel;
 }
 
 /**
@@ -66,7 +67,8 @@ export function ModelNotice(props: { models: ModelsOut | undefined; value: strin
   const overrides = models.unlistedModels.filter((entry) => entry.agentId);
   const defaultMissing = !models.defaultModelListed;
   if (!defaultMissing && !overrides.length) return null;
-  const pickable = models.models.includes(props.value);
+  const listed = chatModels(models);
+  const pickable = listed.includes(props.value);
   const save = async () => {
     setSaving(true);
     setError(null);
@@ -84,9 +86,9 @@ export function ModelNotice(props: { models: ModelsOut | undefined; value: strin
         <div data-testid="default-model-notice">
           <p>
             The default model <code>{models.defaultModel}</code> is not offered by the model gateway.{" "}
-            {models.models.length ? "Pick a model above to chat with, and save it as the default." : "The gateway lists no model at all."}
+            {listed.length ? "Pick a model above to chat with, and save it as the default." : "The gateway lists no model at all."}
           </p>
-          {models.models.length ? (
+          {listed.length ? (
             <div className="banner-actions">
               <button type="button" className="primary" disabled={!pickable || saving} onClick={() => void save()} data-testid="save-default-model">
                 {saving ? "Saving…" : `Use ${pickable ? props.value : "this model"} as the default`}

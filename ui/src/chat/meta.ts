@@ -13,6 +13,12 @@ export function turnIdOf(message: UIMessage): string | null {
   return typeof id === "string" && id ? id : null;
 }
 
+/** The turn's trace (the start chunk's metadata), for feedback and the trace page. */
+export function traceIdOf(message: UIMessage): string | null {
+  const id = record(message.metadata).traceId;
+  return typeof id === "string" && id ? id : null;
+}
+
 export function modelOf(message: UIMessage): string | null {
   const model = record(message.metadata).model;
   return typeof model === "string" && model ? model : null;
@@ -40,7 +46,15 @@ export function interruptedOf(message: UIMessage): boolean {
 /** Set by this UI (and by the server) when the turn ended with an error, so a reopened session still shows the reason. */
 export function failureOf(message: UIMessage): string | null {
   const reason = record(message.metadata).failure;
-  return typeof reason === "string" && reason ? reason : null;
+  return typeof reason === "string" && reason ? sentence(reason) : null;
+}
+
+/** A reason as a sentence: capitalised, ending with a full stop. */
+export function sentence(text: string): string {
+  const trimmed = text.trim();
+  if (!trimmed) return trimmed;
+  const capital = trimmed.charAt(0).toUpperCase() + trimmed.slice(1);
+  return /[.!?)]$/.test(capital) ? capital : `${capital}.`;
 }
 
 export function textOf(message: { parts: ReadonlyArray<{ type: string }> }): string {
@@ -62,11 +76,11 @@ export function reasonOfChatError(error: Error): string {
   try {
     const body: unknown = JSON.parse(text);
     const reason = record(body).error;
-    if (typeof reason === "string" && reason) return reason;
+    if (typeof reason === "string" && reason) return sentence(reason);
   } catch {
     // not JSON: an error chunk's text, or a network error
   }
-  return text || "the turn failed";
+  return sentence(text || "the turn failed");
 }
 
 export { record };

@@ -2,7 +2,7 @@ import { useEffect, useRef, useState, type FormEvent } from "react";
 import { installKeyPrompt } from "../api/auth";
 import { Modal } from "./Modal";
 
-/** Asks for the API key when the API answers 401; the answer is kept for this tab only. */
+/** Asks for the API key when the API answers 401; the answer is kept in this browser. */
 export function ApiKeyDialog() {
   const [ask, setAsk] = useState<{ rejected: boolean } | null>(null);
   const [value, setValue] = useState("");
@@ -33,7 +33,7 @@ export function ApiKeyDialog() {
     <Modal open={ask !== null} title="API key needed">
       <form onSubmit={submit} className="modal-body stack">
         <p>
-          This popagent server asks for its API key (<code>POPAGENT_API_KEY</code>). It is kept for this tab only.
+          This popagent server asks for its API key (<code>POPAGENT_API_KEY</code>). It is kept in this browser.
         </p>
         {ask?.rejected ? (
           <p role="alert" className="error-text">

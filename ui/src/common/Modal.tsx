@@ -1,6 +1,8 @@
-import { useEffect, useId, useRef, type ReactNode } from "react";
+import * as Dialog from "@radix-ui/react-dialog";
+import type { ReactNode } from "react";
 
-/** A modal <dialog>: the browser traps focus inside it and gives it back when it closes. */
+/** A modal dialog (Radix): focus is trapped inside and given back when it closes; Escape and a
+ * click outside cancel it when it has `onCancel`, and do nothing otherwise. */
 export function Modal(props: {
   open: boolean;
   title: string;
@@ -8,28 +10,22 @@ export function Modal(props: {
   children: ReactNode;
   className?: string;
 }) {
-  const ref = useRef<HTMLDialogElement>(null);
-  const titleId = useId();
-  useEffect(() => {
-    const dialog = ref.current;
-    if (!dialog) return;
-    if (props.open && !dialog.open) dialog.showModal();
-    if (!props.open && dialog.open) dialog.close();
-  }, [props.open]);
+  const { onCancel } = props;
   return (
-    <dialog
-      ref={ref}
-      aria-labelledby={titleId}
-      className={`modal ${props.className ?? ""}`}
-      onCancel={(event) => {
-        event.preventDefault();
-        props.onCancel?.();
-      }}
-    >
-      <h2 id={titleId} className="modal-title">
-        {props.title}
-      </h2>
-      {props.open ? props.children : null}
-    </dialog>
+    <Dialog.Root open={props.open} onOpenChange={(open) => (!open ? onCancel?.() : undefined)}>
+      <Dialog.Portal>
+        <Dialog.Overlay className="modal-overlay" />
+        <Dialog.Content
+          className={`modal ${props.className ?? ""}`}
+          aria-describedby={undefined}
+          onEscapeKeyDown={(event) => (onCancel ? undefined : event.preventDefault())}
+          onPointerDownOutside={(event) => (onCancel ? undefined : event.preventDefault())}
+          onInteractOutside={(event) => (onCancel ? undefined : event.preventDefault())}
+        >
+          <Dialog.Title className="modal-title">{props.title}</Dialog.Title>
+          {props.children}
+        </Dialog.Content>
+      </Dialog.Portal>
+    </Dialog.Root>
   );
 }

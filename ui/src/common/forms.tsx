@@ -6,6 +6,7 @@ import { useId, useState, type FormEvent, type ReactNode } from "react";
 import fieldsJson from "../api/fields.gen.json";
 import { ApiError } from "../api/client";
 import { messageOf } from "./useLoad";
+import { useUnsaved } from "./unsaved";
 
 export type FieldSpec = {
   type: string;
@@ -32,12 +33,49 @@ export function humanize(name: string): string {
 
 export function hintOf(spec: FieldSpec, lengths = true): string {
   const parts: string[] = [];
+  // The OpenAPI description is the help line; the bounds follow it.
+  if (spec.description) parts.push(sentence(spec.description));
   if (spec.minimum !== undefined && spec.maximum !== undefined) parts.push(`${spec.minimum} – ${spec.maximum}`);
   else if (spec.minimum !== undefined) parts.push(`at least ${spec.minimum}`);
   else if (spec.maximum !== undefined) parts.push(`at most ${spec.maximum}`);
   if (lengths && spec.maxLength !== undefined && spec.type === "string" && !spec.enum) parts.push(`up to ${spec.maxLength} characters`);
-  if (spec.description) parts.push(spec.description);
   return parts.join(" · ");
+}
+
+/** Internal field names in a description ("greater than taskHeartbeatIntervalMs") as labels. */
+function humanizeNames(text: string): string {
+  return text.replace(/\b[a-z]+(?:[A-Z][a-z0-9]*)+\b/g, (name) => humanize(name).toLowerCase());
+}
+
+function sentence(text: string): string {
+  const trimmed = humanizeNames(text.trim());
+  return trimmed.charAt(0).toUpperCase() + trimmed.slice(1);
+}
+
+/**
+ * A validation message in words: pydantic's wording ("Input should be greater than or equal
+ * to 2", "String should match pattern '^[a-z]+$'") becomes what a person reads; patterns and
+ * internal names are never shown.
+ */
+export function plainMessage(message: string, spec?: FieldSpec): string {
+  const text = message.replace(/^Value error,\s*/i, "").trim();
+  let match: RegExpExecArray | null;
+  if ((match = /greater than or equal to (-?[\d.]+)/i.exec(text))) return `Must be at least ${match[1]}.`;
+  if ((match = /greater than (-?[\d.]+)/i.exec(text))) return `Must be more than ${match[1]}.`;
+  if ((match = /less than or equal to (-?[\d.]+)/i.exec(text))) return `Must be at most ${match[1]}.`;
+  if ((match = /less than (-?[\d.]+)/i.exec(text))) return `Must be less than ${match[1]}.`;
+  if ((match = /at most (\d+) characters?/i.exec(text))) return `Too long: at most ${match[1]} characters.`;
+  if ((match = /at least (\d+) characters?/i.exec(text))) return Number(match[1]) === 1 ? "Cannot be empty." : `Too short: at least ${match[1]} characters.`;
+  if (/valid integer/i.test(text)) return "Enter a whole number.";
+  if (/valid number/i.test(text)) return "Enter a number.";
+  if (/valid boolean/i.test(text)) return "Choose yes or no.";
+  if (/should match pattern/i.test(text)) {
+    return spec?.description ? `Not in the expected form (${spec.description}).` : "Not in the expected form: it has characters that are not allowed here.";
+  }
+  if (/^field required$/i.test(text) || /missing/i.test(text)) return "Required.";
+  if ((match = /^Input should be (.+)$/i.exec(text))) return `Choose ${(match[1] ?? "").replace(/'/g, "")}.`;
+  if (/extra inputs are not permitted/i.test(text)) return "This field cannot be changed here.";
+  return sentence(text);
 }
 
 /** What an input holds, turned into the JSON the API expects; a value that is not a number is sent as typed, for the server to refuse. */
@@ -158,7 +196,7 @@ export function orderedFields(form: string, exclude?: string[], order?: string[]
   return specs;
 }
 
-export type SubmitState = { kind: "idle" } | { kind: "saving" } | { kind: "saved" } | { kind: "failed"; reason: string };
+export type SubmitState = { kind: "idle" } | { kind: "saving" } | { kind: "saved"; what?: string } | { kind: "failed"; reason: string };
 
 /**
  * A refusal without per-field details (a 400 from the owning service) whose reason starts
@@ -184,7 +222,7 @@ export function useSubmit(names: string[] = []) {
     } catch (error) {
       if (error instanceof ApiError) {
         const field = Object.keys(error.fields).length ? null : fieldOfReason(error.message, names);
-        setErrors(field ? { [field]: error.message } : error.fields);
+        setErrors(field ? { [field]: plainMessage(error.message) } : Object.fromEntries(Object.entries(error.fields).map(([name, text]) => [name, plainMessage(text)])));
         setState({ kind: "failed", reason: error.message });
       } else {
         setState({ kind: "failed", reason: messageOf(error) });
@@ -199,11 +237,10 @@ export function SubmitStatus({ state, unshown }: { state: SubmitState; unshown?:
   return (
     <span className="submit-status" aria-live="polite" data-testid="submit-status" data-state={state.kind}>
       {state.kind === "saving" ? "Saving…" : null}
-      {state.kind === "saved" ? "Saved." : null}
+      {state.kind === "saved" ? (state.what ? `Saved: ${state.what}.` : "Saved.") : null}
       {state.kind === "failed" ? (
         <span className="error-text">
-          Not saved: {state.reason}
-          {unshown?.length ? ` (${unshown.join("; ")})` : ""}
+          Not saved: {unshown?.length ? unshown.join("; ") : state.reason}
         </span>
       ) : null}
     </span>
@@ -222,9 +259,14 @@ export function PatchForm<Out extends object>(props: {
   labels?: Record<string, string>;
   exclude?: string[];
   order?: string[];
+  /** Fields under headings, in this order; fields in no group follow under "Other". */
+  groups?: { title: string; fields: string[] }[];
 }) {
   const formId = useId().replace(/:/g, "");
-  const specs = orderedFields(props.form, props.exclude, props.order);
+  // The enable switch first, then the order given (or the groups'), then the rest.
+  const enableFirst = (names: string[]) => [...names.filter((name) => /^enabled$/.test(name)), ...names.filter((name) => !/^enabled$/.test(name))];
+  const order = enableFirst(props.order ?? props.groups?.flatMap((group) => group.fields) ?? Object.keys(fieldsOf(props.form)));
+  const specs = orderedFields(props.form, props.exclude, order);
   const [value, setValue] = useState(props.value);
   const [draft, setDraft] = useState<Record<string, unknown>>({});
   const submit = useSubmit(specs.map(([name]) => name));
@@ -234,6 +276,8 @@ export function PatchForm<Out extends object>(props: {
     ([name, spec]) => name in draft && JSON.stringify(toJson(spec, draft[name])) !== JSON.stringify(current[name]),
   );
 
+  useUnsaved(changed.length > 0, props.title);
+  const labelOf = (name: string) => props.labels?.[name] ?? humanize(name);
   const onSubmit = async (event: FormEvent) => {
     event.preventDefault();
     if (!changed.length) {
@@ -246,15 +290,38 @@ export function PatchForm<Out extends object>(props: {
     const patch = Object.fromEntries(changed.map(([name, spec]) => [name, toJson(spec, draft[name])]));
     const saved = await submit.run(() => props.onSave(patch));
     if (saved !== undefined) {
+      submit.setState({ kind: "saved", what: changed.map(([name]) => labelOf(name)).join(", ") });
       setValue(saved);
       setDraft({});
       props.onSaved?.(saved);
     }
   };
 
+  const renderField = (name: string, spec: FieldSpec) => (
+    <Field
+      key={name}
+      formId={formId}
+      name={name}
+      spec={spec}
+      label={labelOf(name)}
+      error={submit.errors[name]}
+      value={shown(name)}
+      onChange={(next) => setDraft((old) => ({ ...old, [name]: next }))}
+    >
+      {props.custom?.[name]}
+    </Field>
+  );
+  const grouped = new Set(props.groups?.flatMap((group) => group.fields) ?? []);
+  const sections = props.groups
+    ? [
+        ...props.groups.map((group) => ({ title: group.title, specs: specs.filter(([name]) => group.fields.includes(name)) })),
+        { title: "Other", specs: specs.filter(([name]) => !grouped.has(name)) },
+      ].filter((section) => section.specs.length)
+    : [{ title: props.title, specs }];
+  const failedFields = submit.state.kind === "failed" ? specs.filter(([name]) => submit.errors[name]).map(([name]) => labelOf(name)) : [];
   const unshown = Object.entries(submit.errors)
     .filter(([name]) => !specs.some(([field]) => field === name))
-    .map(([name, message]) => (name ? `${name}: ${message}` : message));
+    .map(([name, message]) => (name ? `${humanize(name)}: ${message}` : message));
 
   return (
     <form className="settings-form" noValidate onSubmit={(event) => void onSubmit(event)} aria-labelledby={`${formId}-title`} data-form={props.form}>
@@ -262,33 +329,20 @@ export function PatchForm<Out extends object>(props: {
         <h2 id={`${formId}-title`}>{props.title}</h2>
         {props.description ? <p className="muted">{props.description}</p> : null}
       </div>
-      <div className="form-grid">
-        {specs.map(([name, spec]) => {
-          const render = props.custom?.[name];
-          return (
-            <Field
-              key={name}
-              formId={formId}
-              name={name}
-              spec={spec}
-              label={props.labels?.[name]}
-              error={submit.errors[name]}
-              value={shown(name)}
-              onChange={(next) => setDraft((old) => ({ ...old, [name]: next }))}
-            >
-              {render}
-            </Field>
-          );
-        })}
-      </div>
+      {sections.map((section) => (
+        <fieldset key={section.title} className="form-group">
+          {sections.length > 1 ? <legend>{section.title}</legend> : null}
+          <div className="form-grid">{section.specs.map(([name, spec]) => renderField(name, spec))}</div>
+        </fieldset>
+      ))}
       <div className="form-actions">
-        <button type="submit" className="primary" disabled={submit.state.kind === "saving"}>
+        <button type="submit" className="primary" disabled={submit.state.kind === "saving" || !changed.length} title={changed.length ? undefined : "Nothing changed yet"}>
           Save
         </button>
         <button type="button" className="ghost" disabled={!Object.keys(draft).length} onClick={() => { setDraft({}); submit.setState({ kind: "idle" }); submit.setErrors({}); }}>
           Discard changes
         </button>
-        <SubmitStatus state={submit.state} unshown={unshown} />
+        <SubmitStatus state={failedFields.length && !unshown.length ? { kind: "failed", reason: `check ${failedFields.join(", ")} (marked above)` } : submit.state} unshown={unshown} />
       </div>
     </form>
   );

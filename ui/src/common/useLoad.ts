@@ -1,4 +1,7 @@
-import { useCallback, useEffect, useRef, useState } from "react";
+// Loading through @tanstack/react-query: answers are cached by key and shared between the
+// pages that ask for the same thing; `reload()` fetches again, `setData` puts a known answer in.
+import { useQuery, useQueryClient } from "@tanstack/react-query";
+import { useCallback } from "react";
 
 export type Loaded<T> = {
   data: T | undefined;
@@ -8,37 +11,27 @@ export type Loaded<T> = {
   setData: (data: T) => void;
 };
 
-/** Loads once on mount (and when `deps` change); `reload()` loads again. Stale answers are dropped. */
-export function useLoad<T>(load: () => Promise<T>, deps: unknown[]): Loaded<T> {
-  const [data, setData] = useState<T | undefined>(undefined);
-  const [error, setError] = useState<Error | undefined>(undefined);
-  const [loading, setLoading] = useState(true);
-  const generation = useRef(0);
-  const loader = useRef(load);
-  loader.current = load;
-
+/** Loads by `key` (an answer is shared by every caller with the same key); `reload()` loads again. */
+export function useLoad<T>(key: readonly unknown[], load: () => Promise<T>, options: { fresh?: boolean } = {}): Loaded<T> {
+  const client = useQueryClient();
+  // `fresh`: never start from a cached answer (a chat opens on the server's current copy).
+  const query = useQuery({ queryKey: key, queryFn: load, ...(options.fresh ? { staleTime: 0, gcTime: 0 } : {}) });
+  const { refetch } = query;
+  const serialized = JSON.stringify(key);
   const reload = useCallback(async () => {
-    const mine = ++generation.current;
-    setLoading(true);
-    try {
-      const value = await loader.current();
-      if (mine === generation.current) {
-        setData(value);
-        setError(undefined);
-      }
-    } catch (caught) {
-      if (mine === generation.current) setError(caught instanceof Error ? caught : new Error(String(caught)));
-    } finally {
-      if (mine === generation.current) setLoading(false);
-    }
-  }, []);
-
-  useEffect(() => {
-    void reload();
-    // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, deps);
-
-  return { data, error, loading, reload, setData };
+    await refetch();
+  }, [refetch]);
+  const setData = useCallback(
+    (data: T) => client.setQueryData(JSON.parse(serialized) as unknown[], data),
+    [client, serialized],
+  );
+  return {
+    data: query.data,
+    error: query.error ?? undefined,
+    loading: query.isFetching,
+    reload,
+    setData,
+  };
 }
 
 export function messageOf(error: unknown): string {

@@ -1,4 +1,5 @@
-import { useEffect, useId, useRef, useState, type FormEvent } from "react";
+import * as Menu from "@radix-ui/react-dropdown-menu";
+import { useEffect, useId, useMemo, useRef, useState, type FormEvent } from "react";
 import { api } from "../api/client";
 import type { SessionSummary, WorkspaceOut } from "../api/types";
 import { useConfirm } from "../common/confirm";
@@ -15,6 +16,27 @@ function when(iso: string): string {
     : date.toLocaleDateString();
 }
 
+type Group = { label: string; sessions: SessionSummary[] };
+
+/** Today, Yesterday, Previous 7 days, then Earlier: by the last change, newest first. */
+export function groupByDate(sessions: SessionSummary[], now = new Date()): Group[] {
+  const day = (date: Date) => new Date(date.getFullYear(), date.getMonth(), date.getDate()).getTime();
+  const today = day(now);
+  const groups: Group[] = [
+    { label: "Today", sessions: [] },
+    { label: "Yesterday", sessions: [] },
+    { label: "Previous 7 days", sessions: [] },
+    { label: "Earlier", sessions: [] },
+  ];
+  for (const session of sessions) {
+    const at = new Date(session.updatedAt);
+    const days = Number.isNaN(at.getTime()) ? Infinity : Math.round((today - day(at)) / 86_400_000);
+    const index = days <= 0 ? 0 : days === 1 ? 1 : days <= 7 ? 2 : 3;
+    groups[index]?.sessions.push(session);
+  }
+  return groups.filter((group) => group.sessions.length);
+}
+
 export function Sidebar(props: {
   sessions: SessionSummary[] | undefined;
   loadError: Error | undefined;
@@ -28,20 +50,23 @@ export function Sidebar(props: {
   onNavigate: () => void;
 }) {
   const filterId = useId();
+  const searchId = useId();
+  const [search, setSearch] = useState("");
+  const groups = useMemo(() => {
+    const needle = search.trim().toLowerCase();
+    const shown = (props.sessions ?? []).filter((session) => !needle || (session.title || "Untitled chat").toLowerCase().includes(needle));
+    return groupByDate(shown);
+  }, [props.sessions, search]);
   const [error, setError] = useState<string | null>(null);
   const [dialog, confirm] = useConfirm();
 
-  const createSession = async () => {
+  // A new chat is only a page until its first message: nothing is stored before then.
+  const createSession = () => {
     setError(null);
-    try {
-      const session = await api.createSession({ title: "", ...(props.workspaceId ? { workspaceId: props.workspaceId } : {}) });
-      if (props.archived) props.onArchivedChange(false);
-      props.onChanged();
-      props.onNavigate();
-      navigate({ page: "chat", sessionId: session.id });
-    } catch (caught) {
-      setError(`Could not create a chat: ${messageOf(caught)}`);
-    }
+    if (props.archived) props.onArchivedChange(false);
+    props.onNavigate();
+    navigate({ page: "chat", sessionId: null });
+    document.getElementById("composer-input")?.focus();
   };
 
   const act = async (what: string, run: () => Promise<unknown>) => {
@@ -76,7 +101,7 @@ export function Sidebar(props: {
     <nav className="sidebar-inner" aria-label="Sessions">
       <div className="sidebar-head">
         <h2>Chats</h2>
-        <button type="button" className="primary small" onClick={() => void createSession()}>
+        <button type="button" className="primary small" onClick={createSession}>
           New chat
         </button>
       </div>
@@ -111,24 +136,44 @@ export function Sidebar(props: {
           Could not load chats: {props.loadError.message}
         </p>
       ) : null}
-      <ul className="session-list" data-testid="session-list" data-archived={props.archived}>
-        {props.sessions?.length === 0 ? (
-          <li className="muted empty-list">{props.archived ? "No archived chats." : "No chats yet."}</li>
-        ) : null}
-        {props.sessions?.map((session) => (
-          <SessionItem
-            key={session.id}
-            session={session}
-            current={session.id === props.currentId}
-            onNavigate={props.onNavigate}
-            onRename={(title) => act("rename the chat", () => api.patchSession(session.id, { title }))}
-            onArchive={(archived) =>
-              act(archived ? "archive the chat" : "restore the chat", () => api.patchSession(session.id, { archived }))
-            }
-            onDelete={() => void remove(session)}
-          />
+      <div className="session-search">
+        <label htmlFor={searchId} className="visually-hidden">
+          Search chats
+        </label>
+        <Icon name="search" />
+        <input
+          id={searchId}
+          type="search"
+          placeholder="Search chats by title"
+          value={search}
+          onChange={(event) => setSearch(event.target.value)}
+          data-testid="session-search"
+        />
+      </div>
+      <div className="session-list" data-testid="session-list" data-archived={props.archived}>
+        {props.sessions?.length === 0 ? <p className="muted empty-list">{props.archived ? "No archived chats." : "No chats yet."}</p> : null}
+        {props.sessions?.length && !groups.length ? <p className="muted empty-list">No chat title contains “{search.trim()}”.</p> : null}
+        {groups.map((group) => (
+          <section key={group.label} className="session-group" aria-label={group.label} data-testid="session-group" data-group={group.label}>
+            <h3 className="session-group-label">{group.label}</h3>
+            <ul>
+              {group.sessions.map((session) => (
+                <SessionItem
+                  key={session.id}
+                  session={session}
+                  current={session.id === props.currentId}
+                  onNavigate={props.onNavigate}
+                  onRename={(title) => act("rename the chat", () => api.patchSession(session.id, { title }))}
+                  onArchive={(archived) =>
+                    act(archived ? "archive the chat" : "restore the chat", () => api.patchSession(session.id, { archived }))
+                  }
+                  onDelete={() => void remove(session)}
+                />
+              ))}
+            </ul>
+          </section>
         ))}
-      </ul>
+      </div>
       {dialog}
     </nav>
   );
@@ -211,39 +256,33 @@ function SessionItem(props: {
         </a>
       )}
       {renaming ? null : (
-        <div className="session-actions">
-          <button
-            type="button"
-            ref={renameButton}
-            className="icon-button"
-            aria-label={`Rename ${label}`}
-            title="Rename"
-            onClick={() => {
-              setDraft(session.title);
-              setRenaming(true);
-            }}
-          >
-            <Icon name="pencil" />
-          </button>
-          <button
-            type="button"
-            className="icon-button"
-            aria-label={`${session.archived ? "Restore" : "Archive"} ${label}`}
-            title={session.archived ? "Restore" : "Archive"}
-            onClick={() => void props.onArchive(!session.archived)}
-          >
-            <Icon name={session.archived ? "restore" : "archive"} />
-          </button>
-          <button
-            type="button"
-            className="icon-button danger-text"
-            aria-label={`Delete ${label}`}
-            title="Delete permanently"
-            onClick={props.onDelete}
-          >
-            <Icon name="trash" />
-          </button>
-        </div>
+        <Menu.Root modal={false}>
+          <Menu.Trigger asChild>
+            <button type="button" ref={renameButton} className="icon-button session-menu-button" aria-label={`Actions for ${label}`} data-testid="session-menu">
+              <Icon name="more" />
+            </button>
+          </Menu.Trigger>
+          <Menu.Portal>
+            <Menu.Content className="menu" align="end" sideOffset={4}>
+              <Menu.Item
+                className="menu-item"
+                onSelect={() => {
+                  setDraft(session.title);
+                  setRenaming(true);
+                }}
+              >
+                <Icon name="pencil" /> Rename
+              </Menu.Item>
+              <Menu.Item className="menu-item" onSelect={() => void props.onArchive(!session.archived)}>
+                <Icon name={session.archived ? "restore" : "archive"} /> {session.archived ? "Restore" : "Archive"}
+              </Menu.Item>
+              <Menu.Separator className="menu-separator" />
+              <Menu.Item className="menu-item danger-text" onSelect={props.onDelete}>
+                <Icon name="trash" /> Delete…
+              </Menu.Item>
+            </Menu.Content>
+          </Menu.Portal>
+        </Menu.Root>
       )}
     </li>
   );

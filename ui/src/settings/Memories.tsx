@@ -14,7 +14,7 @@ function stamp(iso: string): string {
 export function Memories() {
   const [search, setSearch] = useState("");
   const [query, setQuery] = useState("");
-  const list = useLoad(() => api.memories(query || undefined), [query]);
+  const list = useLoad(["memories", query], () => api.memories(query || undefined));
   const [dialog, confirm] = useConfirm();
   const [error, setError] = useState<string | null>(null);
   const searchId = useId();

@@ -10,10 +10,27 @@ import type {
   ModelsOut,
   UnlistedModelOut,
 } from "../api/types";
+import { BrowserHealthCard } from "../browser/BrowserHealthCard";
 import { FORM_FIELDS, PatchForm, type FieldInputProps } from "../common/forms";
 import { useLoad } from "../common/useLoad";
 import { href } from "../route";
 import { Memories } from "./Memories";
+import { ThisBrowser } from "./ThisBrowser";
+
+const RUNTIME_GROUPS = [
+  { title: "Model", fields: ["defaultModel"] },
+  { title: "Steps and tools", fields: ["supervisorMaxSteps", "specialistMaxSteps", "maxConcurrentToolCalls", "maxProcessorRetries", "commandTimeoutMs"] },
+  { title: "Delegation", fields: ["delegationContextMaxChars", "delegationResultMaxChars", "delegationFailureText", "delegationTruncationText", "finalResponseFeedback"] },
+  {
+    title: "Background tasks",
+    fields: ["taskConcurrency", "taskAttemptTimeoutMs", "taskRetryBaseMs", "taskRetryCapMs", "taskPollIntervalMs", "taskHeartbeatIntervalMs", "taskHeartbeatTimeoutMs", "taskAbortAckTimeoutMs"],
+  },
+];
+const MEMORY_GROUPS = [
+  { title: "Observational memory", fields: ["enabled", "retrievalScope", "rawHistoryRetentionMessages", "idleActivationSeconds", "activateOnProviderChange", "sharedBudget", "temporalMarkers", "forwardAttachments"] },
+  { title: "Observation", fields: ["observationMessageTokens", "observationBufferActivation", "observationBlockAfter", "asyncObservationEnabled", "previousObservationMaxTokens", "observerInstructions"] },
+  { title: "Reflection", fields: ["reflectionObservationTokens", "reflectionBufferActivation", "reflectionBlockAfter", "asyncReflectionEnabled", "reflectorInstructions"] },
+];
 
 // `modelsChanged`: a save that can change what GET /api/models reports (the default, an override).
 type Section = {
@@ -50,8 +67,9 @@ export function modelSelect(models: ModelsOut | undefined, inherit?: string) {
   };
 }
 
-function Loading<T>({ load, children }: { load: () => Promise<T>; children: (value: T) => ReactNode }) {
-  const loaded = useLoad(load, []);
+function Loading<T>({ name, load, children }: { name: string; load: () => Promise<T>; children: (value: T) => ReactNode }) {
+  // Fresh each time a section opens: the form starts from the server's current values.
+  const loaded = useLoad(["settings", name], load, { fresh: true });
   if (loaded.error) return <p role="alert" className="error-text">Could not load: {loaded.error.message}</p>;
   if (!loaded.data) return <p className="muted">Loading…</p>;
   return <>{children(loaded.data)}</>;
@@ -96,13 +114,13 @@ const AGENT_ORDER = ["displayName", "description", "instructions", "model", "wor
 
 function Agents({ models, modelsChanged }: { models: ModelsOut | undefined; modelsChanged: () => void }) {
   return (
-    <Loading load={api.agents}>
+    <Loading name="agents" load={api.agents}>
       {(list) => (
         <div className="stack">
           <p className="muted">
             The supervisor and its specialists. Edits apply on the next run. Delegation eligibility and the description decide whom the
             supervisor delegates to. Tools lists the registered tools. Workspace access decides the repository tools: read-write gets files and the sandboxed
-            shell, read-only gets read, list, grep and stat, none gets no workspace tool. Browser access takes effect once those tools land.
+            shell, read-only gets read, list, grep and stat, none gets no workspace tool. Browser access decides bifrostNavigator: read-only may navigate and read pages, interactive may also click, type and fill secrets with useBrowserSecret.
           </p>
           {list.agents.map((agent: AgentOut) => (
             <details key={agent.id} className="card" data-agent-id={agent.id}>
@@ -135,7 +153,7 @@ const SECTIONS: Section[] = [
     label: "Agent runtime",
     form: "AgentRuntimeSettingsPatch",
     render: (models, modelsChanged) => (
-      <Loading load={api.agentRuntime}>
+      <Loading name="agentRuntime" load={api.agentRuntime}>
         {(value) => (
           <PatchForm
             form="AgentRuntimeSettingsPatch"
@@ -144,6 +162,8 @@ const SECTIONS: Section[] = [
             value={value}
             onSave={(patch) => api.patchAgentRuntime(patch as AgentRuntimeSettingsPatch)}
             onSaved={modelsChanged}
+            groups={RUNTIME_GROUPS}
+            labels={{ defaultModel: "Default model", maxProcessorRetries: "Output retries", finalResponseFeedback: "Final answer reminder" }}
             custom={{ defaultModel: modelSelect(models) }}
           />
         )}
@@ -155,7 +175,7 @@ const SECTIONS: Section[] = [
     label: "Memory compaction",
     form: "MemorySettingsPatch",
     render: () => (
-      <Loading load={api.memorySettings}>
+      <Loading name="memorySettings" load={api.memorySettings}>
         {(value) => (
           <PatchForm
             form="MemorySettingsPatch"
@@ -163,6 +183,8 @@ const SECTIONS: Section[] = [
             description="Stored for observational memory (compacting old messages into observations), which comes with its own issue: no turn reads these settings yet."
             value={value}
             onSave={(patch) => api.patchMemorySettings(patch as MemorySettingsPatch)}
+            groups={MEMORY_GROUPS}
+            labels={{ enabled: "Enable observational memory" }}
           />
         )}
       </Loading>
@@ -174,7 +196,7 @@ const SECTIONS: Section[] = [
     label: "Autonomy",
     form: "AutonomySettingsPatch",
     render: () => (
-      <Loading load={api.autonomy}>
+      <Loading name="autonomy" load={api.autonomy}>
         {(value) => (
           <PatchForm
             form="AutonomySettingsPatch"
@@ -182,6 +204,7 @@ const SECTIONS: Section[] = [
             description="Stored for the learning loop (evolution, skill creation, contained self-update), which comes with its own issue: nothing acts on them yet."
             value={value}
             onSave={(patch) => api.patchAutonomy(patch as AutonomySettingsPatch)}
+            order={["evolutionEnabled", "skillCreationEnabled", "selfUpdateEnabled", "selfUpdateCron"]}
           />
         )}
       </Loading>
@@ -192,24 +215,29 @@ const SECTIONS: Section[] = [
     label: "Browser",
     form: "BrowserSettingsPatch",
     render: () => (
-      <Loading load={api.browser}>
+      <Loading name="browser" load={api.browser}>
         {(value) => (
-          <PatchForm
-            form="BrowserSettingsPatch"
-            title="Browser"
-            description="Stored for the browser, which comes with its own issue: no agent has a browser tool yet."
-            value={value}
-            onSave={(patch) => api.patchBrowser(patch as BrowserSettingsPatch)}
-          />
+          <div className="stack">
+            <BrowserHealthCard />
+            <PatchForm
+              form="BrowserSettingsPatch"
+              title="Browser"
+              description="Whether agents with browser access get bifrostNavigator and useBrowserSecret. A change applies at once: calls in flight are refused."
+              value={value}
+              onSave={(patch) => api.patchBrowser(patch as BrowserSettingsPatch)}
+              labels={{ enabled: "Enable the browser", allowCodeExecution: "Allow code execution (browser_run_code_unsafe)" }}
+            />
+          </div>
         )}
       </Loading>
     ),
   },
+  { id: "this-browser", label: "This browser", form: "", render: (_models, modelsChanged) => <ThisBrowser onModelsChanged={modelsChanged} /> },
 ];
 
 export function SettingsPage(props: { section: string | null; models: ModelsOut | undefined; onModelsChanged: () => void }) {
   // A section whose body the gateway does not describe is not offered.
-  const sections = SECTIONS.filter((section) => FORM_FIELDS[section.form]);
+  const sections = SECTIONS.filter((section) => !section.form || FORM_FIELDS[section.form]);
   const current = sections.find((section) => section.id === props.section) ?? sections[0];
   return (
     <div className="page settings-page">

@@ -1,4 +1,4 @@
-import { useEffect, useId, useState, type FormEvent } from "react";
+import { Suspense, lazy, useEffect, useId, useState, type FormEvent } from "react";
 import { api } from "../api/client";
 import type { ModelsOut, ScheduleCreate, ScheduleOut, SchedulePatch, TaskCreate, TaskOut, WorkspaceOut } from "../api/types";
 import { useConfirm } from "../common/confirm";
@@ -6,6 +6,9 @@ import { Field, PatchForm, fieldsOf, useSubmit, SubmitStatus, type FieldInputPro
 import { messageOf, useLoad } from "../common/useLoad";
 import { modelSelect } from "../settings/SettingsPage";
 import { CreateForm } from "./CreateForm";
+
+// A task's result reads like a chat answer: rendered Markdown (the chat's lazy renderer).
+const Markdown = lazy(() => import("../chat/Markdown"));
 
 const ACTIVE = new Set(["queued", "running", "cancelling"]);
 const RESOLVABLE = new Set(["failed", "cancelled", "dead-letter"]);
@@ -50,8 +53,8 @@ function workspaceSelect(workspaces: WorkspaceOut[]) {
 }
 
 export function TasksPage(props: { models: ModelsOut | undefined; workspaces: WorkspaceOut[] }) {
-  const tasks = useLoad(() => api.tasks(), []);
-  const schedules = useLoad(() => api.schedules(), []);
+  const tasks = useLoad(["tasks"], () => api.tasks());
+  const schedules = useLoad(["schedules"], () => api.schedules());
   const [dialog, confirm] = useConfirm();
   const [actionError, setActionError] = useState<string | null>(null);
 
@@ -215,6 +218,12 @@ function TaskItem(props: { task: TaskOut; onCancel: () => void; onResolved: () =
         <span className={`badge ${TONE[task.status] ?? "pending"}`}>{task.status}</span>
         <span className="task-prompt">{task.prompt.length > 160 ? `${task.prompt.slice(0, 159)}…` : task.prompt}</span>
       </div>
+      {task.prompt.length > 160 ? (
+        <details className="task-full-prompt">
+          <summary>Whole prompt</summary>
+          <p className="pre-line">{task.prompt}</p>
+        </details>
+      ) : null}
       <div className="task-meta muted">
         <span>{task.workspaceId}</span>
         <span>{task.model || "default model"}</span>
@@ -233,11 +242,23 @@ function TaskItem(props: { task: TaskOut; onCancel: () => void; onResolved: () =
           {task.lastError}
         </p>
       ) : null}
-      {task.outcome ? <p className="small-text">{task.outcome}</p> : null}
+      {task.outcome ? (
+        <div className="task-result" data-testid="task-result">
+          <span className="tool-label">Result</span>
+          <Suspense fallback={<p className="pre-line">{task.outcome}</p>}>
+            <Markdown text={task.outcome} streaming={false} />
+          </Suspense>
+        </div>
+      ) : null}
       {task.resolution ? <p className="small-text">Resolved: {task.resolution}</p> : null}
       {task.progress.length ? (
+        <p className="small-text task-latest" data-testid="task-latest-progress">
+          <span className="muted">Latest:</span> {task.progress[task.progress.length - 1]?.message}
+        </p>
+      ) : null}
+      {task.progress.length > 1 ? (
         <details>
-          <summary>Progress ({task.progress.length})</summary>
+          <summary>All progress ({task.progress.length} steps)</summary>
           <ol className="progress">
             {task.progress.map((step, index) => (
               <li key={index}>
@@ -321,7 +342,7 @@ function ScheduleItem(props: {
   return (
     <li className="card task" data-testid="schedule-item" data-schedule-id={schedule.id}>
       <div className="task-head">
-        <span className={`badge ${schedule.enabled ? "ok" : "warn"}`}>{schedule.enabled ? "enabled" : "disabled"}</span>
+        <span className={`badge ${schedule.enabled ? "ok" : "warn"}`} data-testid="schedule-state">{schedule.enabled ? "active" : "paused"}</span>
         <strong>{schedule.name}</strong>
         <code>{schedule.cron}</code>
         <span className="muted">({schedule.timezone})</span>
@@ -332,6 +353,11 @@ function ScheduleItem(props: {
         <span>{schedule.source}</span>
         <span>last run {stamp(schedule.lastTick)}</span>
       </div>
+      {!schedule.enabled ? (
+        <p className="muted small-text" data-testid="schedule-paused">
+          Paused: it runs again once enabled.
+        </p>
+      ) : (
       <div className="next-runs" data-testid="next-runs">
         <span className="muted">Next runs (server time):</span>
         {schedule.nextRuns.length ? (
@@ -346,10 +372,11 @@ function ScheduleItem(props: {
           <span className="muted"> none</span>
         )}
       </div>
+      )}
       {user ? (
         <div className="task-actions">
           <button type="button" className="small" onClick={props.onToggle}>
-            {schedule.enabled ? "Disable" : "Enable"}
+            {schedule.enabled ? "Pause" : "Resume"}
           </button>
           <button type="button" className="small" aria-expanded={editing} onClick={() => setEditing((open) => !open)}>
             Edit…

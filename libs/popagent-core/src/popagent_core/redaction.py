@@ -19,7 +19,7 @@ REDACTED = "[redacted]"
 RETIRED_SECRET_TOOLS = frozenset({"storeSecret", "recallSecret", "updateSecret"})
 BROWSER_SECRET_TOOL = "useBrowserSecret"
 # What may be shown of a useBrowserSecret call, before use (arguments) and after (result).
-BROWSER_SECRET_INPUT_KEYS = ("name", "ref")
+BROWSER_SECRET_INPUT_KEYS = ("name", "element", "ref")
 BROWSER_SECRET_OUTPUT_KEYS = ("name", "origin", "success")
 
 Phase = Literal["input", "output", "error"]

@@ -15,6 +15,18 @@ writes a batch when one is full or every `flush_interval_s`. While the store is 
 batch is dropped (counted, with the reason kept for `/api/observability/health`) and the
 writer retries with backoff, so export resumes by itself once the store is back.
 
+Every process's figures reach the health route through the store too: the writer upserts a
+heartbeat row (`popagent_exporters`, one per service and host:pid) with its queue depth,
+exported and dropped counts and its last failed write: every `heartbeat_interval_s` while the
+figures change, every `IDLE_HEARTBEAT_S` while they do not. A process that cannot reach the
+store cannot say so there; its row then ages, and the health route calls it stale, while the
+gateway's own live figures still say why.
+
+An idle process holds no store connection: the pool closes one unused for
+`IDLE_CONNECTION_S`, and the first heartbeat and retention pass of a process that writes nothing
+wait `FIRST_BEAT_S` and `FIRST_RETENTION_S` after start (a PostgreSQL backend per process, kept
+open, was most of what tracing added to the stack's idle memory).
+
 Retention (`popagent_core.settings.Retention`, the POPAGENT_OBSERVABILITY_RETENTION_* settings):
 after a write, at most once per `retention_interval_s`, and at least once a day even without
 writes, the writer removes spans, logs and feedback older than the retention days and the
@@ -31,7 +43,9 @@ import asyncio
 import base64
 import contextlib
 import logging
+import os
 import re
+import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -58,6 +72,13 @@ STORE_MIGRATIONS = Path(__file__).parent / "span_store_migrations"
 STORE_QUERIES_FILE = Path(__file__).parent / "span_store_queries.sql"
 STORE_QUERIES = load_queries(STORE_QUERIES_FILE)
 RETENTION_INTERVAL_S = 60.0
+HEARTBEAT_INTERVAL_S = 5.0
+IDLE_HEARTBEAT_S = 60.0
+# A heartbeat older than this is stale: the process stopped, or cannot reach the store.
+STALE_HEARTBEAT_S = IDLE_HEARTBEAT_S + 2 * HEARTBEAT_INTERVAL_S
+FIRST_BEAT_S = 10.0
+FIRST_RETENTION_S = 60.0
+IDLE_CONNECTION_S = 10.0
 DAILY_S = 24 * 3600.0
 DEFAULT_RETENTION = Retention()
 
@@ -119,10 +140,19 @@ def _timestamp(nanos: int | None) -> datetime:
     return datetime.fromtimestamp((nanos or 0) / 1e9, tz=UTC)
 
 
+# A stored attribute's text is cut here: a SQL span's statement is the whole query (kilobytes for
+# the turn's big reads), stored and read back for every turn otherwise.
+MAX_ATTRIBUTE_CHARS = 1000
+
+
+def _bounded(value: Any) -> Any:
+    return value[:MAX_ATTRIBUTE_CHARS] + "…" if isinstance(value, str) and len(value) > MAX_ATTRIBUTE_CHARS else value
+
+
 def span_row(span: ReadableSpan) -> tuple[Any, ...]:
     context = span.context
     assert context is not None
-    attributes = dict(span.attributes or {})
+    attributes = {key: _bounded(value) for key, value in (span.attributes or {}).items()}
     service = str(span.resource.attributes.get("service.name", "unknown"))
     started, ended = span.start_time or 0, span.end_time or span.start_time or 0
     return (
@@ -152,6 +182,9 @@ class ExportStats:
     exported_logs: int = 0
     dropped_logs: int = 0
     last_error: str = ""
+    # The last failed write, kept after export resumed (for the heartbeat row), and when.
+    last_failure: str = ""
+    last_failure_at: datetime | None = None
     store_reachable: bool = False
     # Which store (the DSN, never shown: it may hold a password); for tests of in-process stacks.
     store_dsn: str = field(default="", repr=False)
@@ -251,6 +284,20 @@ class StoredLogHandler(logging.Handler):
 _RECORD_KEYS = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
 
 
+# Spans turned into rows between two yields to the event loop: a busy second's batch (hundreds of
+# spans at ~20 µs each) must not hold up the turns sharing the loop (a first token waiting on it).
+ROWS_PER_SLICE = 32
+
+
+async def _rows_yielding(batch: list[ReadableSpan]) -> list[tuple[Any, ...]]:
+    rows: list[tuple[Any, ...]] = []
+    for start in range(0, len(batch), ROWS_PER_SLICE):
+        if start:
+            await asyncio.sleep(0)
+        rows += [span_row(span) for span in batch[start : start + ROWS_PER_SLICE]]
+    return rows
+
+
 class SpanStoreWriter:
     """Writes the processor's batches into the store; reconnects and re-migrates after an outage."""
 
@@ -263,8 +310,17 @@ class SpanStoreWriter:
         max_backoff_s: float = 10.0,
         retention: Retention = DEFAULT_RETENTION,
         retention_interval_s: float = RETENTION_INTERVAL_S,
+        service: str = "unknown",
+        heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S,
     ) -> None:
         self.dsn = dsn
+        self.service = service
+        self.instance = f"{socket.gethostname()}:{os.getpid()}"
+        self.started_at = datetime.now(UTC)
+        self.heartbeat_interval_s = heartbeat_interval_s
+        # Monotonic time of the last heartbeat (None: none yet), and the figures it carried.
+        self.beat_at: float | None = None
+        self.beat_figures: tuple[int, ...] = ()
         self.processor = processor
         self.flush_interval_s = flush_interval_s
         self.max_backoff_s = max_backoff_s
@@ -284,6 +340,7 @@ class SpanStoreWriter:
                 ("expire_spans", (days,)),
                 ("expire_logs", (days,)),
                 ("expire_feedback", (days,)),
+                ("expire_exporters", ()),
                 ("cap_spans", (cap,)),
                 ("cap_logs", (cap,)),
             ):
@@ -303,6 +360,60 @@ class SpanStoreWriter:
             self.retained_at = now  # not again at once: the next write or the daily pass retries
             logger.debug("span store retention failed", extra={"error": type(exc).__name__})
 
+    async def heartbeat(self) -> None:
+        """Upsert this process's exporter figures into `popagent_exporters`."""
+        stats = self.processor.stats
+        try:
+            pool = await self._connect()
+            await pool.execute(
+                STORE_QUERIES["heartbeat"],
+                self.service,
+                self.instance,
+                self.started_at,
+                stats.exported,
+                stats.dropped,
+                stats.exported_logs,
+                stats.dropped_logs,
+                len(self.processor.buffer),
+                self.processor.max_queue,
+                stats.last_failure,
+                stats.last_failure_at,
+            )
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+            await self._failed(exc)
+            raise
+        stats.store_reachable = True
+        stats.last_error = ""
+        self.beat_at = asyncio.get_running_loop().time()
+        self.beat_figures = self._figures()
+
+    def _figures(self) -> tuple[int, ...]:
+        stats = self.processor.stats
+        return (stats.exported, stats.dropped, stats.exported_logs, stats.dropped_logs, len(self.processor.buffer))
+
+    async def heartbeat_when_due(self, started_at: float) -> None:
+        """A heartbeat every `heartbeat_interval_s` while the figures change, every `IDLE_HEARTBEAT_S` else;
+        the first once something was exported, or `FIRST_BEAT_S` after `started_at` (loop time)."""
+        now = asyncio.get_running_loop().time()
+        changed = self._figures() != self.beat_figures
+        if self.beat_at is None:
+            due = (changed and self.processor.stats.exported > 0) or now - started_at >= FIRST_BEAT_S
+        else:
+            due = now - self.beat_at >= (self.heartbeat_interval_s if changed else IDLE_HEARTBEAT_S)
+        if due:
+            await self.heartbeat()
+
+    async def _failed(self, exc: BaseException) -> None:
+        """Note a failed write and drop the pool (the next write reconnects, and migrates again)."""
+        stats = self.processor.stats
+        stats.store_reachable = False
+        stats.last_error = stats.last_failure = f"{type(exc).__name__}: {str(exc)[:200]}"
+        stats.last_failure_at = datetime.now(UTC)
+        if self.pool is not None:
+            pool, self.pool = self.pool, None
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(pool.close(), 2)
+
     async def _connect(self) -> asyncpg.Pool:
         if self.pool is None:
             await migrate(self.dsn, STORE_SCHEMA, STORE_MIGRATIONS, kernel=False)
@@ -310,6 +421,7 @@ class SpanStoreWriter:
                 self.dsn,
                 min_size=0,
                 max_size=2,
+                max_inactive_connection_lifetime=IDLE_CONNECTION_S,
                 server_settings={"search_path": STORE_SCHEMA, "application_name": "popagent-span-store"},
             )
         return self.pool
@@ -321,7 +433,7 @@ class SpanStoreWriter:
         stats = self.processor.stats
         if not batch and not logs:
             return 0
-        rows = [span_row(span) for span in batch]
+        rows = await _rows_yielding(batch)
         try:
             pool = await self._connect()
             if rows:
@@ -331,12 +443,7 @@ class SpanStoreWriter:
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
             stats.dropped += len(batch)
             stats.dropped_logs += len(logs)
-            stats.store_reachable = False
-            stats.last_error = f"{type(exc).__name__}: {str(exc)[:200]}"
-            if self.pool is not None:
-                pool, self.pool = self.pool, None
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(pool.close(), 2)
+            await self._failed(exc)
             raise
         stats.exported += len(batch)
         stats.exported_logs += len(logs)
@@ -347,6 +454,10 @@ class SpanStoreWriter:
 
     async def run(self) -> None:
         backoff = 0.5
+        started_at = asyncio.get_running_loop().time()
+        if self.retained_at is None:
+            # The first daily pass a minute after start (a write runs one at once).
+            self.retained_at = started_at - DAILY_S + FIRST_RETENTION_S
         # The writer's own queries make no spans (they would feed the buffer they empty).
         with suppress_instrumentation():
             while True:
@@ -354,6 +465,7 @@ class SpanStoreWriter:
                     await asyncio.wait_for(self.processor.full.wait(), self.flush_interval_s)
                 try:
                     await self.flush()
+                    await self.heartbeat_when_due(started_at)
                     # The daily pass, for a store this process has stopped writing to.
                     await self.retain_when_due(DAILY_S)
                     backoff = 0.5
@@ -405,10 +517,12 @@ async def span_store_export(
         return
     processor = SpanStoreProcessor(max_queue)
     processor.stats.store_dsn = dsn
-    writer = SpanStoreWriter(dsn, processor, flush_interval_s=flush_interval_s, retention=retention)
+    service_name = service or str(provider.resource.attributes.get("service.name", "unknown"))
+    writer = SpanStoreWriter(
+        dsn, processor, flush_interval_s=flush_interval_s, retention=retention, service=service_name
+    )
     provider.add_span_processor(processor)
     _active = processor
-    service_name = service or str(provider.resource.attributes.get("service.name", "unknown"))
     handler = StoredLogHandler(processor, service_name, Redactor(secrets), info_loggers)
     logging.getLogger().addHandler(handler)
     task = asyncio.create_task(writer.run(), name="span-store-writer")

@@ -20,16 +20,18 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import sys
 from collections.abc import Iterator, Mapping
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
+from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, Sampler
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
 TRACER = trace.get_tracer("popagent")
 
@@ -44,16 +46,19 @@ def tracing_enabled(environ: Mapping[str, str] = os.environ) -> bool:
     return environ.get(_DISABLED_VARIABLE, "").strip().lower() not in {"true", "1", "yes"}
 
 
-def instrument_libraries() -> None:
-    """Spans for every asyncpg query and httpx request of the process (idempotent: patches are global)."""
+def instrument_libraries(*, httpx: bool = True) -> None:
+    """Spans for every asyncpg query and (with `httpx`) httpx request of the process (idempotent: the
+    patches are global). The dependency checks are skipped: the versions are pinned together."""
     global _libraries_instrumented
     if _libraries_instrumented:
         return
     from opentelemetry.instrumentation.asyncpg import AsyncPGInstrumentor
-    from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 
-    AsyncPGInstrumentor().instrument()
-    HTTPXClientInstrumentor().instrument()
+    AsyncPGInstrumentor().instrument(skip_dep_check=True)
+    if httpx:
+        from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
+
+        HTTPXClientInstrumentor().instrument(skip_dep_check=True)
     _libraries_instrumented = True
 
 
@@ -85,10 +90,31 @@ class _NoParentlessClientSpans(Sampler):
         return "NoParentlessClientSpans"
 
 
+# asyncpg's transaction statements: they take no time a span would show and are a third of a turn's
+# SQL spans (each one recorded, exported and stored); the statements between them keep theirs.
+TRANSACTION_STATEMENTS = frozenset({"BEGIN;", "COMMIT;", "ROLLBACK;", "BEGIN", "COMMIT", "ROLLBACK"})
+
+
+class _NoTransactionStatements(Sampler):
+    """`ParentBased` for every span, except the transaction statements' client spans, never recorded."""
+
+    def __init__(self, delegate: Sampler) -> None:
+        self.delegate = delegate
+
+    def should_sample(self, parent_context, trace_id, name, kind=None, attributes=None, links=None, trace_state=None):  # type: ignore[no-untyped-def]
+        sampler = ALWAYS_OFF if kind is SpanKind.CLIENT and name in TRANSACTION_STATEMENTS else self.delegate
+        return sampler.should_sample(parent_context, trace_id, name, kind, attributes, links, trace_state)
+
+    def get_description(self) -> str:
+        return "NoTransactionStatements"
+
+
 # A remote parent's "not sampled" flag does not decide either: it is what a client's dropped
 # parentless call sends (a background loop's RPC, an instrumented HTTP client), and the request
 # it makes is work this process does all the same.
-SAMPLER = ParentBased(root=_NoParentlessClientSpans(), remote_parent_not_sampled=_NoParentlessClientSpans())
+SAMPLER = _NoTransactionStatements(
+    ParentBased(root=_NoParentlessClientSpans(), remote_parent_not_sampled=_NoParentlessClientSpans())
+)
 
 
 def build_provider(
@@ -109,12 +135,17 @@ def build_provider(
 
 
 def configure_telemetry(service: str) -> TracerProvider | None:
-    """Install the process's tracer provider and library instrumentation; None when tracing is off."""
+    """Install the process's tracer provider and library instrumentation; None when tracing is off.
+
+    httpx is instrumented only in a process that has loaded it by now (its service's modules are
+    imported before `lifecycle.run` starts): the others make no HTTP call, and the instrumentation
+    (with the second HTTP library it imports) costs ~1.5 MB a process.
+    """
     if not tracing_enabled():
         return None
     provider = build_provider(service)
     trace.set_tracer_provider(provider)
-    instrument_libraries()
+    instrument_libraries(httpx="httpx" in sys.modules)
     return provider
 
 
@@ -123,6 +154,36 @@ def shutdown_telemetry() -> None:
     provider = trace.get_tracer_provider()
     if isinstance(provider, TracerProvider):
         provider.shutdown()
+
+
+@contextlib.contextmanager
+def statements_span(operation: str) -> Iterator[None]:
+    """One client span for a unit of SQL statements (a transaction on a turn's path), none per statement.
+
+    A chat turn stores its prompt and its answer in two transactions of five to eight statements:
+    each statement's span cost more to record, export and store than the statement took. The block
+    runs with library instrumentation suppressed, so it must hold database work only (no RPC: its
+    client span and trace header would be suppressed too). Outside a recorded trace it does nothing.
+    """
+    if not trace.get_current_span().is_recording():
+        yield
+        return
+    with (
+        TRACER.start_as_current_span(
+            f"db.{operation}",
+            kind=SpanKind.CLIENT,
+            attributes={"db.system.name": "postgresql", "db.operation.name": operation},
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span,
+        suppress_instrumentation(),
+    ):
+        try:
+            yield
+        except Exception as error:
+            span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+            span.set_attribute("error.type", type(error).__qualname__)
+            raise
 
 
 def current_trace_id() -> str | None:

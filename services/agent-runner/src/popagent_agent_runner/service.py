@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
-from popagent.browser_bridge.v1 import browser_bridge_pb2_grpc
+from popagent.browser_bridge.v1 import browser_bridge_pb2_grpc, navigator_pb2_grpc
 from popagent.events.v1 import events_pb2
 from popagent.hooks.v1 import hooks_pb2_grpc
 from popagent_agent_runner.lsp.languages import ServerCatalog
@@ -24,6 +24,7 @@ from popagent_agent_runner.state.state_servicer import AgentRunnerStateServicer
 from popagent_agent_runner.state.workspaces import AgentWorkspaceStore
 from popagent_agent_runner.task_turn import TaskServicer, TaskTurns
 from popagent_agent_runner.turn import chat_service
+from popagent_agent_runner.turn.tools.browser import BrowserAccessPoint
 from popagent_agent_runner.turn.tools.web import web_access
 from popagent_agent_runner.workspace.hands import Hands
 from popagent_agent_runner.workspace.sandbox import Sandbox
@@ -116,7 +117,19 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
             )
         )
         chat = await stack.enter_async_context(
-            chat_service(pool, hooks, starts, settings.ninerouter_url, settings.ninerouter_api_key, web, hands)
+            chat_service(
+                pool,
+                hooks,
+                starts,
+                settings.ninerouter_url,
+                settings.ninerouter_api_key,
+                web,
+                hands,
+                BrowserAccessPoint(
+                    browser_bridge_pb2_grpc.BrowserBridgeServiceStub(browser_channel),
+                    navigator_pb2_grpc.BrowserNavigatorServiceStub(browser_channel),
+                ),
+            )
         )
         agent_runner_pb2_grpc.add_AgentRunnerServiceServicer_to_server(chat, kernel.server)
         # Background task attempts run through the same turn runner as chat.

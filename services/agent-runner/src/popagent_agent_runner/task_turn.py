@@ -100,6 +100,7 @@ class TaskTurns:
                 turn_id=request.turn_id or uuid.uuid4().hex,
                 trace_id=request.trace_id or uuid.uuid4().hex,
                 session_start=False,
+                self_update=request.execution_source == "self-update",
             )
             prepared = await self.runner.prepare(turn)
         except (InvalidArgument, NotFound) as exc:

@@ -17,13 +17,19 @@ QUERIES = load_queries(Path(__file__).parent / "queries.sql")
 @dataclass(frozen=True, slots=True)
 class BrowserSettings:
     enabled: bool
+    # browser_run_code_unsafe for interactive agents.
+    allow_code_execution: bool
     updated_at: datetime
 
 
 def _settings(row: asyncpg.Record | None) -> BrowserSettings:
     if row is None:
         raise ConfigurationError("browser settings row is missing")
-    return BrowserSettings(enabled=row["enabled"], updated_at=row["updated_at"])
+    if row["allow_code_execution"] is None:
+        raise ConfigurationError("browser settings allow_code_execution is not seeded")
+    return BrowserSettings(
+        enabled=row["enabled"], allow_code_execution=row["allow_code_execution"], updated_at=row["updated_at"]
+    )
 
 
 class BrowserSettingsRepo:
@@ -34,6 +40,8 @@ class BrowserSettingsRepo:
         with wrap_db_errors():
             return _settings(await self.pool.fetchrow(QUERIES["get_browser_settings"]))
 
-    async def set_enabled(self, enabled: bool) -> BrowserSettings:
+    async def update(self, enabled: bool | None, allow_code_execution: bool | None) -> BrowserSettings:
         with wrap_db_errors():
-            return _settings(await self.pool.fetchrow(QUERIES["update_browser_settings"], enabled))
+            return _settings(
+                await self.pool.fetchrow(QUERIES["update_browser_settings"], enabled, allow_code_execution)
+            )

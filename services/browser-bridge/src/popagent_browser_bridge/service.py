@@ -6,20 +6,60 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from popagent.browser_bridge.v1 import browser_bridge_pb2_grpc
+from popagent.browser_bridge.v1 import browser_bridge_pb2_grpc, navigator_pb2_grpc
+from popagent.secrets.v1 import secrets_pb2_grpc
+from popagent_browser_bridge.bifrost import BifrostClient
+from popagent_browser_bridge.navigator import BrowserGate, Navigator
 from popagent_browser_bridge.repo import BrowserSettingsRepo
-from popagent_browser_bridge.servicer import BrowserBridgeServicer
+from popagent_browser_bridge.scrub import SecretValues
+from popagent_browser_bridge.servicer import BrowserBridgeServicer, BrowserNavigatorServicer
 from popagent_browser_bridge.settings import Settings
+from popagent_core import subjects
+from popagent_core.grpc_client import open_channel
+from popagent_core.lifecycle import background_task
 from popagent_core.service import service_kernel
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
 
 @contextlib.asynccontextmanager
-async def build(settings: Settings) -> AsyncIterator[None]:
-    async with service_kernel("browser-bridge", settings, MIGRATIONS) as kernel:
+async def build(settings: Settings) -> AsyncIterator[Navigator]:
+    async with service_kernel("browser-bridge", settings, MIGRATIONS) as kernel, contextlib.AsyncExitStack() as stack:
+        secrets_channel = await stack.enter_async_context(
+            open_channel(settings.secrets_address, settings.internal_token)
+        )
+        secrets = SecretValues(secrets_pb2_grpc.SecretsServiceStub(secrets_channel))
+
+        # Any committed change of a secret (stored, rotated, bound, deleted): reload before the next result.
+        async def changed(_msg: object) -> None:
+            secrets.changed()
+
+        subscription = await kernel.nats.subscribe(subjects.SECRET_CHANGED, cb=changed)
+        stack.push_async_callback(subscription.unsubscribe)
+        repo = BrowserSettingsRepo(kernel.pool)
+        client = BifrostClient(
+            settings.browser_socket,
+            settings.browser_mcp_url,
+            call_timeout_s=settings.browser_call_timeout_s,
+            connect_wait_s=settings.browser_connect_wait_s,
+        )
+        gate = BrowserGate()
+        gate.apply(await repo.get())
+        navigator = Navigator(client, secrets, gate)
+        client.on_new_session = _forget_tabs(navigator)
+        await stack.enter_async_context(background_task(client.run, name="browser-bridge-bifrost"))
         browser_bridge_pb2_grpc.add_BrowserBridgeServiceServicer_to_server(
-            BrowserBridgeServicer(BrowserSettingsRepo(kernel.pool)), kernel.server
+            BrowserBridgeServicer(repo, navigator), kernel.server
+        )
+        navigator_pb2_grpc.add_BrowserNavigatorServiceServicer_to_server(
+            BrowserNavigatorServicer(navigator), kernel.server
         )
         async with kernel.serving(settings.grpc_address):
-            yield
+            yield navigator
+
+
+def _forget_tabs(navigator: Navigator):  # type: ignore[no-untyped-def]
+    async def forget() -> None:
+        navigator.reset_tabs()
+
+    return forget

@@ -1,40 +1,140 @@
-"""BrowserBridgeService: proto <-> repository only."""
+"""BrowserBridgeService and BrowserNavigatorService: proto <-> repository and navigator only."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import grpc
 
-from popagent.browser_bridge.v1 import browser_bridge_pb2, browser_bridge_pb2_grpc
+from popagent.browser_bridge.v1 import browser_bridge_pb2, browser_bridge_pb2_grpc, navigator_pb2, navigator_pb2_grpc
+from popagent_browser_bridge.navigator import Navigator
 from popagent_browser_bridge.repo import BrowserSettings, BrowserSettingsRepo
+from popagent_core.auth import caller_var
+from popagent_core.errors import InvalidArgument, PermissionDenied
+
+MAX_ARGUMENTS_BYTES = 256 * 1024
+# The tools run in agent-runner's turns; the browser routes are the gateway's.
+TOOL_CALLERS = frozenset({"agent-runner"})
+ROUTE_CALLERS = frozenset({"gateway"})
+
+
+def _require(allowed: frozenset[str], action: str) -> None:
+    caller = caller_var.get()
+    if caller not in allowed:
+        raise PermissionDenied(f"caller {caller or 'unknown'} may not {action}")
 
 
 def _message(settings: BrowserSettings) -> browser_bridge_pb2.BrowserSettings:
-    return browser_bridge_pb2.BrowserSettings(enabled=settings.enabled, updated_at=settings.updated_at.isoformat())
+    return browser_bridge_pb2.BrowserSettings(
+        enabled=settings.enabled,
+        allow_code_execution=settings.allow_code_execution,
+        updated_at=settings.updated_at.isoformat(),
+    )
 
 
 class BrowserBridgeServicer(browser_bridge_pb2_grpc.BrowserBridgeServiceServicer):
-    def __init__(self, settings: BrowserSettingsRepo) -> None:
+    def __init__(self, settings: BrowserSettingsRepo, navigator: Navigator) -> None:
         self.settings = settings
-        # Browser sessions opened through BifrOSt, by chat session id. Filled once the
-        # BifrOSt client lands; CloseSession answers truthfully about what it closed.
-        self.open_sessions: set[str] = set()
+        self.navigator = navigator
 
     async def GetBrowserSettings(
         self, request: browser_bridge_pb2.GetBrowserSettingsRequest, context: grpc.aio.ServicerContext
     ) -> browser_bridge_pb2.BrowserSettings:
-        return _message(await self.settings.get())
+        settings = await self.settings.get()
+        self.navigator.gate.apply(settings)
+        return _message(settings)
 
     async def UpdateBrowserSettings(
         self, request: browser_bridge_pb2.UpdateBrowserSettingsRequest, context: grpc.aio.ServicerContext
     ) -> browser_bridge_pb2.BrowserSettings:
-        # Every tool call reads this row, so a change applies to the very next browser use.
-        if request.HasField("enabled"):
-            return _message(await self.settings.set_enabled(request.enabled))
-        return _message(await self.settings.get())
+        # The gate is what every browser call checks (before and after the call), so a change
+        # applies at once, to calls in flight too.
+        settings = await self.settings.update(
+            request.enabled if request.HasField("enabled") else None,
+            request.allow_code_execution if request.HasField("allow_code_execution") else None,
+        )
+        self.navigator.gate.apply(settings)
+        return _message(settings)
 
     async def CloseSession(
         self, request: browser_bridge_pb2.CloseSessionRequest, context: grpc.aio.ServicerContext
     ) -> browser_bridge_pb2.CloseSessionResponse:
-        closed = request.session_id in self.open_sessions
-        self.open_sessions.discard(request.session_id)
-        return browser_bridge_pb2.CloseSessionResponse(closed=closed)
+        return browser_bridge_pb2.CloseSessionResponse(closed=await self.navigator.close_session(request.session_id))
+
+
+def _arguments(raw: str) -> dict[str, Any]:
+    if len(raw) > MAX_ARGUMENTS_BYTES:
+        raise InvalidArgument(f"arguments must be at most {MAX_ARGUMENTS_BYTES} bytes of JSON")
+    try:
+        value = json.loads(raw or "{}")
+    except ValueError:
+        raise InvalidArgument("arguments must be a JSON object") from None
+    if not isinstance(value, dict):
+        raise InvalidArgument("arguments must be a JSON object")
+    return value
+
+
+class BrowserNavigatorServicer(navigator_pb2_grpc.BrowserNavigatorServiceServicer):
+    def __init__(self, navigator: Navigator) -> None:
+        self.navigator = navigator
+
+    async def Navigate(
+        self, request: navigator_pb2.NavigateRequest, context: grpc.aio.ServicerContext
+    ) -> navigator_pb2.NavigateResponse:
+        _require(TOOL_CALLERS, "run browser operations")
+        outcome = await self.navigator.navigate(
+            request.session_id, request.browser_access, request.operation, _arguments(request.arguments_json)
+        )
+        return navigator_pb2.NavigateResponse(
+            content=[
+                navigator_pb2.ContentPart(kind=p.kind, text=p.text, mime_type=p.mime_type, data=p.data, uri=p.uri)
+                for p in outcome.parts
+            ],
+            is_error=outcome.is_error,
+        )
+
+    async def UseSecret(
+        self, request: navigator_pb2.UseSecretRequest, context: grpc.aio.ServicerContext
+    ) -> navigator_pb2.UseSecretResponse:
+        _require(TOOL_CALLERS, "fill browser secrets")
+        origin, success = await self.navigator.use_secret(
+            request.session_id, request.browser_access, request.resource_id, request.name, request.element
+        )
+        return navigator_pb2.UseSecretResponse(name=request.name, origin=origin, success=success)
+
+    async def GetHealth(
+        self, request: navigator_pb2.GetHealthRequest, context: grpc.aio.ServicerContext
+    ) -> navigator_pb2.BrowserHealth:
+        health = self.navigator.client.health()
+        return navigator_pb2.BrowserHealth(
+            configured=health.configured,
+            reachable=health.reachable,
+            socket_path=health.socket_path,
+            server_name=health.server_name,
+            server_version=health.server_version,
+            tool_count=health.tool_count,
+            last_error=health.last_error,
+            enabled=self.navigator.gate.enabled,
+        )
+
+    def _session(self, session_id: str) -> navigator_pb2.BrowserSession:
+        return navigator_pb2.BrowserSession(session_id=session_id, taken_over=session_id in self.navigator.takeovers)
+
+    async def ListSessions(
+        self, request: navigator_pb2.ListSessionsRequest, context: grpc.aio.ServicerContext
+    ) -> navigator_pb2.ListSessionsResponse:
+        return navigator_pb2.ListSessionsResponse(sessions=[self._session(s) for s in self.navigator.sessions])
+
+    async def Screenshot(
+        self, request: navigator_pb2.ScreenshotRequest, context: grpc.aio.ServicerContext
+    ) -> navigator_pb2.ScreenshotResponse:
+        _require(ROUTE_CALLERS, "take browser screenshots")
+        return navigator_pb2.ScreenshotResponse(png=await self.navigator.screenshot(request.session_id))
+
+    async def SetTakeover(
+        self, request: navigator_pb2.SetTakeoverRequest, context: grpc.aio.ServicerContext
+    ) -> navigator_pb2.SetTakeoverResponse:
+        _require(ROUTE_CALLERS, "take over browser sessions")
+        self.navigator.set_takeover(request.session_id, request.held)
+        return navigator_pb2.SetTakeoverResponse(session=self._session(request.session_id))

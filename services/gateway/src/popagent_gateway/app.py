@@ -21,6 +21,7 @@ from popagent_gateway.observability.store import ObservabilityStore
 from popagent_gateway.openapi_links import install_links
 from popagent_gateway.routes import (
     agents,
+    browser,
     chat,
     health,
     hooks,
@@ -113,6 +114,7 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
         schedules,
         secrets,
         observability,
+        browser,
     ):
         api.include_router(module.router)
     app.include_router(api)

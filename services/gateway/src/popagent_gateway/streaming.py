@@ -87,6 +87,7 @@ def chunks_for(event: agent_runner_pb2.TurnEvent, turn_id: str) -> Iterable[chun
                     "inputTokens": usage.input_tokens,
                     "outputTokens": usage.output_tokens,
                     **({"cachedInputTokens": usage.cached_input_tokens} if usage.cached_input_tokens else {}),
+                    **({"costUsd": usage.cost_usd} if usage.HasField("cost_usd") else {}),
                     **({"estimated": True} if usage.estimated else {}),
                 },
             },

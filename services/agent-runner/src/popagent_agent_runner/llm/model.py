@@ -49,6 +49,7 @@ from pydantic_ai.models import ModelRequestParameters, StreamedResponse, check_a
 from pydantic_ai.profiles import ModelProfile
 from pydantic_ai.settings import ModelSettings
 
+from popagent_agent_runner.llm.prices import ModelPrice, ModelPrices, turn_cost
 from popagent_agent_runner.llm.profile import compatible_model_profile
 from popagent_agent_runner.llm.request import ChatRequestEncoding
 from popagent_agent_runner.llm.response import decode_completion, is_estimated
@@ -117,6 +118,7 @@ class LeanOpenAIModel(ChatRequestEncoding):
         coalesce_window: float = 0.02,
         max_retries: int = 0,
         merge_system_messages_for: Iterable[str] = MERGE_SYSTEM_MESSAGES_FOR,
+        prices: ModelPrices | None = None,
     ) -> None:
         """Create a model.
 
@@ -133,6 +135,7 @@ class LeanOpenAIModel(ChatRequestEncoding):
                 408/409/429/5xx), honouring `Retry-After`; the `max_retries` model setting overrides it.
             merge_system_messages_for: Model ids (after any `provider/` prefix) whose leading string system
                 messages are merged into one.
+            prices: The catalog's prices, for each call's cost; none: calls are not priced.
         """
         self._model_name = model_name
         self._base_url = base_url.rstrip("/") + "/"
@@ -147,6 +150,7 @@ class LeanOpenAIModel(ChatRequestEncoding):
         self._coalesce_window = coalesce_window
         self._max_retries = max_retries
         self._merge_system_messages = model_name.rsplit("/", 1)[-1] in set(merge_system_messages_for)
+        self._prices = prices
         # The provider-level `profile=` is applied in `_provider_model_profile`, so the model-level one stays unset.
         super().__init__(settings=settings, profile=None)
 
@@ -204,7 +208,8 @@ class LeanOpenAIModel(ChatRequestEncoding):
                 span.set_status(Status(StatusCode.ERROR, type(error).__name__))
                 span.set_attribute("error.type", type(error).__name__)
                 raise
-            record_generation(span, response)
+            price = self._prices.price(self._model_name) if self._prices is not None else None
+            record_generation(span, response, price)
             return response
 
     async def _request_unstreamed(
@@ -363,17 +368,24 @@ class LeanOpenAIModel(ChatRequestEncoding):
 generation_attributes: ContextVar[dict[str, str]] = ContextVar("generation_attributes", default={})  # noqa: B039
 
 
-def record_generation(span: Span, response: ModelResponse) -> None:
-    """The response's model, usage and finish reason on its `model.generation` span."""
+def record_generation(span: Span, response: ModelResponse, price: ModelPrice | None = None) -> None:
+    """The response's model, usage, cost and finish reason on its `model.generation` span; the cost
+    (None without a price) also goes to the turn's tally."""
+    usage = response.usage
+    cost = price.cost(usage.input_tokens, usage.output_tokens, usage.cache_read_tokens) if price is not None else None
+    tally = turn_cost.get()
+    if tally is not None:
+        tally.add(cost)
     if not span.is_recording():
         return
-    usage = response.usage
     attributes: dict[str, Any] = {
         "gen_ai.usage.input_tokens": usage.input_tokens,
         "gen_ai.usage.output_tokens": usage.output_tokens,
         "gen_ai.usage.cache_read.input_tokens": usage.cache_read_tokens,
         "popagent.usage.estimated": is_estimated(usage),
     }
+    if cost is not None:
+        attributes["popagent.usage.cost_usd"] = cost
     if response.model_name:
         attributes["gen_ai.response.model"] = response.model_name
     if response.provider_response_id:
@@ -409,6 +421,7 @@ class LeanModels:
         self._max_retries = max_retries
         self._merge_system_messages_for = tuple(merge_system_messages_for)
         self._models: dict[str, LeanOpenAIModel] = {}
+        self.prices = ModelPrices(base_url, self._client, api_key=api_key)
 
     @property
     def base_url(self) -> str:
@@ -421,6 +434,7 @@ class LeanModels:
         (0.3 s where bytecode is not cached), which the first chat after start would wait for.
         """
         LeanOpenAIModel("preload", base_url=self._base_url, http_client=self._client)
+        self.prices.refresh_soon()
 
     def get(self, model_name: str) -> LeanOpenAIModel:
         """The model for `model_name`, the id exactly as the server lists it (`fake/fake-chat`)."""
@@ -435,10 +449,12 @@ class LeanModels:
                 coalesce_window=self._coalesce_window,
                 max_retries=self._max_retries,
                 merge_system_messages_for=self._merge_system_messages_for,
+                prices=self.prices,
             )
         return model
 
     async def aclose(self) -> None:
+        await self.prices.aclose()
         if self._own_client:
             await self._client.aclose()
 

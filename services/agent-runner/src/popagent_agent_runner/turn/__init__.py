@@ -35,6 +35,7 @@ from popagent_agent_runner.turn.memories import MemoryStore
 from popagent_agent_runner.turn.runner import TurnRunner
 from popagent_agent_runner.turn.thread_store import ThreadStore
 from popagent_agent_runner.turn.tools import ToolRegistry
+from popagent_agent_runner.turn.tools.browser import BrowserAccessPoint
 from popagent_agent_runner.turn.tools.web import WebAccess
 from popagent_agent_runner.workspace.hands import Hands
 from popagent_core.db import load_queries
@@ -55,6 +56,7 @@ async def chat_service(
     ninerouter_api_key: str,
     web: WebAccess,
     hands: Hands | None = None,
+    browser: BrowserAccessPoint | None = None,
 ) -> AsyncIterator[ChatServicer]:
     """The `AgentRunnerService` servicer, with the one model connection pool it owns."""
     # The turn's agents run unstreamed for pydantic-ai (`agent_runs`): the model streams every text
@@ -67,6 +69,13 @@ async def chat_service(
         models.preload()
         memories = MemoryStore(pool, QUERIES)
         runner = TurnRunner(
-            ThreadStore(pool, QUERIES), memories, hooks, AgentFactory(models, ToolRegistry()), starts, web, hands
+            ThreadStore(pool, QUERIES),
+            memories,
+            hooks,
+            AgentFactory(models, ToolRegistry()),
+            starts,
+            web,
+            hands,
+            browser,
         )
         yield ChatServicer(runner, memories)

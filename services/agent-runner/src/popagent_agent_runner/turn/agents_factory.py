@@ -18,6 +18,15 @@ from popagent_agent_runner.turn.capability import TurnCapability
 from popagent_agent_runner.turn.delegation import Delegation, DelegationActivity
 from popagent_agent_runner.turn.deps import SUPERVISOR_ID, AgentProfile, StepObserver, TurnContext, TurnDeps
 from popagent_agent_runner.turn.tools import ToolRegistry
+from popagent_agent_runner.turn.tools.browser import BROWSER_TOOLS
+
+
+def _members(turn: TurnContext, profile: AgentProfile) -> list[str]:
+    """The membership this run gets: the browser tools only with browser access and the browser enabled."""
+    browser = turn.browser
+    if profile.browser_access != "none" and browser is not None and browser.enabled:
+        return list(profile.tools)
+    return [name for name in profile.tools if name not in BROWSER_TOOLS]
 
 
 async def final_step_feedback(ctx: RunContext[TurnDeps]) -> str:
@@ -61,7 +70,7 @@ class AgentFactory:
     def supervisor(self, turn: TurnContext) -> Agent[TurnDeps, str]:
         profile = turn.profiles[SUPERVISOR_ID]
         tools = (
-            self.registry.tools_for(profile.tools)
+            self.registry.tools_for(_members(turn, profile))
             + self.registry.workspace_tools(profile.workspace_access)
             + self.delegation.tools(turn)
         )
@@ -76,11 +85,14 @@ class AgentFactory:
             tool_slots=asyncio.Semaphore(turn.snapshot.max_concurrent_tool_calls),
             steps=steps,
             workspace_access=turn.profiles[SUPERVISOR_ID].workspace_access,
+            browser_access=turn.profiles[SUPERVISOR_ID].browser_access,
         )
 
     def specialist(self, turn: TurnContext, profile: AgentProfile) -> Agent[TurnDeps, str]:
         # Only the registry's tools: specialists get no delegation tools.
-        tools = self.registry.tools_for(profile.tools) + self.registry.workspace_tools(profile.workspace_access)
+        tools = self.registry.tools_for(_members(turn, profile)) + self.registry.workspace_tools(
+            profile.workspace_access
+        )
         return self._agent(turn, profile, tools)
 
     def specialist_deps(
@@ -94,4 +106,5 @@ class AgentFactory:
             tool_slots=asyncio.Semaphore(turn.snapshot.max_concurrent_tool_calls),
             steps=activity,
             workspace_access=profile.workspace_access,
+            browser_access=profile.browser_access,
         )

@@ -22,6 +22,7 @@ from popagent_agent_runner.turn.memories import MemoryStore
 from popagent_agent_runner.workspace.hands import TurnHands
 
 if TYPE_CHECKING:
+    from popagent_agent_runner.turn.tools.browser import TurnBrowser
     from popagent_agent_runner.turn.tools.web import WebAccess
 
 SUPERVISOR_ID = "popagent"
@@ -65,6 +66,8 @@ class AgentProfile:
     model: str | None
     # Which workspace tools it gets: none, read-only or read-write (decided here, never by a prompt).
     workspace_access: str = "none"
+    # Which browser operations it may run: none, read-only or interactive (enforced by browser-bridge).
+    browser_access: str = "none"
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> AgentProfile:
@@ -77,6 +80,7 @@ class AgentProfile:
             tools=tuple(row["tools"]),
             model=row["model"],
             workspace_access=row["workspace_access"],
+            browser_access=row.get("browser_access", "none"),
         )
 
 
@@ -110,6 +114,8 @@ class TurnContext:
     specialist_usage: RunUsage = field(default_factory=RunUsage)
     # The turn's repository and the background processes its agents started.
     hands: TurnHands | None = None
+    # The browser as this turn read its settings; None: no browser-bridge.
+    browser: TurnBrowser | None = None
 
     def model_for(self, profile: AgentProfile) -> str:
         return profile.model or self.route
@@ -135,6 +141,7 @@ class TurnDeps:
     # (canonical repository path) as this run last read or wrote it (read before write).
     workspace_access: str = "none"
     file_reads: dict[str, str] = field(default_factory=dict[str, str])
+    browser_access: str = "none"
 
     @property
     def is_supervisor(self) -> bool:

@@ -35,13 +35,21 @@ def dumps(value: Any) -> str:
 
 
 def usage_metadata(
-    input_tokens: int, output_tokens: int, *, estimated: bool = False, cached_input_tokens: int = 0
+    input_tokens: int,
+    output_tokens: int,
+    *,
+    estimated: bool = False,
+    cached_input_tokens: int = 0,
+    cost_usd: float | None = None,
 ) -> dict[str, Any]:
     """The assistant message's `metadata.usage`; `estimated` only when the provider's figures were an estimate,
-    `cachedInputTokens` only when the provider served some input from its cache."""
+    `cachedInputTokens` only when the provider served some input from its cache, `costUsd` only when the
+    catalog priced every model call of the turn."""
     usage: dict[str, Any] = {"inputTokens": input_tokens, "outputTokens": output_tokens}
     if cached_input_tokens:
         usage["cachedInputTokens"] = cached_input_tokens
+    if cost_usd is not None:
+        usage["costUsd"] = cost_usd
     if estimated:
         usage["estimated"] = True
     return usage
@@ -336,17 +344,19 @@ class TurnOutput:
         *,
         estimated: bool = False,
         cached_input_tokens: int = 0,
+        cost_usd: float | None = None,
     ) -> None:
         """The end of the turn; `estimated`: the provider reported only an estimate of some request's usage."""
         self.step_finish()
         self.metadata["usage"] = usage_metadata(
-            input_tokens, output_tokens, estimated=estimated, cached_input_tokens=cached_input_tokens
+            input_tokens, output_tokens, estimated=estimated, cached_input_tokens=cached_input_tokens, cost_usd=cost_usd
         )
         usage = pb.Usage(
             input_tokens=input_tokens,
             output_tokens=output_tokens,
             estimated=estimated,
             cached_input_tokens=cached_input_tokens,
+            cost_usd=cost_usd,
         )
         self.events.put(pb.TurnEvent(finish=pb.TurnFinish(finish_reason=finish_reason, usage=usage)))
 

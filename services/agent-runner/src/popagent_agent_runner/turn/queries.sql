@@ -48,7 +48,7 @@ SELECT s.workspace_id,
            SELECT jsonb_agg(jsonb_build_object(
                'id', a.id, 'display_name', a.display_name, 'description', a.description,
                'instructions', a.instructions, 'delegation_eligible', a.delegation_eligible, 'tools', a.tools,
-               'model', a.model, 'workspace_access', a.workspace_access
+               'model', a.model, 'workspace_access', a.workspace_access, 'browser_access', a.browser_access
            ) ORDER BY a.position)
            FROM popagent_agents a
        )::text AS agents,

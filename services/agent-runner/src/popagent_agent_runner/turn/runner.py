@@ -54,6 +54,7 @@ from pydantic_ai.usage import RunUsage, UsageLimits
 from popagent.events.v1 import events_pb2
 from popagent_agent_runner.failures import TurnFailure
 from popagent_agent_runner.llm.model import classify_model_error, is_estimated, streaming_to
+from popagent_agent_runner.llm.prices import counting_cost, turn_cost
 from popagent_agent_runner.state.sessions import SessionStarts
 from popagent_agent_runner.turn.agent_runs import ToolEvents, agent_run_span, run_agent
 from popagent_agent_runner.turn.agents_factory import AgentFactory
@@ -66,6 +67,7 @@ from popagent_agent_runner.turn.hooks_points import TurnHooks, bounded, denied
 from popagent_agent_runner.turn.memories import RECALL_LIMIT, MemoryStore, bounded_recall, recall_query
 from popagent_agent_runner.turn.model_check import refuse_unlisted_models
 from popagent_agent_runner.turn.thread_store import ThreadStore, TurnState, Version
+from popagent_agent_runner.turn.tools.browser import BrowserAccessPoint
 from popagent_agent_runner.turn.tools.web import WebAccess
 from popagent_agent_runner.turn.ui_message import prompt_text, user_content, with_prompt_text
 from popagent_agent_runner.workspace.hands import Hands
@@ -101,6 +103,8 @@ class TurnInput:
     # The trace the turn's request arrived in (its spans join it), else a fresh id.
     trace_id: str = field(default_factory=lambda: current_trace_id() or uuid.uuid4().hex)
     session_start: bool = True
+    # A trusted self-update task's turn: no browser tools (the spec's fixed self-update policy).
+    self_update: bool = False
 
 
 @dataclass(frozen=True)
@@ -223,7 +227,9 @@ class TurnRunner:
         starts: SessionStarts,
         web: WebAccess,
         hands: Hands | None = None,
+        browser: BrowserAccessPoint | None = None,
     ) -> None:
+        self.browser = browser
         self.threads = threads
         self.web = web
         self.memories = memories
@@ -292,11 +298,13 @@ class TurnRunner:
             )
             if self.hands is not None
             else None,
+            browser=await self.browser.for_turn() if self.browser is not None and not turn.self_update else None,
         )
         goal = prompt_text(turn.message)
         record = _Record()
         try:
-            return await self._turn(prepared, context, record)
+            with counting_cost():
+                return await self._turn(prepared, context, record)
         except asyncio.CancelledError:
             if record.beginning is not None:
                 # The client went away or the service stops: what was streamed stays, marked.
@@ -524,8 +532,14 @@ class TurnRunner:
         usage = run.usage
         usage.incr(context.specialist_usage)
         estimated = is_estimated(usage)
+        tally = turn_cost.get()
+        cost_usd = tally.cost_usd if tally is not None else None
         output.metadata["usage"] = usage_metadata(
-            usage.input_tokens, usage.output_tokens, estimated=estimated, cached_input_tokens=usage.cache_read_tokens
+            usage.input_tokens,
+            usage.output_tokens,
+            estimated=estimated,
+            cached_input_tokens=usage.cache_read_tokens,
+            cost_usd=cost_usd,
         )
         assistant_ui = output.ui_message()  # ends the open text part, so it comes before `text()`
         answer = output.text()
@@ -556,6 +570,7 @@ class TurnRunner:
             usage.output_tokens,
             estimated=estimated,
             cached_input_tokens=usage.cache_read_tokens,
+            cost_usd=cost_usd,
         )
 
     async def _run_supervisor(

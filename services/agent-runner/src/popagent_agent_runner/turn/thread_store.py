@@ -42,6 +42,7 @@ from popagent_core.bus import enqueue_event
 from popagent_core.db import wrap_db_errors
 from popagent_core.errors import ConfigurationError, NotFound
 from popagent_core.redaction import REDACTED, RETIRED_SECRET_TOOLS, redact_tool_payload, redact_ui_message
+from popagent_core.telemetry import statements_span
 
 SPECIALIST_RESOURCE = "popagent-specialist"
 
@@ -209,7 +210,7 @@ class ThreadStore:
         self._drop(session_id)
         user_content = _content(user_ui, _stored([user_request]))
         placeholder_content = _content(placeholder_ui, [])
-        with wrap_db_errors():
+        with wrap_db_errors(), statements_span("begin_turn"):
             async with self.pool.acquire() as conn, conn.transaction():
                 await self._record_in_session(conn, session_id, user_ui, placeholder_ui)
                 await conn.execute(self.q["upsert_thread"], session_id, USER_RESOURCE, None)
@@ -297,7 +298,7 @@ class ThreadStore:
             for run in specialist_runs
         ]
         kept: Version | None = None
-        with wrap_db_errors():
+        with wrap_db_errors(), statements_span("commit_turn"):
             async with self.pool.acquire() as conn, conn.transaction():
                 await self._record_in_session(conn, session_id, user_ui, assistant_ui)
                 await conn.execute(self.q["upsert_thread"], session_id, USER_RESOURCE, None)

@@ -53,6 +53,15 @@ class TokenUsageOut(WireModel):
     input_tokens: int
     output_tokens: int
     cached_input_tokens: int
+    cost_usd: float | None = Field(description="USD, from the catalog's prices; null when no call was priced")
+
+
+class TurnBucketOut(WireModel):
+    started_at: datetime
+    turns: int
+    errors: int
+    latency_p50_ms: float | None
+    latency_p95_ms: float | None
 
 
 class OverviewOut(WireModel):
@@ -67,6 +76,9 @@ class OverviewOut(WireModel):
     first_token_p50_ms: float | None
     first_token_p95_ms: float | None
     tokens: list[TokenUsageOut]
+    bucket_seconds: int
+    # Turns per bucket from `since`, oldest first; buckets without a turn are left out.
+    series: list[TurnBucketOut]
 
 
 class TraceSummaryOut(WireModel):
@@ -136,11 +148,32 @@ class ExporterOut(WireModel):
     last_error: str
 
 
+class ProcessExporterOut(WireModel):
+    """One process's exporter, from the heartbeat its span store writer upserts every few seconds."""
+
+    service: str
+    instance: str = Field(description="host:pid")
+    started_at: datetime
+    seen_at: datetime
+    stale: bool = Field(description="no heartbeat for over 70 s: the process stopped, or cannot reach the store")
+    exported_spans: int
+    dropped_spans: int
+    exported_logs: int
+    dropped_logs: int
+    queue_depth: int
+    queue_limit: int
+    last_error: str = Field(description="the last failed write, kept after export resumed; empty: none")
+    last_error_at: datetime | None
+
+
 class ObservabilityHealthOut(WireModel):
     store_reachable: bool
     store_detail: str
-    # The gateway process's own exporter; each other service counts its own drops.
+    # The gateway process's own exporter, live (it answers even while the store is down).
     exporter: ExporterOut | None = Field(description="null when this process exports to no store (tracing off)")
+    processes: list[ProcessExporterOut] = Field(
+        description="every process's last heartbeat of the last hour; empty while the store is unreachable"
+    )
     covers: str
 
 

@@ -175,8 +175,11 @@ class AutonomySettingsPatch(PatchModel):
 
 class BrowserSettingsOut(WireModel):
     enabled: bool
+    # Whether interactive agents may run browser_run_code_unsafe (arbitrary Playwright code).
+    allow_code_execution: bool
     updated_at: str
 
 
 class BrowserSettingsPatch(PatchModel):
     enabled: bool | SkipJsonSchema[None] = None
+    allow_code_execution: bool | SkipJsonSchema[None] = None

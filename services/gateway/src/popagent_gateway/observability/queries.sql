@@ -4,6 +4,15 @@
 -- name: probe
 SELECT 1 AS ok
 
+-- name: list_exporters
+-- Every process's heartbeat (popagent_core.span_store) seen in the last $1 seconds, with its age.
+SELECT service, instance, started_at, seen_at, exported_spans, dropped_spans, exported_logs, dropped_logs,
+       queue_depth, queue_limit, last_error, last_error_at,
+       extract(epoch FROM now() - seen_at)::float8 AS age_s
+FROM popagent_exporters
+WHERE seen_at >= now() - make_interval(secs => $1)
+ORDER BY service, instance
+
 -- name: overview_turns
 -- A turn is the supervisor's `agent.run` span: the only one that carries `popagent.turn_id`.
 SELECT count(*) AS turns,
@@ -12,6 +21,18 @@ SELECT count(*) AS turns,
        percentile_cont(0.95) WITHIN GROUP (ORDER BY duration_ms) AS p95_ms
 FROM popagent_spans
 WHERE name = 'agent.run' AND attributes ? 'popagent.turn_id' AND started_at >= $1 AND started_at < $2
+
+-- name: overview_series
+-- The same turns per bucket of $3 seconds from $1, for the overview's charts (empty buckets are absent).
+SELECT date_bin(make_interval(secs => $3), started_at, $1) AS bucket,
+       count(*) AS turns,
+       count(*) FILTER (WHERE status = 'error' OR attributes ? 'error.type') AS errors,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY duration_ms) AS p50_ms,
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY duration_ms) AS p95_ms
+FROM popagent_spans
+WHERE name = 'agent.run' AND attributes ? 'popagent.turn_id' AND started_at >= $1 AND started_at < $2
+GROUP BY 1
+ORDER BY 1
 
 -- name: overview_first_token
 -- Time to first token of every model call (the attribute is in seconds).
@@ -30,7 +51,9 @@ SELECT coalesce(attributes ->> 'gen_ai.response.model', attributes ->> 'gen_ai.r
        count(*) AS calls,
        sum(coalesce((attributes ->> 'gen_ai.usage.input_tokens')::bigint, 0)) AS input_tokens,
        sum(coalesce((attributes ->> 'gen_ai.usage.output_tokens')::bigint, 0)) AS output_tokens,
-       sum(coalesce((attributes ->> 'gen_ai.usage.cache_read.input_tokens')::bigint, 0)) AS cached_input_tokens
+       sum(coalesce((attributes ->> 'gen_ai.usage.cache_read.input_tokens')::bigint, 0)) AS cached_input_tokens,
+       -- NULL when no call of the group was priced (the catalog gave no price for its model).
+       sum((attributes ->> 'popagent.usage.cost_usd')::float8) AS cost_usd
 FROM popagent_spans
 WHERE name = 'model.generation' AND started_at >= $1 AND started_at < $2
 GROUP BY 1, 2

@@ -53,6 +53,33 @@ class TokenUsage:
     input_tokens: int
     output_tokens: int
     cached_input_tokens: int
+    cost_usd: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class TurnBucket:
+    started_at: datetime
+    turns: int
+    errors: int
+    p50_ms: float | None
+    p95_ms: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ExporterHeartbeat:
+    service: str
+    instance: str
+    started_at: datetime
+    seen_at: datetime
+    age_s: float
+    exported_spans: int
+    dropped_spans: int
+    exported_logs: int
+    dropped_logs: int
+    queue_depth: int
+    queue_limit: int
+    last_error: str
+    last_error_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +236,29 @@ class ObservabilityStore:
             return False, f"{type(cause).__name__}: {str(cause)[:200]}" if cause else exc.message
         return True, ""
 
+    async def exporters(self, seen_within_s: float) -> list[ExporterHeartbeat]:
+        """The heartbeat rows of the processes that wrote one in the last `seen_within_s`."""
+        async with self._connection() as conn:
+            rows = await conn.fetch(QUERIES["list_exporters"], seen_within_s)
+        return [
+            ExporterHeartbeat(
+                service=row["service"],
+                instance=row["instance"],
+                started_at=row["started_at"],
+                seen_at=row["seen_at"],
+                age_s=row["age_s"],
+                exported_spans=row["exported_spans"],
+                dropped_spans=row["dropped_spans"],
+                exported_logs=row["exported_logs"],
+                dropped_logs=row["dropped_logs"],
+                queue_depth=row["queue_depth"],
+                queue_limit=row["queue_limit"],
+                last_error=row["last_error"],
+                last_error_at=row["last_error_at"],
+            )
+            for row in rows
+        ]
+
     async def turn_figures(self, since: datetime, until: datetime) -> TurnFigures:
         async with self._connection() as conn:
             turns = await conn.fetchrow(QUERIES["overview_turns"], since, until)
@@ -234,6 +284,21 @@ class ObservabilityStore:
                 input_tokens=int(row["input_tokens"]),
                 output_tokens=int(row["output_tokens"]),
                 cached_input_tokens=int(row["cached_input_tokens"]),
+                cost_usd=row["cost_usd"],
+            )
+            for row in rows
+        ]
+
+    async def turn_series(self, since: datetime, until: datetime, bucket_s: float) -> list[TurnBucket]:
+        async with self._connection() as conn:
+            rows = await conn.fetch(QUERIES["overview_series"], since, until, bucket_s)
+        return [
+            TurnBucket(
+                started_at=row["bucket"],
+                turns=row["turns"],
+                errors=row["errors"],
+                p50_ms=row["p50_ms"],
+                p95_ms=row["p95_ms"],
             )
             for row in rows
         ]

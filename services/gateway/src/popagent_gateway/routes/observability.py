@@ -14,8 +14,8 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 
-from popagent_core.errors import InvalidArgument, NotFound
-from popagent_core.span_store import active_stats
+from popagent_core.errors import InvalidArgument, NotFound, Unavailable
+from popagent_core.span_store import HEARTBEAT_INTERVAL_S, IDLE_HEARTBEAT_S, STALE_HEARTBEAT_S, active_stats
 from popagent_gateway.dto.observability import (
     MAX_WINDOW_DAYS,
     TRACE_ID_PATTERN,
@@ -30,12 +30,14 @@ from popagent_gateway.dto.observability import (
     ObservabilityHealthOut,
     OverviewOut,
     OverviewQuery,
+    ProcessExporterOut,
     SpanOut,
     TokenUsageOut,
     TraceListOut,
     TraceListQuery,
     TraceOut,
     TraceSummaryOut,
+    TurnBucketOut,
     WindowQuery,
 )
 from popagent_gateway.observability.feedback_events import FeedbackEvents
@@ -51,6 +53,13 @@ from popagent_gateway.observability.store import (
 router = APIRouter(prefix="/observability", tags=["observability"])
 
 DEFAULT_WINDOW = timedelta(hours=24)
+# The overview's series has about this many buckets, each a whole number of minutes.
+SERIES_BUCKETS = 48
+
+
+def bucket_seconds(since: datetime, until: datetime) -> int:
+    minutes = -(-(until - since).total_seconds() // (SERIES_BUCKETS * 60))
+    return int(max(minutes, 1) * 60)
 
 
 def _store(request: Request) -> ObservabilityStore:
@@ -76,6 +85,8 @@ async def overview(request: Request, query: Annotated[OverviewQuery, Query()]) -
     store = _store(request)
     figures = await store.turn_figures(since, until)
     usage = await store.token_usage(since, until)
+    bucket_s = bucket_seconds(since, until)
+    series = await store.turn_series(since, until, bucket_s)
     return OverviewOut(
         since=since,
         until=until,
@@ -93,8 +104,20 @@ async def overview(request: Request, query: Annotated[OverviewQuery, Query()]) -
                 input_tokens=u.input_tokens,
                 output_tokens=u.output_tokens,
                 cached_input_tokens=u.cached_input_tokens,
+                cost_usd=u.cost_usd,
             )
             for u in usage
+        ],
+        bucket_seconds=bucket_s,
+        series=[
+            TurnBucketOut(
+                started_at=b.started_at,
+                turns=b.turns,
+                errors=b.errors,
+                latency_p50_ms=b.p50_ms,
+                latency_p95_ms=b.p95_ms,
+            )
+            for b in series
         ],
     )
 
@@ -224,14 +247,43 @@ async def list_logs(request: Request, query: Annotated[LogListQuery, Query()]) -
 
 HEALTH_COVERS = (
     "storeReachable: a query from the gateway reaches the store now. exporter: the gateway process's own span"
-    " and log exporter only; every other service drops and counts its own spans while the store is down."
+    " and log exporter, live. processes: each process's exporter as of its last heartbeat, written to the store"
+    f" every {HEARTBEAT_INTERVAL_S:g} s while its figures change and every {IDLE_HEARTBEAT_S:g} s while they do"
+    f" not (none is read while the store is down; stale: none for {STALE_HEARTBEAT_S:g} s)."
 )
+HEARTBEATS_WITHIN_S = 3600.0
 
 
 @router.get("/health", response_model=ObservabilityHealthOut)
 async def observability_health(request: Request) -> ObservabilityHealthOut:
-    """Whether the store answers, and the gateway's exporter figures (queue depth, dropped spans, last error)."""
-    reachable, detail = await _store(request).reachable()
+    """Whether the store answers, the gateway's live exporter figures, and every process's as of its heartbeat."""
+    store = _store(request)
+    reachable, detail = await store.reachable()
+    processes: list[ProcessExporterOut] = []
+    if reachable:
+        try:
+            beats = await store.exporters(HEARTBEATS_WITHIN_S)
+        except Unavailable as exc:
+            reachable, detail = False, exc.message
+        else:
+            processes = [
+                ProcessExporterOut(
+                    service=b.service,
+                    instance=b.instance,
+                    started_at=b.started_at,
+                    seen_at=b.seen_at,
+                    stale=b.age_s > STALE_HEARTBEAT_S,
+                    exported_spans=b.exported_spans,
+                    dropped_spans=b.dropped_spans,
+                    exported_logs=b.exported_logs,
+                    dropped_logs=b.dropped_logs,
+                    queue_depth=b.queue_depth,
+                    queue_limit=b.queue_limit,
+                    last_error=b.last_error,
+                    last_error_at=b.last_error_at,
+                )
+                for b in beats
+            ]
     stats = active_stats()
     exporter = (
         ExporterOut(
@@ -247,7 +299,7 @@ async def observability_health(request: Request) -> ObservabilityHealthOut:
         else None
     )
     return ObservabilityHealthOut(
-        store_reachable=reachable, store_detail=detail, exporter=exporter, covers=HEALTH_COVERS
+        store_reachable=reachable, store_detail=detail, exporter=exporter, processes=processes, covers=HEALTH_COVERS
     )
 
 

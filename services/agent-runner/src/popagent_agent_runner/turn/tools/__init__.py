@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pydantic_ai import Tool
 
 from popagent_agent_runner.turn.deps import TurnDeps
+from popagent_agent_runner.turn.tools.browser import bifrost_navigator, use_browser_secret
 from popagent_agent_runner.turn.tools.fetch import web_fetch
 from popagent_agent_runner.turn.tools.lsp import lsp_inspect
 from popagent_agent_runner.turn.tools.memory import remember
@@ -23,7 +24,15 @@ from popagent_agent_runner.turn.tools.search import web_search
 from popagent_agent_runner.turn.tools.time import get_time
 from popagent_agent_runner.turn.tools.workspace import BY_ACCESS, READ_WRITE_TOOLS
 
-TOOLS: tuple[Tool[TurnDeps], ...] = (get_time.TOOL, remember.TOOL, web_search.TOOL, web_fetch.TOOL, lsp_inspect.TOOL)
+TOOLS: tuple[Tool[TurnDeps], ...] = (
+    get_time.TOOL,
+    remember.TOOL,
+    web_search.TOOL,
+    web_fetch.TOOL,
+    lsp_inspect.TOOL,
+    bifrost_navigator.TOOL,
+    use_browser_secret.TOOL,
+)
 
 
 class ToolRegistry:

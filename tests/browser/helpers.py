@@ -1,0 +1,108 @@
+"""Helpers of the browser tests: the bridge's navigator over gRPC as agent-runner calls it, and
+the canary secret bound to the test site's login origin."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from popagent.browser_bridge.v1 import navigator_pb2, navigator_pb2_grpc
+from popagent_core.grpc_client import open_channel
+from support.browser_peer import LoginSite
+from support.canary import CANARY
+from support.stacks import CHAT_HOOK_PATHS, Stack, StackSpec
+
+# Short: a Unix socket path must fit in 108 bytes.
+BASE = Path(tempfile.mkdtemp(prefix="pa-browser-"))
+SOCKET = BASE / "bifrost.sock"
+HOOK_PATHS = {**CHAT_HOOK_PATHS, "PreToolUse": ("/pre-tool", ["bifrostNavigator", "useBrowserSecret"])}
+BROWSER_STACK = StackSpec(
+    "browser",
+    HOOK_PATHS,
+    frozenset({"secrets", "browser-bridge", "tasks", "gateway"}),
+    bridge_env={"POPAGENT_BROWSER_SOCKET": str(SOCKET), "POPAGENT_BROWSER_CONNECT_WAIT_S": "3"},
+)
+USER_RESOURCE = "popagent-user"
+SECRET_NAME = "site-password"
+
+
+def ref_of(snapshot: str, label: str) -> str:
+    match = re.search(rf'(?:textbox|button) "{label}" \[ref=((?:f\d+)?e\d+)\]', snapshot)
+    assert match, snapshot
+    return match.group(1)
+
+
+class Bridge:
+    """BrowserNavigatorService as agent-runner reaches it (its own internal credential)."""
+
+    def __init__(self, stub: navigator_pb2_grpc.BrowserNavigatorServiceStub, session_id: str) -> None:
+        self.stub = stub
+        self.session_id = session_id
+
+    async def op(self, operation: str, access: str = "interactive", **arguments: Any) -> navigator_pb2.NavigateResponse:
+        return await self.stub.Navigate(
+            navigator_pb2.NavigateRequest(
+                session_id=self.session_id,
+                agent_id="popagent",
+                browser_access=access,
+                operation=operation,
+                arguments_json=json.dumps(arguments),
+            ),
+            timeout=60,
+        )
+
+    async def text(self, operation: str, **arguments: Any) -> str:
+        answer = await self.op(operation, **arguments)
+        return "\n".join(part.text for part in answer.content)
+
+    async def use_secret(self, element: str, name: str = SECRET_NAME) -> navigator_pb2.UseSecretResponse:
+        return await self.stub.UseSecret(
+            navigator_pb2.UseSecretRequest(
+                session_id=self.session_id,
+                agent_id="popagent",
+                browser_access="interactive",
+                resource_id=USER_RESOURCE,
+                name=name,
+                element=element,
+            ),
+            timeout=60,
+        )
+
+
+@contextlib.asynccontextmanager
+async def bridge(stack: Stack, session_id: str, caller: str = "agent-runner") -> AsyncIterator[Bridge]:
+    address = stack.runner_env["POPAGENT_BROWSER_BRIDGE_ADDR"]
+    async with open_channel(address, stack.tokens[caller]) as channel:
+        yield Bridge(navigator_pb2_grpc.BrowserNavigatorServiceStub(channel), session_id)
+
+
+async def bind_canary(stack: Stack, site: LoginSite) -> str:
+    """The canary, stored as the user's `site-password` and bound to the login origin."""
+    origin = site.url("").rstrip("/")
+    async with stack.client() as client:
+        body = {"resourceId": USER_RESOURCE, "name": SECRET_NAME, "value": CANARY}
+        (await client.post("/api/secrets", json=body)).raise_for_status()
+        bound = await client.post(f"/api/secrets/{USER_RESOURCE}/{SECRET_NAME}/origins", json={"origin": origin})
+        assert bound.status_code in (200, 409), bound.text
+    return origin
+
+
+async def everything_stored(stack: Stack) -> bytes:
+    """Every row of every table of the stack's services, as text (the canary must be in none)."""
+    dump = []
+    async with stack.db() as conn:
+        for schema in ("agent_runner", "hooks", "browser_bridge"):
+            tables = await conn.fetch(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = $1", schema
+            )
+            for table in tables:
+                rows = await conn.fetch(f'SELECT t::text AS row FROM "{schema}"."{table["table_name"]}" t')
+                dump.extend(row["row"] for row in rows)
+    return orjson.dumps(dump)

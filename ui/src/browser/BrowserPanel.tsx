@@ -1,0 +1,73 @@
+// The browser beside the chat: the session's current page (a screenshot polled as the screencast)
+// and takeover/release. While the user holds takeover, the agent's browser operations pause.
+import { useEffect, useState } from "react";
+import { browserApi } from "./api";
+import "./browser.css";
+
+const POLL_MS = 1500;
+
+export function BrowserPanel({ sessionId }: { sessionId: string }) {
+  const [hasTab, setHasTab] = useState(false);
+  const [takenOver, setTakenOver] = useState(false);
+  const [image, setImage] = useState("");
+  const [error, setError] = useState("");
+  const [open, setOpen] = useState(true);
+
+  useEffect(() => {
+    let live = true;
+    let url = "";
+    const tick = async () => {
+      try {
+        const listed = await browserApi.sessions();
+        const mine = listed.sessions.find((s) => s.sessionId === sessionId);
+        if (!live) return;
+        setHasTab(Boolean(mine));
+        setTakenOver(Boolean(mine?.takenOver));
+        if (!mine || !open) return;
+        const blob = await browserApi.screenshot(sessionId);
+        if (!live) return;
+        const next = URL.createObjectURL(blob);
+        if (url) URL.revokeObjectURL(url);
+        url = next;
+        setImage(next);
+        setError("");
+      } catch (reason) {
+        if (live) setError(reason instanceof Error ? reason.message : String(reason));
+      }
+    };
+    void tick();
+    const timer = window.setInterval(() => void tick(), POLL_MS);
+    return () => {
+      live = false;
+      window.clearInterval(timer);
+      if (url) URL.revokeObjectURL(url);
+    };
+  }, [sessionId, open]);
+
+  if (!hasTab && !error) return null;
+  const toggle = async () => {
+    try {
+      const answer = takenOver ? await browserApi.release(sessionId) : await browserApi.takeOver(sessionId);
+      setTakenOver(answer.takenOver);
+    } catch (reason) {
+      setError(reason instanceof Error ? reason.message : String(reason));
+    }
+  };
+  return (
+    <aside className="browser-panel" aria-label="Browser" data-testid="browser-panel">
+      <div className="browser-panel-bar">
+        <button type="button" aria-expanded={open} onClick={() => setOpen((o) => !o)}>
+          Browser
+        </button>
+        {hasTab ? (
+          <button type="button" onClick={() => void toggle()} aria-pressed={takenOver}>
+            {takenOver ? "Release to the agent" : "Take over"}
+          </button>
+        ) : null}
+      </div>
+      {takenOver ? <p className="muted">You hold this browser: the agent's browser operations are paused.</p> : null}
+      {error ? <p className="error-text" role="alert">{error}</p> : null}
+      {open && image ? <img className="browser-screen" src={image} alt="The chat session's current browser page" /> : null}
+    </aside>
+  );
+}

@@ -1,0 +1,140 @@
+import { useId, useState, type FormEvent } from "react";
+import { messageOf, useLoad } from "../common/useLoad";
+import { obsApi, type LogOut } from "./api";
+import { isTraceId, traceHref } from "./routes";
+import { DEFAULT_WINDOW, stamp, windowParams, type Window } from "./time";
+import { WindowPicker } from "./WindowPicker";
+
+const PAGE = 50;
+const LEVELS = ["debug", "info", "warning", "error", "critical"];
+const TONE: Record<string, string> = { warning: "warn", error: "bad", critical: "bad", info: "pending", debug: "" };
+
+type Filters = { service: string; level: string; traceId: string };
+
+function Extra(props: { log: LogOut }) {
+  const entries = Object.entries(props.log.attributes);
+  if (!entries.length) return null;
+  return (
+    <span className="obs-log-extra">
+      {entries.map(([key, value]) => (
+        <span key={key}>
+          {key}={typeof value === "string" ? value : JSON.stringify(value)}
+        </span>
+      ))}
+    </span>
+  );
+}
+
+/** Stored logs (warnings and errors, and the info loggers the settings select): by service, level, trace and time. */
+export function Logs(props: { params: URLSearchParams }) {
+  const id = useId();
+  const initial: Filters = {
+    service: props.params.get("service") ?? "",
+    level: props.params.get("level") ?? "",
+    traceId: props.params.get("traceId") ?? "",
+  };
+  const [draft, setDraft] = useState<Filters>(initial);
+  const [filters, setFilters] = useState<Filters>(initial);
+  const [window, setWindow] = useState<Window>(DEFAULT_WINDOW);
+  const [cursors, setCursors] = useState<string[]>([]);
+  const cursor = cursors.length ? cursors[cursors.length - 1] : undefined;
+  const traceId = filters.traceId.trim();
+  const badTrace = traceId !== "" && !isTraceId(traceId);
+  const list = useLoad(
+    ["observability", "logs", filters, window, cursor],
+    () =>
+      badTrace
+        ? Promise.reject(new Error("A trace id is 32 hex digits."))
+        : obsApi.logs({
+            ...windowParams(window),
+            service: filters.service.trim() || undefined,
+            level: filters.level || undefined,
+            traceId: traceId || undefined,
+            cursor,
+            limit: PAGE,
+          }),
+  );
+
+  function apply(event: FormEvent) {
+    event.preventDefault();
+    setCursors([]);
+    setFilters(draft);
+  }
+
+  const logs = list.data?.logs ?? [];
+  const next = list.data?.nextCursor ?? null;
+  return (
+    <div className="stack">
+      <form className="obs-filters" onSubmit={apply} aria-label="Log filters">
+        <div className="obs-field">
+          <label htmlFor={`${id}-service`}>Service</label>
+          <input
+            id={`${id}-service`}
+            value={draft.service}
+            placeholder="e.g. popagent-gateway"
+            onChange={(e) => setDraft({ ...draft, service: e.target.value })}
+          />
+        </div>
+        <div className="obs-field">
+          <label htmlFor={`${id}-level`}>Level</label>
+          <select id={`${id}-level`} value={draft.level} onChange={(e) => setDraft({ ...draft, level: e.target.value })}>
+            <option value="">Any stored</option>
+            {LEVELS.map((level) => (
+              <option key={level} value={level}>
+                {level} or worse
+              </option>
+            ))}
+          </select>
+        </div>
+        <div className="obs-field">
+          <label htmlFor={`${id}-trace`}>Trace</label>
+          <input
+            id={`${id}-trace`}
+            className="mono"
+            value={draft.traceId}
+            placeholder="32 hex digits"
+            onChange={(e) => setDraft({ ...draft, traceId: e.target.value })}
+          />
+        </div>
+        <WindowPicker
+          value={window}
+          onChange={(w) => {
+            setCursors([]);
+            setWindow(w);
+          }}
+        />
+        <button type="submit" className="primary small">
+          Apply
+        </button>
+      </form>
+      {list.error ? <p className="error-text">{messageOf(list.error)}</p> : null}
+      <ol className="obs-logs" aria-label="Logs" aria-busy={list.loading || undefined}>
+        {logs.map((log) => (
+          <li key={log.id} className="obs-log">
+            <span className="obs-log-time">{stamp(log.loggedAt)}</span>
+            <span className={`badge ${TONE[log.level] ?? ""}`}>{log.level}</span>
+            <span className="obs-log-service">{log.service}</span>
+            <span className="obs-log-message">{log.message}</span>
+            <span className="obs-log-logger mono">{log.logger}</span>
+            {log.traceId ? (
+              <a className="obs-log-trace mono" href={traceHref(log.traceId)}>
+                trace {log.traceId.slice(0, 8)}…
+              </a>
+            ) : null}
+            <Extra log={log} />
+          </li>
+        ))}
+        {!list.loading && !list.error && logs.length === 0 ? <li className="muted">No stored log matches.</li> : null}
+      </ol>
+      <div className="obs-pager">
+        <button type="button" className="small" disabled={!cursors.length} onClick={() => setCursors(cursors.slice(0, -1))}>
+          Newer
+        </button>
+        <span className="muted small-text">Page {cursors.length + 1}</span>
+        <button type="button" className="small" disabled={!next} onClick={() => next && setCursors([...cursors, next])}>
+          Older
+        </button>
+      </div>
+    </div>
+  );
+}

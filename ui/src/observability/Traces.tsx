@@ -1,0 +1,147 @@
+import { useId, useState, type FormEvent } from "react";
+import { messageOf, useLoad } from "../common/useLoad";
+import { obsApi } from "./api";
+import { traceHref } from "./routes";
+import { DEFAULT_WINDOW, ms, stamp, windowParams, type Window } from "./time";
+import { WindowPicker } from "./WindowPicker";
+
+const PAGE = 25;
+
+/** Rows a page: `?limit=` of the URL (1–200), else 25. */
+function pageSize(params: URLSearchParams): number {
+  const asked = Number(params.get("limit"));
+  return Number.isInteger(asked) && asked >= 1 && asked <= 200 ? asked : PAGE;
+}
+
+type Filters = { sessionId: string; agentId: string; status: string };
+
+/** The traces list: filters by session, status, agent and time; pages by the API's cursor. */
+export function Traces(props: { params: URLSearchParams }) {
+  const id = useId();
+  const limit = pageSize(props.params);
+  const initial: Filters = {
+    sessionId: props.params.get("sessionId") ?? "",
+    agentId: props.params.get("agentId") ?? "",
+    status: props.params.get("status") ?? "",
+  };
+  const [draft, setDraft] = useState<Filters>(initial);
+  const [filters, setFilters] = useState<Filters>(initial);
+  const [window, setWindow] = useState<Window>(DEFAULT_WINDOW);
+  // Cursors of the pages before the one shown: Previous pops one.
+  const [cursors, setCursors] = useState<string[]>([]);
+  const cursor = cursors.length ? cursors[cursors.length - 1] : undefined;
+  const list = useLoad(
+    ["observability", "traces", filters, window, cursor, limit],
+    () =>
+      obsApi.traces({
+        ...windowParams(window),
+        sessionId: filters.sessionId.trim() || undefined,
+        agentId: filters.agentId.trim() || undefined,
+        status: filters.status || undefined,
+        cursor,
+        limit,
+      }),
+  );
+
+  function apply(event: FormEvent) {
+    event.preventDefault();
+    setCursors([]);
+    setFilters(draft);
+  }
+
+  const traces = list.data?.traces ?? [];
+  const next = list.data?.nextCursor ?? null;
+  return (
+    <div className="stack">
+      <form className="obs-filters" onSubmit={apply} aria-label="Trace filters">
+        <div className="obs-field">
+          <label htmlFor={`${id}-session`}>Session</label>
+          <input
+            id={`${id}-session`}
+            value={draft.sessionId}
+            placeholder="session id"
+            onChange={(e) => setDraft({ ...draft, sessionId: e.target.value })}
+          />
+        </div>
+        <div className="obs-field">
+          <label htmlFor={`${id}-agent`}>Agent</label>
+          <input
+            id={`${id}-agent`}
+            value={draft.agentId}
+            placeholder="e.g. supervisor"
+            onChange={(e) => setDraft({ ...draft, agentId: e.target.value })}
+          />
+        </div>
+        <div className="obs-field">
+          <label htmlFor={`${id}-status`}>Status</label>
+          <select id={`${id}-status`} value={draft.status} onChange={(e) => setDraft({ ...draft, status: e.target.value })}>
+            <option value="">Any</option>
+            <option value="ok">OK</option>
+            <option value="error">Failed</option>
+          </select>
+        </div>
+        <WindowPicker
+          value={window}
+          onChange={(w) => {
+            setCursors([]);
+            setWindow(w);
+          }}
+        />
+        <button type="submit" className="primary small">
+          Apply
+        </button>
+      </form>
+      {list.error ? <p className="error-text">{messageOf(list.error)}</p> : null}
+      <div className="obs-table-wrap">
+        <table className="obs-table" aria-label="Traces" aria-busy={list.loading || undefined}>
+          <thead>
+            <tr>
+              <th>Started</th>
+              <th>Root</th>
+              <th>Status</th>
+              <th className="num">Duration</th>
+              <th className="num">Spans</th>
+              <th>Agents</th>
+              <th>Services</th>
+              <th>Session</th>
+            </tr>
+          </thead>
+          <tbody>
+            {traces.map((t) => (
+              <tr key={t.traceId}>
+                <td>
+                  <a href={traceHref(t.traceId)} title={t.traceId}>
+                    {stamp(t.startedAt)}
+                  </a>
+                </td>
+                <td className="mono">{t.rootName}</td>
+                <td>{t.status === "error" ? <span className="badge bad">failed</span> : <span className="badge ok">ok</span>}</td>
+                <td className="num">{ms(t.durationMs)}</td>
+                <td className="num">{t.spanCount}</td>
+                <td>{t.agents.join(", ") || "—"}</td>
+                <td className="obs-wrap">{t.services.join(", ")}</td>
+                <td className="mono obs-wrap">{t.sessionId ?? "—"}</td>
+              </tr>
+            ))}
+            {!list.loading && traces.length === 0 ? (
+              <tr>
+                <td colSpan={8} className="muted">
+                  No trace matches.
+                </td>
+              </tr>
+            ) : null}
+          </tbody>
+        </table>
+      </div>
+      <div className="obs-pager">
+        <button type="button" className="small" disabled={!cursors.length} onClick={() => setCursors(cursors.slice(0, -1))}>
+          Newer
+        </button>
+        <span className="muted small-text">Page {cursors.length + 1}</span>
+        <button type="button" className="small" disabled={!next} onClick={() => next && setCursors([...cursors, next])}>
+          Older
+        </button>
+      </div>
+    </div>
+  );
+}
