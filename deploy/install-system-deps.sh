@@ -4,6 +4,8 @@ set -euo pipefail
 need=()
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 command -v git >/dev/null 2>&1 || need+=(git)
+# haproxy: the edge proxy of deploy/compose.yaml; the tests check its configuration (haproxy -c).
+command -v haproxy >/dev/null 2>&1 || need+=(haproxy)
 # setpriv --pdeathsig: the launcher's children stop with it, however it dies (embedded.orphan_safe).
 command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
 # Headless Chromium for the browser test of the web UI (driven by playwright-core).

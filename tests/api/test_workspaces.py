@@ -169,3 +169,48 @@ async def test_workspace_session_deletion_removes_active_and_archived_chats_only
     # Now the workspace is unused and can go.
     assert (await client.delete(f"/api/workspaces/{folder}")).status_code == 204
     assert (await client.delete(f"/api/workspaces/{folder}/sessions")).status_code == 404
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "x" * 256,
+        f"ok/{'y' * 256}/deeper",
+        "é" * 128,  # 128 characters, 256 bytes
+        # 1,023 characters, 16 components of 252 bytes each: each fine, the whole over PATH_MAX on disk.
+        "/".join(["\N{GRINNING FACE}" * 63] * 16),
+    ],
+)
+async def test_paths_no_file_system_takes_are_refused_before_they_are_saved(
+    client: httpx.AsyncClient, api_stack: Stack, path: str
+) -> None:
+    """Issue 23, finding 4: a 256-character component answered 500 and was saved anyway."""
+    name = unique("long")
+    response = await client.post("/api/workspaces", json={"name": name, "path": path})
+    assert response.status_code == 400, response.text
+    assert "path" in response.json()["error"]
+    listed = await client.get("/api/workspaces")
+    assert listed.status_code == 200
+    assert name not in {workspace["name"] for workspace in listed.json()["workspaces"]}
+
+
+async def test_the_listing_survives_a_row_no_file_system_call_takes(
+    client: httpx.AsyncClient, api_stack: Stack
+) -> None:
+    """A row saved before paths were checked (or written around the API) is listed as missing,
+    so its id can be found and the row fixed or deleted."""
+    workspace_id = unique("broken")
+    async with api_stack.db() as db:
+        await db.execute(
+            "INSERT INTO popagent_agent_workspaces (id, name, path, description) VALUES ($1, $2, $3, '')",
+            workspace_id,
+            workspace_id,
+            "x" * 300,
+        )
+    listed = await client.get("/api/workspaces")
+    assert listed.status_code == 200, listed.text
+    (broken,) = [workspace for workspace in listed.json()["workspaces"] if workspace["id"] == workspace_id]
+    assert broken["exists"] is False
+    fixed = await client.patch(f"/api/workspaces/{workspace_id}", json={"path": unique("fixed")})
+    assert fixed.status_code == 200, fixed.text
+    assert (await client.delete(f"/api/workspaces/{workspace_id}")).status_code == 204

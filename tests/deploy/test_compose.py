@@ -50,7 +50,8 @@ SCHEMA_FILE = Path(__file__).with_name("compose_spec.json")
 # The stack's services as the kernel lists them (popagent_core.topology): compose must run exactly these.
 POPAGENT_SERVICES = topology.SERVICE_NAMES
 GRPC_SERVICES = tuple(service.name for service in topology.GRPC_SERVICES)
-INFRASTRUCTURE = ("postgres", "observability-postgres", "nats", "searxng")
+INFRASTRUCTURE = ("postgres", "observability-postgres", "nats", "searxng", "proxy")
+HAPROXY_CONFIG = DEPLOY / "haproxy" / "haproxy.cfg"
 SECRET_KEY_VARIABLES = ("POPAGENT_SECRET_KEY", "POPAGENT_SECRET_PREVIOUS_KEYS")
 # Read by the compose CLI itself (project name...), never interpolated into the file.
 COMPOSE_CLI_PREFIX = "COMPOSE_"
@@ -345,13 +346,73 @@ def test_start_order_has_no_cycle(services: dict[str, Any]) -> None:
         visit(name, ())
 
 
-def test_only_the_gateway_publishes_a_port(services: dict[str, Any]) -> None:
+def test_only_the_edge_proxy_publishes_a_port(services: dict[str, Any]) -> None:
     publishing = {name for name, service in services.items() if service.get("ports")}
-    assert publishing == {"gateway"}
+    assert publishing == {"proxy"}
     assert all(service.get("network_mode") is None for service in services.values())
-    (port,) = services["gateway"]["ports"]
-    assert str(port).split(":")[-1] == environment(services["gateway"])["POPAGENT_GATEWAY_PORT"]
+    (published,) = services["proxy"]["ports"]
+    gateway_port = environment(services["gateway"])["POPAGENT_GATEWAY_PORT"]
+    assert [str(port) for port in services["gateway"]["expose"]] == [gateway_port]
     assert environment(services["gateway"])["POPAGENT_GATEWAY_HOST"] == "0.0.0.0"
+    # The proxy listens where it is published and forwards to the gateway's port.
+    config = haproxy_config()
+    assert f"bind :{str(published).split(':')[-1]}" in config["frontend popagent"]
+    assert any(line.startswith(f"server gateway gateway:{gateway_port} ") for line in config["backend gateway"])
+    assert services["proxy"]["depends_on"]["gateway"]["condition"] == "service_healthy"
+
+
+def haproxy_config() -> dict[str, list[str]]:
+    """deploy/haproxy/haproxy.cfg as its sections (`global`, `defaults`, `frontend NAME`...),
+    each a list of its directive lines without comments."""
+    sections: dict[str, list[str]] = {}
+    current: list[str] = []
+    for raw in HAPROXY_CONFIG.read_text().splitlines():
+        line = raw.split("#", 1)[0].rstrip()
+        if not line.strip():
+            continue
+        if not line[0].isspace():
+            current = sections.setdefault(line.strip(), [])
+        else:
+            current.append(" ".join(line.split()))
+    return sections
+
+
+def seconds(value: str) -> float:
+    number, unit = re.fullmatch(r"(\d+)(ms|s|m|h)?", value).groups()  # type: ignore[union-attr]
+    return int(number) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 0.001}[unit]
+
+
+def test_the_edge_proxy_holds_the_gateways_connection_limits(services: dict[str, Any]) -> None:
+    """Issue 23: the proxy in front bounds the request head (however it trickles), idle keep-alive
+    connections and its connection count (503 + Retry-After), no looser than the gateway's own."""
+    from popagent_gateway.settings import Settings as GatewaySettings
+
+    gateway = GatewaySettings.model_fields
+    defaults = {
+        line.split()[1]: line.split()[2] for line in haproxy_config()["defaults"] if line.startswith("timeout ")
+    }
+    assert "option http-buffer-request" in haproxy_config()["defaults"]
+    assert seconds(defaults["http-request"]) <= gateway["header_timeout_s"].default
+    assert seconds(defaults["http-keep-alive"]) <= gateway["idle_timeout_s"].default
+    for name in ("client", "server", "connect", "client-fin"):
+        assert name in defaults, f"timeout {name} unset: HAProxy would wait for ever"
+    frontend = haproxy_config()["frontend popagent"]
+    (maxconn,) = (int(line.split()[1]) for line in frontend if line.startswith("maxconn "))
+    (refusal,) = (line for line in frontend if line.startswith("http-request return status 503 "))
+    assert "hdr retry-after 1" in refusal
+    threshold = int(re.search(r"fe_conn gt (\d+)", refusal).group(1))  # type: ignore[union-attr]
+    assert threshold < maxconn <= gateway["max_connections"].default
+    (body_bound,) = (line for line in frontend if "deny_status 413" in line)
+    assert str(gateway["max_body_bytes"].default) in body_bound
+    assert services["proxy"]["image"].startswith("haproxy:")
+
+
+@pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy (a Debian package) checks its own configuration")
+def test_haproxy_accepts_its_configuration() -> None:
+    result = subprocess.run(
+        ["haproxy", "-c", "-f", str(HAPROXY_CONFIG)], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_grpc_addresses_agree_between_binder_dialers_and_probe(services: dict[str, Any]) -> None:

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from popagent_core.errors import HTTP_STATUS_BY_GRPC_CODE, NotFound, PopagentError
 from popagent_gateway.app import create_app
 from popagent_gateway.deps import require_api_key
-from popagent_gateway.errors import DEPENDENCY_TEXTS, client_message
+from popagent_gateway.errors import DEPENDENCY_TEXTS, EDGE_STATUS_BY_GRPC_CODE, client_message
 from popagent_gateway.settings import Settings
 
 API_KEY = "k" * 32
@@ -128,6 +128,26 @@ def test_errors_map_through_the_one_table() -> None:
 
 def test_status_table_covers_every_grpc_code() -> None:
     assert set(HTTP_STATUS_BY_GRPC_CODE) == set(grpc.StatusCode)
+    assert set(EDGE_STATUS_BY_GRPC_CODE) == set(grpc.StatusCode)
+
+
+def test_a_service_that_stops_calls_under_overload_is_503_with_retry_after_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 23, finding 6: overload answered the undocumented 499 {"error": "CANCELLED"}, unlogged."""
+    app = create_app(make_settings())
+
+    @app.get("/api/overloaded")
+    async def overloaded() -> None:
+        raise grpc.aio.AioRpcError(grpc.StatusCode.CANCELLED, grpc.aio.Metadata(), grpc.aio.Metadata(), "CANCELLED")
+
+    with caplog.at_level("WARNING", logger="popagent_gateway.errors"), TestClient(app) as client:
+        answers = [client.get("/api/overloaded", headers={"x-popagent-key": API_KEY}) for _ in range(50)]
+    assert {answer.status_code for answer in answers} == {503}
+    assert {answer.headers["retry-after"] for answer in answers} == {"5"}
+    assert all("overloaded" in answer.json()["error"] for answer in answers)
+    logged = [record for record in caplog.records if "CANCELLED" in record.getMessage()]
+    assert len(logged) == 1
 
 
 def test_every_status_the_table_can_produce_is_documented_on_every_api_route() -> None:
@@ -135,8 +155,9 @@ def test_every_status_the_table_can_produce_is_documented_on_every_api_route() -
     can answer any status of the kernel's table; 429, 501 and 504 were once reachable and undocumented."""
     from popagent_gateway.openapi import document
 
-    producible = {status for status in HTTP_STATUS_BY_GRPC_CODE.values() if status >= 400}
+    producible = {status for status in EDGE_STATUS_BY_GRPC_CODE.values() if status >= 400}
     assert {429, 501, 504} <= producible
+    assert 499 not in producible
     edge = {401, 413, 422}
     paths = document()["paths"]
     assert isinstance(paths, dict)
@@ -170,7 +191,7 @@ def test_one_function_decides_what_a_client_sees_of_every_status(code: grpc.Stat
     async def raise_rpc() -> None:
         raise grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), detail)
 
-    status = HTTP_STATUS_BY_GRPC_CODE[code]
+    status = EDGE_STATUS_BY_GRPC_CODE[code]
     shown = "internal error" if status == 500 else DEPENDENCY_TEXTS.get(code, detail)
     assert client_message(code, detail) == shown
     if code is grpc.StatusCode.OK:
@@ -221,6 +242,31 @@ def test_the_built_ui_is_public_at_the_root_while_api_routes_keep_the_key(tmp_pa
         assert "<title>popagent</title>" in page.text
         assert client.get("/assets/app.js").status_code == 200
         assert client.get("/api/health").status_code == 401
+
+
+@pytest.mark.parametrize("built", [True, False])
+def test_wrong_methods_on_api_routes_are_405_with_the_routes_methods_not_the_static_mounts(
+    tmp_path: Path, built: bool
+) -> None:
+    """Issue 23, finding 7: with the UI built, its mount answered `DELETE /api/sessions` with
+    404 and `Allow: GET, HEAD`; an unknown /api path is a JSON 404 either way."""
+    if built:
+        (tmp_path / "index.html").write_text("<!doctype html><title>popagent</title>")
+    app = create_app(make_settings(POPAGENT_UI_DIR=str(tmp_path)))
+    key = {"x-popagent-key": API_KEY}
+    with TestClient(app) as client:
+        wrong = client.delete("/api/sessions", headers=key)
+        assert wrong.status_code == 405, wrong.text
+        allow = set(wrong.headers["allow"].replace(" ", "").split(","))
+        # The mount names every method of the path; FastAPI's own router those of its first route.
+        assert allow == {"GET", "POST"} if built else allow <= {"GET", "POST"} and allow
+        assert wrong.json() == {"error": "Method Not Allowed"}
+        put_chat = client.put("/api/chat", headers=key)
+        assert (put_chat.status_code, put_chat.headers["allow"]) == (405, "POST")
+        unknown = client.get("/api/no-such-route", headers=key)
+        assert (unknown.status_code, unknown.json()) == (404, {"error": "Not Found"})
+        if built:
+            assert client.get("/").status_code == 200
 
 
 def test_without_a_built_ui_the_root_is_not_found_and_the_api_still_works(tmp_path: Path) -> None:

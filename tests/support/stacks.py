@@ -46,6 +46,7 @@ from popagent_evolution.service import RunningEvolution
 from popagent_evolution.service import build as build_evolution
 from popagent_evolution.settings import Settings as EvolutionSettings
 from popagent_gateway.app import create_app
+from popagent_gateway.serving import server_config
 from popagent_gateway.settings import Settings as GatewaySettings
 from popagent_hooks.service import build as build_hooks
 from popagent_hooks.settings import Settings as HooksSettings
@@ -105,10 +106,10 @@ async def fresh_database(admin_dsn: str, prefix: str) -> AsyncIterator[str]:
 
 @contextlib.asynccontextmanager
 async def serve_gateway(settings: GatewaySettings) -> AsyncIterator[str]:
-    """The gateway app on uvicorn on a free port; yields its base URL."""
+    """The gateway app served as `python -m popagent_gateway` serves it, on a free port; yields its base URL."""
     port = free_port()
-    config = uvicorn.Config(
-        create_app(settings), host="127.0.0.1", port=port, log_config=None, access_log=False, lifespan="on"
+    config = server_config(
+        create_app(settings), host="127.0.0.1", port=port, limits=settings.edge_limits(), lifespan="on"
     )
     server = uvicorn.Server(config)
     serving = asyncio.create_task(server.serve())

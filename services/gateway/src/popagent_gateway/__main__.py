@@ -1,6 +1,9 @@
-"""`python -m popagent_gateway`: serve the HTTP API with uvicorn until SIGTERM."""
+"""`python -m popagent_gateway`: serve the HTTP API until SIGTERM (uvicorn behind the edge's
+connection limits, popagent_gateway.serving)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import uvicorn
 
@@ -8,6 +11,7 @@ from popagent_core.log import configure_logging
 from popagent_core.settings import load_settings
 from popagent_core.telemetry import configure_telemetry, shutdown_telemetry
 from popagent_gateway.app import create_app
+from popagent_gateway.serving import server_config, usable_connections
 from popagent_gateway.settings import Settings
 
 
@@ -15,16 +19,18 @@ def main() -> None:
     settings = load_settings(Settings, "gateway")
     configure_logging("gateway", settings.log_level)
     configure_telemetry("gateway")
+    limits = settings.edge_limits()
+    limits = dataclasses.replace(limits, max_connections=usable_connections(limits.max_connections))
     try:
-        uvicorn.run(
+        config = server_config(
             create_app(settings, own_process=True),
             host=settings.host,
             port=settings.port,
+            limits=limits,
             loop="uvloop",
-            log_config=None,
-            access_log=False,
             timeout_graceful_shutdown=5,
         )
+        uvicorn.Server(config).run()
     finally:
         shutdown_telemetry()
 

@@ -13,10 +13,12 @@ from popagent_core.grpc_client import open_channel
 from popagent_core.lifecycle import settle_heap
 from popagent_core.span_store import secret_values, span_store_export
 from popagent_gateway.bounded import ApiKeyMiddleware, BoundedBodyMiddleware
-from popagent_gateway.deps import require_api_key
+from popagent_gateway.deps import refuse_unknown_query, require_api_key
 from popagent_gateway.errors import ERROR_RESPONSES, install_error_handlers
+from popagent_gateway.json_bounds import JsonBoundsMiddleware
 from popagent_gateway.observability.feedback_events import FeedbackEvents
 from popagent_gateway.observability.store import ObservabilityStore
+from popagent_gateway.openapi_links import install_links
 from popagent_gateway.routes import (
     agents,
     autonomy,
@@ -90,14 +92,18 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
     app = FastAPI(title="popagent", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings
     install_error_handlers(app)
-    # Added last = outermost: the key is checked before the body is read at all.
+    # Added last = outermost: the key is checked before the body is read at all, the body is
+    # capped while it is read, then checked for JSON no service could store (422 naming the field).
+    app.add_middleware(JsonBoundsMiddleware)
     app.add_middleware(BoundedBodyMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(ApiKeyMiddleware, api_key=settings.api_key)
 
     # Every /api route documents the edge's error answers (401 from the key, 413 from the
     # body cap, 422 from validation, the mapped service statuses), so clients and
     # schemathesis see what the edge really answers.
-    api = APIRouter(prefix="/api", dependencies=[Depends(require_api_key)], responses=ERROR_RESPONSES)
+    api = APIRouter(
+        prefix="/api", dependencies=[Depends(require_api_key), Depends(refuse_unknown_query)], responses=ERROR_RESPONSES
+    )
     for module in (
         health,
         models,
@@ -120,6 +126,7 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
     ):
         api.include_router(module.router)
     app.include_router(api)
+    install_links(app)
     # Last, so /api routes win over the static files.
     mount_ui(app, settings.ui_dir)
     # One server span per request, its trace context passed on to every RPC the route makes. No

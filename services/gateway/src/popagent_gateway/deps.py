@@ -13,7 +13,9 @@ from typing import Annotated, Any, TypeVar
 
 import grpc
 from fastapi import Depends, Request, Security
+from fastapi.exceptions import RequestValidationError
 from fastapi.security import APIKeyHeader
+from pydantic import BaseModel
 
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc, skills_pb2_grpc
 from popagent.browser_bridge.v1 import browser_bridge_pb2_grpc
@@ -48,6 +50,47 @@ async def require_api_key(request: Request, _declared: Annotated[str | None, Sec
     """Every /api route depends on this (a route-inventory test checks it)."""
     if not api_key_matches(request.app.state.settings.api_key, request.headers.get(API_KEY_HEADER, "")):
         raise Unauthenticated(UNAUTHENTICATED_MESSAGE)
+
+
+def _query_names(dependant: Any) -> set[str] | None:
+    """The query parameters a route declares (None: a query model checks its own, refusing extras)."""
+    names: set[str] = set()
+    for param in dependant.query_params:
+        annotation = getattr(param.field_info, "annotation", None)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            return None
+        names.add(param.alias)
+    for sub in dependant.dependencies:
+        inner = _query_names(sub)
+        if inner is None:
+            return None
+        names |= inner
+    return names
+
+
+_QUERY_NAMES: dict[int, set[str] | None] = {}
+
+
+async def refuse_unknown_query(request: Request) -> None:
+    """Every /api route refuses query parameters it does not declare (422 naming the first), as the
+    routes with a query model already did: a misspelt filter must not silently list everything."""
+    if not request.query_params:
+        return
+    route = request.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    if dependant is None:
+        return
+    key = id(route)
+    if key not in _QUERY_NAMES:
+        _QUERY_NAMES[key] = _query_names(dependant)
+    allowed = _QUERY_NAMES[key]
+    if allowed is None:
+        return
+    for name in request.query_params:
+        if name not in allowed:
+            raise RequestValidationError(
+                [{"loc": ("query", name), "msg": "unknown query parameter", "type": "extra_forbidden", "input": name}]
+            )
 
 
 def channel(request: Request, service: str) -> grpc.aio.Channel:

@@ -1,8 +1,11 @@
 """The HTTP edge of the error tree: one handler per error family, one status table.
 
-The statuses come from the kernel's table (`popagent_core.errors.HTTP_STATUS_BY_GRPC_CODE`)
-and so does the OpenAPI document's list of error answers (`ERROR_RESPONSES`): a status the
-table can produce is documented on every /api route, without a second list to keep in step.
+The statuses come from the kernel's table (`popagent_core.errors.HTTP_STATUS_BY_GRPC_CODE`),
+with one change at the edge (`EDGE_STATUS_BY_GRPC_CODE`): CANCELLED, which reaches the gateway
+only when a service stopped the call (overload, a restart; a client that goes away cancels the
+route instead), is 503 with Retry-After rather than the undocumented 499. The OpenAPI
+document's list of error answers (`ERROR_RESPONSES`) comes from the same table: a status it
+can produce is documented on every /api route, without a second list to keep in step.
 """
 
 from __future__ import annotations
@@ -17,10 +20,20 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from popagent_core.errors import ERROR_BY_GRPC_CODE, HTTP_STATUS_BY_GRPC_CODE, PopagentError, http_status_for
+from popagent_core.errors import ERROR_BY_GRPC_CODE, HTTP_STATUS_BY_GRPC_CODE, PopagentError
 from popagent_gateway.dto import ErrorOut
+from popagent_gateway.serving import RateLimitedLog
 
 logger = logging.getLogger(__name__)
+# Overload and outages are logged once a minute per status, however many requests they refuse.
+unavailable_log = RateLimitedLog(logger)
+
+EDGE_STATUS_BY_GRPC_CODE: dict[grpc.StatusCode, int] = {**HTTP_STATUS_BY_GRPC_CODE, grpc.StatusCode.CANCELLED: 503}
+
+
+def edge_status(code: grpc.StatusCode) -> int:
+    return EDGE_STATUS_BY_GRPC_CODE.get(code, 500)
+
 
 INTERNAL_STATUS = 500
 INTERNAL_MESSAGE = "internal error"
@@ -42,7 +55,9 @@ DEPENDENCY_TEXTS: dict[grpc.StatusCode, str] = {
         "A popagent service or its database is unavailable right now (restarting or down). "
         "Retry in a few seconds; /api/health shows which part."
     ),
-    grpc.StatusCode.CANCELLED: "A popagent service stopped this request (it is restarting). Retry in a few seconds.",
+    grpc.StatusCode.CANCELLED: (
+        "A popagent service stopped this request (it is overloaded or restarting). Retry in a few seconds."
+    ),
     grpc.StatusCode.DEADLINE_EXCEEDED: (
         "A popagent service did not answer in time. Retry in a moment; /api/health shows which part is slow."
     ),
@@ -62,7 +77,7 @@ def error_body(message: str, **extra: object) -> dict[str, object]:
 def client_message(code: grpc.StatusCode, detail: str) -> str:
     """The text a client sees for a failure with this status: the owner's reason, except for an
     internal error, whose detail may carry internals (paths, SQL, a stack) and is only logged."""
-    if HTTP_STATUS_BY_GRPC_CODE.get(code, INTERNAL_STATUS) == INTERNAL_STATUS:
+    if EDGE_STATUS_BY_GRPC_CODE.get(code, INTERNAL_STATUS) == INTERNAL_STATUS:
         return INTERNAL_MESSAGE
     if code in DEPENDENCY_TEXTS:
         if detail:
@@ -75,8 +90,7 @@ def _phrase(status: int) -> str:
     try:
         return HTTPStatus(status).phrase
     except ValueError:
-        # 499 (CANCELLED) is nginx's "client closed request", not in the IANA registry.
-        return "Client Closed Request" if status == 499 else f"HTTP {status}"
+        return f"HTTP {status}"
 
 
 def _what(code: grpc.StatusCode) -> str:
@@ -86,7 +100,7 @@ def _what(code: grpc.StatusCode) -> str:
 
 def _error_responses() -> dict[int | str, dict[str, Any]]:
     causes: dict[int, list[str]] = {status: [reason] for status, reason in EDGE_REFUSALS.items()}
-    for code, status in HTTP_STATUS_BY_GRPC_CODE.items():
+    for code, status in EDGE_STATUS_BY_GRPC_CODE.items():
         if status >= 400:
             what = _what(code)
             if what not in causes.setdefault(status, []):
@@ -105,15 +119,23 @@ ERROR_RESPONSES = _error_responses()
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(PopagentError)
     async def popagent_error(request: Request, exc: PopagentError) -> JSONResponse:
-        status = http_status_for(exc)
+        status = edge_status(exc.grpc_code)
+        if status == 503:
+            unavailable_log.warning(exc.grpc_code.name, "answering 503: %s", exc)
         body = error_body(client_message(exc.grpc_code, str(exc)))
         return JSONResponse(body, status_code=status, headers=retry_headers(status))
 
     @app.exception_handler(grpc.aio.AioRpcError)
     async def rpc_error(request: Request, exc: grpc.aio.AioRpcError) -> JSONResponse:
-        status = HTTP_STATUS_BY_GRPC_CODE.get(exc.code(), INTERNAL_STATUS)
+        status = edge_status(exc.code())
         if status >= 500:
-            logger.warning("downstream rpc failed", extra={"code": exc.code().name, "path": request.url.path})
+            unavailable_log.warning(
+                exc.code().name,
+                "downstream rpc failed (%s) on %s: answering %d",
+                exc.code().name,
+                request.url.path,
+                status,
+            )
         body = error_body(client_message(exc.code(), exc.details() or ""))
         return JSONResponse(body, status_code=status, headers=retry_headers(status))
 

@@ -13,6 +13,7 @@ from popagent_core.settings import (
     grpc_address_field,
     split_addresses,
 )
+from popagent_gateway.serving import EdgeLimits
 from popagent_gateway.ui import DEFAULT_UI_DIR
 
 
@@ -29,6 +30,15 @@ class Settings(ProcessSettings):
     observability_database_url: str = Field(validation_alias="OBSERVABILITY_DATABASE_URL")
     ui_dir: Path = Field(default=DEFAULT_UI_DIR, validation_alias="POPAGENT_UI_DIR")
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024, validation_alias="POPAGENT_MAX_BODY_BYTES")
+    # The edge's connection limits (popagent_gateway.serving): a request head must arrive within
+    # HEADER_TIMEOUT_S, a body within BODY_TIMEOUT_S + 1 s per BODY_MIN_RATE bytes, an idle
+    # keep-alive connection is closed after IDLE_TIMEOUT_S, and past MAX_CONNECTIONS a new
+    # connection gets a 503.
+    header_timeout_s: float = Field(default=10.0, gt=0, le=600, validation_alias="POPAGENT_GATEWAY_HEADER_TIMEOUT_S")
+    body_timeout_s: float = Field(default=10.0, gt=0, le=600, validation_alias="POPAGENT_GATEWAY_BODY_TIMEOUT_S")
+    body_min_rate: int = Field(default=500, ge=1, validation_alias="POPAGENT_GATEWAY_BODY_MIN_RATE")
+    idle_timeout_s: float = Field(default=5.0, gt=0, le=3600, validation_alias="POPAGENT_GATEWAY_IDLE_TIMEOUT_S")
+    max_connections: int = Field(default=4096, ge=16, validation_alias="POPAGENT_GATEWAY_MAX_CONNECTIONS")
     # The model gateway (9Router or any OpenAI-compatible server), e.g. http://127.0.0.1:20128/v1.
     # Unset: /api/models answers an empty catalog with a warning and model checks fail open.
     ninerouter_url: str = Field(default="", validation_alias="NINEROUTER_URL")
@@ -85,6 +95,15 @@ class Settings(ProcessSettings):
         if value and len(value) < 16:
             raise ValueError("must be at least 16 characters when set")
         return value
+
+    def edge_limits(self) -> EdgeLimits:
+        return EdgeLimits(
+            header_timeout_s=self.header_timeout_s,
+            body_timeout_s=self.body_timeout_s,
+            body_min_rate=self.body_min_rate,
+            idle_timeout_s=self.idle_timeout_s,
+            max_connections=self.max_connections,
+        )
 
     def service_addresses(self) -> dict[str, str]:
         return {

@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, runtime_checkable
 
 import httpx
 import orjson
@@ -57,6 +57,16 @@ class TurnSink(Protocol):
     def text_delta(self, index: int, delta: str) -> None: ...
 
     def thinking_delta(self, index: int, delta: str) -> None: ...
+
+
+@runtime_checkable
+class PacedSink(Protocol):
+    """A sink that can fall behind its consumer: the model stream waits while it is `backlogged`."""
+
+    @property
+    def backlogged(self) -> bool: ...
+
+    async def drained(self) -> None: ...
 
 
 _TURN_SINK: ContextVar[TurnSink | None] = ContextVar("popagent_turn_sink", default=None)
@@ -205,6 +215,9 @@ class LeanStreamedResponse(StreamedResponse):
                         yield event
             if not done:
                 decoder = self._decoder
+                # Backpressure: while the turn's consumer is behind, the model stream is not read on
+                # (the model server's socket then fills, and it waits too).
+                paced = self._sink if isinstance(self._sink, PacedSink) else None
                 async for raw in self._bytes:
                     for payload in decoder.feed(raw):
                         if payload.startswith(DONE):
@@ -216,6 +229,8 @@ class LeanStreamedResponse(StreamedResponse):
                                 yield event
                     if done:
                         break
+                    if paced is not None and paced.backlogged:
+                        await paced.drained()
                 else:
                     for payload in decoder.close():
                         if payload.startswith(DONE):

@@ -2,7 +2,7 @@
 
 -- name: list_sessions
 -- Chat sessions: a background task's own thread (task_id set) is no chat session.
-SELECT id, title, title_locked, workspace_id, revision, archived_at, created_at, updated_at, message_count
+SELECT id, title, title_locked, workspace_id, revision, archived_at, created_at, updated_at, message_count, double_texting
 FROM popagent_sessions
 WHERE deleting_at IS NULL
   AND task_id IS NULL
@@ -15,10 +15,10 @@ LIMIT $3
 INSERT INTO popagent_sessions (id, title, workspace_id, task_id)
 VALUES ($1, $2, $3, $4)
 ON CONFLICT (id) DO NOTHING
-RETURNING id, title, title_locked, workspace_id, revision, archived_at, created_at, updated_at, message_count
+RETURNING id, title, title_locked, workspace_id, revision, archived_at, created_at, updated_at, message_count, double_texting
 
 -- name: get_session
-SELECT id, title, title_locked, workspace_id, revision, archived_at, created_at, updated_at, message_count,
+SELECT id, title, title_locked, workspace_id, revision, archived_at, created_at, updated_at, message_count, double_texting,
        messages::text AS messages
 FROM popagent_sessions
 WHERE id = $1 AND deleting_at IS NULL
@@ -34,7 +34,7 @@ SET messages = $3::jsonb,
     revision = revision + 1,
     updated_at = now()
 WHERE id = $1 AND revision = $2 AND deleting_at IS NULL
-RETURNING id, title, title_locked, workspace_id, revision, archived_at, created_at, updated_at, message_count
+RETURNING id, title, title_locked, workspace_id, revision, archived_at, created_at, updated_at, message_count, double_texting
 
 -- name: update_session
 -- A rename locks the title so later message saves keep it; archive is display state only.
@@ -46,9 +46,10 @@ SET title = coalesce($2::text, title),
         WHEN $3::boolean THEN coalesce(archived_at, now())
         ELSE NULL
     END,
+    double_texting = coalesce($4::text, double_texting),
     updated_at = now()
 WHERE id = $1 AND deleting_at IS NULL
-RETURNING id, title, title_locked, workspace_id, revision, archived_at, created_at, updated_at, message_count
+RETURNING id, title, title_locked, workspace_id, revision, archived_at, created_at, updated_at, message_count, double_texting
 
 -- name: mark_session_deleting
 -- First step of permanent deletion: from here on the session is invisible everywhere

@@ -54,6 +54,9 @@ def _check_title(title: str) -> str:
     return title
 
 
+DOUBLE_TEXTING_POLICIES = ("reject", "enqueue")
+
+
 @dataclass(frozen=True, slots=True)
 class SessionRecord:
     """A chat session (never a task's own thread: those are not listed)."""
@@ -67,6 +70,8 @@ class SessionRecord:
     created_at: datetime
     updated_at: datetime
     message_count: int
+    # What a turn does while another runs on the session: "reject" (409) or "enqueue".
+    double_texting: str = "reject"
     # The AI SDK UI messages as a JSON array; only reads of one session carry them.
     messages_json: str | None = None
 
@@ -82,6 +87,7 @@ def _session(row: asyncpg.Record) -> SessionRecord:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         message_count=row["message_count"],
+        double_texting=row["double_texting"],
         messages_json=row.get("messages"),
     )
 
@@ -142,13 +148,17 @@ class SessionStore:
         # Either the session does not exist (404) or the revision was stale (conflict).
         return SaveResult(None, await self.get(session_id))
 
-    async def update(self, session_id: str, *, title: str | None, archived: bool | None) -> SessionRecord:
+    async def update(
+        self, session_id: str, *, title: str | None, archived: bool | None, double_texting: str | None = None
+    ) -> SessionRecord:
+        if double_texting is not None and double_texting not in DOUBLE_TEXTING_POLICIES:
+            raise InvalidArgument(f"doubleTexting must be one of {', '.join(DOUBLE_TEXTING_POLICIES)}")
         if title is not None:
             title = _check_title(title.strip())
             if not title:
                 raise InvalidArgument("title must not be empty")
         with wrap_db_errors():
-            row = await self.pool.fetchrow(self.q["update_session"], session_id, title, archived)
+            row = await self.pool.fetchrow(self.q["update_session"], session_id, title, archived, double_texting)
         if row is None:
             raise NotFound(f"session {session_id!r} not found")
         return _session(row)

@@ -42,6 +42,7 @@ def session_message(session: SessionRecord, *, with_messages: bool = False) -> p
         created_at=_time(session.created_at),
         updated_at=_time(session.updated_at),
         message_count=session.message_count,
+        double_texting=session.double_texting,
         messages_json=(session.messages_json or "").encode() if with_messages else b"",
     )
 
@@ -139,7 +140,10 @@ class AgentRunnerStateServicer(agent_runner_pb2_grpc.AgentRunnerStateServiceServ
 
     async def UpdateSession(self, request: pb.UpdateSessionRequest, context: grpc.aio.ServicerContext) -> pb.Session:
         row = await self.sessions.update(
-            request.id, title=_optional(request, "title"), archived=_optional(request, "archived")
+            request.id,
+            title=_optional(request, "title"),
+            archived=_optional(request, "archived"),
+            double_texting=_optional(request, "double_texting"),
         )
         return session_message(row)
 

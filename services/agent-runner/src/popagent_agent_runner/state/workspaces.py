@@ -20,23 +20,29 @@ from popagent_core.errors import Conflict, FailedPrecondition, InvalidArgument, 
 
 DEFAULT_WORKSPACE_ID = "popagent"
 MAX_PATH_CHARS = 1024
+# Linux's NAME_MAX and PATH_MAX, in bytes of the UTF-8 name: past them every file system call
+# on the path fails ("File name too long"), so such a path is refused before it is saved.
+MAX_COMPONENT_BYTES = 255
+MAX_REAL_PATH_BYTES = 4095
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 
 
 def _has_control_characters(value: str) -> bool:
-    return any(unicodedata.category(char) == "Cc" for char in value)
+    # Cc: controls, NUL included; Cs: lone surrogates, which no file name can hold.
+    return any(unicodedata.category(char) in ("Cc", "Cs") for char in value)
 
 
 def normalize_relative_path(raw: str) -> PurePosixPath:
     """The canonical relative form of a repository path, or InvalidArgument.
 
-    Refuses absolute paths, `..` components, backslashes, control characters and the
-    root itself; `.` components and duplicate slashes are dropped.
+    Refuses absolute paths, `..` components, backslashes, control characters, lone
+    surrogates, components over 255 bytes and the root itself; `.` components and duplicate
+    slashes are dropped.
     """
     if not raw or len(raw) > MAX_PATH_CHARS:
         raise InvalidArgument(f"path must be 1 to {MAX_PATH_CHARS} characters")
     if _has_control_characters(raw) or "\\" in raw:
-        raise InvalidArgument("path must not contain control characters or backslashes")
+        raise InvalidArgument("path must not contain control characters, lone surrogates or backslashes")
     path = PurePosixPath(raw)
     if path.is_absolute():
         raise InvalidArgument("path must be relative to the workspace root")
@@ -45,6 +51,8 @@ def normalize_relative_path(raw: str) -> PurePosixPath:
     parts = [part for part in path.parts if part != "."]
     if not parts:
         raise InvalidArgument("path must name a folder inside the workspace root, not the root itself")
+    if any(len(part.encode()) > MAX_COMPONENT_BYTES for part in parts):
+        raise InvalidArgument(f"path components must be at most {MAX_COMPONENT_BYTES} bytes each")
     return PurePosixPath(*parts)
 
 
@@ -56,7 +64,12 @@ def contained_path(root: Path, raw: str) -> tuple[PurePosixPath, Path]:
     """
     relative = normalize_relative_path(raw)
     real_root = Path(os.path.realpath(root))
-    real = Path(os.path.realpath(real_root.joinpath(*relative.parts)))
+    joined = real_root.joinpath(*relative.parts)
+    if len(os.fsencode(joined)) > MAX_REAL_PATH_BYTES:
+        raise InvalidArgument(
+            f"path is too long: under the workspace root it must stay within {MAX_REAL_PATH_BYTES} bytes"
+        )
+    real = Path(os.path.realpath(joined))
     depth = len(real_root.parts)
     if real.parts[:depth] != real_root.parts or len(real.parts) <= depth:
         raise InvalidArgument("path must resolve inside the workspace root")
@@ -93,9 +106,10 @@ class AgentWorkspaceStore:
         try:
             _, real = contained_path(self.root, row["path"])
             exists = real.is_dir()
-        except InvalidArgument:
-            # A root moved after registration can leave a row pointing outside; it is
-            # reported as missing (the file tools, when they land, must refuse it too).
+        except (InvalidArgument, OSError, ValueError):
+            # A root moved after registration can leave a row pointing outside, and a row saved
+            # before paths were checked this strictly may name what no file system call takes
+            # ("File name too long"): it is listed as missing, so it can still be fixed or deleted.
             exists = False
         return WorkspaceRecord(
             id=row["id"],

@@ -4,6 +4,10 @@
 status before anything is streamed (the gateway answers 404/400). The turn then runs as
 its own task while this call hands every batch of queued events to gRPC; when the caller
 goes away gRPC cancels this call, and the turn is cancelled with it.
+
+Double texting: while a chat turn runs on a session, another one sent to it is refused
+(ABORTED, the running turn's id in the `popagent-running-turn-id` trailer; the gateway answers
+409) or, with the session's `double_texting` set to "enqueue", waits for it to end.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 
 import grpc
 
@@ -22,7 +27,7 @@ from popagent_agent_runner.turn.failure_texts import failure_text
 from popagent_agent_runner.turn.memories import Memory, MemoryStore
 from popagent_agent_runner.turn.runner import TurnInput, TurnRunner
 from popagent_agent_runner.turn.ui_message import parse_user_message
-from popagent_core.errors import InvalidArgument
+from popagent_core.errors import Conflict, InvalidArgument
 
 # After the first text, at most one batch of turn events per this interval (see TurnEvents), and the
 # model stream is read no more often. 50 ms is the render throttle the AI SDK suggests for `useChat`
@@ -51,10 +56,24 @@ SHUTDOWN_TEXT = failure_text(TurnFailure.SHUTDOWN)
 INTERRUPT_WRITE_S = 2.0
 
 
+# The trailer naming the running turn when a chat turn is refused by the "reject" policy.
+RUNNING_TURN_TRAILER = "popagent-running-turn-id"
+
+
+@dataclass
+class _SessionTurn:
+    """The chat turn running on a session in this process (a session's turns all run on one worker)."""
+
+    turn_id: str
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
 class ChatServicer(agent_runner_pb2_grpc.AgentRunnerServiceServicer):
     def __init__(self, runner: TurnRunner, memories: MemoryStore) -> None:
         self.runner = runner
         self.memories = memories
+        # Double texting: the turn running on each session; another waits ("enqueue") or is refused ("reject").
+        self._by_session: dict[str, _SessionTurn] = {}
         # Each running turn and its output; the turns a shutdown interrupted.
         self._turns: dict[asyncio.Task[None], TurnOutput] = {}
         self._interrupted: set[asyncio.Task[None]] = set()
@@ -85,6 +104,24 @@ class ChatServicer(agent_runner_pb2_grpc.AgentRunnerServiceServicer):
             workspace_id=request.workspace_id,
             listed_models=frozenset(request.listed_models) if request.check_models else None,
         )
+        while (running := self._by_session.get(turn.session_id)) is not None:
+            if await self.runner.threads.double_texting(turn.session_id) == "reject":
+                context.set_trailing_metadata(((RUNNING_TURN_TRAILER, running.turn_id),))
+                raise Conflict(
+                    f"a turn is already running on session {turn.session_id!r} (turn {running.turn_id}); "
+                    "send again when it ends, or set the session's doubleTexting to 'enqueue'"
+                )
+            await running.done.wait()
+        mine = self._by_session[turn.session_id] = _SessionTurn(turn.turn_id)
+        try:
+            async for batch in self._turn(turn):
+                yield batch
+        finally:
+            if self._by_session.get(turn.session_id) is mine:
+                del self._by_session[turn.session_id]
+            mine.done.set()
+
+    async def _turn(self, turn: TurnInput) -> AsyncIterator[pb.TurnEventBatch]:
         prepared = await self.runner.prepare(turn)
         events = TurnEvents(BATCH_INTERVAL_S)
         output = TurnOutput(events)

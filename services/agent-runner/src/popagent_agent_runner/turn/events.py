@@ -10,6 +10,13 @@ arrive synchronously from the model stream and must never block.
 `TurnEventBatch` (text deltas of one part that wait together become one delta): a fast
 model costs one gRPC message and one SSE chunk per batch instead of one per token, and
 neither the start nor the first token is ever held back to build a batch.
+
+Backpressure (issue 23, finding 2): the queue is bounded in bytes. Past `max_queued_bytes` the
+turn's output is `backlogged` and the model stream waits (`drained()`) until the consumer (the
+gRPC stream, paced by the gateway, paced by its client) takes the queue, so a slow reader holds
+one bounded batch, not the whole answer. A waiting text delta is kept as its pieces and built
+into its protobuf field once, when the batch leaves (appending to a protobuf string copies the
+whole string every time, and the message keeps every copy until it is freed).
 """
 
 from __future__ import annotations
@@ -48,6 +55,10 @@ def usage_metadata(
     return usage
 
 
+# A turn's events waiting for its consumer, in bytes, past which the model stream waits.
+MAX_QUEUED_BYTES = 256 * 1024
+
+
 class TurnEvents:
     """A single-consumer queue of turn events, drained in batches.
 
@@ -59,7 +70,7 @@ class TurnEvents:
     takes what is waiting with it at once, so a turn's structure and its end are never held back.
     """
 
-    def __init__(self, min_interval_s: float = 0.0) -> None:
+    def __init__(self, min_interval_s: float = 0.0, max_queued_bytes: int = MAX_QUEUED_BYTES) -> None:
         self._events: list[pb.TurnEvent] = []
         self._ready = asyncio.Event()
         self._closed = False
@@ -67,15 +78,38 @@ class TurnEvents:
         # Whether an event other than a text delta waits (it leaves without pacing).
         self._urgent = False
         self._pause_waiter: asyncio.Future[None] | None = None
-        # The pending text delta the next delta of the same part is appended to.
+        # The pending text delta the next delta of the same part joins, and its pieces so far.
         self._open_delta: pb.TextDelta | None = None
+        self._open_pieces: list[str] = []
+        self._queued_bytes = 0
+        self._drained = asyncio.Event()
         self.min_interval_s = min_interval_s
+        self.max_queued_bytes = max_queued_bytes
         # What the next batch waits for (the prompt's storing), however it ends.
         self._hold: asyncio.Future[Any] | None = None
 
+    @property
+    def backlogged(self) -> bool:
+        """More than `max_queued_bytes` wait for the consumer: the producer should wait (`drained`)."""
+        return self._queued_bytes > self.max_queued_bytes and not self._closed
+
+    async def drained(self) -> None:
+        """Until the consumer took the queue (or the queue closed)."""
+        while self.backlogged:
+            self._drained.clear()
+            await self._drained.wait()
+
+    def _seal_text(self) -> None:
+        pending = self._open_delta
+        if pending is not None:
+            pending.delta = "".join(self._open_pieces)
+            self._open_delta = None
+            self._open_pieces = []
+
     def put(self, event: pb.TurnEvent) -> None:
-        self._open_delta = None
+        self._seal_text()
         self._events.append(event)
+        self._queued_bytes += event.ByteSize()
         self._urgent = True
         self._ready.set()
         self._end_pause()
@@ -83,13 +117,16 @@ class TurnEvents:
     def put_text(self, part_id: str, delta: str) -> None:
         """A text delta, merged into the one still waiting for the same part (one SSE chunk, not
         one per token); from the batch that carries the first text on, batches are paced."""
+        self._queued_bytes += len(delta)
         pending = self._open_delta
         if pending is not None and pending.part_id == part_id:
-            pending.delta += delta
+            self._open_pieces.append(delta)
             return
-        event = pb.TurnEvent(text_delta=pb.TextDelta(part_id=part_id, delta=delta))
+        self._seal_text()
+        event = pb.TurnEvent(text_delta=pb.TextDelta(part_id=part_id))
         self._events.append(event)
         self._open_delta = event.text_delta
+        self._open_pieces = [delta]
         self._text_queued = True
         self._ready.set()
 
@@ -101,6 +138,7 @@ class TurnEvents:
         """No more events: `batches()` ends once the queue is empty."""
         self._closed = True
         self._ready.set()
+        self._drained.set()
         self._end_pause()
 
     async def _pause(self, loop: asyncio.AbstractEventLoop, seconds: float) -> None:
@@ -133,8 +171,10 @@ class TurnEvents:
                     await self._pause(loop, wait)
             self._ready.clear()
             if self._events:
+                self._seal_text()
                 events, self._events = self._events, []
-                self._open_delta = None
+                self._queued_bytes = 0
+                self._drained.set()
                 self._urgent = False
                 paced = self._text_queued
                 sent_at = loop.time()
@@ -199,6 +239,14 @@ class TurnOutput:
     def forward_interval_s(self) -> float:
         """How often text leaves for the gateway once it flows: the model stream need not be read more often."""
         return self.events.min_interval_s
+
+    @property
+    def backlogged(self) -> bool:
+        """The consumer is behind: the model stream should wait (`drained`) before reading on."""
+        return self.events.backlogged
+
+    async def drained(self) -> None:
+        await self.events.drained()
 
     def text_delta(self, index: int, delta: str) -> None:
         text = self._text

@@ -215,3 +215,7 @@ WHERE id = $1
 -- name: replace_thread_message
 -- The user message stored before the model call, replaced by the request the model was sent.
 UPDATE popagent_thread_messages SET content = $3::jsonb WHERE thread_id = $1 AND id = $2
+
+-- name: session_double_texting
+-- The session's double-texting policy, read only when a turn is already running on it.
+SELECT double_texting FROM popagent_sessions WHERE id = $1 AND deleting_at IS NULL

@@ -22,7 +22,9 @@ runner that dies mid-turn leaves the prompt and the `interrupted` placeholder.
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import contextlib
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -45,8 +47,15 @@ from popagent_core.telemetry import statements_span
 SPECIALIST_RESOURCE = "popagent-specialist"
 
 
-# Threads whose parsed history this process keeps (the sessions it served last).
+# Threads whose parsed history this process keeps (the sessions it served last), bounded in count
+# and in the size of their stored JSON (a rough measure of the parsed copies; issue 23, finding 2).
 HISTORY_CACHE_SIZE = 256
+HISTORY_CACHE_BYTES = 64 * 1024 * 1024
+# Answers with more text than this are stored HEAVY_COMMITS at a time (commit_turn).
+HEAVY_COMMIT_CHARS = 256 * 1024
+HEAVY_COMMITS = 1
+# A history larger than this share of the byte bound is not cached at all.
+HISTORY_CACHE_ENTRY_BYTES = HISTORY_CACHE_BYTES // 8
 
 Version = tuple[int, int]
 """A thread's (message count, last seq): any insert or delete changes it."""
@@ -65,6 +74,8 @@ class TurnState:
     # The thread's version when it was read; whether the newest message is already in it.
     version: Version = (0, 0)
     retried: bool = False
+    # The stored size of `history` (its JSON), which the history cache is bounded by.
+    history_bytes: int = 0
 
 
 def _stored(messages: Sequence[ModelMessage]) -> list[ModelMessage]:
@@ -98,7 +109,9 @@ class ThreadStore:
         # Parsed history by thread, with the version it is of. A session's next turn usually
         # runs here, and history is the largest thing a turn reads: with a current copy the
         # prelude skips building, sending and parsing it. Any other writer changes the version.
-        self._history: collections.OrderedDict[str, tuple[Version, list[ModelMessage]]] = collections.OrderedDict()
+        self._history: collections.OrderedDict[str, tuple[Version, list[ModelMessage], int]] = collections.OrderedDict()
+        self._history_bytes = 0
+        self._heavy_commits = asyncio.Semaphore(HEAVY_COMMITS)
 
     async def prelude(self, session_id: str, message_id: str, prompt: str, recall_limit: int) -> TurnState:
         """The session's turn state; NotFound when there is no such (live) session."""
@@ -107,19 +120,24 @@ class ThreadStore:
         with wrap_db_errors():
             row = await self.pool.fetchrow(self.q["turn_prelude"], session_id, message_id, prompt, recall_limit, *known)
         if row is None:
-            self._history.pop(session_id, None)
+            self._drop(session_id)
             raise NotFound(f"session {session_id!r} not found")
         if row["runtime"] is None:
             raise ConfigurationError("agent-runtime settings row is missing")
         version: Version = (row["messages"], row["last_seq"])
         if row["history"] is None:
+            # The copy read before the query is current; another turn on this session may have
+            # dropped it from the cache meanwhile (begin_turn, commit_turn), so it is not looked up again.
             assert cached is not None
-            self._history.move_to_end(session_id)
+            if session_id in self._history:
+                self._history.move_to_end(session_id)
             history = list(cached[1])
+            history_bytes = cached[2]
         else:
             history = ModelMessagesTypeAdapter.validate_json(row["history"])
+            history_bytes = len(row["history"])
             if not row["retried"]:
-                self._keep(session_id, version, history)
+                self._keep(session_id, version, history, history_bytes)
         agents = orjson.loads(row["agents"] or "[]")
         return TurnState(
             workspace_id=row["workspace_id"],
@@ -130,13 +148,35 @@ class ThreadStore:
             recalled=orjson.loads(row["recalled"]),
             version=version,
             retried=row["retried"],
+            history_bytes=history_bytes,
         )
 
-    def _keep(self, thread_id: str, version: Version, history: list[ModelMessage]) -> None:
-        self._history[thread_id] = (version, list(history))
-        self._history.move_to_end(thread_id)
-        while len(self._history) > HISTORY_CACHE_SIZE:
-            self._history.popitem(last=False)
+    async def double_texting(self, session_id: str) -> str:
+        """The session's double-texting policy ("reject" or "enqueue"); NotFound when there is no such session."""
+        with wrap_db_errors():
+            policy = await self.pool.fetchval(self.q["session_double_texting"], session_id)
+        if policy is None:
+            raise NotFound(f"session {session_id!r} not found")
+        return policy
+
+    def _keep(self, thread_id: str, version: Version, history: list[ModelMessage], size: int) -> None:
+        self._drop(thread_id)
+        if size > HISTORY_CACHE_ENTRY_BYTES:
+            return
+        self._history[thread_id] = (version, list(history), size)
+        self._history_bytes += size
+        while len(self._history) > HISTORY_CACHE_SIZE or self._history_bytes > HISTORY_CACHE_BYTES:
+            _, (_, _, evicted) = self._history.popitem(last=False)
+            self._history_bytes -= evicted
+
+    def _drop(self, thread_id: str) -> None:
+        entry = self._history.pop(thread_id, None)
+        if entry is not None:
+            self._history_bytes -= entry[2]
+
+    @property
+    def cached_history_bytes(self) -> int:
+        return self._history_bytes
 
     async def _record_in_session(
         self, conn: asyncpg.Connection | PoolConnectionProxy, session_id: str, *messages: dict[str, Any]
@@ -167,7 +207,7 @@ class ThreadStore:
         placeholder_ui: dict[str, Any],
     ) -> Version:
         """Store the prompt before the model is called, with a placeholder answer; the thread's version after it."""
-        self._history.pop(session_id, None)
+        self._drop(session_id)
         user_content = _content(user_ui, _stored([user_request]))
         placeholder_content = _content(placeholder_ui, [])
         with wrap_db_errors(), statements_span("begin_turn"):
@@ -215,8 +255,37 @@ class ThreadStore:
         `base` is the state the turn started from, `begun` the thread's version after
         `begin_turn`; `messages` are its new model messages, the first being the user's
         request. Raises NotFound when the session was deleted meanwhile.
+
+        A heavy answer (over HEAVY_COMMIT_CHARS of text) is stored at most HEAVY_COMMITS at a time:
+        serializing and sending it costs several copies of it, which ten concurrent 2 MB answers
+        would otherwise all hold at once (issue 23, finding 2).
         """
-        self._history.pop(session_id, None)
+        heavy = sum(len(part.get("text", "")) for part in assistant_ui.get("parts", ())) > HEAVY_COMMIT_CHARS
+        async with self._heavy_commits if heavy else contextlib.nullcontext():
+            await self._commit_turn(
+                session_id=session_id,
+                base=base,
+                begun=begun,
+                user_ui=user_ui,
+                assistant_ui=assistant_ui,
+                messages=messages,
+                specialist_runs=specialist_runs,
+                outcome=outcome,
+            )
+
+    async def _commit_turn(
+        self,
+        *,
+        session_id: str,
+        base: TurnState,
+        begun: Version | None,
+        user_ui: dict[str, Any],
+        assistant_ui: dict[str, Any],
+        messages: Sequence[ModelMessage],
+        specialist_runs: Sequence[SpecialistRun],
+        outcome: events_pb2.TurnCompleted | None,
+    ) -> None:
+        self._drop(session_id)
         first, rest = (
             (messages[0], messages[1:]) if messages and isinstance(messages[0], ModelRequest) else (None, messages)
         )
@@ -266,7 +335,8 @@ class ThreadStore:
                 if outcome is not None:
                     await enqueue_event(conn, subjects.TURN_COMPLETED, outcome.SerializeToString())
         if kept is not None:
-            self._keep(session_id, kept, [*base.history, *stored_user, *stored_answer])
+            size = base.history_bytes + len(user_content) + len(assistant_content)
+            self._keep(session_id, kept, [*base.history, *stored_user, *stored_answer], size)
 
     async def publish_outcome(self, outcome: events_pb2.TurnCompleted) -> None:
         """The outcome of a turn that stored nothing (a failure, a refusal)."""

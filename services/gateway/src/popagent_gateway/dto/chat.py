@@ -8,6 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 from pydantic_ai.ui.vercel_ai.request_types import UIMessage
 
+from popagent_gateway.dto import WireModel
+
 MAX_PARTS = 64
 
 
@@ -29,3 +31,10 @@ class ChatTurnCreate(BaseModel):
     model: str | None = Field(default=None, min_length=1, max_length=200)
     workspace_id: str | None = Field(default=None, min_length=1, max_length=128)
     message: UserMessage
+
+
+class RunningTurnOut(WireModel):
+    """409 of POST /api/chat: the session's doubleTexting is 'reject' and a turn is running on it."""
+
+    error: str
+    running_turn_id: str

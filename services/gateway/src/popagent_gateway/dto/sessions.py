@@ -15,6 +15,10 @@ MAX_PARTS = 500
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 WORKSPACE_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
 
+# What a chat turn does while another runs on the same session: refused with 409 and the
+# running turn's id (the default), or queued behind it.
+DoubleTexting = Literal["reject", "enqueue"]
+
 SessionIdField = Annotated[str, Field(pattern=ID_PATTERN, min_length=1, max_length=128)]
 
 
@@ -52,6 +56,7 @@ class SessionSummary(WireModel):
     created_at: str
     updated_at: str
     message_count: int
+    double_texting: DoubleTexting
 
 
 class SessionOut(SessionSummary):
@@ -97,6 +102,10 @@ class SessionSave(WireInput):
 class SessionPatch(PatchModel):
     title: Annotated[str, Field(min_length=1, max_length=MAX_TITLE_CHARS)] | SkipJsonSchema[None] = None
     archived: bool | SkipJsonSchema[None] = None
+    double_texting: DoubleTexting | SkipJsonSchema[None] = Field(
+        default=None,
+        description="a chat turn sent while one runs: 'reject' (409 with runningTurnId) or 'enqueue' (waits for it)",
+    )
 
 
 class DeletedOut(WireModel):
@@ -116,4 +125,5 @@ def summary_dict(session: Any) -> dict[str, Any]:
         "createdAt": session.created_at,
         "updatedAt": session.updated_at,
         "messageCount": session.message_count,
+        "doubleTexting": session.double_texting or "reject",
     }

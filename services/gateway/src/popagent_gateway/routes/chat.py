@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import grpc
 import orjson
 from fastapi import APIRouter, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from popagent.agent_runner.v1 import agent_runner_pb2
 from popagent_core.errors import InvalidArgument
 from popagent_core.redaction import redact_ui_message
 from popagent_gateway.configured_models import check_turn_models
 from popagent_gateway.deps import AgentRunnerStateStub, ModelCatalogDep, runner_for_session
-from popagent_gateway.dto.chat import MAX_PARTS, ChatTurnCreate, UserMessage
+from popagent_gateway.dto.chat import MAX_PARTS, ChatTurnCreate, RunningTurnOut, UserMessage
 from popagent_gateway.streaming import UI_STREAM_HEADERS, sse_body
 from popagent_gateway.wire import WARNING_HEADER
 
 router = APIRouter()
+
+# agent-runner's trailer naming the running turn when double texting is refused (turn/chat_servicer.py).
+RUNNING_TURN_TRAILER = "popagent-running-turn-id"
 
 
 def redacted_message(message: UserMessage) -> bytes:
@@ -24,10 +28,25 @@ def redacted_message(message: UserMessage) -> bytes:
     return orjson.dumps(redact_ui_message(message.model_dump(mode="json", by_alias=True, exclude_none=True)))
 
 
-@router.post("/chat", response_class=StreamingResponse)
+@router.post(
+    "/chat",
+    response_class=StreamingResponse,
+    response_model=None,
+    responses={
+        200: {
+            "description": "The turn as the AI SDK UI message stream v1 over SSE (`data: <chunk JSON>` events, "
+            "ending with `data: [DONE]`)",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "headers": {
+                "x-vercel-ai-ui-message-stream": {"schema": {"type": "string", "enum": ["v1"]}},
+            },
+        },
+        409: {"model": RunningTurnOut, "description": "Conflict: a turn is already running on this session"},
+    },
+)
 async def chat(
     body: ChatTurnCreate, request: Request, catalog: ModelCatalogDep, state: AgentRunnerStateStub
-) -> StreamingResponse:
+) -> StreamingResponse | JSONResponse:
     """Run one chat turn and stream it (AI SDK UI message stream v1 over SSE)."""
     if not body.message.parts or len(body.message.parts) > MAX_PARTS:
         raise InvalidArgument(f"message must have 1 to {MAX_PARTS} parts")
@@ -51,6 +70,13 @@ async def chat(
     batches = aiter(call)
     try:
         first = await anext(batches, agent_runner_pb2.TurnEventBatch())
+    except grpc.aio.AioRpcError as exc:
+        call.cancel()
+        running = dict(exc.trailing_metadata() or ()).get(RUNNING_TURN_TRAILER)
+        if exc.code() is grpc.StatusCode.ABORTED and running:
+            # Double texting refused: a turn is running on this session.
+            return JSONResponse({"error": exc.details(), "runningTurnId": running}, status_code=409)
+        raise
     except BaseException:
         call.cancel()
         raise

@@ -104,12 +104,15 @@ async def save_session(session_id: SessionId, body: SessionSave, runner: AgentRu
 
 @router.patch("/sessions/{session_id}", response_model=SessionSummary)
 async def update_session(session_id: SessionId, body: SessionPatch, runner: AgentRunnerStateStub) -> Response:
-    """Rename (the title then survives later saves) or archive/restore. The revision does not change."""
+    """Rename (the title then survives later saves), archive/restore, or set the double-texting policy.
+    The revision does not change."""
     request = pb.UpdateSessionRequest(id=session_id)
     if body.title is not None:
         request.title = body.title
     if body.archived is not None:
         request.archived = body.archived
+    if body.double_texting is not None:
+        request.double_texting = body.double_texting
     session = await runner.UpdateSession(request)
     return json_response(summary_dict(session))
 
