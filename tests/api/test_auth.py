@@ -15,6 +15,7 @@ ROUTES = [
     ("PUT", "/api/sessions/s1"),
     ("PATCH", "/api/sessions/s1"),
     ("DELETE", "/api/sessions/s1"),
+    ("GET", "/api/sessions/s1/memory"),
     ("GET", "/api/settings/agent-runtime"),
     ("PATCH", "/api/settings/agent-runtime"),
     ("GET", "/api/settings/memory"),

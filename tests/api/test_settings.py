@@ -207,6 +207,7 @@ async def test_a_missing_singleton_row_is_a_configuration_error_not_a_default(ap
         "0006_add_web_tools.sql",
         "0007_seed_command_timeout.sql",
         "0008_add_lsp_inspect.sql",
+        "0009_add_search_docs.sql",
         "0010_seed_agent_skills.sql",
         "0011_add_recall_tool.sql",
         "0012_add_browser_tools.sql",

@@ -16,6 +16,7 @@ from popagent.browser_bridge.v1 import browser_bridge_pb2 as bridge_pb
 from popagent.browser_bridge.v1 import navigator_pb2 as pb
 from popagent.browser_bridge.v1 import navigator_pb2_grpc
 from popagent_gateway.deps import BrowserBridgeStub, cached_stub
+from popagent_gateway.dto import ErrorOut
 from popagent_gateway.dto.browser import (
     BrowserHealthOut,
     BrowserSessionClosedOut,
@@ -113,7 +114,11 @@ async def _not_exposed(navigator: NavigatorStub, what: str) -> JSONResponse:
     return JSONResponse(error_body(reason), status_code=501)
 
 
-@router.get("/profiles", status_code=501, responses={501: {"description": "The server exposes no profiles"}})
+@router.get(
+    "/profiles",
+    status_code=501,
+    responses={501: {"model": ErrorOut, "description": "The server exposes no profiles"}},
+)
 async def browser_profiles(navigator: NavigatorStub) -> JSONResponse:
     """Browser profiles: 501 with the reason (no profile operation is known to the bridge)."""
     return await _not_exposed(navigator, "browser profiles")
@@ -122,7 +127,7 @@ async def browser_profiles(navigator: NavigatorStub) -> JSONResponse:
 @router.get(
     "/sessions/{session_id}/recordings",
     status_code=501,
-    responses={501: {"description": "The server exposes no recordings"}},
+    responses={501: {"model": ErrorOut, "description": "The server exposes no recordings"}},
 )
 async def browser_recordings(session_id: SessionId, navigator: NavigatorStub) -> JSONResponse:
     """Recordings of a chat session's browser: 501 with the reason (no recording operation is known)."""
