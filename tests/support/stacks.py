@@ -227,8 +227,9 @@ class StackSpec:
 API_STACK = StackSpec(
     "api", {"SessionEnd": (SESSION_END_PATH, None)}, frozenset({"evolution", "secrets", "browser-bridge", "gateway"})
 )
-# Two agent-runner workers, as `make run` starts it; browser-bridge, whose settings every turn reads.
-CHAT_STACK = StackSpec("chat", CHAT_HOOK_PATHS, frozenset({"browser-bridge", "gateway"}), runner_workers=2)
+# Two agent-runner workers, as `make run` starts it; browser-bridge and evolution, whose browser
+# settings and learned state the turns read.
+CHAT_STACK = StackSpec("chat", CHAT_HOOK_PATHS, frozenset({"browser-bridge", "evolution", "gateway"}), runner_workers=2)
 TASK_TURN_STACK = StackSpec("task_turns", TASK_HOOK_PATHS, frozenset({"tasks"}), runtime=TASK_RUNTIME)
 # The evolution loop: a quick worker, signals due at once, one retry a second apart.
 LEARNING_STACK = StackSpec(
