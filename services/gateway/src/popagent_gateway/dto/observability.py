@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from popagent_gateway.dto import WireInput, WireModel
 
@@ -15,13 +15,32 @@ MAX_WINDOW_DAYS = 366
 MAX_FEEDBACK_COMMENT_CHARS = 2000
 
 
+def _not_a_number(value: object) -> object:
+    """pydantic takes a number as Unix time; the document says ISO 8601, so a number is refused."""
+    if isinstance(value, int | float) or (isinstance(value, str) and _looks_numeric(value)):
+        raise ValueError("must be an ISO 8601 date-time with a zone, not a number")
+    return value
+
+
+def _looks_numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+# A query's date-time: ISO 8601 only.
+IsoDateTime = Annotated[datetime, BeforeValidator(_not_a_number)]
+
+
 class WindowQuery(BaseModel):
     """A time window: `until` defaults to now, `since` to 24 hours before `until`."""
 
     model_config = ConfigDict(extra="forbid", validate_by_name=True)
 
-    since: datetime | None = Field(default=None, description="ISO 8601 with a zone; default: 24 h before until")
-    until: datetime | None = Field(default=None, description="ISO 8601 with a zone; default: now")
+    since: IsoDateTime | None = Field(default=None, description="ISO 8601 with a zone; default: 24 h before until")
+    until: IsoDateTime | None = Field(default=None, description="ISO 8601 with a zone; default: now")
 
 
 class OverviewQuery(WindowQuery):
