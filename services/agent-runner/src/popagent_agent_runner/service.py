@@ -29,9 +29,9 @@ from popagent_agent_runner.state.state_servicer import AgentRunnerStateServicer
 from popagent_agent_runner.state.workspaces import AgentWorkspaceStore
 from popagent_agent_runner.task_turn import TaskServicer, TaskTurns
 from popagent_agent_runner.turn import chat_service
+from popagent_agent_runner.turn.learned import LearnedCache, invalidated_on_change
 from popagent_agent_runner.turn.observational.view_servicer import SessionMemoryServicer
 from popagent_agent_runner.turn.tools.browser import BrowserAccessPoint
-from popagent_agent_runner.turn.learned import LearnedCache, invalidated_on_change
 from popagent_agent_runner.turn.tools.web import web_access
 from popagent_agent_runner.workspace.hands import Hands
 from popagent_agent_runner.workspace.sandbox import Sandbox
