@@ -21,7 +21,10 @@ chunk, embed through the scripted server over HTTP, store), in chunks per second
 raw rate of `/v1/embeddings` calls for the same chunk texts in the same batches; once into an
 empty chunk table and once beside the loaded chunks (whose HNSW graph each insert then joins).
 
-    .venv/bin/python bench/eyes.py [--chunks 100000] [--queries 200] [--files 200]
+First, unless `--hovers 0`, the warm LSP hover of bench/eyes_lsp.py (the tool against a bare
+pygls client on the same server; target p50 <= 100 ms), so one run prints every figure of the issue.
+
+    .venv/bin/python bench/eyes.py [--chunks 100000] [--queries 200] [--files 200] [--hovers 50]
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import os
 import random
 import statistics
@@ -271,7 +275,18 @@ async def indexing_bench(
     )
 
 
+async def lsp_hover(hovers: int) -> None:
+    """bench/eyes_lsp.py's measurement, loaded from beside this file (bench/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("eyes_lsp", Path(__file__).with_name("eyes_lsp.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    await module.main(hovers)
+
+
 async def main(args: argparse.Namespace) -> None:
+    if args.hovers:
+        await lsp_hover(args.hovers)
     rng = random.Random(16)
     corpus = Corpus(rng, [f"term{n}" for n in range(5000)])
     with server_dsn() as admin_dsn, tempfile.TemporaryDirectory(prefix="popagent-bench-eyes-ws-") as folder:
@@ -306,4 +321,5 @@ if __name__ == "__main__":
     parser.add_argument("--chunks", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--files", type=int, default=200)
+    parser.add_argument("--hovers", type=int, default=50, help="LSP hovers to time (0: skip the LSP part)")
     asyncio.run(main(parser.parse_args()))
