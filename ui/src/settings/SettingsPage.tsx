@@ -201,7 +201,7 @@ const SECTIONS: Section[] = [
           <PatchForm
             form="AutonomySettingsPatch"
             title="Autonomy"
-            description="Stored for the learning loop (evolution, skill creation, contained self-update), which comes with its own issue: nothing acts on them yet."
+            description="With evolution on, failed turns become signals that reflection turns into learned overlays (and, with skill creation on, learned skills), from the next run; see the Autonomy page. Self-update is stored only: nothing runs it yet."
             value={value}
             onSave={(patch) => api.patchAutonomy(patch as AutonomySettingsPatch)}
             order={["evolutionEnabled", "skillCreationEnabled", "selfUpdateEnabled", "selfUpdateCron"]}
