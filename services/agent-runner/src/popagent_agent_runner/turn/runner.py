@@ -73,7 +73,7 @@ from popagent_agent_runner.turn.observational.memory import ObservationalMemory,
 from popagent_agent_runner.turn.observational.recall import HistorySearch
 from popagent_agent_runner.turn.observational.tokens import count_text
 from popagent_agent_runner.turn.thread_store import ThreadStore, TurnState, Version
-from popagent_agent_runner.turn.tools.browser import BrowserAccessPoint
+from popagent_agent_runner.turn.tools.browser import BrowserAccessPoint, TurnBrowser
 from popagent_agent_runner.turn.tools.web import WebAccess
 from popagent_agent_runner.turn.ui_message import prompt_text, user_content, with_prompt_text
 from popagent_agent_runner.workspace.hands import Hands
@@ -302,6 +302,11 @@ class TurnRunner:
         # while this turn spends the next milliseconds of CPU setting up the model call.
         await asyncio.sleep(0)
         hooks = TurnHooks(self.hooks, turn.session_id, turn.turn_id, prepared.route)
+        # Browser settings are read beside the prompt's gate and the memory's assembly; the
+        # agents are built once they are in (`_turn`).
+        browser_reading = (
+            asyncio.create_task(self.browser.for_turn()) if self.browser is not None and not turn.self_update else None
+        )
         context = TurnContext(
             session_id=turn.session_id,
             turn_id=turn.turn_id,
@@ -321,7 +326,6 @@ class TurnRunner:
             )
             if self.hands is not None
             else None,
-            browser=await self.browser.for_turn() if self.browser is not None and not turn.self_update else None,
             docs=self.docs,
             history_search=self.history_search,
             message_id=turn.message["id"],
@@ -330,7 +334,7 @@ class TurnRunner:
         record = _Record()
         try:
             with counting_cost():
-                return await self._turn(prepared, context, record)
+                return await self._turn(prepared, context, record, browser_reading)
         except asyncio.CancelledError:
             if record.beginning is not None:
                 # The client went away or the service stops: what was streamed stays, marked.
@@ -372,11 +376,19 @@ class TurnRunner:
             await self._publish_failure(context, goal, failure.error_class, message)
             return TurnEnd("failed", failure.error_class, message)
         finally:
+            if browser_reading is not None and not browser_reading.done():
+                browser_reading.cancel()
             # Background commands belong to the turn: killed when it ends, however it ends.
             if context.hands is not None:
                 await context.hands.close()
 
-    async def _turn(self, prepared: PreparedTurn, context: TurnContext, record: _Record) -> TurnEnd:
+    async def _turn(
+        self,
+        prepared: PreparedTurn,
+        context: TurnContext,
+        record: _Record,
+        browser_reading: asyncio.Task[TurnBrowser] | None = None,
+    ) -> TurnEnd:
         """The turn's steps: gate the prompt, store it, run the supervisor until `Stop` lets it stop, commit."""
         if prepared.input.session_start and self.starts.first_resume(context.session_id):
             await context.hooks.observe(
@@ -399,6 +411,8 @@ class TurnRunner:
         )
         context.output.events.hold_until(record.beginning)
         memory = await self._memory(prepared, context, prompt)
+        if browser_reading is not None:
+            context.browser = await browser_reading
         if memory is not None and memory.prompt_marker:
             prompt = GatedPrompt(
                 prompt.message, prompt.text, "\n\n".join(filter(None, [memory.prompt_marker, prompt.instructions]))
