@@ -65,10 +65,29 @@ async def test_worker_start_and_stop_are_serialized(stack: Stack) -> None:
     async with stack.extra_evolution() as running:
         worker = running.worker
         assert worker is not None and worker.running
+        name = f"evolution-worker-{worker.name}"
+        most_alive = 0
+        watching = True
+
+        async def watch() -> None:
+            # A start that does not wait for a stop to finish leaves the cancelled loop alive beside the new one.
+            nonlocal most_alive
+            while watching:
+                alive = [t for t in asyncio.all_tasks() if t.get_name() == name and not t.done()]
+                most_alive = max(most_alive, len(alive))
+                await asyncio.sleep(0)
+
+        watcher = asyncio.create_task(watch())
+        await asyncio.sleep(0)
         await asyncio.gather(worker.stop(), worker.start(), worker.stop(), worker.start(), worker.start())
-        # The transitions ran one after another in call order: the last was a start, and one loop runs.
+        for _ in range(20):
+            await asyncio.sleep(0)
+        watching = False
+        await watcher
+        # The transitions ran one after another in call order: never two loops, the last was a start.
+        assert most_alive == 1
         assert worker.running
-        loops = [t for t in asyncio.all_tasks() if t.get_name() == f"evolution-worker-{worker.name}"]
+        loops = [t for t in asyncio.all_tasks() if t.get_name() == name]
         assert len([t for t in loops if not t.done()]) == 1
         await asyncio.gather(worker.stop(), worker.stop())
         assert not worker.running
