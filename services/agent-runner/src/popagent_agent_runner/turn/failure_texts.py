@@ -72,6 +72,11 @@ FAILURE_TEXTS: dict[TurnFailure, FailureText] = {
 }
 
 
+# The database stayed down for as long as the prompt's storing retries: nothing of the turn is kept.
+PROMPT_NOT_STORED_TEXT = (
+    "Your message could not be saved: the database is unavailable. Send it again once popagent is back."
+)
+
 # A connection that broke while the answer arrived: the gateway was reachable.
 BROKEN_STREAM = FailureText(
     "The connection to the model gateway at {gateway} broke during the answer; what arrived is kept",

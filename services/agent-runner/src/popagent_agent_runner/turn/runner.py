@@ -64,7 +64,12 @@ from popagent_agent_runner.turn.capability import arguments_object, jsonable
 from popagent_agent_runner.turn.deps import SUPERVISOR_ID, TurnContext, TurnDeps
 from popagent_agent_runner.turn.events import TurnOutput, usage_metadata
 from popagent_agent_runner.turn.evidence import EVIDENCE_CHARS, GOAL_CHARS, evidence
-from popagent_agent_runner.turn.failure_texts import failure_message, failure_text, provider_message
+from popagent_agent_runner.turn.failure_texts import (
+    PROMPT_NOT_STORED_TEXT,
+    failure_message,
+    failure_text,
+    provider_message,
+)
 from popagent_agent_runner.turn.hooks_points import TurnHooks, bounded, denied
 from popagent_agent_runner.turn.learned import LearnedCache, compose
 from popagent_agent_runner.turn.memories import RECALL_LIMIT, MemoryStore, bounded_recall, recall_query
@@ -362,7 +367,9 @@ class TurnRunner:
                 },
             )
             if failure.error_class is TurnFailure.STORAGE:
-                message = failure_text(TurnFailure.STORAGE)
+                began = record.beginning
+                prompt_kept = began is not None and began.done() and not began.cancelled() and not began.exception()
+                message = failure_text(TurnFailure.STORAGE) if prompt_kept else PROMPT_NOT_STORED_TEXT
             elif isinstance(exc, PopagentError):
                 message = str(exc)  # popagent's own words (a session deleted during the turn, ...)
             else:
@@ -399,7 +406,7 @@ class TurnRunner:
             return prompt
         record.prompt = prompt
         record.beginning = asyncio.create_task(
-            self.threads.begin_turn(
+            self._begin_durably(
                 session_id=context.session_id,
                 user_ui=prompt.message,
                 user_request=ModelRequest(parts=[UserPromptPart(content=user_content(prompt.message))]),
@@ -452,6 +459,20 @@ class TurnRunner:
             # The Observer's model failed: the turn goes on with what is already observed.
             logger.warning("observation failed; the turn uses the log as it is", extra={"error": str(exc)})
             return await self.observational.context(context.session_id, prepared.route, model_calls=False, **options)
+
+    async def _begin_durably(self, **turn: Any) -> Version:
+        """`begin_turn`, retried through a database outage as the commit is (the answer waits for it)."""
+        loop = asyncio.get_running_loop()
+        delay, deadline = 0.25, loop.time() + COMMIT_RETRY_S
+        while True:
+            try:
+                return await self.threads.begin_turn(**turn)
+            except StorageError:
+                if loop.time() + delay > deadline:
+                    raise
+                logger.warning("storing the prompt failed; retrying", extra={"retry_in_s": delay})
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     async def _run_while_storing_prompt(
         self,
