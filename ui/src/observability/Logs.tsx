@@ -1,8 +1,9 @@
-import { useId, useState, type FormEvent } from "react";
+import { useId } from "react";
 import { messageOf, useLoad } from "../common/useLoad";
 import { obsApi, type LogOut } from "./api";
 import { isTraceId, traceHref } from "./routes";
-import { DEFAULT_WINDOW, stamp, windowParams, type Window } from "./time";
+import { stamp, windowParams } from "./time";
+import { Pager, usePagedFilter } from "./paging";
 import { WindowPicker } from "./WindowPicker";
 
 const PAGE = 50;
@@ -33,11 +34,8 @@ export function Logs(props: { params: URLSearchParams }) {
     level: props.params.get("level") ?? "",
     traceId: props.params.get("traceId") ?? "",
   };
-  const [draft, setDraft] = useState<Filters>(initial);
-  const [filters, setFilters] = useState<Filters>(initial);
-  const [window, setWindow] = useState<Window>(DEFAULT_WINDOW);
-  const [cursors, setCursors] = useState<string[]>([]);
-  const cursor = cursors.length ? cursors[cursors.length - 1] : undefined;
+  const paged = usePagedFilter<Filters>(initial);
+  const { draft, setDraft, filters, window, cursor } = paged;
   const traceId = filters.traceId.trim();
   const badTrace = traceId !== "" && !isTraceId(traceId);
   const list = useLoad(
@@ -55,17 +53,11 @@ export function Logs(props: { params: URLSearchParams }) {
           }),
   );
 
-  function apply(event: FormEvent) {
-    event.preventDefault();
-    setCursors([]);
-    setFilters(draft);
-  }
-
   const logs = list.data?.logs ?? [];
   const next = list.data?.nextCursor ?? null;
   return (
     <div className="stack">
-      <form className="obs-filters" onSubmit={apply} aria-label="Log filters">
+      <form className="obs-filters" onSubmit={paged.apply} aria-label="Log filters">
         <div className="obs-field">
           <label htmlFor={`${id}-service`}>Service</label>
           <input
@@ -96,13 +88,7 @@ export function Logs(props: { params: URLSearchParams }) {
             onChange={(e) => setDraft({ ...draft, traceId: e.target.value })}
           />
         </div>
-        <WindowPicker
-          value={window}
-          onChange={(w) => {
-            setCursors([]);
-            setWindow(w);
-          }}
-        />
+        <WindowPicker value={window} onChange={paged.setWindow} />
         <button type="submit" className="primary small">
           Apply
         </button>
@@ -126,15 +112,7 @@ export function Logs(props: { params: URLSearchParams }) {
         ))}
         {!list.loading && !list.error && logs.length === 0 ? <li className="muted">No stored log matches.</li> : null}
       </ol>
-      <div className="obs-pager">
-        <button type="button" className="small" disabled={!cursors.length} onClick={() => setCursors(cursors.slice(0, -1))}>
-          Newer
-        </button>
-        <span className="muted small-text">Page {cursors.length + 1}</span>
-        <button type="button" className="small" disabled={!next} onClick={() => next && setCursors([...cursors, next])}>
-          Older
-        </button>
-      </div>
+      <Pager page={paged.cursors.length + 1} onNewer={paged.newer} next={next} onOlder={paged.older} />
     </div>
   );
 }

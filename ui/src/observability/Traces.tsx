@@ -1,8 +1,9 @@
-import { useId, useState, type FormEvent } from "react";
+import { useId } from "react";
 import { messageOf, useLoad } from "../common/useLoad";
 import { obsApi } from "./api";
 import { traceHref } from "./routes";
-import { DEFAULT_WINDOW, ms, stamp, windowParams, type Window } from "./time";
+import { ms, stamp, windowParams } from "./time";
+import { Pager, usePagedFilter } from "./paging";
 import { WindowPicker } from "./WindowPicker";
 
 const PAGE = 25;
@@ -24,12 +25,8 @@ export function Traces(props: { params: URLSearchParams }) {
     agentId: props.params.get("agentId") ?? "",
     status: props.params.get("status") ?? "",
   };
-  const [draft, setDraft] = useState<Filters>(initial);
-  const [filters, setFilters] = useState<Filters>(initial);
-  const [window, setWindow] = useState<Window>(DEFAULT_WINDOW);
-  // Cursors of the pages before the one shown: Previous pops one.
-  const [cursors, setCursors] = useState<string[]>([]);
-  const cursor = cursors.length ? cursors[cursors.length - 1] : undefined;
+  const paged = usePagedFilter<Filters>(initial);
+  const { draft, setDraft, filters, window, cursor } = paged;
   const list = useLoad(
     ["observability", "traces", filters, window, cursor, limit],
     () =>
@@ -43,17 +40,11 @@ export function Traces(props: { params: URLSearchParams }) {
       }),
   );
 
-  function apply(event: FormEvent) {
-    event.preventDefault();
-    setCursors([]);
-    setFilters(draft);
-  }
-
   const traces = list.data?.traces ?? [];
   const next = list.data?.nextCursor ?? null;
   return (
     <div className="stack">
-      <form className="obs-filters" onSubmit={apply} aria-label="Trace filters">
+      <form className="obs-filters" onSubmit={paged.apply} aria-label="Trace filters">
         <div className="obs-field">
           <label htmlFor={`${id}-session`}>Session</label>
           <input
@@ -80,13 +71,7 @@ export function Traces(props: { params: URLSearchParams }) {
             <option value="error">Failed</option>
           </select>
         </div>
-        <WindowPicker
-          value={window}
-          onChange={(w) => {
-            setCursors([]);
-            setWindow(w);
-          }}
-        />
+        <WindowPicker value={window} onChange={paged.setWindow} />
         <button type="submit" className="primary small">
           Apply
         </button>
@@ -133,15 +118,7 @@ export function Traces(props: { params: URLSearchParams }) {
           </tbody>
         </table>
       </div>
-      <div className="obs-pager">
-        <button type="button" className="small" disabled={!cursors.length} onClick={() => setCursors(cursors.slice(0, -1))}>
-          Newer
-        </button>
-        <span className="muted small-text">Page {cursors.length + 1}</span>
-        <button type="button" className="small" disabled={!next} onClick={() => next && setCursors([...cursors, next])}>
-          Older
-        </button>
-      </div>
+      <Pager page={paged.cursors.length + 1} onNewer={paged.newer} next={next} onOlder={paged.older} />
     </div>
   );
 }
