@@ -3,7 +3,7 @@ import { messageOf, useLoad } from "../common/useLoad";
 import { obsApi, type LogOut } from "./api";
 import { isTraceId, traceHref } from "./routes";
 import { stamp, windowParams } from "./time";
-import { Pager, usePagedFilter } from "./paging";
+import { Pager, TextFilter, usePagedFilter } from "./paging";
 import { WindowPicker } from "./WindowPicker";
 
 const PAGE = 50;
@@ -58,15 +58,12 @@ export function Logs(props: { params: URLSearchParams }) {
   return (
     <div className="stack">
       <form className="obs-filters" onSubmit={paged.apply} aria-label="Log filters">
-        <div className="obs-field">
-          <label htmlFor={`${id}-service`}>Service</label>
-          <input
-            id={`${id}-service`}
-            value={draft.service}
-            placeholder="e.g. popagent-gateway"
-            onChange={(e) => setDraft({ ...draft, service: e.target.value })}
-          />
-        </div>
+        <TextFilter
+          label="Service"
+          value={draft.service}
+          placeholder="e.g. popagent-gateway"
+          onChange={(value) => setDraft({ ...draft, service: value })}
+        />
         <div className="obs-field">
           <label htmlFor={`${id}-level`}>Level</label>
           <select id={`${id}-level`} value={draft.level} onChange={(e) => setDraft({ ...draft, level: e.target.value })}>
@@ -78,16 +75,13 @@ export function Logs(props: { params: URLSearchParams }) {
             ))}
           </select>
         </div>
-        <div className="obs-field">
-          <label htmlFor={`${id}-trace`}>Trace</label>
-          <input
-            id={`${id}-trace`}
-            className="mono"
-            value={draft.traceId}
-            placeholder="32 hex digits"
-            onChange={(e) => setDraft({ ...draft, traceId: e.target.value })}
-          />
-        </div>
+        <TextFilter
+          label="Trace"
+          mono
+          value={draft.traceId}
+          placeholder="32 hex digits"
+          onChange={(value) => setDraft({ ...draft, traceId: value })}
+        />
         <WindowPicker value={window} onChange={paged.setWindow} />
         <button type="submit" className="primary small">
           Apply

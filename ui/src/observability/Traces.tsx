@@ -3,7 +3,7 @@ import { messageOf, useLoad } from "../common/useLoad";
 import { obsApi } from "./api";
 import { traceHref } from "./routes";
 import { ms, stamp, windowParams } from "./time";
-import { Pager, usePagedFilter } from "./paging";
+import { Pager, TextFilter, usePagedFilter } from "./paging";
 import { WindowPicker } from "./WindowPicker";
 
 const PAGE = 25;
@@ -45,24 +45,18 @@ export function Traces(props: { params: URLSearchParams }) {
   return (
     <div className="stack">
       <form className="obs-filters" onSubmit={paged.apply} aria-label="Trace filters">
-        <div className="obs-field">
-          <label htmlFor={`${id}-session`}>Session</label>
-          <input
-            id={`${id}-session`}
-            value={draft.sessionId}
-            placeholder="session id"
-            onChange={(e) => setDraft({ ...draft, sessionId: e.target.value })}
-          />
-        </div>
-        <div className="obs-field">
-          <label htmlFor={`${id}-agent`}>Agent</label>
-          <input
-            id={`${id}-agent`}
-            value={draft.agentId}
-            placeholder="e.g. supervisor"
-            onChange={(e) => setDraft({ ...draft, agentId: e.target.value })}
-          />
-        </div>
+        <TextFilter
+          label="Session"
+          value={draft.sessionId}
+          placeholder="session id"
+          onChange={(value) => setDraft({ ...draft, sessionId: value })}
+        />
+        <TextFilter
+          label="Agent"
+          value={draft.agentId}
+          placeholder="e.g. supervisor"
+          onChange={(value) => setDraft({ ...draft, agentId: value })}
+        />
         <div className="obs-field">
           <label htmlFor={`${id}-status`}>Status</label>
           <select id={`${id}-status`} value={draft.status} onChange={(e) => setDraft({ ...draft, status: e.target.value })}>

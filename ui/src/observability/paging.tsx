@@ -1,4 +1,4 @@
-import { useState, type FormEvent } from "react";
+import { useId, useState, type FormEvent } from "react";
 import { DEFAULT_WINDOW, type Window } from "./time";
 
 /** A filter form's state with keyset pages: the draft being edited, the filters applied, the time window and
@@ -44,6 +44,23 @@ export function Pager(props: { page: number; onNewer: () => void; next: string |
       <button type="button" className="small" disabled={!props.next} onClick={() => props.onOlder(props.next)}>
         Older
       </button>
+    </div>
+  );
+}
+
+/** One labelled text input of a filter form. */
+export function TextFilter(props: { label: string; value: string; placeholder: string; mono?: boolean; onChange: (value: string) => void }) {
+  const id = useId();
+  return (
+    <div className="obs-field">
+      <label htmlFor={id}>{props.label}</label>
+      <input
+        id={id}
+        className={props.mono ? "mono" : undefined}
+        value={props.value}
+        placeholder={props.placeholder}
+        onChange={(e) => props.onChange(e.target.value)}
+      />
     </div>
   );
 }
