@@ -512,6 +512,15 @@ def test_the_workspace_volume_is_mounted_where_the_runner_looks(services: dict[s
     )
 
 
+def test_the_default_workspace_is_cloned_from_this_repository(services: dict[str, Any]) -> None:
+    runner = services["agent-runner"]
+    source = environment(runner)["POPAGENT_DEFAULT_WORKSPACE_SOURCE"]
+    assert source == "/srv/popagent-source"
+    # deploy/.. is the repository root; read-only, the agents work on their clone.
+    assert f"..:{source}:ro" in runner["volumes"]
+    assert "workspace.checkout" in " ".join(runner["entrypoint"])
+
+
 def _settings_class(name: str) -> Any:
     return importlib.import_module(f"{topology.service_named(name).module}.settings").Settings
 

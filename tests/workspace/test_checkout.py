@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from popagent_agent_runner.workspace.checkout import ensure_default_checkout
 
 
@@ -32,6 +34,18 @@ def test_an_absent_checkout_is_cloned_once(tmp_path: Path) -> None:
     assert (root / "popagent" / ".git").is_dir()
     assert ensure_default_checkout(root, str(source)) == f"default workspace present: {root / 'popagent'}"
     assert sorted(p.name for p in root.iterdir()) == ["popagent"]  # no staging folder left
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving the source repository to another uid needs root")
+def test_a_source_owned_by_another_user_is_cloned(tmp_path: Path) -> None:
+    # As in compose: the host's checkout mounted into a container whose user does not own it.
+    source = git_repository(tmp_path / "source")
+    for path in (source, *source.rglob("*")):
+        os.chown(path, 10001, 10001, follow_symlinks=False)
+    root = tmp_path / "workspace"
+    line = ensure_default_checkout(root, str(source))
+    assert line == f"default workspace cloned from {source} into {root / 'popagent'}"
+    assert (root / "popagent" / "README.md").read_text() == "popagent\n"
 
 
 def test_a_failed_clone_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:

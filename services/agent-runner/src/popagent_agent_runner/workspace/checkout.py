@@ -41,7 +41,7 @@ def ensure_default_checkout(root: Path, source: str, timeout_s: float = CLONE_TI
         "HOME": str(staging),
         "GIT_TERMINAL_PROMPT": "0",
         "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_CONFIG_GLOBAL": _trusting(Path(source), staging) if Path(source).is_dir() else os.devnull,
     }
     try:
         done = subprocess.run(
@@ -68,6 +68,18 @@ def ensure_default_checkout(root: Path, source: str, timeout_s: float = CLONE_TI
         return f"default workspace not cloned from {source}: {exc}"
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _trusting(source: Path, staging: Path) -> str:
+    """A git configuration that trusts the local source repository. Compose mounts the host's
+    checkout, owned by the host user, into a container running as another uid, and git refuses
+    to read a repository of another owner ("dubious ownership") unless safe.directory names it
+    in a global configuration (git before 2.42 ignores it on the command line). Only the
+    source is trusted, and only for this clone; hooks stay off."""
+    config = staging / "gitconfig"
+    resolved = source.resolve()
+    config.write_text(f"[safe]\n\tdirectory = {resolved}\n\tdirectory = {resolved / '.git'}\n")
+    return str(config)
 
 
 def main() -> None:
