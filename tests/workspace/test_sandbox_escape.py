@@ -297,7 +297,10 @@ async def test_a_fork_bomb_is_held(sandbox: Sandbox, repo: Path) -> None:
     sampler = asyncio.create_task(sample())
     started = time.monotonic()
     try:
-        result = await sandbox.run(repo, repo, f"bomb() {{ bomb | bomb & }}; bomb; sleep 30 # {marker}", 3)
+        # The shell waits by exec, not by forking a `sleep` the full process table could refuse (it would
+        # then end before the timeout); python keeps the marker in its command line.
+        command = f"bomb() {{ bomb | bomb & }}; bomb; exec python3 -c 'import time; time.sleep(30)' {marker}"
+        result = await sandbox.run(repo, repo, command, 3)
     finally:
         sampler.cancel()
     assert result.timed_out and result.exit_code is None
@@ -410,7 +413,8 @@ NON_ROOT_BOMB = textwrap.dedent(
     async def main():
         box = Sandbox(max_processes=32)
         reason = await box.probe()
-        result = await box.run(Path(sys.argv[2]), Path(sys.argv[2]), "bomb() { bomb | bomb & }; bomb; sleep 30", 3)
+        # exec: a forked `sleep` could be refused once the bomb fills the process limit, ending it early.
+        result = await box.run(Path(sys.argv[2]), Path(sys.argv[2]), "bomb() { bomb | bomb & }; bomb; exec sleep 30", 3)
         print(json.dumps({"reason": reason, "timedOut": result.timed_out, "cannotFork": "Cannot fork" in result.output}))
 
     asyncio.run(main())
