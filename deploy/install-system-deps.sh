@@ -4,6 +4,8 @@ set -euo pipefail
 need=()
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 command -v git >/dev/null 2>&1 || need+=(git)
+# libseccomp: tests/workspace/test_seccomp_profile.py compiles deploy/seccomp-agent-runner.json with it.
+/sbin/ldconfig -p 2>/dev/null | grep 'libseccomp\.so\.2' >/dev/null || need+=(libseccomp2)
 # haproxy: the edge proxy of deploy/compose.yaml; the tests check its configuration (haproxy -c).
 command -v haproxy >/dev/null 2>&1 || need+=(haproxy)
 # setpriv --pdeathsig: the launcher's children stop with it, however it dies (embedded.orphan_safe).

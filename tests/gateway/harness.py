@@ -44,8 +44,13 @@ class ScriptedRunner(agent_runner_pb2_grpc.AgentRunnerServiceServicer):
         return pb.ListMemoriesResponse()
 
 
+# What the scripted agent-runner says of its sandbox: like a container without user namespaces.
+SANDBOX_UNAVAILABLE = "sandbox unavailable: bwrap: No permissions to create new namespace"
+
+
 class ScriptedState(agent_runner_pb2_grpc.AgentRunnerStateServiceServicer):
-    """What the chat route reads before a turn: the agents (no overrides) and the default model."""
+    """What the chat route reads before a turn (the agents, no overrides, and the default model),
+    and a workspace shell whose sandbox cannot be built."""
 
     async def ListAgents(
         self, request: pb.ListAgentsRequest, context: grpc.aio.ServicerContext
@@ -56,6 +61,11 @@ class ScriptedState(agent_runner_pb2_grpc.AgentRunnerStateServiceServicer):
         self, request: pb.GetAgentRuntimeSettingsRequest, context: grpc.aio.ServicerContext
     ) -> pb.AgentRuntimeSettings:
         return pb.AgentRuntimeSettings(default_model="fake/fake-chat")
+
+    async def GetSandboxStatus(
+        self, request: pb.GetSandboxStatusRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SandboxStatus:
+        return pb.SandboxStatus(available=False, reason=SANDBOX_UNAVAILABLE)
 
 
 @dataclass

@@ -334,3 +334,33 @@ def test_every_request_and_response_shape_lives_in_dto() -> None:
             assert issubclass(body, WireInput), (route.path, body)
             checked += 1
     assert checked > 40
+
+
+# The unary calls that may outlast POPAGENT_GATEWAY_RPC_TIMEOUT_S, by route module, each said why
+# beside its constant: permanent deletions that run session lifecycles, embedding a document,
+# a browser screenshot or tab close, and health's probe, which answers sooner than the deadline.
+OWN_DEADLINES = {
+    ("browser", "SCREENSHOT_TIMEOUT_S"),
+    ("documents", "EMBEDDING_TIMEOUT_S"),
+    ("health", "5"),
+    ("sessions", "DELETE_TIMEOUT_S"),
+    ("workspaces", "DELETE_SESSIONS_TIMEOUT_S"),
+}
+
+
+def test_unary_calls_take_the_one_rpc_deadline_unless_listed_as_longer() -> None:
+    """The channels give every unary call POPAGENT_GATEWAY_RPC_TIMEOUT_S; a route module that sets a
+    `timeout=` of its own on an RPC (a CamelCase stub method) is one of the listed longer waits."""
+    import ast
+
+    import popagent_gateway.routes
+
+    found: set[tuple[str, str]] = set()
+    for module_path in sorted(Path(popagent_gateway.routes.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(module_path.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            if not node.func.attr[:1].isupper():
+                continue
+            found.update((module_path.stem, ast.unparse(k.value)) for k in node.keywords if k.arg == "timeout")
+    assert found == OWN_DEADLINES

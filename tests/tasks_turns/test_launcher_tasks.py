@@ -11,9 +11,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from support.launcher import launch, start_model_server
+from support.launcher import launch, start_model_server, wait_for
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("stack")]
+TERMINAL = ("completed", "failed", "dead-letter", "cancelled")
+
+
+def status(client: httpx.Client, task_id: str) -> str:
+    return client.get(f"/api/tasks/{task_id}").json()["status"]
 
 
 def test_a_task_created_through_the_gateway_completes_as_an_agent_turn(tmp_path: Path) -> None:
@@ -27,13 +32,8 @@ def test_a_task_created_through_the_gateway_completes_as_an_agent_turn(tmp_path:
             )
             assert created.status_code == 201, created.text
             task_id = created.json()["id"]
-            deadline = time.monotonic() + 60
-            while True:
-                task = client.get(f"/api/tasks/{task_id}").json()
-                if task["status"] in ("completed", "failed", "dead-letter", "cancelled"):
-                    break
-                assert time.monotonic() < deadline, f"task still {task['status']}"
-                time.sleep(0.2)
+            wait_for(lambda: status(client, task_id) in TERMINAL, "the task to finish", timeout_s=60)
+            task = client.get(f"/api/tasks/{task_id}").json()
             # Without a session the task ran in a thread of its own: readable, never a listed chat.
             assert task["sessionId"] is None and task["threadId"] == f"task-{task_id}", task
             listed = client.get("/api/sessions").json()["sessions"]
@@ -72,26 +72,15 @@ def test_a_task_runtime_patch_resizes_the_running_worker(tmp_path: Path) -> None
                 )
                 assert created.status_code == 201, created.text
                 ids.append(created.json()["id"])
-            deadline = time.monotonic() + 30
-            while "running" not in statuses(ids):
-                assert time.monotonic() < deadline, "no attempt started"
-                time.sleep(0.1)
+            wait_for(lambda: "running" in statuses(ids), "an attempt to start", timeout_s=30)
             # One slot on the running worker: the other task waits.
             for _ in range(10):
                 assert sorted(statuses(ids)) == ["queued", "running"]
                 time.sleep(0.1)
 
             patch_concurrency(2)
-            deadline = time.monotonic() + 5
-            while statuses(ids) != ["running", "running"]:
-                assert time.monotonic() < deadline, (
-                    f"the second attempt did not start beside the first: {statuses(ids)}"
-                )
-                time.sleep(0.1)
-            deadline = time.monotonic() + 60
-            while statuses(ids) != ["completed", "completed"]:
-                assert time.monotonic() < deadline, f"tasks still {statuses(ids)}"
-                time.sleep(0.2)
+            wait_for(lambda: statuses(ids) == ["running", "running"], "the second attempt to start beside the first", 5)
+            wait_for(lambda: statuses(ids) == ["completed", "completed"], "both tasks to complete", timeout_s=60)
             assert [client.get(f"/api/tasks/{task_id}").json()["attemptCount"] for task_id in ids] == [1, 1]
         stack.process.send_signal(signal.SIGINT)
         assert stack.process.wait(30) == 0

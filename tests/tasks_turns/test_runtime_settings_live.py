@@ -1,4 +1,4 @@
-"""A task-runtime settings change applies to the running worker, without a restart.
+"""Task-runtime settings changes apply to the running worker, without a restart.
 
 agent-runner publishes `popagent.agent_runner.runtime_settings.changed` through its outbox
 when the agent-runtime settings change; the tasks worker re-reads them and resizes its
@@ -20,7 +20,7 @@ from support.waiting import eventually
 SLOW_ANSWER = Turn.say("x" * 48, chunk_size=4, chunk_delay_s=0.5)
 
 
-async def test_raising_task_concurrency_lets_a_running_worker_run_two_tasks_at_once(
+async def test_task_runtime_changes_reach_the_running_worker_without_a_restart(
     pg_dsn: str, internal_credentials: tuple[dict[str, str], str], tmp_path: Path
 ) -> None:
     # A stack of its own: the shared one runs four slots, and this test changes the setting.
@@ -55,3 +55,30 @@ async def test_raising_task_concurrency_lets_a_running_worker_run_two_tasks_at_o
             for task_id in (first, second)
         ]
         assert [(task.status, task.attempt_count) for task in done] == [("completed", 1), ("completed", 1)]
+
+        # The other task-runtime settings (timeout, heartbeat, retry timing) reach the same worker too.
+        changed = await stack.state.UpdateAgentRuntimeSettings(
+            arpb.UpdateAgentRuntimeSettingsRequest(
+                task_attempt_timeout_ms=45_000,
+                task_heartbeat_interval_ms=300,
+                task_heartbeat_timeout_ms=4_000,
+                task_retry_base_ms=150,
+                task_retry_cap_ms=600,
+            )
+        )
+        assert not changed.violations
+
+        def runtime() -> tuple[float, ...]:
+            config = worker.config
+            return (
+                config.task_timeout_s,
+                config.heartbeat_interval_s,
+                config.heartbeat_timeout_s,
+                config.backoff.base_s,
+                config.backoff.cap_s,
+            )
+
+        assert runtime() != (45.0, 0.3, 4.0, 0.15, 0.6)
+        await eventually(
+            runtime, until=lambda seen: seen == (45.0, 0.3, 4.0, 0.15, 0.6), within=5, what="the worker's new runtime"
+        )

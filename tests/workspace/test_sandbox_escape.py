@@ -19,7 +19,6 @@ import tempfile
 import textwrap
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,6 +27,7 @@ from popagent.agent_runner.v1 import agent_runner_pb2 as arpb
 from popagent_agent_runner.state.state_servicer import AgentRunnerStateServicer
 from popagent_agent_runner.workspace.sandbox import HEAD_BYTES, TAIL_BYTES, Sandbox, SandboxUnavailable
 from support.canary import CANARY, find_canary
+from support.waiting import eventually
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -53,14 +53,6 @@ async def probe(sandbox: Sandbox, repo: Path, script: str, timeout_s: float = 30
     result = await sandbox.run(repo, repo, "python probe.py", timeout_s)
     assert result.exit_code == 0, result.output
     return json.loads(result.output.strip().splitlines()[-1])
-
-
-async def until(predicate: Callable[[], bool], timeout_s: float = 10) -> None:
-    for _ in range(int(timeout_s / 0.02)):
-        if predicate():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition not reached")
 
 
 def processes_with(marker: str) -> list[int]:
@@ -305,7 +297,10 @@ async def test_a_fork_bomb_is_held(sandbox: Sandbox, repo: Path) -> None:
     sampler = asyncio.create_task(sample())
     started = time.monotonic()
     try:
-        result = await sandbox.run(repo, repo, f"bomb() {{ bomb | bomb & }}; bomb; sleep 30 # {marker}", 3)
+        # The shell waits by exec, not by forking a `sleep` the full process table could refuse (it would
+        # then end before the timeout); python keeps the marker in its command line.
+        command = f"bomb() {{ bomb | bomb & }}; bomb; exec python3 -c 'import time; time.sleep(30)' {marker}"
+        result = await sandbox.run(repo, repo, command, 3)
     finally:
         sampler.cancel()
     assert result.timed_out and result.exit_code is None
@@ -337,7 +332,7 @@ async def test_cancellation_and_shutdown_kill_the_process_group(sandbox: Sandbox
     process = await sandbox.start(repo, repo, f"sleep 300 # {marker}")
     waiter = asyncio.create_task(process.wait(600))
     await asyncio.sleep(0)  # the wait has begun
-    await until(lambda: len(processes_with(marker)) >= 2)
+    await eventually(lambda: len(processes_with(marker)) >= 2, within=10, what="the command to start")
     waiter.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiter
@@ -346,7 +341,7 @@ async def test_cancellation_and_shutdown_kill_the_process_group(sandbox: Sandbox
 
     marker = f"shutdown-{uuid.uuid4().hex}"
     await sandbox.start(repo, repo, f"sleep 300 & sleep 300 # {marker}")
-    await until(lambda: len(processes_with(marker)) >= 2)
+    await eventually(lambda: len(processes_with(marker)) >= 2, within=10, what="the command to start")
     await sandbox.close()
     await asyncio.sleep(0.2)
     assert processes_with(marker) == []
@@ -418,7 +413,8 @@ NON_ROOT_BOMB = textwrap.dedent(
     async def main():
         box = Sandbox(max_processes=32)
         reason = await box.probe()
-        result = await box.run(Path(sys.argv[2]), Path(sys.argv[2]), "bomb() { bomb | bomb & }; bomb; sleep 30", 3)
+        # exec: a forked `sleep` could be refused once the bomb fills the process limit, ending it early.
+        result = await box.run(Path(sys.argv[2]), Path(sys.argv[2]), "bomb() { bomb | bomb & }; bomb; exec sleep 30", 3)
         print(json.dumps({"reason": reason, "timedOut": result.timed_out, "cannotFork": "Cannot fork" in result.output}))
 
     asyncio.run(main())

@@ -28,7 +28,8 @@ from popagent_gateway.errors import error_body
 router = APIRouter(prefix="/browser", tags=["browser"])
 
 SessionId = Annotated[str, Path(min_length=1, max_length=200)]
-RPC_TIMEOUT_S = 10.0
+# Not POPAGENT_GATEWAY_RPC_TIMEOUT_S: a screenshot waits for the page to render, and closing a tab
+# waits for the browser server to close it.
 SCREENSHOT_TIMEOUT_S = 30.0
 
 
@@ -46,7 +47,7 @@ def _session(session: pb.BrowserSession) -> BrowserSessionOut:
 @router.get("/health", response_model=BrowserHealthOut)
 async def browser_health(navigator: NavigatorStub) -> BrowserHealthOut:
     """Whether the BifrOSt socket is reachable, the server's name and version, its tool count, the last error."""
-    health = await navigator.GetHealth(pb.GetHealthRequest(), timeout=RPC_TIMEOUT_S)
+    health = await navigator.GetHealth(pb.GetHealthRequest())
     return BrowserHealthOut(
         configured=health.configured,
         reachable=health.reachable,
@@ -62,7 +63,7 @@ async def browser_health(navigator: NavigatorStub) -> BrowserHealthOut:
 @router.get("/sessions", response_model=BrowserSessionsOut)
 async def list_browser_sessions(navigator: NavigatorStub) -> BrowserSessionsOut:
     """The chat sessions that have a browser tab now."""
-    listed = await navigator.ListSessions(pb.ListSessionsRequest(), timeout=RPC_TIMEOUT_S)
+    listed = await navigator.ListSessions(pb.ListSessionsRequest())
     return BrowserSessionsOut(sessions=[_session(s) for s in listed.sessions])
 
 
@@ -89,21 +90,19 @@ async def browser_screenshot(session_id: SessionId, navigator: NavigatorStub) ->
 @router.post("/sessions/{session_id}/takeover", response_model=BrowserSessionOut)
 async def take_over(session_id: SessionId, navigator: NavigatorStub) -> BrowserSessionOut:
     """Hold a chat session's browser: the agent's operations on it pause until it is released."""
-    held = await navigator.SetTakeover(pb.SetTakeoverRequest(session_id=session_id, held=True), timeout=RPC_TIMEOUT_S)
+    held = await navigator.SetTakeover(pb.SetTakeoverRequest(session_id=session_id, held=True))
     return _session(held.session)
 
 
 @router.delete("/sessions/{session_id}/takeover", response_model=BrowserSessionOut)
 async def release(session_id: SessionId, navigator: NavigatorStub) -> BrowserSessionOut:
     """Give a chat session's browser back to the agent."""
-    released = await navigator.SetTakeover(
-        pb.SetTakeoverRequest(session_id=session_id, held=False), timeout=RPC_TIMEOUT_S
-    )
+    released = await navigator.SetTakeover(pb.SetTakeoverRequest(session_id=session_id, held=False))
     return _session(released.session)
 
 
 async def _not_exposed(navigator: NavigatorStub, what: str) -> JSONResponse:
-    health = await navigator.GetHealth(pb.GetHealthRequest(), timeout=RPC_TIMEOUT_S)
+    health = await navigator.GetHealth(pb.GetHealthRequest())
     if not health.reachable:
         reason = f"the browser server is unavailable ({health.last_error or 'not connected'}), so no {what} are known"
     else:
