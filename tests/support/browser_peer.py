@@ -5,9 +5,9 @@
   (mode 0600) by a small relay: `@playwright/mcp` cannot listen on a socket itself. It can be
   killed and started again on the same socket (the relay stays), as a user restarting BifrOSt.
 - `LoginSite`: HTTPS servers on two loopback ports (two origins) and a plain HTTP one, with a
-  login form, a page framing the other origin, and a redirect. Chromium resolves every host name
-  to 127.0.0.1 (`--host-resolver-rules`), so look-alike host names (`login.test.evil.test`, an
-  IDN homograph, a trailing dot) reach the same servers under other origins; certificates are
+  login form, a page framing the other origin, a redirect, and a page that opens popups.
+  Chromium resolves every host name to 127.0.0.1 (`--host-resolver-rules`), so look-alike host
+  names (`login.test.evil.test`, an IDN homograph, a trailing dot) reach the same servers under other origins; certificates are
   not checked (`--ignore-https-errors`), as a look-alike site would have a valid one of its own.
 """
 
@@ -55,6 +55,13 @@ LOGIN_PAGE = """<!doctype html><html><head><title>Sign in</title></head><body>
 </form></body></html>"""
 FRAMED_PAGE = """<!doctype html><html><head><title>Framed</title></head><body>
 <h1>Outer page</h1><iframe src="{child}" width="600" height="300"></iframe></body></html>"""
+# A page that opens tabs of its own: a target=_blank link (noopener, as Chromium makes it), a
+# window.open, and a window.open on a timer (it opens while another session's call may run).
+POPUP_PAGE = """<!doctype html><html><head><title>Opener</title></head><body>
+<a href="/login?via=link" target="_blank">New tab link</a>
+<button onclick="window.open('/login?via=open')">Open window</button>
+<button onclick="setTimeout(() => window.open('/login?via=timer'), 400)">Open later</button>
+</body></html>"""
 DONE_PAGE = "<!doctype html><html><head><title>Signed in</title></head><body><p>Signed in</p></body></html>"
 
 
@@ -133,6 +140,8 @@ class LoginSite:
             return "200 OK", [], DONE_PAGE.encode()
         if path == "/login":
             return "200 OK", [], LOGIN_PAGE.format(origin=f"{scheme}://{host}").encode()
+        if path == "/popups":
+            return "200 OK", [], POPUP_PAGE.encode()
         if path == "/framed":
             return "200 OK", [], FRAMED_PAGE.format(child=params.get("child", "")).encode()
         if path == "/redirect":
