@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import signal
 import ssl
+import sys
 import urllib.parse
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -158,19 +160,34 @@ class BrowserPeer:
     codegen: str = "typescript"
     port: int = field(default_factory=free_port)
     _process: asyncio.subprocess.Process | None = None
+    # The relay in a process of its own, as BifrOSt serves its socket from its own process (the
+    # benchmark's bare client must not get the socket served by its own event loop).
+    relay_process: bool = False
     _relay: asyncio.Server | None = None
+    _relay_child: asyncio.subprocess.Process | None = None
     _log: Any = None
 
     async def __aenter__(self) -> BrowserPeer:
         self.workdir.mkdir(parents=True, exist_ok=True)
         await self.start()
-        self._relay = await asyncio.start_unix_server(self._pump, path=str(self.socket_path))
-        os.chmod(self.socket_path, 0o600)
+        if self.relay_process:
+            self._relay_child = await asyncio.create_subprocess_exec(
+                sys.executable, __file__, "relay", str(self.socket_path), str(self.port)
+            )
+            while not self.socket_path.exists():
+                if self._relay_child.returncode is not None:
+                    raise RuntimeError("the socket relay exited")
+                await asyncio.sleep(0.02)
+        else:
+            self._relay = await serve_relay(self.socket_path, self.port)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         if self._relay is not None:
             self._relay.close()
+        if self._relay_child is not None and self._relay_child.returncode is None:
+            self._relay_child.terminate()
+            await self._relay_child.wait()
         await self.kill()
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()
@@ -230,28 +247,48 @@ class BrowserPeer:
         await self.kill()
         await self.start()
 
-    async def _pump(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
-        try:
-            server_reader, server_writer = await asyncio.open_connection("127.0.0.1", self.port)
-        except OSError:
-            client_writer.close()
-            return
-
-        async def copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            try:
-                while data := await reader.read(65536):
-                    writer.write(data)
-                    await writer.drain()
-            except OSError:
-                pass
-            finally:
-                with contextlib.suppress(OSError):
-                    writer.close()
-
-        await asyncio.gather(copy(client_reader, server_writer), copy(server_reader, client_writer))
-
 
 @contextlib.asynccontextmanager
-async def browser_peer(base: Path, codegen: str = "typescript") -> AsyncIterator[BrowserPeer]:
-    async with BrowserPeer(base / "bifrost.sock", base / "peer", codegen=codegen) as peer:
+async def browser_peer(
+    base: Path, codegen: str = "typescript", *, relay_process: bool = False
+) -> AsyncIterator[BrowserPeer]:
+    async with BrowserPeer(base / "bifrost.sock", base / "peer", codegen=codegen, relay_process=relay_process) as peer:
         yield peer
+
+
+async def serve_relay(socket_path: Path, port: int) -> asyncio.Server:
+    """The Unix socket (mode 0600) relayed to the server's loopback port."""
+    server = await asyncio.start_unix_server(functools.partial(_pump, port), path=str(socket_path))
+    os.chmod(socket_path, 0o600)
+    return server
+
+
+async def _pump(port: int, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+    try:
+        server_reader, server_writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        client_writer.close()
+        return
+
+    async def copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                writer.close()
+
+    await asyncio.gather(copy(client_reader, server_writer), copy(server_reader, client_writer))
+
+
+async def _relay_forever(socket_path: Path, port: int) -> None:
+    server = await serve_relay(socket_path, port)
+    async with server:
+        await server.serve_forever()
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["relay"]:
+    asyncio.run(_relay_forever(Path(sys.argv[2]), int(sys.argv[3])))
