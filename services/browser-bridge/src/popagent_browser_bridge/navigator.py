@@ -474,7 +474,8 @@ class Navigator:
 
 # Runs in the element's own frame. Fills only when the frame's origin and the top page's origin
 # are the same bound origin; the value is read from the map by that origin, so a value bound to
-# one origin can never be filled into another.
+# one origin can never be filled into another. The filled element is masked in the page (the
+# screenshot tool has no mask option).
 FILL_FUNCTION = """(element) => {
   const values = __VALUES__;
   const frame = window.origin;
@@ -488,6 +489,9 @@ FILL_FUNCTION = """(element) => {
   if (!isArea && !(element instanceof HTMLInputElement)) return { frame, top, filled: false };
   const proto = isArea ? HTMLTextAreaElement.prototype : HTMLInputElement.prototype;
   Object.getOwnPropertyDescriptor(proto, "value").set.call(element, values[frame]);
+  // Screenshots are pixels no scrubber reaches: the filled field shows discs, as a password
+  // field does, whatever its type is or becomes (a "show password" toggle).
+  element.style.setProperty("-webkit-text-security", "disc", "important");
   element.dispatchEvent(new Event("input", { bubbles: true }));
   element.dispatchEvent(new Event("change", { bubbles: true }));
   return { frame, top, filled: true };
