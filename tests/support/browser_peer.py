@@ -158,6 +158,11 @@ class BrowserPeer:
     socket_path: Path
     workdir: Path
     codegen: str = "typescript"
+    # One browser context for every MCP session (`--shared-browser-context`): the browser, its tabs
+    # and their owners outlive a client that disconnects, as a desktop BifrOSt's browser does.
+    shared_context: bool = False
+    # `--isolated` (a fresh in-memory profile per context); off, the profile lives in the workdir.
+    isolated: bool = True
     port: int = field(default_factory=free_port)
     _process: asyncio.subprocess.Process | None = None
     # The relay in a process of its own, as BifrOSt serves its socket from its own process (the
@@ -206,7 +211,7 @@ class BrowserPeer:
             "--allowed-hosts",
             f"{SOCKET_HOST},127.0.0.1:{self.port}",
             "--no-sandbox",
-            "--isolated",
+            *(["--isolated"] if self.isolated else ["--user-data-dir", str(self.workdir / "profile")]),
             "--headless",
             "--ignore-https-errors",
             "--executable-path",
@@ -217,6 +222,7 @@ class BrowserPeer:
             "50",
             "--config",
             str(config),
+            *(["--shared-browser-context"] if self.shared_context else []),
             cwd=self.workdir,
             stdout=self._log,
             stderr=self._log,

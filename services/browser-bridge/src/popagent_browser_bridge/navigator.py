@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import re
 from collections.abc import Callable, Iterable
@@ -31,7 +32,7 @@ import jsonschema.validators
 from mcp import types
 
 from popagent_browser_bridge.bifrost import BifrostClient
-from popagent_browser_bridge.repo import BrowserSettings
+from popagent_browser_bridge.repo import BrowserSettings, TabOwnerRepo, TakeoverRepo
 from popagent_browser_bridge.scrub import Scrubber, SecretValues
 from popagent_browser_bridge.tabs import (
     RELEASED,
@@ -121,7 +122,12 @@ class Navigator:
     client: BifrostClient
     secrets: SecretValues
     gate: BrowserGate
+    # Where held takeovers are kept across restarts (None: in this process only).
+    takeover_store: TakeoverRepo | None = None
     takeovers: set[str] = field(default_factory=set[str])
+    # Where tab owners are kept by browser target id (None: on the pages only).
+    tab_store: TabOwnerRepo | None = None
+    _saved_owners: dict[str, str] = field(default_factory=dict[str, str])
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # The chat sessions' tabs in the MCP session of `_generation` (tabs.py).
     _book: TabBook | None = None
@@ -129,7 +135,14 @@ class Navigator:
     _positional_ids: int = 0
     _validators: dict[str, tuple[types.Tool, Any]] = field(default_factory=dict[str, tuple[types.Tool, Any]])
 
-    def set_takeover(self, session_id: str, held: bool) -> None:
+    async def load_takeovers(self) -> None:
+        if self.takeover_store is not None:
+            self.takeovers = set(await self.takeover_store.held())
+
+    async def set_takeover(self, session_id: str, held: bool) -> None:
+        # Stored first: a takeover the database did not keep is not reported held.
+        if self.takeover_store is not None:
+            await self.takeover_store.set(session_id, held)
         if held:
             self.takeovers.add(session_id)
         else:
@@ -143,6 +156,16 @@ class Navigator:
         if self._book is None or self._generation != self.client.generation:
             return []
         return self._book.sessions()
+
+    async def list_sessions(self) -> list[str]:
+        """The chat sessions with tabs, read from the browser when this process has not yet (a
+        restarted bridge finds the owners stored on the pages of a browser that outlived it)."""
+        if self._book is None or self._generation != self.client.generation:
+            with contextlib.suppress(Unavailable):
+                await self.client.session()
+                async with self._lock:
+                    await self._tab_book()
+        return self.sessions
 
     def _validator(self, tool: types.Tool) -> jsonschema.protocols.Validator:
         """One checked validator per catalog entry (a refreshed catalog brings new Tool objects)."""
@@ -239,12 +262,17 @@ class Navigator:
     ) -> TabBook:
         """Read the server's tabs and their owners (giving the current one to `claim`)."""
         if RUN_CODE in self.client.tools:
-            code = tags_function(claim, holder=holder, initial=initial)
+            known = await self.tab_store.owners() if initial and self.tab_store is not None else {}
+            code = tags_function(claim, holder=holder, initial=initial, known=known)
             parsed = parse_tags(_text_of(await self._checked(RUN_CODE, {"code": code})))
             if parsed is None:
                 self.reset_tabs()
                 raise Unavailable("the browser answered no tab list to the bridge's tab check")
             tabs, current = parsed
+            if initial:
+                present_targets = {tab.target for tab in tabs}
+                self._saved_owners = {t: o for t, o in known.items() if t in present_targets}
+            await self._save_owners(tabs)
         else:
             tabs, current = await self._positional(claim, holder, appeared_for)
         if self._book is None:
@@ -252,6 +280,18 @@ class Navigator:
         else:
             self._book.replace(tabs, current)
         return self._book
+
+    async def _save_owners(self, tabs: list[ServerTab]) -> None:
+        """Store what changed of the owners by target id (a database write only when it did)."""
+        if self.tab_store is None:
+            return
+        owners = {tab.target: tab.owner for tab in tabs if tab.target and tab.owner}
+        if owners == self._saved_owners:
+            return
+        gone = [target for target in self._saved_owners if target not in owners]
+        changed = {t: o for t, o in owners.items() if self._saved_owners.get(t) != o}
+        await self.tab_store.save(changed, gone)
+        self._saved_owners = owners
 
     async def _positional(
         self, claim: str | None, holder: str, appeared_for: str | None
@@ -403,6 +443,8 @@ class Navigator:
         listed = listed_tabs("browser_tabs", _text_of(result))
         if listed is not None and listed[0] != len(book.tabs):
             await self._sync()
+        else:
+            await self._save_owners(book.tabs)
         for session_id in list(book.current):
             book.current_of(session_id)
 
@@ -425,10 +467,10 @@ class Navigator:
         """Close every tab of a chat session (its popups included)."""
         async with self._lock:
             if self._book is None or self._generation != self.client.generation or not self._book.owned(session_id):
-                self.takeovers.discard(session_id)
+                await self.set_takeover(session_id, False)
                 return False
             await self._close_own(session_id)
-        self.takeovers.discard(session_id)
+        await self.set_takeover(session_id, False)
         return True
 
     async def screenshot(self, session_id: str) -> bytes:

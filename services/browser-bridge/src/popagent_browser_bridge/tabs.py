@@ -6,13 +6,15 @@ entry owned by one chat session, and shows a session only its own tabs, numbered
 same order, with that session's own current tab; it maps those numbers to the server's before a
 call and rewrites every tab list the server answers ("### Open tabs", `browser_tabs` results).
 
-Ownership is stored on the page objects in the server process itself, through
+Ownership is kept on the page objects in the server process itself, through
 `browser_run_code_unsafe` (the bridge's own fixed snippet, not agent code): a tab the bridge opens
 or hands to a session is tagged with that session, and a popup a page opens (window.open,
 target=_blank, rel=noopener included) takes the tag of its opener (`page.opener()`). So a popup
 belongs to the session whose page opened it even when it opened on a timer while another
 session's call ran. Tags are only read when the server's tab count is not what the bridge
-expects: the steady state costs no extra call.
+expects: the steady state costs no extra call. Page objects belong to one MCP connection, so the
+owners are also stored by the page's browser target id (popagent_browser_tab_owners): a bridge
+restarted against a browser that outlived its MCP session gives each session its tabs back.
 
 A server without `browser_run_code_unsafe` gets positional tracking: tabs appearing during a
 session's call are that session's, and a count the bridge cannot explain makes every tab
@@ -39,6 +41,8 @@ RELEASED = ""
 class ServerTab:
     id: str
     owner: str | None
+    # The browser's own id of the page (None: unknown), under which its owner is stored.
+    target: str | None = None
 
 
 @dataclass
@@ -80,36 +84,62 @@ class TabBook:
             self.current_of(session_id)
 
 
-def tags_function(claim: str | None, *, holder: str = RELEASED, initial: bool = False) -> str:
+def tags_function(
+    claim: str | None, *, holder: str = RELEASED, initial: bool = False, known: dict[str, str] | None = None
+) -> str:
     """The snippet that gives the current page to `claim` (when given, and only when it is
     untagged or held by `holder`) and answers every page's tag in the server's order, tagging
-    untagged pages from their opener first."""
+    untagged pages first: from `known` (owners stored by browser target id, for a browser that
+    outlived the bridge's MCP session), else from their opener."""
     return (
         TAGS_FUNCTION.replace("__CLAIM__", "undefined" if claim is None else json.dumps(claim))
         .replace("__HOLDER__", json.dumps(holder))
         .replace("__INITIAL__", "true" if initial else "false")
+        .replace("__KNOWN__", json.dumps(known or {}))
     )
 
 
+# Page objects are per MCP connection; a page's target id (Chromium's, through a CDP session) is
+# the browser's own and outlives the connection. Without CDP (another engine) it is null.
 TAGS_FUNCTION = """async (page) => {
   const key = "__popagentTab";
   const context = page.context();
+  const known = __KNOWN__;
   const fresh = () => "t" + (context.__popagentNextTab = (context.__popagentNextTab || 0) + 1);
+  const targetOf = async (p) => {
+    try {
+      const cdp = await context.newCDPSession(p);
+      try {
+        return (await cdp.send("Target.getTargetInfo")).targetInfo.targetId;
+      } finally {
+        await cdp.detach().catch(() => {});
+      }
+    } catch {
+      return null;
+    }
+  };
   const claim = __CLAIM__;
   const held = page[key];
   if (claim !== undefined && (!held || held.owner === "" || held.owner === __HOLDER__)) {
-    page[key] = { id: (held && held.id) || fresh(), owner: claim };
+    const target = held ? held.target : await targetOf(page);
+    page[key] = { id: (held && held.id) || fresh(), owner: claim, target };
   }
   const pages = context.pages();
   const out = [];
   for (const p of pages) {
     if (!p[key]) {
-      const opener = await p.opener();
-      const from = opener && opener[key] ? opener[key].owner : undefined;
-      const owner = from ? from : (opener || !__INITIAL__ ? null : "");
-      p[key] = { id: fresh(), owner };
+      const target = await targetOf(p);
+      let owner;
+      if (target && Object.prototype.hasOwnProperty.call(known, target)) {
+        owner = known[target];
+      } else {
+        const opener = await p.opener();
+        const from = opener && opener[key] ? opener[key].owner : undefined;
+        owner = from ? from : (opener || !__INITIAL__ ? null : "");
+      }
+      p[key] = { id: fresh(), owner, target };
     }
-    out.push({ id: p[key].id, owner: p[key].owner, current: p === page });
+    out.push({ id: p[key].id, owner: p[key].owner, target: p[key].target, current: p === page });
   }
   return out;
 }"""
@@ -131,8 +161,12 @@ def parse_tags(text: str) -> tuple[list[ServerTab], str | None] | None:
     for entry in listed:
         if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
             return None
-        owner = entry.get("owner")
-        tabs.append(ServerTab(entry["id"], owner if isinstance(owner, str) else None))
+        owner, target = entry.get("owner"), entry.get("target")
+        tabs.append(
+            ServerTab(
+                entry["id"], owner if isinstance(owner, str) else None, target if isinstance(target, str) else None
+            )
+        )
         if entry.get("current") is True:
             current = entry["id"]
     return tabs, current
