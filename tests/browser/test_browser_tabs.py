@@ -7,13 +7,20 @@ from __future__ import annotations
 
 import re
 import uuid
+from typing import Any
 
 import grpc
 import pytest
 from chat.helpers import new_session
+from mcp.client.session import ClientSession
 
 from browser.helpers import Bridge, bridge
-from support.browser_peer import LoginSite
+from popagent_browser_bridge.bifrost import BifrostClient
+from popagent_browser_bridge.navigator import BrowserGate, Navigator
+from popagent_browser_bridge.scrub import SecretValues
+from popagent_browser_bridge.tabs import RUN_CODE
+from popagent_core.lifecycle import background_task
+from support.browser_peer import SOCKET_HOST, BrowserPeer, LoginSite
 from support.stacks import Stack
 from support.waiting import eventually
 
@@ -121,3 +128,41 @@ async def test_popups_belong_to_the_opening_session_and_close_with_it(stack: Sta
             assert session not in [s["sessionId"] for s in listed_sessions]
             assert await server_tab_count(stack, c) == before - 1
             assert await tabs_of(c) == [(0, True, site.url("/login?bystander=1"))]
+
+
+class _CatalogWithoutRunCode(BifrostClient):
+    """The real server's catalog less browser_run_code_unsafe, as a server that does not offer it
+    (every refresh too: the server announces list changes as pages change)."""
+
+    async def _load_tools(self, session: ClientSession) -> None:
+        await super()._load_tools(session)
+        self.tools.pop(RUN_CODE, None)
+
+
+async def test_a_server_without_run_code_gets_positional_tabs(peer: BrowserPeer, site: LoginSite) -> None:
+    """Without browser_run_code_unsafe (no page tags): a tab that appears during a session's call
+    is that session's, and the other session still sees only its own."""
+    client = _CatalogWithoutRunCode(peer.socket_path, f"http://{SOCKET_HOST}/mcp", call_timeout_s=30, connect_wait_s=5)
+    navigator = Navigator(client, SecretValues(None), BrowserGate(enabled=True))
+
+    async def text(session_id: str, operation: str, **arguments: Any) -> str:
+        outcome = await navigator.navigate(session_id, "interactive", operation, arguments)
+        return "\n".join(part.text for part in outcome.parts)
+
+    async def urls(session_id: str) -> list[str]:
+        return [url for _, _, url in TAB.findall(await text(session_id, "browser_tabs", action="list"))]
+
+    async with background_task(client.run, name="positional-client"):
+        await client.session()
+        assert RUN_CODE not in client.tools
+        await text("a", "browser_navigate", url=site.url("/popups"))
+        await text("b", "browser_navigate", url=site.url("/login?positional=b"))
+        snapshot = await text("a", "browser_snapshot")
+        await text("a", "browser_click", target=ref_of(snapshot, "link", "New tab link"))
+        assert await urls("a") == [site.url("/popups"), site.url("/login?via=link")]
+        assert await urls("b") == [site.url("/login?positional=b")]
+        await text("b", "browser_tabs", action="new", url=site.url("/login?positional=b2"))
+        assert await urls("b") == [site.url("/login?positional=b"), site.url("/login?positional=b2")]
+        await text("a", "browser_tabs", action="select", index=1)
+        assert "Page URL: " + site.url("/login?via=link") in await text("a", "browser_snapshot")
+        assert len(await urls("a")) == 2
