@@ -88,6 +88,12 @@ async def test_a_session_sees_selects_and_closes_only_its_own_tabs(stack: Stack,
         assert f"Page URL: {second}" in await a.text("browser_snapshot")
         assert await tabs_of(b) == [(0, True, theirs)]
 
+        # browser_close is the session's own: the server's would end every session's browser.
+        closed_all = await a.text("browser_close")
+        assert f"Page URL: {theirs}" in await b.text("browser_snapshot")
+        assert await tabs_of(b) == [(0, True, theirs)]
+        assert "Closed 1 tab(s) of this session." in closed_all
+
 
 async def test_popups_belong_to_the_opening_session_and_close_with_it(stack: Stack, site: LoginSite) -> None:
     bystander = f"tabs-c-{uuid.uuid4().hex[:6]}"
