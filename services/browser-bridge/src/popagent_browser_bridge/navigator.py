@@ -270,8 +270,8 @@ class Navigator:
                 raise Unavailable("the browser answered no tab list to the bridge's tab check")
             tabs, current = parsed
             if initial:
-                present_targets = {tab.target for tab in tabs}
-                self._saved_owners = {t: o for t, o in known.items() if t in present_targets}
+                # What is stored is what this browser had: rows of pages gone meanwhile are deleted.
+                self._saved_owners = dict(known)
             await self._save_owners(tabs)
         else:
             tabs, current = await self._positional(claim, holder, appeared_for)
