@@ -27,6 +27,7 @@ from popagent_core.grpc_client import open_channel
 from popagent_dev.embedded import free_port
 from support.browser_peer import SOCKET_HOST, BrowserPeer, LoginSite
 from support.stacks import Stack
+from support.waiting import eventually
 
 # One browser server (node + chromium, ~0.5 GB) for the whole browser suite: keep it on one worker.
 pytestmark = pytest.mark.xdist_group("browser")
@@ -90,6 +91,11 @@ async def test_a_takeover_and_the_sessions_tabs_survive_a_bridge_restart(stack: 
 
         # A new bridge: a new MCP session of the same browser.
         async with _bridge_process(settings, stack, session, other) as (a, b, routes):
+
+            async def connected() -> bool:
+                return (await routes.GetHealth(navigator_pb2.GetHealthRequest())).reachable
+
+            await eventually(connected, what="the restarted bridge's MCP session")
             listed = await routes.ListSessions(navigator_pb2.ListSessionsRequest())
             assert navigator_pb2.BrowserSession(session_id=session, taken_over=True) in listed.sessions
             with pytest.raises(grpc.aio.AioRpcError) as paused:

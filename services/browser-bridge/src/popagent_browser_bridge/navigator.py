@@ -160,9 +160,9 @@ class Navigator:
     async def list_sessions(self) -> list[str]:
         """The chat sessions with tabs, read from the browser when this process has not yet (a
         restarted bridge finds the owners stored on the pages of a browser that outlived it)."""
-        if self._book is None or self._generation != self.client.generation:
+        # Never waits for a reconnect: the UI polls this while the browser may be down.
+        if self.client.health().reachable and (self._book is None or self._generation != self.client.generation):
             with contextlib.suppress(Unavailable):
-                await self.client.session()
                 async with self._lock:
                     await self._tab_book()
         return self.sessions
