@@ -150,3 +150,30 @@ async def test_typing_or_filling_a_stored_secret_is_refused(stack: Stack, site: 
                 await b.op(operation, **arguments)
             assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
             assert "use useBrowserSecret" in (refused.value.details() or "")
+
+
+def _image(answer: Any) -> bytes:
+    [image] = [part.data for part in answer.content if part.kind == "image"]
+    return image
+
+
+async def test_a_secret_filled_into_a_text_field_shows_dots_in_screenshots(stack: Stack, site: LoginSite) -> None:
+    """Pixels cannot be scrubbed: the filled field is masked in the page itself, so a screenshot
+    (the model's, or the UI's screencast) shows only as many discs as the value has characters:
+    two secrets of the same length look alike, whichever is filled."""
+    origin = await bind_canary(stack, site)
+    look_alike = "".join("x" if c != "x" else "y" for c in CANARY)
+    async with stack.client() as client:
+        body = {"resourceId": "popagent-user", "name": "same-length", "value": look_alike}
+        (await client.post("/api/secrets", json=body)).raise_for_status()
+        bound = await client.post("/api/secrets/popagent-user/same-length/origins", json={"origin": origin})
+        assert bound.status_code in (200, 409), bound.text
+    shots: list[bytes] = []
+    async with bridge(stack, f"masked-{uuid.uuid4().hex[:8]}") as b:
+        await b.op("browser_navigate", url=site.url("/login"))
+        user = ref_of(await b.text("browser_snapshot"), "User")
+        for name in (SECRET_NAME, "same-length"):
+            assert (await b.use_secret(user, name=name)).success
+            answer = await b.op("browser_take_screenshot", type="png", scale="css", target=user, element="User")
+            shots.append(_image(answer))
+    assert shots[0] == shots[1]

@@ -5,9 +5,9 @@
   (mode 0600) by a small relay: `@playwright/mcp` cannot listen on a socket itself. It can be
   killed and started again on the same socket (the relay stays), as a user restarting BifrOSt.
 - `LoginSite`: HTTPS servers on two loopback ports (two origins) and a plain HTTP one, with a
-  login form, a page framing the other origin, and a redirect. Chromium resolves every host name
-  to 127.0.0.1 (`--host-resolver-rules`), so look-alike host names (`login.test.evil.test`, an
-  IDN homograph, a trailing dot) reach the same servers under other origins; certificates are
+  login form, a page framing the other origin, a redirect, and a page that opens popups.
+  Chromium resolves every host name to 127.0.0.1 (`--host-resolver-rules`), so look-alike host
+  names (`login.test.evil.test`, an IDN homograph, a trailing dot) reach the same servers under other origins; certificates are
   not checked (`--ignore-https-errors`), as a look-alike site would have a valid one of its own.
 """
 
@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import signal
 import ssl
+import sys
 import urllib.parse
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -55,6 +57,13 @@ LOGIN_PAGE = """<!doctype html><html><head><title>Sign in</title></head><body>
 </form></body></html>"""
 FRAMED_PAGE = """<!doctype html><html><head><title>Framed</title></head><body>
 <h1>Outer page</h1><iframe src="{child}" width="600" height="300"></iframe></body></html>"""
+# A page that opens tabs of its own: a target=_blank link (noopener, as Chromium makes it), a
+# window.open, and a window.open on a timer (it opens while another session's call may run).
+POPUP_PAGE = """<!doctype html><html><head><title>Opener</title></head><body>
+<a href="/login?via=link" target="_blank">New tab link</a>
+<button onclick="window.open('/login?via=open')">Open window</button>
+<button onclick="setTimeout(() => window.open('/login?via=timer'), 400)">Open later</button>
+</body></html>"""
 DONE_PAGE = "<!doctype html><html><head><title>Signed in</title></head><body><p>Signed in</p></body></html>"
 
 
@@ -133,6 +142,8 @@ class LoginSite:
             return "200 OK", [], DONE_PAGE.encode()
         if path == "/login":
             return "200 OK", [], LOGIN_PAGE.format(origin=f"{scheme}://{host}").encode()
+        if path == "/popups":
+            return "200 OK", [], POPUP_PAGE.encode()
         if path == "/framed":
             return "200 OK", [], FRAMED_PAGE.format(child=params.get("child", "")).encode()
         if path == "/redirect":
@@ -147,21 +158,41 @@ class BrowserPeer:
     socket_path: Path
     workdir: Path
     codegen: str = "typescript"
+    # One browser context for every MCP session (`--shared-browser-context`): the browser, its tabs
+    # and their owners outlive a client that disconnects, as a desktop BifrOSt's browser does.
+    shared_context: bool = False
+    # `--isolated` (a fresh in-memory profile per context); off, the profile lives in the workdir.
+    isolated: bool = True
     port: int = field(default_factory=free_port)
     _process: asyncio.subprocess.Process | None = None
+    # The relay in a process of its own, as BifrOSt serves its socket from its own process (the
+    # benchmark's bare client must not get the socket served by its own event loop).
+    relay_process: bool = False
     _relay: asyncio.Server | None = None
+    _relay_child: asyncio.subprocess.Process | None = None
     _log: Any = None
 
     async def __aenter__(self) -> BrowserPeer:
         self.workdir.mkdir(parents=True, exist_ok=True)
         await self.start()
-        self._relay = await asyncio.start_unix_server(self._pump, path=str(self.socket_path))
-        os.chmod(self.socket_path, 0o600)
+        if self.relay_process:
+            self._relay_child = await asyncio.create_subprocess_exec(
+                sys.executable, __file__, "relay", str(self.socket_path), str(self.port)
+            )
+            while not self.socket_path.exists():
+                if self._relay_child.returncode is not None:
+                    raise RuntimeError("the socket relay exited")
+                await asyncio.sleep(0.02)
+        else:
+            self._relay = await serve_relay(self.socket_path, self.port)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         if self._relay is not None:
             self._relay.close()
+        if self._relay_child is not None and self._relay_child.returncode is None:
+            self._relay_child.terminate()
+            await self._relay_child.wait()
         await self.kill()
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()
@@ -180,7 +211,7 @@ class BrowserPeer:
             "--allowed-hosts",
             f"{SOCKET_HOST},127.0.0.1:{self.port}",
             "--no-sandbox",
-            "--isolated",
+            *(["--isolated"] if self.isolated else ["--user-data-dir", str(self.workdir / "profile")]),
             "--headless",
             "--ignore-https-errors",
             "--executable-path",
@@ -191,6 +222,7 @@ class BrowserPeer:
             "50",
             "--config",
             str(config),
+            *(["--shared-browser-context"] if self.shared_context else []),
             cwd=self.workdir,
             stdout=self._log,
             stderr=self._log,
@@ -221,28 +253,48 @@ class BrowserPeer:
         await self.kill()
         await self.start()
 
-    async def _pump(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
-        try:
-            server_reader, server_writer = await asyncio.open_connection("127.0.0.1", self.port)
-        except OSError:
-            client_writer.close()
-            return
-
-        async def copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            try:
-                while data := await reader.read(65536):
-                    writer.write(data)
-                    await writer.drain()
-            except OSError:
-                pass
-            finally:
-                with contextlib.suppress(OSError):
-                    writer.close()
-
-        await asyncio.gather(copy(client_reader, server_writer), copy(server_reader, client_writer))
-
 
 @contextlib.asynccontextmanager
-async def browser_peer(base: Path, codegen: str = "typescript") -> AsyncIterator[BrowserPeer]:
-    async with BrowserPeer(base / "bifrost.sock", base / "peer", codegen=codegen) as peer:
+async def browser_peer(
+    base: Path, codegen: str = "typescript", *, relay_process: bool = False
+) -> AsyncIterator[BrowserPeer]:
+    async with BrowserPeer(base / "bifrost.sock", base / "peer", codegen=codegen, relay_process=relay_process) as peer:
         yield peer
+
+
+async def serve_relay(socket_path: Path, port: int) -> asyncio.Server:
+    """The Unix socket (mode 0600) relayed to the server's loopback port."""
+    server = await asyncio.start_unix_server(functools.partial(_pump, port), path=str(socket_path))
+    os.chmod(socket_path, 0o600)
+    return server
+
+
+async def _pump(port: int, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+    try:
+        server_reader, server_writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        client_writer.close()
+        return
+
+    async def copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                writer.close()
+
+    await asyncio.gather(copy(client_reader, server_writer), copy(server_reader, client_writer))
+
+
+async def _relay_forever(socket_path: Path, port: int) -> None:
+    server = await serve_relay(socket_path, port)
+    async with server:
+        await server.serve_forever()
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["relay"]:
+    asyncio.run(_relay_forever(Path(sys.argv[2]), int(sys.argv[3])))

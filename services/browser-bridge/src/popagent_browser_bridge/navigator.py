@@ -6,7 +6,8 @@
   `allow_code_execution`.
 - Arguments are validated against the live catalog's `input_schema` before the call (the server
   drops unknown keys silently, so a typo would otherwise do something else than asked).
-- One tab per chat session: calls are serialized and each first selects its session's tab.
+- Each chat session has its own tabs (`tabs.py`): calls are serialized, each first selects the
+  session's current tab, and the session sees, selects and closes only its own tabs and popups.
 - Every result is scrubbed of every bound secret value (`scrub.py`) before it leaves; typing or
   filling a stored secret is refused: that is what `useBrowserSecret` is for.
 - The global setting is checked before and after each call, so a PATCH that disables the browser
@@ -17,9 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -30,8 +32,18 @@ import jsonschema.validators
 from mcp import types
 
 from popagent_browser_bridge.bifrost import BifrostClient
-from popagent_browser_bridge.repo import BrowserSettings
+from popagent_browser_bridge.repo import BrowserSettings, TabOwnerRepo, TakeoverRepo
 from popagent_browser_bridge.scrub import Scrubber, SecretValues
+from popagent_browser_bridge.tabs import (
+    RELEASED,
+    RUN_CODE,
+    ServerTab,
+    TabBook,
+    listed_tabs,
+    parse_tags,
+    present,
+    tags_function,
+)
 from popagent_core.errors import FailedPrecondition, InvalidArgument, PermissionDenied, Unavailable
 
 Access = Literal["read-only", "interactive", "code"]
@@ -64,12 +76,9 @@ OPERATION_ACCESS: dict[str, Access] = {
     "browser_close": "interactive",
     "browser_run_code_unsafe": "code",
 }
-# The tab of a chat session is the bridge's to choose; listing tabs is harmless.
-TAB_ACTIONS_ALLOWED = frozenset({"list"})
 REF = re.compile(r"(?:f[0-9]{1,4})?e[0-9]{1,6}")
 MAX_IMAGE_BYTES = 2 * 1024 * 1024
 MAX_TEXT_CHARS = 200_000
-TAB_LINE = re.compile(r"^- (\d+):", re.MULTILINE)
 PAUSED = "paused: the user has taken over this browser session; try again after they release it"
 
 
@@ -113,29 +122,50 @@ class Navigator:
     client: BifrostClient
     secrets: SecretValues
     gate: BrowserGate
+    # Where held takeovers are kept across restarts (None: in this process only).
+    takeover_store: TakeoverRepo | None = None
     takeovers: set[str] = field(default_factory=set[str])
+    # Where tab owners are kept by browser target id (None: on the pages only).
+    tab_store: TabOwnerRepo | None = None
+    _saved_owners: dict[str, str] = field(default_factory=dict[str, str])
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    # Tab index -> owning chat session (None: not owned), for the MCP session of `_generation`.
-    _tabs: list[str | None] | None = None
-    _current: int | None = None
+    # The chat sessions' tabs in the MCP session of `_generation` (tabs.py).
+    _book: TabBook | None = None
     _generation: int = -1
+    _positional_ids: int = 0
     _validators: dict[str, tuple[types.Tool, Any]] = field(default_factory=dict[str, tuple[types.Tool, Any]])
 
-    def set_takeover(self, session_id: str, held: bool) -> None:
+    async def load_takeovers(self) -> None:
+        if self.takeover_store is not None:
+            self.takeovers = set(await self.takeover_store.held())
+
+    async def set_takeover(self, session_id: str, held: bool) -> None:
+        # Stored first: a takeover the database did not keep is not reported held.
+        if self.takeover_store is not None:
+            await self.takeover_store.set(session_id, held)
         if held:
             self.takeovers.add(session_id)
         else:
             self.takeovers.discard(session_id)
 
     def reset_tabs(self) -> None:
-        self._tabs = None
-        self._current = None
+        self._book = None
 
     @property
     def sessions(self) -> list[str]:
-        if self._tabs is None or self._generation != self.client.generation:
+        if self._book is None or self._generation != self.client.generation:
             return []
-        return [owner for owner in self._tabs if owner is not None]
+        return self._book.sessions()
+
+    async def list_sessions(self) -> list[str]:
+        """The chat sessions with tabs, read from the browser when this process has not yet (a
+        restarted bridge finds the owners stored on the pages of a browser that outlived it)."""
+        # Never waits for a reconnect: the UI polls this while the browser may be down.
+        if self.client.health().reachable and (self._book is None or self._generation != self.client.generation):
+            with contextlib.suppress(Unavailable):
+                async with self._lock:
+                    await self._tab_book()
+        return self.sessions
 
     def _validator(self, tool: types.Tool) -> jsonschema.protocols.Validator:
         """One checked validator per catalog entry (a refreshed catalog brings new Tool objects)."""
@@ -167,8 +197,6 @@ class Navigator:
             needed = "interactive"
         if ACCESS_RANK[needed] > ACCESS_RANK.get(access, 0):
             raise PermissionDenied(f"{operation} needs interactive browser access; this agent's access is {access}")
-        if operation == "browser_tabs" and arguments.get("action") not in TAB_ACTIONS_ALLOWED:
-            raise PermissionDenied("each chat session has one browser tab of its own; browser_tabs may only list")
         await self.client.session()
         tool = self.client.tools.get(operation)
         if tool is None:
@@ -192,35 +220,241 @@ class Navigator:
             self.gate.require()
             if session_id in self.takeovers:
                 raise FailedPrecondition(PAUSED)
-            await self._select_tab(session_id)
-            result = await self.client.call(operation, arguments)
+            if operation == "browser_tabs":
+                result = await self._tabs(session_id, arguments)
+            elif operation == "browser_close":
+                # The server's browser_close ends the whole browser context, every session's tabs
+                # with it: for a chat session, "close the browser" closes its own tabs.
+                closed = await self._close_own(session_id)
+                result = types.CallToolResult(
+                    content=[
+                        types.TextContent(type="text", text=f"### Result\nClosed {closed} tab(s) of this session.")
+                    ]
+                )
+            else:
+                await self._focus(session_id)
+                result = await self.client.call(operation, arguments)
+                await self._observe(operation, result, session_id)
+            book = self._book
         # A PATCH that disabled the browser while this call ran: its answer is not delivered.
         self.gate.require()
-        return _outcome(result, scrubber)
+        if book is None:
+            return _outcome(result, scrubber)
+        return _outcome(result, scrubber, lambda text: present(operation, text, book, session_id))
 
-    async def _select_tab(self, session_id: str) -> None:
-        if self._tabs is None or self._generation != self.client.generation:
+    # -- tabs -----------------------------------------------------------------------------------
+
+    async def _tab_book(self) -> TabBook:
+        if self._book is None or self._generation != self.client.generation:
             self._generation = self.client.generation
-            listed = await self.client.call("browser_tabs", {"action": "list"})
-            count = len(TAB_LINE.findall(_text_of(listed)))
-            fresh: list[str | None] = [None] * count
-            self._tabs = fresh
-            self._current = next((i for i, line in enumerate(_tab_lines(listed)) if "(current)" in line), None)
-        tabs = self._tabs
-        assert tabs is not None
-        if session_id in tabs:
-            index = tabs.index(session_id)
-        elif None in tabs:
-            index = tabs.index(None)
-            tabs[index] = session_id
+            self._book = None
+            await self._sync(initial=True)
+        assert self._book is not None
+        return self._book
+
+    async def _sync(
+        self,
+        claim: str | None = None,
+        *,
+        holder: str = RELEASED,
+        initial: bool = False,
+        appeared_for: str | None = None,
+    ) -> TabBook:
+        """Read the server's tabs and their owners (giving the current one to `claim`)."""
+        if RUN_CODE in self.client.tools:
+            known = await self.tab_store.owners() if initial and self.tab_store is not None else {}
+            code = tags_function(claim, holder=holder, initial=initial, known=known)
+            parsed = parse_tags(_text_of(await self._checked(RUN_CODE, {"code": code})))
+            if parsed is None:
+                self.reset_tabs()
+                raise Unavailable("the browser answered no tab list to the bridge's tab check")
+            tabs, current = parsed
+            if initial:
+                # What is stored is what this browser had: rows of pages gone meanwhile are deleted.
+                self._saved_owners = dict(known)
+            await self._save_owners(tabs)
         else:
-            await self._checked("browser_tabs", {"action": "new"})
-            tabs.append(session_id)
-            self._current = len(tabs) - 1
+            tabs, current = await self._positional(claim, holder, appeared_for)
+        if self._book is None:
+            self._book = TabBook(tabs, current)
+        else:
+            self._book.replace(tabs, current)
+        return self._book
+
+    async def _save_owners(self, tabs: list[ServerTab]) -> None:
+        """Store what changed of the owners by target id (a database write only when it did)."""
+        if self.tab_store is None:
             return
-        if self._current != index:
-            await self._checked("browser_tabs", {"action": "select", "index": index})
-            self._current = index
+        owners = {tab.target: tab.owner for tab in tabs if tab.target and tab.owner}
+        if owners == self._saved_owners:
+            return
+        gone = [target for target in self._saved_owners if target not in owners]
+        changed = {t: o for t, o in owners.items() if self._saved_owners.get(t) != o}
+        await self.tab_store.save(changed, gone)
+        self._saved_owners = owners
+
+    async def _positional(
+        self, claim: str | None, holder: str, appeared_for: str | None
+    ) -> tuple[list[ServerTab], str | None]:
+        listed = await self._checked("browser_tabs", {"action": "list"})
+        count, current_index = listed_tabs("browser_tabs", _text_of(listed)) or (0, None)
+        old = self._book.tabs if self._book is not None else None
+
+        def fresh(owner: str | None) -> ServerTab:
+            self._positional_ids += 1
+            return ServerTab(f"p{self._positional_ids}", owner)
+
+        if old is None:
+            tabs = [fresh(RELEASED) for _ in range(count)]
+        elif count >= len(old):
+            tabs = old + [fresh(appeared_for) for _ in range(count - len(old))]
+        else:
+            # Which tab went away cannot be told by position: nobody keeps any.
+            tabs = [fresh(None) for _ in range(count)]
+        if claim is not None and current_index is not None and current_index < len(tabs):
+            held = tabs[current_index]
+            if held.owner in (RELEASED, holder) or (old is not None and current_index >= len(old)):
+                tabs[current_index] = ServerTab(held.id, claim)
+        current = tabs[current_index].id if current_index is not None and current_index < len(tabs) else None
+        return tabs, current
+
+    async def _observe(self, operation: str, result: types.CallToolResult, session_id: str) -> None:
+        """Re-read the owners when a result's tab list is not what the bridge expects (a popup,
+        a page that closed itself); else note the server's current tab."""
+        book = self._book
+        listed = listed_tabs(operation, _text_of(result))
+        if book is None or listed is None:
+            return
+        count, current_index = listed
+        if count != len(book.tabs):
+            await self._sync(appeared_for=session_id)
+        elif current_index is not None:
+            book.server_current = book.tabs[current_index].id
+
+    async def _select(self, tab: ServerTab) -> None:
+        book = await self._tab_book()
+        for attempt in range(2):
+            index = book.index(tab.id)
+            if index is None:
+                raise Unavailable("this session's tab was closed in the browser; try again")
+            result = await self._checked("browser_tabs", {"action": "select", "index": index})
+            listed = listed_tabs("browser_tabs", _text_of(result))
+            if listed is not None and listed[0] == len(book.tabs):
+                book.server_current = tab.id
+                return
+            # The list moved under the bridge (a popup, a page that closed itself): read it again.
+            if attempt == 0:
+                await self._sync()
+        self.reset_tabs()
+        raise Unavailable("the browser's tabs kept changing while the bridge selected this session's tab")
+
+    async def _focus(self, session_id: str) -> ServerTab:
+        """Make the session's current tab the server's current one, giving it one if it has none."""
+        book = await self._tab_book()
+        tab = book.current_of(session_id)
+        if tab is None:
+            spare = next((t for t in book.tabs if t.owner == RELEASED), None)
+            if spare is not None:
+                if book.server_current != spare.id:
+                    await self._select(spare)
+            else:
+                await self._checked("browser_tabs", {"action": "new"})
+                book.server_current = None
+            book = await self._sync(claim=session_id, appeared_for=None)
+            tab = next((t for t in book.tabs if t.id == book.server_current), None)
+            if tab is None or tab.owner != session_id:
+                self.reset_tabs()
+                raise Unavailable("the browser did not give this session a tab of its own; try again")
+            book.current[session_id] = tab.id
+        elif book.server_current != tab.id:
+            await self._select(tab)
+        return tab
+
+    def _own_index(self, book: TabBook, session_id: str, value: Any) -> ServerTab:
+        own = book.owned(session_id)
+        if not isinstance(value, int | float) or isinstance(value, bool) or value != int(value):
+            raise InvalidArgument("browser_tabs index must be a whole number")
+        if not 0 <= int(value) < len(own):
+            raise InvalidArgument(f"tab {int(value)} is not one of this session's {len(own)} tab(s)")
+        return own[int(value)]
+
+    async def _tabs(self, session_id: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        """browser_tabs within the session's own tabs, in the session's own numbering."""
+        action = arguments.get("action")
+        book = await self._tab_book()
+        if action == "new":
+            url = arguments.get("url")
+            result = await self.client.call("browser_tabs", {"action": "new", **({"url": url} if url else {})})
+            book = await self._sync(claim=session_id, appeared_for=session_id)
+            tab = next((t for t in book.tabs if t.id == book.server_current), None)
+            if tab is None or tab.owner != session_id:
+                self.reset_tabs()
+                raise Unavailable("the browser did not open a tab for this session; try again")
+            book.current[session_id] = tab.id
+            return result
+        if action == "select":
+            if "index" not in arguments:
+                raise InvalidArgument("browser_tabs select needs the index of one of this session's tabs")
+            tab = self._own_index(book, session_id, arguments["index"])
+            await self._select(tab)
+            book.current[session_id] = tab.id
+            result = await self._checked("browser_tabs", {"action": "list"})
+            await self._observe("browser_tabs", result, session_id)
+            return result
+        if action == "close":
+            if "index" in arguments:
+                tab = self._own_index(book, session_id, arguments["index"])
+            else:
+                current = book.current_of(session_id)
+                if current is None:
+                    raise InvalidArgument("this session has no tab to close")
+                tab = current
+            own = book.owned(session_id)
+            position = own.index(tab)
+            await self._close_tab(tab)
+            rest = book.owned(session_id)
+            if book.current.get(session_id) == tab.id and rest:
+                book.current[session_id] = rest[min(position, len(rest) - 1)].id
+            result = await self._checked("browser_tabs", {"action": "list"})
+            await self._observe("browser_tabs", result, session_id)
+            return result
+        await self._focus(session_id)
+        result = await self._checked("browser_tabs", {"action": "list"})
+        await self._observe("browser_tabs", result, session_id)
+        return result
+
+    async def _close_tab(self, tab: ServerTab) -> None:
+        """Close one tab; the browser's last tab is blanked and released instead, so the browser
+        itself stays open for the other sessions."""
+        book = await self._tab_book()
+        index = book.index(tab.id)
+        if index is None:
+            return
+        if len(book.tabs) == 1:
+            if book.server_current != tab.id:
+                await self._select(tab)
+            await self._checked("browser_navigate", {"url": "about:blank"})
+            await self._sync(claim=RELEASED, holder=tab.owner or RELEASED)
+            return
+        result = await self._checked("browser_tabs", {"action": "close", "index": index})
+        del book.tabs[index]
+        if book.server_current == tab.id:
+            book.server_current = book.tabs[min(index, len(book.tabs) - 1)].id
+        listed = listed_tabs("browser_tabs", _text_of(result))
+        if listed is not None and listed[0] != len(book.tabs):
+            await self._sync()
+        else:
+            await self._save_owners(book.tabs)
+        for session_id in list(book.current):
+            book.current_of(session_id)
+
+    async def _close_own(self, session_id: str) -> int:
+        book = await self._tab_book()
+        own = book.owned(session_id)
+        for tab in reversed(own):
+            await self._close_tab(tab)
+        book.current.pop(session_id, None)
+        return len(own)
 
     async def _checked(self, operation: str, arguments: dict[str, Any]) -> types.CallToolResult:
         result = await self.client.call(operation, arguments)
@@ -230,21 +464,13 @@ class Navigator:
         return result
 
     async def close_session(self, session_id: str) -> bool:
-        """Close the tab of a chat session (the last tab is blanked instead, keeping the browser)."""
+        """Close every tab of a chat session (its popups included)."""
         async with self._lock:
-            if self._tabs is None or self._generation != self.client.generation or session_id not in self._tabs:
-                self.takeovers.discard(session_id)
+            if self._book is None or self._generation != self.client.generation or not self._book.owned(session_id):
+                await self.set_takeover(session_id, False)
                 return False
-            index = self._tabs.index(session_id)
-            if len(self._tabs) == 1:
-                await self._select_tab(session_id)
-                await self.client.call("browser_navigate", {"url": "about:blank"})
-                self._tabs[0] = None
-            else:
-                await self._checked("browser_tabs", {"action": "close", "index": index})
-                del self._tabs[index]
-                self._current = None
-        self.takeovers.discard(session_id)
+            await self._close_own(session_id)
+        await self.set_takeover(session_id, False)
         return True
 
     async def screenshot(self, session_id: str) -> bytes:
@@ -253,7 +479,7 @@ class Navigator:
         async with self._lock:
             if session_id not in self.sessions:
                 raise FailedPrecondition(f"chat session {session_id} has no browser tab")
-            await self._select_tab(session_id)
+            await self._focus(session_id)
             result = await self.client.call("browser_take_screenshot", {"type": "png", "scale": "css"})
         for item in result.content:
             if isinstance(item, types.ImageContent):
@@ -290,7 +516,8 @@ class Navigator:
 
 # Runs in the element's own frame. Fills only when the frame's origin and the top page's origin
 # are the same bound origin; the value is read from the map by that origin, so a value bound to
-# one origin can never be filled into another.
+# one origin can never be filled into another. The filled element is masked in the page (the
+# screenshot tool has no mask option).
 FILL_FUNCTION = """(element) => {
   const values = __VALUES__;
   const frame = window.origin;
@@ -304,6 +531,9 @@ FILL_FUNCTION = """(element) => {
   if (!isArea && !(element instanceof HTMLInputElement)) return { frame, top, filled: false };
   const proto = isArea ? HTMLTextAreaElement.prototype : HTMLInputElement.prototype;
   Object.getOwnPropertyDescriptor(proto, "value").set.call(element, values[frame]);
+  // Screenshots are pixels no scrubber reaches: the filled field shows discs, as a password
+  // field does, whatever its type is or becomes (a "show password" toggle).
+  element.style.setProperty("-webkit-text-security", "disc", "important");
   element.dispatchEvent(new Event("input", { bubbles: true }));
   element.dispatchEvent(new Event("change", { bubbles: true }));
   return { frame, top, filled: true };
@@ -325,10 +555,6 @@ def _text_of(result: types.CallToolResult) -> str:
     return "\n".join(item.text for item in result.content if isinstance(item, types.TextContent))
 
 
-def _tab_lines(result: types.CallToolResult) -> list[str]:
-    return [line for line in _text_of(result).splitlines() if TAB_LINE.match(line)]
-
-
 def _result_json(outcome: Outcome) -> Any:
     text = "\n".join(part.text for part in outcome.parts if part.kind == "text")
     _, marker, rest = text.partition("### Result")
@@ -341,11 +567,12 @@ def _result_json(outcome: Outcome) -> Any:
         return None
 
 
-def _outcome(result: types.CallToolResult, scrubber: Scrubber) -> Outcome:
+def _outcome(result: types.CallToolResult, scrubber: Scrubber, shown: Callable[[str], str] | None = None) -> Outcome:
     parts: list[Part] = []
     for item in result.content:
         if isinstance(item, types.TextContent):
-            parts.append(Part("text", text=scrubber.scrub(item.text[:MAX_TEXT_CHARS])))
+            text = shown(item.text) if shown is not None else item.text
+            parts.append(Part("text", text=scrubber.scrub(text[:MAX_TEXT_CHARS])))
         elif isinstance(item, types.ImageContent):
             data = base64.b64decode(item.data)
             if len(data) > MAX_IMAGE_BYTES:

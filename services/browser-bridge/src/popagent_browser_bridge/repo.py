@@ -1,4 +1,4 @@
-"""The browser settings singleton (popagent_browser_settings)."""
+"""The browser settings singleton (popagent_browser_settings) and the held takeovers."""
 
 from __future__ import annotations
 
@@ -45,3 +45,37 @@ class BrowserSettingsRepo:
             return _settings(
                 await self.pool.fetchrow(QUERIES["update_browser_settings"], enabled, allow_code_execution)
             )
+
+
+class TakeoverRepo:
+    """The chat sessions a user holds the browser of (popagent_browser_takeovers)."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    async def held(self) -> list[str]:
+        with wrap_db_errors():
+            return [row["session_id"] for row in await self.pool.fetch(QUERIES["list_takeovers"])]
+
+    async def set(self, session_id: str, held: bool) -> None:
+        with wrap_db_errors():
+            await self.pool.execute(QUERIES["hold_takeover" if held else "release_takeover"], session_id)
+
+
+class TabOwnerRepo:
+    """Each tab's owning chat session by the page's browser target id (popagent_browser_tab_owners)."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    async def owners(self) -> dict[str, str]:
+        with wrap_db_errors():
+            return {row["target_id"]: row["session_id"] for row in await self.pool.fetch(QUERIES["list_tab_owners"])}
+
+    async def save(self, owners: dict[str, str], gone: list[str]) -> None:
+        with wrap_db_errors():
+            async with self.pool.acquire() as conn, conn.transaction():
+                if gone:
+                    await conn.execute(QUERIES["forget_tab_owners"], gone)
+                for target, session_id in owners.items():
+                    await conn.execute(QUERIES["save_tab_owner"], target, session_id)

@@ -10,7 +10,7 @@ from popagent.browser_bridge.v1 import browser_bridge_pb2_grpc, navigator_pb2_gr
 from popagent.secrets.v1 import secrets_pb2_grpc
 from popagent_browser_bridge.bifrost import BifrostClient
 from popagent_browser_bridge.navigator import BrowserGate, Navigator
-from popagent_browser_bridge.repo import BrowserSettingsRepo
+from popagent_browser_bridge.repo import BrowserSettingsRepo, TabOwnerRepo, TakeoverRepo
 from popagent_browser_bridge.scrub import SecretValues
 from popagent_browser_bridge.servicer import BrowserBridgeServicer, BrowserNavigatorServicer
 from popagent_browser_bridge.settings import Settings
@@ -45,7 +45,10 @@ async def build(settings: Settings) -> AsyncIterator[Navigator]:
         )
         gate = BrowserGate()
         gate.apply(await repo.get())
-        navigator = Navigator(client, secrets, gate)
+        navigator = Navigator(
+            client, secrets, gate, takeover_store=TakeoverRepo(kernel.pool), tab_store=TabOwnerRepo(kernel.pool)
+        )
+        await navigator.load_takeovers()
         client.on_new_session = _forget_tabs(navigator)
         await stack.enter_async_context(background_task(client.run, name="browser-bridge-bifrost"))
         browser_bridge_pb2_grpc.add_BrowserBridgeServiceServicer_to_server(

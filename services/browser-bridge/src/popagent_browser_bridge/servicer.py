@@ -124,7 +124,9 @@ class BrowserNavigatorServicer(navigator_pb2_grpc.BrowserNavigatorServiceService
     async def ListSessions(
         self, request: navigator_pb2.ListSessionsRequest, context: grpc.aio.ServicerContext
     ) -> navigator_pb2.ListSessionsResponse:
-        return navigator_pb2.ListSessionsResponse(sessions=[self._session(s) for s in self.navigator.sessions])
+        return navigator_pb2.ListSessionsResponse(
+            sessions=[self._session(s) for s in await self.navigator.list_sessions()]
+        )
 
     async def Screenshot(
         self, request: navigator_pb2.ScreenshotRequest, context: grpc.aio.ServicerContext
@@ -136,5 +138,5 @@ class BrowserNavigatorServicer(navigator_pb2_grpc.BrowserNavigatorServiceService
         self, request: navigator_pb2.SetTakeoverRequest, context: grpc.aio.ServicerContext
     ) -> navigator_pb2.SetTakeoverResponse:
         _require(ROUTE_CALLERS, "take over browser sessions")
-        self.navigator.set_takeover(request.session_id, request.held)
+        await self.navigator.set_takeover(request.session_id, request.held)
         return navigator_pb2.SetTakeoverResponse(session=self._session(request.session_id))

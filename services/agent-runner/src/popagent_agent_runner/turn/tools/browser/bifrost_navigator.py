@@ -1,4 +1,4 @@
-"""`bifrostNavigator`: one `browser_*` operation of the live BifrOSt catalog, in this chat session's tab."""
+"""`bifrostNavigator`: one `browser_*` operation of the live BifrOSt catalog, in this chat session's tabs."""
 
 from __future__ import annotations
 
@@ -32,10 +32,11 @@ async def bifrost_navigator(
         ),
     ],
 ) -> list[Any]:
-    """Drive this chat session's browser tab through the BifrOSt browser: one `browser_*`
+    """Drive this chat session's browser tabs through the BifrOSt browser: one `browser_*`
     operation with its arguments (an unknown operation answers with the list the browser offers).
-    Take a `browser_snapshot` to get element refs (e5, f1e3) before clicking or typing. Never type
-    credentials: fill them with useBrowserSecret."""
+    Take a `browser_snapshot` to get element refs (e5, f1e3) before clicking or typing. browser_tabs
+    lists, opens, selects and closes this session's own tabs (popups its pages open included).
+    Never type credentials: fill them with useBrowserSecret."""
     browser = ctx.deps.turn.browser
     if browser is None or not browser.enabled:
         raise ToolFailed("the browser is disabled in browser settings")
