@@ -2,7 +2,7 @@
 request (pydantic-ai on the lean model, over HTTP to a scripted server) and the thread's storage.
 
 Each `turn()` does what a chat turn does to its thread: `ObservationalMemory.context()` for the
-request's history, the supervisor-like agent run on it, the user and assistant rows stored as
+request's history, laid out as the runner lays it out (`lay_out`), the supervisor-like agent run on it, the user and assistant rows stored as
 ThreadStore stores them, then `after_turn()`. Message times come from the caller, so temporal tests
 control them.
 """
@@ -26,7 +26,12 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 from popagent_agent_runner.llm.model import LeanModels
 from popagent_agent_runner.llm.stream import streaming_to
 from popagent_agent_runner.turn import MEMORY_QUERIES
-from popagent_agent_runner.turn.observational.memory import MemorySettings, ObservationalMemory, TurnMemory
+from popagent_agent_runner.turn.observational.memory import (
+    MemorySettings,
+    ObservationalMemory,
+    TurnMemory,
+    lay_out,
+)
 from popagent_agent_runner.turn.observational.tokens import count_text
 from popagent_agent_runner.turn.observational.windows import ContextWindows
 from popagent_agent_runner.turn.thread_store import _content, _stored
@@ -96,7 +101,13 @@ class Conversation:
     turns: list[TurnRecord] = field(default_factory=list[TurnRecord])
 
     async def turn(
-        self, text: str, memory_settings: MemorySettings, *, at: dt.datetime | None = None, prompt: Any = None
+        self,
+        text: str,
+        memory_settings: MemorySettings,
+        *,
+        at: dt.datetime | None = None,
+        prompt: Any = None,
+        turn_parts: str | None = None,
     ) -> TurnRecord:
         self.clock = at or self.clock + dt.timedelta(minutes=1)
         om = self.harness.memory
@@ -113,8 +124,13 @@ class Conversation:
         agent = self.harness.agent(self.model)
         before = len(self.harness.gateway.requests)
         first = FirstText()
+        layout = lay_out(
+            memory.history, observations=memory.observations, turn_parts=turn_parts, prompt_marker=memory.prompt_marker
+        )
         with streaming_to(first):
-            result = await agent.run(prompt if prompt is not None else text, message_history=memory.history)
+            result = await agent.run(
+                prompt if prompt is not None else text, message_history=layout.history, instructions=layout.instructions
+            )
         chat_requests = [b for b in self.harness.gateway.requests[before:] if _is_chat(b)]
         new = result.new_messages()
         await self.harness.store(self.thread_id, new, self.clock, text)

@@ -24,6 +24,13 @@ A turn's history is `[observations][recent raw messages]` instead of the whole t
 
 The raw messages stay in PostgreSQL untouched. The observations block is rendered from stored entries
 only, so it is byte-identical between turns until the log changes.
+
+`lay_out()` orders the request for the longest byte-stable prefix (a provider's prompt cache stops at
+the first byte that differs from the previous request): the agent's own instructions, then the
+observations block (both system messages), then the raw messages, and only after them what changes
+from turn to turn — the prompt's gap marker and the turn's parts (recalled memories, a hook's added
+context) — then the prompt. A turn's request therefore begins with everything the previous one sent
+but its own trailing parts, until an observation changes the block.
 """
 
 from __future__ import annotations
@@ -42,7 +49,6 @@ from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
     ModelRequest,
-    SystemPromptPart,
     UserPromptPart,
 )
 from pydantic_ai.models import Model
@@ -158,6 +164,8 @@ class _View:
 class TurnMemory:
     """What one request carries of the thread, and how it came to be."""
 
+    # The raw messages sent (with their gap markers, or the guard's marker); the observations block
+    # goes with the instructions (`lay_out`).
     history: list[ModelMessage]
     # The observations block as sent ('' when there is none) and its tokens.
     observations: str
@@ -196,6 +204,42 @@ def temporal_marker(previous: dt.datetime, current: dt.datetime) -> str | None:
 
 def observations_block(log: str) -> str:
     return f"{PREAMBLE}\n\n<observations>\n{log}\n</observations>" if log else ""
+
+
+TURN_NOTE = "<system-reminder>A note from popagent for this turn, not from the user:\n\n{text}</system-reminder>"
+
+
+@dataclass(frozen=True)
+class RequestLayout:
+    """A run's message history and its run-level instructions, in prompt-cache order."""
+
+    history: list[ModelMessage]
+    instructions: str | None
+
+
+def lay_out(
+    history: Sequence[ModelMessage],
+    *,
+    observations: str = "",
+    turn_parts: str | None = None,
+    prompt_marker: str | None = None,
+) -> RequestLayout:
+    """`[agent's instructions][observations][history][gap marker][turn parts]` + the prompt the run adds.
+
+    The observations block is a run-level instruction, so it follows the agent's own (stable)
+    instructions among the leading system messages. The marker and the turn's parts are user-role
+    requests after the history (not instructions, which precede it): pydantic-ai sends each part as
+    a message of its own, the marker just before the prompt as `_assemble` renders it once the
+    prompt is history, and neither is stored with the turn (they come before the run's new messages).
+    A user-role note rather than a mid-conversation system message because OpenAI-compatible routers
+    that translate to Anthropic hoist every system message into the system prompt, ahead of the history.
+    """
+    trailing: list[ModelMessage] = []
+    if prompt_marker:
+        trailing.append(ModelRequest(parts=[UserPromptPart(content=prompt_marker)]))
+    if turn_parts:
+        trailing.append(ModelRequest(parts=[UserPromptPart(content=TURN_NOTE.format(text=turn_parts))]))
+    return RequestLayout([*history, *trailing], observations or None)
 
 
 class ObservationalMemory:
@@ -348,9 +392,7 @@ class ObservationalMemory:
     def _drop_oldest(self, memory: TurnMemory, window: int, state: ThreadState) -> TurnMemory:
         """The last resort: the oldest raw messages left out (whole turns), a marker in their place."""
         calibration = Calibration(state.calibration)
-        history = list(memory.history)
-        head = 1 if memory.observations else 0
-        body = history[head:]
+        body = list(memory.history)
         dropped = 0
         total = memory.request_tokens
         marker_tokens = count_text(DROPPED_MARKER) + 10
@@ -363,7 +405,7 @@ class ObservationalMemory:
                 total -= count_messages([body.pop(0)])
                 dropped += 1
         marker = ModelRequest(parts=[UserPromptPart(content=DROPPED_MARKER.format(n=dropped))])
-        kept = [*history[:head], marker, *body]
+        kept = [marker, *body]
         return dataclasses.replace(
             memory,
             history=kept,
@@ -383,7 +425,7 @@ class ObservationalMemory:
         raw = view.raw
         text = "\n".join(e.content for e in view.log if e.active and e.content)
         block = observations_block(text)
-        history: list[ModelMessage] = [ModelRequest(parts=[SystemPromptPart(content=block)])] if block else []
+        history: list[ModelMessage] = []
         previous: dt.datetime | None = None
         for message in raw:
             parts = message.messages
@@ -401,7 +443,7 @@ class ObservationalMemory:
         if settings.temporal_markers and previous is not None:
             prompt_marker = temporal_marker(previous, now)
         block_tokens = count_text(block) + 7 if block else 0
-        raw_tokens = count_messages(history[1:] if block else history)
+        raw_tokens = count_messages(history)
         return TurnMemory(
             history=history,
             observations=block,
