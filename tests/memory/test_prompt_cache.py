@@ -7,6 +7,7 @@ Through the real stack (the chat turn's runner), as the scripted model server re
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from typing import Any
 
@@ -88,7 +89,7 @@ async def test_each_request_starts_with_the_previous_ones_bytes_while_recall_and
 
     assert len(requests) == len(prompts)
     recalled_changes = markers = compared = 0
-    for before, after in zip(requests, requests[1:], strict=False):
+    for before, after in itertools.pairwise(requests):
         old, new = _wire(before), _wire(after)
         observations = _observations_index(before)
         # The agent's stable instructions come first and the observations block right after them.

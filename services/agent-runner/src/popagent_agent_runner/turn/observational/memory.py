@@ -14,9 +14,12 @@ A turn's history is `[observations][recent raw messages]` instead of the whole t
    (`activate_on_provider_change`). A turn waits only when the unobserved history reached
    `observation_block_after` x threshold.
 3. When the log exceeds `reflection_observation_tokens`, the Reflector condenses it into a new
-   generation (the previous one stays stored); async reflection runs it in the background unless the
-   log reached `reflection_block_after` x threshold. `previous_observation_max_tokens` bounds how much
-   of the log the Observer sees.
+   generation (the previous one stays stored). With async reflection, the Reflector runs in the
+   background once the log passed `reflection_buffer_activation` x threshold and its result is
+   buffered; it is activated (no model call) when the log reaches the threshold, together with
+   copies of the entries observed while it ran. A turn waits for it only at
+   `reflection_block_after` x threshold (and reflects then if nothing was buffered).
+   `previous_observation_max_tokens` bounds how much of the log the Observer sees.
 4. The context-window guard: with the model's window from the catalog, the request (instructions,
    observations, raw messages, prompt, an output reserve, scaled by the provider's calibration)
    never exceeds it: first a forced observation, then, as a last resort, the oldest raw messages are
@@ -122,6 +125,10 @@ class MemorySettings:
     def buffering(self) -> bool:
         return self.async_observation_enabled and not self.shared_budget
 
+    @property
+    def reflection_buffering(self) -> bool:
+        return self.async_reflection_enabled and not self.shared_budget
+
 
 @dataclass(frozen=True)
 class ThreadState:
@@ -179,6 +186,9 @@ class TurnMemory:
     prompt_marker: str | None = None
     observed: bool = False  # an observation ran (or was activated) for this request
     waited: bool = False  # the turn waited for observation or reflection work
+    # The log's reflection for this request: '' none, 'activated' a buffered one (no model call),
+    # 'waited' the background one the turn waited for, 'reflected' the Reflector ran in the turn.
+    reflection: str = ""
     dropped: int = 0  # raw messages the guard left out
     window: int | None = None
     settings: MemorySettings | None = None
@@ -329,6 +339,7 @@ class ObservationalMemory:
         now = now or self.clock()
         window = await self.windows.window(route) if self.windows is not None else None
         observed = waited = False
+        reflection = ""
         if not settings.enabled:
             view = _View(ThreadState(), await self.raw(thread_id, 0, stop_at_id), [])
             memory = self._assemble(view, settings, fixed_tokens, prompt_tokens, now)
@@ -356,11 +367,17 @@ class ObservationalMemory:
                 await self.observe(thread_id, route, settings, stop_at_id=stop_at_id)
                 observed = waited = True
                 view = await self._read(thread_id, stop_at_id)
-            reflect_at = settings.reflection_observation_tokens
-            if settings.async_reflection_enabled:
-                reflect_at = int(reflect_at * settings.reflection_block_after)
-            if model_calls and _tokens([e for e in view.log if e.active]) > reflect_at:
-                await self.reflect(thread_id, route, settings)
+            log_tokens = _tokens([e for e in view.log if e.active])
+            if settings.reflection_buffering and log_tokens > settings.reflection_observation_tokens:
+                reflection = await self._reflection_due(
+                    thread_id, route, settings, view.state, log_tokens, model_calls=model_calls
+                )
+                waited = waited or reflection in ("waited", "reflected")
+                if reflection:
+                    view = await self._read(thread_id, stop_at_id)
+            elif model_calls and log_tokens > settings.reflection_observation_tokens:
+                if await self.reflect(thread_id, route, settings):
+                    reflection = "reflected"
                 waited = True
                 view = await self._read(thread_id, stop_at_id)
             memory = self._assemble(view, settings, fixed_tokens, prompt_tokens, now)
@@ -376,7 +393,9 @@ class ObservationalMemory:
                 memory = self._assemble(view, settings, fixed_tokens, prompt_tokens, now)
         if window is not None and self._over(memory, window, view.state):
             memory = self._drop_oldest(memory, window, view.state)
-        return dataclasses.replace(memory, observed=observed, waited=waited, window=window, settings=settings)
+        return dataclasses.replace(
+            memory, observed=observed, waited=waited, reflection=reflection, window=window, settings=settings
+        )
 
     async def _read(self, thread_id: str, stop_at_id: str) -> _View:
         state = await self.state(thread_id)
@@ -581,11 +600,21 @@ class ObservationalMemory:
     # -- reflection ------------------------------------------------------------------
 
     async def reflect(
-        self, thread_id: str, route: str, settings: MemorySettings, *, above_tokens: int | None = None
+        self,
+        thread_id: str,
+        route: str,
+        settings: MemorySettings,
+        *,
+        above_tokens: int | None = None,
+        buffered: bool = False,
     ) -> bool:
-        """Condense the active log into a new generation, if it is over `above_tokens` (default: the
-        reflection threshold); the previous generation stays stored."""
-        async with self._lock(thread_id):
+        """Condense the active log, if it is over `above_tokens` (default: the reflection threshold),
+        into a new generation (the previous one stays stored) — or, `buffered`, into a reflection kept
+        aside for `_activate_reflection` (the log the turns see does not change yet).
+
+        A buffered reflection runs beside observations (the thread's lock is not held over its model
+        call): whatever they add to the log meanwhile is not covered, and is copied after it."""
+        async with contextlib.nullcontext() if buffered else self._lock(thread_id):
             state = await self.state(thread_id)
             log = [e for e in await self.log(thread_id, state.generation) if e.active]
             limit = settings.reflection_observation_tokens if above_tokens is None else above_tokens
@@ -597,12 +626,14 @@ class ObservationalMemory:
             )
             self.usage.incr(usage)
             content = _bounded(entries, settings.reflection_observation_tokens)
+            generation = state.generation + 1
             with wrap_db_errors():
                 async with self.pool.acquire() as conn, conn.transaction():
                     current = await conn.fetchrow(self.q["lock_observation_state"], thread_id)
                     if current is None or current["generation"] != state.generation:
                         return False
-                    generation = state.generation + 1
+                    # A reflection buffered earlier (and not activated) is superseded by this one.
+                    await conn.execute(self.q["drop_buffered_reflections"], thread_id, generation)
                     await conn.execute(
                         self.q["insert_observation"],
                         thread_id,
@@ -613,12 +644,72 @@ class ObservationalMemory:
                         min(e.first_message_seq for e in log),
                         max(e.last_message_seq for e in log),
                         sum(e.message_tokens for e in log),
-                        True,
+                        not buffered,
                         route,
                     )
-                    await conn.execute(self.q["carry_buffered"], thread_id, state.generation, generation)
-                    await conn.execute(self.q["start_generation"], thread_id, generation)
+                    if not buffered:
+                        covered = max(e.last_message_seq for e in log)
+                        await conn.execute(
+                            self.q["copy_uncovered_entries"], thread_id, state.generation, generation, covered
+                        )
+                        await conn.execute(self.q["carry_buffered"], thread_id, state.generation, generation)
+                        await conn.execute(self.q["start_generation"], thread_id, generation)
             return True
+
+    async def _reflection_due(
+        self,
+        thread_id: str,
+        route: str,
+        settings: MemorySettings,
+        state: ThreadState,
+        log_tokens: int,
+        *,
+        model_calls: bool,
+    ) -> str:
+        """Async reflection once the log passed its threshold: `TurnMemory.reflection`.
+
+        A reflection buffered in the background is activated (no model call). Without one, below
+        `reflection_block_after` x threshold the turn goes on with the log as it is while one is
+        buffered in the background; at it, the turn waits for the background work, then activates
+        what it buffered, or reflects now.
+        """
+        if await self._activate_reflection(thread_id, state.generation):
+            return "activated"
+        blocking = log_tokens >= settings.reflection_observation_tokens * settings.reflection_block_after
+        if not blocking:
+            running = self._background.get(thread_id)
+            if model_calls and (running is None or running.done()):
+                self._start(thread_id, self._reflect_in_background(thread_id, route, settings))
+            return ""
+        if await self._wait_background(thread_id) and await self._activate_reflection(thread_id, state.generation):
+            return "waited"
+        if model_calls and await self.reflect(thread_id, route, settings):
+            return "reflected"
+        return ""
+
+    async def _activate_reflection(self, thread_id: str, generation: int) -> bool:
+        """The buffered reflection of `generation` becomes the log (no model call): a new generation of
+        the reflection, then copies of the entries it does not cover (observed while it ran), then the
+        buffered observations. The previous generation stays stored as it was."""
+        with wrap_db_errors():
+            async with self.pool.acquire() as conn, conn.transaction():
+                current = await conn.fetchrow(self.q["lock_observation_state"], thread_id)
+                if current is None or current["generation"] != generation:
+                    return False
+                reflection = await conn.fetchrow(self.q["buffered_reflection"], thread_id, generation + 1)
+                if reflection is None:
+                    return False
+                await conn.execute(self.q["activate_entry"], thread_id, reflection["seq"])
+                await conn.execute(
+                    self.q["copy_uncovered_entries"],
+                    thread_id,
+                    generation,
+                    generation + 1,
+                    reflection["last_message_seq"],
+                )
+                await conn.execute(self.q["carry_buffered"], thread_id, generation, generation + 1)
+                await conn.execute(self.q["start_generation"], thread_id, generation + 1)
+        return True
 
     # -- after a turn: record it, buffer in the background ---------------------------
 
@@ -649,10 +740,13 @@ class ObservationalMemory:
             if unbuffered >= start_at:
                 self._start(thread_id, self._buffer(thread_id, route, settings))
                 return
-        if settings.async_reflection_enabled and not settings.shared_budget:
+        if settings.reflection_buffering:
             log = [e for e in await self.log(thread_id, state.generation) if e.active]
             if _tokens(log) > settings.reflection_observation_tokens * settings.reflection_buffer_activation:
-                self._start(thread_id, self._reflect_in_background(thread_id, route, settings))
+                with wrap_db_errors():
+                    ready = await self.pool.fetchrow(self.q["buffered_reflection"], thread_id, state.generation + 1)
+                if ready is None:
+                    self._start(thread_id, self._reflect_in_background(thread_id, route, settings))
 
     def _start(self, thread_id: str, work: Any) -> None:
         task = asyncio.create_task(work, name=f"observational-memory {thread_id}")
@@ -669,9 +763,10 @@ class ObservationalMemory:
         await self.observe(thread_id, route, settings, buffered=True)
 
     async def _reflect_in_background(self, thread_id: str, route: str, settings: MemorySettings) -> None:
-        # Started once the log passed reflection_buffer_activation x threshold, before it is due.
+        # Started once the log passed reflection_buffer_activation x threshold, before it is due;
+        # buffered until the log reaches the threshold (`_reflection_due`).
         above = int(settings.reflection_observation_tokens * settings.reflection_buffer_activation)
-        await self.reflect(thread_id, route, settings, above_tokens=above)
+        await self.reflect(thread_id, route, settings, above_tokens=above, buffered=True)
 
     def background(self, thread_id: str) -> asyncio.Task[None] | None:
         return self._background.get(thread_id)
