@@ -324,3 +324,40 @@ async def test_at_reflection_block_after_the_turn_waits_for_the_background_refle
     )
     assert reflection and reflection in record.memory.observations
     await settle(conversation)
+
+
+async def test_background_observation_runs_between_turns_not_during_one(conversations: Conversations) -> None:
+    """A turn in flight keeps the event loop to itself: the Observer request of a background
+    observation started before it goes out once the turn has ended."""
+    hold = asyncio.Event()
+    held = asyncio.Event()
+    holding = False
+
+    async def respond(body: Body) -> Turn:
+        if holding and not is_observer(body) and not is_reflector(body):
+            held.set()
+            await hold.wait()
+        return answer_others(body)
+
+    conversations.gateway.responder = respond
+    conversation = await conversations.new()
+    n = 0
+    while conversations.memory.background(conversation.thread_id) is None:
+        n += 1
+        assert n < 60, "no background observation started"
+        await settle(conversation)
+        await conversation.turn(TEXT.format(n=n), ASYNC)
+    observers = observer_requests(conversations)
+    holding = True
+    turn = asyncio.create_task(conversation.turn(TEXT.format(n=n + 1), ASYNC))
+    await held.wait()
+    # The turn waits on its model's answer; the background work waits for the turn.
+    await asyncio.sleep(0.5)
+    assert observer_requests(conversations) == observers
+    background = conversations.memory.background(conversation.thread_id)
+    assert background is not None and not background.done()
+    hold.set()
+    record = await asyncio.wait_for(turn, 30)
+    assert not record.memory.waited
+    await settle(conversation)
+    assert observer_requests(conversations) > observers

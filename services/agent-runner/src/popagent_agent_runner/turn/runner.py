@@ -385,6 +385,9 @@ class TurnRunner:
         finally:
             if browser_reading is not None and not browser_reading.done():
                 browser_reading.cancel()
+            if self.observational is not None:
+                # However the turn ended: background memory work no longer waits for it.
+                self.observational.turn_ended(context.session_id)
             # Background commands belong to the turn: killed when it ends, however it ends.
             if context.hands is not None:
                 await context.hands.close()

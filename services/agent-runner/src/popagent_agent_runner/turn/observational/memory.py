@@ -12,7 +12,9 @@ A turn's history is `[observations][recent raw messages]` instead of the whole t
    `observation_buffer_activation` x threshold on) and is only activated here (no model call): at
    the threshold, after `idle_activation_seconds` without a turn, or when the model changed
    (`activate_on_provider_change`). A turn waits only when the unobserved history reached
-   `observation_block_after` x threshold.
+   `observation_block_after` x threshold. Background work runs between turns: its steps wait while
+   a turn of this process is in flight (from `context()` to `after_turn()`), so that turn's time to
+   first token does not share the event loop with it, unless that turn is waiting for the work.
 3. When the log exceeds `reflection_observation_tokens`, the Reflector condenses it into a new
    generation (the previous one stays stored). With async reflection, the Reflector runs in the
    background once the log passed `reflection_buffer_activation` x threshold and its result is
@@ -77,6 +79,11 @@ OUTPUT_RESERVE_TOKENS = 8192
 MAX_BATCH_TOKENS = 40_000
 # Gap markers between messages at least this far apart (temporal_markers).
 TEMPORAL_GAP = dt.timedelta(minutes=10)
+# Background work runs between turns: each of its steps waits for the process's turns in flight to
+# end, at most this long; a turn is in flight from its `context()` to its `after_turn()` (or
+# `turn_ended()`), at most TURN_LEASE_S (a turn that failed on the way never says it ended).
+BACKGROUND_YIELD_S = 10.0
+TURN_LEASE_S = 120.0
 
 PREAMBLE = (
     "The observations below are your memory of the earlier part of this conversation (the messages "
@@ -274,6 +281,48 @@ class ObservationalMemory:
         self._locks: dict[str, asyncio.Lock] = {}
         # Usage of the Observer and Reflector calls (the bench reads it).
         self.usage = RunUsage()
+        # Turns in flight (thread -> the loop time their lease ends) and whether there are none.
+        self._turns: dict[str, float] = {}
+        self._no_turns = asyncio.Event()
+        self._no_turns.set()
+        # Threads whose background work a turn is waiting for (it waits for no turn), and the
+        # events that wake a background step waiting between turns.
+        self._awaited: set[str] = set()
+        self._wake: dict[str, asyncio.Event] = {}
+
+    # -- turns in flight: background work waits for them -----------------------------
+
+    def turn_began(self, thread_id: str) -> None:
+        self._turns[thread_id] = asyncio.get_running_loop().time() + TURN_LEASE_S
+        self._no_turns.clear()
+
+    def turn_ended(self, thread_id: str) -> None:
+        self._turns.pop(thread_id, None)
+        if not self._turns_in_flight():
+            self._no_turns.set()
+
+    def _turns_in_flight(self) -> bool:
+        now = asyncio.get_running_loop().time()
+        self._turns = {thread: until for thread, until in self._turns.items() if until > now}
+        return bool(self._turns)
+
+    async def _between_turns(self, thread_id: str) -> None:
+        """A background step's wait for the turns in flight to end (their time to first token has the
+        CPU to itself: this process's event loop is shared), at most BACKGROUND_YIELD_S."""
+        if not self._turns_in_flight():
+            self._no_turns.set()
+            return
+        if thread_id in self._awaited:
+            return
+        wake = self._wake[thread_id] = asyncio.Event()
+        waits = [asyncio.ensure_future(self._no_turns.wait()), asyncio.ensure_future(wake.wait())]
+        try:
+            await asyncio.wait(waits, timeout=BACKGROUND_YIELD_S, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+            if self._wake.get(thread_id) is wake:
+                del self._wake[thread_id]
 
     # -- reading ----------------------------------------------------------------
 
@@ -335,6 +384,7 @@ class ObservationalMemory:
 
         `model_calls=False` (after the Observer failed): activation, assembly and the guard only.
         """
+        self.turn_began(thread_id)
         settings = settings or await self.settings()
         now = now or self.clock()
         window = await self.windows.window(route) if self.windows is not None else None
@@ -514,7 +564,9 @@ class ObservationalMemory:
         """Observe the oldest unobserved messages now (into the active log, or as buffered entries);
         the number of messages observed. Buffered entries are activated first, unless buffering."""
         observed = 0
-        async with self._lock(thread_id):
+        # Background work does not hold the thread's lock over its model call (a turn's own
+        # observation or reflection would wait for it); its commit checks the cursor instead.
+        async with contextlib.nullcontext() if buffered else self._lock(thread_id):
             while True:
                 state = await self.state(thread_id)
                 if not buffered and state.buffered_seq > state.observed_seq:
@@ -528,6 +580,8 @@ class ObservationalMemory:
                 previous = tail(
                     "\n".join(e.content for e in log if e.content), settings.previous_observation_max_tokens
                 )
+                if buffered:
+                    await self._between_turns(thread_id)
                 content, usage = await self.agents.observe(
                     self.model_for(route),
                     batch,
@@ -536,6 +590,8 @@ class ObservationalMemory:
                     forward_attachments=settings.forward_attachments,
                 )
                 self.usage.incr(usage)
+                if buffered:
+                    await self._between_turns(thread_id)
                 committed = await self._commit_observation(thread_id, state, batch, content, route, active=not buffered)
                 if not committed:
                     return observed
@@ -612,8 +668,8 @@ class ObservationalMemory:
         into a new generation (the previous one stays stored) — or, `buffered`, into a reflection kept
         aside for `_activate_reflection` (the log the turns see does not change yet).
 
-        A buffered reflection runs beside observations (the thread's lock is not held over its model
-        call): whatever they add to the log meanwhile is not covered, and is copied after it."""
+        A buffered reflection runs beside observations (see `observe`): whatever they add to the log
+        meanwhile is not covered, and is copied after it."""
         async with contextlib.nullcontext() if buffered else self._lock(thread_id):
             state = await self.state(thread_id)
             log = [e for e in await self.log(thread_id, state.generation) if e.active]
@@ -621,10 +677,14 @@ class ObservationalMemory:
             if not log or _tokens(log) <= limit:
                 return False
             text = "\n".join(e.content for e in log if e.content)
+            if buffered:
+                await self._between_turns(thread_id)
             entries, usage = await self.agents.reflect(
                 self.model_for(route), text, custom=settings.reflector_instructions
             )
             self.usage.incr(usage)
+            if buffered:
+                await self._between_turns(thread_id)
             content = _bounded(entries, settings.reflection_observation_tokens)
             generation = state.generation + 1
             with wrap_db_errors():
@@ -722,6 +782,7 @@ class ObservationalMemory:
         reported_prompt_tokens: int | None = None,
     ) -> None:
         """Record the turn (model, time, calibration) and start background work the settings ask for."""
+        self.turn_ended(thread_id)
         state = await self.state(thread_id)
         calibration = Calibration(state.calibration)
         if memory is not None and reported_prompt_tokens:
@@ -775,8 +836,15 @@ class ObservationalMemory:
         task = self._background.get(thread_id)
         if task is None or task.done():
             return False
-        with contextlib.suppress(Exception):
-            await asyncio.shield(task)
+        # The turn waits for the work, so the work waits for no turn.
+        self._awaited.add(thread_id)
+        if (wake := self._wake.get(thread_id)) is not None:
+            wake.set()
+        try:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(task)
+        finally:
+            self._awaited.discard(thread_id)
         return True
 
     async def aclose(self) -> None:
