@@ -11,8 +11,10 @@ thread rows stored as a chat turn stores them). Two conversations of the same 30
 A third conversation of the same turns has async observation on (buffering from 20 % of the
 threshold, block_after 1.5) and an Observer that takes `--observer-ms` of model time. After each of
 its turns that left a background observation running, the next turn's request is probed (sent, its
-answer not stored) back to back until the observation is done, then as many times again with none
-running: the same thread, the same request, with and without the background work beside it.
+answer not stored), `--think-ms` apart, until the observation is done, then as many times again with
+none running: the same thread, the same request, with and without the background work beside it.
+(Background steps wait while a turn is in flight, so they run in the gaps and overlap the turns
+that begin while one is under way.)
 
 Printed: prompt tokens per turn (o200k count of what was sent) for both and their ratio; time to
 first token at turns 296-300 against turns 1-5 (median, each path against itself); the Observer's
@@ -21,7 +23,7 @@ Observer/Reflector calls themselves, and what every other turn spends in it; and
 conversation, the time to first token (p50) of the probes with a background observation in flight
 from their start to their first text against those with none, their ratio against the 1.10 target.
 
-    .venv/bin/python bench/memory.py [--turns 300] [--observer-ms 50]
+    .venv/bin/python bench/memory.py [--turns 300] [--observer-ms 50] [--think-ms 10]
 """
 
 from __future__ import annotations
@@ -102,7 +104,7 @@ async def conversation(harness: Conversations, model: str, turns: int, memory_se
     return chat.turns
 
 
-async def run(turns: int, observer_ms: float) -> None:
+async def run(turns: int, observer_ms: float, think_ms: float) -> None:
     with (
         tempfile.TemporaryDirectory(prefix="popagent-bench-memory-") as tmp,
         embedded.postgres(Path(tmp) / "pg") as admin_dsn,
@@ -142,7 +144,7 @@ async def run(turns: int, observer_ms: float) -> None:
                         "observation_block_after": 1.5,
                     }
                 )
-                during, alone = await background_probes(harness, turns, async_settings)
+                during, alone = await background_probes(harness, turns, async_settings, think_ms / 1000)
         finally:
             await pool.close()
 
@@ -173,7 +175,7 @@ async def run(turns: int, observer_ms: float) -> None:
     if during and alone:
         ratio = statistics.median(during) / statistics.median(alone)
         print(
-            f"async observation ({observer_ms:.0f} ms Observer): time to first token p50 {median_ms(during):.1f} ms "
+            f"async observation ({observer_ms:.0f} ms Observer, probes {think_ms:.0f} ms apart): time to first token p50 {median_ms(during):.1f} ms "
             f"over {len(during)} probes with a background observation in flight, {median_ms(alone):.1f} ms over "
             f"{len(alone)} without; ratio {ratio:.3f} (target <= 1.10: {'met' if ratio <= 1.10 else 'MISSED'})"
         )
@@ -188,7 +190,7 @@ def _quiet(record: TurnRecord) -> bool:
 
 
 async def background_probes(
-    harness: Conversations, turns: int, memory_settings: Any, most: int = 20
+    harness: Conversations, turns: int, memory_settings: Any, think_s: float, most: int = 20
 ) -> tuple[list[float], list[float]]:
     """Times to first token of probes with a background observation in flight, and without one."""
     chat = await harness.new(OM_MODEL)
@@ -201,12 +203,14 @@ async def background_probes(
             continue
         with_it: list[float] = []
         while not running.done() and len(with_it) < most:
+            await asyncio.sleep(think_s)
             probe = await chat.turn(prompt(n + 1), memory_settings, probe=True)
             if _quiet(probe) and probe.background_at_start and probe.background_at_first_text:
                 with_it.append(probe.first_text_s)
         await running
         without: list[float] = []
         for _ in range(len(with_it)):
+            await asyncio.sleep(think_s)
             probe = await chat.turn(prompt(n + 1), memory_settings, probe=True)
             if _quiet(probe) and not probe.background_at_start and not probe.background_at_first_text:
                 without.append(probe.first_text_s)
@@ -219,8 +223,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--observer-ms", type=float, default=50, help="the async conversation's Observer model time")
+    parser.add_argument("--think-ms", type=float, default=10, help="the gap between the async conversation's probes")
     args = parser.parse_args()
-    asyncio.run(run(args.turns, args.observer_ms))
+    asyncio.run(run(args.turns, args.observer_ms, args.think_ms))
 
 
 if __name__ == "__main__":

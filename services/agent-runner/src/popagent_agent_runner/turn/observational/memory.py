@@ -45,7 +45,8 @@ import contextlib
 import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,9 +55,12 @@ from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
     ModelRequest,
+    ModelResponse,
     UserPromptPart,
 )
-from pydantic_ai.models import Model
+from pydantic_ai.models import Model, ModelRequestParameters
+from pydantic_ai.models.wrapper import WrapperModel
+from pydantic_ai.settings import ModelSettings
 from pydantic_ai.usage import RunUsage
 
 from popagent_agent_runner.turn.observational.observer import (
@@ -91,6 +95,29 @@ PREAMBLE = (
     "messages after this block take priority over it. Do not mention that you have a memory."
 )
 DROPPED_MARKER = "[{n} earlier messages of this conversation are left out here to fit the model's context window.]"
+
+
+# Set in a background observation's or reflection's task: its wait for the turns in flight.
+_between_turns_gate: ContextVar[Callable[[], Awaitable[None]] | None] = ContextVar("between_turns_gate", default=None)
+
+
+class _BetweenTurnsModel(WrapperModel):
+    """The Observer's and Reflector's model in background work: its request goes out, and its answer
+    is taken up (pydantic-ai's output validation), between turns."""
+
+    async def request(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+    ) -> ModelResponse:
+        gate = _between_turns_gate.get()
+        if gate is not None:
+            await gate()
+        response = await super().request(messages, model_settings, model_request_parameters)
+        if gate is not None:
+            await gate()
+        return response
 
 
 @dataclass(frozen=True)
@@ -285,6 +312,7 @@ class ObservationalMemory:
         self._turns: dict[str, float] = {}
         self._no_turns = asyncio.Event()
         self._no_turns.set()
+        self._background_models: dict[str, Model] = {}
         # Threads whose background work a turn is waiting for (it waits for no turn), and the
         # events that wake a background step waiting between turns.
         self._awaited: set[str] = set()
@@ -306,23 +334,34 @@ class ObservationalMemory:
         self._turns = {thread: until for thread, until in self._turns.items() if until > now}
         return bool(self._turns)
 
+    def _model(self, route: str, *, background: bool) -> Model:
+        if not background:
+            return self.model_for(route)
+        model = self._background_models.get(route)
+        if model is None:
+            if len(self._background_models) > 64:
+                self._background_models.clear()
+            model = self._background_models[route] = _BetweenTurnsModel(self.model_for(route))
+        return model
+
     async def _between_turns(self, thread_id: str) -> None:
         """A background step's wait for the turns in flight to end (their time to first token has the
         CPU to itself: this process's event loop is shared), at most BACKGROUND_YIELD_S."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + BACKGROUND_YIELD_S
+        # Until no turn is in flight when this step resumes (another may have begun meanwhile).
+        while self._turns_in_flight() and thread_id not in self._awaited and loop.time() < deadline:
+            wake = self._wake[thread_id] = asyncio.Event()
+            waits = [asyncio.ensure_future(self._no_turns.wait()), asyncio.ensure_future(wake.wait())]
+            try:
+                await asyncio.wait(waits, timeout=deadline - loop.time(), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiting in waits:
+                    waiting.cancel()
+                if self._wake.get(thread_id) is wake:
+                    del self._wake[thread_id]
         if not self._turns_in_flight():
             self._no_turns.set()
-            return
-        if thread_id in self._awaited:
-            return
-        wake = self._wake[thread_id] = asyncio.Event()
-        waits = [asyncio.ensure_future(self._no_turns.wait()), asyncio.ensure_future(wake.wait())]
-        try:
-            await asyncio.wait(waits, timeout=BACKGROUND_YIELD_S, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiting in waits:
-                waiting.cancel()
-            if self._wake.get(thread_id) is wake:
-                del self._wake[thread_id]
 
     # -- reading ----------------------------------------------------------------
 
@@ -568,6 +607,8 @@ class ObservationalMemory:
         # observation or reflection would wait for it); its commit checks the cursor instead.
         async with contextlib.nullcontext() if buffered else self._lock(thread_id):
             while True:
+                if buffered:
+                    await self._between_turns(thread_id)
                 state = await self.state(thread_id)
                 if not buffered and state.buffered_seq > state.observed_seq:
                     await self._activate(thread_id, state)
@@ -580,10 +621,8 @@ class ObservationalMemory:
                 previous = tail(
                     "\n".join(e.content for e in log if e.content), settings.previous_observation_max_tokens
                 )
-                if buffered:
-                    await self._between_turns(thread_id)
                 content, usage = await self.agents.observe(
-                    self.model_for(route),
+                    self._model(route, background=buffered),
                     batch,
                     previous,
                     custom=settings.observer_instructions,
@@ -671,22 +710,22 @@ class ObservationalMemory:
         A buffered reflection runs beside observations (see `observe`): whatever they add to the log
         meanwhile is not covered, and is copied after it."""
         async with contextlib.nullcontext() if buffered else self._lock(thread_id):
+            if buffered:
+                await self._between_turns(thread_id)
             state = await self.state(thread_id)
             log = [e for e in await self.log(thread_id, state.generation) if e.active]
             limit = settings.reflection_observation_tokens if above_tokens is None else above_tokens
             if not log or _tokens(log) <= limit:
                 return False
             text = "\n".join(e.content for e in log if e.content)
-            if buffered:
-                await self._between_turns(thread_id)
             entries, usage = await self.agents.reflect(
-                self.model_for(route), text, custom=settings.reflector_instructions
+                self._model(route, background=buffered), text, custom=settings.reflector_instructions
             )
             self.usage.incr(usage)
-            if buffered:
-                await self._between_turns(thread_id)
             content = _bounded(entries, settings.reflection_observation_tokens)
             generation = state.generation + 1
+            if buffered:
+                await self._between_turns(thread_id)
             with wrap_db_errors():
                 async with self.pool.acquire() as conn, conn.transaction():
                     current = await conn.fetchrow(self.q["lock_observation_state"], thread_id)
@@ -821,12 +860,14 @@ class ObservationalMemory:
             logger.warning("background observation failed", extra={"error": str(task.exception())})
 
     async def _buffer(self, thread_id: str, route: str, settings: MemorySettings) -> None:
+        _between_turns_gate.set(lambda: self._between_turns(thread_id))
         await self.observe(thread_id, route, settings, buffered=True)
 
     async def _reflect_in_background(self, thread_id: str, route: str, settings: MemorySettings) -> None:
         # Started once the log passed reflection_buffer_activation x threshold, before it is due;
         # buffered until the log reaches the threshold (`_reflection_due`).
         above = int(settings.reflection_observation_tokens * settings.reflection_buffer_activation)
+        _between_turns_gate.set(lambda: self._between_turns(thread_id))
         await self.reflect(thread_id, route, settings, above_tokens=above, buffered=True)
 
     def background(self, thread_id: str) -> asyncio.Task[None] | None:
