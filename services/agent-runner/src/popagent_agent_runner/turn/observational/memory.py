@@ -250,7 +250,7 @@ def observations_block(log: str) -> str:
     return f"{PREAMBLE}\n\n<observations>\n{log}\n</observations>" if log else ""
 
 
-TURN_NOTE = "<system-reminder>A note from popagent for this turn, not from the user:\n\n{text}</system-reminder>"
+TURN_NOTE = "<system-reminder>A note from popagent for this turn, not from the user:\n\n{text}\n</system-reminder>"
 
 
 @dataclass(frozen=True)
