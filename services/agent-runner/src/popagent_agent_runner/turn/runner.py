@@ -148,7 +148,8 @@ class PreparedTurn:
 
 @dataclass(frozen=True)
 class GatedPrompt:
-    """The prompt `UserPromptSubmit` let through: the user UI message to store, its text, the turn's instructions."""
+    """The prompt `UserPromptSubmit` let through: the user UI message to store, its text, and what this
+    turn alone adds (recalled memories, a hook's context), sent after the history (`lay_out`)."""
 
     message: dict[str, Any]
     text: str

@@ -312,6 +312,7 @@ class ObservationalMemory:
         self._turns: dict[str, float] = {}
         self._no_turns = asyncio.Event()
         self._no_turns.set()
+        # Per route, the model background work calls (`_BetweenTurnsModel`).
         self._background_models: dict[str, Model] = {}
         # Threads whose background work a turn is waiting for (it waits for no turn), and the
         # events that wake a background step waiting between turns.
