@@ -8,12 +8,22 @@ thread rows stored as a chat turn stores them). Two conversations of the same 30
 - OM: observation at 3,000 tokens of unobserved messages, reflection at 4,000, 4 raw messages kept;
 - full replay: memory disabled, every turn sends the whole thread (on a model with a 1M window).
 
-Printed: prompt tokens per turn (o200k count of what was sent) for both and their ratio; time to
-first token at turns 296-300 against turns 1-5 (median, each path against itself); and the
-Observer's cost excluding model time: what an observing turn spends in observational memory
-beyond the Observer/Reflector calls themselves, and what every other turn spends in it.
+A third conversation of the same turns has async observation on (buffering from 20 % of the
+threshold, block_after 1.5) and an Observer that takes `--observer-ms` of model time. After each of
+its turns that left a background observation running, the next turn's request is probed (sent, its
+answer not stored), `--think-ms` apart, until the observation is done, then as many times again with
+none running: the same thread, the same request, with and without the background work beside it.
+(Background steps wait while a turn is in flight, so they run in the gaps and overlap the turns
+that begin while one is under way.)
 
-    .venv/bin/python bench/memory.py [--turns 300]
+Printed: prompt tokens per turn (o200k count of what was sent) for both and their ratio; time to
+first token at turns 296-300 against turns 1-5 (median, each path against itself); the Observer's
+cost excluding model time: what an observing turn spends in observational memory beyond the
+Observer/Reflector calls themselves, and what every other turn spends in it; and, in the async
+conversation, the time to first token (p50) of the probes with a background observation in flight
+from their start to their first text against those with none, their ratio against the 1.10 target.
+
+    .venv/bin/python bench/memory.py [--turns 300] [--observer-ms 50] [--think-ms 10]
 """
 
 from __future__ import annotations
@@ -37,8 +47,8 @@ from popagent_agent_runner.service import MIGRATIONS  # noqa: E402
 from popagent_core.migrate import migrate  # noqa: E402
 from popagent_dev import embedded  # noqa: E402
 from popagent_dev.embedded import with_database  # noqa: E402
-from support.memory_agents import memory_agents  # noqa: E402
-from support.model_gateway import Body, ModelGateway, ModelInfo, Turn  # noqa: E402
+from support.memory_agents import is_observer, memory_agents  # noqa: E402
+from support.model_gateway import Body, ModelGateway, ModelInfo, Responder, Turn  # noqa: E402
 
 OM_MODEL = "fake/fake-chat"
 REPLAY_MODEL = "fake/huge-window"
@@ -52,6 +62,18 @@ def answer(body: Body) -> Turn:
 
 def prompt(n: int) -> str:
     return f"Turn {n}: some thoughts about {TOPICS[n % len(TOPICS)]}, detail {n * 7}, and a question about it?"
+
+
+def slow_observer(seconds: float) -> Responder:
+    """The scripted answers, the Observer's after `seconds` of model time (nothing else waits)."""
+    answers = memory_agents(answer)
+
+    async def respond(body: Body) -> Turn:
+        if is_observer(body):
+            await asyncio.sleep(seconds)
+        return answers(body)
+
+    return respond
 
 
 class Timed:
@@ -82,7 +104,7 @@ async def conversation(harness: Conversations, model: str, turns: int, memory_se
     return chat.turns
 
 
-async def run(turns: int) -> None:
+async def run(turns: int, observer_ms: float, think_ms: float) -> None:
     with (
         tempfile.TemporaryDirectory(prefix="popagent-bench-memory-") as tmp,
         embedded.postgres(Path(tmp) / "pg") as admin_dsn,
@@ -113,6 +135,16 @@ async def run(turns: int) -> None:
                 om = await conversation(harness, OM_MODEL, turns, om_settings)
                 model_s = timed.seconds
                 replay = await conversation(harness, REPLAY_MODEL, turns, settings(enabled=False))
+                gateway.responder = slow_observer(observer_ms / 1000)
+                async_settings = settings(
+                    **{
+                        **om_settings.__dict__,
+                        "async_observation_enabled": True,
+                        "observation_buffer_activation": 0.2,
+                        "observation_block_after": 1.5,
+                    }
+                )
+                during, alone = await background_probes(harness, turns, async_settings, think_ms / 1000)
         finally:
             await pool.close()
 
@@ -140,13 +172,60 @@ async def run(turns: int) -> None:
         f"{bookkeeping / max(1, len(observing)) * 1000:.1f} ms each beyond {model_s / max(1, len(observing)) * 1000:.1f} ms "
         f"in Observer/Reflector calls; other turns {median_ms([r.context_s for r in quiet]):.1f} ms median in memory"
     )
+    if during and alone:
+        ratio = statistics.median(during) / statistics.median(alone)
+        print(
+            f"async observation ({observer_ms:.0f} ms Observer, probes {think_ms:.0f} ms apart): time to first token p50 {median_ms(during):.1f} ms "
+            f"over {len(during)} probes with a background observation in flight, {median_ms(alone):.1f} ms over "
+            f"{len(alone)} without; ratio {ratio:.3f} (target <= 1.10: {'met' if ratio <= 1.10 else 'MISSED'})"
+        )
+    else:
+        print(f"async observation: no comparison ({len(during)} probes in flight, {len(alone)} without)")
+
+
+def _quiet(record: TurnRecord) -> bool:
+    """A probe whose own memory step did nothing (no activation, observation, reflection or wait)."""
+    memory = record.memory
+    return not (memory.observed or memory.waited or memory.reflection)
+
+
+async def background_probes(
+    harness: Conversations, turns: int, memory_settings: Any, think_s: float, most: int = 20
+) -> tuple[list[float], list[float]]:
+    """Times to first token of probes with a background observation in flight, and without one."""
+    chat = await harness.new(OM_MODEL)
+    during: list[float] = []
+    alone: list[float] = []
+    for n in range(1, turns + 1):
+        await chat.turn(prompt(n), memory_settings)
+        running = harness.memory.background(chat.thread_id)
+        if running is None or running.done():
+            continue
+        with_it: list[float] = []
+        while not running.done() and len(with_it) < most:
+            await asyncio.sleep(think_s)
+            probe = await chat.turn(prompt(n + 1), memory_settings, probe=True)
+            if _quiet(probe) and probe.background_at_start and probe.background_at_first_text:
+                with_it.append(probe.first_text_s)
+        await running
+        without: list[float] = []
+        for _ in range(len(with_it)):
+            await asyncio.sleep(think_s)
+            probe = await chat.turn(prompt(n + 1), memory_settings, probe=True)
+            if _quiet(probe) and not probe.background_at_start and not probe.background_at_first_text:
+                without.append(probe.first_text_s)
+        during.extend(with_it)
+        alone.extend(without)
+    return during, alone
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--turns", type=int, default=300)
+    parser.add_argument("--observer-ms", type=float, default=50, help="the async conversation's Observer model time")
+    parser.add_argument("--think-ms", type=float, default=10, help="the gap between the async conversation's probes")
     args = parser.parse_args()
-    asyncio.run(run(args.turns))
+    asyncio.run(run(args.turns, args.observer_ms, args.think_ms))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import httpx
 import orjson
 
 from popagent.events.v1 import events_pb2
+from popagent_agent_runner.turn.observational.memory import TURN_NOTE
 from popagent_core import subjects
 from support.sse import read_sse
 from support.stacks import MODEL, Stack
@@ -146,3 +147,21 @@ async def recorded_turn(stack: Stack, session_id: str) -> tuple[dict[str, Any], 
     listed = orjson.loads(stored)
     assert listed == [rows[0][2]["ui"], rows[1][2]["ui"]]
     return rows[0][2]["ui"], rows[1][2]["ui"]
+
+
+_NOTE_START = TURN_NOTE.split("{text}", 1)[0]
+
+
+def is_turn_note(message: dict[str, Any]) -> bool:
+    """The turn's own note (recalled memories, a hook's added context), sent after the history."""
+    return message.get("role") == "user" and str(message.get("content", "")).startswith(_NOTE_START)
+
+
+def turn_note(request: dict[str, Any]) -> str:
+    """The text of the request's turn note ('' when it has none)."""
+    return "\n".join(str(m["content"]) for m in request["messages"] if is_turn_note(m))
+
+
+def conversation_of(request: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(role, content) of the request's messages but its instructions and its turn note."""
+    return [(m["role"], m["content"]) for m in request["messages"] if m["role"] != "system" and not is_turn_note(m)]

@@ -9,7 +9,17 @@ from unittest.mock import ANY
 
 import nats.js.errors
 
-from chat.helpers import chat, new_session, of_type, shape, thread_rows, turn_events, user_message
+from chat.helpers import (
+    chat,
+    conversation_of,
+    new_session,
+    of_type,
+    shape,
+    thread_rows,
+    turn_events,
+    turn_note,
+    user_message,
+)
 from popagent.events.v1 import events_pb2
 from popagent_core import bus, subjects
 from support.model_gateway import ToolCall, Turn, Usage
@@ -134,8 +144,7 @@ async def test_the_next_turn_gets_the_thread_as_history_and_the_model_sees_the_s
     assert first["model"] == MODEL
     # No model in the request: the persisted default route.
     assert second["model"] == "cx/gpt-5.3-codex"
-    conversation = [(m["role"], m["content"]) for m in second["messages"] if m["role"] != "system"]
-    assert conversation == [
+    assert conversation_of(second) == [
         ("user", "first question"),
         ("assistant", "First answer."),
         ("user", "second question"),
@@ -241,10 +250,9 @@ async def test_remember_stores_a_memory_and_a_later_session_recalls_it(stack: St
     # No PreToolUse handler matches `remember`: the hooks service was never asked.
     assert [r["detail"]["toolName"] for r in stack.hook_requests("PreToolUse")] == []
     recall_request = stack.models.requests[2]
-    system = "\n".join(m["content"] for m in recall_request["messages"] if m["role"] == "system")
-    assert fact in system
+    assert fact in turn_note(recall_request)
     # The other session's conversation itself is not there, only the memory.
-    assert [m["content"] for m in recall_request["messages"] if m["role"] == "user"] == ["which editor do I like?"]
+    assert [c for role, c in conversation_of(recall_request) if role == "user"] == ["which editor do I like?"]
 
 
 async def test_a_retried_request_never_stores_a_message_twice(stack: Stack) -> None:
@@ -266,7 +274,7 @@ async def test_a_retried_request_never_stores_a_message_twice(stack: Stack) -> N
     ]
     assert rows[1][0] == retried[0]["messageId"]
     # The retry's model request did not include the first answer.
-    assert [m["content"] for m in stack.models.requests[1]["messages"] if m["role"] != "system"] == ["count"]
+    assert [content for _, content in conversation_of(stack.models.requests[1])] == ["count"]
 
 
 def text_of_ui(message: dict[str, object]) -> str:
@@ -354,7 +362,7 @@ async def test_history_written_by_another_replica_is_seen_by_the_next_turn(stack
     users = [m["content"] for m in stack.models.requests[2]["messages"] if m["role"] == "user"]
     assert users == ["one", "two", "from another replica", "three"]
     # And the cached history of the second turn matched what a fresh read gives.
-    assert [m["content"] for m in stack.models.requests[1]["messages"] if m["role"] != "system"] == [
+    assert [content for _, content in conversation_of(stack.models.requests[1])] == [
         "one",
         "First.",
         "two",

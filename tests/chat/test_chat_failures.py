@@ -10,6 +10,7 @@ import orjson
 
 from chat.helpers import (
     chat,
+    conversation_of,
     new_session,
     recorded_turn,
     runtime_settings,
@@ -159,7 +160,7 @@ async def test_the_final_step_is_reserved_and_a_model_that_ignores_it_ends_with_
     stack.models.push(Turn.say("again"))
     async with stack.client() as client:
         await chat(client, session, "continue")
-    replay = [(m["role"], m["content"]) for m in stack.models.requests[-1]["messages"] if m["role"] != "system"]
+    replay = conversation_of(stack.models.requests[-1])
     assert replay[0] == ("user", "loop forever")
     assert replay[1][0] == "assistant" and replay[1][1].startswith("I stopped before finishing")
     assert replay[2] == ("user", "continue")

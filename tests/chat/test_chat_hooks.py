@@ -8,6 +8,7 @@ import zlib
 
 from chat.helpers import (
     chat,
+    conversation_of,
     new_session,
     of_type,
     recorded_turn,
@@ -15,6 +16,7 @@ from chat.helpers import (
     text_of,
     thread_rows,
     turn_events,
+    turn_note,
     user_message,
 )
 from popagent.agent_runner.v1 import agent_runner_pb2, agent_runner_pb2_grpc
@@ -111,10 +113,10 @@ async def test_a_modified_prompt_replaces_the_text_and_keeps_attachments(stack: 
         {"type": "text", "text": "Describe the picture."},
         {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{png}"}},
     ]
-    system = "\n".join(m["content"] for m in request["messages"] if m["role"] == "system")
-    assert "Be brief." in system
-    assert f"The picture {tag} in the hallway is a red dot." in system
-    assert "secondline" not in system
+    note = turn_note(request)
+    assert "Be brief." in note
+    assert f"The picture {tag} in the hallway is a red dot." in note
+    assert "secondline" not in note
     [prompt] = stack.hook_requests("UserPromptSubmit")
     assert prompt["detail"] == {"prompt": "firstline\nsecondline", "attachments": 1}
     rows = await thread_rows(stack, session)
@@ -197,8 +199,7 @@ async def test_stop_continue_reruns_with_the_hooks_reason(stack: Stack) -> None:
         {"type": "finish", "finishReason": "stop"},
         "[DONE]",
     ]
-    second = stack.models.requests[1]["messages"]
-    assert [(m["role"], m["content"]) for m in second if m["role"] != "system"] == [
+    assert conversation_of(stack.models.requests[1]) == [
         ("user", "greet me"),
         ("assistant", "Hello."),
         ("user", "Also say goodbye."),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from chat.helpers import chat, new_session
+from chat.helpers import chat, new_session, turn_note
 from support.model_gateway import Turn
 from support.stacks import Stack
 
@@ -66,11 +66,11 @@ async def test_recall_injects_only_memories_that_share_words_with_the_prompt_bes
         stack.models.push(Turn.say("ok"))
         session = await new_session(client)
         await chat(client, session, f"where is the cluster {tag}?")
-    system = "\n".join(m["content"] for m in stack.models.requests[0]["messages"] if m["role"] == "system")
-    assert "Long-term memories that may be relevant" in system
-    recalled = [line for line in system.splitlines() if line.startswith("- ") and tag in line]
+    note = turn_note(stack.models.requests[0])
+    assert "Long-term memories that may be relevant" in note
+    recalled = [line for line in note.splitlines() if line.startswith("- ") and tag in line]
     assert recalled == [
         f"- The staging cluster {tag} is in Frankfurt; the production cluster {tag} too.",
         f"- Deploys go to the staging cluster {tag} first.",
     ]
-    assert "Lunch is at noon." not in system
+    assert "Lunch is at noon." not in note

@@ -2,7 +2,7 @@
 request (pydantic-ai on the lean model, over HTTP to a scripted server) and the thread's storage.
 
 Each `turn()` does what a chat turn does to its thread: `ObservationalMemory.context()` for the
-request's history, the supervisor-like agent run on it, the user and assistant rows stored as
+request's history, laid out as the runner lays it out (`lay_out`), the supervisor-like agent run on it, the user and assistant rows stored as
 ThreadStore stores them, then `after_turn()`. Message times come from the caller, so temporal tests
 control them.
 """
@@ -14,7 +14,7 @@ import dataclasses
 import datetime as dt
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +26,12 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 from popagent_agent_runner.llm.model import LeanModels
 from popagent_agent_runner.llm.stream import streaming_to
 from popagent_agent_runner.turn import MEMORY_QUERIES
-from popagent_agent_runner.turn.observational.memory import MemorySettings, ObservationalMemory, TurnMemory
+from popagent_agent_runner.turn.observational.memory import (
+    MemorySettings,
+    ObservationalMemory,
+    TurnMemory,
+    lay_out,
+)
 from popagent_agent_runner.turn.observational.tokens import count_text
 from popagent_agent_runner.turn.observational.windows import ContextWindows
 from popagent_agent_runner.turn.thread_store import _content, _stored
@@ -71,17 +76,24 @@ class TurnRecord:
     request: Body  # the chat request the model got
     context_s: float = 0.0  # observational memory's part of the turn before the model call
     first_text_s: float = 0.0  # turn start -> the model's first text delta (time to first token)
+    # A background observation or reflection of the thread was running at the turn's start, and
+    # still when its first text arrived.
+    background_at_start: bool = False
+    background_at_first_text: bool = False
 
 
 class FirstText:
-    """A turn sink that notes when the first text arrived."""
+    """A turn sink that notes when the first text arrived (and whether `busy()` was true then)."""
 
-    def __init__(self) -> None:
+    def __init__(self, busy: Callable[[], bool] = lambda: False) -> None:
         self.at: float | None = None
+        self.busy = busy
+        self.busy_then = False
 
     def text_delta(self, index: int, delta: str) -> None:
         if self.at is None:
             self.at = time.perf_counter()
+            self.busy_then = self.busy()
 
     def thinking_delta(self, index: int, delta: str) -> None:
         pass
@@ -96,10 +108,25 @@ class Conversation:
     turns: list[TurnRecord] = field(default_factory=list[TurnRecord])
 
     async def turn(
-        self, text: str, memory_settings: MemorySettings, *, at: dt.datetime | None = None, prompt: Any = None
+        self,
+        text: str,
+        memory_settings: MemorySettings,
+        *,
+        at: dt.datetime | None = None,
+        prompt: Any = None,
+        turn_parts: str | None = None,
+        probe: bool = False,
     ) -> TurnRecord:
-        self.clock = at or self.clock + dt.timedelta(minutes=1)
+        """One turn; `probe`: the same request on the thread as it is, nothing stored (no `after_turn`)."""
+        if not probe:
+            self.clock = at or self.clock + dt.timedelta(minutes=1)
         om = self.harness.memory
+
+        def busy() -> bool:
+            task = om.background(self.thread_id)
+            return task is not None and not task.done()
+
+        background_at_start = busy()
         started = time.perf_counter()
         memory = await om.context(
             self.thread_id,
@@ -112,15 +139,22 @@ class Conversation:
         context_s = time.perf_counter() - started
         agent = self.harness.agent(self.model)
         before = len(self.harness.gateway.requests)
-        first = FirstText()
+        first = FirstText(busy)
+        layout = lay_out(
+            memory.history, observations=memory.observations, turn_parts=turn_parts, prompt_marker=memory.prompt_marker
+        )
         with streaming_to(first):
-            result = await agent.run(prompt if prompt is not None else text, message_history=memory.history)
+            result = await agent.run(
+                prompt if prompt is not None else text, message_history=layout.history, instructions=layout.instructions
+            )
         chat_requests = [b for b in self.harness.gateway.requests[before:] if _is_chat(b)]
-        new = result.new_messages()
-        await self.harness.store(self.thread_id, new, self.clock, text)
-        await om.after_turn(self.thread_id, self.model, memory)
         first_text_s = (first.at or time.perf_counter()) - started
-        record = TurnRecord(memory, chat_requests[-1], context_s, first_text_s)
+        record = TurnRecord(memory, chat_requests[-1], context_s, first_text_s, background_at_start, first.busy_then)
+        if probe:
+            om.turn_ended(self.thread_id)
+            return record
+        await self.harness.store(self.thread_id, result.new_messages(), self.clock, text)
+        await om.after_turn(self.thread_id, self.model, memory)
         self.turns.append(record)
         return record
 

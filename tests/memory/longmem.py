@@ -4,6 +4,12 @@ Four kinds of question, as LongMemEval has them: single-session (one planted mes
 multi-session (two messages in different sessions), temporal (a dated event) and knowledge-update
 (an old fact and the newer one replacing it; the newer must be found). Filler turns around them are
 ordinary chatter that shares no planted word. Deterministic (seeded).
+
+`build(paraphrased=True)` asks the multi-session, temporal and knowledge-update questions (75 of
+105) in other words: each shares one topic word with its evidence (the name, the event's last word,
+the category) and nothing of its phrasing, and a distractor line in another session uses that word
+too. That is still a lexical test — the scripted embeddings are hashed words, so a question sharing
+no word with its evidence cannot be found by either half of the hybrid search here.
 """
 
 from __future__ import annotations
@@ -165,7 +171,7 @@ class Dataset:
     questions: list[Question] = field(default_factory=list[Question])
 
 
-def build(seed: int = 19) -> Dataset:
+def build(seed: int = 19, *, paraphrased: bool = False) -> Dataset:
     rng = random.Random(seed)
     data = Dataset(sessions=[[rng.choice(FILLER) for _ in range(FILLER_TURNS)] for _ in range(SESSIONS)])
 
@@ -178,17 +184,38 @@ def build(seed: int = 19) -> Dataset:
     for thing, value in SINGLE:
         evidence = plant(rng.randrange(SESSIONS), f"For the record, my {thing} is {value}.")
         data.questions.append(Question("single-session", f"What is my {thing}?", [evidence]))
+
+    def distract(text: str) -> None:
+        session = data.sessions[rng.randrange(SESSIONS)]
+        session.insert(rng.randrange(len(session) + 1), text)
+
     for relation, name, detail in MULTI:
         first, second = rng.sample(range(SESSIONS), 2)
         a = plant(min(first, second), f"I should mention my {relation} is called {name}.")
         b = plant(max(first, second), f"Did I tell you {name} is {detail}?")
-        data.questions.append(Question("multi-session", f"What do you know about my {relation} {name}?", [a, b]))
+        if paraphrased:
+            distract(f"A stranger named {name} held the door for us this morning.")
+            question = f"What have I said about {name} so far?"
+        else:
+            question = f"What do you know about my {relation} {name}?"
+        data.questions.append(Question("multi-session", question, [a, b]))
     for event, day in TEMPORAL:
         evidence = plant(rng.randrange(SESSIONS), f"On {day} I {event}.")
-        data.questions.append(Question("temporal", f"When was it that I {event}?", [evidence]))
+        topic = event.rsplit(" ", 1)[-1]
+        if paraphrased:
+            distract(f"A colleague would not stop talking about a {topic} at lunch.")
+            question = f"What was the date of that {topic} business?"
+        else:
+            question = f"When was it that I {event}?"
+        data.questions.append(Question("temporal", question, [evidence]))
     for category, old, new in UPDATES:
         early, late = sorted(rng.sample(range(SESSIONS), 2))
         plant(early, f"My favourite {category} is {old}.")
         newer = plant(late, f"Update: my favourite {category} is now {new}, no longer {old}.")
-        data.questions.append(Question("knowledge-update", f"What is my favourite {category} now?", [newer]))
+        if paraphrased:
+            distract(f"The shop on the corner had a sign about {category} in the window.")
+            question = f"These days, which {category} do I like best?"
+        else:
+            question = f"What is my favourite {category} now?"
+        data.questions.append(Question("knowledge-update", question, [newer]))
     return data

@@ -7,7 +7,7 @@ import asyncio
 import datetime as dt
 
 from memory.harness import OTHER_MODEL, Conversation, Conversations, settings
-from support.memory_agents import is_observer, memory_agents, observe
+from support.memory_agents import is_observer, is_reflector, memory_agents, observe
 from support.model_gateway import Body, Turn
 
 TEXT = "A message with enough words in it to count for something in the observation budget, turn {n}."
@@ -182,3 +182,182 @@ async def test_a_shared_budget_observes_later_and_never_in_the_background(conver
             assert conversations.memory.background(conversation.thread_id) is None
         first[name] = n
     assert first["shared"] > first["separate"] * 1.6
+
+
+ASYNC_REFLECTION = settings(
+    observation_message_tokens=200,
+    reflection_observation_tokens=400,
+    async_reflection_enabled=True,
+    reflection_buffer_activation=0.5,
+    reflection_block_after=2.0,
+)
+LONGER = TEXT + " It goes on a little, so that each of them leaves an observation of its own behind."
+
+
+def reflector_requests(conversations: Conversations) -> int:
+    return sum(1 for body in conversations.gateway.requests if is_reflector(body))
+
+
+async def _generation(conversations: Conversations, conversation: Conversation) -> int:
+    value = await conversations.pool.fetchval(
+        "SELECT generation FROM popagent_observation_state WHERE thread_id = $1", conversation.thread_id
+    )
+    return value or 0
+
+
+async def _active_log_tokens(conversations: Conversations, conversation: Conversation) -> int:
+    return await conversations.pool.fetchval(
+        "SELECT coalesce(sum(o.tokens), 0) FROM popagent_observations o JOIN popagent_observation_state s"
+        " USING (thread_id) WHERE o.thread_id = $1 AND o.generation = s.generation AND o.active",
+        conversation.thread_id,
+    )
+
+
+async def test_a_background_reflection_is_buffered_then_activated_at_the_threshold(
+    conversations: Conversations,
+) -> None:
+    conversations.gateway.responder = memory_agents()
+    conversation = await conversations.new()
+    n = started_at_tokens = 0
+    while reflector_requests(conversations) == 0:
+        n += 1
+        assert n < 80, "no background reflection started"
+        await conversation.turn(LONGER.format(n=n), ASYNC_REFLECTION)
+        started_at_tokens = await _active_log_tokens(conversations, conversation)
+        await settle(conversation)
+    # It started past the buffer-activation fraction, before the threshold, and once done it was
+    # only buffered: the log the turns see is still generation 0, the reflection stored beside it.
+    assert 200 < started_at_tokens <= 400, started_at_tokens
+    assert await _generation(conversations, conversation) == 0
+    buffered = await conversations.pool.fetchrow(
+        "SELECT content, last_message_seq FROM popagent_observations"
+        " WHERE thread_id = $1 AND generation = 1 AND kind = 'reflection' AND NOT active",
+        conversation.thread_id,
+    )
+    assert buffered is not None
+    while True:
+        n += 1
+        assert n < 160, "the buffered reflection was never activated"
+        before = len(conversations.gateway.requests)
+        log_before = await _active_log_tokens(conversations, conversation)
+        record = await conversation.turn(LONGER.format(n=n), ASYNC_REFLECTION)
+        if await _generation(conversations, conversation) > 0:
+            break
+        assert buffered["content"] not in record.memory.observations
+        await settle(conversation)
+    # Activated by the turn whose log passed the threshold (after this turn's own observation, if
+    # any), without a Reflector call in it.
+    assert log_before <= 400 or record.memory.observed
+    sent = conversations.gateway.requests[before:]
+    chat_at = next(i for i, body in enumerate(sent) if body is record.request)
+    assert not any(is_reflector(body) for body in sent[:chat_at])
+    assert record.memory.reflection == "activated"
+    assert record.memory.observations.find(buffered["content"]) > 0
+    # The entries observed while it ran (after the messages it covers) came along, after it.
+    later = await conversations.pool.fetch(
+        "SELECT content FROM popagent_observations WHERE thread_id = $1 AND generation = 0 AND active"
+        " AND last_message_seq > $2 ORDER BY seq",
+        conversation.thread_id,
+        buffered["last_message_seq"],
+    )
+    assert later
+    block = record.memory.observations
+    positions = [block.find(row["content"]) for row in later]
+    assert all(p > block.find(buffered["content"]) for p in positions), positions
+    # Generation 0 is kept as it was.
+    kept = await conversations.pool.fetchval(
+        "SELECT count(*) FROM popagent_observations WHERE thread_id = $1 AND generation = 0 AND active",
+        conversation.thread_id,
+    )
+    assert kept >= len(later) + 1
+    await settle(conversation)
+
+
+async def test_at_reflection_block_after_the_turn_waits_for_the_background_reflection(
+    conversations: Conversations,
+) -> None:
+    release = asyncio.Event()
+    started = asyncio.Event()
+
+    async def slow_reflector(body: Body) -> Turn:
+        if is_reflector(body):
+            started.set()
+            await release.wait()
+        return answer_others(body)
+
+    conversations.gateway.responder = slow_reflector
+    block_after = settings(**{**ASYNC_REFLECTION.__dict__, "reflection_block_after": 1.5})
+    conversation = await conversations.new()
+    n = 0
+    try:
+        while not started.is_set():
+            n += 1
+            assert n < 80, "no background reflection started"
+            await conversation.turn(LONGER.format(n=n), block_after)
+            await asyncio.sleep(0)
+        # Past the threshold but below block_after the turns go on with generation 0's log; the
+        # first turn whose log reaches block_after waits.
+        past_threshold = 0
+        while True:
+            n += 1
+            assert n < 200, "no turn waited for the reflection"
+            turn = asyncio.create_task(conversation.turn(LONGER.format(n=n), block_after))
+            await asyncio.wait({turn}, timeout=10)
+            if not turn.done():
+                break
+            assert turn.result().memory.reflection == ""
+            past_threshold += await _active_log_tokens(conversations, conversation) > 400
+        blocked = turn
+        assert past_threshold > 0, "no turn went on past the threshold without waiting"
+        assert await _active_log_tokens(conversations, conversation) >= 400 * 1.5
+        assert await _generation(conversations, conversation) == 0
+    finally:
+        release.set()
+    record = await asyncio.wait_for(blocked, 30)
+    # It waited, then activated what the background buffered: one Reflector call in all.
+    assert record.memory.waited and record.memory.reflection == "waited"
+    assert await _generation(conversations, conversation) == 1
+    assert reflector_requests(conversations) == 1
+    reflection = await conversations.pool.fetchval(
+        "SELECT content FROM popagent_observations WHERE thread_id = $1 AND generation = 1 AND kind = 'reflection'",
+        conversation.thread_id,
+    )
+    assert reflection and reflection in record.memory.observations
+    await settle(conversation)
+
+
+async def test_background_observation_runs_between_turns_not_during_one(conversations: Conversations) -> None:
+    """A turn in flight keeps the event loop to itself: the Observer request of a background
+    observation started before it goes out once the turn has ended."""
+    hold = asyncio.Event()
+    held = asyncio.Event()
+    holding = False
+
+    async def respond(body: Body) -> Turn:
+        if holding and not is_observer(body) and not is_reflector(body):
+            held.set()
+            await hold.wait()
+        return answer_others(body)
+
+    conversations.gateway.responder = respond
+    conversation = await conversations.new()
+    n = 0
+    while conversations.memory.background(conversation.thread_id) is None:
+        n += 1
+        assert n < 60, "no background observation started"
+        await settle(conversation)
+        await conversation.turn(TEXT.format(n=n), ASYNC)
+    observers = observer_requests(conversations)
+    holding = True
+    turn = asyncio.create_task(conversation.turn(TEXT.format(n=n + 1), ASYNC))
+    await held.wait()
+    # The turn waits on its model's answer; the background work waits for the turn.
+    await asyncio.sleep(0.5)
+    assert observer_requests(conversations) == observers
+    background = conversations.memory.background(conversation.thread_id)
+    assert background is not None and not background.done()
+    hold.set()
+    record = await asyncio.wait_for(turn, 30)
+    assert not record.memory.waited
+    await settle(conversation)
+    assert observer_requests(conversations) > observers

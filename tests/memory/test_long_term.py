@@ -92,9 +92,12 @@ async def test_deleting_a_session_keeps_the_memories_it_wrote(stack: Stack) -> N
         assert [m["id"] for m in kept] == [found[0]["id"]]
 
 
+@pytest.mark.parametrize("paraphrased", [False, True], ids=["as-planted", "paraphrased"])
 @pytest.mark.parametrize("embeddings", [False, True], ids=["full-text", "hybrid"])
-async def test_cross_session_recall_finds_the_planted_memories(conversations: Conversations, embeddings: bool) -> None:
-    data = build(seed=7)
+async def test_cross_session_recall_finds_the_planted_memories(
+    conversations: Conversations, embeddings: bool, paraphrased: bool
+) -> None:
+    data = build(seed=7, paraphrased=paraphrased)
     retrieval = GatewayRetrieval(conversations.gateway.url, "sk-memory") if embeddings else None
     store = MemoryStore(
         conversations.pool, QUERIES, retrieval=retrieval, embedding_model="fake/embed" if embeddings else ""
@@ -109,7 +112,8 @@ async def test_cross_session_recall_finds_the_planted_memories(conversations: Co
         if retrieval is not None:
             await retrieval.aclose()
         await conversations.pool.execute("DELETE FROM popagent_memories WHERE id = ANY($1::uuid[])", created)
-    print(f"memory recall top-5 ({'hybrid' if embeddings else 'full text'}): {hits}/{len(data.questions)}")
+    kind = f"{'hybrid' if embeddings else 'full text'}, {'paraphrased' if paraphrased else 'as planted'}"
+    print(f"memory recall top-5 ({kind}): {hits}/{len(data.questions)}")
     assert hits / len(data.questions) >= 0.9, f"{hits}/{len(data.questions)}"
     if embeddings:
         assert conversations.gateway.embedding_requests

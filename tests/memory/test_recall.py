@@ -77,11 +77,12 @@ async def test_recall_never_returns_the_turn_that_asks(conversations: Conversati
     assert {r.message_id for r in before} == {ids[f"Old fact about zebra{tag}."], asking}
 
 
+@pytest.mark.parametrize("paraphrased", [False, True], ids=["as-planted", "paraphrased"])
 @pytest.mark.parametrize("embeddings", [False, True], ids=["full-text", "hybrid"])
 async def test_a_longmemeval_style_set_finds_the_planted_evidence(
-    conversations: Conversations, embeddings: bool
+    conversations: Conversations, embeddings: bool, paraphrased: bool
 ) -> None:
-    data = build()
+    data = build(paraphrased=paraphrased)
     assert len(data.questions) >= 100
     ids: dict[str, str] = {}
     threads: list[str] = []
@@ -105,7 +106,10 @@ async def test_a_longmemeval_style_set_finds_the_planted_evidence(
         await conversations.pool.execute("DELETE FROM popagent_threads WHERE id = ANY($1::text[])", threads)
     total = sum(sum(kind) for kind in hits.values()) / len(data.questions)
     by_kind = {kind: f"{sum(v)}/{len(v)}" for kind, v in hits.items()}
-    print(f"recall top-5 ({'hybrid' if embeddings else 'full text'}): {total:.1%} {by_kind}")
+    print(
+        f"recall top-5 ({'hybrid' if embeddings else 'full text'}, {'paraphrased' if paraphrased else 'as planted'}):"
+        f" {total:.1%} {by_kind}"
+    )
     assert total >= 0.9, by_kind
     assert set(hits) == {"single-session", "multi-session", "temporal", "knowledge-update"}
     if embeddings:

@@ -64,7 +64,7 @@ function SessionMemory({ sessionId }: { sessionId: string }) {
               <li key={index}>
                 <p className="muted">
                   {entry.kind === "reflection" ? "Condensed log" : "Observation"} · {new Date(entry.createdAt).toLocaleString()} ·{" "}
-                  {entry.tokens} tokens for {entry.messageTokens} {entry.active ? "" : "· buffered, not yet in the context"}
+                  {entry.tokens} tokens for {entry.messageTokens} tokens of messages{entry.active ? "" : " · buffered, not yet in the context"}
                 </p>
                 <pre>{entry.content}</pre>
               </li>

@@ -14,7 +14,7 @@ import { BrowserHealthCard } from "../browser/BrowserHealthCard";
 import { FORM_FIELDS, PatchForm, type FieldInputProps } from "../common/forms";
 import { useLoad } from "../common/useLoad";
 import { href } from "../route";
-import { Memories } from "./Memories";
+import { Memories } from "../memory/Memories";
 import { ThisBrowser } from "./ThisBrowser";
 
 const RUNTIME_GROUPS = [

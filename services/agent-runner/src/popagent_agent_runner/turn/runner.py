@@ -8,7 +8,7 @@ The order of a turn (hook timing from AGENTS_HOOKS.md):
    its creation here fired it already);
 2. `UserPromptSubmit` before recall and the model: `deny` ends the turn with the reason,
    `modify` replaces the prompt's text (attachments stay);
-3. recall: the long-term memories most relevant to the prompt, injected as instructions;
+3. recall: the long-term memories most relevant to the prompt, a note for this turn after the history;
 4. the supervisor runs on the thread's history, streaming text straight to the output
    (the lean model's sink) while steps, tools and delegations arrive as events;
 5. `Stop` after a complete response: `continue` re-runs with the hook's reason, at most
@@ -74,7 +74,7 @@ from popagent_agent_runner.turn.hooks_points import TurnHooks, bounded, denied
 from popagent_agent_runner.turn.learned import LearnedCache, compose
 from popagent_agent_runner.turn.memories import RECALL_LIMIT, MemoryStore, bounded_recall, recall_query
 from popagent_agent_runner.turn.model_check import refuse_unlisted_models
-from popagent_agent_runner.turn.observational.memory import ObservationalMemory, TurnMemory
+from popagent_agent_runner.turn.observational.memory import ObservationalMemory, TurnMemory, lay_out
 from popagent_agent_runner.turn.observational.recall import HistorySearch
 from popagent_agent_runner.turn.observational.tokens import count_text
 from popagent_agent_runner.turn.thread_store import ThreadStore, TurnState, Version
@@ -148,7 +148,8 @@ class PreparedTurn:
 
 @dataclass(frozen=True)
 class GatedPrompt:
-    """The prompt `UserPromptSubmit` let through: the user UI message to store, its text, the turn's instructions."""
+    """The prompt `UserPromptSubmit` let through: the user UI message to store, its text, and what this
+    turn alone adds (recalled memories, a hook's context), sent after the history (`lay_out`)."""
 
     message: dict[str, Any]
     text: str
@@ -385,6 +386,9 @@ class TurnRunner:
         finally:
             if browser_reading is not None and not browser_reading.done():
                 browser_reading.cancel()
+            if self.observational is not None:
+                # However the turn ended: background memory work no longer waits for it.
+                self.observational.turn_ended(context.session_id)
             # Background commands belong to the turn: killed when it ends, however it ends.
             if context.hands is not None:
                 await context.hands.close()
@@ -420,10 +424,6 @@ class TurnRunner:
         memory = await self._memory(prepared, context, prompt)
         if browser_reading is not None:
             context.browser = await browser_reading
-        if memory is not None and memory.prompt_marker:
-            prompt = GatedPrompt(
-                prompt.message, prompt.text, "\n\n".join(filter(None, [memory.prompt_marker, prompt.instructions]))
-            )
         run = await self._run_while_storing_prompt(prepared, context, prompt, record.beginning, memory)
         if isinstance(run, TurnEnd):
             await self._store_end(prepared, context, record, {"failure": run.message, "errorClass": run.error_class})
@@ -543,13 +543,20 @@ class TurnRunner:
         agent = self.factory.supervisor(context)
         deps = self.factory.supervisor_deps(context, _UISteps(output))
         snapshot = context.snapshot
-        history: list[ModelMessage] = memory.history if memory is not None else prepared.state.history
+        # Prompt-cache order (observational.memory.lay_out): what changes per turn goes after the history.
+        layout = lay_out(
+            memory.history if memory is not None else prepared.state.history,
+            observations=memory.observations if memory is not None else "",
+            turn_parts=prompt.instructions,
+            prompt_marker=memory.prompt_marker if memory is not None else None,
+        )
+        history: list[ModelMessage] = layout.history
         model_prompt: str | list[UserContent] = user_content(prompt.message)
         run = SupervisorRun()
         retries = 0
         while True:
             try:
-                result = await self._run_supervisor(agent, model_prompt, history, deps, run.usage, prompt.instructions)
+                result = await self._run_supervisor(agent, model_prompt, history, deps, run.usage, layout.instructions)
             except UsageLimitExceeded as exc:
                 # The final step is reserved for an answer, so this means the model kept calling
                 # tools (or answered invalidly) on it: end with a plain account of that. The thread

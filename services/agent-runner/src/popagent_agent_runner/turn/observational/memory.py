@@ -12,11 +12,16 @@ A turn's history is `[observations][recent raw messages]` instead of the whole t
    `observation_buffer_activation` x threshold on) and is only activated here (no model call): at
    the threshold, after `idle_activation_seconds` without a turn, or when the model changed
    (`activate_on_provider_change`). A turn waits only when the unobserved history reached
-   `observation_block_after` x threshold.
+   `observation_block_after` x threshold. Background work runs between turns: its steps wait while
+   a turn of this process is in flight (from `context()` to `after_turn()`), so that turn's time to
+   first token does not share the event loop with it, unless that turn is waiting for the work.
 3. When the log exceeds `reflection_observation_tokens`, the Reflector condenses it into a new
-   generation (the previous one stays stored); async reflection runs it in the background unless the
-   log reached `reflection_block_after` x threshold. `previous_observation_max_tokens` bounds how much
-   of the log the Observer sees.
+   generation (the previous one stays stored). With async reflection, the Reflector runs in the
+   background once the log passed `reflection_buffer_activation` x threshold and its result is
+   buffered; it is activated (no model call) when the log reaches the threshold, together with
+   copies of the entries observed while it ran. A turn waits for it only at
+   `reflection_block_after` x threshold (and reflects then if nothing was buffered).
+   `previous_observation_max_tokens` bounds how much of the log the Observer sees.
 4. The context-window guard: with the model's window from the catalog, the request (instructions,
    observations, raw messages, prompt, an output reserve, scaled by the provider's calibration)
    never exceeds it: first a forced observation, then, as a last resort, the oldest raw messages are
@@ -24,6 +29,13 @@ A turn's history is `[observations][recent raw messages]` instead of the whole t
 
 The raw messages stay in PostgreSQL untouched. The observations block is rendered from stored entries
 only, so it is byte-identical between turns until the log changes.
+
+`lay_out()` orders the request for the longest byte-stable prefix (a provider's prompt cache stops at
+the first byte that differs from the previous request): the agent's own instructions, then the
+observations block (both system messages), then the raw messages, and only after them what changes
+from turn to turn — the prompt's gap marker and the turn's parts (recalled memories, a hook's added
+context) — then the prompt. A turn's request therefore begins with everything the previous one sent
+but its own trailing parts, until an observation changes the block.
 """
 
 from __future__ import annotations
@@ -33,7 +45,8 @@ import contextlib
 import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,10 +55,12 @@ from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
     ModelRequest,
-    SystemPromptPart,
+    ModelResponse,
     UserPromptPart,
 )
-from pydantic_ai.models import Model
+from pydantic_ai.models import Model, ModelRequestParameters
+from pydantic_ai.models.wrapper import WrapperModel
+from pydantic_ai.settings import ModelSettings
 from pydantic_ai.usage import RunUsage
 
 from popagent_agent_runner.turn.observational.observer import (
@@ -68,6 +83,11 @@ OUTPUT_RESERVE_TOKENS = 8192
 MAX_BATCH_TOKENS = 40_000
 # Gap markers between messages at least this far apart (temporal_markers).
 TEMPORAL_GAP = dt.timedelta(minutes=10)
+# Background work runs between turns: each of its steps waits for the process's turns in flight to
+# end, at most this long; a turn is in flight from its `context()` to its `after_turn()` (or
+# `turn_ended()`), at most TURN_LEASE_S (a turn that failed on the way never says it ended).
+BACKGROUND_YIELD_S = 10.0
+TURN_LEASE_S = 120.0
 
 PREAMBLE = (
     "The observations below are your memory of the earlier part of this conversation (the messages "
@@ -75,6 +95,29 @@ PREAMBLE = (
     "messages after this block take priority over it. Do not mention that you have a memory."
 )
 DROPPED_MARKER = "[{n} earlier messages of this conversation are left out here to fit the model's context window.]"
+
+
+# Set in a background observation's or reflection's task: its wait for the turns in flight.
+_between_turns_gate: ContextVar[Callable[[], Awaitable[None]] | None] = ContextVar("between_turns_gate", default=None)
+
+
+class _BetweenTurnsModel(WrapperModel):
+    """The Observer's and Reflector's model in background work: its request goes out, and its answer
+    is taken up (pydantic-ai's output validation), between turns."""
+
+    async def request(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+    ) -> ModelResponse:
+        gate = _between_turns_gate.get()
+        if gate is not None:
+            await gate()
+        response = await super().request(messages, model_settings, model_request_parameters)
+        if gate is not None:
+            await gate()
+        return response
 
 
 @dataclass(frozen=True)
@@ -115,6 +158,10 @@ class MemorySettings:
     @property
     def buffering(self) -> bool:
         return self.async_observation_enabled and not self.shared_budget
+
+    @property
+    def reflection_buffering(self) -> bool:
+        return self.async_reflection_enabled and not self.shared_budget
 
 
 @dataclass(frozen=True)
@@ -158,6 +205,8 @@ class _View:
 class TurnMemory:
     """What one request carries of the thread, and how it came to be."""
 
+    # The raw messages sent (with their gap markers, or the guard's marker); the observations block
+    # goes with the instructions (`lay_out`).
     history: list[ModelMessage]
     # The observations block as sent ('' when there is none) and its tokens.
     observations: str
@@ -171,6 +220,9 @@ class TurnMemory:
     prompt_marker: str | None = None
     observed: bool = False  # an observation ran (or was activated) for this request
     waited: bool = False  # the turn waited for observation or reflection work
+    # The log's reflection for this request: '' none, 'activated' a buffered one (no model call),
+    # 'waited' the background one the turn waited for, 'reflected' the Reflector ran in the turn.
+    reflection: str = ""
     dropped: int = 0  # raw messages the guard left out
     window: int | None = None
     settings: MemorySettings | None = None
@@ -198,6 +250,42 @@ def observations_block(log: str) -> str:
     return f"{PREAMBLE}\n\n<observations>\n{log}\n</observations>" if log else ""
 
 
+TURN_NOTE = "<system-reminder>A note from popagent for this turn, not from the user:\n\n{text}\n</system-reminder>"
+
+
+@dataclass(frozen=True)
+class RequestLayout:
+    """A run's message history and its run-level instructions, in prompt-cache order."""
+
+    history: list[ModelMessage]
+    instructions: str | None
+
+
+def lay_out(
+    history: Sequence[ModelMessage],
+    *,
+    observations: str = "",
+    turn_parts: str | None = None,
+    prompt_marker: str | None = None,
+) -> RequestLayout:
+    """`[agent's instructions][observations][history][gap marker][turn parts]` + the prompt the run adds.
+
+    The observations block is a run-level instruction, so it follows the agent's own (stable)
+    instructions among the leading system messages. The marker and the turn's parts are user-role
+    requests after the history (not instructions, which precede it): pydantic-ai sends each part as
+    a message of its own, the marker just before the prompt as `_assemble` renders it once the
+    prompt is history, and neither is stored with the turn (they come before the run's new messages).
+    A user-role note rather than a mid-conversation system message because OpenAI-compatible routers
+    that translate to Anthropic hoist every system message into the system prompt, ahead of the history.
+    """
+    trailing: list[ModelMessage] = []
+    if prompt_marker:
+        trailing.append(ModelRequest(parts=[UserPromptPart(content=prompt_marker)]))
+    if turn_parts:
+        trailing.append(ModelRequest(parts=[UserPromptPart(content=TURN_NOTE.format(text=turn_parts))]))
+    return RequestLayout([*history, *trailing], observations or None)
+
+
 class ObservationalMemory:
     def __init__(
         self,
@@ -220,6 +308,61 @@ class ObservationalMemory:
         self._locks: dict[str, asyncio.Lock] = {}
         # Usage of the Observer and Reflector calls (the bench reads it).
         self.usage = RunUsage()
+        # Turns in flight (thread -> the loop time their lease ends) and whether there are none.
+        self._turns: dict[str, float] = {}
+        self._no_turns = asyncio.Event()
+        self._no_turns.set()
+        # Per route, the model background work calls (`_BetweenTurnsModel`).
+        self._background_models: dict[str, Model] = {}
+        # Threads whose background work a turn is waiting for (it waits for no turn), and the
+        # events that wake a background step waiting between turns.
+        self._awaited: set[str] = set()
+        self._wake: dict[str, asyncio.Event] = {}
+
+    # -- turns in flight: background work waits for them -----------------------------
+
+    def turn_began(self, thread_id: str) -> None:
+        self._turns[thread_id] = asyncio.get_running_loop().time() + TURN_LEASE_S
+        self._no_turns.clear()
+
+    def turn_ended(self, thread_id: str) -> None:
+        self._turns.pop(thread_id, None)
+        if not self._turns_in_flight():
+            self._no_turns.set()
+
+    def _turns_in_flight(self) -> bool:
+        now = asyncio.get_running_loop().time()
+        self._turns = {thread: until for thread, until in self._turns.items() if until > now}
+        return bool(self._turns)
+
+    def _model(self, route: str, *, background: bool) -> Model:
+        if not background:
+            return self.model_for(route)
+        model = self._background_models.get(route)
+        if model is None:
+            if len(self._background_models) > 64:
+                self._background_models.clear()
+            model = self._background_models[route] = _BetweenTurnsModel(self.model_for(route))
+        return model
+
+    async def _between_turns(self, thread_id: str) -> None:
+        """A background step's wait for the turns in flight to end (their time to first token has the
+        CPU to itself: this process's event loop is shared), at most BACKGROUND_YIELD_S."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + BACKGROUND_YIELD_S
+        # Until no turn is in flight when this step resumes (another may have begun meanwhile).
+        while self._turns_in_flight() and thread_id not in self._awaited and loop.time() < deadline:
+            wake = self._wake[thread_id] = asyncio.Event()
+            waits = [asyncio.ensure_future(self._no_turns.wait()), asyncio.ensure_future(wake.wait())]
+            try:
+                await asyncio.wait(waits, timeout=deadline - loop.time(), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiting in waits:
+                    waiting.cancel()
+                if self._wake.get(thread_id) is wake:
+                    del self._wake[thread_id]
+        if not self._turns_in_flight():
+            self._no_turns.set()
 
     # -- reading ----------------------------------------------------------------
 
@@ -281,10 +424,12 @@ class ObservationalMemory:
 
         `model_calls=False` (after the Observer failed): activation, assembly and the guard only.
         """
+        self.turn_began(thread_id)
         settings = settings or await self.settings()
         now = now or self.clock()
         window = await self.windows.window(route) if self.windows is not None else None
         observed = waited = False
+        reflection = ""
         if not settings.enabled:
             view = _View(ThreadState(), await self.raw(thread_id, 0, stop_at_id), [])
             memory = self._assemble(view, settings, fixed_tokens, prompt_tokens, now)
@@ -312,11 +457,17 @@ class ObservationalMemory:
                 await self.observe(thread_id, route, settings, stop_at_id=stop_at_id)
                 observed = waited = True
                 view = await self._read(thread_id, stop_at_id)
-            reflect_at = settings.reflection_observation_tokens
-            if settings.async_reflection_enabled:
-                reflect_at = int(reflect_at * settings.reflection_block_after)
-            if model_calls and _tokens([e for e in view.log if e.active]) > reflect_at:
-                await self.reflect(thread_id, route, settings)
+            log_tokens = _tokens([e for e in view.log if e.active])
+            if settings.reflection_buffering and log_tokens > settings.reflection_observation_tokens:
+                reflection = await self._reflection_due(
+                    thread_id, route, settings, view.state, log_tokens, model_calls=model_calls
+                )
+                waited = waited or reflection in ("waited", "reflected")
+                if reflection:
+                    view = await self._read(thread_id, stop_at_id)
+            elif model_calls and log_tokens > settings.reflection_observation_tokens:
+                if await self.reflect(thread_id, route, settings):
+                    reflection = "reflected"
                 waited = True
                 view = await self._read(thread_id, stop_at_id)
             memory = self._assemble(view, settings, fixed_tokens, prompt_tokens, now)
@@ -332,7 +483,9 @@ class ObservationalMemory:
                 memory = self._assemble(view, settings, fixed_tokens, prompt_tokens, now)
         if window is not None and self._over(memory, window, view.state):
             memory = self._drop_oldest(memory, window, view.state)
-        return dataclasses.replace(memory, observed=observed, waited=waited, window=window, settings=settings)
+        return dataclasses.replace(
+            memory, observed=observed, waited=waited, reflection=reflection, window=window, settings=settings
+        )
 
     async def _read(self, thread_id: str, stop_at_id: str) -> _View:
         state = await self.state(thread_id)
@@ -348,9 +501,7 @@ class ObservationalMemory:
     def _drop_oldest(self, memory: TurnMemory, window: int, state: ThreadState) -> TurnMemory:
         """The last resort: the oldest raw messages left out (whole turns), a marker in their place."""
         calibration = Calibration(state.calibration)
-        history = list(memory.history)
-        head = 1 if memory.observations else 0
-        body = history[head:]
+        body = list(memory.history)
         dropped = 0
         total = memory.request_tokens
         marker_tokens = count_text(DROPPED_MARKER) + 10
@@ -363,7 +514,7 @@ class ObservationalMemory:
                 total -= count_messages([body.pop(0)])
                 dropped += 1
         marker = ModelRequest(parts=[UserPromptPart(content=DROPPED_MARKER.format(n=dropped))])
-        kept = [*history[:head], marker, *body]
+        kept = [marker, *body]
         return dataclasses.replace(
             memory,
             history=kept,
@@ -383,7 +534,7 @@ class ObservationalMemory:
         raw = view.raw
         text = "\n".join(e.content for e in view.log if e.active and e.content)
         block = observations_block(text)
-        history: list[ModelMessage] = [ModelRequest(parts=[SystemPromptPart(content=block)])] if block else []
+        history: list[ModelMessage] = []
         previous: dt.datetime | None = None
         for message in raw:
             parts = message.messages
@@ -401,7 +552,7 @@ class ObservationalMemory:
         if settings.temporal_markers and previous is not None:
             prompt_marker = temporal_marker(previous, now)
         block_tokens = count_text(block) + 7 if block else 0
-        raw_tokens = count_messages(history[1:] if block else history)
+        raw_tokens = count_messages(history)
         return TurnMemory(
             history=history,
             observations=block,
@@ -453,8 +604,12 @@ class ObservationalMemory:
         """Observe the oldest unobserved messages now (into the active log, or as buffered entries);
         the number of messages observed. Buffered entries are activated first, unless buffering."""
         observed = 0
-        async with self._lock(thread_id):
+        # Background work does not hold the thread's lock over its model call (a turn's own
+        # observation or reflection would wait for it); its commit checks the cursor instead.
+        async with contextlib.nullcontext() if buffered else self._lock(thread_id):
             while True:
+                if buffered:
+                    await self._between_turns(thread_id)
                 state = await self.state(thread_id)
                 if not buffered and state.buffered_seq > state.observed_seq:
                     await self._activate(thread_id, state)
@@ -468,13 +623,15 @@ class ObservationalMemory:
                     "\n".join(e.content for e in log if e.content), settings.previous_observation_max_tokens
                 )
                 content, usage = await self.agents.observe(
-                    self.model_for(route),
+                    self._model(route, background=buffered),
                     batch,
                     previous,
                     custom=settings.observer_instructions,
                     forward_attachments=settings.forward_attachments,
                 )
                 self.usage.incr(usage)
+                if buffered:
+                    await self._between_turns(thread_id)
                 committed = await self._commit_observation(thread_id, state, batch, content, route, active=not buffered)
                 if not committed:
                     return observed
@@ -539,11 +696,23 @@ class ObservationalMemory:
     # -- reflection ------------------------------------------------------------------
 
     async def reflect(
-        self, thread_id: str, route: str, settings: MemorySettings, *, above_tokens: int | None = None
+        self,
+        thread_id: str,
+        route: str,
+        settings: MemorySettings,
+        *,
+        above_tokens: int | None = None,
+        buffered: bool = False,
     ) -> bool:
-        """Condense the active log into a new generation, if it is over `above_tokens` (default: the
-        reflection threshold); the previous generation stays stored."""
-        async with self._lock(thread_id):
+        """Condense the active log, if it is over `above_tokens` (default: the reflection threshold),
+        into a new generation (the previous one stays stored) — or, `buffered`, into a reflection kept
+        aside for `_activate_reflection` (the log the turns see does not change yet).
+
+        A buffered reflection runs beside observations (see `observe`): whatever they add to the log
+        meanwhile is not covered, and is copied after it."""
+        async with contextlib.nullcontext() if buffered else self._lock(thread_id):
+            if buffered:
+                await self._between_turns(thread_id)
             state = await self.state(thread_id)
             log = [e for e in await self.log(thread_id, state.generation) if e.active]
             limit = settings.reflection_observation_tokens if above_tokens is None else above_tokens
@@ -551,16 +720,20 @@ class ObservationalMemory:
                 return False
             text = "\n".join(e.content for e in log if e.content)
             entries, usage = await self.agents.reflect(
-                self.model_for(route), text, custom=settings.reflector_instructions
+                self._model(route, background=buffered), text, custom=settings.reflector_instructions
             )
             self.usage.incr(usage)
             content = _bounded(entries, settings.reflection_observation_tokens)
+            generation = state.generation + 1
+            if buffered:
+                await self._between_turns(thread_id)
             with wrap_db_errors():
                 async with self.pool.acquire() as conn, conn.transaction():
                     current = await conn.fetchrow(self.q["lock_observation_state"], thread_id)
                     if current is None or current["generation"] != state.generation:
                         return False
-                    generation = state.generation + 1
+                    # A reflection buffered earlier (and not activated) is superseded by this one.
+                    await conn.execute(self.q["drop_buffered_reflections"], thread_id, generation)
                     await conn.execute(
                         self.q["insert_observation"],
                         thread_id,
@@ -571,12 +744,72 @@ class ObservationalMemory:
                         min(e.first_message_seq for e in log),
                         max(e.last_message_seq for e in log),
                         sum(e.message_tokens for e in log),
-                        True,
+                        not buffered,
                         route,
                     )
-                    await conn.execute(self.q["carry_buffered"], thread_id, state.generation, generation)
-                    await conn.execute(self.q["start_generation"], thread_id, generation)
+                    if not buffered:
+                        covered = max(e.last_message_seq for e in log)
+                        await conn.execute(
+                            self.q["copy_uncovered_entries"], thread_id, state.generation, generation, covered
+                        )
+                        await conn.execute(self.q["carry_buffered"], thread_id, state.generation, generation)
+                        await conn.execute(self.q["start_generation"], thread_id, generation)
             return True
+
+    async def _reflection_due(
+        self,
+        thread_id: str,
+        route: str,
+        settings: MemorySettings,
+        state: ThreadState,
+        log_tokens: int,
+        *,
+        model_calls: bool,
+    ) -> str:
+        """Async reflection once the log passed its threshold: `TurnMemory.reflection`.
+
+        A reflection buffered in the background is activated (no model call). Without one, below
+        `reflection_block_after` x threshold the turn goes on with the log as it is while one is
+        buffered in the background; at it, the turn waits for the background work, then activates
+        what it buffered, or reflects now.
+        """
+        if await self._activate_reflection(thread_id, state.generation):
+            return "activated"
+        blocking = log_tokens >= settings.reflection_observation_tokens * settings.reflection_block_after
+        if not blocking:
+            running = self._background.get(thread_id)
+            if model_calls and (running is None or running.done()):
+                self._start(thread_id, self._reflect_in_background(thread_id, route, settings))
+            return ""
+        if await self._wait_background(thread_id) and await self._activate_reflection(thread_id, state.generation):
+            return "waited"
+        if model_calls and await self.reflect(thread_id, route, settings):
+            return "reflected"
+        return ""
+
+    async def _activate_reflection(self, thread_id: str, generation: int) -> bool:
+        """The buffered reflection of `generation` becomes the log (no model call): a new generation of
+        the reflection, then copies of the entries it does not cover (observed while it ran), then the
+        buffered observations. The previous generation stays stored as it was."""
+        with wrap_db_errors():
+            async with self.pool.acquire() as conn, conn.transaction():
+                current = await conn.fetchrow(self.q["lock_observation_state"], thread_id)
+                if current is None or current["generation"] != generation:
+                    return False
+                reflection = await conn.fetchrow(self.q["buffered_reflection"], thread_id, generation + 1)
+                if reflection is None:
+                    return False
+                await conn.execute(self.q["activate_entry"], thread_id, reflection["seq"])
+                await conn.execute(
+                    self.q["copy_uncovered_entries"],
+                    thread_id,
+                    generation,
+                    generation + 1,
+                    reflection["last_message_seq"],
+                )
+                await conn.execute(self.q["carry_buffered"], thread_id, generation, generation + 1)
+                await conn.execute(self.q["start_generation"], thread_id, generation + 1)
+        return True
 
     # -- after a turn: record it, buffer in the background ---------------------------
 
@@ -589,6 +822,7 @@ class ObservationalMemory:
         reported_prompt_tokens: int | None = None,
     ) -> None:
         """Record the turn (model, time, calibration) and start background work the settings ask for."""
+        self.turn_ended(thread_id)
         state = await self.state(thread_id)
         calibration = Calibration(state.calibration)
         if memory is not None and reported_prompt_tokens:
@@ -607,10 +841,13 @@ class ObservationalMemory:
             if unbuffered >= start_at:
                 self._start(thread_id, self._buffer(thread_id, route, settings))
                 return
-        if settings.async_reflection_enabled and not settings.shared_budget:
+        if settings.reflection_buffering:
             log = [e for e in await self.log(thread_id, state.generation) if e.active]
             if _tokens(log) > settings.reflection_observation_tokens * settings.reflection_buffer_activation:
-                self._start(thread_id, self._reflect_in_background(thread_id, route, settings))
+                with wrap_db_errors():
+                    ready = await self.pool.fetchrow(self.q["buffered_reflection"], thread_id, state.generation + 1)
+                if ready is None:
+                    self._start(thread_id, self._reflect_in_background(thread_id, route, settings))
 
     def _start(self, thread_id: str, work: Any) -> None:
         task = asyncio.create_task(work, name=f"observational-memory {thread_id}")
@@ -624,12 +861,15 @@ class ObservationalMemory:
             logger.warning("background observation failed", extra={"error": str(task.exception())})
 
     async def _buffer(self, thread_id: str, route: str, settings: MemorySettings) -> None:
+        _between_turns_gate.set(lambda: self._between_turns(thread_id))
         await self.observe(thread_id, route, settings, buffered=True)
 
     async def _reflect_in_background(self, thread_id: str, route: str, settings: MemorySettings) -> None:
-        # Started once the log passed reflection_buffer_activation x threshold, before it is due.
+        # Started once the log passed reflection_buffer_activation x threshold, before it is due;
+        # buffered until the log reaches the threshold (`_reflection_due`).
         above = int(settings.reflection_observation_tokens * settings.reflection_buffer_activation)
-        await self.reflect(thread_id, route, settings, above_tokens=above)
+        _between_turns_gate.set(lambda: self._between_turns(thread_id))
+        await self.reflect(thread_id, route, settings, above_tokens=above, buffered=True)
 
     def background(self, thread_id: str) -> asyncio.Task[None] | None:
         return self._background.get(thread_id)
@@ -638,8 +878,15 @@ class ObservationalMemory:
         task = self._background.get(thread_id)
         if task is None or task.done():
             return False
-        with contextlib.suppress(Exception):
-            await asyncio.shield(task)
+        # The turn waits for the work, so the work waits for no turn.
+        self._awaited.add(thread_id)
+        if (wake := self._wake.get(thread_id)) is not None:
+            wake.set()
+        try:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(task)
+        finally:
+            self._awaited.discard(thread_id)
         return True
 
     async def aclose(self) -> None:

@@ -76,6 +76,32 @@ WHERE thread_id = $1
 UPDATE popagent_observations SET generation = $3
 WHERE thread_id = $1 AND generation = $2 AND NOT active
 
+-- name: buffered_reflection
+-- The reflection buffered for generation $2 (by a background reflection of generation $2 - 1), if any.
+SELECT seq, last_message_seq FROM popagent_observations
+WHERE thread_id = $1 AND generation = $2 AND kind = 'reflection' AND NOT active
+ORDER BY seq DESC LIMIT 1
+
+-- name: drop_buffered_reflections
+DELETE FROM popagent_observations
+WHERE thread_id = $1 AND generation = $2 AND kind = 'reflection' AND NOT active
+
+-- name: activate_entry
+UPDATE popagent_observations SET active = true, activated_at = now() WHERE thread_id = $1 AND seq = $2
+
+-- name: copy_uncovered_entries
+-- A buffered reflection's activation: generation $2's active entries after message seq $4 (which
+-- the reflection does not cover) copied into generation $3, in their order.
+INSERT INTO popagent_observations (
+    thread_id, generation, kind, content, tokens, first_message_seq, last_message_seq, message_tokens, active,
+    model, created_at, activated_at
+)
+SELECT thread_id, $3, kind, content, tokens, first_message_seq, last_message_seq, message_tokens, true,
+       model, created_at, now()
+FROM popagent_observations
+WHERE thread_id = $1 AND generation = $2 AND active AND last_message_seq > $4
+ORDER BY seq
+
 -- name: record_turn
 -- The model and end of the thread's latest turn, and the calibration after it.
 INSERT INTO popagent_observation_state (thread_id, last_model, last_turn_at, calibration)

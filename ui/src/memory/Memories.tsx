@@ -1,6 +1,7 @@
+// Long-term memories (popagent_memories), listed under Settings: add, correct, re-kind, pin and forget.
 import { useId, useState, type FormEvent } from "react";
 import { api } from "../api/client";
-import type { MemoryOut } from "../api/types";
+import type { MemoryOut, MemoryPatch } from "../api/types";
 import { useConfirm } from "../common/confirm";
 import { Field, SubmitStatus, fieldsOf, useSubmit } from "../common/forms";
 import { messageOf, useLoad } from "../common/useLoad";
@@ -40,8 +41,8 @@ export function Memories() {
     <div className="stack">
       <h2>Long-term memories</h2>
       <p className="muted">
-        Facts and preferences popagent recalls in every chat. The agent adds them with its remember tool; you can add, correct or
-        forget them here.
+        Facts and preferences popagent recalls in every chat. The agent adds them with its remember tool; you can add, correct,
+        re-kind, pin or forget them here. The agent never changes a pinned memory, and it never ages out.
       </p>
       <NewMemory onCreated={() => void list.reload()} />
       <form
@@ -79,22 +80,62 @@ export function Memories() {
   );
 }
 
+type Kind = MemoryOut["kind"];
+
+const KIND_LABELS: Record<Kind, string> = { fact: "Fact", preference: "Preference" };
+
+/** The kind as a select of its two values, labelled in words (the API's enum values stay the option values). */
+function KindField(props: { formId: string; form: "MemoryCreate" | "MemoryPatch"; value: Kind; error?: string | undefined; onChange: (kind: Kind) => void }) {
+  const spec = fieldsOf(props.form).kind ?? { type: "enum", enum: ["fact", "preference"] };
+  return (
+    <Field formId={props.formId} name="kind" spec={spec} label="Kind" error={props.error} value={props.value} onChange={(value) => props.onChange(value as Kind)}>
+      {(input) => (
+        <select
+          id={input.id}
+          name={input.name}
+          aria-describedby={input.describedBy || undefined}
+          aria-invalid={input.invalid || undefined}
+          value={props.value}
+          onChange={(event) => props.onChange(event.target.value as Kind)}
+        >
+          {(spec.enum ?? ["fact", "preference"]).map((option) => (
+            <option key={option} value={option}>
+              {KIND_LABELS[option as Kind] ?? option}
+            </option>
+          ))}
+        </select>
+      )}
+    </Field>
+  );
+}
+
+function PinnedField(props: { formId: string; form: "MemoryCreate" | "MemoryPatch"; value: boolean; error?: string | undefined; onChange: (pinned: boolean) => void }) {
+  const spec = fieldsOf(props.form).pinned ?? { type: "boolean" };
+  return <Field formId={props.formId} name="pinned" spec={spec} label="Pinned" error={props.error} value={props.value} onChange={(value) => props.onChange(value === true)} />;
+}
+
 function NewMemory(props: { onCreated: () => void }) {
   const formId = useId().replace(/:/g, "");
   const [content, setContent] = useState("");
-  const submit = useSubmit(["content"]);
+  const [kind, setKind] = useState<Kind>("fact");
+  const [pinned, setPinned] = useState(false);
+  const submit = useSubmit(["content", "kind", "pinned"]);
   const spec = fieldsOf("MemoryCreate").content ?? { type: "string" };
   const onSubmit = async (event: FormEvent) => {
     event.preventDefault();
-    const created = await submit.run(() => api.createMemory({ content, kind: "fact", pinned: false }));
+    const created = await submit.run(() => api.createMemory({ content, kind, pinned }));
     if (created !== undefined) {
       setContent("");
+      setKind("fact");
+      setPinned(false);
       props.onCreated();
     }
   };
   return (
     <form className="settings-form card" noValidate onSubmit={(event) => void onSubmit(event)} data-form="MemoryCreate">
       <Field formId={formId} name="content" spec={spec} label="New memory" error={submit.errors.content} value={content} onChange={(value) => setContent(String(value))} />
+      <KindField formId={formId} form="MemoryCreate" value={kind} error={submit.errors.kind} onChange={setKind} />
+      <PinnedField formId={formId} form="MemoryCreate" value={pinned} error={submit.errors.pinned} onChange={setPinned} />
       <div className="form-actions">
         <button type="submit" className="primary">
           Remember
@@ -110,23 +151,44 @@ function MemoryItem(props: { memory: MemoryOut; onSaved: () => void; onDelete: (
   const formId = useId().replace(/:/g, "");
   const [editing, setEditing] = useState(false);
   const [content, setContent] = useState(memory.content);
-  const submit = useSubmit(["content"]);
+  const [kind, setKind] = useState<Kind>(memory.kind);
+  const [pinned, setPinned] = useState(memory.pinned);
+  const submit = useSubmit(["content", "kind", "pinned"]);
   const spec = fieldsOf("MemoryPatch").content ?? { type: "string" };
+  const cancel = () => {
+    setContent(memory.content);
+    setKind(memory.kind);
+    setPinned(memory.pinned);
+    submit.setErrors({});
+    submit.setState({ kind: "idle" });
+    setEditing(false);
+  };
   const onSubmit = async (event: FormEvent) => {
     event.preventDefault();
-    const saved = await submit.run(() => api.patchMemory(memory.id, { content }));
+    // Only what changed is sent: the API refuses an empty change, and an unchanged field is no edit.
+    const patch: MemoryPatch = {};
+    if (content !== memory.content) patch.content = content;
+    if (kind !== memory.kind) patch.kind = kind;
+    if (pinned !== memory.pinned) patch.pinned = pinned;
+    if (Object.keys(patch).length === 0) {
+      setEditing(false);
+      return;
+    }
+    const saved = await submit.run(() => api.patchMemory(memory.id, patch));
     if (saved !== undefined) props.onSaved();
   };
   return (
-    <li className="card task" data-testid="memory-item" data-memory-id={memory.id}>
+    <li className="card task" data-testid="memory-item" data-memory-id={memory.id} data-kind={memory.kind} data-pinned={memory.pinned}>
       {editing ? (
         <form noValidate onSubmit={(event) => void onSubmit(event)} className="settings-form">
           <Field formId={formId} name="content" spec={spec} label="Memory" error={submit.errors.content} value={content} onChange={(value) => setContent(String(value))} />
+          <KindField formId={formId} form="MemoryPatch" value={kind} error={submit.errors.kind} onChange={setKind} />
+          <PinnedField formId={formId} form="MemoryPatch" value={pinned} error={submit.errors.pinned} onChange={setPinned} />
           <div className="form-actions">
             <button type="submit" className="primary small">
               Save
             </button>
-            <button type="button" className="ghost small" onClick={() => setEditing(false)}>
+            <button type="button" className="ghost small" onClick={cancel}>
               Cancel
             </button>
             <SubmitStatus state={submit.state} />
@@ -136,6 +198,14 @@ function MemoryItem(props: { memory: MemoryOut; onSaved: () => void; onDelete: (
         <p className="memory-content">{memory.content}</p>
       )}
       <div className="task-meta muted">
+        <span className="badge pending" data-testid="memory-kind">
+          {KIND_LABELS[memory.kind]}
+        </span>
+        {memory.pinned ? (
+          <span className="badge ok" data-testid="memory-pinned" title="The agent never changes a pinned memory, and it never ages out.">
+            pinned
+          </span>
+        ) : null}
         <span>{memory.source === "agent" ? "written by the agent" : "added by you"}</span>
         <span>changed {stamp(memory.updatedAt)}</span>
         {memory.sessionId ? <a href={`#/chat/${encodeURIComponent(memory.sessionId)}`}>from a chat</a> : null}
