@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-import time
 from typing import Any
 
 import grpc
@@ -14,6 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
 from popagent_dev.embedded import free_port, orphan_safe
+from support.waiting import wait_until
 
 
 async def test_children_start_cleanly_while_this_process_has_busy_grpc_channels() -> None:
@@ -62,10 +62,13 @@ def test_a_child_gets_sigterm_when_its_parent_is_killed() -> None:
         child = psutil.Process(int(parent.stdout.readline()))
         # setpriv sets the death signal, then becomes the sleeper: a parent killed before that
         # (the child's first milliseconds, on a busy machine) would leave it without one.
-        deadline = time.monotonic() + 10
-        while child.name() == "setpriv":
-            assert time.monotonic() < deadline, "the child never started its command"
-            time.sleep(0.01)
+        wait_until(
+            child.name,
+            until=lambda name: name != "setpriv",
+            within=10,
+            interval=0.01,
+            what="the child to start its command",
+        )
         parent.kill()
         parent.wait(10)
         try:

@@ -17,7 +17,8 @@ import httpx
 import psutil
 import pytest
 
-from support.launcher import child_pid, health_of, launch, wait_for
+from support.launcher import child_pid, health_of, launch
+from support.waiting import wait_until
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("stack")]
 
@@ -118,10 +119,10 @@ def test_ctrl_c_also_stops_a_postgres_and_a_nats_restarted_by_hand(tmp_path: Pat
         assert gone([nats]) == []  # a zombie until the launcher reaps it
         restarted_nats = psutil.Process(subprocess.Popen(nats_command, start_new_session=True).pid)
         restarted.append(restarted_nats)
-        wait_for(
+        wait_until(
             lambda: (stack.data_dir / "nats" / "nats-server.pid").read_text().strip() == str(restarted_nats.pid),
-            "the hand-started NATS to write its pid file",
-            20,
+            what="the hand-started NATS to write its pid file",
+            within=20,
         )
         os.killpg(stack.process.pid, signal.SIGINT)
         stack.process.wait(60)
@@ -167,8 +168,12 @@ def test_a_killed_service_is_restarted_and_the_stack_stays_up(tmp_path: Path) ->
         victim = psutil.Process(child_pid(stack, "agent-runner-2"))
         victim.kill()
         # Restarting (the backoff is 0.5 s at first): health names the worker, then it is back.
-        wait_for(lambda: "agent-runner-2" in health_of(stack)["components"]["supervisor"]["detail"], "the restart")
-        wait_for(lambda: health_of(stack)["ok"] is True, "the stack to be healthy again")
+        wait_until(
+            lambda: "agent-runner-2" in health_of(stack)["components"]["supervisor"]["detail"],
+            what="the restart",
+            within=60,
+        )
+        wait_until(lambda: health_of(stack)["ok"] is True, what="the stack to be healthy again", within=60)
         assert child_pid(stack, "agent-runner-2") != victim.pid
         assert stack.process.poll() is None
         # One service restarted on purpose, with the documented command.
@@ -180,7 +185,11 @@ def test_a_killed_service_is_restarted_and_the_stack_stays_up(tmp_path: Path) ->
             timeout=30,
         )
         assert restart.returncode == 0, restart.stderr
-        wait_for(lambda: child_pid(stack, "tasks") != before and health_of(stack)["ok"] is True, "tasks restarted")
+        wait_until(
+            lambda: child_pid(stack, "tasks") != before and health_of(stack)["ok"] is True,
+            what="tasks restarted",
+            within=60,
+        )
         state = json.loads((stack.data_dir / "supervisor.json").read_text())["children"]
         assert state["agent-runner-2"]["restarts"] == 1 and state["agent-runner-2"]["lastExit"] == -9
         os.killpg(stack.process.pid, signal.SIGINT)

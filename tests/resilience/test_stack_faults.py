@@ -25,7 +25,8 @@ import psutil
 import pytest
 
 from popagent_dev.embedded import StoppablePostgres, stoppable_postgres
-from support.launcher import Launched, child_pid, health_of, launch, start_model_server, wait_for
+from support.launcher import Launched, child_pid, health_of, launch, start_model_server
+from support.waiting import wait_until
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("stack")]
 
@@ -138,13 +139,13 @@ class User:
         return self.client.get(f"/api/tasks/{task_id}").json()
 
     def wait_task(self, task_id: str, timeout_s: float = 90) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            with_retry = _quietly(lambda: self.task(task_id))
-            if with_retry is not None and with_retry.get("status") in TERMINAL_STATUSES:
-                return with_retry
-            assert time.monotonic() < deadline, f"task {task_id} still {with_retry and with_retry.get('status')}"
-            time.sleep(0.3)
+        return wait_until(
+            lambda: _quietly(lambda: self.task(task_id)),
+            until=lambda task: task is not None and task.get("status") in TERMINAL_STATUSES,
+            within=timeout_s,
+            interval=0.3,
+            what=f"task {task_id} to end",
+        )
 
     def healthy(self) -> bool:
         health = _quietly(lambda: health_of(self.stack))
@@ -216,12 +217,12 @@ def kill_during_work(stack: Launched, user: User, victim: str) -> None:
     """SIGKILL `victim` while a chat streams and a task runs; both must end as the stack can make them."""
     chat = ChatStream(stack, user.new_session(), f"keep this prompt ({victim})").start()
     task_id = user.create_task(f"a task while {victim} dies")
-    wait_for(lambda: chat.streaming or chat.ended, f"the chat to stream before {victim} dies", 60)
+    wait_until(lambda: chat.streaming or chat.ended, what=f"the chat to stream before {victim} dies", within=60)
     assert chat.status == 200 and not chat.ended, (victim, chat.status, chat.chunks, chat.broken)
     pid = child_pid(stack, victim)
     psutil.Process(pid).kill()
-    wait_for(lambda: child_pid(stack, victim) != pid, f"{victim} to be restarted", 30)
-    wait_for(user.healthy, f"the stack to be healthy after {victim} was killed", 60)
+    wait_until(lambda: child_pid(stack, victim) != pid, what=f"{victim} to be restarted", within=30)
+    wait_until(user.healthy, what=f"the stack to be healthy after {victim} was killed", within=60)
     chat.join()
     if victim == "gateway":
         assert chat.broken, "a killed gateway breaks the connection of its stream"
@@ -290,7 +291,7 @@ def test_postgres_stopped_for_15_s_under_load_loses_no_prompt_and_fails_no_task(
         loaders = [threading.Thread(target=load, args=(session,), daemon=True) for session in sessions]
         for loader in loaders:
             loader.start()
-        wait_for(lambda: any(chat.streaming for chat in chats), "the load to stream", 60)
+        wait_until(lambda: any(chat.streaming for chat in chats), what="the load to stream", within=60)
         database.stop()
         time.sleep(15)
         database.start()
@@ -330,9 +331,9 @@ def test_a_graceful_stop_ends_every_stream_and_hands_running_tasks_back(tmp_path
         stack.wait_running()
         user = User(stack)
         tasks = [user.create_task(f"task {n} across the stop") for n in range(2)]
-        wait_for(lambda: all(user.task(t)["status"] == "running" for t in tasks), "both tasks to run", 60)
+        wait_until(lambda: all(user.task(t)["status"] == "running" for t in tasks), what="both tasks to run", within=60)
         chats = [ChatStream(stack, user.new_session(), f"stream {n}").start() for n in range(20)]
-        wait_for(lambda: all(chat.streaming for chat in chats), "all 20 chats to stream", 90)
+        wait_until(lambda: all(chat.streaming for chat in chats), what="all 20 chats to stream", within=90)
         user.close()
         stopping = time.monotonic()
         os.killpg(stack.process.pid, signal.SIGINT)

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,13 +75,6 @@ def health_of(stack: Launched) -> dict[str, Any]:
 def child_pid(stack: Launched, name: str) -> int:
     """The pid of the launcher's child `name` (`gateway`, `agent-runner-1`, ...), from supervisor.json."""
     return json.loads((stack.data_dir / "supervisor.json").read_text())["children"][name]["pid"]
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 TESTS = Path(__file__).resolve().parents[1]

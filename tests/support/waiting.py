@@ -1,4 +1,5 @@
-"""Waiting for something that happens in another task, thread or process: `eventually`.
+"""Waiting for something that happens in another task, thread or process: `eventually` (and
+`wait_until`, the same for blocking code).
 
 Every suite polls the same way (a database row, a hook delivery, a worker's slots, a
 stream's messages), so there is one helper for it, and a failure always says what was
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar, cast
 
@@ -38,3 +40,22 @@ async def eventually(
         if loop.time() > deadline:
             raise AssertionError(f"timed out after {within} s waiting for {what or check}; last value: {value!r}")
         await asyncio.sleep(interval)
+
+
+def wait_until(
+    check: Callable[[], T],
+    *,
+    until: Callable[[T], object] = bool,
+    within: float = 15.0,
+    interval: float = 0.1,
+    what: str = "",
+) -> T:
+    """`eventually` for code without an event loop (a launched stack driven over blocking HTTP)."""
+    deadline = time.monotonic() + within
+    while True:
+        value = check()
+        if until(value):
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {within} s waiting for {what or check}; last value: {value!r}")
+        time.sleep(interval)

@@ -11,7 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from support.launcher import launch, start_model_server, wait_for
+from support.launcher import launch, start_model_server
+from support.waiting import wait_until
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("stack")]
 TERMINAL = ("completed", "failed", "dead-letter", "cancelled")
@@ -32,7 +33,7 @@ def test_a_task_created_through_the_gateway_completes_as_an_agent_turn(tmp_path:
             )
             assert created.status_code == 201, created.text
             task_id = created.json()["id"]
-            wait_for(lambda: status(client, task_id) in TERMINAL, "the task to finish", timeout_s=60)
+            wait_until(lambda: status(client, task_id) in TERMINAL, what="the task to finish", within=60)
             task = client.get(f"/api/tasks/{task_id}").json()
             # Without a session the task ran in a thread of its own: readable, never a listed chat.
             assert task["sessionId"] is None and task["threadId"] == f"task-{task_id}", task
@@ -72,15 +73,19 @@ def test_a_task_runtime_patch_resizes_the_running_worker(tmp_path: Path) -> None
                 )
                 assert created.status_code == 201, created.text
                 ids.append(created.json()["id"])
-            wait_for(lambda: "running" in statuses(ids), "an attempt to start", timeout_s=30)
+            wait_until(lambda: "running" in statuses(ids), what="an attempt to start", within=30)
             # One slot on the running worker: the other task waits.
             for _ in range(10):
                 assert sorted(statuses(ids)) == ["queued", "running"]
                 time.sleep(0.1)
 
             patch_concurrency(2)
-            wait_for(lambda: statuses(ids) == ["running", "running"], "the second attempt to start beside the first", 5)
-            wait_for(lambda: statuses(ids) == ["completed", "completed"], "both tasks to complete", timeout_s=60)
+            wait_until(
+                lambda: statuses(ids) == ["running", "running"],
+                what="the second attempt to start beside the first",
+                within=5,
+            )
+            wait_until(lambda: statuses(ids) == ["completed", "completed"], what="both tasks to complete", within=60)
             assert [client.get(f"/api/tasks/{task_id}").json()["attemptCount"] for task_id in ids] == [1, 1]
         stack.process.send_signal(signal.SIGINT)
         assert stack.process.wait(30) == 0
