@@ -15,6 +15,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import asyncpg
 import nats
@@ -28,6 +29,7 @@ from nats.js.errors import NoStreamResponseError, NotFoundError
 from opentelemetry.trace import SpanKind
 
 from popagent_core import subjects
+from popagent_core.db import load_queries
 from popagent_core.lifecycle import raise_if_cancelling, wait_event
 from popagent_core.telemetry import TRACER, extracted, inject_headers
 
@@ -36,6 +38,8 @@ logger = logging.getLogger(__name__)
 # Every service's outbox lives in its own schema of one database: each relay listens on the channel
 # of its schema only (`popagent_outbox_<schema>`), so a commit wakes its own relay, not all of them.
 OUTBOX_CHANNEL_PREFIX = "popagent_outbox_"
+OUTBOX_QUERIES_FILE = Path(__file__).parent / "outbox_queries.sql"
+OUTBOX_QUERIES = load_queries(OUTBOX_QUERIES_FILE)
 PUBLISH_TIMEOUT_S = 2.0
 
 
@@ -153,11 +157,8 @@ async def enqueue_event(
     event_id = uuid.uuid4()
     # The writer's trace context travels with the row, so the relayed message continues its trace.
     trace_context = inject_headers()
-    # One round trip: the row and the wake-up of this schema's relay (delivered at commit, like NOTIFY).
     await conn.execute(
-        "WITH event AS (INSERT INTO popagent_outbox (id, subject, payload, trace_context)"
-        " VALUES ($1, $2, $3, $5::jsonb) RETURNING id)"
-        " SELECT pg_notify($4 || current_schema(), '') FROM event",
+        OUTBOX_QUERIES["enqueue"],
         event_id,
         subject,
         payload,
@@ -206,14 +207,8 @@ class OutboxRelay:
             # One relay of a schema at a time (a service may run several worker processes, each with
             # its relay): another relay waits for this batch's commit, then goes on from the next row,
             # so events leave in `seq` order whichever process relays them.
-            await conn.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended('popagent_outbox.' || current_schema(), 0))"
-            )
-            rows = await conn.fetch(
-                "SELECT id, subject, payload, trace_context FROM popagent_outbox WHERE published_at IS NULL"
-                " ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED",
-                self.batch_size,
-            )
+            await conn.execute(OUTBOX_QUERIES["lock_relay"])
+            rows = await conn.fetch(OUTBOX_QUERIES["pending"], self.batch_size)
             failure: BaseException | None = None
             for row in rows:
                 headers = {"Nats-Msg-Id": str(row["id"])}
@@ -228,7 +223,7 @@ class OutboxRelay:
                     )
                 except Exception as exc:
                     failure = exc
-                    await conn.execute("UPDATE popagent_outbox SET attempts = attempts + 1 WHERE id = $1", row["id"])
+                    await conn.execute(OUTBOX_QUERIES["count_attempt"], row["id"])
                     if isinstance(exc, (NoRespondersError, NoStreamResponseError)):
                         # No stream answers for the subject: the broker came back without its
                         # store. Recreate the owner's stream so the retry can land.
@@ -236,17 +231,14 @@ class OutboxRelay:
                     break
                 published.append(row["id"])
             if published:
-                await conn.execute("UPDATE popagent_outbox SET published_at = now() WHERE id = ANY($1)", published)
+                await conn.execute(OUTBOX_QUERIES["mark_published"], published)
         if failure is not None:
             raise failure
         return len(published)
 
     async def purge_published(self) -> None:
         async with self.pool.acquire() as conn:
-            await conn.execute(
-                "DELETE FROM popagent_outbox WHERE published_at < now() - make_interval(secs => $1)",
-                self.retention_s,
-            )
+            await conn.execute(OUTBOX_QUERIES["purge_published"], self.retention_s)
 
     async def run(self) -> None:
         """Relay until cancelled; any failure (database or NATS) is retried with backoff."""
@@ -256,7 +248,7 @@ class OutboxRelay:
         while True:
             try:
                 async with self.pool.acquire() as listener:
-                    channel = OUTBOX_CHANNEL_PREFIX + await listener.fetchval("SELECT current_schema()")
+                    channel = OUTBOX_CHANNEL_PREFIX + await listener.fetchval(OUTBOX_QUERIES["current_schema"])
                     await listener.add_listener(channel, self.wake)
                     try:
                         while True:

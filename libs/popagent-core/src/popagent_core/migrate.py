@@ -22,13 +22,27 @@ from pathlib import Path
 
 import asyncpg
 
-from popagent_core.db import check_schema_name
+from popagent_core.db import check_schema_name, load_queries
 from popagent_core.errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
 
 _FILE = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 KERNEL_MIGRATIONS = Path(__file__).parent / "migrations"
+MIGRATE_QUERIES_FILE = Path(__file__).parent / "migrate_queries.sql"
+MIGRATE_QUERIES = load_queries(MIGRATE_QUERIES_FILE)
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """The named queries of one ledger table (the schema ledger or the data ledger)."""
+
+    applied: str
+    record: str
+
+
+SCHEMA_LEDGER = Ledger(MIGRATE_QUERIES["applied_schema_migrations"], MIGRATE_QUERIES["record_schema_migration"])
+DATA_LEDGER = Ledger(MIGRATE_QUERIES["applied_data_migrations"], MIGRATE_QUERIES["record_data_migration"])
 
 
 class MigrationChecksumMismatch(ConfigurationError):
@@ -72,26 +86,22 @@ async def migrate(dsn: str, schema: str, migrations_dir: Path, *, kernel: bool =
     check_schema_name(schema)
     conn = await asyncpg.connect(dsn, server_settings={"application_name": f"popagent-migrate-{schema}"})
     try:
-        await conn.execute("SELECT pg_advisory_lock(hashtext('popagent.migrate'), hashtext($1))", schema)
+        await conn.execute(MIGRATE_QUERIES["lock"], schema)
         try:
+            # The schema is an identifier, which cannot be a query parameter: these two are written
+            # here, from a name check_schema_name has already confined to lower_snake.
             await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
             await conn.execute(f'SET search_path TO "{schema}", public')
-            await conn.execute(
-                "CREATE TABLE IF NOT EXISTS popagent_schema_migrations ("
-                " scope text NOT NULL, name text NOT NULL, checksum text NOT NULL,"
-                " applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (scope, name))"
-            )
+            await conn.execute(MIGRATE_QUERIES["create_schema_ledger"])
             kernel_files = read_migrations(KERNEL_MIGRATIONS) if kernel else []
-            applied = await _apply(conn, "kernel", kernel_files, "popagent_schema_migrations")
-            applied += await _apply(conn, "service", read_migrations(migrations_dir), "popagent_schema_migrations")
+            applied = await _apply(conn, "kernel", kernel_files, SCHEMA_LEDGER)
+            applied += await _apply(conn, "service", read_migrations(migrations_dir), SCHEMA_LEDGER)
             # The data ledger is a kernel table: a schema without the kernel has no data migrations.
             data_applied = (
-                await _apply(conn, "service", read_migrations(migrations_dir / "data"), "popagent_data_migrations")
-                if kernel
-                else []
+                await _apply(conn, "service", read_migrations(migrations_dir / "data"), DATA_LEDGER) if kernel else []
             )
         finally:
-            await conn.execute("SELECT pg_advisory_unlock(hashtext('popagent.migrate'), hashtext($1))", schema)
+            await conn.execute(MIGRATE_QUERIES["unlock"], schema)
     finally:
         await conn.close()
     if applied or data_applied:
@@ -99,8 +109,8 @@ async def migrate(dsn: str, schema: str, migrations_dir: Path, *, kernel: bool =
     return MigrationReport(applied, data_applied)
 
 
-async def _apply(conn: asyncpg.Connection, scope: str, files: list[MigrationFile], ledger: str) -> list[str]:
-    rows = await conn.fetch(f"SELECT name, checksum FROM {ledger} WHERE scope = $1", scope)
+async def _apply(conn: asyncpg.Connection, scope: str, files: list[MigrationFile], ledger: Ledger) -> list[str]:
+    rows = await conn.fetch(ledger.applied, scope)
     done = {row["name"]: row["checksum"] for row in rows}
     applied = []
     for migration in files:
@@ -113,11 +123,6 @@ async def _apply(conn: asyncpg.Connection, scope: str, files: list[MigrationFile
             continue
         async with conn.transaction():
             await conn.execute(migration.sql)
-            await conn.execute(
-                f"INSERT INTO {ledger} (scope, name, checksum) VALUES ($1, $2, $3)",
-                scope,
-                migration.name,
-                migration.checksum,
-            )
+            await conn.execute(ledger.record, scope, migration.name, migration.checksum)
         applied.append(migration.name)
     return applied

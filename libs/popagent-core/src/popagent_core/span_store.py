@@ -82,20 +82,6 @@ IDLE_CONNECTION_S = 10.0
 DAILY_S = 24 * 3600.0
 DEFAULT_RETENTION = Retention()
 
-_INSERT = (
-    "INSERT INTO popagent_spans (trace_id, span_id, parent_span_id, name, kind, service, started_at, ended_at,"
-    " duration_ms, status, status_message, attributes, session_id, agent_id)"
-    " SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],"
-    " $7::timestamptz[], $8::timestamptz[], $9::float8[], $10::text[], $11::text[], $12::jsonb[], $13::text[],"
-    " $14::text[]) ON CONFLICT DO NOTHING"
-)
-
-
-_LOG_INSERT = (
-    "INSERT INTO popagent_logs (logged_at, level, service, logger, message, trace_id, span_id, attributes)"
-    " SELECT * FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],"
-    " $7::text[], $8::jsonb[])"
-)
 MAX_LOG_MESSAGE_CHARS = 2000
 MAX_LOG_FIELD_CHARS = 500
 REDACTED = "[redacted]"
@@ -437,9 +423,9 @@ class SpanStoreWriter:
         try:
             pool = await self._connect()
             if rows:
-                await pool.execute(_INSERT, *(list(column) for column in zip(*rows, strict=True)))
+                await pool.execute(STORE_QUERIES["insert_spans"], *(list(column) for column in zip(*rows, strict=True)))
             if logs:
-                await pool.execute(_LOG_INSERT, *(list(column) for column in zip(*logs, strict=True)))
+                await pool.execute(STORE_QUERIES["insert_logs"], *(list(column) for column in zip(*logs, strict=True)))
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
             stats.dropped += len(batch)
             stats.dropped_logs += len(logs)

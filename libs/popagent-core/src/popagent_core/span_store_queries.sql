@@ -1,4 +1,5 @@
--- Retention of the observability store (schema `observability`), run by every process's span store writer.
+-- The observability store (schema `observability`): every process's span store writer batches spans and logs
+-- in, beats its heartbeat and runs the retention.
 
 -- name: expire_spans
 DELETE FROM popagent_spans WHERE started_at < now() - make_interval(days => $1)
@@ -31,3 +32,18 @@ SET seen_at = now(), started_at = excluded.started_at, exported_spans = excluded
     dropped_spans = excluded.dropped_spans, exported_logs = excluded.exported_logs,
     dropped_logs = excluded.dropped_logs, queue_depth = excluded.queue_depth, queue_limit = excluded.queue_limit,
     last_error = excluded.last_error, last_error_at = excluded.last_error_at
+
+-- name: insert_spans
+-- One batch of spans, a parameter per column (each an array, one element a span).
+INSERT INTO popagent_spans (trace_id, span_id, parent_span_id, name, kind, service, started_at, ended_at,
+                            duration_ms, status, status_message, attributes, session_id, agent_id)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                     $7::timestamptz[], $8::timestamptz[], $9::float8[], $10::text[], $11::text[], $12::jsonb[],
+                     $13::text[], $14::text[])
+ON CONFLICT DO NOTHING
+
+-- name: insert_logs
+-- One batch of log records, a parameter per column.
+INSERT INTO popagent_logs (logged_at, level, service, logger, message, trace_id, span_id, attributes)
+SELECT * FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                     $7::text[], $8::jsonb[])
