@@ -9,6 +9,11 @@
 -- the model-side messages oldest first as one JSON array (on a retry only what came before
 -- message $2). The history is left out (NULL) when the caller's copy is of version ($5, $6)
 -- and nothing is retried. No row: no such session.
+-- Observational memory's reads ride along (turn.observational.memory.ThreadRead): the memory
+-- settings row, the thread's cursor, its current log (active entries oldest first, then buffered
+-- ones), and the rows after the cursor (after seq 0 with memory disabled) before the retried
+-- message, each with how many of the history's model messages it holds: the raw messages are
+-- the history's tail, so they are not sent or parsed a second time.
 WITH query AS (
     SELECT to_tsquery('simple', string_agg(quote_literal(lexeme), ' | ')) AS q
     FROM unnest(tsvector_to_array(to_tsvector('english', $3))) AS lexeme
@@ -18,6 +23,13 @@ thread AS (
            max(seq) FILTER (WHERE id = $2) AS retried_seq
     FROM popagent_thread_messages
     WHERE thread_id = $1
+),
+memory AS (
+    SELECT to_jsonb(ms) - 'id' - 'updated_at' AS settings, ms.enabled FROM popagent_memory_settings ms WHERE ms.id = 1
+),
+cursor AS (
+    SELECT to_jsonb(o) - 'thread_id' - 'updated_at' AS state, o.generation, o.observed_seq
+    FROM popagent_observation_state o WHERE o.thread_id = $1
 )
 SELECT s.workspace_id,
        (SELECT w.path FROM popagent_agent_workspaces w WHERE w.id = s.workspace_id) AS workspace_path,
@@ -66,7 +78,28 @@ SELECT s.workspace_id,
            FROM popagent_thread_messages m
            CROSS JOIN LATERAL jsonb_array_elements(m.content -> 'model') WITH ORDINALITY AS e(message, ord)
            WHERE m.thread_id = s.id AND m.seq < coalesce(thread.retried_seq, 9223372036854775807)
-       )::text END AS history
+       )::text END AS history,
+       (SELECT settings FROM memory)::text AS memory_settings,
+       (SELECT state FROM cursor)::text AS observation_state,
+       (
+           SELECT coalesce(jsonb_agg(jsonb_build_object(
+               'seq', e.seq, 'kind', e.kind, 'content', e.content, 'tokens', e.tokens,
+               'first_message_seq', e.first_message_seq, 'last_message_seq', e.last_message_seq,
+               'message_tokens', e.message_tokens, 'active', e.active, 'created_at', e.created_at
+           ) ORDER BY e.active DESC, e.seq), '[]'::jsonb)
+           FROM popagent_observations e
+           WHERE e.thread_id = $1 AND e.generation = coalesce((SELECT generation FROM cursor), 0)
+       )::text AS observation_log,
+       (
+           SELECT coalesce(jsonb_agg(jsonb_build_object(
+               'seq', m.seq, 'id', m.id, 'role', m.role, 'created_at', m.created_at, 'tokens', m.tokens,
+               'models', coalesce(jsonb_array_length(m.content -> 'model'), 0)
+           ) ORDER BY m.seq), '[]'::jsonb)
+           FROM popagent_thread_messages m
+           WHERE m.thread_id = $1 AND m.seq < coalesce(thread.retried_seq, 9223372036854775807)
+             AND m.seq > CASE WHEN (SELECT enabled FROM memory) THEN coalesce((SELECT observed_seq FROM cursor), 0)
+                         ELSE 0 END
+       )::text AS raw_rows
 FROM popagent_sessions s, thread
 WHERE s.id = $1 AND s.deleting_at IS NULL
 
