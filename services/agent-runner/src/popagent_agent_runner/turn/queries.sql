@@ -245,6 +245,45 @@ UPDATE popagent_sessions
 SET messages = $2::jsonb, message_count = $3, revision = revision + 1, updated_at = now()
 WHERE id = $1
 
+-- name: begin_fresh_turn
+-- `begin_turn` in one round trip, for a prompt that neither the session's UI messages nor the
+-- thread hold yet: the user UI message $3 and the placeholder $4 appended to the session's list
+-- (a new revision), the thread (resource $2) created if needed, and its rows (ids $5, roles $6,
+-- contents $7) stored; the thread's version after it. No row: the session is gone or holds one of
+-- the ids already (a retried prompt), and nothing was written.
+WITH session AS (
+    UPDATE popagent_sessions s
+    SET messages = s.messages || jsonb_build_array($3::jsonb, $4::jsonb),
+        message_count = jsonb_array_length(s.messages) + 2, revision = s.revision + 1, updated_at = now()
+    WHERE s.id = $1 AND s.deleting_at IS NULL
+      AND NOT EXISTS (
+          SELECT 1 FROM jsonb_array_elements(s.messages) AS m(message) WHERE m.message ->> 'id' = ANY ($5::text[])
+      )
+      AND NOT EXISTS (SELECT 1 FROM popagent_thread_messages t WHERE t.thread_id = $1 AND t.id = ANY ($5::text[]))
+    RETURNING s.id
+),
+thread AS (
+    INSERT INTO popagent_threads (id, resource_id, parent_id)
+    SELECT id, $2, NULL FROM session
+    ON CONFLICT (id) DO UPDATE SET updated_at = now()
+    RETURNING id
+),
+stored AS (
+    INSERT INTO popagent_thread_messages (thread_id, id, role, content)
+    SELECT thread.id, m.id, m.role, m.content::jsonb
+    FROM thread, unnest($5::text[], $6::text[], $7::text[]) WITH ORDINALITY AS m(id, role, content, position)
+    ORDER BY m.position
+    ON CONFLICT (thread_id, id) DO NOTHING
+    RETURNING seq
+),
+before AS (
+    SELECT count(*) AS messages, coalesce(max(seq), 0) AS last_seq FROM popagent_thread_messages WHERE thread_id = $1
+)
+SELECT before.messages + (SELECT count(*) FROM stored) AS messages,
+       greatest(before.last_seq, (SELECT coalesce(max(seq), 0) FROM stored)) AS last_seq
+FROM before
+WHERE EXISTS (SELECT 1 FROM session)
+
 -- name: replace_thread_message
 -- The user message stored before the model call, replaced by the request the model was sent.
 UPDATE popagent_thread_messages SET content = $3::jsonb WHERE thread_id = $1 AND id = $2

@@ -419,6 +419,7 @@ class TurnRunner:
                     **context.output.ui_message(),
                     "metadata": {**context.output.metadata, "interrupted": True},
                 },
+                fresh=not prepared.state.retried,
             )
         )
         context.output.events.hold_until(record.beginning)

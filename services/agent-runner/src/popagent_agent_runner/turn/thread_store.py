@@ -257,11 +257,30 @@ class ThreadStore:
         user_ui: dict[str, Any],
         user_request: ModelRequest,
         placeholder_ui: dict[str, Any],
+        fresh: bool = False,
     ) -> Version:
-        """Store the prompt before the model is called, with a placeholder answer; the thread's version after it."""
+        """Store the prompt before the model is called, with a placeholder answer; the thread's version after it.
+
+        `fresh`: the prelude saw no earlier copy of the prompt, so one statement most likely does it
+        (the answer waits for this write: eight round trips cost it milliseconds).
+        """
         self._drop(session_id)
         user_content = _content(user_ui, _stored([user_request]))
         placeholder_content = _content(placeholder_ui, [])
+        if fresh:
+            with wrap_db_errors(), statements_span("begin_turn"):
+                row = await self.pool.fetchrow(
+                    self.q["begin_fresh_turn"],
+                    session_id,
+                    USER_RESOURCE,
+                    orjson.dumps(redact_ui_message(user_ui)).decode(),
+                    orjson.dumps(redact_ui_message(placeholder_ui)).decode(),
+                    [user_ui["id"], placeholder_ui["id"]],
+                    ["user", "assistant"],
+                    [user_content, placeholder_content],
+                )
+            if row is not None:
+                return (row["messages"], row["last_seq"])
         with wrap_db_errors(), statements_span("begin_turn"):
             async with self.pool.acquire() as conn, conn.transaction():
                 await self._record_in_session(conn, session_id, user_ui, placeholder_ui)
