@@ -94,7 +94,7 @@ async def test_the_prelude_reads_what_the_memory_reads_before_and_after_observat
             assert prelude.state.observed_seq > 0 and prelude.log
             _same(prelude, own)
             # A retried prompt: everything from that message on is left out of both.
-            retried = await db.fetchval(
+            retried: str = await db.fetchval(
                 "SELECT id FROM popagent_thread_messages WHERE thread_id = $1 AND role = 'user'"
                 " ORDER BY seq DESC OFFSET 1 LIMIT 1",
                 session,
