@@ -94,11 +94,12 @@ async def test_the_prelude_reads_what_the_memory_reads_before_and_after_observat
             assert prelude.state.observed_seq > 0 and prelude.log
             _same(prelude, own)
             # A retried prompt: everything from that message on is left out of both.
-            retried: str = await db.fetchval(
+            retried = await db.fetchval(
                 "SELECT id FROM popagent_thread_messages WHERE thread_id = $1 AND role = 'user'"
                 " ORDER BY seq DESC OFFSET 1 LIMIT 1",
                 session,
             )
+            assert isinstance(retried, str)
             prelude, own = await _both(db, session, retried)
             assert prelude.raw and prelude.raw[-1].id != retried
             _same(prelude, own)
