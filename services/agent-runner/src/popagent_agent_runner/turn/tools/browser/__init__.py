@@ -25,6 +25,8 @@ BROWSER_TOOLS = frozenset({"bifrostNavigator", "useBrowserSecret"})
 SETTINGS_TIMEOUT_S = 2.0
 # A cached copy older than this is read again even without an announced change.
 MAX_AGE_S = 60.0
+# After a failed read, turns go without browser tools this long before the settings are asked for again.
+RETRY_AFTER_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,8 @@ class TurnBrowser:
 class BrowserAccessPoint:
     """The browser settings as turns read them: one cached copy, dropped when browser-bridge announces
     a change (`invalidate`, on `popagent.browser_bridge.settings.changed`, which it flushes before
-    answering the update) and older than MAX_AGE_S read again (an announcement lost with NATS)."""
+    answering the update) and older than MAX_AGE_S read again (an announcement lost with NATS); an
+    unreadable copy counts as disabled for RETRY_AFTER_S."""
 
     settings: browser_bridge_pb2_grpc.BrowserBridgeServiceStub
     navigator: navigator_pb2_grpc.BrowserNavigatorServiceStub
@@ -62,6 +65,10 @@ class BrowserAccessPoint:
             )
         except grpc.aio.AioRpcError as exc:
             logger.warning("browser tools withheld: browser settings unreadable", extra={"code": exc.code().name})
+            if generation == self._generation:
+                # Runs go without browser tools a while before asking again (an unreachable bridge
+                # would otherwise cost every turn a failed call before its model request).
+                self._enabled, self._read_at = False, time.monotonic() - MAX_AGE_S + RETRY_AFTER_S
             return TurnBrowser(self.navigator, enabled=False)
         if generation == self._generation:
             self._enabled, self._read_at = settings.enabled, time.monotonic()
