@@ -27,6 +27,7 @@ def test_counts_match_bpe_openai_on_varied_text() -> None:
         "emoji 😀🎉👩‍👩‍👧 and math ∑∫√",
         "'s 're CamelCaseWords HTTPServer don't I'LL",
         "numbers 1 12 123 1234 12345 3.14159 -42",
+        "a lone surrogate \ud800 in text",
         (REPO / "README.md").read_text(),
         Path(tokens.__file__).read_text(),
         *("".join(chr(rng.randint(32, 0x2FFF)) for _ in range(rng.randint(1, 300))) for _ in range(300)),
