@@ -61,7 +61,10 @@ class RunningAgentRunner:
 
 @contextlib.asynccontextmanager
 async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
-    async with service_kernel("agent-runner", settings, MIGRATIONS) as kernel, contextlib.AsyncExitStack() as stack:
+    async with (
+        service_kernel("agent-runner", settings, MIGRATIONS, pool_max_size=settings.pool_max_size) as kernel,
+        contextlib.AsyncExitStack() as stack,
+    ):
         hooks_channel = await stack.enter_async_context(open_channel(settings.hooks_address, settings.internal_token))
         browser_channel = await stack.enter_async_context(
             open_channel(settings.browser_bridge_address, settings.internal_token)
