@@ -3,12 +3,15 @@
 Cold: a fresh data folder (initdb, migrations, stream creation). Warm: the same folder
 again (what `make run` does every day). Baselines, measured in the same run so machine
 noise cancels: the time to start one bare Python process that imports the kernel and
-exits, and that process's RSS. Targets: warm start <= 10 s, whole-stack idle RSS <= 600 MB.
+exits, and that process's RSS. The idle RSS is measured twice: as configured (traced, unless the
+environment disables it) and untraced (`OTEL_SDK_DISABLED=true`). Targets: warm start <= 10 s,
+whole-stack idle RSS <= 600 MB.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import subprocess
 import sys
@@ -63,6 +66,12 @@ def main() -> None:
     try:
         cold, _ = asyncio.run(start_once(data_dir, measure_rss=False))
         warm, rss = asyncio.run(start_once(data_dir, measure_rss=True))
+        # The same stack untraced (OTEL_SDK_DISABLED: no tracer provider, span export or stored logs).
+        os.environ["OTEL_SDK_DISABLED"] = "true"
+        try:
+            _, untraced = asyncio.run(start_once(data_dir, measure_rss=True))
+        finally:
+            del os.environ["OTEL_SDK_DISABLED"]
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
     total_rss = sum(rss.values())
@@ -74,6 +83,9 @@ def main() -> None:
         print(f"idle RSS {name:>14}: {value:6.1f} MB ({value / base_rss:.2f}x baseline)")
     print(f"idle RSS of the seven services: {services_rss:.1f} MB")
     print(f"idle memory of the whole stack (services + NATS + PostgreSQL): {total_rss:.1f} MB  target <= 600 MB")
+    for name, value in sorted(untraced.items()):
+        print(f"untraced idle RSS {name:>14}: {value:6.1f} MB")
+    print(f"idle memory of the whole stack untraced: {sum(untraced.values()):.1f} MB  target <= 600 MB")
 
 
 if __name__ == "__main__":

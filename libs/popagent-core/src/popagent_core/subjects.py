@@ -16,6 +16,9 @@ TURN_COMPLETED = "popagent.agent_runner.turn.completed"
 AGENT_RUNTIME_SETTINGS_CHANGED = "popagent.agent_runner.runtime_settings.changed"
 TASK_ENQUEUED = "popagent.tasks.task.enqueued"
 SECRET_CHANGED = "popagent.secrets.secret.changed"
+# The browser settings changed: agent-runner drops its cached copy (published directly, not through
+# the outbox: only the next turn's read needs it, and it must arrive before that turn).
+BROWSER_SETTINGS_CHANGED = "popagent.browser_bridge.settings.changed"
 # A user gave an answer a thumbs down: an outcome the evolution loop can learn from.
 NEGATIVE_FEEDBACK_GIVEN = "popagent.observability.feedback.given"
 # What learning wrote for agents (an overlay, a learned skill, a revert, an adoption, an

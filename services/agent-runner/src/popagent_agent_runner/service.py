@@ -32,6 +32,7 @@ from popagent_agent_runner.turn import chat_service
 from popagent_agent_runner.turn.learned import LearnedCache, invalidated_on_change
 from popagent_agent_runner.turn.observational.view_servicer import SessionMemoryServicer
 from popagent_agent_runner.turn.tools.browser import BrowserAccessPoint
+from popagent_agent_runner.turn.tools.browser import invalidated_on_change as browser_settings_invalidated_on_change
 from popagent_agent_runner.turn.tools.web import web_access
 from popagent_agent_runner.workspace.hands import Hands
 from popagent_agent_runner.workspace.sandbox import Sandbox
@@ -60,7 +61,10 @@ class RunningAgentRunner:
 
 @contextlib.asynccontextmanager
 async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
-    async with service_kernel("agent-runner", settings, MIGRATIONS) as kernel, contextlib.AsyncExitStack() as stack:
+    async with (
+        service_kernel("agent-runner", settings, MIGRATIONS, pool_max_size=settings.pool_max_size) as kernel,
+        contextlib.AsyncExitStack() as stack,
+    ):
         hooks_channel = await stack.enter_async_context(open_channel(settings.hooks_address, settings.internal_token))
         browser_channel = await stack.enter_async_context(
             open_channel(settings.browser_bridge_address, settings.internal_token)
@@ -144,6 +148,11 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
             )
         )
         documents_pb2_grpc.add_DocumentsServiceServicer_to_server(DocumentsServicer(docs), kernel.server)
+        browser = BrowserAccessPoint(
+            browser_bridge_pb2_grpc.BrowserBridgeServiceStub(browser_channel),
+            navigator_pb2_grpc.BrowserNavigatorServiceStub(browser_channel),
+        )
+        await stack.enter_async_context(browser_settings_invalidated_on_change(browser, kernel.nats))
         chat = await stack.enter_async_context(
             chat_service(
                 pool,
@@ -153,10 +162,7 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
                 settings.ninerouter_api_key,
                 web,
                 hands,
-                BrowserAccessPoint(
-                    browser_bridge_pb2_grpc.BrowserBridgeServiceStub(browser_channel),
-                    navigator_pb2_grpc.BrowserNavigatorServiceStub(browser_channel),
-                ),
+                browser,
                 learned,
                 docs,
                 embedding_model=settings.memory_embedding_model,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from popagent_core import subjects
 from popagent_core.grpc_client import open_channel
 from popagent_core.lifecycle import background_task
 from popagent_core.service import service_kernel
+
+logger = logging.getLogger(__name__)
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -37,6 +40,17 @@ async def build(settings: Settings) -> AsyncIterator[Navigator]:
         subscription = await kernel.nats.subscribe(subjects.SECRET_CHANGED, cb=changed)
         stack.push_async_callback(subscription.unsubscribe)
         repo = BrowserSettingsRepo(kernel.pool)
+        nats = kernel.nats
+
+        async def settings_changed() -> None:
+            # Flushed before the PATCH is answered: the server has passed it on to every runner by then.
+            try:
+                await nats.publish(subjects.BROWSER_SETTINGS_CHANGED, b"")
+                await nats.flush(timeout=1)
+            except Exception as exc:
+                # The runners' copies expire on their own within a minute.
+                logger.warning("browser settings change not announced", extra={"error": str(exc)})
+
         client = BifrostClient(
             settings.browser_socket,
             settings.browser_mcp_url,
@@ -52,7 +66,7 @@ async def build(settings: Settings) -> AsyncIterator[Navigator]:
         client.on_new_session = _forget_tabs(navigator)
         await stack.enter_async_context(background_task(client.run, name="browser-bridge-bifrost"))
         browser_bridge_pb2_grpc.add_BrowserBridgeServiceServicer_to_server(
-            BrowserBridgeServicer(repo, navigator), kernel.server
+            BrowserBridgeServicer(repo, navigator, settings_changed), kernel.server
         )
         navigator_pb2_grpc.add_BrowserNavigatorServiceServicer_to_server(
             BrowserNavigatorServicer(navigator), kernel.server

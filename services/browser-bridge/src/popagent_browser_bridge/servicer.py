@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -34,9 +35,16 @@ def _message(settings: BrowserSettings) -> browser_bridge_pb2.BrowserSettings:
 
 
 class BrowserBridgeServicer(browser_bridge_pb2_grpc.BrowserBridgeServiceServicer):
-    def __init__(self, settings: BrowserSettingsRepo, navigator: Navigator) -> None:
+    def __init__(
+        self,
+        settings: BrowserSettingsRepo,
+        navigator: Navigator,
+        changed: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self.settings = settings
         self.navigator = navigator
+        # Says a committed change to the runners' cached copies before the update is answered.
+        self.changed = changed
 
     async def GetBrowserSettings(
         self, request: browser_bridge_pb2.GetBrowserSettingsRequest, context: grpc.aio.ServicerContext
@@ -55,6 +63,8 @@ class BrowserBridgeServicer(browser_bridge_pb2_grpc.BrowserBridgeServiceServicer
             request.allow_code_execution if request.HasField("allow_code_execution") else None,
         )
         self.navigator.gate.apply(settings)
+        if self.changed is not None:
+            await self.changed()
         return _message(settings)
 
     async def CloseSession(

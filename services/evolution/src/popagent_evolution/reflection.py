@@ -10,16 +10,18 @@ proposal citing a signal that is not one of this agent's claimed signals is reje
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
-from pydantic_ai import Agent, PromptedOutput
-from pydantic_ai.models.openai import OpenAIChatModel
-from pydantic_ai.providers.openai import OpenAIProvider
-from pydantic_ai.settings import ModelSettings
 
 from popagent_core.errors import InvalidArgument
 from popagent_evolution.signals import SignalRecord
 from popagent_evolution.strategies import Strategy, clip
+
+if TYPE_CHECKING:
+    from pydantic_ai import Agent
+    from pydantic_ai.providers.openai import OpenAIProvider
 
 MAX_SELECTIONS = 4
 MAX_CITED = 20
@@ -88,15 +90,26 @@ def checked(reflection: Reflection, claimed: list[SignalRecord]) -> Reflection:
 
 class Reflector:
     def __init__(self, base_url: str, api_key: str, timeout_s: float) -> None:
-        self.provider = OpenAIProvider(base_url=base_url, api_key=api_key or "unused")
+        self.base_url = base_url
+        self.api_key = api_key
         self.timeout_s = timeout_s
+        self._provider: OpenAIProvider | None = None
         self._agents: dict[str, Agent[None, Reflection]] = {}
 
     def _agent(self, model: str) -> Agent[None, Reflection]:
         agent = self._agents.get(model)
         if agent is None:
+            # pydantic-ai and the openai SDK (~45 MB resident) load with the first reflection, not in
+            # every evolution process that never reflects.
+            from pydantic_ai import Agent, PromptedOutput
+            from pydantic_ai.models.openai import OpenAIChatModel
+            from pydantic_ai.providers.openai import OpenAIProvider
+            from pydantic_ai.settings import ModelSettings
+
+            if self._provider is None:
+                self._provider = OpenAIProvider(base_url=self.base_url, api_key=self.api_key or "unused")
             agent = self._agents[model] = Agent(
-                OpenAIChatModel(model, provider=self.provider),
+                OpenAIChatModel(model, provider=self._provider),
                 output_type=PromptedOutput(Reflection),
                 instructions=INSTRUCTIONS,
                 retries={"output": 1},

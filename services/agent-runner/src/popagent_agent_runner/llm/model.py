@@ -49,6 +49,7 @@ from pydantic_ai.models import ModelRequestParameters, StreamedResponse, check_a
 from pydantic_ai.profiles import ModelProfile
 from pydantic_ai.settings import ModelSettings
 
+from popagent_agent_runner.llm.catalog import ModelCatalog
 from popagent_agent_runner.llm.prices import ModelPrice, ModelPrices, turn_cost
 from popagent_agent_runner.llm.profile import compatible_model_profile
 from popagent_agent_runner.llm.request import ChatRequestEncoding
@@ -421,7 +422,10 @@ class LeanModels:
         self._max_retries = max_retries
         self._merge_system_messages_for = tuple(merge_system_messages_for)
         self._models: dict[str, LeanOpenAIModel] = {}
-        self.prices = ModelPrices(base_url, self._client, api_key=api_key)
+        # One reader of the gateway's catalog for the process: the prices here, the context windows
+        # of observational memory (turn.observational.windows) too.
+        self.catalog = ModelCatalog(base_url, self._client, api_key=api_key)
+        self.prices = ModelPrices(self.catalog)
 
     @property
     def base_url(self) -> str:
@@ -454,7 +458,7 @@ class LeanModels:
         return model
 
     async def aclose(self) -> None:
-        await self.prices.aclose()
+        await self.catalog.aclose()
         if self._own_client:
             await self._client.aclose()
 

@@ -6,16 +6,15 @@ The catalog (`GET {NINEROUTER_URL}/models`) may price a model the way OpenRouter
 such entry, or with a negative figure (OpenRouter's "-1": priced per request), has no price,
 and a turn that called one has no cost: a partial sum would read as the whole.
 
-Never on a turn's path: `price()` answers from what was fetched, and starts a refresh in the
-background when that is older than `ttl_s` (the service warms it at start). The `model.generation`
+Never on a turn's path: `price()` answers from what the catalog reader (`llm.catalog`, shared with
+the context windows) fetched, and starts a refresh in the background when that is stale (the
+service warms it at start). The `model.generation`
 span carries each priced call's cost (`popagent.usage.cost_usd`, summed by the usage roll-up) and
 the turn's tally (`counting_cost`) gives the assistant message's `usage.costUsd`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,13 +22,9 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import orjson
 
-logger = logging.getLogger(__name__)
-
-MAX_CATALOG_BYTES = 4 * 1024 * 1024
-FETCH_TIMEOUT_S = 5.0
+from popagent_agent_runner.llm.catalog import ModelCatalog
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,9 +58,14 @@ def parse_prices(raw: bytes) -> dict[str, ModelPrice]:
     data = body.get("data") if isinstance(body, dict) else None
     if not isinstance(data, list):
         raise ValueError("answer has no data list")
+    return prices_of([entry for entry in data if isinstance(entry, dict)])
+
+
+def prices_of(entries: list[dict[str, Any]]) -> dict[str, ModelPrice]:
+    """The priced models among a catalog's entries."""
     prices: dict[str, ModelPrice] = {}
-    for entry in data:
-        if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
+    for entry in entries:
+        if not isinstance(entry.get("id"), str):
             continue
         pricing = entry.get("pricing")
         if not isinstance(pricing, dict):
@@ -78,47 +78,22 @@ def parse_prices(raw: bytes) -> dict[str, ModelPrice]:
 
 
 class ModelPrices:
-    """The catalog's prices, fetched in the background and kept for `ttl_s`."""
+    """The catalog's prices, as the process's one catalog reader last fetched them."""
 
-    def __init__(
-        self, base_url: str, client: httpx.AsyncClient, *, api_key: str | None = None, ttl_s: float = 600.0
-    ) -> None:
-        self._url = base_url.rstrip("/") + "/models"
-        self._client = client
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.ttl_s = ttl_s
+    def __init__(self, catalog: ModelCatalog) -> None:
+        self._catalog = catalog
         self._prices: dict[str, ModelPrice] = {}
-        self._fetched_at: float | None = None
-        self._refreshing: asyncio.Task[None] | None = None
+        self._version = 0
 
     def price(self, model: str) -> ModelPrice | None:
-        """The model's price as last fetched; a stale view starts a refresh (for the next calls)."""
-        loop = asyncio.get_running_loop()
-        if self._fetched_at is None or loop.time() - self._fetched_at > self.ttl_s:
-            self.refresh_soon()
+        """The model's price as last fetched; a stale catalog starts a refresh (for the next calls)."""
+        entries = self._catalog.cached()
+        if self._catalog.version != self._version and entries is not None:
+            self._prices, self._version = prices_of(entries), self._catalog.version
         return self._prices.get(model)
 
     def refresh_soon(self) -> None:
-        if self._refreshing is None or self._refreshing.done():
-            self._refreshing = asyncio.get_running_loop().create_task(self.refresh(), name="model-prices")
-
-    async def refresh(self) -> None:
-        """Fetch the catalog once; a failure keeps the last prices and is retried after a tenth of the TTL."""
-        loop = asyncio.get_running_loop()
-        try:
-            response = await self._client.get(self._url, headers=self._headers, timeout=FETCH_TIMEOUT_S)
-            response.raise_for_status()
-            if len(response.content) > MAX_CATALOG_BYTES:
-                raise ValueError("catalog answer too large")
-            self._prices = parse_prices(response.content)
-            self._fetched_at = loop.time()
-        except (httpx.HTTPError, ValueError, orjson.JSONDecodeError) as exc:
-            self._fetched_at = loop.time() - self.ttl_s * 0.9
-            logger.info("model prices not fetched", extra={"error": f"{type(exc).__name__}: {str(exc)[:200]}"})
-
-    async def aclose(self) -> None:
-        if self._refreshing is not None and not self._refreshing.done():
-            self._refreshing.cancel()
+        self._catalog.refresh_soon()
 
 
 class CostTally:

@@ -152,6 +152,7 @@ class ChatRequestEncoding(Model[Any]):
     _chat_url: str
     _headers: dict[str, str]
     _merge_system_messages: bool
+    _merged_request_headers: tuple[dict[str, str], httpx.Headers] | None = None
 
     # -- tool schemas ---------------------------------------------------------------------------------------------
 
@@ -305,17 +306,39 @@ class ChatRequestEncoding(Model[Any]):
             body.update(cast(Mapping[str, Any], extra_body))
 
         headers = self._headers
-        if extra_headers := settings.get("extra_headers"):
+        extra_headers = settings.get("extra_headers")
+        if extra_headers:
             headers = {**headers, **extra_headers}
         if all(name.lower() != "user-agent" for name in headers):
             headers = {**headers, "User-Agent": get_user_agent()}
-        return self._client.build_request(
+        timeout = self._timeout(settings.get("timeout"))
+        if extra_headers or self._client.cookies or self._client.base_url.raw_path != b"/" or self._client.params:
+            return self._client.build_request(
+                "POST", self._chat_url, content=orjson.dumps(body), headers=headers, timeout=timeout
+            )
+        # What `build_request` makes of the same arguments, without merging the client's headers and
+        # URL again on every request (a third of a millisecond of the way to the first token).
+        return httpx.Request(
             "POST",
-            self._chat_url,
+            self._chat_request_url,
+            headers=self._merged_headers(headers),
             content=orjson.dumps(body),
-            headers=headers,
-            timeout=self._timeout(settings.get("timeout")),
+            extensions={"timeout": httpx.Timeout(timeout).as_dict()},
         )
+
+    @cached_property
+    def _chat_request_url(self) -> httpx.URL:
+        return httpx.URL(self._chat_url)
+
+    def _merged_headers(self, headers: dict[str, str]) -> httpx.Headers:
+        """The client's headers updated with `headers`, as `build_request` merges them (the client's are
+        set once, where the model's client is made; `httpx.Request` copies what it is given)."""
+        cached = self._merged_request_headers
+        if cached is None or cached[0] != headers:
+            merged = httpx.Headers(self._client.headers)
+            merged.update(headers)
+            cached = self._merged_request_headers = (headers, merged)
+        return cached[1]
 
     def _timeout(self, value: Any) -> Any:
         if value is None:

@@ -14,9 +14,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
-
-from lsprotocol import types
+from typing import TYPE_CHECKING, Any, Literal
 
 from popagent_agent_runner.lsp import locations
 from popagent_agent_runner.lsp.languages import (
@@ -28,9 +26,15 @@ from popagent_agent_runner.lsp.languages import (
     supported_extensions,
 )
 from popagent_agent_runner.lsp.manager import LanguageServers
-from popagent_agent_runner.lsp.session import ServerSession
 from popagent_agent_runner.workspace import files
 from popagent_agent_runner.workspace.paths import Repository, WorkspaceRefusal
+
+if TYPE_CHECKING:
+    from lsprotocol import types
+
+    from popagent_agent_runner.lsp.session import ServerSession
+else:
+    from popagent_agent_runner.lsp.protocol import types
 
 Operation = Literal["hover", "definition", "implementation", "references", "diagnostics", "documentSymbols"]
 POSITION_OPERATIONS = ("hover", "definition", "implementation", "references")

@@ -10,9 +10,14 @@ TypeScript lib files) becomes a library reference that keeps only what names the
 from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
-from lsprotocol import types
+if TYPE_CHECKING:
+    from lsprotocol import types
+else:
+    from popagent_agent_runner.lsp.protocol import types
+
 
 # The last of these in a path starts the library's own name.
 LIBRARY_MARKERS = ("site-packages", "dist-packages", "node_modules", "typeshed-fallback", "typeshed")

@@ -22,9 +22,12 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from popagent_agent_runner.lsp.languages import Language, LanguageServerUnavailable, ServerCatalog
-from popagent_agent_runner.lsp.session import ServerSession
+
+if TYPE_CHECKING:
+    from popagent_agent_runner.lsp.session import ServerSession
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +97,9 @@ class LanguageServers:
                 await session.close()
                 session = None
             if session is None:
+                # pygls and lsprotocol load with the first language server, not in every worker at start.
+                from popagent_agent_runner.lsp.session import ServerSession
+
                 await self._make_room()
                 command = self.catalog.command(language)
                 session = ServerSession(language, root, command, request_timeout_s=self.request_timeout_s)

@@ -86,7 +86,7 @@ async def chat_service(
         memories = MemoryStore(
             pool, QUERIES, retention_days=memory_retention_days, retrieval=retrieval, embedding_model=embedding_model
         )
-        windows = ContextWindows(ninerouter_url, ninerouter_api_key or None, http)
+        windows = ContextWindows(ninerouter_url, ninerouter_api_key or None, http, catalog=models.catalog)
         observational = ObservationalMemory(pool, MEMORY_QUERIES, models.get, windows)
         history_search = HistorySearch(pool, MEMORY_QUERIES, retrieval, embedding_model)
         runner = TurnRunner(

@@ -9,6 +9,11 @@
 -- the model-side messages oldest first as one JSON array (on a retry only what came before
 -- message $2). The history is left out (NULL) when the caller's copy is of version ($5, $6)
 -- and nothing is retried. No row: no such session.
+-- Observational memory's reads ride along (turn.observational.memory.ThreadRead): the memory
+-- settings row, the thread's cursor, its current log (active entries oldest first, then buffered
+-- ones), and the rows after the cursor (after seq 0 with memory disabled) before the retried
+-- message, each with how many of the history's model messages it holds: the raw messages are
+-- the history's tail, so they are not sent or parsed a second time.
 WITH query AS (
     SELECT to_tsquery('simple', string_agg(quote_literal(lexeme), ' | ')) AS q
     FROM unnest(tsvector_to_array(to_tsvector('english', $3))) AS lexeme
@@ -18,6 +23,13 @@ thread AS (
            max(seq) FILTER (WHERE id = $2) AS retried_seq
     FROM popagent_thread_messages
     WHERE thread_id = $1
+),
+memory AS (
+    SELECT to_jsonb(ms) - 'id' - 'updated_at' AS settings, ms.enabled FROM popagent_memory_settings ms WHERE ms.id = 1
+),
+cursor AS (
+    SELECT to_jsonb(o) - 'thread_id' - 'updated_at' AS state, o.generation, o.observed_seq
+    FROM popagent_observation_state o WHERE o.thread_id = $1
 )
 SELECT s.workspace_id,
        (SELECT w.path FROM popagent_agent_workspaces w WHERE w.id = s.workspace_id) AS workspace_path,
@@ -66,7 +78,28 @@ SELECT s.workspace_id,
            FROM popagent_thread_messages m
            CROSS JOIN LATERAL jsonb_array_elements(m.content -> 'model') WITH ORDINALITY AS e(message, ord)
            WHERE m.thread_id = s.id AND m.seq < coalesce(thread.retried_seq, 9223372036854775807)
-       )::text END AS history
+       )::text END AS history,
+       (SELECT settings FROM memory)::text AS memory_settings,
+       (SELECT state FROM cursor)::text AS observation_state,
+       (
+           SELECT coalesce(jsonb_agg(jsonb_build_object(
+               'seq', e.seq, 'kind', e.kind, 'content', e.content, 'tokens', e.tokens,
+               'first_message_seq', e.first_message_seq, 'last_message_seq', e.last_message_seq,
+               'message_tokens', e.message_tokens, 'active', e.active, 'created_at', e.created_at
+           ) ORDER BY e.active DESC, e.seq), '[]'::jsonb)
+           FROM popagent_observations e
+           WHERE e.thread_id = $1 AND e.generation = coalesce((SELECT generation FROM cursor), 0)
+       )::text AS observation_log,
+       (
+           SELECT coalesce(jsonb_agg(jsonb_build_object(
+               'seq', m.seq, 'id', m.id, 'role', m.role, 'created_at', m.created_at, 'tokens', m.tokens,
+               'models', coalesce(jsonb_array_length(m.content -> 'model'), 0)
+           ) ORDER BY m.seq), '[]'::jsonb)
+           FROM popagent_thread_messages m
+           WHERE m.thread_id = $1 AND m.seq < coalesce(thread.retried_seq, 9223372036854775807)
+             AND m.seq > CASE WHEN (SELECT enabled FROM memory) THEN coalesce((SELECT observed_seq FROM cursor), 0)
+                         ELSE 0 END
+       )::text AS raw_rows
 FROM popagent_sessions s, thread
 WHERE s.id = $1 AND s.deleting_at IS NULL
 
@@ -211,6 +244,45 @@ SELECT messages::text AS messages FROM popagent_sessions WHERE id = $1 AND delet
 UPDATE popagent_sessions
 SET messages = $2::jsonb, message_count = $3, revision = revision + 1, updated_at = now()
 WHERE id = $1
+
+-- name: begin_fresh_turn
+-- `begin_turn` in one round trip, for a prompt that neither the session's UI messages nor the
+-- thread hold yet: the user UI message $3 and the placeholder $4 appended to the session's list
+-- (a new revision), the thread (resource $2) created if needed, and its rows (ids $5, roles $6,
+-- contents $7) stored; the thread's version after it. No row: the session is gone or holds one of
+-- the ids already (a retried prompt), and nothing was written.
+WITH session AS (
+    UPDATE popagent_sessions s
+    SET messages = s.messages || jsonb_build_array($3::jsonb, $4::jsonb),
+        message_count = jsonb_array_length(s.messages) + 2, revision = s.revision + 1, updated_at = now()
+    WHERE s.id = $1 AND s.deleting_at IS NULL
+      AND NOT EXISTS (
+          SELECT 1 FROM jsonb_array_elements(s.messages) AS m(message) WHERE m.message ->> 'id' = ANY ($5::text[])
+      )
+      AND NOT EXISTS (SELECT 1 FROM popagent_thread_messages t WHERE t.thread_id = $1 AND t.id = ANY ($5::text[]))
+    RETURNING s.id
+),
+thread AS (
+    INSERT INTO popagent_threads (id, resource_id, parent_id)
+    SELECT id, $2, NULL FROM session
+    ON CONFLICT (id) DO UPDATE SET updated_at = now()
+    RETURNING id
+),
+stored AS (
+    INSERT INTO popagent_thread_messages (thread_id, id, role, content)
+    SELECT thread.id, m.id, m.role, m.content::jsonb
+    FROM thread, unnest($5::text[], $6::text[], $7::text[]) WITH ORDINALITY AS m(id, role, content, position)
+    ORDER BY m.position
+    ON CONFLICT (thread_id, id) DO NOTHING
+    RETURNING seq
+),
+before AS (
+    SELECT count(*) AS messages, coalesce(max(seq), 0) AS last_seq FROM popagent_thread_messages WHERE thread_id = $1
+)
+SELECT before.messages + (SELECT count(*) FROM stored) AS messages,
+       greatest(before.last_seq, (SELECT coalesce(max(seq), 0) FROM stored)) AS last_seq
+FROM before
+WHERE EXISTS (SELECT 1 FROM session)
 
 -- name: replace_thread_message
 -- The user message stored before the model call, replaced by the request the model was sent.

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import uuid
 from collections.abc import AsyncIterable
@@ -98,6 +99,10 @@ TOOL_TOKENS = 200
 COMMIT_RETRY_S = 30.0
 # How long a cancelled turn may take to record that it was interrupted.
 INTERRUPTED_WRITE_S = 5.0
+
+
+# A profile's instructions are the same text turn after turn: counted once (BPE costs ~0.5 ms for a long one).
+_instruction_tokens = functools.lru_cache(maxsize=64)(count_text)
 
 
 @dataclass(frozen=True)
@@ -418,6 +423,7 @@ class TurnRunner:
                     **context.output.ui_message(),
                     "metadata": {**context.output.metadata, "interrupted": True},
                 },
+                fresh=not prepared.state.retried,
             )
         )
         context.output.events.hold_until(record.beginning)
@@ -444,7 +450,7 @@ class TurnRunner:
         if self.observational is None:
             return None
         profile = context.profiles[SUPERVISOR_ID]
-        fixed = count_text(profile.instructions) + count_text(prompt.instructions or "")
+        fixed = _instruction_tokens(profile.instructions) + count_text(prompt.instructions or "")
         fixed += TOOL_TOKENS * (len(profile.tools) + 3)
         options = {
             "stop_at_id": prompt.message["id"],
@@ -452,7 +458,9 @@ class TurnRunner:
             "prompt_tokens": count_text(prompt.text) + 8,
         }
         try:
-            return await self.observational.context(context.session_id, prepared.route, **options)
+            return await self.observational.context(
+                context.session_id, prepared.route, read=prepared.state.memory, **options
+            )
         except (PopagentError, asyncio.CancelledError):
             raise
         except Exception as exc:

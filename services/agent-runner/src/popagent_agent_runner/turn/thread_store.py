@@ -26,6 +26,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,9 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRe
 
 from popagent.events.v1 import events_pb2
 from popagent_agent_runner.turn.deps import USER_RESOURCE, AgentProfile, RuntimeSnapshot, SpecialistRun
+from popagent_agent_runner.turn.observational.memory import LogEntry, MemorySettings, ThreadRead, ThreadState
+from popagent_agent_runner.turn.observational.observer import RawMessage
+from popagent_agent_runner.turn.observational.tokens import count_messages
 from popagent_core import subjects
 from popagent_core.bus import enqueue_event
 from popagent_core.db import wrap_db_errors
@@ -76,6 +80,8 @@ class TurnState:
     retried: bool = False
     # The stored size of `history` (its JSON), which the history cache is bounded by.
     history_bytes: int = 0
+    # Observational memory's read of the thread, from the same query; None: not read (no settings row).
+    memory: ThreadRead | None = None
 
 
 def _stored(messages: Sequence[ModelMessage]) -> list[ModelMessage]:
@@ -100,6 +106,51 @@ def _content(ui: dict[str, Any] | None, stored: Sequence[ModelMessage]) -> str:
     if ui is not None:
         body["ui"] = redact_ui_message(ui)
     return orjson.dumps(body).decode()
+
+
+def _timestamp(value: str | None) -> dt.datetime | None:
+    return dt.datetime.fromisoformat(value) if value is not None else None
+
+
+def _memory_read(row: asyncpg.Record, history: list[ModelMessage]) -> ThreadRead | None:
+    """Observational memory's read of the thread from the prelude's row: its raw messages are the
+    history's tail (`models` model messages per row), so nothing is parsed twice."""
+    if row["memory_settings"] is None:
+        return None
+    settings = MemorySettings.from_row(orjson.loads(row["memory_settings"]))
+    state = ThreadState()
+    if row["observation_state"] is not None:
+        fields = orjson.loads(row["observation_state"])
+        state = ThreadState(
+            generation=fields["generation"],
+            observed_seq=fields["observed_seq"],
+            buffered_seq=fields["buffered_seq"],
+            calibration=float(fields["calibration"]),
+            last_model=fields["last_model"],
+            last_turn_at=_timestamp(fields["last_turn_at"]),
+            last_compaction_at=_timestamp(fields["last_compaction_at"]),
+        )
+    log = [
+        LogEntry(**{**entry, "created_at": _timestamp(entry["created_at"])})
+        for entry in orjson.loads(row["observation_log"])
+    ]
+    rows = orjson.loads(row["raw_rows"])
+    start = len(history) - sum(raw["models"] for raw in rows)
+    if start < 0:
+        return None  # not the history's tail (a concurrent write between the parts): read again
+    raw: list[RawMessage] = []
+    uncounted: list[tuple[int, int]] = []
+    for entry in rows:
+        messages = history[start : start + entry["models"]]
+        start += entry["models"]
+        tokens = entry["tokens"]
+        if tokens is None:
+            tokens = count_messages(messages)
+            uncounted.append((entry["seq"], tokens))
+        created_at = _timestamp(entry["created_at"])
+        assert created_at is not None
+        raw.append(RawMessage(entry["seq"], entry["id"], entry["role"], created_at, messages, tokens))
+    return ThreadRead(settings, state, raw, log, uncounted)
 
 
 class ThreadStore:
@@ -140,6 +191,7 @@ class ThreadStore:
                 self._keep(session_id, version, history, history_bytes)
         agents = orjson.loads(row["agents"] or "[]")
         return TurnState(
+            memory=_memory_read(row, history),
             workspace_id=row["workspace_id"],
             workspace_path=row["workspace_path"],
             snapshot=RuntimeSnapshot.from_row(orjson.loads(row["runtime"])),
@@ -205,11 +257,30 @@ class ThreadStore:
         user_ui: dict[str, Any],
         user_request: ModelRequest,
         placeholder_ui: dict[str, Any],
+        fresh: bool = False,
     ) -> Version:
-        """Store the prompt before the model is called, with a placeholder answer; the thread's version after it."""
+        """Store the prompt before the model is called, with a placeholder answer; the thread's version after it.
+
+        `fresh`: the prelude saw no earlier copy of the prompt, so one statement most likely does it
+        (the answer waits for this write: eight round trips cost it milliseconds).
+        """
         self._drop(session_id)
         user_content = _content(user_ui, _stored([user_request]))
         placeholder_content = _content(placeholder_ui, [])
+        if fresh:
+            with wrap_db_errors(), statements_span("begin_turn"):
+                row = await self.pool.fetchrow(
+                    self.q["begin_fresh_turn"],
+                    session_id,
+                    USER_RESOURCE,
+                    orjson.dumps(redact_ui_message(user_ui)).decode(),
+                    orjson.dumps(redact_ui_message(placeholder_ui)).decode(),
+                    [user_ui["id"], placeholder_ui["id"]],
+                    ["user", "assistant"],
+                    [user_content, placeholder_content],
+                )
+            if row is not None:
+                return (row["messages"], row["last_seq"])
         with wrap_db_errors(), statements_span("begin_turn"):
             async with self.pool.acquire() as conn, conn.transaction():
                 await self._record_in_session(conn, session_id, user_ui, placeholder_ui)

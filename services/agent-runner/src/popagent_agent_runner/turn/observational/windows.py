@@ -1,25 +1,18 @@
 """Context windows of the model gateway's models, from its catalog (`GET {NINEROUTER_URL}/models`).
 
 The same answer the gateway's catalog reads (`context_length`, or `capabilities.contextWindow`);
-kept `TTL_S`, and after a failed fetch the last good answer is used (none: the window is unknown
-and the context-window guard has nothing to hold the prompt to).
+read through the process's one catalog reader (`llm.catalog`: kept for its TTL, and after a failed
+fetch the last good answer is used; none: the window is unknown and the context-window guard has
+nothing to hold the prompt to).
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import time
 from typing import Any
 
 import httpx
-import orjson
 
-logger = logging.getLogger(__name__)
-
-TTL_S = 300.0
-RETRY_S = 10.0
-TIMEOUT_S = 3.0
+from popagent_agent_runner.llm.catalog import ModelCatalog
 
 
 def _window(entry: dict[str, Any]) -> int | None:
@@ -34,41 +27,21 @@ def _window(entry: dict[str, Any]) -> int | None:
 
 
 class ContextWindows:
-    def __init__(self, base_url: str, api_key: str | None, http: httpx.AsyncClient) -> None:
-        self.url = base_url.rstrip("/") + "/models"
-        self.api_key = api_key
-        self.http = http
+    def __init__(
+        self, base_url: str, api_key: str | None, http: httpx.AsyncClient, *, catalog: ModelCatalog | None = None
+    ) -> None:
+        # The process's one catalog reader when given (the models' prices read the same answer).
+        self.catalog = catalog or ModelCatalog(base_url, http, api_key=api_key)
         self._windows: dict[str, int] = {}
-        self._fetched_at: float | None = None
-        self._failed_at: float | None = None
-        self._lock = asyncio.Lock()
+        self._version = 0
 
     async def window(self, model: str) -> int | None:
-        now = time.monotonic()
-        stale = self._fetched_at is None or now - self._fetched_at > TTL_S
-        waiting = self._failed_at is not None and now - self._failed_at < RETRY_S
-        if stale and not waiting:
-            async with self._lock:
-                if self._fetched_at is None or time.monotonic() - self._fetched_at > TTL_S:
-                    await self._fetch()
-        return self._windows.get(model)
-
-    async def _fetch(self) -> None:
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        try:
-            response = await self.http.get(self.url, headers=headers, timeout=TIMEOUT_S)
-            response.raise_for_status()
-            body = orjson.loads(response.content)
+        entries = await self.catalog.entries()
+        if entries is not None and self.catalog.version != self._version:
             windows: dict[str, int] = {}
-            for entry in body.get("data") or []:
-                if isinstance(entry, dict) and isinstance(entry.get("id"), str):
-                    window = _window(entry)
-                    if window is not None:
-                        windows[entry["id"]] = window
-        except (httpx.HTTPError, orjson.JSONDecodeError, AttributeError) as exc:
-            self._failed_at = time.monotonic()
-            logger.warning("model catalog unavailable for context windows", extra={"error": str(exc)})
-            return
-        self._windows = windows
-        self._fetched_at = time.monotonic()
-        self._failed_at = None
+            for entry in entries:
+                window = _window(entry)
+                if window is not None:
+                    windows[entry["id"]] = window
+            self._windows, self._version = windows, self.catalog.version
+        return self._windows.get(model)

@@ -1,0 +1,110 @@
+"""The turn's prelude reads what observational memory reads, in the same query: its settings, the
+thread's cursor, the log and the raw messages after the cursor must be exactly what the memory's own
+reads give (so a turn's request is the same whether it uses the prelude's read or reads again)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any, cast
+
+import asyncpg
+import httpx
+
+from chat.helpers import chat, new_session
+from popagent_agent_runner.turn import MEMORY_QUERIES, QUERIES
+from popagent_agent_runner.turn.observational.memory import ObservationalMemory, ThreadRead
+from popagent_agent_runner.turn.thread_store import ThreadStore
+from support.memory_agents import memory_agents
+from support.stacks import Stack
+
+LONG = (
+    "Here is a long message about my week, with enough words that a few of them cross the smallest "
+    "observation threshold: I visited Lisbon, met Ada, counted 1729 pigeons and wrote it all down. "
+) * 3
+
+
+@contextlib.asynccontextmanager
+async def memory_settings(client: httpx.AsyncClient, **changes: object) -> AsyncIterator[None]:
+    """Memory settings changed for the block, then restored (the stack is shared)."""
+    before = (await client.get("/api/settings/memory")).json()
+    assert (await client.patch("/api/settings/memory", json=changes)).status_code == 200
+    try:
+        yield
+    finally:
+        assert (
+            await client.patch("/api/settings/memory", json={key: before[key] for key in changes})
+        ).status_code == 200
+
+
+def _unused_model(route: str) -> Any:
+    raise AssertionError("the reads call no model")
+
+
+async def _both(db: asyncpg.Connection, session: str, message_id: str) -> tuple[ThreadRead, ThreadRead]:
+    """The prelude's read before `message_id` and the memory's own reads of the same thread."""
+    pool = cast(asyncpg.Pool, db)  # one connection answers the same calls
+    state = await ThreadStore(pool, QUERIES).prelude(session, message_id, "", 1)
+    assert state.memory is not None
+    memory = ObservationalMemory(pool, MEMORY_QUERIES, _unused_model, None)
+    settings = await memory.settings()
+    if settings.enabled:
+        view = await memory._read(session, message_id)  # pyright: ignore[reportPrivateUsage]
+        own = ThreadRead(settings, view.state, view.raw, view.log)
+    else:
+        # Disabled: the memory reads the whole thread raw, and neither cursor nor log.
+        own = ThreadRead(settings, state.memory.state, await memory.raw(session, 0, message_id), state.memory.log)
+    return state.memory, own
+
+
+def _same(prelude: ThreadRead, own: ThreadRead) -> None:
+    assert prelude.settings == own.settings
+    assert prelude.state == own.state
+    assert prelude.log == own.log
+    assert [(m.seq, m.id, m.role, m.created_at, m.tokens) for m in prelude.raw] == [
+        (m.seq, m.id, m.role, m.created_at, m.tokens) for m in own.raw
+    ]
+    assert [m.messages for m in prelude.raw] == [m.messages for m in own.raw]
+
+
+async def test_the_prelude_reads_what_the_memory_reads_before_and_after_observations(stack: Stack) -> None:
+    stack.models.responder = memory_agents()
+    async with (
+        stack.client() as client,
+        memory_settings(
+            client,
+            observationMessageTokens=1000,
+            asyncObservationEnabled=False,
+            asyncReflectionEnabled=False,
+            rawHistoryRetentionMessages=2,
+        ),
+    ):
+        session = await new_session(client)
+        for n in range(3):
+            await chat(client, session, f"{n}: short")
+        async with stack.db() as db:
+            prelude, own = await _both(db, session, "not-stored-yet")
+            assert prelude.state.observed_seq == 0 and len(prelude.raw) == 6
+            _same(prelude, own)
+        for n in range(12):
+            await chat(client, session, f"{n}: {LONG}")
+        async with stack.db() as db:
+            prelude, own = await _both(db, session, "not-stored-yet")
+            # Observed by now: the raw messages start after the cursor, the log has entries.
+            assert prelude.state.observed_seq > 0 and prelude.log
+            _same(prelude, own)
+            # A retried prompt: everything from that message on is left out of both.
+            retried = await db.fetchval(
+                "SELECT id FROM popagent_thread_messages WHERE thread_id = $1 AND role = 'user'"
+                " ORDER BY seq DESC OFFSET 1 LIMIT 1",
+                session,
+            )
+            assert isinstance(retried, str)
+            prelude, own = await _both(db, session, retried)
+            assert prelude.raw and prelude.raw[-1].id != retried
+            _same(prelude, own)
+        async with memory_settings(client, enabled=False), stack.db() as db:
+            prelude, own = await _both(db, session, "not-stored-yet")
+            # Disabled: the whole thread is raw.
+            assert prelude.raw[0].seq == own.raw[0].seq and len(prelude.raw) == 30
+            _same(prelude, own)
