@@ -332,6 +332,8 @@ class ObservationalMemory:
         # events that wake a background step waiting between turns.
         self._awaited: set[str] = set()
         self._wake: dict[str, asyncio.Event] = {}
+        # Token counts of a prelude's read being stored, off the turn's way to its model call.
+        self._storing: set[asyncio.Task[None]] = set()
 
     # -- turns in flight: background work waits for them -----------------------------
 
@@ -377,8 +379,6 @@ class ObservationalMemory:
                     del self._wake[thread_id]
         if not self._turns_in_flight():
             self._no_turns.set()
-        # Token counts of a prelude's read being stored, off the turn's way to its model call.
-        self._storing: set[asyncio.Task[None]] = set()
 
     # -- reading ----------------------------------------------------------------
 
