@@ -325,6 +325,21 @@ async def test_a_command_whose_cgroup_cannot_be_joined_never_runs(
     assert not (repo / "ran").exists()
 
 
+async def test_a_second_sandbox_leaves_the_fresh_cgroups_of_the_first_alone(sandbox: Sandbox) -> None:
+    """A group is empty between its making and the move of the sandbox into it; a worker or Sandbox
+    starting then sweeps only the groups of services that are gone."""
+    cgroups = sandbox._cgroups
+    if cgroups is None or cgroups.base is None:
+        pytest.skip("no pids cgroup can be made here")
+    fresh = cgroups.make(8)
+    assert fresh is not None
+    try:
+        await asyncio.to_thread(type(cgroups))
+        assert fresh.is_dir()
+    finally:
+        type(cgroups).remove(fresh)
+
+
 async def test_endless_output_is_bounded(sandbox: Sandbox, repo: Path) -> None:
     result = await sandbox.run(repo, repo, "yes popagent", 1.5)
     assert result.timed_out
