@@ -569,10 +569,7 @@ class Sandbox:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
                 env=sandbox_environment(),
-                # A process group of its own (killed as one), not a session: setsid() here made
-                # every command ~7 ms slower under bubblewrap, and the command gets a session of
-                # its own anyway from --new-session.
-                process_group=0,
+                start_new_session=True,
                 pass_fds=pass_fds,
                 cwd="/",
             )
