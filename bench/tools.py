@@ -8,8 +8,11 @@
   full scan answers. Target: <= 2x.
 - command: `mastra_workspace_execute_command true` under bubblewrap against a bare `subprocess`
   `true`. Target: <= 25 ms p50 added.
-- memory: this process's peak RSS (it runs the same code agent-runner does) while 20 sandboxed
-  commands run at once, each writing 1 MiB of output, against its RSS before.
+- memory: the agent-runner service process's peak RSS (a real stack as bench/chat.py starts it:
+  gateway, hooks, one agent-runner process, embedded PostgreSQL and NATS, the scripted model
+  server) during one chat turn whose model calls `mastra_workspace_execute_command` 20 times in
+  parallel, each command writing 1 MiB of output, against its RSS before that turn (after a
+  warm-up turn of the same script).
 
     .venv/bin/python bench/tools.py [--reads 2000] [--commands 50]
 """
@@ -18,19 +21,35 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import json
 import os
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
+import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import httpx
+import psutil
+
 from popagent_agent_runner.turn.tools.workspace import file_tools, shell_tools
 from popagent_agent_runner.workspace.hands import Hands
 from popagent_agent_runner.workspace.sandbox import Sandbox
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# bench/chat.py's stack (pyright resolves `chat` to tests/chat, which tests/ on its path puts first).
+from chat import API_KEY, MODEL, MODEL_KEY, stack  # pyright: ignore[reportAttributeAccessIssue]
+
+# The scripted model server, as the tests' stacks run it.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from support.model_gateway import ModelGateway, ModelInfo, ToolCall, Turn
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 GREP_PATTERN = r"class [A-Z][A-Za-z]*Refusal\b"
@@ -122,37 +141,88 @@ async def bench_command(folder: Path, hands: Any, commands: int) -> None:
     )
 
 
-def rss_kib() -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
+PARALLEL_COMMANDS = 20
+MIB_COMMAND = "head -c 1048576 /dev/zero | tr '\\0' x; sleep 0.5"
 
 
-async def bench_memory(hands: Any) -> None:
-    ctx = context(hands)
-    before = rss_kib()
-    peak = before
-    stop = asyncio.Event()
+def parallel_commands(body: dict[str, Any]) -> Turn:
+    """PARALLEL_COMMANDS parallel command calls when the user spoke last in an agent's turn, else a text
+    (the results came back, or a side request such as the session's title, which offers no tools)."""
+    offered = {tool["function"]["name"] for tool in body.get("tools") or []}
+    messages = body.get("messages") or [{}]
+    if messages[-1].get("role") == "user" and "mastra_workspace_execute_command" in offered:
+        return Turn.call(
+            *(
+                ToolCall("mastra_workspace_execute_command", {"command": MIB_COMMAND}, id=f"run-{n}")
+                for n in range(PARALLEL_COMMANDS)
+            )
+        )
+    return Turn.say("Done.")
 
-    async def sample() -> None:
-        nonlocal peak
-        while not stop.is_set():
-            peak = max(peak, rss_kib())
-            await asyncio.sleep(0.01)
 
-    sampler = asyncio.create_task(sample())
-    started = time.perf_counter()
-    results = await asyncio.gather(
-        *(shell_tools.execute_command(ctx, "head -c 1048576 /dev/zero | tr '\\0' x; sleep 0.5") for _ in range(20))
-    )
-    stop.set()
-    await sampler
-    assert all(result["exitCode"] == 0 and result["omittedBytes"] > 0 for result in results)
+@contextlib.asynccontextmanager
+async def parallel_commands_model() -> AsyncIterator[str]:
+    """The scripted model server (in this process: only agent-runner's memory is measured)."""
+    models = [ModelInfo(MODEL), ModelInfo("cx/gpt-5.3-codex"), ModelInfo("cx/gpt-5.3-codex-spark")]
+    async with ModelGateway(parallel_commands, api_key=MODEL_KEY, models=models, record=False) as gateway:
+        yield gateway.url
+
+
+async def command_turn(client: httpx.AsyncClient, session: str) -> list[dict[str, Any]]:
+    """One chat turn; the outputs of its command calls."""
+    message = {"id": f"u-{uuid.uuid4().hex}", "role": "user", "parts": [{"type": "text", "text": "Run them"}]}
+    outputs: list[dict[str, Any]] = []
+    async with client.stream("POST", "/api/chat", json={"id": session, "model": MODEL, "message": message}) as reply:
+        reply.raise_for_status()
+        async for line in reply.aiter_lines():
+            if line.startswith("data: {"):
+                chunk = json.loads(line.removeprefix("data: "))
+                if chunk.get("type") == "tool-output-available":
+                    outputs.append(chunk["output"])
+                elif chunk.get("type") == "tool-output-error":
+                    raise RuntimeError(f"a command failed: {chunk.get('errorText')}")
+    return outputs
+
+
+async def bench_memory() -> None:
+    with tempfile.TemporaryDirectory(prefix="popagent-bench-tools-stack-") as tmp:
+        data = Path(tmp)
+        data.chmod(0o755)  # noqa: ASYNC240 - once, before anything runs
+        async with parallel_commands_model() as model_url, stack(data, model_url, 1) as (url, pids):
+            runner = psutil.Process(pids["agent-runner-1"])
+            (data / "workspace" / "bench-repo").mkdir()
+            headers = {"x-popagent-key": API_KEY}
+            async with httpx.AsyncClient(base_url=url, headers=headers, timeout=120) as client:
+                created = await client.post(
+                    "/api/workspaces", json={"id": "bench", "name": "bench", "path": "bench-repo"}
+                )
+                created.raise_for_status()
+                session = await client.post("/api/sessions", json={"title": "bench", "workspaceId": "bench"})
+                session.raise_for_status()
+                session_id = session.json()["id"]
+                await command_turn(client, session_id)  # warm-up: the sandbox probe, first-turn imports
+                before = runner.memory_info().rss
+                peak = before
+                stop = asyncio.Event()
+
+                async def sample() -> None:
+                    nonlocal peak
+                    while not stop.is_set():
+                        peak = max(peak, runner.memory_info().rss)
+                        await asyncio.sleep(0.005)
+
+                sampler = asyncio.create_task(sample())
+                started = time.perf_counter()
+                outputs = await command_turn(client, session_id)
+                took = time.perf_counter() - started
+                stop.set()
+                await sampler
+    assert len(outputs) == PARALLEL_COMMANDS, outputs
+    assert all(o["exitCode"] == 0 and o["omittedBytes"] > 0 for o in outputs), outputs
     print(
-        f"20 concurrent commands (1 MiB output each): RSS before {before / 1024:.1f} MiB, peak {peak / 1024:.1f} MiB "
-        f"(+{(peak - before) / 1024:.1f} MiB), {time.perf_counter() - started:.2f} s"
+        f"agent-runner process, one turn of {PARALLEL_COMMANDS} parallel commands (1 MiB output each): "
+        f"RSS before {before / 2**20:.1f} MiB, peak {peak / 2**20:.1f} MiB (+{(peak - before) / 2**20:.1f} MiB), "
+        f"turn {took:.2f} s"
     )
 
 
@@ -168,10 +238,10 @@ async def main(reads: int, commands: int) -> None:
         await bench_read(folder, scratch, reads)
         await bench_grep(repository)
         await bench_command(folder, scratch, commands)
-        await bench_memory(scratch)
     finally:
         await sandbox.close()
         shutil.rmtree(folder, ignore_errors=True)
+    await bench_memory()
 
 
 if __name__ == "__main__":

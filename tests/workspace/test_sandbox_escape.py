@@ -310,6 +310,36 @@ async def test_a_fork_bomb_is_held(sandbox: Sandbox, repo: Path) -> None:
     assert processes_with(marker) == []
 
 
+async def test_a_command_whose_cgroup_cannot_be_joined_never_runs(
+    sandbox: Sandbox, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sandbox waits at --block-fd until its PID 1 is in the pids cgroup; when the move fails
+    it is killed, never let go uncounted."""
+    if sandbox._cgroups is None or sandbox._cgroups.base is None:
+        pytest.skip("no pids cgroup can be made here")
+    broken = tmp_path / "not-a-cgroup"
+    (broken / "cgroup.procs").mkdir(parents=True)  # writing the PID to it fails
+    monkeypatch.setattr(type(sandbox._cgroups), "make", lambda self, max_processes: broken)
+    result = await sandbox.run(repo, repo, "touch ran", 10)
+    assert result.exit_code is None and result.killed
+    assert not (repo / "ran").exists()
+
+
+async def test_a_second_sandbox_leaves_the_fresh_cgroups_of_the_first_alone(sandbox: Sandbox) -> None:
+    """A group is empty between its making and the move of the sandbox into it; a worker or Sandbox
+    starting then sweeps only the groups of services that are gone."""
+    cgroups = sandbox._cgroups
+    if cgroups is None or cgroups.base is None:
+        pytest.skip("no pids cgroup can be made here")
+    fresh = cgroups.make(8)
+    assert fresh is not None
+    try:
+        await asyncio.to_thread(type(cgroups))
+        assert fresh.is_dir()
+    finally:
+        type(cgroups).remove(fresh)
+
+
 async def test_endless_output_is_bounded(sandbox: Sandbox, repo: Path) -> None:
     result = await sandbox.run(repo, repo, "yes popagent", 1.5)
     assert result.timed_out

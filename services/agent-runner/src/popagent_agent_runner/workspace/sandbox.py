@@ -24,7 +24,10 @@ no database URL, keys or tokens reach a command, and bubblewrap itself is starte
 those variables. bubblewrap runs in a process group of its own, which is killed on timeout,
 on cancellation of the turn and on shutdown. Output is bounded to its first 16 KiB and last
 48 KiB. The number of processes is bounded by a `pids` cgroup where one can be made, else by
-`RLIMIT_NPROC` (which does not bind root).
+`RLIMIT_NPROC` (which does not bind root). The sandbox's PID 1 is moved into that group while
+bubblewrap builds its mounts, and held at `--block-fd` until it is in: moving a process between
+cgroups waits for an RCU grace period (10-15 ms on a loaded machine), which then overlaps the
+set-up instead of adding to it, and no command runs before it is counted.
 
 Where bubblewrap cannot build the sandbox (not installed, or a container without user
 namespaces), a command is refused with "sandbox unavailable: <reason>": it is never run
@@ -161,15 +164,30 @@ class _PidsCgroup:
                     with contextlib.suppress(OSError):
                         probe.rmdir()
         if self.base is not None:
-            # Groups of sandboxes whose service was killed: empty ones can go (rmdir refuses the others).
-            for stale in self.base.glob("popagent-sandbox-*"):
-                with contextlib.suppress(OSError):
-                    stale.rmdir()
+            self._sweep()
+
+    # Whether this process has swept its own PID's groups (left by an earlier service with the same PID).
+    _swept_own = False
+
+    def _sweep(self) -> None:
+        """Remove the empty groups of services that are gone (rmdir refuses the others). A live
+        service's group is empty between its `make` and the move of its sandbox into it: another
+        worker or Sandbox starting up then must leave it alone."""
+        own = os.getpid()
+        for stale in self.base.glob("popagent-sandbox-*") if self.base is not None else ():
+            owner = stale.name.removeprefix("popagent-sandbox-").partition("-")[0]
+            if owner.isdigit() and (
+                (int(owner) == own and _PidsCgroup._swept_own) or (int(owner) != own and _alive(int(owner)))
+            ):
+                continue
+            with contextlib.suppress(OSError):
+                stale.rmdir()
+        _PidsCgroup._swept_own = True
 
     def make(self, max_processes: int) -> Path | None:
         if self.base is None:
             return None
-        path = self.base / f"popagent-sandbox-{uuid.uuid4().hex}"
+        path = self.base / f"popagent-sandbox-{os.getpid()}-{uuid.uuid4().hex}"
         try:
             path.mkdir()
             (path / "pids.max").write_text(str(max_processes))
@@ -252,11 +270,22 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 class SandboxProcess:
     """One running sandboxed command; its output is read as it comes."""
 
     def __init__(
-        self, sandbox: Sandbox, proc: asyncio.subprocess.Process, command: str, status_fd: int, cgroup: Path | None
+        self,
+        sandbox: Sandbox,
+        proc: asyncio.subprocess.Process,
+        command: str,
+        status_fd: int,
+        cgroup: Path | None,
+        block_fd: int | None,
     ) -> None:
         self.sandbox = sandbox
         self.proc = proc
@@ -270,7 +299,9 @@ class SandboxProcess:
         self.sandbox_started = False
         self.child_pid: int | None = None
         self._status = b""
+        self._status_eof = False
         self._reader = asyncio.create_task(self._read(), name=f"sandbox-output-{proc.pid}")
+        self._release = asyncio.create_task(self._join_cgroup(block_fd), name=f"sandbox-cgroup-{proc.pid}")
         self._done = asyncio.create_task(self._finish(), name=f"sandbox-wait-{proc.pid}")
 
     async def _read(self) -> None:
@@ -278,8 +309,40 @@ class SandboxProcess:
         while chunk := await self.proc.stdout.read(64 * 1024):
             self.output.feed(chunk)
 
+    async def _join_cgroup(self, block_fd: int | None) -> None:
+        """Move the sandbox's PID 1 into the command's cgroup, then let it go on past `--block-fd`.
+
+        Whatever happens before it is in (the move fails, the turn is cancelled), the sandbox is
+        killed before the block pipe closes: an end of file would also let it go on, uncounted."""
+        if block_fd is None:
+            return
+        released = False
+        try:
+            loop = asyncio.get_running_loop()
+            while self.child_pid is None and not self._status_eof:
+                readable: asyncio.Future[None] = loop.create_future()
+                loop.add_reader(self.status_fd, _settle, readable)
+                try:
+                    await readable
+                finally:
+                    loop.remove_reader(self.status_fd)
+                self._read_status()
+            if self.child_pid is not None and self.cgroup is not None:
+                await asyncio.to_thread((self.cgroup / "cgroup.procs").write_text, str(self.child_pid))
+                os.write(block_fd, b"x")
+                released = True
+        except OSError:
+            logger.warning("sandbox could not join its cgroup", exc_info=True)
+        finally:
+            # bubblewrap that closed its status pipe before reporting a PID 1 never started one.
+            if not released and not (self._status_eof and self.child_pid is None):
+                self.kill()
+            os.close(block_fd)
+
     async def _finish(self) -> int:
         code = await self.proc.wait()
+        with contextlib.suppress(Exception):
+            await self._release
         # The output pipe can stay open in a process that outlived bubblewrap only until the
         # namespace collapses; a little grace, then stop reading.
         with contextlib.suppress(TimeoutError):
@@ -301,6 +364,7 @@ class SandboxProcess:
         with contextlib.suppress(OSError):
             while chunk := os.read(self.status_fd, 4096):
                 self._status += chunk
+            self._status_eof = True
         if self.child_pid is None:
             for line in self._status.splitlines():
                 with contextlib.suppress(ValueError):
@@ -475,45 +539,52 @@ class Sandbox:
         read_fd, write_fd = os.pipe()
         os.set_blocking(read_fd, False)
         # Limits are applied by a /bin/sh that then execs bubblewrap (same pid, same process
-        # group): it joins the command's pids cgroup before bubblewrap can fork, so every
-        # process of the sandbox is counted. (A `preexec_fn` would run Python between fork and
-        # exec in this threaded process, which is not safe.)
+        # group). (A `preexec_fn` would run Python between fork and exec in this threaded
+        # process, which is not safe.) The pids cgroup is joined by the sandbox's PID 1 itself,
+        # see `SandboxProcess._join_cgroup`.
         limits = ["ulimit -c 0"]
-        if cgroup is not None:
-            limits.append('echo $$ > "$1"')
         if os.getuid() != 0:
             # RLIMIT_NPROC binds every uid but root's.
             # bash spells the process limit -u, dash -p.
             count = int(self.max_processes)
             limits.append(f"{{ ulimit -u {count} 2>/dev/null || ulimit -p {count}; }}")
-        limits.append('shift; exec "$@"')
+        limits.append('exec "$@"')
         argv = self.argv(repository, cwd, command)
         argv[1:1] = ["--json-status-fd", str(write_fd)]
-        procs_file = str(cgroup / "cgroup.procs") if cgroup is not None else "-"
+        pass_fds = [write_fd]
+        block_read: int | None = None
+        block_write: int | None = None
+        if cgroup is not None:
+            block_read, block_write = os.pipe()
+            argv[1:1] = ["--block-fd", str(block_read)]
+            pass_fds.append(block_read)
         try:
             proc = await asyncio.create_subprocess_exec(
                 "/bin/sh",
                 "-c",
                 "; ".join(limits),
                 "sh",
-                procs_file,
                 *argv,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
                 env=sandbox_environment(),
                 start_new_session=True,
-                pass_fds=(write_fd,),
+                pass_fds=pass_fds,
                 cwd="/",
             )
         except OSError as exc:
             os.close(read_fd)
+            if block_write is not None:
+                os.close(block_write)
             _PidsCgroup.remove(cgroup)
             self._mark_unavailable(f"bubblewrap could not be started: {exc}")
             raise SandboxUnavailable(f"sandbox unavailable: {self.unavailable_reason}") from None
         finally:
             os.close(write_fd)
-        process = SandboxProcess(self, proc, command, read_fd, cgroup)
+            if block_read is not None:
+                os.close(block_read)
+        process = SandboxProcess(self, proc, command, read_fd, cgroup, block_write)
         self._running.add(process)
         return process
 
