@@ -285,7 +285,7 @@ async def test_unknown_session_is_a_404_before_any_stream(stack: Stack) -> None:
 async def test_unknown_model_is_refused_before_the_turn(stack: Stack) -> None:
     async with stack.client() as client:
         session = await new_session(client)
-        [body] = await chat(client, session, "hi", model="nobody/unknown-model", expect_status=400)
+        [body] = await chat(client, session, "hi", model="nobody/unknown-model", expect_status=404)
     assert "unknown model 'nobody/unknown-model'" in body["error"]
     assert stack.models.requests == []
 
