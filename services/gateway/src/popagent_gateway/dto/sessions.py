@@ -92,7 +92,8 @@ class SessionCreate(WireInput):
 
 
 class SessionSave(WireInput):
-    revision: int = Field(ge=0, le=2**62, description="the revision this save is based on")
+    # 2**53 - 1: the largest integer every JSON reader (a JavaScript number, a float) holds exactly.
+    revision: int = Field(ge=0, le=2**53 - 1, description="the revision this save is based on")
     title: Annotated[str, Field(max_length=MAX_TITLE_CHARS)] | SkipJsonSchema[None] = Field(
         default=None, description="ignored while the title is locked by a rename"
     )

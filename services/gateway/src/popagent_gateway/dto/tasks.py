@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import Field
 
 from popagent_gateway.dto import WireInput, WireModel
+from popagent_gateway.dto.workspaces import WORKSPACE_ID_PATTERN
 
 MAX_PROMPT_CHARS = 32 * 1024
 MAX_EVIDENCE_CHARS = 4 * 1024
@@ -24,7 +25,7 @@ class TaskCreate(WireInput):
     """POST body. The task is always user-owned; `source` is not writable here."""
 
     prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
-    workspace_id: str = Field(min_length=1, max_length=MAX_REF_CHARS)
+    workspace_id: str = Field(pattern=WORKSPACE_ID_PATTERN, description="a registered workspace's id")
     model: str = Field(default="", max_length=MAX_REF_CHARS)
     session_id: str = Field(default="", max_length=MAX_REF_CHARS)
     max_attempts: int = Field(default=3, ge=1, le=10)
