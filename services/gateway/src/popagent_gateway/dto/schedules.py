@@ -12,6 +12,7 @@ from pydantic import Field
 from pydantic.json_schema import SkipJsonSchema
 
 from popagent_gateway.dto import PatchModel, WireInput, WireModel
+from popagent_gateway.dto.sessions import OPTIONAL_SESSION_ID_PATTERN
 from popagent_gateway.dto.workspaces import WORKSPACE_ID_PATTERN
 
 MAX_PROMPT_CHARS = 32 * 1024
@@ -53,6 +54,7 @@ Cron = Annotated[
 ]
 Ref = Annotated[str, Field(max_length=MAX_REF_CHARS)]
 Attempts = Annotated[int, Field(ge=1, le=10)]
+SessionRef = Annotated[str, Field(pattern=OPTIONAL_SESSION_ID_PATTERN, description="empty: a new session per run")]
 
 
 class ScheduleCreate(WireInput):
@@ -61,7 +63,7 @@ class ScheduleCreate(WireInput):
     cron: Cron
     workspace_id: str = Field(pattern=WORKSPACE_ID_PATTERN, description="a registered workspace's id")
     model: Ref = ""
-    session_id: Ref = ""
+    session_id: SessionRef = ""
     enabled: bool = True
     max_attempts: Attempts = 3
 
@@ -73,7 +75,7 @@ class SchedulePatch(PatchModel):
     prompt: Prompt | SkipJsonSchema[None] = None
     cron: Cron | SkipJsonSchema[None] = None
     model: Ref | SkipJsonSchema[None] = None
-    session_id: Ref | SkipJsonSchema[None] = None
+    session_id: SessionRef | SkipJsonSchema[None] = None
     enabled: bool | SkipJsonSchema[None] = None
     max_attempts: Attempts | SkipJsonSchema[None] = None
 

@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import Field
 
 from popagent_gateway.dto import WireInput, WireModel
+from popagent_gateway.dto.sessions import OPTIONAL_SESSION_ID_PATTERN
 from popagent_gateway.dto.workspaces import WORKSPACE_ID_PATTERN
 
 MAX_PROMPT_CHARS = 32 * 1024
@@ -27,7 +28,7 @@ class TaskCreate(WireInput):
     prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
     workspace_id: str = Field(pattern=WORKSPACE_ID_PATTERN, description="a registered workspace's id")
     model: str = Field(default="", max_length=MAX_REF_CHARS)
-    session_id: str = Field(default="", max_length=MAX_REF_CHARS)
+    session_id: str = Field(default="", pattern=OPTIONAL_SESSION_ID_PATTERN, description="empty: a new session")
     max_attempts: int = Field(default=3, ge=1, le=10)
 
 
