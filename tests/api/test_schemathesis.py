@@ -95,7 +95,7 @@ def shards(document: dict[str, Any]) -> list[list[str]]:
     return [ids[index::SHARDS] for index in range(SHARDS)]
 
 
-async def run_cli(config: Path, url: str, args: list[str], report: Path) -> tuple[int, str]:
+async def run_cli(config: Path, url: str, args: list[str]) -> tuple[int, str]:
     # In the test's own directory: the CLI keeps a cache (.schemathesis/) where it runs.
     """One `schemathesis run` over the live document; (exit code, its output)."""
     env = {
@@ -124,10 +124,6 @@ async def run_cli(config: Path, url: str, args: list[str], report: Path) -> tupl
         "--suppress-health-check",
         "all",
         "--no-color",
-        "--report",
-        "ndjson",
-        "--report-ndjson-path",
-        str(report),
         *args,
     ]
     process = await asyncio.create_subprocess_exec(
@@ -157,15 +153,13 @@ async def test_schemathesis_finds_no_failure_in_the_live_gateway(
                 config,
                 stack.url,
                 ["--phases", "examples,coverage,fuzzing", *[f"--include-operation-id={i}" for i in part]],
-                tmp_path / f"shard-{index}.ndjson",
             )
-            for index, part in enumerate(parts)
+            for part in parts
         ]
         stateful = run_cli(
             config,
             stack.url,
             ["--phases", "stateful", "--include-path-regex", "^/api/", "--exclude-path-regex", NOT_FUZZED],
-            tmp_path / "stateful.ndjson",
         )
         results = await asyncio.gather(*runs, stateful)
     failed = [output for code, output in results if code != 0]
