@@ -23,7 +23,10 @@ DocumentPath = Annotated[
 Title = Annotated[str, Field(max_length=500)]
 # Not only whitespace: agent-runner refuses that (400).
 Content = Annotated[str, Field(min_length=1, max_length=1_000_000, json_schema_extra=NOT_BLANK_SCHEMA)]
-Glob = Annotated[str, Field(min_length=1, max_length=200)]
+# agent-runner's rule (`check_globs`): relative (no leading '/'), no '..' component.
+_GLOB_SEGMENT = r"(?:[^./][^/]*|\.|\.[^./][^/]*|\.\.[^/]+)"
+GLOB_PATTERN = rf"^{_GLOB_SEGMENT}(?:/(?:{_GLOB_SEGMENT})?)*$"
+Glob = Annotated[str, Field(min_length=1, max_length=200, pattern=GLOB_PATTERN, description="relative, no '..'")]
 
 
 class DocumentOut(WireModel):

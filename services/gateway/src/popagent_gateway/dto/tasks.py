@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from popagent_gateway.dto import WireInput, WireModel
+from popagent_gateway.dto import NOT_BLANK_SCHEMA, WireInput, WireModel
 from popagent_gateway.dto.sessions import OPTIONAL_SESSION_ID_PATTERN
 from popagent_gateway.dto.workspaces import WORKSPACE_ID_PATTERN
 
@@ -33,7 +33,7 @@ class TaskCreate(WireInput):
 
 
 class TaskResolve(WireInput):
-    evidence: str = Field(min_length=1, max_length=MAX_EVIDENCE_CHARS)
+    evidence: str = Field(min_length=1, max_length=MAX_EVIDENCE_CHARS, json_schema_extra=NOT_BLANK_SCHEMA)
 
 
 class TaskProgressOut(WireModel):

@@ -17,6 +17,8 @@ from popagent_gateway.dto import (
 )
 
 WORKSPACE_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
+# A filter: a workspace id, or empty for all.
+OPTIONAL_WORKSPACE_ID_PATTERN = r"^(?:[a-z0-9][a-z0-9-]{0,62})?$"
 Name = Annotated[str, Field(min_length=1, max_length=200, pattern=NAME_PATTERN)]
 RelativePath = Annotated[str, Field(min_length=1, max_length=1024, pattern=RELATIVE_PATH_PATTERN)]
 Description = Annotated[str, Field(max_length=2000)]

@@ -36,7 +36,19 @@ def redacted_message(message: UserMessage) -> bytes:
         200: {
             "description": "The turn as the AI SDK UI message stream v1 over SSE (`data: <chunk JSON>` events, "
             "ending with `data: [DONE]`)",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            # The schema of one event (as OpenAPI 3.2's itemSchema says it, and Schemathesis reads it).
+            "content": {
+                "text/event-stream": {
+                    "schema": {
+                        "type": "object",
+                        "properties": {
+                            "data": {"type": "string", "description": "one UI message stream chunk (JSON), or [DONE]"},
+                            "event": {"type": "string", "enum": ["message"]},
+                        },
+                        "required": ["data"],
+                    }
+                }
+            },
             "headers": {
                 "x-vercel-ai-ui-message-stream": {"schema": {"type": "string", "enum": ["v1"]}},
             },
