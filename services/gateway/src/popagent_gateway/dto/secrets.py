@@ -21,20 +21,20 @@ MAX_ORIGIN_CHARS = 300
 RESOURCE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 SECRET_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 SECRET_ID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
-# An exact https origin in the canonical form a browser reports as `location.origin`: lowercase
+# An exact https origin as a browser reports `location.origin` (the service lowercases the host):
 # LDH labels, the last one starting with a letter, or a canonical IPv4 address; an optional
 # port 1-65535; a host of at most 253 characters. No label has `--` at positions 3-4 (IDNA
 # keeps that for A-labels), so internationalized hosts and IPv6 literals, which the secrets
 # service would normalize, are not bindable through the API: the document declares exactly
 # what the gateway lets through, and a pattern cannot say which xn-- labels decode.
-_LABEL = r"(?!..--)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
-_TOP_LABEL = r"(?!..--)[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?"
+_LABEL = r"(?!..--)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_TOP_LABEL = r"(?!..--)[A-Za-z](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
 _PORT = r"(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
 ORIGIN_PATTERN = (
     rf"^https://(?=[^:]{{1,253}}(?::|$))(?:(?:{_LABEL}\.)*{_TOP_LABEL}|{_OCTET}(?:\.{_OCTET}){{3}})(?::{_PORT})?$"
 )
-ORIGIN_DESCRIPTION = "an exact https origin, https://host[:port], lowercase, e.g. https://example.com"
+ORIGIN_DESCRIPTION = "an exact https origin, https://host[:port], e.g. https://example.com"
 
 ResourceId = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS, pattern=RESOURCE_ID_PATTERN)]
 SecretName = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS, pattern=SECRET_NAME_PATTERN)]
