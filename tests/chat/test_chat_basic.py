@@ -296,7 +296,7 @@ async def test_a_workspace_other_than_the_sessions_is_refused(stack: Stack) -> N
         response = await client.post(
             "/api/chat", json={"id": session, "workspaceId": "elsewhere", "message": user_message("hi")}
         )
-    assert response.status_code == 400
+    assert response.status_code == 409
     assert "is not the session's workspace" in response.json()["error"]
 
 
