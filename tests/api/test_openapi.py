@@ -56,10 +56,8 @@ def test_chat_declares_its_sse_answer() -> None:
     ok = paths["/api/chat"]["post"]["responses"]["200"]
     assert list(ok["content"]) == ["text/event-stream"]
     assert ok["headers"]["x-vercel-ai-ui-message-stream"]["schema"]["enum"] == ["v1"]
-    assert (
-        "RunningTurnOut"
-        in paths["/api/chat"]["post"]["responses"]["409"]["content"]["application/json"]["schema"]["$ref"]
-    )
+    conflict = paths["/api/chat"]["post"]["responses"]["409"]["content"]["application/json"]["schema"]
+    assert [member["$ref"].rsplit("/", 1)[-1] for member in conflict["anyOf"]] == ["RunningTurnOut", "ErrorOut"]
 
 
 def test_the_rules_the_services_enforce_are_declared() -> None:

@@ -12,6 +12,7 @@ from popagent_core.errors import InvalidArgument
 from popagent_core.redaction import redact_ui_message
 from popagent_gateway.configured_models import check_turn_models
 from popagent_gateway.deps import AgentRunnerStateStub, ModelCatalogDep, runner_for_session
+from popagent_gateway.dto import ErrorOut
 from popagent_gateway.dto.chat import MAX_PARTS, ChatTurnCreate, RunningTurnOut, UserMessage
 from popagent_gateway.streaming import UI_STREAM_HEADERS, sse_body
 from popagent_gateway.wire import WARNING_HEADER
@@ -53,7 +54,13 @@ def redacted_message(message: UserMessage) -> bytes:
                 "x-vercel-ai-ui-message-stream": {"schema": {"type": "string", "enum": ["v1"]}},
             },
         },
-        409: {"model": RunningTurnOut, "description": "Conflict: a turn is already running on this session"},
+        409: {
+            # The running turn (double texting refused), or another state of the session that refuses
+            # the turn (its workspace is not the one named): the error tree's shape.
+            "model": RunningTurnOut | ErrorOut,
+            "description": "Conflict: a turn is already running on this session (with its id), or the session's "
+            "state refuses this turn",
+        },
     },
 )
 async def chat(
