@@ -95,9 +95,9 @@ async def test_an_edit_changes_only_what_was_sent_and_persists(client: httpx.Asy
     ("body", "status", "needle"),
     [
         ({"tools": ["getTime", "rm -rf"]}, 422, "tools"),
-        ({"tools": ["getTime", "launchMissiles"]}, 422, "launchMissiles"),
+        ({"tools": ["getTime", "launchMissiles"]}, 404, "launchMissiles"),
         # The retired plaintext secret tools are never registered.
-        ({"tools": ["storeSecret", "recallSecret"]}, 422, "storeSecret, recallSecret"),
+        ({"tools": ["storeSecret", "recallSecret"]}, 404, "storeSecret, recallSecret"),
         ({"tools": ["getTime", "getTime"]}, 400, "repeat"),
         ({"workspaceAccess": "admin"}, 422, "workspaceAccess"),
         ({"browserAccess": "read-write"}, 422, "browserAccess"),
@@ -105,7 +105,7 @@ async def test_an_edit_changes_only_what_was_sent_and_persists(client: httpx.Asy
         ({"instructions": None}, 422, "instructions"),
         ({"sourceUrl": "javascript:alert(1)"}, 422, "sourceUrl"),
         ({"delegationEligible": "true"}, 422, "delegationEligible"),
-        ({"model": "nobody/no-model"}, 400, "unknown model"),
+        ({"model": "nobody/no-model"}, 404, "unknown model"),
         ({"model": ""}, 422, "model"),
         ({"id": "other"}, 422, "id"),
         ({}, 422, "at least one field"),
@@ -123,7 +123,7 @@ async def test_invalid_edits_are_refused_with_a_reason(
 
 async def test_the_supervisor_cannot_become_a_delegation_target(client: httpx.AsyncClient) -> None:
     response = await client.patch("/api/agents/popagent", json={"delegationEligible": True})
-    assert response.status_code == 400
+    assert response.status_code == 409
     assert "delegationEligible" in response.json()["error"]
 
 
@@ -157,12 +157,11 @@ def test_known_tools_are_the_registered_tools() -> None:
     assert ToolRegistry().names == KNOWN_TOOLS
 
 
-async def test_an_unregistered_tool_is_refused_with_422_naming_it(client: httpx.AsyncClient) -> None:
+async def test_an_unregistered_tool_is_refused_with_404_naming_it(client: httpx.AsyncClient) -> None:
     response = await client.patch("/api/agents/implementer", json={"tools": ["getTime", "storeSecret"]})
-    assert response.status_code == 422, response.text
-    [detail] = response.json()["details"]
-    assert detail["loc"] == ["body", "tools"]
-    assert "storeSecret" in detail["msg"] and "getTime" in detail["msg"]
+    assert response.status_code == 404, response.text
+    message = response.json()["error"]
+    assert message.startswith("tools: not registered: storeSecret") and "getTime" in message
 
 
 async def test_the_tool_migration_drops_unregistered_tools_and_keeps_edited_guidance(api_stack: Stack) -> None:

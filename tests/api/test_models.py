@@ -8,7 +8,7 @@ import httpx
 import orjson
 import pytest
 
-from popagent_core.errors import InvalidArgument
+from popagent_core.errors import NotFound
 from popagent_dev.embedded import free_port
 from popagent_gateway.catalog import ModelCatalog, ensure_known_model, parse_catalog
 from support.model_gateway import ModelGateway, ModelInfo
@@ -99,7 +99,7 @@ async def test_ensure_known_model_for_the_chat_route() -> None:
     async with ModelGateway(models=(ModelInfo("fake/fake-chat"),)) as models:
         catalog = ModelCatalog(models.url)
         assert await ensure_known_model(catalog, "fake/fake-chat") is None
-        with pytest.raises(InvalidArgument, match="unknown model"):
+        with pytest.raises(NotFound, match="unknown model"):
             await ensure_known_model(catalog, "fake/other")
     down = ModelCatalog(f"http://127.0.0.1:{free_port()}/v1")
     warning = await ensure_known_model(down, "fake/other")

@@ -204,7 +204,7 @@ async def test_duplicate_ids_and_unknown_workspaces_are_refused(client: httpx.As
     duplicate = await client.post("/api/sessions", json={"id": session["id"]})
     assert duplicate.status_code == 409
     unknown = await client.post("/api/sessions", json={"workspaceId": "no-such-workspace"})
-    assert unknown.status_code == 400
+    assert unknown.status_code == 404
     assert "workspaceId" in unknown.json()["error"]
 
 

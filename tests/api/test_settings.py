@@ -65,7 +65,8 @@ async def test_agent_runtime_patch_changes_only_the_fields_sent(client: httpx.As
         ({"supervisorMaxSteps": 201}, "supervisorMaxSteps"),
         ({"maxProcessorRetries": -1}, "maxProcessorRetries"),
         ({"taskConcurrency": "4"}, "taskConcurrency"),
-        ({"taskConcurrency": 4.0}, "taskConcurrency"),
+        # 4.0 is the integer 4 (JSON has one number type); 4.5 is not an integer.
+        ({"taskConcurrency": 4.5}, "taskConcurrency"),
         ({"maxConcurrentToolCalls": True}, "maxConcurrentToolCalls"),
         ({"finalResponseFeedback": ""}, "finalResponseFeedback"),
         ({"delegationFailureText": "x" * 4001}, "delegationFailureText"),
@@ -99,7 +100,7 @@ async def test_cross_field_rules_are_checked_on_the_merged_row(client: httpx.Asy
 async def test_unknown_default_models_are_refused_against_the_catalog(client: httpx.AsyncClient) -> None:
     before = (await client.get("/api/settings/agent-runtime")).json()
     response = await client.patch("/api/settings/agent-runtime", json={"defaultModel": "nobody/no-model"})
-    assert response.status_code == 400
+    assert response.status_code == 404
     assert "unknown model" in response.json()["error"]
     assert (await client.get("/api/settings/agent-runtime")).json() == before
 
@@ -186,7 +187,7 @@ async def test_a_missing_singleton_row_is_a_configuration_error_not_a_default(ap
         try:
             async with api_stack.client() as client:
                 response = await client.get("/api/settings/browser")
-                assert response.status_code == 400
+                assert response.status_code == 409
                 assert "missing" in response.json()["error"]
         finally:
             await conn.execute(

@@ -293,7 +293,7 @@ async def test_unknown_session_is_a_404_before_any_stream(stack: Stack) -> None:
 async def test_unknown_model_is_refused_before_the_turn(stack: Stack) -> None:
     async with stack.client() as client:
         session = await new_session(client)
-        [body] = await chat(client, session, "hi", model="nobody/unknown-model", expect_status=400)
+        [body] = await chat(client, session, "hi", model="nobody/unknown-model", expect_status=404)
     assert "unknown model 'nobody/unknown-model'" in body["error"]
     assert stack.models.requests == []
 
@@ -304,7 +304,7 @@ async def test_a_workspace_other_than_the_sessions_is_refused(stack: Stack) -> N
         response = await client.post(
             "/api/chat", json={"id": session, "workspaceId": "elsewhere", "message": user_message("hi")}
         )
-    assert response.status_code == 400
+    assert response.status_code == 409
     assert "is not the session's workspace" in response.json()["error"]
 
 

@@ -59,8 +59,8 @@ async def test_a_file_document_is_refused_to_patch_and_delete_with_the_reason(st
         deleted = await client.delete(url)
         duplicate = await client.post("/api/workspaces/file-docs/documents", json={"path": "guide.md", "content": "x"})
         other = await client.get(url.replace("file-docs/documents", "popagent/documents"))
-    assert patched.status_code == 400 and "workspace file 'guide.md'" in patched.json()["error"]
-    assert deleted.status_code == 400 and "exclude globs" in deleted.json()["error"]
+    assert patched.status_code == 409 and "workspace file 'guide.md'" in patched.json()["error"]
+    assert deleted.status_code == 409 and "exclude globs" in deleted.json()["error"]
     assert duplicate.status_code == 409 and "already has a document at 'guide.md'" in duplicate.json()["error"]
     # Another workspace does not see it, even by id.
     assert other.status_code == 404
@@ -74,13 +74,16 @@ async def test_a_file_document_is_refused_to_patch_and_delete_with_the_reason(st
         ("post", "/api/workspaces/popagent/documents/search", {"query": ""}, 422, "query"),
         ("post", "/api/workspaces/popagent/documents/search", {"query": "x", "k": 51}, 422, "k"),
         ("post", "/api/workspaces/popagent/documents/search", {"query": "x", "top": 3}, 422, "top"),
-        ("post", "/api/workspaces/popagent/documents", {"path": "../escape.md", "content": "x"}, 400, "'..'"),
-        ("post", "/api/workspaces/popagent/documents", {"path": "/etc/passwd", "content": "x"}, 400, "relative"),
+        # The document's path pattern refuses these at the gateway, naming the field.
+        ("post", "/api/workspaces/popagent/documents", {"path": "../escape.md", "content": "x"}, 422, '"path"'),
+        ("post", "/api/workspaces/popagent/documents", {"path": "/etc/passwd", "content": "x"}, 422, '"path"'),
         ("post", "/api/workspaces/popagent/documents", {"path": "a.md", "content": ""}, 422, "content"),
         ("post", "/api/workspaces/popagent/documents/index", {"include": []}, 422, "include"),
-        ("post", "/api/workspaces/popagent/documents/index", {"include": ["../**/*.md"]}, 400, "without '..'"),
-        ("patch", "/api/workspaces/popagent/documents/doc_missing", {"title": "x"}, 404, "doc_missing"),
-        ("patch", "/api/workspaces/popagent/documents/doc_missing", {}, 422, ""),
+        ("post", "/api/workspaces/popagent/documents/index", {"include": ["../**/*.md"]}, 422, '"include"'),
+        ("patch", f"/api/workspaces/popagent/documents/doc_{'0' * 32}", {"title": "x"}, 404, f"doc_{'0' * 32}"),
+        ("patch", f"/api/workspaces/popagent/documents/doc_{'0' * 32}", {}, 422, ""),
+        # No document id has this shape: no route, rather than a lookup.
+        ("patch", "/api/workspaces/popagent/documents/doc_missing", {"title": "x"}, 404, "Not Found"),
         ("get", "/api/workspaces/Bad_Id/documents", None, 422, "workspace_id"),
     ],
 )

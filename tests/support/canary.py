@@ -18,15 +18,23 @@ Register it for the whole suite with `pytest_plugins = ["support.canary"]` in th
 from __future__ import annotations
 
 import base64
+import os
 import secrets
 from urllib.parse import quote, quote_plus
 
 import pytest
 
 CANARY_PREFIX = "popagent-canary-"
-_CORE = secrets.token_hex(16)
+# A process the session starts (the schemathesis CLI the fuzz test runs) is handed the same core.
+CANARY_CORE_ENV = "POPAGENT_TEST_CANARY_CORE"
+_CORE = os.environ.get(CANARY_CORE_ENV) or secrets.token_hex(16)
 # '+', '=', '&', ' ' and '~' are all changed by at least one URL-encoding.
 CANARY = f"{CANARY_PREFIX}{_CORE}+=& ~x"
+
+
+def canary_env() -> dict[str, str]:
+    """The environment a child process needs to know this session's canary."""
+    return {CANARY_CORE_ENV: _CORE}
 
 
 def _base64_cores(raw: bytes) -> list[bytes]:

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import orjson
 
-from popagent_core.errors import InvalidArgument
+from popagent_core.errors import NotFound
 
 logger = logging.getLogger(__name__)
 
@@ -150,7 +150,8 @@ class ModelCatalog:
 
 
 async def ensure_known_model(catalog: ModelCatalog, model: str) -> str | None:
-    """Refuse a model the catalog does not list (InvalidArgument, HTTP 400).
+    """Refuse a model the catalog does not list (NotFound, HTTP 404: the request names a model
+    that is not there, which no schema can say ahead).
 
     Fails open during a catalog outage: the model is accepted and a warning returned
     (also logged), so an unreachable model gateway never blocks settings or chat.
@@ -159,7 +160,7 @@ async def ensure_known_model(catalog: ModelCatalog, model: str) -> str | None:
     if model in view.models:
         return None
     if view.fresh:
-        raise InvalidArgument(f"unknown model {model!r}: the model catalog does not list it")
+        raise NotFound(f"unknown model {model!r}: the model catalog does not list it")
     warning = f"model {model!r} was not checked: {view.warning}"
     logger.warning("unchecked model accepted", extra={"model": model, "reason": view.warning})
     return warning

@@ -103,7 +103,7 @@ class TurnModelCheck:
 async def check_turn_models(
     catalog: ModelCatalog, runner: agent_runner_pb2_grpc.AgentRunnerStateServiceStub, requested: str | None
 ) -> TurnModelCheck:
-    """Refuse a chat turn whose own `model` the catalog does not list (InvalidArgument, 400), and
+    """Refuse a chat turn whose own `model` the catalog does not list (NotFound, 404), and
     say how agent-runner checks the models its agents would use.
 
     With a current catalog, agent-runner refuses the turn before it starts, on the agents and

@@ -1,9 +1,12 @@
 """The HTTP edge of the error tree: one handler per error family, one status table.
 
 The statuses come from the kernel's table (`popagent_core.errors.HTTP_STATUS_BY_GRPC_CODE`),
-with one change at the edge (`EDGE_STATUS_BY_GRPC_CODE`): CANCELLED, which reaches the gateway
+with two changes at the edge (`EDGE_STATUS_BY_GRPC_CODE`): CANCELLED, which reaches the gateway
 only when a service stopped the call (overload, a restart; a client that goes away cancels the
-route instead), is 503 with Retry-After rather than the undocumented 499. The OpenAPI
+route instead), is 503 with Retry-After rather than the undocumented 499; FAILED_PRECONDITION
+(a valid request the resource's current state refuses: the default workspace deleted, a
+finished task cancelled, the browser used while disabled) is 409 Conflict, as RFC 9110 defines
+it, not 400: a 400 says the request itself is wrong, which no schema could have told the client. The OpenAPI
 document's list of error answers (`ERROR_RESPONSES`) comes from the same table: a status it
 can produce is documented on every /api route, without a second list to keep in step.
 """
@@ -28,7 +31,11 @@ logger = logging.getLogger(__name__)
 # Overload and outages are logged once a minute per status, however many requests they refuse.
 unavailable_log = RateLimitedLog(logger)
 
-EDGE_STATUS_BY_GRPC_CODE: dict[grpc.StatusCode, int] = {**HTTP_STATUS_BY_GRPC_CODE, grpc.StatusCode.CANCELLED: 503}
+EDGE_STATUS_BY_GRPC_CODE: dict[grpc.StatusCode, int] = {
+    **HTTP_STATUS_BY_GRPC_CODE,
+    grpc.StatusCode.CANCELLED: 503,
+    grpc.StatusCode.FAILED_PRECONDITION: 409,
+}
 
 
 def edge_status(code: grpc.StatusCode) -> int:

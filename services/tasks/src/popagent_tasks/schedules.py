@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import asyncpg
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 
 from popagent_core.db import wrap_db_errors
 from popagent_core.errors import InvalidArgument
@@ -70,20 +70,28 @@ def validate_cron(expression: str) -> str:
     return expression
 
 
-def next_run(expression: str, timezone: str, after: datetime) -> datetime:
-    """The first run strictly after `after`, computed in `timezone` (DST-aware), as UTC."""
+def next_run(expression: str, timezone: str, after: datetime) -> datetime | None:
+    """The first run strictly after `after`, computed in `timezone` (DST-aware), as UTC; None for
+    a valid expression that names no date there is (`0 0 30 2 *`): such a schedule never runs."""
     start = after.astimezone(ZoneInfo(timezone))
-    return croniter(expression, start).get_next(datetime).astimezone(UTC)
+    try:
+        return croniter(expression, start).get_next(datetime).astimezone(UTC)
+    except CroniterBadDateError:
+        return None
 
 
 def preview(expression: str, timezone: str, after: datetime, count: int = PREVIEW_RUNS) -> list[datetime]:
-    iterator = croniter(expression, after.astimezone(ZoneInfo(timezone)))
-    return [iterator.get_next(datetime).astimezone(UTC) for _ in range(count)]
+    runs: list[datetime] = []
+    following = next_run(expression, timezone, after)
+    while following is not None and len(runs) < count:
+        runs.append(following)
+        following = next_run(expression, timezone, following)
+    return runs
 
 
 def due_ticks(
     expression: str, timezone: str, first: datetime, now: datetime, limit: int = MAX_TICKS_PER_PASS
-) -> tuple[list[datetime], datetime]:
+) -> tuple[list[datetime], datetime | None]:
     """Every tick from `first` up to `now` (at most `limit`), and the run after the last.
 
     `first` was found due by the database's clock, so it is always included even when
@@ -91,7 +99,7 @@ def due_ticks(
     """
     ticks = [first]
     following = next_run(expression, timezone, first)
-    while following <= now and len(ticks) < limit:
+    while following is not None and following <= now and len(ticks) < limit:
         ticks.append(following)
         following = next_run(expression, timezone, following)
     return ticks, following

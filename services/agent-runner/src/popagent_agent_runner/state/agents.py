@@ -11,7 +11,7 @@ import asyncpg
 
 from popagent_agent_runner.turn.tools import TOOLS
 from popagent_core.db import wrap_db_errors
-from popagent_core.errors import InvalidArgument, NotFound
+from popagent_core.errors import FailedPrecondition, InvalidArgument, NotFound
 
 SUPERVISOR_ID = "popagent"
 # Every tool registry key an agent can be given (the names the model sees and hook
@@ -99,7 +99,8 @@ def _checked(agent_id: str, current: AgentRecord, changes: AgentChanges) -> Agen
         row["browser_access"] = changes.browser_access
     if changes.delegation_eligible is not None:
         if changes.delegation_eligible and agent_id == SUPERVISOR_ID:
-            raise InvalidArgument("delegationEligible: the supervisor cannot be a delegation target")
+            # The request is well formed; this agent's role refuses it (409, as for any such state).
+            raise FailedPrecondition("delegationEligible: the supervisor cannot be a delegation target")
         row["delegation_eligible"] = changes.delegation_eligible
     if changes.tools is not None:
         unknown = [tool for tool in changes.tools if tool not in KNOWN_TOOLS]

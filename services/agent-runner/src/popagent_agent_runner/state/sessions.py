@@ -116,7 +116,7 @@ class SessionStore:
         session_id = _check_id(session_id or str(uuid.uuid4()))
         workspace_id = workspace_id or DEFAULT_WORKSPACE_ID
         if not await self.workspaces.exists(workspace_id):
-            raise InvalidArgument(f"workspaceId: workspace {workspace_id!r} is not registered")
+            raise NotFound(f"workspaceId: workspace {workspace_id!r} is not registered")
         with wrap_db_errors():
             row = await self.pool.fetchrow(
                 self.q["create_session"], session_id, _check_title(title), workspace_id, task_id or None

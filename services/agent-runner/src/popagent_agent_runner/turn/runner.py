@@ -83,7 +83,13 @@ from popagent_agent_runner.turn.tools.browser import BrowserAccessPoint, TurnBro
 from popagent_agent_runner.turn.tools.web import WebAccess
 from popagent_agent_runner.turn.ui_message import prompt_text, user_content, with_prompt_text
 from popagent_agent_runner.workspace.hands import Hands
-from popagent_core.errors import ConfigurationError, InvalidArgument, PopagentError, StorageError
+from popagent_core.errors import (
+    ConfigurationError,
+    FailedPrecondition,
+    InvalidArgument,
+    PopagentError,
+    StorageError,
+)
 from popagent_core.log import trace_id_var, turn_id_var
 from popagent_core.telemetry import current_trace_id
 from popagent_hooks_client.client import HooksClient
@@ -279,7 +285,8 @@ class TurnRunner:
             turn.session_id, turn.message["id"], recall_query(prompt_text(turn.message)), RECALL_LIMIT
         )
         if turn.workspace_id and turn.workspace_id != state.workspace_id:
-            raise InvalidArgument(
+            # The request is well formed; the session it names is in another workspace: a 409.
+            raise FailedPrecondition(
                 f"workspaceId {turn.workspace_id!r} is not the session's workspace ({state.workspace_id!r})"
             )
         if SUPERVISOR_ID not in state.profiles:

@@ -16,8 +16,9 @@ Routes import their shapes from here and define none of their own.
 
 from __future__ import annotations
 
+import functools
 import types
-from typing import Any, ClassVar, Union, get_origin
+from typing import Annotated, Any, ClassVar, Union, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -30,6 +31,34 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+# A relative path in a workspace, as agent-runner stores it (`normalize_relative_path`):
+# components apart by slashes, none `..`, without control characters or backslashes.
+# A component is at most 255 bytes of UTF-8 on disk; a pattern counts characters, so it says
+# "up to 63 characters of any kind (at most 252 bytes), or 64 to 255 printable ASCII ones".
+# Narrower than agent-runner's own check on purpose, so what the document declares is exactly
+# what the gateway lets through.
+_PATH_CHAR = r"[^/\\\x00-\x1f\x7f-\x9f]"
+_PATH_CHAR_NOT_DOT = r"[^./\\\x00-\x1f\x7f-\x9f]"
+_PATH_SEGMENT = (
+    rf"(?:{_PATH_CHAR_NOT_DOT}{_PATH_CHAR}{{0,62}}|\.{_PATH_CHAR_NOT_DOT}{_PATH_CHAR}{{0,61}}"
+    rf"|\.\.{_PATH_CHAR}{{1,61}}|[\x20-\x2e\x30-\x5b\x5d-\x7e]{{64,255}})"
+)
+# `.` components and repeated or trailing slashes are allowed (agent-runner drops them), as
+# long as one component names something.
+RELATIVE_PATH_PATTERN = rf"^(?:\./+)*{_PATH_SEGMENT}(?:/+(?:{_PATH_SEGMENT}|\.))*/*$"
+RELATIVE_PATH_DESCRIPTION = (
+    "relative (no leading '/'), no '..' component, no control characters or backslashes; '.' components and "
+    "repeated slashes are dropped; a component is up to 63 characters, or up to 255 when all printable ASCII"
+)
+# Python's whitespace, which is what the services strip.
+_BLANK = r"\t\n\v\f\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+# Text that is not only whitespace (nor holds a NUL, as every body string), said as what it must
+# not be: as a `pattern` beside a long maxLength it leaves Schemathesis' coverage phase unable
+# to draw any valid body.
+NOT_BLANK_SCHEMA: dict[str, Any] = {"not": {"anyOf": [{"pattern": "\\x00"}, {"pattern": f"^[{_BLANK}]*$"}]}}
+# A name: no control characters, and not only whitespace (agent-runner strips it).
+NAME_PATTERN = rf"^[^\x00-\x1f\x7f-\x9f]*[^\x00-\x1f\x7f-\x9f{_BLANK}][^\x00-\x1f\x7f-\x9f]*$"
+
 
 class WireModel(BaseModel):
     """A response shape. Built in Python by field name, serialized by alias (camelCase)."""
@@ -38,13 +67,24 @@ class WireModel(BaseModel):
 
 
 def _closed_schema(schema: dict[str, Any], cls: type[BaseModel]) -> None:
-    # Optional-but-not-nullable PATCH fields default to None only as "absent"; that
-    # default is not a value a client may send, so it stays out of the document.
-    for prop in schema.get("properties", {}).values():
+    nullable = {info.alias or name for name, info in cls.model_fields.items() if name in _nullable(cls)}
+    for alias, prop in schema.get("properties", {}).items():
+        # Optional-but-not-nullable PATCH fields default to None only as "absent"; that
+        # default is not a value a client may send, so it stays out of the document.
         if prop.get("default", ...) is None:
             del prop["default"]
+        # And null itself is refused (`_not_null`) unless the field is NULLABLE.
+        if alias not in nullable and "anyOf" in prop:
+            kept = [member for member in prop["anyOf"] if member != {"type": "null"}]
+            if len(kept) == 1:
+                del prop["anyOf"]
+                prop.update(kept[0])
+            else:
+                prop["anyOf"] = kept
     if issubclass(cls, PatchModel):
         schema["minProperties"] = 1
+    # Rules across fields, in JSON Schema, where a model's validators enforce them.
+    schema.update(getattr(cls, "SCHEMA_RULES", {}))
 
 
 class WireInput(BaseModel):
@@ -63,12 +103,18 @@ class WireInput(BaseModel):
     # An optional field is absent or a value; null is accepted only for fields listed here
     # (null then means "clear"), and only those show null in the document.
     NULLABLE: ClassVar[frozenset[str]] = frozenset()
+    # JSON Schema keywords added to the model's schema: the cross-field rules its validators check.
+    SCHEMA_RULES: ClassVar[dict[str, Any]] = {}
 
     @field_validator("*", mode="before")
     @classmethod
     def _not_null(cls, value: Any, info: ValidationInfo) -> Any:
         if value is None and info.field_name not in cls.NULLABLE:
             raise ValueError("must not be null")
+        # JSON has one number type: `3.0` is the integer 3 (JSON Schema's `integer` says so
+        # too), which strict mode alone would refuse. Other floats stay refused.
+        if isinstance(value, float) and value.is_integer() and info.field_name in _int_fields(cls):
+            return int(value)
         return value
 
     @model_validator(mode="wrap")
@@ -94,6 +140,23 @@ class WireInput(BaseModel):
                     loc = (loc[0], *loc[2:])
                 errors.append({"type": error["type"], "loc": loc, "input": error["input"], "ctx": error.get("ctx", {})})
             raise ValidationError.from_exception_data(exc.title, errors) from None
+
+
+def _nullable(model: type[BaseModel]) -> frozenset[str]:
+    return getattr(model, "NULLABLE", frozenset())
+
+
+def _bare(annotation: Any) -> list[Any]:
+    """The types of a field's annotation without None and Annotated metadata."""
+    members = get_args(annotation) if get_origin(annotation) in (Union, types.UnionType) else (annotation,)
+    bare = [get_args(member)[0] if get_origin(member) is Annotated else member for member in members]
+    return [member for member in bare if member is not type(None)]
+
+
+@functools.cache
+def _int_fields(model: type[BaseModel]) -> frozenset[str]:
+    """Fields whose value is an integer (bool, a subclass, is not one on the wire)."""
+    return frozenset(name for name, info in model.model_fields.items() if _bare(info.annotation) == [int])
 
 
 def _optional_aliases(model: type[BaseModel]) -> frozenset[str]:

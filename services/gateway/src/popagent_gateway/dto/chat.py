@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -11,9 +11,18 @@ from pydantic_ai.ui.vercel_ai.request_types import UIMessage
 from popagent_gateway.dto import WireModel
 
 MAX_PARTS = 64
+MAX_MESSAGE_ID_CHARS = 128
+
+
+def _parts_bounds(schema: dict[str, Any]) -> None:
+    # What the chat route checks (an id of 1 to MAX_MESSAGE_ID_CHARS, 1 to MAX_PARTS parts), declared.
+    schema["properties"]["id"].update(minLength=1, maxLength=MAX_MESSAGE_ID_CHARS)
+    schema["properties"]["parts"].update(minItems=1, maxItems=MAX_PARTS)
 
 
 class UserMessage(UIMessage):
+    model_config = ConfigDict(json_schema_extra=_parts_bounds)
+
     role: Literal["user"]  # type: ignore[assignment]
 
 

@@ -8,12 +8,25 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 from pydantic.json_schema import SkipJsonSchema
 
-from popagent_gateway.dto import PatchModel, WireInput, WireModel
+from popagent_gateway.dto import (
+    NOT_BLANK_SCHEMA,
+    RELATIVE_PATH_DESCRIPTION,
+    RELATIVE_PATH_PATTERN,
+    PatchModel,
+    WireInput,
+    WireModel,
+)
 
-DocumentPath = Annotated[str, Field(min_length=1, max_length=1024, description="relative, no '..'")]
+DocumentPath = Annotated[
+    str, Field(min_length=1, max_length=1024, pattern=RELATIVE_PATH_PATTERN, description=RELATIVE_PATH_DESCRIPTION)
+]
 Title = Annotated[str, Field(max_length=500)]
-Content = Annotated[str, Field(min_length=1, max_length=1_000_000)]
-Glob = Annotated[str, Field(min_length=1, max_length=200)]
+# Not only whitespace: agent-runner refuses that (400).
+Content = Annotated[str, Field(min_length=1, max_length=1_000_000, json_schema_extra=NOT_BLANK_SCHEMA)]
+# agent-runner's rule (`check_globs`): relative (no leading '/'), no '..' component.
+_GLOB_SEGMENT = r"(?:[^./][^/]*|\.|\.[^./][^/]*|\.\.[^/]+)"
+GLOB_PATTERN = rf"^{_GLOB_SEGMENT}(?:/(?:{_GLOB_SEGMENT})?)*$"
+Glob = Annotated[str, Field(min_length=1, max_length=200, pattern=GLOB_PATTERN, description="relative, no '..'")]
 
 
 class DocumentOut(WireModel):

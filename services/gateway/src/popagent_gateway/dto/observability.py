@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
@@ -11,6 +11,10 @@ from popagent_gateway.dto import WireInput, WireModel
 
 TRACE_ID_PATTERN = r"^[0-9a-f]{32}$"
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
+# A list's nextCursor: the last row's time (microseconds since 1970, UTC) and id. Every string
+# of this shape is a position in the list, so the pattern says all a client can get wrong.
+KEYSET_CURSOR_PATTERN = r"^[0-9]{1,17}~[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
+KEYSET_CURSOR_DESCRIPTION = "nextCursor of the previous page"
 MAX_WINDOW_DAYS = 366
 MAX_FEEDBACK_COMMENT_CHARS = 2000
 
@@ -39,7 +43,11 @@ class WindowQuery(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_by_name=True)
 
-    since: IsoDateTime | None = Field(default=None, description="ISO 8601 with a zone; default: 24 h before until")
+    since: IsoDateTime | None = Field(
+        default=None,
+        description="ISO 8601 with a zone; default: 24 h before until. A window longer than 366 days is cut to its "
+        "last 366 days; a since at or after until is an empty window",
+    )
     until: IsoDateTime | None = Field(default=None, description="ISO 8601 with a zone; default: now")
 
 
@@ -51,7 +59,7 @@ class TraceListQuery(WindowQuery):
     session_id: str | None = Field(default=None, alias="sessionId", pattern=ID_PATTERN)
     agent_id: str | None = Field(default=None, alias="agentId", pattern=ID_PATTERN, description="any span of the agent")
     status: Literal["ok", "error"] | None = Field(default=None, description="error: a span of the trace failed")
-    cursor: str | None = Field(default=None, max_length=200, description="nextCursor of the previous page")
+    cursor: str | None = Field(default=None, pattern=KEYSET_CURSOR_PATTERN, description=KEYSET_CURSOR_DESCRIPTION)
     limit: int = Field(default=50, ge=1, le=200)
 
 
@@ -61,7 +69,8 @@ class LogListQuery(WindowQuery):
         default=None, description="this level or worse"
     )
     trace_id: str | None = Field(default=None, alias="traceId", pattern=TRACE_ID_PATTERN)
-    cursor: str | None = Field(default=None, max_length=40, pattern=r"^[0-9]+$")
+    # A log row's id: a PostgreSQL bigint, so at most 18 digits are always one.
+    cursor: str | None = Field(default=None, pattern=r"^[0-9]{1,18}$", description="nextCursor of the previous page")
     limit: int = Field(default=100, ge=1, le=500)
 
 
@@ -199,6 +208,8 @@ class ObservabilityHealthOut(WireModel):
 class FeedbackCreate(WireInput):
     """Thumbs up or down on one assistant message or one turn, linked to the turn's trace."""
 
+    SCHEMA_RULES: ClassVar[dict[str, Any]] = {"anyOf": [{"required": ["messageId"]}, {"required": ["turnId"]}]}
+
     session_id: str = Field(pattern=ID_PATTERN, max_length=128)
     message_id: str | None = Field(default=None, min_length=1, max_length=200, description="the assistant message")
     turn_id: str | None = Field(default=None, pattern=ID_PATTERN, max_length=128, description="or the turn")
@@ -217,7 +228,7 @@ class FeedbackListQuery(WindowQuery):
     session_id: str | None = Field(default=None, alias="sessionId", pattern=ID_PATTERN)
     rating: Literal["up", "down"] | None = None
     trace_id: str | None = Field(default=None, alias="traceId", pattern=TRACE_ID_PATTERN)
-    cursor: str | None = Field(default=None, max_length=200, description="nextCursor of the previous page")
+    cursor: str | None = Field(default=None, pattern=KEYSET_CURSOR_PATTERN, description=KEYSET_CURSOR_DESCRIPTION)
     limit: int = Field(default=50, ge=1, le=200)
 
 

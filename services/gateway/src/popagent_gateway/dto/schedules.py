@@ -12,6 +12,8 @@ from pydantic import Field
 from pydantic.json_schema import SkipJsonSchema
 
 from popagent_gateway.dto import PatchModel, WireInput, WireModel
+from popagent_gateway.dto.sessions import OPTIONAL_SESSION_ID_PATTERN
+from popagent_gateway.dto.workspaces import WORKSPACE_ID_PATTERN
 
 MAX_PROMPT_CHARS = 32 * 1024
 MAX_NAME_CHARS = 200
@@ -20,18 +22,48 @@ MAX_CRON_CHARS = 120
 
 Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
 Prompt = Annotated[str, Field(min_length=1, max_length=MAX_PROMPT_CHARS)]
-Cron = Annotated[str, Field(min_length=1, max_length=MAX_CRON_CHARS)]
+
+
+def _cron_field(value: str) -> str:
+    item = rf"(?:\*|{value}(?:-{value})?)(?:/[1-9][0-9]?)?"
+    return rf"{item}(?:,{item}){{0,9}}"
+
+
+# A standard five-field cron expression in numbers, one space apart: each field `*` or a value
+# or range (with an optional /step 1-99), or a list of those; minute 0-59, hour 0-23,
+# day-of-month 1-31, month 1-12, day-of-week 0-7 (0 and 7 are Sunday). What the pattern lets
+# through, the schedulers' parser (croniter) reads; names (MON, JAN) and macros (@daily) it
+# also knows are not part of the API.
+CRON_PATTERN = (
+    "^"
+    + " ".join(
+        _cron_field(f"(?:{value})")
+        for value in (
+            r"0?[0-9]|[1-5][0-9]",
+            r"0?[0-9]|1[0-9]|2[0-3]",
+            r"0?[1-9]|[12][0-9]|3[01]",
+            r"0?[1-9]|1[0-2]",
+            r"0?[0-7]",
+        )
+    )
+    + "$"
+)
+CRON_DESCRIPTION = "five-field cron expression (minute hour day-of-month month day-of-week), server timezone"
+Cron = Annotated[
+    str, Field(min_length=9, max_length=MAX_CRON_CHARS, pattern=CRON_PATTERN, description=CRON_DESCRIPTION)
+]
 Ref = Annotated[str, Field(max_length=MAX_REF_CHARS)]
 Attempts = Annotated[int, Field(ge=1, le=10)]
+SessionRef = Annotated[str, Field(pattern=OPTIONAL_SESSION_ID_PATTERN, description="empty: a new session per run")]
 
 
 class ScheduleCreate(WireInput):
     name: Name
     prompt: Prompt
     cron: Cron
-    workspace_id: str = Field(min_length=1, max_length=MAX_REF_CHARS)
+    workspace_id: str = Field(pattern=WORKSPACE_ID_PATTERN, description="a registered workspace's id")
     model: Ref = ""
-    session_id: Ref = ""
+    session_id: SessionRef = ""
     enabled: bool = True
     max_attempts: Attempts = 3
 
@@ -43,7 +75,7 @@ class SchedulePatch(PatchModel):
     prompt: Prompt | SkipJsonSchema[None] = None
     cron: Cron | SkipJsonSchema[None] = None
     model: Ref | SkipJsonSchema[None] = None
-    session_id: Ref | SkipJsonSchema[None] = None
+    session_id: SessionRef | SkipJsonSchema[None] = None
     enabled: bool | SkipJsonSchema[None] = None
     max_attempts: Attempts | SkipJsonSchema[None] = None
 

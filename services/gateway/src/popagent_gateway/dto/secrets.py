@@ -17,9 +17,34 @@ MAX_VALUE_CHARS = 8 * 1024
 MAX_ID_CHARS = 128
 MAX_ORIGIN_CHARS = 300
 
-ResourceId = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS)]
-SecretName = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS)]
-Origin = Annotated[str, Field(min_length=1, max_length=MAX_ORIGIN_CHARS)]
+# The secrets service's own rules (popagent_secrets.models), declared so clients know them.
+RESOURCE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
+SECRET_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+SECRET_ID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+# An exact https origin as a browser reports `location.origin` (the service lowercases the host):
+# LDH labels, the last one starting with a letter, or a canonical IPv4 address; an optional
+# port 1-65535; a host of at most 253 characters. No label has `--` at positions 3-4 (IDNA
+# keeps that for A-labels), so internationalized hosts and IPv6 literals, which the secrets
+# service would normalize, are not bindable through the API: the document declares exactly
+# what the gateway lets through, and a pattern cannot say which xn-- labels decode.
+_LABEL = r"(?!..--)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_TOP_LABEL = r"(?!..--)[A-Za-z](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+_PORT = r"(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+ORIGIN_PATTERN = (
+    rf"^https://(?=[^:]{{1,253}}(?::|$))(?:(?:{_LABEL}\.)*{_TOP_LABEL}|{_OCTET}(?:\.{_OCTET}){{3}})(?::{_PORT})?$"
+)
+ORIGIN_DESCRIPTION = "an exact https origin, https://host[:port], e.g. https://example.com"
+
+ResourceId = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS, pattern=RESOURCE_ID_PATTERN)]
+SecretName = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS, pattern=SECRET_NAME_PATTERN)]
+Origin = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_ORIGIN_CHARS, pattern=ORIGIN_PATTERN, description=ORIGIN_DESCRIPTION),
+]
+# The origin pattern's lookaheads need Python's engine (pydantic's default, Rust's, has none);
+# every model with an Origin says so.
+ORIGIN_REGEX = ConfigDict(regex_engine="python-re")
 
 
 class SecretOut(WireModel):
@@ -49,6 +74,8 @@ class SecretProvision(WireInput):
 class OriginBind(WireInput):
     """POST body: one exact https origin (scheme + host + port)."""
 
+    model_config = ORIGIN_REGEX
+
     origin: Origin
 
 
@@ -57,12 +84,18 @@ class SecretListQuery(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    resource_id: str = Field(default="", alias="resourceId", max_length=MAX_ID_CHARS, description="only this resource")
+    resource_id: str = Field(
+        default="",
+        alias="resourceId",
+        max_length=MAX_ID_CHARS,
+        pattern=f"^$|{RESOURCE_ID_PATTERN}",
+        description="only this resource",
+    )
 
 
 class OriginQuery(BaseModel):
     """Query of DELETE .../origins: the exact origin to unbind; any other parameter is refused."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", regex_engine="python-re")
 
     origin: Origin

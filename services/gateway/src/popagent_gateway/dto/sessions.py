@@ -20,6 +20,8 @@ WORKSPACE_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
 DoubleTexting = Literal["reject", "enqueue"]
 
 SessionIdField = Annotated[str, Field(pattern=ID_PATTERN, min_length=1, max_length=128)]
+# A session id or empty (none): a task's or a schedule's session, which its run creates.
+OPTIONAL_SESSION_ID_PATTERN = r"^(?:[A-Za-z0-9][A-Za-z0-9_.:-]{0,127})?$"
 
 
 class UIPart(BaseModel):
@@ -92,7 +94,8 @@ class SessionCreate(WireInput):
 
 
 class SessionSave(WireInput):
-    revision: int = Field(ge=0, le=2**62, description="the revision this save is based on")
+    # 2**53 - 1: the largest integer every JSON reader (a JavaScript number, a float) holds exactly.
+    revision: int = Field(ge=0, le=2**53 - 1, description="the revision this save is based on")
     title: Annotated[str, Field(max_length=MAX_TITLE_CHARS)] | SkipJsonSchema[None] = Field(
         default=None, description="ignored while the title is locked by a rename"
     )

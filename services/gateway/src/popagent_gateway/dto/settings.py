@@ -12,13 +12,16 @@ from pydantic import Field
 from pydantic.json_schema import SkipJsonSchema
 
 from popagent_gateway.dto import PatchModel, WireModel
+from popagent_gateway.dto.schedules import CRON_PATTERN
+
+# The evolution service's bound is 100 characters (the schedules' is 120).
+Cron = Annotated[str, Field(min_length=9, max_length=100, pattern=CRON_PATTERN)]
 
 Model = Annotated[str, Field(min_length=1, max_length=200)]
 Feedback = Annotated[str, Field(min_length=1, max_length=4000)]
 Guidance = Annotated[str, Field(max_length=8000)]
 Fraction = Annotated[float, Field(ge=0.05, le=0.95)]
 BlockAfter = Annotated[float, Field(ge=1.0, le=4.0)]
-Cron = Annotated[str, Field(min_length=9, max_length=100)]
 
 SupervisorSteps = Annotated[int, Field(ge=2, le=200)]
 SpecialistSteps = Annotated[int, Field(ge=1, le=200)]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, model_validator
 from pydantic.json_schema import SkipJsonSchema
@@ -17,6 +17,9 @@ References = Annotated[dict[str, str], Field(max_length=20)]
 Metadata = Annotated[dict[str, str], Field(max_length=32)]
 SourceUrl = Annotated[str, Field(max_length=2000, pattern=r"^(https?://\S+)?$")]
 SkillMd = Annotated[str, Field(min_length=1, max_length=2 * 1024 * 1024)]
+# A skillMd comes alone (`_one_source`).
+_SKILL_MD_ALONE: dict[str, Any] = {"maxProperties": 1}
+_NO_SKILL_MD: dict[str, Any] = {"not": {"required": ["skillMd"]}}
 
 
 class SkillOut(WireModel):
@@ -67,6 +70,13 @@ class _SkillFields(WireInput):
 class SkillCreate(_SkillFields):
     """A new skill: `name`, `description` and `instructions` (the rest optional), or a `skillMd`."""
 
+    SCHEMA_RULES: ClassVar[dict[str, Any]] = {
+        "anyOf": [
+            {"required": ["skillMd"], **_SKILL_MD_ALONE},
+            {"required": ["name", "description", "instructions"], **_NO_SKILL_MD},
+        ]
+    }
+
     @model_validator(mode="after")
     def _complete(self) -> Any:
         if self.skill_md is None and (self.name is None or self.description is None or self.instructions is None):
@@ -76,3 +86,5 @@ class SkillCreate(_SkillFields):
 
 class SkillPatch(PatchModel, _SkillFields):
     """Only the fields sent change; a `skillMd` replaces every field of the skill."""
+
+    SCHEMA_RULES: ClassVar[dict[str, Any]] = {"anyOf": [_NO_SKILL_MD, _SKILL_MD_ALONE]}

@@ -10,7 +10,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from popagent_gateway.dto import WireInput, WireModel
+from popagent_gateway.dto import NOT_BLANK_SCHEMA, WireInput, WireModel
+from popagent_gateway.dto.sessions import OPTIONAL_SESSION_ID_PATTERN
+from popagent_gateway.dto.workspaces import WORKSPACE_ID_PATTERN
 
 MAX_PROMPT_CHARS = 32 * 1024
 MAX_EVIDENCE_CHARS = 4 * 1024
@@ -24,14 +26,14 @@ class TaskCreate(WireInput):
     """POST body. The task is always user-owned; `source` is not writable here."""
 
     prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
-    workspace_id: str = Field(min_length=1, max_length=MAX_REF_CHARS)
+    workspace_id: str = Field(pattern=WORKSPACE_ID_PATTERN, description="a registered workspace's id")
     model: str = Field(default="", max_length=MAX_REF_CHARS)
-    session_id: str = Field(default="", max_length=MAX_REF_CHARS)
+    session_id: str = Field(default="", pattern=OPTIONAL_SESSION_ID_PATTERN, description="empty: a new session")
     max_attempts: int = Field(default=3, ge=1, le=10)
 
 
 class TaskResolve(WireInput):
-    evidence: str = Field(min_length=1, max_length=MAX_EVIDENCE_CHARS)
+    evidence: str = Field(min_length=1, max_length=MAX_EVIDENCE_CHARS, json_schema_extra=NOT_BLANK_SCHEMA)
 
 
 class TaskProgressOut(WireModel):

@@ -7,11 +7,20 @@ from typing import Annotated
 from pydantic import Field
 from pydantic.json_schema import SkipJsonSchema
 
-from popagent_gateway.dto import PatchModel, WireInput, WireModel
+from popagent_gateway.dto import (
+    NAME_PATTERN,
+    RELATIVE_PATH_DESCRIPTION,
+    RELATIVE_PATH_PATTERN,
+    PatchModel,
+    WireInput,
+    WireModel,
+)
 
 WORKSPACE_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
-Name = Annotated[str, Field(min_length=1, max_length=200)]
-RelativePath = Annotated[str, Field(min_length=1, max_length=1024)]
+# A filter: a workspace id, or empty for all.
+OPTIONAL_WORKSPACE_ID_PATTERN = r"^(?:[a-z0-9][a-z0-9-]{0,62})?$"
+Name = Annotated[str, Field(min_length=1, max_length=200, pattern=NAME_PATTERN)]
+RelativePath = Annotated[str, Field(min_length=1, max_length=1024, pattern=RELATIVE_PATH_PATTERN)]
 Description = Annotated[str, Field(max_length=2000)]
 
 
@@ -35,7 +44,9 @@ class WorkspaceCreate(WireInput):
         default=None, description="omit to derive it from the name"
     )
     name: Name
-    path: RelativePath = Field(description="relative to POPAGENT_WORKSPACE_ROOT; must resolve inside it")
+    path: RelativePath = Field(
+        description=f"relative to POPAGENT_WORKSPACE_ROOT; must resolve inside it; {RELATIVE_PATH_DESCRIPTION}"
+    )
     description: Description = ""
 
 

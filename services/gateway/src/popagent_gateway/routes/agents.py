@@ -8,12 +8,13 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Response
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
+from popagent_core.errors import NotFound
 from popagent_gateway.catalog import ensure_known_model
 from popagent_gateway.configured_models import agent_overrides, unlisted
 from popagent_gateway.deps import AgentRunnerStateStub, ModelCatalogDep
 from popagent_gateway.dto.agents import AGENT_ID_PATTERN, AgentListOut, AgentOut, AgentPatch
 from popagent_gateway.dto.models import UnlistedModelOut
-from popagent_gateway.wire import field_violations, warned
+from popagent_gateway.wire import warned
 
 router = APIRouter(prefix="/agents", tags=["agents"])
 
@@ -52,12 +53,13 @@ async def list_agents(runner: AgentRunnerStateStub, catalog: ModelCatalogDep) ->
 
 
 async def _ensure_registered_tools(runner: AgentRunnerStateStub, tools: list[str]) -> None:
-    """Refuse (422 naming them) tools agent-runner does not register: a membership may only name tools a run can offer."""
+    """Refuse (404 naming them) tools agent-runner does not register: a membership may only name tools a run can
+    offer. 404 as for an unknown model: the request is well formed and names something that is not there (which
+    registry keys exist is agent-runner's, so the document cannot list them)."""
     known = (await runner.ListAgents(pb.ListAgentsRequest())).known_tools
     unknown = [tool for tool in tools if tool not in known]
     if unknown:
-        message = f"not registered: {', '.join(unknown)} (registered tools: {', '.join(known)})"
-        raise field_violations([pb.FieldViolation(field="tools", message=message)])
+        raise NotFound(f"tools: not registered: {', '.join(unknown)} (registered tools: {', '.join(known)})")
 
 
 @router.patch("/{agent_id}", response_model=AgentOut)
@@ -66,7 +68,7 @@ async def update_agent(
 ) -> AgentOut:
     """Edit an agent's name, delegation description, instructions, access, eligibility, tools or model override.
 
-    A tool that is not registered is refused with 422 naming it; a model the catalog does not list with 400.
+    A tool that is not registered is refused with 404 naming it, and so is a model the catalog does not list.
     """
     changes = body.changes()
     request = pb.UpdateAgentRequest(id=agent_id)

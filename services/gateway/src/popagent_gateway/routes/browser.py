@@ -23,11 +23,13 @@ from popagent_gateway.dto.browser import (
     BrowserSessionOut,
     BrowserSessionsOut,
 )
+from popagent_gateway.dto.sessions import ID_PATTERN
 from popagent_gateway.errors import error_body
 
 router = APIRouter(prefix="/browser", tags=["browser"])
 
-SessionId = Annotated[str, Path(min_length=1, max_length=200)]
+# Browser sessions are the chat sessions' (each with its own tabs): the same id.
+SessionId = Annotated[str, Path(pattern=ID_PATTERN, max_length=128, description="the chat session's id")]
 # Not POPAGENT_GATEWAY_RPC_TIMEOUT_S: a screenshot waits for the page to render, and closing a tab
 # waits for the browser server to close it.
 SCREENSHOT_TIMEOUT_S = 30.0

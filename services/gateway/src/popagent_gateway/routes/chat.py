@@ -12,6 +12,7 @@ from popagent_core.errors import InvalidArgument
 from popagent_core.redaction import redact_ui_message
 from popagent_gateway.configured_models import check_turn_models
 from popagent_gateway.deps import AgentRunnerStateStub, ModelCatalogDep, runner_for_session
+from popagent_gateway.dto import ErrorOut
 from popagent_gateway.dto.chat import MAX_PARTS, ChatTurnCreate, RunningTurnOut, UserMessage
 from popagent_gateway.streaming import UI_STREAM_HEADERS, sse_body
 from popagent_gateway.wire import WARNING_HEADER
@@ -36,12 +37,30 @@ def redacted_message(message: UserMessage) -> bytes:
         200: {
             "description": "The turn as the AI SDK UI message stream v1 over SSE (`data: <chunk JSON>` events, "
             "ending with `data: [DONE]`)",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            # The schema of one event (as OpenAPI 3.2's itemSchema says it, and Schemathesis reads it).
+            "content": {
+                "text/event-stream": {
+                    "schema": {
+                        "type": "object",
+                        "properties": {
+                            "data": {"type": "string", "description": "one UI message stream chunk (JSON), or [DONE]"},
+                            "event": {"type": "string", "enum": ["message"]},
+                        },
+                        "required": ["data"],
+                    }
+                }
+            },
             "headers": {
                 "x-vercel-ai-ui-message-stream": {"schema": {"type": "string", "enum": ["v1"]}},
             },
         },
-        409: {"model": RunningTurnOut, "description": "Conflict: a turn is already running on this session"},
+        409: {
+            # The running turn (double texting refused), or another state of the session that refuses
+            # the turn (its workspace is not the one named): the error tree's shape.
+            "model": RunningTurnOut | ErrorOut,
+            "description": "Conflict: a turn is already running on this session (with its id), or the session's "
+            "state refuses this turn",
+        },
     },
 )
 async def chat(

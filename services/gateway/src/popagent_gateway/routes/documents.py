@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from starlette.convertors import StringConvertor, register_url_convertor
 
 from popagent.agent_runner.v1 import documents_pb2 as pb
 from popagent.agent_runner.v1 import documents_pb2_grpc
@@ -29,7 +30,19 @@ router = APIRouter(prefix="/workspaces/{workspace_id}/documents", tags=["documen
 EMBEDDING_TIMEOUT_S = 120.0
 
 WorkspaceId = Annotated[str, Path(pattern=WORKSPACE_ID_PATTERN, max_length=63)]
-DocumentId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+DOCUMENT_ID_REGEX = r"doc_[0-9a-f]{32}"
+DocumentId = Annotated[str, Path(pattern=f"^{DOCUMENT_ID_REGEX}$", description="as agent-runner makes them")]
+
+
+class DocumentIdConvertor(StringConvertor):
+    """Routes `/{document_id:document_id}` only for what a document id can be, so `/index` and
+    `/search` are never also a document's path: their Allow lists only their own methods, and
+    a PATCH there is 405, not a lookup of a document called "index"."""
+
+    regex = DOCUMENT_ID_REGEX
+
+
+register_url_convertor("document_id", DocumentIdConvertor())
 
 
 async def get_documents(request: Request) -> documents_pb2_grpc.DocumentsServiceStub:
@@ -139,13 +152,13 @@ async def search_documents(workspace_id: WorkspaceId, body: DocumentSearch, docs
     )
 
 
-@router.get("/{document_id}", response_model=DocumentOut)
+@router.get("/{document_id:document_id}", response_model=DocumentOut)
 async def get_document(workspace_id: WorkspaceId, document_id: DocumentId, docs: DocumentsStub) -> DocumentOut:
     """One document with its content."""
     return document_out(await docs.GetDocument(pb.GetDocumentRequest(workspace_id=workspace_id, id=document_id)))
 
 
-@router.patch("/{document_id}", response_model=DocumentOut)
+@router.patch("/{document_id:document_id}", response_model=DocumentOut)
 async def update_document(
     workspace_id: WorkspaceId, document_id: DocumentId, body: DocumentPatch, docs: DocumentsStub
 ) -> DocumentOut:
@@ -157,7 +170,7 @@ async def update_document(
     return document_out(document)
 
 
-@router.delete("/{document_id}", status_code=204, response_class=Response)
+@router.delete("/{document_id:document_id}", status_code=204, response_class=Response)
 async def delete_document(workspace_id: WorkspaceId, document_id: DocumentId, docs: DocumentsStub) -> Response:
     """Remove an added document; a workspace file's document is refused (400): exclude it from the index instead."""
     await docs.DeleteDocument(pb.DeleteDocumentRequest(workspace_id=workspace_id, id=document_id))

@@ -71,10 +71,9 @@ def _window(query: WindowQuery) -> tuple[datetime, datetime]:
     since = query.since or until - DEFAULT_WINDOW
     if since.tzinfo is None or until.tzinfo is None:
         raise InvalidArgument("since and until must carry a time zone")
-    if since >= until:
-        raise InvalidArgument("since must be before until")
-    if until - since > timedelta(days=MAX_WINDOW_DAYS):
-        raise InvalidArgument(f"the window must be at most {MAX_WINDOW_DAYS} days")
+    # Both are well-formed requests a schema cannot tell apart from others, so they answer
+    # (as documented on `since`) rather than refuse: an empty window, or the last 366 days.
+    since = min(max(since, until - timedelta(days=MAX_WINDOW_DAYS)), until)
     return since, until
 
 
@@ -122,18 +121,21 @@ async def overview(request: Request, query: Annotated[OverviewQuery, Query()]) -
     )
 
 
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MICROSECOND = timedelta(microseconds=1)
+
+
+def _next_keyset_cursor(at: datetime, last_id: str) -> str:
+    """The nextCursor after a row (KEYSET_CURSOR_PATTERN): its time in microseconds, and its id."""
+    return f"{(at - EPOCH) // MICROSECOND}~{last_id}"
+
+
 def _keyset_cursor(cursor: str | None) -> tuple[datetime, str] | None:
-    """`<ISO time>~<id>` of the last listed row, as the lists' nextCursor gives it."""
+    """The position a nextCursor names; the query's pattern has already checked its shape."""
     if cursor is None:
         return None
-    at, _, last_id = cursor.rpartition("~")
-    try:
-        started = datetime.fromisoformat(at)
-    except ValueError:
-        started = None
-    if started is None or started.tzinfo is None or not last_id:
-        raise InvalidArgument("cursor is not a nextCursor of this list")
-    return started, last_id
+    micros, _, last_id = cursor.partition("~")
+    return EPOCH + int(micros) * MICROSECOND, last_id
 
 
 @router.get("/traces", response_model=TraceListOut)
@@ -169,7 +171,7 @@ async def list_traces(request: Request, query: Annotated[TraceListQuery, Query()
             )
             for t in page
         ],
-        next_cursor=f"{last.started_at.isoformat()}~{last.trace_id}" if last is not None else None,
+        next_cursor=_next_keyset_cursor(last.started_at, last.trace_id) if last is not None else None,
     )
 
 
@@ -363,5 +365,5 @@ async def list_feedback(request: Request, query: Annotated[FeedbackListQuery, Qu
     last = page[-1] if len(found) > query.limit else None
     return FeedbackListOut(
         feedback=[_feedback_out(f) for f in page],
-        next_cursor=f"{last.created_at.isoformat()}~{last.id}" if last is not None else None,
+        next_cursor=_next_keyset_cursor(last.created_at, last.id) if last is not None else None,
     )

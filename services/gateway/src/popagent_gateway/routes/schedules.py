@@ -13,12 +13,12 @@ from fastapi import APIRouter, Path, Query, Response
 from popagent.tasks.v1 import tasks_pb2
 from popagent_gateway.deps import TasksStub
 from popagent_gateway.dto.schedules import (
-    MAX_REF_CHARS,
     ScheduleCreate,
     ScheduleListOut,
     ScheduleOut,
     SchedulePatch,
 )
+from popagent_gateway.dto.workspaces import OPTIONAL_WORKSPACE_ID_PATTERN
 
 router = APIRouter(prefix="/schedules", tags=["schedules"])
 
@@ -49,7 +49,7 @@ def schedule_out(schedule: tasks_pb2.Schedule) -> ScheduleOut:
 @router.get("", response_model=ScheduleListOut)
 async def list_schedules(
     stub: TasksStub,
-    workspace_id: Annotated[str, Query(alias="workspaceId", max_length=MAX_REF_CHARS)] = "",
+    workspace_id: Annotated[str, Query(alias="workspaceId", pattern=OPTIONAL_WORKSPACE_ID_PATTERN)] = "",
 ) -> ScheduleListOut:
     """User and system schedules, oldest first."""
     response = await stub.ListSchedules(tasks_pb2.ListSchedulesRequest(workspace_id=workspace_id))

@@ -16,6 +16,9 @@ from popagent.secrets.v1 import secrets_pb2
 from popagent_gateway.deps import SecretsStub
 from popagent_gateway.dto.secrets import (
     MAX_ID_CHARS,
+    RESOURCE_ID_PATTERN,
+    SECRET_ID_PATTERN,
+    SECRET_NAME_PATTERN,
     OriginBind,
     OriginQuery,
     SecretListOut,
@@ -26,9 +29,9 @@ from popagent_gateway.dto.secrets import (
 
 router = APIRouter(prefix="/secrets", tags=["secrets"])
 
-SecretId = Annotated[str, Path(min_length=1, max_length=64)]
-ResourceIdPath = Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS)]
-SecretNamePath = Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS)]
+SecretId = Annotated[str, Path(min_length=36, max_length=36, pattern=SECRET_ID_PATTERN, description="a UUID")]
+ResourceIdPath = Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS, pattern=RESOURCE_ID_PATTERN)]
+SecretNamePath = Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS, pattern=SECRET_NAME_PATTERN)]
 
 
 def secret_out(info: secrets_pb2.SecretInfo) -> SecretOut:

@@ -16,7 +16,6 @@ from popagent.tasks.v1 import tasks_pb2
 from popagent_gateway.deps import TasksStub
 from popagent_gateway.dto.tasks import (
     MAX_LIST,
-    MAX_REF_CHARS,
     TaskCreate,
     TaskListOut,
     TaskOut,
@@ -24,6 +23,7 @@ from popagent_gateway.dto.tasks import (
     TaskResolve,
     TaskStatus,
 )
+from popagent_gateway.dto.workspaces import OPTIONAL_WORKSPACE_ID_PATTERN
 
 router = APIRouter(prefix="/tasks", tags=["tasks"])
 
@@ -71,7 +71,7 @@ def task_out(task: tasks_pb2.Task) -> TaskOut:
 async def list_tasks(
     stub: TasksStub,
     limit: Annotated[int, Query(ge=1, le=MAX_LIST)] = MAX_LIST,
-    workspace_id: Annotated[str, Query(alias="workspaceId", max_length=MAX_REF_CHARS)] = "",
+    workspace_id: Annotated[str, Query(alias="workspaceId", pattern=OPTIONAL_WORKSPACE_ID_PATTERN)] = "",
     status: Annotated[TaskStatus | None, Query()] = None,
 ) -> TaskListOut:
     """Most recent background tasks first, with their latest progress."""
