@@ -58,6 +58,7 @@ def test_next_runs_follow_the_schedules_timezone_across_daylight_saving() -> Non
     # Oslo moves from CET (+1) to CEST (+2) on 2026-03-29: 08:30 local is 07:30 UTC before, 06:30 after.
     before_spring = datetime(2026, 3, 28, 12, tzinfo=UTC)
     first = next_run("30 8 * * *", "Europe/Oslo", before_spring)
+    assert first is not None
     second = next_run("30 8 * * *", "Europe/Oslo", first)
     assert first == datetime(2026, 3, 29, 6, 30, tzinfo=UTC)  # 08:30 CEST
     assert second == datetime(2026, 3, 30, 6, 30, tzinfo=UTC)

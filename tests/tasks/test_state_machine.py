@@ -279,7 +279,7 @@ class TaskLifecycle(RuleBasedStateMachine):
                 )
             )
 
-        def ticks_for(schedule: Schedule) -> tuple[list[datetime], datetime]:
+        def ticks_for(schedule: Schedule) -> tuple[list[datetime], datetime | None]:
             assert schedule.timezone is not None and schedule.next_run_at is not None
             return due_ticks(schedule.cron, schedule.timezone, schedule.next_run_at, datetime.now(UTC))
 
