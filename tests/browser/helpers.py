@@ -106,3 +106,13 @@ async def everything_stored(stack: Stack) -> bytes:
                 rows = await conn.fetch(f'SELECT t::text AS row FROM "{schema}"."{table["table_name"]}" t')
                 dump.extend(row["row"] for row in rows)
     return orjson.dumps(dump)
+
+
+# A line of the server's tab list: `- 0: (current) [title](url)`.
+TAB = re.compile(r"^- (\d+):( \(current\))? \[[^\]]*\]\((\S+)\)", re.MULTILINE)
+
+
+async def tabs_of(b: Bridge) -> list[tuple[int, bool, str]]:
+    """The session's tab list as the model sees it: (index, current, url)."""
+    text = await b.text("browser_tabs", action="list")
+    return [(int(i), bool(current), url) for i, current, url in TAB.findall(text)]

@@ -18,8 +18,7 @@ import pytest
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from browser.helpers import Bridge
-from browser.test_browser_tabs import tabs_of
+from browser.helpers import Bridge, tabs_of
 from popagent.browser_bridge.v1 import navigator_pb2, navigator_pb2_grpc
 from popagent_browser_bridge.service import build as build_browser_bridge
 from popagent_browser_bridge.settings import Settings as BrowserBridgeSettings

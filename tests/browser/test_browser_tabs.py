@@ -14,7 +14,7 @@ import pytest
 from chat.helpers import new_session
 from mcp.client.session import ClientSession
 
-from browser.helpers import Bridge, bridge
+from browser.helpers import TAB, Bridge, bridge, tabs_of
 from popagent_browser_bridge.bifrost import BifrostClient
 from popagent_browser_bridge.navigator import BrowserGate, Navigator
 from popagent_browser_bridge.scrub import SecretValues
@@ -26,14 +26,6 @@ from support.waiting import eventually
 
 # One browser server (node + chromium, ~0.5 GB) for the whole browser suite: keep it on one worker.
 pytestmark = pytest.mark.xdist_group("browser")
-
-TAB = re.compile(r"^- (\d+):( \(current\))? \[[^\]]*\]\((\S+)\)", re.MULTILINE)
-
-
-async def tabs_of(b: Bridge) -> list[tuple[int, bool, str]]:
-    """The session's tab list as the model sees it: (index, current, url)."""
-    text = await b.text("browser_tabs", action="list")
-    return [(int(i), bool(current), url) for i, current, url in TAB.findall(text)]
 
 
 def ref_of(snapshot: str, role: str, name: str) -> str:

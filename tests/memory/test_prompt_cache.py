@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 from chat.helpers import chat, new_session
 
-from memory.test_through_the_stack import LONG, memory_settings
+from memory.stack_helpers import LONG, memory_settings
 from popagent_agent_runner.turn.observational.memory import PREAMBLE
 from support.memory_agents import is_observer, is_reflector, memory_agents
 from support.model_gateway import Body

@@ -3,33 +3,12 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
-
-import httpx
 from chat.helpers import chat, new_session
 
+from memory.stack_helpers import LONG, memory_settings
 from popagent_agent_runner.turn.observational.memory import PREAMBLE
 from support.memory_agents import is_observer, memory_agents
 from support.stacks import Stack
-
-LONG = (
-    "Here is a long message about my week, with enough words that a few of them cross the smallest "
-    "observation threshold: I visited Lisbon, met Ada, counted 1729 pigeons and wrote it all down. "
-) * 3
-
-
-@contextlib.asynccontextmanager
-async def memory_settings(client: httpx.AsyncClient, **changes: object) -> AsyncIterator[None]:
-    """Memory settings changed for the block, then restored (the stack is shared)."""
-    before = (await client.get("/api/settings/memory")).json()
-    response = await client.patch("/api/settings/memory", json=changes)
-    assert response.status_code == 200, response.text
-    try:
-        yield
-    finally:
-        restore = {key: before[key] for key in changes}
-        assert (await client.patch("/api/settings/memory", json=restore)).status_code == 200
 
 
 async def test_a_long_chat_is_observed_and_deleting_the_session_removes_its_observations(stack: Stack) -> None:
