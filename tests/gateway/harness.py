@@ -12,8 +12,9 @@ from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
 
 API_KEY = "c" * 32
-# POPAGENT_GATEWAY_RPC_TIMEOUT_S of the harness: short, so a test can outlast it.
-RPC_TIMEOUT_S = 0.3
+# POPAGENT_GATEWAY_RPC_TIMEOUT_S of the harness: short, so a test can outlast it, yet long enough for
+# a first call while the suite loads both cores (0.3 s was not, once, in CI).
+RPC_TIMEOUT_S = 1.0
 USER_MESSAGE = {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hello"}]}
 
 Script = Callable[[pb.ChatRequest, grpc.aio.ServicerContext], AsyncIterator[pb.TurnEventBatch]]
