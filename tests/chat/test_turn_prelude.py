@@ -4,12 +4,10 @@ reads give (so a turn's request is the same whether it uses the prelude's read o
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import asyncpg
-import httpx
+from memory.stack_helpers import LONG, memory_settings
 
 from chat.helpers import chat, new_session
 from popagent_agent_runner.turn import MEMORY_QUERIES, QUERIES
@@ -17,24 +15,6 @@ from popagent_agent_runner.turn.observational.memory import ObservationalMemory,
 from popagent_agent_runner.turn.thread_store import ThreadStore
 from support.memory_agents import memory_agents
 from support.stacks import Stack
-
-LONG = (
-    "Here is a long message about my week, with enough words that a few of them cross the smallest "
-    "observation threshold: I visited Lisbon, met Ada, counted 1729 pigeons and wrote it all down. "
-) * 3
-
-
-@contextlib.asynccontextmanager
-async def memory_settings(client: httpx.AsyncClient, **changes: object) -> AsyncIterator[None]:
-    """Memory settings changed for the block, then restored (the stack is shared)."""
-    before = (await client.get("/api/settings/memory")).json()
-    assert (await client.patch("/api/settings/memory", json=changes)).status_code == 200
-    try:
-        yield
-    finally:
-        assert (
-            await client.patch("/api/settings/memory", json={key: before[key] for key in changes})
-        ).status_code == 200
 
 
 def _unused_model(route: str) -> Any:
