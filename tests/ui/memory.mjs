@@ -6,65 +6,10 @@
 //   config: {url, apiKey, outDir, chromium, sessionTitle, observation, tokensSaved, memoryId, memoryContent,
 //            settings: [{name, description}]}
 // Prints one JSON report on stdout: {steps: [{step, ok, ms, detail}]}; exits 1 when a step failed.
-import { mkdirSync, readFileSync } from "node:fs";
-import { createRequire } from "node:module";
-import { dirname, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { check, openDriver } from "./driver.mjs";
 
-const here = dirname(fileURLToPath(import.meta.url));
-const require = createRequire(resolve(here, "../../ui/package.json"));
-const { chromium } = require("playwright-core");
-
-const config = JSON.parse(readFileSync(process.argv[2], "utf8"));
-const { url, apiKey, outDir, sessionTitle, observation, tokensSaved, memoryId, memoryContent, settings } = config;
-mkdirSync(outDir, { recursive: true });
-
-const report = [];
-const passed = new Set();
-class StepFailed extends Error {}
-function check(condition, message) {
-  if (!condition) throw new StepFailed(message);
-}
-
-const browser = await chromium.launch({
-  executablePath: config.chromium || "/usr/bin/chromium",
-  headless: true,
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-sync"],
-});
-const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
-// The API key as the key prompt would have kept it.
-await context.addInitScript((key) => localStorage.setItem("popagent.apiKey", key), apiKey);
-const page = await context.newPage();
-const pageErrors = [];
-page.on("pageerror", (error) => pageErrors.push(error.message));
-
-async function step(name, needs, run) {
-  const missing = needs.filter((need) => !passed.has(need));
-  if (missing.length) {
-    report.push({ step: name, ok: false, ms: 0, detail: `not run: needs ${missing.join(", ")}` });
-    return;
-  }
-  const started = Date.now();
-  try {
-    const detail = await run();
-    check(!pageErrors.length, `page errors: ${pageErrors.join("; ")}`);
-    passed.add(name);
-    report.push({ step: name, ok: true, ms: Date.now() - started, detail: detail ?? "" });
-  } catch (error) {
-    const text = String(error?.message ?? error).split("\n").slice(0, 8).join("\n");
-    report.push({ step: name, ok: false, ms: Date.now() - started, detail: text });
-    await page.screenshot({ path: resolve(outDir, `memory-failed-${name.replaceAll(" ", "-")}.png`), fullPage: true }).catch(() => undefined);
-  }
-}
-
-// The page scrolls inside its main region, so a full-page shot is taken in a tall viewport.
-async function shot(name) {
-  const viewport = page.viewportSize();
-  const height = await page.evaluate(() => document.querySelector("main")?.scrollHeight ?? 0);
-  await page.setViewportSize({ width: viewport.width, height: Math.min(Math.max(viewport.height, height + 60), 4000) });
-  await page.screenshot({ path: resolve(outDir, `memory-${name}.png`) });
-  await page.setViewportSize(viewport);
-}
+const { config, page, step, shot, finish } = await openDriver({ prefix: "memory", viewport: { width: 1280, height: 900 } });
+const { url, sessionTitle, observation, tokensSaved, memoryId, memoryContent, settings } = config;
 
 const digits = (text) => text.replace(/\D/g, "");
 const figure = (label) => page.locator("dl.memory-figures dt", { hasText: label }).locator("xpath=following-sibling::dd[1]");
@@ -153,6 +98,4 @@ await step("settings descriptions", [], async () => {
   return `${settings.length} settings described`;
 });
 
-await browser.close();
-console.log(JSON.stringify({ steps: report }));
-process.exit(report.every((s) => s.ok) ? 0 : 1);
+await finish();

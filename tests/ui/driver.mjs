@@ -1,0 +1,74 @@
+// What the page drivers (memory.mjs, observability.mjs) share: Debian's headless Chromium through
+// playwright-core (from ui/node_modules), the API key as the key prompt would have kept it, named
+// steps that depend on earlier ones, and screenshots of a page that scrolls inside its main region.
+// A driver prints one JSON report on stdout: {steps: [{step, ok, ms, detail}]}; exits 1 when a step failed.
+import { mkdirSync, readFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { dirname, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const require = createRequire(resolve(here, "../../ui/package.json"));
+const { chromium } = require("playwright-core");
+
+class StepFailed extends Error {}
+export function check(condition, message) {
+  if (!condition) throw new StepFailed(message);
+}
+
+/** The config file named on the command line, a browser page logged in with its apiKey, and the step helpers.
+ * Screenshots are `<outDir>/<prefix>-<name>.png`; `settleMs` waits after a resize before a shot. */
+export async function openDriver({ prefix, viewport, settleMs = 0 }) {
+  const config = JSON.parse(readFileSync(process.argv[2], "utf8"));
+  mkdirSync(config.outDir, { recursive: true });
+  const report = [];
+  const passed = new Set();
+  const browser = await chromium.launch({
+    executablePath: config.chromium || "/usr/bin/chromium",
+    headless: true,
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-sync"],
+  });
+  const context = await browser.newContext({ viewport });
+  await context.addInitScript((key) => localStorage.setItem("popagent.apiKey", key), config.apiKey);
+  const page = await context.newPage();
+  const pageErrors = [];
+  page.on("pageerror", (error) => pageErrors.push(error.message));
+
+  async function step(name, needs, run) {
+    const missing = needs.filter((need) => !passed.has(need));
+    if (missing.length) {
+      report.push({ step: name, ok: false, ms: 0, detail: `not run: needs ${missing.join(", ")}` });
+      return;
+    }
+    const started = Date.now();
+    try {
+      const detail = await run();
+      check(!pageErrors.length, `page errors: ${pageErrors.join("; ")}`);
+      passed.add(name);
+      report.push({ step: name, ok: true, ms: Date.now() - started, detail: detail ?? "" });
+    } catch (error) {
+      const text = String(error?.message ?? error).split("\n").slice(0, 8).join("\n");
+      report.push({ step: name, ok: false, ms: Date.now() - started, detail: text });
+      const failed = resolve(config.outDir, `${prefix}-failed-${name.replaceAll(" ", "-")}.png`);
+      await page.screenshot({ path: failed, fullPage: true }).catch(() => undefined);
+    }
+  }
+
+  // The page scrolls inside its main region, so a full-page shot is taken in a tall viewport.
+  async function shot(name) {
+    const current = page.viewportSize();
+    const height = await page.evaluate(() => document.querySelector("main")?.scrollHeight ?? 0);
+    await page.setViewportSize({ width: current.width, height: Math.min(Math.max(current.height, height + 60), 4000) });
+    if (settleMs) await page.waitForTimeout(settleMs);
+    await page.screenshot({ path: resolve(config.outDir, `${prefix}-${name}.png`) });
+    await page.setViewportSize(current);
+  }
+
+  async function finish() {
+    await browser.close();
+    console.log(JSON.stringify({ steps: report }));
+    process.exit(report.every((s) => s.ok) ? 0 : 1);
+  }
+
+  return { config, context, page, step, shot, finish };
+}
