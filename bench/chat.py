@@ -26,8 +26,10 @@ Targets: added time to first token <= 15 ms p50; stack throughput >= 90% of dire
 
 Tracing: the same run starts a second stack with `OTEL_SDK_DISABLED=true` (no tracer provider,
 no span export, no stored logs) beside the traced one, which exports every span to its own
-observability database as in production, and measures both at each level. Targets for the cost
-of tracing: time to first token +<= 1 ms p50, stream throughput at most 3 % lower.
+observability database as in production, and measures both at each level, alternating between
+them (turn by turn at one chat, where the median of each traced turn minus the untraced turn next
+to it is printed too). Tracing's CPU per turn is the difference of the stacks' CPU per chunk.
+Targets for the cost of tracing: time to first token +<= 1 ms p50, stream throughput at most 3 % lower.
 
     .venv/bin/python bench/chat.py [--chunks 200] [--chunk-delay-ms 5] [--rounds 4] [--levels 1,50] [--runner-workers N]
 """
@@ -409,11 +411,20 @@ async def run(chunks: int, chunk_delay_s: float, rounds: int, levels: list[int],
             for concurrency in levels:
                 # At least 20 turns per path and level, so a p50 means something at low concurrency.
                 turns_each = max(rounds, -(-20 // concurrency))
-                results = {
+                results: dict[str, list[Level]] = {
                     "direct": [await run_level(direct, concurrency, turns_each, stream_s, pids)],
-                    "stack": [await run_level(through, concurrency, turns_each, stream_s, pids)],
-                    "untraced": [await run_level(untraced, concurrency, turns_each, stream_s, untraced_pids)],
+                    "stack": [],
+                    "untraced": [],
                 }
+                # Traced and untraced alternate in blocks (ABBA, so a drift of the machine or of the
+                # growing histories weighs on both alike): turn by turn at one chat, halves above.
+                blocks = turns_each if concurrency == 1 else 2
+                for block in range(blocks):
+                    order = ("stack", "untraced") if block % 4 in (0, 3) else ("untraced", "stack")
+                    for name in order:
+                        turn, level_pids = (through, pids) if name == "stack" else (untraced, untraced_pids)
+                        share = turns_each // blocks + (1 if block < turns_each % blocks else 0)
+                        results[name].append(await run_level(turn, concurrency, share, stream_s, level_pids))
                 report(concurrency, chunks, results)
 
 
@@ -450,6 +461,18 @@ def report(concurrency: int, chunks: int, results: dict[str, list[Level]]) -> No
         f"  (target <= +1 ms: {'ok' if tracing_ttft <= 1 else 'MISSED'}),"
         f" throughput {tracing_ratio:.1%}  (target >= 97%: {'ok' if tracing_ratio >= 0.97 else 'MISSED'})"
     )
+    traced_turns = [t.ttft for level in results["stack"] for t in level.turns]
+    untraced_turns = [t.ttft for level in results["untraced"] for t in level.turns]
+    if concurrency == 1 and len(traced_turns) == len(untraced_turns):
+        # Each traced turn against the untraced turn run next to it: the two stacks' own spread
+        # (±2.5 ms between p50s of separate runs) mostly cancels in the pairs.
+        paired = p50_ms([a - b for a, b in zip(traced_turns, untraced_turns, strict=True)])
+        print(f"  tracing on vs off, median of {len(traced_turns)} paired turns: {paired:+.2f} ms")
+    stack_cpu = sum(v for k, v in through.items() if k.startswith("cpu_us:") and "model" not in k and "bench" not in k)
+    untraced_cpu = sum(
+        v for k, v in untraced.items() if k.startswith("cpu_us:") and "model" not in k and "bench" not in k
+    )
+    print(f"  tracing's CPU per turn, all stack processes: {(stack_cpu - untraced_cpu) * chunks / 1000:+.2f} ms")
     processes = [key.split(":", 1)[1] for key in through if key.startswith("cpu_us:")]
     print("  CPU per streamed chunk, µs (stack run, tracing on | tracing off; direct run in brackets):")
     for process in processes:

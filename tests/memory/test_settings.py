@@ -10,7 +10,7 @@ from pydantic_ai.messages import BinaryContent
 
 from memory.harness import Conversation, Conversations, settings
 from popagent_agent_runner.turn.observational.memory import MemorySettings, temporal_marker
-from popagent_agent_runner.turn.observational.tokens import count_text
+from popagent_agent_runner.turn.observational.tokens import count_messages, count_text
 from support.memory_agents import is_observer, is_reflector, memory_agents
 from support.model_gateway import Body
 
@@ -153,6 +153,9 @@ async def test_temporal_markers_mark_gaps_between_messages(conversations: Conver
     marker = temporal_marker(start + dt.timedelta(seconds=5), start + dt.timedelta(hours=3))
     assert marker is not None and marker in sent
     assert on.memory.prompt_marker is not None and "23 hours" in on.memory.prompt_marker
+    # The history's count comes from each message's stored count plus the markers put in it, and
+    # is what counting the history the model gets gives.
+    assert on.memory.raw_tokens == count_messages(on.memory.history)
 
 
 async def test_forward_attachments_sends_them_to_the_observer(conversations: Conversations) -> None:

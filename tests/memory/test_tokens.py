@@ -51,3 +51,5 @@ async def test_each_message_is_counted_once_and_the_count_is_stored(conversation
     assert record.memory.raw_messages == 4
     raw = await conversations.memory.raw(conversation.thread_id, 0)
     assert raw[0].tokens == 777
+    # The turn's history count is the sum of the stored counts, the history is not tokenized again.
+    assert record.memory.raw_tokens == sum(message.tokens for message in raw[:4])

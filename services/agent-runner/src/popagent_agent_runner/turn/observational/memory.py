@@ -70,7 +70,7 @@ from popagent_agent_runner.turn.observational.observer import (
     render,
     tail,
 )
-from popagent_agent_runner.turn.observational.tokens import Calibration, count_messages, count_text
+from popagent_agent_runner.turn.observational.tokens import PART_OVERHEAD, Calibration, count_messages, count_text
 from popagent_agent_runner.turn.observational.windows import ContextWindows
 from popagent_core.db import wrap_db_errors
 from popagent_core.errors import ConfigurationError
@@ -575,9 +575,13 @@ class ObservationalMemory:
         text = "\n".join(e.content for e in view.log if e.active and e.content)
         block = observations_block(text)
         history: list[ModelMessage] = []
+        # Each stored message's count is kept on its row: the history is never re-tokenized per turn
+        # (BPE over a 60-turn thread is ~10 ms, most of a turn's own CPU before its first token).
+        raw_tokens = 0
         previous: dt.datetime | None = None
         for message in raw:
             parts = message.messages
+            raw_tokens += message.tokens
             if settings.temporal_markers and previous is not None and message.role == "user":
                 marker = temporal_marker(previous, message.created_at)
                 if marker and parts and isinstance(parts[0], ModelRequest):
@@ -586,13 +590,13 @@ class ObservationalMemory:
                         dataclasses.replace(first, parts=[UserPromptPart(content=marker), *first.parts]),
                         *parts[1:],
                     ]
+                    raw_tokens += PART_OVERHEAD + count_text(marker)
             history.extend(parts)
             previous = message.created_at
         prompt_marker = None
         if settings.temporal_markers and previous is not None:
             prompt_marker = temporal_marker(previous, now)
         block_tokens = count_text(block) + 7 if block else 0
-        raw_tokens = count_messages(history)
         return TurnMemory(
             history=history,
             observations=block,
