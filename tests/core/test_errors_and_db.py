@@ -120,13 +120,17 @@ def test_load_queries_reads_named_queries(tmp_path: Path):
         "FROM a;\n"
         "\n"
         "--name:second\n"
-        "-- a comment inside the query stays\n"
+        "-- what the query does (its documentation, not sent)\n"
+        "\n"
         "SELECT 2\n"
+        "-- a comment inside the query stays\n"
+        "FROM b\n"
     )
 
+    # Each query is sent named: the name is what a query span's statement and pg_stat_activity show.
     assert db.load_queries(path) == {
-        "first_query": "SELECT 1\nFROM a;",
-        "second": "-- a comment inside the query stays\nSELECT 2",
+        "first_query": "/* first_query */ SELECT 1\nFROM a;",
+        "second": "/* second */ SELECT 2\n-- a comment inside the query stays\nFROM b",
     }
 
 

@@ -87,3 +87,8 @@ async def test_a_turn_with_a_delegation_a_tool_and_hooks_is_one_trace(chat_stack
     assert {"UserPromptSubmit", "PreToolUse", "SubagentStart", "SubagentStop", "Stop"} <= hook_events
     assert all(span.attributes["popagent.hook.outcome"] == "pass" for span in by_name["hook.dispatch"])  # type: ignore[index]
     assert len({hex_trace_id(span) for span in in_trace}) == 1
+    # A query span is named by its SQL operation and its statement names the query, never by the
+    # documentation comment a queries file keeps above it.
+    queries = [s for s in in_trace if (s.attributes or {}).get("db.system") == "postgresql"]
+    assert queries and not any(s.name.startswith("--") for s in queries)
+    assert any(str((s.attributes or {}).get("db.statement", "")).startswith("/* turn_prelude */") for s in queries)

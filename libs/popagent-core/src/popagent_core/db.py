@@ -84,19 +84,31 @@ def wrap_db_errors() -> Iterator[None]:
 def load_queries(path: Path) -> dict[str, str]:
     """Named queries from one .sql file: each starts with a `-- name: <query_name>` line.
 
-    Keeps SQL as SQL (procrastinate's queries.sql habit) while giving code a name to call.
+    Keeps SQL as SQL (procrastinate's queries.sql habit) while giving code a name to call. The
+    comment lines right under the name document the query in the file; what is sent is the query
+    named in a leading `/* name */` (seen in `pg_stat_activity` and in a query span's statement),
+    then the SQL with any comments inside it. A leading `--` line would also be what the asyncpg
+    instrumentation names the span by: it strips only a leading `/* */` to find the operation.
     """
     queries: dict[str, str] = {}
     name: str | None = None
     lines: list[str] = []
+
+    def finish() -> None:
+        assert name is not None
+        body = "\n".join(lines).strip().splitlines()
+        while body and (not body[0].strip() or body[0].lstrip().startswith("--")):
+            body.pop(0)
+        queries[name] = f"/* {name} */ " + "\n".join(body)
+
     for line in path.read_text().splitlines():
         header = re.match(r"^--\s*name:\s*(\w+)\s*$", line)
         if header:
             if name:
-                queries[name] = "\n".join(lines).strip()
+                finish()
             name, lines = header.group(1), []
         elif name is not None:
             lines.append(line)
     if name:
-        queries[name] = "\n".join(lines).strip()
+        finish()
     return queries
