@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 from chat.helpers import chat, new_session
+from pydantic_ai.messages import ModelMessagesTypeAdapter
 
 from memory.stack_helpers import LONG, memory_settings
 from popagent_agent_runner.turn.observational.memory import PREAMBLE
+from popagent_agent_runner.turn.observational.tokens import count_messages
 from support.memory_agents import is_observer, memory_agents
 from support.stacks import Stack
 
@@ -65,3 +67,20 @@ async def test_the_session_memory_view_shows_the_log_and_the_tokens_saved(stack:
         assert view["tokensSaved"] == view["observedMessageTokens"] - view["observationTokens"] > 0
         assert view["rawMessages"] >= 2
         assert (await client.get("/api/sessions/no-such-session/memory")).status_code == 404
+
+
+async def test_a_turn_stores_its_messages_with_their_token_counts(stack: Stack) -> None:
+    # With the memory off nothing after the turn reads the messages back: the counts are the commit's.
+    stack.models.responder = memory_agents()
+    async with stack.client() as client, memory_settings(client, enabled=False):
+        session = await new_session(client)
+        assert (await chat(client, session, f"Count this: {LONG}"))[-1] == "[DONE]"
+        async with stack.db() as db:
+            rows = await db.fetch(
+                "SELECT role, (content -> 'model')::text AS model, tokens FROM popagent_thread_messages"
+                " WHERE thread_id = $1 ORDER BY seq",
+                session,
+            )
+    assert [row["role"] for row in rows] == ["user", "assistant"]
+    for row in rows:
+        assert row["tokens"] == count_messages(ModelMessagesTypeAdapter.validate_json(row["model"])) > 0

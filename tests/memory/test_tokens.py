@@ -7,6 +7,7 @@ from pydantic_ai.messages import ModelRequest, UserPromptPart
 from memory.harness import Conversations, settings
 from popagent_agent_runner.turn.observational.tokens import Calibration, count_message, count_text
 from support.memory_agents import memory_agents
+from support.stacks import MODEL
 
 
 def test_counts_are_o200k_tokens() -> None:
@@ -53,3 +54,21 @@ async def test_each_message_is_counted_once_and_the_count_is_stored(conversation
     assert raw[0].tokens == 777
     # The turn's history count is the sum of the stored counts, the history is not tokenized again.
     assert record.memory.raw_tokens == sum(message.tokens for message in raw[:4])
+
+
+async def test_after_a_turn_the_calibration_follows_the_reported_prompt_tokens(conversations: Conversations) -> None:
+    conversations.gateway.responder = memory_agents()
+    conversation = await conversations.new()
+    await conversation.turn("Calibrate on this thread.", settings())
+    memory = conversations.memory
+    counted = (await conversation.turn("Once more.", settings(), probe=True)).memory
+    assert counted.calibration == 1.0
+    await memory.after_turn(conversation.thread_id, MODEL, counted, reported_prompt_tokens=2 * counted.request_tokens)
+    factor = (await memory.state(conversation.thread_id)).calibration
+    assert factor == Calibration().observe(2 * counted.request_tokens, counted.request_tokens).factor > 1.0
+    # A turn counted with a factor that has changed since leaves the newer one as it is.
+    await memory.after_turn(conversation.thread_id, MODEL, counted, reported_prompt_tokens=3 * counted.request_tokens)
+    assert (await memory.state(conversation.thread_id)).calibration == factor
+    # Without a reported count the factor stays too.
+    await memory.after_turn(conversation.thread_id, MODEL, counted)
+    assert (await memory.state(conversation.thread_id)).calibration == factor

@@ -116,10 +116,11 @@ SELECT count(*) AS messages, coalesce(max(seq), 0) AS last_seq, max(seq) FILTER 
 FROM popagent_thread_messages WHERE thread_id = $1
 
 -- name: insert_thread_messages
--- A turn's messages, in order, each deduplicated by id; returns the seqs of those stored now.
-INSERT INTO popagent_thread_messages (thread_id, id, role, content)
-SELECT $1, m.id, m.role, m.content::jsonb
-FROM unnest($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS m(id, role, content, position)
+-- A turn's messages, in order, each deduplicated by id, with their token counts ($5, NULL: counted
+-- when first read); returns the seqs of those stored now.
+INSERT INTO popagent_thread_messages (thread_id, id, role, content, tokens)
+SELECT $1, m.id, m.role, m.content::jsonb, m.tokens
+FROM unnest($2::text[], $3::text[], $4::text[], $5::integer[]) WITH ORDINALITY AS m(id, role, content, tokens, position)
 ORDER BY m.position
 ON CONFLICT (thread_id, id) DO NOTHING
 RETURNING seq
@@ -285,8 +286,9 @@ FROM before
 WHERE EXISTS (SELECT 1 FROM session)
 
 -- name: replace_thread_message
--- The user message stored before the model call, replaced by the request the model was sent.
-UPDATE popagent_thread_messages SET content = $3::jsonb WHERE thread_id = $1 AND id = $2
+-- The user message stored before the model call, replaced by the request the model was sent, with
+-- its token count ($4, NULL: counted when first read).
+UPDATE popagent_thread_messages SET content = $3::jsonb, tokens = $4 WHERE thread_id = $1 AND id = $2
 
 -- name: session_double_texting
 -- The session's double-texting policy, read only when a turn is already running on it.

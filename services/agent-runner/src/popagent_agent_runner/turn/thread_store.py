@@ -289,13 +289,14 @@ class ThreadStore:
                 if before["message_seq"] is not None:
                     # A retried prompt replaces what answered it before.
                     await conn.execute(self.q["delete_thread_messages_after"], session_id, before["message_seq"])
-                    await conn.execute(self.q["replace_thread_message"], session_id, user_ui["id"], user_content)
+                    await conn.execute(self.q["replace_thread_message"], session_id, user_ui["id"], user_content, None)
                     await conn.execute(
                         self.q["insert_thread_messages"],
                         session_id,
                         [placeholder_ui["id"]],
                         ["assistant"],
                         [placeholder_content],
+                        [None],
                     )
                 else:
                     await conn.execute(
@@ -304,6 +305,7 @@ class ThreadStore:
                         [user_ui["id"], placeholder_ui["id"]],
                         ["user", "assistant"],
                         [user_content, placeholder_content],
+                        [None, None],
                     )
                 after = await conn.fetchrow(self.q["thread_version_and_seq"], session_id, user_ui["id"])
         return (after["messages"], after["last_seq"])
@@ -364,6 +366,9 @@ class ThreadStore:
         stored_answer = _stored(rest)
         user_content = _content(user_ui, stored_user)
         assistant_content = _content(assistant_ui, stored_answer)
+        # Counted once, here, so what follows the turn (observational memory's thresholds) sums the
+        # stored counts in SQL instead of reading and parsing the messages back.
+        user_tokens, assistant_tokens = count_messages(stored_user), count_messages(stored_answer)
         specialist_rows = [
             (run, _content(None, _stored(run.messages[:1])), _content(None, _stored(run.messages[1:])))
             for run in specialist_runs
@@ -382,13 +387,16 @@ class ThreadStore:
                 if seq is not None:
                     status = await conn.execute(self.q["delete_thread_messages_after"], session_id, seq)
                     deleted = int(status.split()[-1])
-                    await conn.execute(self.q["replace_thread_message"], session_id, user_ui["id"], user_content)
+                    await conn.execute(
+                        self.q["replace_thread_message"], session_id, user_ui["id"], user_content, user_tokens
+                    )
                 stored = await conn.fetch(
                     self.q["insert_thread_messages"],
                     session_id,
                     [user_ui["id"], assistant_ui["id"]],
                     ["user", "assistant"],
                     [user_content, assistant_content],
+                    [user_tokens, assistant_tokens],
                 )
                 if extends and len(stored) == (1 if seq is not None else 2):
                     # The rows follow the version the turn read: the thread is now that plus them.
@@ -402,6 +410,7 @@ class ThreadStore:
                         ["prompt", "answer"],
                         ["user", "assistant"],
                         [prompt, answer],
+                        [None, None],
                     )
                 if outcome is not None:
                     await enqueue_event(conn, subjects.TURN_COMPLETED, outcome.SerializeToString())

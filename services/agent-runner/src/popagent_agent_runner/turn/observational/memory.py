@@ -240,6 +240,8 @@ class TurnMemory:
     dropped: int = 0  # raw messages the guard left out
     window: int | None = None
     settings: MemorySettings | None = None
+    # The thread's calibration factor the request was counted with (`after_turn` updates it from there).
+    calibration: float = 1.0
 
 
 def _gap(delta: dt.timedelta) -> str:
@@ -471,6 +473,7 @@ class ObservationalMemory:
             raw = read.raw if read is not None else await self.raw(thread_id, 0, stop_at_id)
             view = _View(ThreadState(), raw, [])
             memory = self._assemble(view, settings, fixed_tokens, prompt_tokens, now)
+            calibration = read.state.calibration if read is not None else None
         else:
             view = (
                 _View(read.state, read.raw, read.log) if read is not None else await self._read(thread_id, stop_at_id)
@@ -521,10 +524,19 @@ class ObservationalMemory:
                     logger.warning("forced observation failed", extra={"error": str(exc)})
                 view = await self._read(thread_id, stop_at_id)
                 memory = self._assemble(view, settings, fixed_tokens, prompt_tokens, now)
+            calibration = view.state.calibration
         if window is not None and self._over(memory, window, view.state):
             memory = self._drop_oldest(memory, window, view.state)
+        if calibration is None:
+            calibration = (await self.state(thread_id)).calibration
         return dataclasses.replace(
-            memory, observed=observed, waited=waited, reflection=reflection, window=window, settings=settings
+            memory,
+            observed=observed,
+            waited=waited,
+            reflection=reflection,
+            window=window,
+            settings=settings,
+            calibration=calibration,
         )
 
     async def _read(self, thread_id: str, stop_at_id: str) -> _View:
@@ -865,31 +877,40 @@ class ObservationalMemory:
         *,
         reported_prompt_tokens: int | None = None,
     ) -> None:
-        """Record the turn (model, time, calibration) and start background work the settings ask for."""
+        """Record the turn (model, time, calibration) and start background work the settings ask for.
+
+        One round trip on the usual path: the thresholds are decided on counts summed in SQL (the
+        turn's commit stored its messages' counts), not on the thread's messages read back.
+        """
         self.turn_ended(thread_id)
-        state = await self.state(thread_id)
-        calibration = Calibration(state.calibration)
+        factor = based_on = None
         if memory is not None and reported_prompt_tokens:
-            calibration = calibration.observe(reported_prompt_tokens, memory.request_tokens)
+            based_on = memory.calibration
+            factor = Calibration(based_on).observe(reported_prompt_tokens, memory.request_tokens).factor
         with wrap_db_errors():
-            await self.pool.execute(self.q["record_turn"], thread_id, route, calibration.factor)
+            finished = await self.pool.fetchrow(self.q["finish_turn"], thread_id, route, factor, based_on)
         settings = memory.settings if memory is not None and memory.settings is not None else None
         if settings is None or not settings.enabled:
             return
         running = self._background.get(thread_id)
         if running is not None and not running.done():
             return
+        generation = finished["generation"]
         if settings.buffering:
-            unbuffered = sum(m.tokens for m in await self.raw(thread_id, state.buffered_seq))
+            unbuffered = finished["unbuffered_tokens"]
+            if unbuffered is None:  # a message not counted yet (stored by an older build, or by a failed turn)
+                unbuffered = sum(m.tokens for m in await self.raw(thread_id, finished["buffered_seq"]))
             start_at = settings.message_threshold(0) * settings.observation_buffer_activation
             if unbuffered >= start_at:
                 self._start(thread_id, self._buffer(thread_id, route, settings))
                 return
         if settings.reflection_buffering:
-            log = [e for e in await self.log(thread_id, state.generation) if e.active]
-            if _tokens(log) > settings.reflection_observation_tokens * settings.reflection_buffer_activation:
+            if (
+                finished["active_log_tokens"]
+                > settings.reflection_observation_tokens * settings.reflection_buffer_activation
+            ):
                 with wrap_db_errors():
-                    ready = await self.pool.fetchrow(self.q["buffered_reflection"], thread_id, state.generation + 1)
+                    ready = await self.pool.fetchrow(self.q["buffered_reflection"], thread_id, generation + 1)
                 if ready is None:
                     self._start(thread_id, self._reflect_in_background(thread_id, route, settings))
 

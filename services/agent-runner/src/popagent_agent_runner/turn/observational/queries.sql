@@ -102,12 +102,30 @@ FROM popagent_observations
 WHERE thread_id = $1 AND generation = $2 AND active AND last_message_seq > $4
 ORDER BY seq
 
--- name: record_turn
--- The model and end of the thread's latest turn, and the calibration after it.
-INSERT INTO popagent_observation_state (thread_id, last_model, last_turn_at, calibration)
-VALUES ($1, $2, now(), $3)
-ON CONFLICT (thread_id) DO UPDATE
-SET last_model = $2, last_turn_at = now(), calibration = $3, updated_at = now()
+-- name: finish_turn
+-- The model $2 and end of thread $1's latest turn, and the calibration after it ($3) if it still is
+-- the one the turn's count was based on ($4; $3 NULL: left as it is). Returned with the cursor:
+-- what the background work is decided on, the tokens of the messages after the buffered cursor
+-- (NULL while one of them is uncounted) and of the current log's active entries.
+WITH recorded AS (
+    INSERT INTO popagent_observation_state (thread_id, last_model, last_turn_at, calibration)
+    VALUES ($1, $2, now(), coalesce($3, 1.0))
+    ON CONFLICT (thread_id) DO UPDATE
+    SET last_model = $2, last_turn_at = now(), updated_at = now(),
+        calibration = CASE
+            WHEN $3 IS NOT NULL AND popagent_observation_state.calibration = $4 THEN $3
+            ELSE popagent_observation_state.calibration
+        END
+    RETURNING generation, buffered_seq
+)
+SELECT r.generation, r.buffered_seq,
+       (SELECT CASE WHEN count(*) = count(m.tokens) THEN coalesce(sum(m.tokens), 0) END
+        FROM popagent_thread_messages m
+        WHERE m.thread_id = $1 AND m.seq > r.buffered_seq)::bigint AS unbuffered_tokens,
+       (SELECT coalesce(sum(o.tokens), 0)
+        FROM popagent_observations o
+        WHERE o.thread_id = $1 AND o.generation = r.generation AND o.active)::bigint AS active_log_tokens
+FROM recorded r
 
 -- name: observation_generations
 -- Every generation of a thread's log with its size (the session memory view).
