@@ -28,7 +28,8 @@ Tracing: the same run starts a second stack with `OTEL_SDK_DISABLED=true` (no tr
 no span export, no stored logs) beside the traced one, which exports every span to its own
 observability database as in production, and measures both at each level, alternating between
 them (turn by turn at one chat, where the median of each traced turn minus the untraced turn next
-to it is printed too). Tracing's CPU per turn is the difference of the stacks' CPU per chunk.
+to it is printed too; in halves above). Tracing's CPU per turn is the difference of the stacks'
+CPU per chunk.
 Targets for the cost of tracing: time to first token +<= 1 ms p50, stream throughput at most 3 % lower.
 
     .venv/bin/python bench/chat.py [--chunks 200] [--chunk-delay-ms 5] [--rounds 4] [--levels 1,50] [--runner-workers N]
@@ -411,19 +412,20 @@ async def run(chunks: int, chunk_delay_s: float, rounds: int, levels: list[int],
             for concurrency in levels:
                 # At least 20 turns per path and level, so a p50 means something at low concurrency.
                 turns_each = max(rounds, -(-20 // concurrency))
+                # Traced and untraced alternate in blocks (ABBA, so a drift of the machine or of the
+                # growing histories weighs on both alike): turn by turn at one chat, in halves above,
+                # where each block starts its chats spread over a stream (direct runs in the same blocks).
+                blocks = turns_each if concurrency == 1 else 2
+                shares = [turns_each // blocks + (1 if block < turns_each % blocks else 0) for block in range(blocks)]
                 results: dict[str, list[Level]] = {
-                    "direct": [await run_level(direct, concurrency, turns_each, stream_s, pids)],
+                    "direct": [await run_level(direct, concurrency, share, stream_s, pids) for share in shares],
                     "stack": [],
                     "untraced": [],
                 }
-                # Traced and untraced alternate in blocks (ABBA, so a drift of the machine or of the
-                # growing histories weighs on both alike): turn by turn at one chat, halves above.
-                blocks = turns_each if concurrency == 1 else 2
-                for block in range(blocks):
+                for block, share in enumerate(shares):
                     order = ("stack", "untraced") if block % 4 in (0, 3) else ("untraced", "stack")
                     for name in order:
                         turn, level_pids = (through, pids) if name == "stack" else (untraced, untraced_pids)
-                        share = turns_each // blocks + (1 if block < turns_each % blocks else 0)
                         results[name].append(await run_level(turn, concurrency, share, stream_s, level_pids))
                 report(concurrency, chunks, results)
 
@@ -461,13 +463,14 @@ def report(concurrency: int, chunks: int, results: dict[str, list[Level]]) -> No
         f"  (target <= +1 ms: {'ok' if tracing_ttft <= 1 else 'MISSED'}),"
         f" throughput {tracing_ratio:.1%}  (target >= 97%: {'ok' if tracing_ratio >= 0.97 else 'MISSED'})"
     )
-    traced_turns = [t.ttft for level in results["stack"] for t in level.turns]
-    untraced_turns = [t.ttft for level in results["untraced"] for t in level.turns]
-    if concurrency == 1 and len(traced_turns) == len(untraced_turns):
+    if concurrency == 1:
         # Each traced turn against the untraced turn run next to it: the two stacks' own spread
         # (±2.5 ms between p50s of separate runs) mostly cancels in the pairs.
-        paired = p50_ms([a - b for a, b in zip(traced_turns, untraced_turns, strict=True)])
-        print(f"  tracing on vs off, median of {len(traced_turns)} paired turns: {paired:+.2f} ms")
+        pairs = [
+            traced.turns[0].ttft - plain.turns[0].ttft
+            for traced, plain in zip(results["stack"], results["untraced"], strict=True)
+        ]
+        print(f"  tracing on vs off, median of {len(pairs)} paired turns: {p50_ms(pairs):+.2f} ms")
     stack_cpu = sum(v for k, v in through.items() if k.startswith("cpu_us:") and "model" not in k and "bench" not in k)
     untraced_cpu = sum(
         v for k, v in untraced.items() if k.startswith("cpu_us:") and "model" not in k and "bench" not in k

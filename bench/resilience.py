@@ -35,6 +35,8 @@ import uvloop
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from chat import API_KEY, MODEL, model_server, stack  # pyright: ignore[reportAttributeAccessIssue]
 
+from popagent_dev.launcher import default_runner_workers
+
 
 @dataclass
 class Answer:
@@ -132,14 +134,14 @@ def report(level: LevelResult) -> float | None:
     return p95
 
 
-async def run(levels: list[int], turns: int, chunks: int, chunk_delay_s: float) -> None:
+async def run(levels: list[int], turns: int, chunks: int, chunk_delay_s: float, runner_workers: int) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     # The bench's connections and the gateway's (it inherits this limit) at the top level.
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 4 * max(levels) + 4096)), hard))
     with tempfile.TemporaryDirectory(prefix="popagent-bench-resilience-") as tmp:
         async with (
             model_server(chunks, chunk_delay_s) as (model_url, _model_pid),
-            stack(Path(tmp) / "stack", model_url, 1) as (url, _pids),
+            stack(Path(tmp) / "stack", model_url, runner_workers) as (url, _pids),
         ):
             host, port = url.split("//", 1)[1].split(":")
             async with httpx.AsyncClient(base_url=url, headers={"x-popagent-key": API_KEY}, timeout=60) as client:
@@ -151,7 +153,8 @@ async def run(levels: list[int], turns: int, chunks: int, chunk_delay_s: float) 
             stream_s = chunks * chunk_delay_s
             print(
                 f"resilience ramp: {chunks} chunks per answer, {chunk_delay_s * 1000:g} ms apart "
-                f"({stream_s:.1f} s per stream), {turns} turns per chat, agent-runner as 1 worker\n"
+                f"({stream_s:.1f} s per stream), {turns} turns per chat, "
+                f"agent-runner as {runner_workers} worker{'s' if runner_workers > 1 else ''}\n"
             )
             await run_level(host, int(port), sessions, min(levels), 1, stream_s)  # warm-up
             p95s: dict[int, float | None] = {}
@@ -178,9 +181,12 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=2)
     parser.add_argument("--chunks", type=int, default=200)
     parser.add_argument("--chunk-delay-ms", type=float, default=5.0)
+    parser.add_argument(
+        "--runner-workers", type=int, default=default_runner_workers(), help="agent-runner worker processes"
+    )
     args = parser.parse_args()
     levels = [int(level) for level in args.levels.split(",")]
-    uvloop.run(run(levels, args.turns, args.chunks, args.chunk_delay_ms / 1000))
+    uvloop.run(run(levels, args.turns, args.chunks, args.chunk_delay_ms / 1000, args.runner_workers))
 
 
 if __name__ == "__main__":
