@@ -587,8 +587,8 @@ class ObservationalMemory:
         text = "\n".join(e.content for e in view.log if e.active and e.content)
         block = observations_block(text)
         history: list[ModelMessage] = []
-        # Each stored message's count is kept on its row: the history is never re-tokenized per turn
-        # (BPE over a 60-turn thread is ~10 ms, most of a turn's own CPU before its first token).
+        # From each message's stored count, not by tokenizing the history again: that made every
+        # turn's set-up (before its first token) grow with the length of the thread.
         raw_tokens = 0
         previous: dt.datetime | None = None
         for message in raw:
