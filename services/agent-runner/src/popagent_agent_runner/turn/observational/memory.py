@@ -904,15 +904,12 @@ class ObservationalMemory:
             if unbuffered >= start_at:
                 self._start(thread_id, self._buffer(thread_id, route, settings))
                 return
-        if settings.reflection_buffering:
-            if (
-                finished["active_log_tokens"]
-                > settings.reflection_observation_tokens * settings.reflection_buffer_activation
-            ):
-                with wrap_db_errors():
-                    ready = await self.pool.fetchrow(self.q["buffered_reflection"], thread_id, generation + 1)
-                if ready is None:
-                    self._start(thread_id, self._reflect_in_background(thread_id, route, settings))
+        reflect_at = settings.reflection_observation_tokens * settings.reflection_buffer_activation
+        if settings.reflection_buffering and finished["active_log_tokens"] > reflect_at:
+            with wrap_db_errors():
+                ready = await self.pool.fetchrow(self.q["buffered_reflection"], thread_id, generation + 1)
+            if ready is None:
+                self._start(thread_id, self._reflect_in_background(thread_id, route, settings))
 
     def _start(self, thread_id: str, work: Any) -> None:
         task = asyncio.create_task(work, name=f"observational-memory {thread_id}")
