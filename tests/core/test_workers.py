@@ -132,8 +132,8 @@ async def test_a_session_sticks_to_one_worker_sessions_spread_and_a_down_worker_
         await second.stop(None)
 
 
-@pytest.mark.parametrize(("cores", "workers"), [(None, 1), (1, 1), (2, 1), (4, 2), (8, 4), (64, 4)])
-def test_make_run_starts_one_runner_worker_per_two_cores_up_to_four(
+@pytest.mark.parametrize(("cores", "workers"), [(None, 1), (1, 1), (2, 2), (3, 2), (4, 2), (6, 3), (8, 4), (64, 4)])
+def test_make_run_starts_one_runner_worker_per_two_cores_at_least_two_up_to_four(
     monkeypatch: pytest.MonkeyPatch, cores: int | None, workers: int
 ) -> None:
     monkeypatch.setattr(launcher.os, "cpu_count", lambda: cores)
