@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 import asyncpg
-from memory.stack_helpers import LONG, memory_settings
+from memory.stack_helpers import LONG, OBSERVE_IN_TURN, memory_settings
 
 from chat.helpers import chat, new_session
 from popagent_agent_runner.turn import MEMORY_QUERIES, QUERIES
@@ -53,10 +53,7 @@ async def test_the_prelude_reads_what_the_memory_reads_before_and_after_observat
         stack.client() as client,
         memory_settings(
             client,
-            observationMessageTokens=1000,
-            asyncObservationEnabled=False,
-            asyncReflectionEnabled=False,
-            rawHistoryRetentionMessages=2,
+            **OBSERVE_IN_TURN,
         ),
     ):
         session = await new_session(client)

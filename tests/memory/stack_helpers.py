@@ -12,6 +12,14 @@ LONG = (
     "observation threshold: I visited Lisbon, met Ada, counted 1729 pigeons and wrote it all down. "
 ) * 3
 
+# Observation in the turn, early: at 1,000 unobserved tokens, no background work, two raw messages kept.
+OBSERVE_IN_TURN = {
+    "observationMessageTokens": 1000,
+    "asyncObservationEnabled": False,
+    "asyncReflectionEnabled": False,
+    "rawHistoryRetentionMessages": 2,
+}
+
 
 @contextlib.asynccontextmanager
 async def memory_settings(client: httpx.AsyncClient, **changes: object) -> AsyncIterator[None]:

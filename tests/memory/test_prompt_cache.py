@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 from chat.helpers import chat, new_session
 
-from memory.stack_helpers import LONG, memory_settings
+from memory.stack_helpers import LONG, OBSERVE_IN_TURN, memory_settings
 from popagent_agent_runner.turn.observational.memory import PREAMBLE
 from support.memory_agents import is_observer, is_reflector, memory_agents
 from support.model_gateway import Body
@@ -54,10 +54,7 @@ async def test_each_request_starts_with_the_previous_ones_bytes_while_recall_and
         stack.client() as client,
         memory_settings(
             client,
-            observationMessageTokens=1000,
-            asyncObservationEnabled=False,
-            asyncReflectionEnabled=False,
-            rawHistoryRetentionMessages=2,
+            **OBSERVE_IN_TURN,
             temporalMarkers=True,
         ),
     ):

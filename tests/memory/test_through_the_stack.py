@@ -6,7 +6,7 @@ from __future__ import annotations
 from chat.helpers import chat, new_session
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 
-from memory.stack_helpers import LONG, memory_settings
+from memory.stack_helpers import LONG, OBSERVE_IN_TURN, memory_settings
 from popagent_agent_runner.turn.observational.memory import PREAMBLE
 from popagent_agent_runner.turn.observational.tokens import count_messages
 from support.memory_agents import is_observer, memory_agents
@@ -19,10 +19,7 @@ async def test_a_long_chat_is_observed_and_deleting_the_session_removes_its_obse
         stack.client() as client,
         memory_settings(
             client,
-            observationMessageTokens=1000,
-            asyncObservationEnabled=False,
-            asyncReflectionEnabled=False,
-            rawHistoryRetentionMessages=2,
+            **OBSERVE_IN_TURN,
         ),
     ):
         session = await new_session(client)
