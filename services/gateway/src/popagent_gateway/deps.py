@@ -118,6 +118,11 @@ async def get_agent_runner(request: Request) -> agent_runner_pb2_grpc.AgentRunne
     return cached_stub(request, "agent-runner", agent_runner_pb2_grpc.AgentRunnerServiceStub)
 
 
+def affine_worker(session_id: str, workers: int) -> int:
+    """The index of the agent-runner worker (of `workers`) that a session's turns go to while it is up."""
+    return zlib.crc32(session_id.encode()) % workers
+
+
 def runner_for_session(
     request: Request,
     session_id: str,
@@ -130,7 +135,7 @@ def runner_for_session(
     is down is passed over for the next.
     """
     workers: list[grpc.aio.Channel] = request.app.state.runner_workers
-    first = zlib.crc32(session_id.encode()) % len(workers)
+    first = affine_worker(session_id, len(workers))
     for offset in range(len(workers)):
         target = workers[(first + offset) % len(workers)]
         if target.get_state(try_to_connect=True) is not grpc.ChannelConnectivity.TRANSIENT_FAILURE:
