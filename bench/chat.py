@@ -28,11 +28,16 @@ Tracing: the same run starts a second stack with `OTEL_SDK_DISABLED=true` (no tr
 no span export, no stored logs) beside the traced one, which exports every span to its own
 observability database as in production, and measures both at each level, alternating between
 them (turn by turn at one chat, where the median of each traced turn minus the untraced turn next
-to it is printed too; in halves above). Tracing's CPU per turn is the difference of the stacks'
+to it is printed too; in blocks of two turns per chat above, where the median of the blocks'
+p50 differences is printed too). Both stacks place their chats on their agent-runner workers
+alike (chat n on worker n % workers). Tracing's CPU per turn is the difference of the stacks'
 CPU per chunk (PostgreSQL's and NATS's included) times a turn's chunks.
 Targets for the cost of tracing: time to first token +<= 1 ms p50, stream throughput at most 3 % lower.
+`--untraced-twice` runs the same comparison with both stacks untraced (an A/A run): what it
+prints as tracing's cost is the two stacks' own difference, the noise a real figure must exceed.
 
-    .venv/bin/python bench/chat.py [--chunks 200] [--chunk-delay-ms 5] [--rounds 4] [--levels 1,50] [--runner-workers N]
+    .venv/bin/python bench/chat.py [--chunks 200] [--chunk-delay-ms 5] [--rounds 4] [--levels 1,50]
+                                   [--runner-workers N] [--untraced-twice]
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ from popagent_core.grpc_client import check_health, open_channel
 from popagent_dev import embedded
 from popagent_dev.embedded import ensure_database
 from popagent_dev.launcher import default_runner_workers
+from popagent_gateway.deps import affine_worker
 
 REPO = Path(__file__).resolve().parents[1]
 API_KEY = "bench-api-key-" + "k" * 24
@@ -375,26 +381,44 @@ def p50_ms(values: list[float]) -> float:
     return statistics.median(values) * 1000
 
 
-async def run(chunks: int, chunk_delay_s: float, rounds: int, levels: list[int], runner_workers: int) -> None:
+async def run(
+    chunks: int,
+    chunk_delay_s: float,
+    rounds: int,
+    levels: list[int],
+    runner_workers: int,
+    same_twice: bool,
+    untraced_first: bool,
+) -> None:
     with tempfile.TemporaryDirectory(prefix="popagent-bench-chat-") as tmp:
-        async with (
-            model_server(chunks, chunk_delay_s) as (model_url, model_pid),
-            stack(Path(tmp) / "traced", model_url, runner_workers) as (url, pids),
-            stack(Path(tmp) / "untraced", model_url, runner_workers, tracing=False) as (untraced_url, untraced_pids),
-        ):
+        async with contextlib.AsyncExitStack() as stacks:
+            model_url, model_pid = await stacks.enter_async_context(model_server(chunks, chunk_delay_s))
+            traced = stack(Path(tmp) / "traced", model_url, runner_workers, tracing=not same_twice)
+            plain = stack(Path(tmp) / "untraced", model_url, runner_workers, tracing=False)
+            if untraced_first:
+                untraced_url, untraced_pids = await stacks.enter_async_context(plain)
+                url, pids = await stacks.enter_async_context(traced)
+            else:
+                url, pids = await stacks.enter_async_context(traced)
+                untraced_url, untraced_pids = await stacks.enter_async_context(plain)
             pids = {**pids, "model-server": model_pid, "bench-client": os.getpid()}
             untraced_pids = {**untraced_pids, "model-server": model_pid, "bench-client": os.getpid()}
 
             async def sessions_of(gateway: str) -> list[str]:
-                sessions = []
+                """`max(levels)` sessions, the n-th on worker n % workers: the gateway places a session by
+                its id's hash, and two stacks whose chats split 7:3 and 5:5 over their workers would
+                differ by that split, not by tracing. Sessions that would unbalance it are left unused."""
+                by_worker: list[list[str]] = [[] for _ in range(runner_workers)]
+                wanted = [len(range(worker, max(levels), runner_workers)) for worker in range(runner_workers)]
                 async with httpx.AsyncClient(timeout=30) as client:
-                    for _ in range(max(levels)):
+                    while any(len(ids) < want for ids, want in zip(by_worker, wanted, strict=True)):
                         created = await client.post(
                             f"{gateway}/api/sessions", json={"title": "bench"}, headers={"x-popagent-key": API_KEY}
                         )
                         created.raise_for_status()
-                        sessions.append(created.json()["id"])
-                return sessions
+                        session_id = created.json()["id"]
+                        by_worker[affine_worker(session_id, runner_workers)].append(session_id)
+                return [by_worker[n % runner_workers][n // runner_workers] for n in range(max(levels))]
 
             direct = direct_turn(model_url)
             through = stack_turn(url, await sessions_of(url))
@@ -413,9 +437,11 @@ async def run(chunks: int, chunk_delay_s: float, rounds: int, levels: list[int],
                 # At least 20 turns per path and level, so a p50 means something at low concurrency.
                 turns_each = max(rounds, -(-20 // concurrency))
                 # Traced and untraced alternate in blocks (ABBA, so a drift of the machine or of the
-                # growing histories weighs on both alike): turn by turn at one chat, in halves above,
-                # where each block starts its chats spread over a stream (direct runs in the same blocks).
-                blocks = turns_each if concurrency == 1 else 2
+                # growing histories weighs on both alike): turn by turn at one chat, two turns per chat
+                # above, where each block starts its chats spread over a stream (direct runs in the same
+                # blocks). Many short blocks rather than two halves: how the chats' turns happen to line
+                # up (several starting at once) moves a block's p50 by several ms, and more blocks average it.
+                blocks = turns_each if concurrency == 1 else max(2, turns_each // 2)
                 shares = [turns_each // blocks + (1 if block < turns_each % blocks else 0) for block in range(blocks)]
                 results: dict[str, list[Level]] = {
                     "direct": [await run_level(direct, concurrency, share, stream_s, pids) for share in shares],
@@ -471,6 +497,15 @@ def report(concurrency: int, chunks: int, results: dict[str, list[Level]]) -> No
             for traced, plain in zip(results["stack"], results["untraced"], strict=True)
         ]
         print(f"  tracing on vs off, median of {len(pairs)} paired turns: {p50_ms(pairs):+.2f} ms")
+    else:
+        pairs = [
+            p50_ms([t.ttft for t in traced.turns]) - p50_ms([t.ttft for t in plain.turns])
+            for traced, plain in zip(results["stack"], results["untraced"], strict=True)
+        ]
+        print(
+            f"  tracing on vs off, median of {len(pairs)} blocks' p50 differences: {statistics.median(pairs):+.2f} ms"
+            f"  ({' '.join(f'{d:+.1f}' for d in pairs)})"
+        )
     stack_cpu = sum(v for k, v in through.items() if k.startswith("cpu_us:") and "model" not in k and "bench" not in k)
     untraced_cpu = sum(
         v for k, v in untraced.items() if k.startswith("cpu_us:") and "model" not in k and "bench" not in k
@@ -495,9 +530,29 @@ def main() -> None:
     parser.add_argument(
         "--runner-workers", type=int, default=default_runner_workers(), help="agent-runner worker processes"
     )
+    parser.add_argument(
+        "--untraced-first",
+        action="store_true",
+        help="start the untraced stack before the traced one (the one started first may run slower)",
+    )
+    parser.add_argument(
+        "--untraced-twice",
+        action="store_true",
+        help="an A/A run: the 'stack' column untraced too, so its difference is the comparison's own noise",
+    )
     args = parser.parse_args()
     levels = [int(level) for level in args.levels.split(",")]
-    uvloop.run(run(args.chunks, args.chunk_delay_ms / 1000, args.rounds, levels, args.runner_workers))
+    uvloop.run(
+        run(
+            args.chunks,
+            args.chunk_delay_ms / 1000,
+            args.rounds,
+            levels,
+            args.runner_workers,
+            args.untraced_twice,
+            args.untraced_first,
+        )
+    )
 
 
 if __name__ == "__main__":
