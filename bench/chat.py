@@ -24,17 +24,19 @@ cost. For the stack, the time to the response head
 (the gateway answers once the runner's first batch, `start`, arrived) is printed as well.
 Targets: added time to first token <= 15 ms p50; stack throughput >= 90% of direct.
 
-Tracing: the same run starts a second stack with `OTEL_SDK_DISABLED=true` (no tracer provider,
-no span export, no stored logs) beside the traced one, which exports every span to its own
-observability database as in production, and measures both at each level, alternating between
-them (turn by turn at one chat, where the median of each traced turn minus the untraced turn next
-to it is printed too; in blocks of two turns per chat above, where the median of the blocks'
-p50 differences is printed too). Both stacks place their chats on their agent-runner workers
-alike (chat n on worker n % workers). Tracing's CPU per turn is the difference of the stacks'
-CPU per chunk (PostgreSQL's and NATS's included) times a turn's chunks.
+Tracing: the same run starts two pairs of stacks, each pair a traced one, which exports every span
+to its own observability database as in production, and one with `OTEL_SDK_DISABLED=true` (no
+tracer provider, no span export, no stored logs). They start traced, untraced, untraced, traced:
+with tracing off on both, the stack started first ran ~2 ms slower at one chat, so the two pairs'
+start-order biases cancel. Each level alternates traced and untraced (turn by turn at one chat,
+where the median of each traced turn minus the untraced turn next to it, on the same pair, is
+printed too; in blocks of two turns per chat above, where the median of the blocks' p50
+differences is printed too), block by block on the other pair. Every stack places its chats on
+its agent-runner workers alike (chat n on worker n % workers). Tracing's CPU per turn is the
+difference of the stacks' CPU per chunk (PostgreSQL's and NATS's included) times a turn's chunks.
 Targets for the cost of tracing: time to first token +<= 1 ms p50, stream throughput at most 3 % lower.
-`--untraced-twice` runs the same comparison with both stacks untraced (an A/A run): what it
-prints as tracing's cost is the two stacks' own difference, the noise a real figure must exceed.
+`--untraced-twice` runs the same comparison with every stack untraced (an A/A run): what it
+prints as tracing's cost is the stacks' own difference, the noise a real figure must exceed.
 
     .venv/bin/python bench/chat.py [--chunks 200] [--chunk-delay-ms 5] [--rounds 4] [--levels 1,50]
                                    [--runner-workers N] [--untraced-twice]
@@ -382,27 +384,25 @@ def p50_ms(values: list[float]) -> float:
 
 
 async def run(
-    chunks: int,
-    chunk_delay_s: float,
-    rounds: int,
-    levels: list[int],
-    runner_workers: int,
-    same_twice: bool,
-    untraced_first: bool,
+    chunks: int, chunk_delay_s: float, rounds: int, levels: list[int], runner_workers: int, same_twice: bool
 ) -> None:
     with tempfile.TemporaryDirectory(prefix="popagent-bench-chat-") as tmp:
         async with contextlib.AsyncExitStack() as stacks:
             model_url, model_pid = await stacks.enter_async_context(model_server(chunks, chunk_delay_s))
-            traced = stack(Path(tmp) / "traced", model_url, runner_workers, tracing=not same_twice)
-            plain = stack(Path(tmp) / "untraced", model_url, runner_workers, tracing=False)
-            if untraced_first:
-                untraced_url, untraced_pids = await stacks.enter_async_context(plain)
-                url, pids = await stacks.enter_async_context(traced)
-            else:
-                url, pids = await stacks.enter_async_context(traced)
-                untraced_url, untraced_pids = await stacks.enter_async_context(plain)
-            pids = {**pids, "model-server": model_pid, "bench-client": os.getpid()}
-            untraced_pids = {**untraced_pids, "model-server": model_pid, "bench-client": os.getpid()}
+            extra_pids = {"model-server": model_pid, "bench-client": os.getpid()}
+
+            async def started(name: str, tracing: bool) -> tuple[str, dict[str, int]]:
+                url, pids = await stacks.enter_async_context(
+                    stack(Path(tmp) / name, model_url, runner_workers, tracing=tracing and not same_twice)
+                )
+                return url, pids | extra_pids
+
+            # Two pairs, started traced, untraced, untraced, traced: a stack started earlier ran ~2 ms
+            # slower at one chat with tracing off on both (A/A runs), so each pair's bias cancels the other's.
+            first_traced = await started("traced-1", True)
+            first_untraced = await started("untraced-1", False)
+            second_untraced = await started("untraced-2", False)
+            second_traced = await started("traced-2", True)
 
             async def sessions_of(gateway: str) -> list[str]:
                 """`max(levels)` sessions, the n-th on worker n % workers: the gateway places a session by
@@ -420,14 +420,21 @@ async def run(
                         by_worker[affine_worker(session_id, runner_workers)].append(session_id)
                 return [by_worker[n % runner_workers][n // runner_workers] for n in range(max(levels))]
 
+            async def path(url: str, pids: dict[str, int]) -> tuple[Callable[[int], Awaitable[Turn]], dict[str, int]]:
+                return stack_turn(url, await sessions_of(url)), pids
+
+            pairs = [
+                {"stack": await path(*first_traced), "untraced": await path(*first_untraced)},
+                {"stack": await path(*second_traced), "untraced": await path(*second_untraced)},
+            ]
             direct = direct_turn(model_url)
-            through = stack_turn(url, await sessions_of(url))
-            untraced = stack_turn(untraced_url, await sessions_of(untraced_url))
             stream_s = chunks * chunk_delay_s
             # Warm every path (connections, caches, the hooks digest, code paths).
-            await run_level(direct, max(levels), 2, stream_s, pids)
-            await run_level(through, max(levels), 2, stream_s, pids)
-            await run_level(untraced, max(levels), 2, stream_s, untraced_pids)
+            # The direct path's CPU figures are the first traced stack's (its processes idle meanwhile).
+            await run_level(direct, max(levels), 2, stream_s, first_traced[1])
+            for pair in pairs:
+                for turn, pids in pair.values():
+                    await run_level(turn, max(levels), 2, stream_s, pids)
             print(
                 f"chat bench: {chunks} chunks of {CHUNK_CHARS} characters per turn, "
                 f"{chunk_delay_s * 1000:g} ms between chunks, {rounds} turns per chat and level, "
@@ -437,22 +444,25 @@ async def run(
                 # At least 20 turns per path and level, so a p50 means something at low concurrency.
                 turns_each = max(rounds, -(-20 // concurrency))
                 # Traced and untraced alternate in blocks (ABBA, so a drift of the machine or of the
-                # growing histories weighs on both alike): turn by turn at one chat, two turns per chat
-                # above, where each block starts its chats spread over a stream (direct runs in the same
-                # blocks). Many short blocks rather than two halves: how the chats' turns happen to line
-                # up (several starting at once) moves a block's p50 by several ms, and more blocks average it.
-                blocks = turns_each if concurrency == 1 else max(2, turns_each // 2)
+                # growing histories weighs on both alike), each block on the other pair of stacks:
+                # turn by turn at one chat, two turns per chat above (an even count of blocks), where each
+                # block starts its chats spread over a stream (direct runs in the same blocks). Many short
+                # blocks rather than two halves: how the chats' turns happen to line up (several starting
+                # at once) moves a block's p50 by several ms, and more blocks average it.
+                blocks = turns_each if concurrency == 1 else max(2, turns_each // 4 * 2)
                 shares = [turns_each // blocks + (1 if block < turns_each % blocks else 0) for block in range(blocks)]
                 results: dict[str, list[Level]] = {
-                    "direct": [await run_level(direct, concurrency, share, stream_s, pids) for share in shares],
+                    "direct": [
+                        await run_level(direct, concurrency, share, stream_s, first_traced[1]) for share in shares
+                    ],
                     "stack": [],
                     "untraced": [],
                 }
                 for block, share in enumerate(shares):
                     order = ("stack", "untraced") if block % 4 in (0, 3) else ("untraced", "stack")
                     for name in order:
-                        turn, level_pids = (through, pids) if name == "stack" else (untraced, untraced_pids)
-                        results[name].append(await run_level(turn, concurrency, share, stream_s, level_pids))
+                        turn, pids = pairs[block % 2][name]
+                        results[name].append(await run_level(turn, concurrency, share, stream_s, pids))
                 report(concurrency, chunks, results)
 
 
@@ -531,11 +541,6 @@ def main() -> None:
         "--runner-workers", type=int, default=default_runner_workers(), help="agent-runner worker processes"
     )
     parser.add_argument(
-        "--untraced-first",
-        action="store_true",
-        help="start the untraced stack before the traced one (the one started first may run slower)",
-    )
-    parser.add_argument(
         "--untraced-twice",
         action="store_true",
         help="an A/A run: the 'stack' column untraced too, so its difference is the comparison's own noise",
@@ -543,15 +548,7 @@ def main() -> None:
     args = parser.parse_args()
     levels = [int(level) for level in args.levels.split(",")]
     uvloop.run(
-        run(
-            args.chunks,
-            args.chunk_delay_ms / 1000,
-            args.rounds,
-            levels,
-            args.runner_workers,
-            args.untraced_twice,
-            args.untraced_first,
-        )
+        run(args.chunks, args.chunk_delay_ms / 1000, args.rounds, levels, args.runner_workers, args.untraced_twice)
     )
 
 
