@@ -27,8 +27,9 @@ Targets: added time to first token <= 15 ms p50; stack throughput >= 90% of dire
 Tracing: the same run starts two pairs of stacks, each pair a traced one, which exports every span
 to its own observability database as in production, and one with `OTEL_SDK_DISABLED=true` (no
 tracer provider, no span export, no stored logs). They start traced, untraced, untraced, traced:
-with tracing off on both, the stack started first ran ~2 ms slower at one chat, so the two pairs'
-start-order biases cancel. Each level alternates traced and untraced (turn by turn at one chat,
+in A/A runs the stack started first ran ~2 ms slower at one chat, and the two pairs put the start
+order on both sides (an A/A run of this design still showed +2 ms in the one-chat paired median
+and none at ten chats, so read one-chat figures against an A/A run). Each level alternates traced and untraced (turn by turn at one chat,
 where the median of each traced turn minus the untraced turn next to it, on the same pair, is
 printed too; in blocks of two turns per chat above, where the median of the blocks' p50
 differences is printed too), block by block on the other pair. Every stack places its chats on
@@ -397,8 +398,8 @@ async def run(
                 )
                 return url, pids | extra_pids
 
-            # Two pairs, started traced, untraced, untraced, traced: a stack started earlier ran ~2 ms
-            # slower at one chat with tracing off on both (A/A runs), so each pair's bias cancels the other's.
+            # Two pairs, started traced, untraced, untraced, traced: with tracing off on both, the stack
+            # started first ran ~2 ms slower at one chat (A/A runs); the pairs put that on both sides.
             first_traced = await started("traced-1", True)
             first_untraced = await started("untraced-1", False)
             second_untraced = await started("untraced-2", False)
