@@ -545,7 +545,7 @@ def main() -> None:
     parser.add_argument(
         "--untraced-twice",
         action="store_true",
-        help="an A/A run: the 'stack' column untraced too, so its difference is the comparison's own noise",
+        help="an A/A run: every stack untraced, so the printed cost of tracing is the comparison's own noise",
     )
     args = parser.parse_args()
     levels = [int(level) for level in args.levels.split(",")]
