@@ -101,6 +101,20 @@ def test_a_full_buffer_drops_and_counts_instead_of_waiting() -> None:
     assert processor.stats.dropped == 2
 
 
+async def test_the_writer_commits_without_waiting_for_the_disk(store: str) -> None:
+    """Spans are telemetry: the store's server is spared a WAL flush per batch."""
+    processor = SpanStoreProcessor()
+    writer = SpanStoreWriter(store, processor)
+    for span in finished_spans(2):
+        processor.on_end(span)
+    try:
+        assert await writer.flush() == 2
+        assert writer.pool is not None
+        assert await writer.pool.fetchval("SHOW synchronous_commit") == "off"
+    finally:
+        await writer.close()
+
+
 async def test_while_the_store_is_down_batches_are_dropped_and_counted_then_export_resumes(pg_dsn: str) -> None:
     name = f"popagent_obs_down_{uuid.uuid4().hex[:10]}"
     dsn = with_database(pg_dsn, name)  # not created yet: the store is "down"

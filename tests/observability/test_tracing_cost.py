@@ -1,6 +1,6 @@
 """What keeps tracing cheap on a turn's path: one span per storage transaction of a turn, no spans for
-transaction statements, bounded stored attributes, a writer that yields to the event loop, and no
-httpx instrumentation where no HTTP is made."""
+transaction statements or for statements outside a trace, bounded stored attributes, a writer that
+yields to the event loop, and no httpx instrumentation where no HTTP is made."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import sys
 import asyncpg
 from chat.helpers import chat, new_session, thread_rows
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import SpanKind, StatusCode
 
 from popagent_core.span_store import MAX_ATTRIBUTE_CHARS, ROWS_PER_SLICE, SpanStoreProcessor, _rows_yielding, span_row
 from popagent_core.telemetry import TRACER
 from support.model_gateway import Turn
 from support.stacks import Stack
-from support.tracing import collecting_spans
+from support.tracing import collecting_spans, sampler_questions
 from support.waiting import eventually
 
 
@@ -34,6 +34,21 @@ async def test_a_transaction_records_its_statements_but_not_begin_and_commit(pg_
     names = [s.name for s in spans.of_trace(trace_id)]
     assert names.count("SELECT") == 2 and "unit-of-work" in names
     assert not {"BEGIN;", "COMMIT;", "BEGIN", "COMMIT"} & set(names)
+
+
+async def test_statements_no_span_could_record_are_not_turned_into_spans(pg_dsn: str) -> None:
+    """A background loop's polling and the transaction statements are never recorded: the asyncpg
+    instrumentation hands them straight to asyncpg instead of building a span for the sampler to drop."""
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        with collecting_spans(), sampler_questions() as asked:
+            await conn.fetchval("SELECT 1")  # outside any trace
+            with TRACER.start_as_current_span("unit-of-work"):
+                async with conn.transaction():
+                    await conn.fetchval("SELECT 2")
+    finally:
+        await conn.close()
+    assert asked == [("unit-of-work", SpanKind.INTERNAL), ("SELECT", SpanKind.CLIENT)]
 
 
 def test_a_stored_attribute_is_cut_to_its_bound() -> None:

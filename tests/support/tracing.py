@@ -28,6 +28,8 @@ class _Switch(Sampler):
 
     def __init__(self) -> None:
         self.on = False
+        # The (name, kind) of every span the sampler is asked about, while a test listens.
+        self.asked: list[tuple[str, SpanKind | None]] | None = None
 
     def should_sample(
         self,
@@ -39,6 +41,8 @@ class _Switch(Sampler):
         links: Sequence[Link] | None = None,
         trace_state: trace.TraceState | None = None,
     ) -> SamplingResult:
+        if self.asked is not None:
+            self.asked.append((name, kind))
         sampler = SAMPLER if self.on else ALWAYS_OFF
         return sampler.should_sample(parent_context, trace_id, name, kind, attributes, links, trace_state)
 
@@ -84,6 +88,17 @@ def collecting_spans() -> Iterator[Spans]:
         yield Spans()
     finally:
         _switch.on = False
+
+
+@contextlib.contextmanager
+def sampler_questions() -> Iterator[list[tuple[str, SpanKind | None]]]:
+    """The (name, kind) of each span started meanwhile (whether recorded or not), in order."""
+    _install()
+    _switch.asked = asked = []
+    try:
+        yield asked
+    finally:
+        _switch.asked = None
 
 
 def hex_trace_id(span: ReadableSpan) -> str:

@@ -25,6 +25,7 @@ from collections.abc import Iterator, Mapping
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
@@ -52,14 +53,49 @@ def instrument_libraries(*, httpx: bool = True) -> None:
     global _libraries_instrumented
     if _libraries_instrumented:
         return
-    from opentelemetry.instrumentation.asyncpg import AsyncPGInstrumentor
-
-    AsyncPGInstrumentor().instrument(skip_dep_check=True)
+    _asyncpg_instrumentor().instrument(skip_dep_check=True)
     if httpx:
         from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 
         HTTPXClientInstrumentor().instrument(skip_dep_check=True)
     _libraries_instrumented = True
+
+
+def _asyncpg_instrumentor() -> BaseInstrumentor:
+    """The standard asyncpg instrumentation, asked only about statements whose span could be recorded.
+
+    For every statement the library finds the operation's name (splitting the whole SQL text), builds
+    the span's attributes and starts a span, and only then does the sampler drop it: a statement
+    outside a recorded trace (a background loop's polling, such as the outbox relay after every
+    commit) and asyncpg's own transaction statements are never recorded (`SAMPLER`). That work
+    cost a busy agent-runner more CPU than the statements it does record; those calls now go
+    straight to asyncpg. A statement in a recorded trace gets the library's span, unchanged. The
+    overridden methods are the library's wrappers, whose names hold for the pinned version.
+    """
+    from opentelemetry.instrumentation.asyncpg import AsyncPGInstrumentor
+
+    def unrecorded(query: object) -> bool:
+        return query in TRANSACTION_STATEMENTS or not trace.get_current_span().is_recording()
+
+    class RecordedStatementsOnly(AsyncPGInstrumentor):
+        _instance = None  # the base class keeps one instance per class; not the base's
+
+        async def _do_execute(self, func, instance, args, kwargs):  # type: ignore[no-untyped-def]
+            if unrecorded(args[0] if args else None):
+                return await func(*args, **kwargs)
+            return await super()._do_execute(func, instance, args, kwargs)
+
+        async def _do_cursor_execute(self, func, instance, args, kwargs):  # type: ignore[no-untyped-def]
+            if unrecorded(instance._query):
+                return await func(*args, **kwargs)
+            return await super()._do_cursor_execute(func, instance, args, kwargs)
+
+        async def _do_prepared_execute(self, func, instance, args, kwargs):  # type: ignore[no-untyped-def]
+            if unrecorded(instance._query):
+                return await func(*args, **kwargs)
+            return await super()._do_prepared_execute(func, instance, args, kwargs)
+
+    return RecordedStatementsOnly()
 
 
 # Ids come from a generator of their own, not the `random` module's shared state: code that seeds
