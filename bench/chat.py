@@ -26,7 +26,7 @@ Targets: added time to first token <= 15 ms p50; stack throughput >= 90% of dire
 
 Tracing: the same run starts two pairs of stacks, each pair a traced one, which exports every span
 to its own observability database as in production, and one with `OTEL_SDK_DISABLED=true` (no
-tracer provider, no span export, no stored logs). They start traced, untraced, untraced, traced:
+tracer provider, tracing middleware or interceptors, no span export, no stored logs). They start traced, untraced, untraced, traced:
 in A/A runs the stack started first ran ~2 ms slower at one chat, and the two pairs put the start
 order on both sides (an A/A run of this design still showed +2 ms in the one-chat paired median
 and none at ten chats, so read one-chat figures against an A/A run). Each level alternates

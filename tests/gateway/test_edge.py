@@ -10,12 +10,14 @@ from fastapi import FastAPI, Request
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute, RouteContext, iter_route_contexts
 from fastapi.testclient import TestClient
+from opentelemetry.trace import SpanKind
 
 from popagent_core.errors import HTTP_STATUS_BY_GRPC_CODE, NotFound, PopagentError
 from popagent_gateway.app import create_app
 from popagent_gateway.deps import require_api_key
 from popagent_gateway.errors import DEPENDENCY_TEXTS, EDGE_STATUS_BY_GRPC_CODE, client_message
 from popagent_gateway.settings import Settings
+from support.tracing import collecting_spans
 
 API_KEY = "k" * 32
 
@@ -367,3 +369,15 @@ def test_unary_calls_take_the_one_rpc_deadline_unless_listed_as_longer() -> None
                 continue
             found.update((module_path.stem, ast.unparse(k.value)) for k in node.keywords if k.arg == "timeout")
     assert found == OWN_DEADLINES
+
+
+@pytest.mark.parametrize("disabled", ["", "true"])
+def test_a_request_gets_a_server_span_unless_tracing_is_off(monkeypatch: pytest.MonkeyPatch, disabled: str) -> None:
+    """OTEL_SDK_DISABLED=true builds the app without the tracing middleware (it would run for every
+    request, recording nothing); the test process's provider records what the middleware makes."""
+    monkeypatch.setenv("OTEL_SDK_DISABLED", disabled)
+    app = create_app(make_settings())
+    with collecting_spans() as spans, TestClient(app) as client:
+        assert client.get("/api/sessions").status_code == 401
+    served = [s.name for s in spans.all() if s.kind is SpanKind.SERVER and "/api/sessions" in s.name]
+    assert served == ([] if disabled else ["GET /api/sessions"])

@@ -101,3 +101,23 @@ async def test_a_grpc_call_carries_the_callers_trace_to_the_server() -> None:
         kinds = {(s.name, s.kind) for s in spans.of_trace(int(task_trace, 16))}
         assert ("/test.Echo/Trace", SpanKind.CLIENT) in kinds
         assert ("/test.Echo/Trace", SpanKind.SERVER) in kinds
+
+
+async def test_with_tracing_off_a_grpc_call_passes_no_tracing_interceptor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OTEL_SDK_DISABLED=true: the server and channel are built without the tracing interceptors, so
+    no call pays for spans that would record nothing (here the test process's provider would record
+    them, which is what shows their absence)."""
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    server, health = create_server(None)
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("test.Echo", {"Trace": grpc.unary_unary_rpc_method_handler(_Echo())}),)
+    )
+    address = f"127.0.0.1:{free_port()}"
+    with collecting_spans() as spans:
+        async with running(server, health, address, grace_s=0), open_channel(address, "") as channel:
+            call = channel.unary_unary("/test.Echo/Trace")
+            with TRACER.start_as_current_span("caller") as caller:
+                answered = await call(b"")
+        assert answered == b""  # no trace context crossed
+        names = [s.name for s in spans.of_trace(caller.get_span_context().trace_id)]
+        assert names == ["caller"]

@@ -13,6 +13,7 @@ from opentelemetry.instrumentation.grpc import aio_client_interceptors, filters
 from popagent_core.errors import from_grpc_code
 from popagent_core.log import request_id_var
 from popagent_core.settings import split_addresses
+from popagent_core.telemetry import tracing_enabled
 
 
 class _Credentials:
@@ -82,9 +83,11 @@ async def open_channel(
     Server-streaming calls get none: a streamed chat turn may run for as long as it works.
     """
     target, options = channel_target(address)
-    # Tracing interceptors (one per call kind) carry the trace context in the call's metadata.
+    # Tracing interceptors (one per call kind) carry the trace context in the call's metadata;
+    # none with tracing off (OTEL_SDK_DISABLED), where they would only make spans that record nothing.
+    tracing = aio_client_interceptors(filter_=filters.negate(filters.health_check())) if tracing_enabled() else []
     interceptors: list[grpc.aio.ClientInterceptor] = [
-        *aio_client_interceptors(filter_=filters.negate(filters.health_check())),
+        *tracing,
         _UnaryUnaryCredentials(token),
         _UnaryStreamCredentials(token),
     ]

@@ -24,6 +24,7 @@ from opentelemetry.instrumentation.grpc import aio_server_interceptor, filters
 from popagent_core.auth import CallerRegistry, caller_var
 from popagent_core.errors import PopagentError
 from popagent_core.log import request_id_var
+from popagent_core.telemetry import tracing_enabled
 
 logger = logging.getLogger(__name__)
 
@@ -141,9 +142,12 @@ def create_server(callers: CallerRegistry | None) -> tuple[grpc.aio.Server, Heal
     """A server with the kernel interceptor and the standard health service registered."""
     # The tracing interceptor comes first, so the caller's trace context (gRPC metadata) is
     # current while the kernel's runs; health probes (every 0.1-2 s per prober) make no spans.
-    tracing = aio_server_interceptor(filter_=filters.negate(filters.health_check()))
+    # With tracing off (OTEL_SDK_DISABLED) it would only wrap every call in spans that record nothing.
+    interceptors: list[grpc.aio.ServerInterceptor] = [KernelInterceptor(callers)]
+    if tracing_enabled():
+        interceptors.insert(0, aio_server_interceptor(filter_=filters.negate(filters.health_check())))
     server = grpc.aio.server(
-        interceptors=[tracing, KernelInterceptor(callers)],
+        interceptors=interceptors,
         options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 8 * 1024 * 1024)],
     )
     health_servicer = HealthServicer()

@@ -5,7 +5,7 @@
 
 Trace context crosses processes in the standard `traceparent`/`tracestate` carriers: gRPC
 metadata (the grpc aio instrumentation's interceptors, installed by `grpc_server` and
-`grpc_client`), and NATS message headers (`inject_headers` when publishing, `extracted`
+`grpc_client` unless tracing is off), and NATS message headers (`inject_headers` when publishing, `extracted`
 when consuming). An outbox row stores the context of the transaction that wrote it, so the
 relayed message continues the trace of the state change, not of the relay's loop.
 

@@ -12,6 +12,7 @@ from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from popagent_core.grpc_client import open_channel
 from popagent_core.lifecycle import settle_heap
 from popagent_core.span_store import secret_values, span_store_export
+from popagent_core.telemetry import tracing_enabled
 from popagent_gateway.bounded import ApiKeyMiddleware, BoundedBodyMiddleware
 from popagent_gateway.deps import refuse_unknown_query, require_api_key
 from popagent_gateway.errors import ERROR_RESPONSES, install_error_handlers
@@ -130,6 +131,8 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
     # Last, so /api routes win over the static files.
     mount_ui(app, settings.ui_dir)
     # One server span per request, its trace context passed on to every RPC the route makes. No
-    # spans per ASGI message: a streamed chat answer sends one per chunk.
-    FastAPIInstrumentor.instrument_app(app, exclude_spans=["receive", "send"])
+    # spans per ASGI message: a streamed chat answer sends one per chunk. None with tracing off
+    # (OTEL_SDK_DISABLED): the middleware would still run for every request, recording nothing.
+    if tracing_enabled():
+        FastAPIInstrumentor.instrument_app(app, exclude_spans=["receive", "send"])
     return app
