@@ -25,17 +25,17 @@ cost. For the stack, the time to the response head
 Targets: added time to first token <= 15 ms p50; stack throughput >= 90% of direct.
 
 Tracing: the same run starts two pairs of stacks, each pair a traced one, which exports every span
-to its own observability database as in production, and one with `OTEL_SDK_DISABLED=true` (no
-tracer provider, tracing middleware or interceptors, no span export, no stored logs). They start traced, untraced, untraced, traced:
-in A/A runs the stack started first ran ~2 ms slower at one chat, and the two pairs put the start
-order on both sides (an A/A run of this design still showed +2 ms in the one-chat paired median
-and none at ten chats, so read one-chat figures against an A/A run). Each level alternates
-traced and untraced (turn by turn at one chat, where the median of each traced turn minus the
-untraced turn next to it, on the same pair, is printed too; in blocks of two turns per chat
-above, where the median of the blocks' p50 differences is printed too), block by block on the
-other pair. Every stack places its chats on
-its agent-runner workers alike (chat n on worker n % workers). Tracing's CPU per turn is the
-difference of the stacks' CPU per chunk (PostgreSQL's and NATS's included) times a turn's chunks.
+to its own observability database as in production, and one with `OTEL_SDK_DISABLED=true` (no tracer
+provider, tracing middleware or interceptors, no span export, no stored logs). They start traced,
+untraced, untraced, traced: in A/A runs the stack started first ran ~2 ms slower at one chat, and
+the two pairs put the start order on both sides (an A/A run of this design still showed +2 ms in the
+one-chat paired median and none at ten chats, so read one-chat figures against an A/A run). Each
+level alternates traced and untraced (turn by turn at one chat, where the median of each traced turn
+minus the untraced turn next to it, on the same pair, is printed too; in blocks of two turns per
+chat above, where the median of the blocks' p50 differences is printed too), block by block on the
+other pair. Every stack places its chats on its agent-runner workers alike (chat n on worker n %
+workers). Tracing's CPU per turn is the difference of the stacks' CPU per chunk (PostgreSQL's and
+NATS's included) times a turn's chunks.
 Targets for the cost of tracing: time to first token +<= 1 ms p50, stream throughput at most 3 % lower.
 `--untraced-twice` runs the same comparison with every stack untraced (an A/A run): what it
 prints as tracing's cost is the stacks' own difference, the noise a real figure must exceed.
