@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import cast
 
@@ -85,14 +87,21 @@ class _Echo:
         return (current_trace_id() or "").encode()
 
 
-async def test_a_grpc_call_carries_the_callers_trace_to_the_server() -> None:
+@contextlib.asynccontextmanager
+async def _echo_channel() -> AsyncIterator[grpc.aio.Channel]:
+    """A channel to a running kernel server whose `/test.Echo/Trace` answers with its trace id."""
     server, health = create_server(None)
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler("test.Echo", {"Trace": grpc.unary_unary_rpc_method_handler(_Echo())}),)
     )
     address = f"127.0.0.1:{free_port()}"
+    async with running(server, health, address, grace_s=0), open_channel(address, "") as channel:
+        yield channel
+
+
+async def test_a_grpc_call_carries_the_callers_trace_to_the_server() -> None:
     with collecting_spans() as spans:
-        async with running(server, health, address, grace_s=0), open_channel(address, "") as channel:
+        async with _echo_channel() as channel:
             call = channel.unary_unary("/test.Echo/Trace")
             task_trace = "0af7651916cd43dd8448eb211c80319c"
             with TRACER.start_as_current_span("caller", context=continuing_trace(task_trace)):
@@ -108,13 +117,8 @@ async def test_with_tracing_off_a_grpc_call_passes_no_tracing_interceptor(monkey
     no call pays for spans that would record nothing (here the test process's provider would record
     them, which is what shows their absence)."""
     monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
-    server, health = create_server(None)
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler("test.Echo", {"Trace": grpc.unary_unary_rpc_method_handler(_Echo())}),)
-    )
-    address = f"127.0.0.1:{free_port()}"
     with collecting_spans() as spans:
-        async with running(server, health, address, grace_s=0), open_channel(address, "") as channel:
+        async with _echo_channel() as channel:
             call = channel.unary_unary("/test.Echo/Trace")
             with TRACER.start_as_current_span("caller") as caller:
                 answered = await call(b"")
