@@ -88,3 +88,18 @@ async def test_a_non_text_event_takes_the_waiting_text_with_it_at_once() -> None
     rest = [b async for b in batches]
     assert loop.time() - ending < 0.5
     assert [kind for b in rest for kind in kinds(b)][-1] == "finish"
+
+
+async def test_text_the_model_stream_reads_after_a_shutdown_error_stays_out_of_the_stream() -> None:
+    """A stop ends a streamed turn with `error` before its cancellation lands; a delta read meanwhile
+    must not open a new part after the client's last event (nor in the stored message)."""
+    events, output, batches = started_turn(0.0)
+    output.text_delta(0, "word ")
+    output.error("shutdown", "the agent runner is stopping")
+    output.text_delta(0, "more ")
+    output.text_delta(1, "another part")
+    events.close()
+    sent = [kind for batch in [b async for b in batches] for kind in kinds(batch)]
+    assert sent[-1] == "error"
+    assert sent.count("text_start") == 1
+    assert [p["text"] for p in output.ui_message()["parts"] if p["type"] == "text"] == ["word "]

@@ -207,6 +207,8 @@ class TurnOutput:
         self._text_count = 0
         self._tools: dict[str, dict[str, Any]] = {}
         self._activities: dict[str, dict[str, Any]] = {}
+        # The stream's terminal event (finish or error) is out: it is the client's last.
+        self._ended = False
 
     # -- stream shape ------------------------------------------------------------------
 
@@ -249,6 +251,10 @@ class TurnOutput:
         await self.events.drained()
 
     def text_delta(self, index: int, delta: str) -> None:
+        if self._ended:
+            # A delta the model stream read after the turn's end (a shutdown's error, written
+            # before the turn's cancellation lands): the client's stream has already ended.
+            return
         text = self._text
         if text is None or text.index != index:
             text = self._text_start(index)
@@ -359,10 +365,12 @@ class TurnOutput:
             cost_usd=cost_usd,
         )
         self.events.put(pb.TurnEvent(finish=pb.TurnFinish(finish_reason=finish_reason, usage=usage)))
+        self._ended = True
 
     def error(self, error_class: str, message: str) -> None:
         self.step_finish()
         self.events.put(pb.TurnEvent(error=pb.TurnError(error_class=error_class, message=message)))
+        self._ended = True
 
     def text(self) -> str:
         """Every text the assistant message holds so far, joined."""
