@@ -21,7 +21,8 @@ each concurrency the CPU each process spent per streamed chunk is printed too (D
 PostgreSQL's (server and backends) and NATS's included; at one chat those figures are mostly the
 processes' idle background work (and /proc's 10 ms resolution), at fifty they are the streaming
 cost. For the stack, the time to the response head
-(the gateway answers once the runner's first batch, `start`, arrived) is printed as well.
+(the gateway answers once the runner's first batch, `start`, arrived) is printed as well, traced and
+untraced: whether tracing's cost lies before the runner's turn starts or in it.
 Targets: added time to first token <= 15 ms p50; stack throughput >= 90% of direct.
 
 Tracing: the same run starts two pairs of stacks, each pair a traced one, which exports every span
@@ -485,7 +486,10 @@ def report(concurrency: int, chunks: int, results: dict[str, list[Level]]) -> No
     direct, through, untraced = summary["direct"], summary["stack"], summary["untraced"]
     added = through["ttft_p50"] - direct["ttft_p50"]
     ratio = through["tokens_per_s"] / direct["tokens_per_s"]
-    print(f"concurrent chats: {concurrency}  (stack: response head p50 {through['head_p50']:.2f} ms)")
+    print(
+        f"concurrent chats: {concurrency}  (stack: response head p50 {through['head_p50']:.2f} ms,"
+        f" untraced {untraced['head_p50']:.2f} ms)"
+    )
     for name in ("direct", "stack", "untraced"):
         row = summary[name]
         print(
