@@ -16,7 +16,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
 from popagent_core import bus, db
-from popagent_core.grpc_client import open_channel
+from popagent_core.grpc_client import check_health, open_channel
 from popagent_core.grpc_server import create_server, running
 from popagent_core.lifecycle import background_task
 from popagent_core.migrate import migrate
@@ -110,6 +110,17 @@ async def test_a_grpc_call_carries_the_callers_trace_to_the_server() -> None:
         kinds = {(s.name, s.kind) for s in spans.of_trace(int(task_trace, 16))}
         assert ("/test.Echo/Trace", SpanKind.CLIENT) in kinds
         assert ("/test.Echo/Trace", SpanKind.SERVER) in kinds
+
+
+async def test_a_health_check_makes_no_span_on_either_side() -> None:
+    """Probes run every few seconds: the tracing interceptors' filter leaves them out, even inside a trace."""
+    with collecting_spans() as spans:
+        async with _echo_channel() as channel:
+            with TRACER.start_as_current_span("prober") as prober:
+                assert await check_health(channel)
+                await channel.unary_unary("/test.Echo/Trace")(b"")
+        names = sorted(s.name for s in spans.of_trace(prober.get_span_context().trace_id))
+        assert names == ["/test.Echo/Trace", "/test.Echo/Trace", "prober"]
 
 
 async def test_with_tracing_off_a_grpc_call_passes_no_tracing_interceptor(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,12 +8,12 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from opentelemetry.instrumentation.grpc import aio_client_interceptors, filters
+from opentelemetry.instrumentation.grpc import aio_client_interceptors
 
 from popagent_core.errors import from_grpc_code
 from popagent_core.log import request_id_var
 from popagent_core.settings import split_addresses
-from popagent_core.telemetry import tracing_enabled
+from popagent_core.telemetry import not_health_check, tracing_enabled
 
 
 class _Credentials:
@@ -85,7 +85,7 @@ async def open_channel(
     target, options = channel_target(address)
     # Tracing interceptors (one per call kind) carry the trace context in the call's metadata;
     # none with tracing off (OTEL_SDK_DISABLED), where they would only make spans that record nothing.
-    tracing = aio_client_interceptors(filter_=filters.negate(filters.health_check())) if tracing_enabled() else []
+    tracing = aio_client_interceptors(filter_=not_health_check) if tracing_enabled() else []
     interceptors: list[grpc.aio.ClientInterceptor] = [
         *tracing,
         _UnaryUnaryCredentials(token),

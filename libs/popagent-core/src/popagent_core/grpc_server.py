@@ -19,12 +19,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 # The asyncio servicer that grpc_health re-exports as `health.aio.HealthServicer`; imported
 # from its module so type checkers see the class.
 from grpc_health.v1._async import HealthServicer
-from opentelemetry.instrumentation.grpc import aio_server_interceptor, filters
+from opentelemetry.instrumentation.grpc import aio_server_interceptor
 
 from popagent_core.auth import CallerRegistry, caller_var
 from popagent_core.errors import PopagentError
 from popagent_core.log import request_id_var
-from popagent_core.telemetry import tracing_enabled
+from popagent_core.telemetry import not_health_check, tracing_enabled
 
 logger = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ def create_server(callers: CallerRegistry | None) -> tuple[grpc.aio.Server, Heal
     # With tracing off (OTEL_SDK_DISABLED) it would only wrap every call in spans that record nothing.
     interceptors: list[grpc.aio.ServerInterceptor] = [KernelInterceptor(callers)]
     if tracing_enabled():
-        interceptors.insert(0, aio_server_interceptor(filter_=filters.negate(filters.health_check())))
+        interceptors.insert(0, aio_server_interceptor(filter_=not_health_check))
     server = grpc.aio.server(
         interceptors=interceptors,
         options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 8 * 1024 * 1024)],

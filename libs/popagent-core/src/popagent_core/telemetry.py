@@ -98,6 +98,25 @@ def _asyncpg_instrumentor() -> BaseInstrumentor:
     return RecordedStatementsOnly()
 
 
+# How the standard health service's full method names start (as both sides of a call see them).
+_HEALTH_METHODS = "/grpc.health.v1.Health/"
+
+
+def not_health_check(details: object) -> bool:
+    """The gRPC tracing interceptors' filter: every call but the health service's (probes every few
+    seconds, each a trace of its own otherwise).
+
+    The library's `filters.negate(filters.health_check())` decides the same by runtime type checks
+    of the call details and a path split, ~11 µs a call on each side on this machine; this reads
+    the method name, which both the server's and the aio client's details carry (bytes on some
+    gRPC versions).
+    """
+    method = getattr(details, "method", "")
+    if isinstance(method, bytes):
+        method = method.decode()
+    return not method.startswith(_HEALTH_METHODS)
+
+
 # Ids come from a generator of their own, not the `random` module's shared state: code that seeds
 # or checks that state (a property-based test of the gateway) must not see a request's spans in it.
 _ids = random.Random()
