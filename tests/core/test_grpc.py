@@ -165,6 +165,19 @@ async def test_a_database_failure_is_unavailable_and_names_no_sql(evolution):
     assert caught.value.details() == "database error: UndefinedTableError"
 
 
+async def test_a_database_failure_logs_the_drivers_reason_with_the_request_id(evolution, json_log):
+    await evolution.execute("DROP TABLE popagent_autonomy_settings")
+    request_id = f"req-{uuid.uuid4().hex}"
+
+    with pytest.raises(grpc.aio.AioRpcError):
+        await evolution.get_settings(evolution.tokens["gateway"], metadata=(("x-request-id", request_id),))
+
+    [entry] = [line for line in json_log.lines if request_id in line]
+    assert '"msg":"rpc storage error"' in entry
+    assert '"level":"warning"' in entry
+    assert 'UndefinedTableError: relation \\"popagent_autonomy_settings\\" does not exist' in entry
+
+
 async def test_an_unexpected_error_is_internal_logged_with_the_request_id_and_not_leaked(evolution, json_log):
     # A column of the wrong type makes the servicer itself fail (str has no isoformat).
     await evolution.execute("ALTER TABLE popagent_autonomy_settings ALTER COLUMN updated_at TYPE text")

@@ -22,7 +22,7 @@ from grpc_health.v1._async import HealthServicer
 from opentelemetry.instrumentation.grpc import aio_server_interceptor
 
 from popagent_core.auth import CallerRegistry, caller_var
-from popagent_core.errors import PopagentError
+from popagent_core.errors import PopagentError, StorageError
 from popagent_core.log import request_id_var
 from popagent_core.telemetry import not_health_check, tracing_enabled
 
@@ -48,6 +48,10 @@ async def _enter(method: str, context: grpc.aio.ServicerContext, callers: Caller
         await context.abort(exc.grpc_code, str(exc))
 
 
+# Bounds a driver error's message in a log line.
+MAX_LOGGED_REASON = 500
+
+
 async def _abort_for(method: str, exc: Exception, context: grpc.aio.ServicerContext) -> None:
     if isinstance(exc, NotImplementedError):
         # What the generated servicer base raises for an RPC the service does not implement.
@@ -55,6 +59,12 @@ async def _abort_for(method: str, exc: Exception, context: grpc.aio.ServicerCont
     if isinstance(exc, PopagentError):
         if exc.grpc_code == grpc.StatusCode.INTERNAL:
             logger.error("rpc failed", extra={"method": method, "error": type(exc).__name__}, exc_info=exc)
+        elif isinstance(exc, StorageError):
+            # The caller gets the driver error's type only; its message (the server's reason, or the
+            # connection's) is what tells why, so it is logged here, once per failed call.
+            cause = exc.__cause__
+            reason = f"{type(cause).__name__}: {cause}"[:MAX_LOGGED_REASON] if cause else str(exc)
+            logger.warning("rpc storage error", extra={"method": method, "reason": reason})
         await context.abort(exc.grpc_code, str(exc))
     logger.error("rpc failed unexpectedly", extra={"method": method}, exc_info=exc)
     await context.abort(grpc.StatusCode.INTERNAL, "internal error")
