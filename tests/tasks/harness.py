@@ -159,7 +159,8 @@ class Harness:
 
     async def progress(self, task_id: uuid.UUID) -> list[asyncpg.Record]:
         return await self.pool.fetch(
-            "SELECT attempt, kind, message FROM popagent_agent_task_progress WHERE task_id = $1 ORDER BY id", task_id
+            "SELECT attempt, kind, message, created_at FROM popagent_agent_task_progress WHERE task_id = $1 ORDER BY id",
+            task_id,
         )
 
     async def remediations_of(self, task_id: uuid.UUID) -> list[asyncpg.Record]:

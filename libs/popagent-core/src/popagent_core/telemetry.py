@@ -6,8 +6,9 @@
 Trace context crosses processes in the standard `traceparent`/`tracestate` carriers: gRPC
 metadata (the grpc aio instrumentation's interceptors, installed by `grpc_server` and
 `grpc_client` unless tracing is off), and NATS message headers (`inject_headers` when
-publishing, `extracted` when consuming). An outbox row stores the context of the transaction that wrote it, so the
-relayed message continues the trace of the state change, not of the relay's loop.
+publishing, `extracted` when consuming). An outbox row stores the context of the transaction
+that wrote it, so the relayed message continues the trace of the state change, not of the
+relay's loop.
 
 Spans of our own go through `TRACER`; with no provider configured (a library caller, or
 `OTEL_SDK_DISABLED=true`) the API hands out non-recording spans, which cost a few hundred
