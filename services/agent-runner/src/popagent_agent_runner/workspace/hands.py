@@ -3,8 +3,9 @@
 `Hands` is built once at start. Each turn gets `TurnHands` for its session's (or task's)
 workspace: the repository resolved under `POPAGENT_WORKSPACE_ROOT` (by components, links
 resolved; a registration that now points outside, or whose directory vanished, gives every
-tool a clear error), and the background processes its agents started, which are killed when
-the turn ends, whether answered, failed or cancelled.
+tool a clear error) and opened then, its directory held for the whole turn, and the
+background processes its agents started. Both are released when the turn ends, whether
+answered, failed or cancelled.
 """
 
 from __future__ import annotations
@@ -49,7 +50,11 @@ class Hands:
             _, real = contained_path(self.workspace_root, registered_path)
         except InvalidArgument as exc:
             return TurnHands(self, workspace_id, None, f"the workspace {workspace_id!r} cannot be used: {exc}", timeout)
-        return TurnHands(self, workspace_id, Repository(real, workspace_id), "", timeout)
+        try:
+            repository = Repository(real, workspace_id)
+        except WorkspaceRefusal as exc:
+            return TurnHands(self, workspace_id, None, str(exc), timeout)
+        return TurnHands(self, workspace_id, repository, "", timeout)
 
     def next_process_id(self) -> str:
         return f"proc-{next(self._ids)}"
@@ -64,6 +69,7 @@ class TurnHands:
     command_timeout_s: float = DEFAULT_TIMEOUT_S
     processes: dict[str, SandboxProcess] = field(default_factory=dict[str, SandboxProcess])
     _watchdogs: list[asyncio.Task[object]] = field(default_factory=list[asyncio.Task[object]])
+    _closed: bool = False
 
     @property
     def sandbox(self) -> Sandbox:
@@ -102,9 +108,17 @@ class TurnHands:
         return found
 
     async def close(self) -> None:
-        """Kill every process the turn started (the turn ended or was cancelled)."""
-        for process in self.processes.values():
-            process.kill()
-        for watchdog in self._watchdogs:
-            with contextlib.suppress(BaseException):
-                await asyncio.shield(watchdog)
+        """Kill every process the turn started and release its repository (the turn ended or
+        was cancelled). Tasks and specialists share the turn's hands: only the first call acts."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            for process in self.processes.values():
+                process.kill()
+            for watchdog in self._watchdogs:
+                with contextlib.suppress(BaseException):
+                    await asyncio.shield(watchdog)
+        finally:
+            if self.repository is not None:
+                self.repository.close()

@@ -9,6 +9,10 @@ climb above the root, is refused; a `..` inside the repository pops the walk's o
 open directories instead of opening `..`. A link swapped in after a check cannot redirect
 the walk: every step is taken from a descriptor already held, never from a path name.
 
+The repository root itself is such a descriptor (`Repository`): opened once when the turn's
+hands are made, without following any link on its way from `/`, and held until the turn
+ends, so the whole turn works on the directory that was checked then.
+
 The result (`Entry`) is the open parent directory, the leaf's name in it and the canonical
 components (links resolved), which are what `.git` protection and the read ledger compare
 - by components, never by string prefix.
@@ -20,7 +24,9 @@ import contextlib
 import errno
 import os
 import stat
+import threading
 import unicodedata
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -217,27 +223,87 @@ def walk(
 
 
 class Repository:
-    """One registered repository's directory (its real path, checked at registration and here)."""
+    """One registered repository's directory, held open from construction to `close()`.
+
+    The directory is opened once, one component at a time from `/` with `O_NOFOLLOW`, so a
+    symbolic link anywhere on the way (one swapped into a parent folder since the path was
+    resolved) is refused rather than followed. Every later open starts from that descriptor:
+    a parent folder renamed or replaced by a link during the turn changes nothing the tools
+    reach. `root` stays the path it was opened by, for messages and for what still needs a
+    path (language servers).
+    """
 
     def __init__(self, root: Path, workspace_id: str = "") -> None:
         self.root = root
         self.workspace_id = workspace_id
+        # abspath only joins and normalizes; it resolves no link.
+        fd = self._open_without_links(Path(os.path.abspath(root)))
+        self._fd: int | None = fd
+        self._lock = threading.Lock()
+        # Closes the descriptor exactly once: at `close()`, or when the repository is dropped
+        # unclosed (a caller that never ends a turn does not leak it).
+        self._release = weakref.finalize(self, os.close, fd)
+
+    def _name(self) -> str:
+        return self.workspace_id or self.root.name
+
+    def _open_without_links(self, root: Path) -> int:
+        fd = os.open("/", DIRECTORY_FLAGS)
+        try:
+            for depth, part in enumerate(root.parts[1:], start=1):
+                try:
+                    child = os.open(part, DIRECTORY_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    raise WorkspaceRefusal(
+                        f"the workspace {self._name()!r} has no directory: {root} "
+                        "does not exist (clone or register the repository again)"
+                    ) from None
+                except OSError as exc:
+                    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                        raise WorkspaceRefusal(
+                            f"the workspace directory {root} cannot be used: {Path(*root.parts[: depth + 1])} "
+                            "is a symbolic link or not a folder (it changed since the path was checked)"
+                        ) from None
+                    raise WorkspaceRefusal(f"the workspace directory {root} cannot be opened: {exc.strerror}") from None
+                os.close(fd)
+                fd = child
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     @contextlib.contextmanager
     def root_fd(self) -> Iterator[int]:
+        """A descriptor of the repository's directory, the caller's until the block ends.
+
+        It is a new open of `.` in the held directory, never a walk from `/`: its own file
+        offset (concurrent listings do not interleave) and closing it touches no one else's.
+        """
+        with self._lock:
+            if self._fd is None:
+                raise WorkspaceRefusal(f"the workspace {self._name()!r} is closed: the turn that opened it has ended")
+            fd = os.open(".", DIRECTORY_FLAGS, dir_fd=self._fd)
         try:
-            fd = os.open(self.root, DIRECTORY_FLAGS)
-        except FileNotFoundError:
-            raise WorkspaceRefusal(
-                f"the workspace {self.workspace_id or self.root.name!r} has no directory: {self.root} "
-                "does not exist (clone or register the repository again)"
-            ) from None
-        except OSError as exc:
-            raise WorkspaceRefusal(f"the workspace directory {self.root} cannot be opened: {exc.strerror}") from None
-        try:
+            if os.fstat(fd).st_nlink == 0:
+                raise WorkspaceRefusal(
+                    f"the workspace {self._name()!r} has no directory: {self.root} "
+                    "was removed (clone or register the repository again)"
+                )
             yield fd
         finally:
             os.close(fd)
+
+    def close(self) -> None:
+        """Release the held directory (idempotent); later calls are refused."""
+        with self._lock:
+            self._fd = None
+            self._release()
+
+    def __enter__(self) -> Repository:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @contextlib.contextmanager
     def entry(
