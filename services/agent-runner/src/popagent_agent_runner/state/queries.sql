@@ -90,6 +90,11 @@ FROM popagent_agent_workspaces WHERE id = $1
 SELECT id, name, path, description, created_at, updated_at
 FROM popagent_agent_workspaces WHERE id = $1 FOR UPDATE
 
+-- name: lock_workspace_registrations
+-- Registrations and path changes one at a time (each checks the others' folders for nesting);
+-- nothing else waits on it. Held to the end of the transaction.
+SELECT pg_advisory_xact_lock(hashtext('popagent.workspace-registrations'))
+
 -- name: create_workspace
 INSERT INTO popagent_agent_workspaces (id, name, path, description)
 VALUES ($1, $2, $3, $4)

@@ -3,6 +3,13 @@
 A repository path is stored relative to POPAGENT_WORKSPACE_ROOT and must resolve inside
 it. Containment is decided on the real path (every symlink resolved) compared by path
 components, never by string prefix, so `workspace-evil/` is not inside `workspace/`.
+
+No workspace's folder may be, contain or lie inside another's (compared the same way): the
+outer one's agents would change the inner one's files, `.git` included, from outside its
+turns, and could swap the folders above its root. Registrations and path changes take one
+lock so two of them cannot each pass the check against the other. A nested pair saved
+before this check keeps working: each turn holds its own repository directory open (see
+`workspace/paths.py`), so a swap cannot redirect it; changing either one's path is checked.
 """
 
 from __future__ import annotations
@@ -10,10 +17,12 @@ from __future__ import annotations
 import os
 import re
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from popagent_core.db import wrap_db_errors
 from popagent_core.errors import Conflict, FailedPrecondition, InvalidArgument, NotFound
@@ -74,6 +83,24 @@ def contained_path(root: Path, raw: str) -> tuple[PurePosixPath, Path]:
     if real.parts[:depth] != real_root.parts or len(real.parts) <= depth:
         raise InvalidArgument("path must resolve inside the workspace root")
     return relative, real
+
+
+def refuse_nesting(relative: PurePosixPath, real: Path, others: Iterable[tuple[str, Path]]) -> None:
+    """InvalidArgument when `real` is, contains or lies inside one of `others` ((id, real path))."""
+    for other_id, other in others:
+        shared = min(len(real.parts), len(other.parts))
+        if real.parts[:shared] != other.parts[:shared]:
+            continue
+        if len(real.parts) == len(other.parts):
+            where = f"is the folder of the workspace {other_id!r}"
+        elif len(real.parts) > len(other.parts):
+            where = f"is inside the folder of the workspace {other_id!r}"
+        else:
+            where = f"contains the folder of the workspace {other_id!r}"
+        raise InvalidArgument(
+            f"path {str(relative)!r} {where}; a workspace cannot be registered in, around or on another "
+            "(its agents could change the other's files and .git); choose a separate folder"
+        )
 
 
 @dataclass(frozen=True)
@@ -144,11 +171,16 @@ class AgentWorkspaceStore:
             raise InvalidArgument(
                 "id must be 1 to 63 lowercase letters, digits or '-', starting with a letter or digit"
             )
-        relative, _ = contained_path(self.root, path)
+        relative, real = contained_path(self.root, path)
         with wrap_db_errors():
-            row = await self.pool.fetchrow(
-                self.q["create_workspace"], workspace_id, name, str(relative), _description(description)
-            )
+            async with self.pool.acquire() as conn, conn.transaction():
+                await conn.execute(self.q["lock_workspace_registrations"])
+                if await conn.fetchrow(self.q["get_workspace"], workspace_id) is not None:
+                    raise Conflict(f"workspace {workspace_id!r} already exists")
+                refuse_nesting(relative, real, await self._real_paths(conn, excluding=workspace_id))
+                row = await conn.fetchrow(
+                    self.q["create_workspace"], workspace_id, name, str(relative), _description(description)
+                )
         if row is None:
             raise Conflict(f"workspace {workspace_id!r} already exists")
         return self._record(row)
@@ -156,20 +188,38 @@ class AgentWorkspaceStore:
     async def update(
         self, workspace_id: str, *, name: str | None, path: str | None, description: str | None
     ) -> WorkspaceRecord:
-        relative = str(contained_path(self.root, path)[0]) if path is not None else None
+        moved = contained_path(self.root, path) if path is not None else None
         with wrap_db_errors():
             async with self.pool.acquire() as conn, conn.transaction():
+                if moved is not None:
+                    await conn.execute(self.q["lock_workspace_registrations"])
                 current = await conn.fetchrow(self.q["lock_workspace"], workspace_id)
                 if current is None:
                     raise NotFound(f"workspace {workspace_id!r} not found")
+                if moved is not None:
+                    refuse_nesting(*moved, await self._real_paths(conn, excluding=workspace_id))
                 row = await conn.fetchrow(
                     self.q["update_workspace"],
                     workspace_id,
                     _name(name) if name is not None else current["name"],
-                    relative if relative is not None else current["path"],
+                    str(moved[0]) if moved is not None else current["path"],
                     _description(description) if description is not None else current["description"],
                 )
         return self._record(row)
+
+    async def _real_paths(
+        self, conn: asyncpg.Connection | PoolConnectionProxy, *, excluding: str
+    ) -> list[tuple[str, Path]]:
+        """(id, real path) of every other registration whose path still resolves inside the root."""
+        found: list[tuple[str, Path]] = []
+        for row in await conn.fetch(self.q["list_workspaces"]):
+            if row["id"] == excluding:
+                continue
+            try:
+                found.append((row["id"], contained_path(self.root, row["path"])[1]))
+            except (InvalidArgument, OSError, ValueError):
+                continue  # a row no file system call takes reaches no folder
+        return found
 
     async def delete(self, workspace_id: str) -> None:
         if workspace_id == DEFAULT_WORKSPACE_ID:
