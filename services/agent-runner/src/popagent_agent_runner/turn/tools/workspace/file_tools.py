@@ -30,7 +30,7 @@ Folder = Annotated[str, Field(max_length=4096, description="folder relative to t
 
 
 def turn_hands(ctx: RunContext[TurnDeps], *, write: bool) -> TurnHands:
-    """The turn's workspace, if this agent's persisted access allows the tool."""
+    """The turn's workspace, if this agent's persisted access allows the tool and its repository opened."""
     deps = ctx.deps
     access = deps.workspace_access
     if access == "none" or (write and access != "read-write"):
@@ -41,6 +41,9 @@ def turn_hands(ctx: RunContext[TurnDeps], *, write: bool) -> TurnHands:
     hands = deps.turn.hands
     if hands is None:
         raise ToolFailed("this turn has no workspace")
+    if hands.repository is None:
+        # Not registered, outside the root or missing when the turn began: every tool says so.
+        raise ToolFailed(hands.problem)
     return hands
 
 
