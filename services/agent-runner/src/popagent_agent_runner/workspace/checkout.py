@@ -19,6 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from popagent_agent_runner.workspace import git
+
 DEFAULT_WORKSPACE_FOLDER = "popagent"
 CLONE_TIMEOUT_S = 600.0
 
@@ -30,27 +32,21 @@ def ensure_default_checkout(root: Path, source: str, timeout_s: float = CLONE_TI
         return f"default workspace present: {target}"
     if not source:
         return f"default workspace not cloned: {target} is absent and POPAGENT_DEFAULT_WORKSPACE_SOURCE is not set"
-    git = shutil.which("git")
-    if git is None:
-        return f"default workspace not cloned: git is not installed ({target} is absent)"
     root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".popagent-clone-", dir=root))
-    # No prompt for credentials, no system or user git configuration, no hooks.
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(staging),
-        "GIT_TERMINAL_PROMPT": "0",
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_CONFIG_GLOBAL": _trusting(Path(source), staging) if Path(source).is_dir() else os.devnull,
-    }
     try:
-        done = subprocess.run(
-            [git, "-c", "core.hooksPath=/dev/null", "clone", "--quiet", "--", source, str(staging / "checkout")],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
+        # The source is cloned like any untrusted repository (workspace/git.py); the one exception
+        # is the user-level file that trusts a local source owned by another user (_trusting).
+        trusting = _trusting(Path(source), staging) if Path(source).is_dir() else os.devnull
+        done = git.run(
+            "clone",
+            "--quiet",
+            "--",
+            source,
+            str(staging / "checkout"),
+            home=staging,
+            global_config=trusting,
+            timeout_s=timeout_s,
         )
         if done.returncode != 0:
             reason = (done.stderr.strip().splitlines() or [f"git exited with {done.returncode}"])[-1]
@@ -62,6 +58,8 @@ def ensure_default_checkout(root: Path, source: str, timeout_s: float = CLONE_TI
                 return f"default workspace present: {target}"
             raise
         return f"default workspace cloned from {source} into {target}"
+    except git.GitUnavailable:
+        return f"default workspace not cloned: git is not installed ({target} is absent)"
     except subprocess.TimeoutExpired:
         return f"default workspace not cloned from {source}: git clone took longer than {timeout_s:.0f} s"
     except OSError as exc:
@@ -75,7 +73,7 @@ def _trusting(source: Path, staging: Path) -> str:
     checkout, owned by the host user, into a container running as another uid, and git refuses
     to read a repository of another owner ("dubious ownership") unless safe.directory names it
     in a global configuration (git before 2.42 ignores it on the command line). Only the
-    source is trusted, and only for this clone; hooks stay off."""
+    source is trusted, and only for this clone; everything else stays as workspace/git.py sets it."""
     config = staging / "gitconfig"
     resolved = source.resolve()
     config.write_text(f"[safe]\n\tdirectory = {resolved}\n\tdirectory = {resolved / '.git'}\n")
