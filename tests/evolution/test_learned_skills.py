@@ -13,6 +13,7 @@ from support.stacks import Stack
 from support.waiting import eventually
 
 SKILL = "troubleshoot-context-window"
+LESSON = "Whole files were read at once and filled the context."
 
 
 def system_text(request: dict[str, Any]) -> str:
@@ -20,7 +21,7 @@ def system_text(request: dict[str, Any]) -> str:
 
 
 async def test_a_learned_skill_reaches_runs_and_a_user_edit_adopts_it_for_good(stack: Stack) -> None:
-    stack.models.responder = reflection_responder(lambda r: proposal(("troubleshooting_skill", r.ids)))
+    stack.models.responder = reflection_responder(lambda r: proposal(("troubleshooting_skill", r.ids), lesson=LESSON))
     trace = trace_id()
     async with stack.client() as client, autonomy(client, evolutionEnabled=True, skillCreationEnabled=True):
         await publish_failure(stack, "popagent", trace, failure_class="context_window", evidence="too long")
@@ -31,7 +32,7 @@ async def test_a_learned_skill_reaches_runs_and_a_user_edit_adopts_it_for_good(s
 
         [skill] = cast(list[dict[str, Any]], await eventually(learned, what="the learned skill listed"))
         assert skill["evolutionManaged"] is True and skill["enabled"] is True
-        assert "## Cases seen" in skill["instructions"] and "too long" in skill["instructions"]
+        assert "## Cases seen" in skill["instructions"] and LESSON in skill["instructions"]
         [revision] = [r for r in await revisions(client, "popagent") if r["targetKey"] == f"skill:popagent:{SKILL}"]
         assert revision["strategy"] == "troubleshooting_skill" and revision["traceIds"] == [trace]
 

@@ -18,6 +18,7 @@ from support.stacks import Stack
 from support.waiting import eventually
 
 OVERLAY_MARK = "## Learned guidance"
+LESSON = "Answers claimed results that no tool had shown."
 
 
 def system_text(request: dict[str, Any]) -> str:
@@ -35,7 +36,7 @@ async def test_a_failing_turn_teaches_an_overlay_that_a_revert_takes_away_once(s
     seen: list[ReflectionRequest] = []
 
     def choose(request: ReflectionRequest) -> str:
-        return proposal(("verify_before_answering", request.ids))
+        return proposal(("verify_before_answering", request.ids), lesson=LESSON)
 
     stack.models.responder = reflection_responder(choose, seen)
     async with stack.client() as client, autonomy(client, evolutionEnabled=True):
@@ -64,7 +65,9 @@ async def test_a_failing_turn_teaches_an_overlay_that_a_revert_takes_away_once(s
         assert (revision["targetKind"], revision["strategy"]) == ("overlay", "verify_before_answering")
         assert revision["signalIds"] == [signal["id"]] and revision["traceIds"] == [signal["traceId"]]
         section = revision["after"]["sections"]["verify_before_answering"]
-        assert 'Goal: "summarize the quarterly report"' in section
+        # The section names its cases and carries the reflection's lesson; it never quotes the turn.
+        assert "Learned from 1 failed turn (rejected)." in section and LESSON in section
+        assert "summarize the quarterly report" not in section
 
         # The next turn carries the overlay after the user-managed instructions, unchanged.
         async def overlaid() -> str:

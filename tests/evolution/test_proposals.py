@@ -41,11 +41,13 @@ async def test_a_proposal_citing_another_agents_signal_is_rejected(stack: Stack)
 
 async def test_a_secret_bearing_proposal_changes_no_learned_table(stack: Stack) -> None:
     agent = agent_id()
-    stack.models.responder = reflection_responder(lambda r: proposal(("verify_before_answering", r.ids)))
+    stack.models.responder = reflection_responder(
+        lambda r: proposal(("verify_before_answering", r.ids), lesson=f"the form said: {CANARY}")
+    )
     before = await learned_tables(stack)
     async with stack.client() as client, autonomy(client, evolutionEnabled=True):
         # Evidence the ingest redaction did not catch (the canary is no known key format): the
-        # template would quote it, so the whole proposal fails before any write.
+        # reflection's lesson quotes it, so the whole proposal fails before any write.
         async with stack.db("evolution") as conn:
             await conn.execute(
                 "INSERT INTO popagent_evolution_signals (id, event_id, trace_id, turn_id, session_id, agent_id,"

@@ -1,7 +1,7 @@
 """Scripted answers of the evolution loop's reflection model, for the scripted model server.
 
-Reflection's request carries the agent and its claimed signals as JSON in the user prompt;
-`reflection_responder` answers it with a JSON proposal chosen by a test's `choose`, and
+Reflection's request carries the agent and its claimed signals as JSON in the user prompt's
+`<signals>` data block; `reflection_responder` answers it with a JSON proposal chosen by a test's `choose`, and
 passes every other request (chat turns) to `otherwise`.
 """
 
@@ -33,12 +33,14 @@ def is_reflection(body: Body) -> bool:
 
 def parse(body: Body) -> ReflectionRequest:
     prompt = next(m["content"] for m in reversed(body["messages"]) if m["role"] == "user")
-    head, _, cases = prompt.partition("Signals (JSON):\n")
-    agent_id = head.split("Agent: ", 1)[1].split("\n", 1)[0].strip()
+    agent_id = prompt.split("Agent: ", 1)[1].split("\n", 1)[0].strip()
+    cases = prompt.split("\n<signals>\n", 1)[1].rsplit("\n</signals>", 1)[0]
     return ReflectionRequest(agent_id, json.loads(cases))
 
 
 def proposal(*selections: tuple[str, list[str]], **extra: Any) -> str:
+    """The JSON proposal of `selections` (strategy, cited ids), each with the `extra` fields (a lesson, or
+    fields the schema has no place for)."""
     chosen = [{"strategy": strategy, "signal_ids": ids, **extra} for strategy, ids in selections]
     return json.dumps({"selections": chosen})
 

@@ -3,10 +3,14 @@
 Applying a proposal is one transaction: lock and reread the autonomy row, lock the claimed
 signals this attempt still holds (a signal ignored or reclaimed meanwhile is no longer
 held), and when a global or per-target policy is off, settle them as ignored before any
-mutation. Otherwise render every selected strategy from its code-owned template, refuse
-the whole proposal when any text carries a secret or anything leaves the learned targets,
-then write the overlay sections or learned skills, append one revision each, settle the
-signals and enqueue `LearningChanged`. An exception anywhere rolls everything back.
+mutation. Otherwise render every selected strategy from its code-owned template and the
+reflection's lesson, and refuse the whole proposal when anything leaves the learned
+targets, any text carries a secret, the lesson repeats the evidence of the claimed signals
+(`overlap`) or any text reads as an instruction aimed at tools, files or secrets
+(`screen`); only then write the overlay sections or learned skills, append one revision
+each, settle the signals and enqueue `LearningChanged`. An exception anywhere rolls
+everything back; a refusal fails the attempt with its reason, which the signals show
+(`lastError`, then a dead letter a user may ignore or retry), so nothing is refused silently.
 
 Protected boundaries: a learned change is an overlay section or an evolution-managed
 learned skill and nothing else. Tool membership, workspace and browser access, secrets,
@@ -17,6 +21,7 @@ before every write.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -31,17 +36,20 @@ from popagent_core.bus import enqueue_event
 from popagent_core.db import wrap_db_errors
 from popagent_core.errors import Conflict, InvalidArgument, NotFound
 from popagent_core.secret_text import carries_secret
+from popagent_evolution.overlap import quoted_run
 from popagent_evolution.reflection import Reflection
 from popagent_evolution.repo import QUERIES, _settings
+from popagent_evolution.screen import instruction_like
 from popagent_evolution.signals import Conn, SignalRecord, SignalRepo, fences
 from popagent_evolution.strategies import (
     SKILL_STRATEGIES,
-    Evidence,
     Strategy,
     compose_overlay,
     learned_skill,
     overlay_section,
 )
+
+logger = logging.getLogger(__name__)
 
 LEARNED_TARGETS = frozenset({"overlay", "skill"})
 MAX_REVISIONS = 200
@@ -53,6 +61,14 @@ class SecretInProposal(InvalidArgument):
 
 class BoundaryViolation(InvalidArgument):
     """A learned change would reach past the learned targets; nothing was written."""
+
+
+class QuotedEvidence(InvalidArgument):
+    """Reflection's lesson repeats the evidence it was given; nothing was written."""
+
+
+class InstructionInProposal(InvalidArgument):
+    """A learned change reads as an instruction aimed at tools, files or secrets; nothing was written."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +118,8 @@ class _Change:
     agent_id: str
     strategy: Strategy
     cited: list[SignalRecord]
+    # Reflection's own words, carried into the section or the skill by its template.
+    lesson: str = ""
     # overlay: the section text; skill: the learned skill's text.
     section: str = ""
     skill_name: str = ""
@@ -115,7 +133,7 @@ class _Change:
         )
 
     def texts(self) -> list[str]:
-        return [self.section, self.skill_name, self.skill_description, self.skill_instructions]
+        return [self.lesson, self.section, self.skill_name, self.skill_description, self.skill_instructions]
 
 
 def revision_of(row: asyncpg.Record) -> RevisionRecord:
@@ -139,32 +157,43 @@ def _json(value: dict[str, Any] | None) -> str | None:
     return None if value is None else orjson.dumps(value).decode()
 
 
-def _evidence(signals: list[SignalRecord]) -> list[Evidence]:
-    return [Evidence(s.failure_class, s.goal, s.evidence) for s in signals]
-
-
-def render(agent_id: str, strategy: Strategy, cited: list[SignalRecord]) -> _Change:
-    """The change a strategy makes from its cited signals (code-owned text only)."""
+def render(agent_id: str, strategy: Strategy, cited: list[SignalRecord], lesson: str = "") -> _Change:
+    """The change a strategy makes from its cited signals: code-owned text and the reflection's lesson,
+    never a signal's goal or evidence."""
+    classes = [s.failure_class for s in cited]
     if strategy in SKILL_STRATEGIES:
-        skill = learned_skill(strategy, _evidence(cited))
+        skill = learned_skill(strategy, classes, lesson)
         return _Change(
             "skill",
             agent_id,
             strategy,
             cited,
+            lesson=lesson,
             skill_name=skill.name,
             skill_description=skill.description,
             skill_instructions=skill.instructions,
         )
-    return _Change("overlay", agent_id, strategy, cited, section=overlay_section(strategy, _evidence(cited)))
+    return _Change(
+        "overlay", agent_id, strategy, cited, lesson=lesson, section=overlay_section(strategy, classes, lesson)
+    )
 
 
-def check_change(change: _Change) -> None:
-    """Refuse a change that reaches past the learned targets or carries a secret."""
+def check_change(change: _Change, read: list[SignalRecord]) -> None:
+    """Refuse a change that reaches past the learned targets, carries a secret, repeats the evidence of the
+    signals its reflection `read`, or reads as an instruction aimed at tools, files or secrets. The reasons
+    name the rule, never the text: they are shown to users as the signals' last error."""
     if change.target_kind not in LEARNED_TARGETS:
         raise BoundaryViolation(f"a learned change may only write {sorted(LEARNED_TARGETS)}, not {change.target_kind}")
     if any(carries_secret(text) for text in change.texts()):
         raise SecretInProposal(f"proposal rejected: {change.strategy} would quote something credential-like")
+    # Every claimed signal, not only the cited ones: an injected signal may be echoed under another's citation.
+    quoted = quoted_run(change.lesson, (text for s in read for text in (s.goal, s.evidence)))
+    if quoted:
+        raise QuotedEvidence(f"proposal rejected: the lesson for {change.strategy} {quoted}")
+    for text in change.texts():
+        reason = instruction_like(text)
+        if reason:
+            raise InstructionInProposal(f"proposal rejected: the text of {change.strategy} {reason}")
 
 
 async def _changed(conn: Conn) -> None:
@@ -203,9 +232,9 @@ class LearnedStore:
                     if selection.strategy in SKILL_STRATEGIES and not settings.skill_creation_enabled:
                         policy_ignored.update(cited_ids)
                         continue
-                    changes.append(render(agent_id, selection.strategy, cited))
+                    changes.append(render(agent_id, selection.strategy, cited, selection.lesson))
                 for change in changes:
-                    check_change(change)
+                    check_change(change, claimed)
                 applied: set[str] = set()
                 unchanged: set[str] = set()
                 for change in changes:
@@ -400,14 +429,29 @@ class LearnedStore:
             return LearnedState(overlays, skills)
         for row in rows:
             if row["kind"] == "overlay":
-                text = compose_overlay(orjson.loads(row["body"]))
+                text = compose_overlay(_screened(row["agent_id"], orjson.loads(row["body"])))
                 if text:
                     overlays[row["agent_id"]] = text
-            elif settings.skill_creation_enabled:
+            elif settings.skill_creation_enabled and _passes(row["agent_id"], row["name"], row["body"]):
                 skills.setdefault(row["agent_id"], []).append(
                     LearnedSkill(row["id"], row["agent_id"], row["name"], row["description"], row["body"])
                 )
         return LearnedState(overlays, skills)
+
+
+def _passes(agent_id: str, target: str, text: str) -> bool:
+    """Whether learned text stored before the screen existed (or before a rule was added) may reach runs."""
+    reason = instruction_like(text)
+    if reason:
+        # Left in place, so a user sees it among the revisions and can revert it.
+        logger.warning(
+            "learned text withheld from runs", extra={"agent_id": agent_id, "target": target, "reason": reason}
+        )
+    return reason is None
+
+
+def _screened(agent_id: str, sections: dict[str, str]) -> dict[str, str]:
+    return {strategy: text for strategy, text in sections.items() if _passes(agent_id, strategy, text)}
 
 
 def _skill_content(row: asyncpg.Record) -> dict[str, Any]:

@@ -1,11 +1,14 @@
 """The closed set of learning strategies: what reflection may choose, and the text each one writes.
 
-Reflection selects strategies by name and cites the signals that justify them; it never
-writes prompt or skill text. Every strategy is a code-owned template that quotes bounded,
-redacted evidence of the cited signals, and writes one of two things only: a section of
-the agent's learned overlay (composed after its user-managed instructions), or one
-evolution-managed learned skill. Nothing here can name a tool, an access level, a secret,
-a hook, authentication or an execution bound: those are data no strategy writes.
+Reflection selects strategies by name, cites the signals that justify them and may add a
+one-sentence lesson in its own words; it never writes prompt or skill text. Every strategy
+is a code-owned template that writes one of two things only: a section of the agent's
+learned overlay (composed after its user-managed instructions), or one evolution-managed
+learned skill. A template names its cases by failure class and count and carries the
+lesson; it never quotes a signal's goal or evidence, which are whatever the turn read (a
+user, a web page, a tool's output) and would otherwise reach every later turn's
+instructions. Nothing here can name a tool, an access level, a secret, a hook,
+authentication or an execution bound: those are data no strategy writes.
 
 | strategy | writes | when it helps |
 |---|---|---|
@@ -27,10 +30,8 @@ from dataclasses import dataclass
 
 from popagent_core.secret_text import redact_secrets
 
-# Bounds of what a strategy quotes, and of what it writes.
-QUOTED_SIGNALS = 3
-QUOTED_GOAL_CHARS = 200
-QUOTED_EVIDENCE_CHARS = 300
+# Bounds of what reflection's lesson may be, and of what a strategy writes.
+MAX_LESSON_CHARS = 200
 MAX_SECTION_CHARS = 2500
 MAX_SKILL_CHARS = 6000
 
@@ -50,15 +51,6 @@ SKILL_STRATEGIES = frozenset({Strategy.TROUBLESHOOTING_SKILL})
 
 
 @dataclass(frozen=True)
-class Evidence:
-    """One cited signal as a template may quote it."""
-
-    failure_class: str
-    goal: str
-    evidence: str
-
-
-@dataclass(frozen=True)
 class LearnedSkillText:
     name: str
     description: str
@@ -70,14 +62,18 @@ def clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def quoted(cases: Sequence[Evidence]) -> str:
-    """The cases a template cites: at most three, each goal and failure bounded and redacted."""
-    lines = []
-    for case in cases[:QUOTED_SIGNALS]:
-        goal = clip(case.goal, QUOTED_GOAL_CHARS)
-        failure = clip(case.evidence, QUOTED_EVIDENCE_CHARS)
-        lines.append(f'- Goal: "{goal}" → Failure ({case.failure_class}): "{failure}"')
-    return "\n".join(lines)
+def readable(failure_class: str) -> str:
+    return failure_class.replace("_", " ")
+
+
+def provenance(failure_classes: Sequence[str], lesson: str) -> str:
+    """What a template says about the cases it was learned from: how many, of which classes, and
+    the reflection's lesson on one line; never their text."""
+    count = len(failure_classes)
+    classes = ", ".join(readable(c) for c in sorted(set(failure_classes)))
+    said = f"Learned from {count} failed turn{'' if count == 1 else 's'} ({classes})."
+    lesson = " ".join(lesson.split())[:MAX_LESSON_CHARS]
+    return f"{said}\nPattern noted in review: {lesson}" if lesson else said
 
 
 _OVERLAY_TEXT: dict[Strategy, tuple[str, str]] = {
@@ -121,10 +117,10 @@ _OVERLAY_TEXT: dict[Strategy, tuple[str, str]] = {
 }
 
 
-def overlay_section(strategy: Strategy, cases: Sequence[Evidence]) -> str:
-    """The overlay section a strategy writes: its guidance, then the cases that prompted it."""
+def overlay_section(strategy: Strategy, failure_classes: Sequence[str], lesson: str = "") -> str:
+    """The overlay section a strategy writes: its guidance, then where it was learned from."""
     title, guidance = _OVERLAY_TEXT[strategy]
-    text = f"### {title}\n{guidance}\nLearned from:\n{quoted(cases)}"
+    text = f"### {title}\n{guidance}\n{provenance(failure_classes, lesson)}"
     return text[:MAX_SECTION_CHARS]
 
 
@@ -132,22 +128,22 @@ def skill_name_for(failure_class: str) -> str:
     return "troubleshoot-" + "-".join(part for part in failure_class.lower().replace("_", "-").split("-") if part)
 
 
-def learned_skill(strategy: Strategy, cases: Sequence[Evidence]) -> LearnedSkillText:
+def learned_skill(strategy: Strategy, failure_classes: Sequence[str], lesson: str = "") -> LearnedSkillText:
     """The learned skill a skill strategy writes, named for the cases' (first) failure class."""
     assert strategy in SKILL_STRATEGIES
-    failure_class = cases[0].failure_class
-    readable = failure_class.replace("_", " ")
+    failure_class = failure_classes[0]
+    kind = readable(failure_class)
     instructions = (
-        f"# Troubleshooting: {readable}\n\n"
-        f"Turns of this agent ended with a {readable} failure. When a request resembles the cases below:\n\n"
+        f"# Troubleshooting: {kind}\n\n"
+        f"Turns of this agent ended with a {kind} failure. When a request resembles them:\n\n"
         "1. Before starting, say how you will avoid the failure (smaller steps, less context, a different approach).\n"
         "2. Check intermediate results before building on them.\n"
         "3. If the same failure happens, stop, report what was done and what failed, and suggest a next step.\n\n"
-        f"## Cases seen\n{quoted(cases)}\n"
+        f"## Cases seen\n{provenance(failure_classes, lesson)}\n"
     )
     return LearnedSkillText(
         name=skill_name_for(failure_class),
-        description=f"How to avoid and recover from {readable} failures seen in earlier turns. "
+        description=f"How to avoid and recover from {kind} failures seen in earlier turns. "
         f"Use it when a request resembles those cases.",
         instructions=instructions[:MAX_SKILL_CHARS],
     )
