@@ -7,7 +7,8 @@ was written by whoever published it, so a host-side git command treats both as u
 - Configuration comes only from the repository itself and the command line: no system file
   (`GIT_CONFIG_NOSYSTEM`), no user file (`GIT_CONFIG_GLOBAL`, `/dev/null` unless the caller
   gives one file of its own), no `GIT_*` variable of the service's environment (the child's
-  environment is built from an allow-list, never inherited), an empty `HOME`.
+  environment is built from an allow-list, never inherited), a `HOME` of its own (a new
+  empty folder unless the caller gives one).
 - Every setting that names a program is set on the command line, which outranks the
   repository's configuration: hooks (`core.hooksPath=/dev/null`), `core.fsmonitor`,
   `core.sshCommand`, the askpass and credential helpers, the pager, and every filter, merge
