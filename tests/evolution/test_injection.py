@@ -151,7 +151,7 @@ def system_text(request: dict[str, Any]) -> str:
     return "\n".join(m["content"] for m in request["messages"] if m["role"] == "system")
 
 
-@pytest.mark.parametrize("mode", ["echo", "own_words", "benign_lesson"])
+@pytest.mark.parametrize("mode", ["echo", "own_words", "strategy_only", "benign_lesson"])
 async def test_the_injected_chat_turn_never_reaches_a_later_turns_instructions(stack: Stack, mode: str) -> None:
     injection = INJECTIONS["system-override"]
     stack.models.responder = reflection_responder(lambda r: answer(mode, injection, r, "verify_before_answering"))
@@ -177,9 +177,10 @@ async def test_the_injected_chat_turn_never_reaches_a_later_turns_instructions(s
                 await chat(client, await new_session(client), "what now?")
                 return system_text(stack.models.requests[-1])
 
-            if mode == "benign_lesson":
+            if mode in ("strategy_only", "benign_lesson"):
                 assert signal["status"] == "applied" and len(written) == 1
-                carried = await eventually(next_turn, until=lambda t: BENIGN_LESSON in t, what="the overlay in a run")
+                mark = BENIGN_LESSON if mode == "benign_lesson" else "### Verify before answering"
+                carried = await eventually(next_turn, until=lambda t: mark in t, what="the overlay in a run")
                 assert OVERLAY_MARK in carried
             else:
                 assert signal["status"] == "dead_letter" and written == []
