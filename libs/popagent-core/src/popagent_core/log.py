@@ -1,4 +1,8 @@
-"""The one JSON log formatter, with request/turn/trace ids from context variables."""
+"""The one JSON log formatter, with request/turn/trace ids from context variables.
+
+A line's message, traceback and extra fields have their credentials redacted
+(`popagent_core.secret_text`): a log line is text written down, like a memory or an event.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,8 @@ from typing import Any
 
 import orjson
 from opentelemetry import trace
+
+from popagent_core.secret_text import REDACTED, names_id, names_secret, redact_secrets
 
 request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 turn_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("turn_id", default=None)
@@ -42,7 +48,7 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "service": self.service,
             "logger": record.name,
-            "msg": record.getMessage(),
+            "msg": redact_secrets(record.getMessage()),
         }
         for key, var in (("request_id", request_id_var), ("turn_id", turn_id_var), ("trace_id", trace_id_var)):
             value = var.get()
@@ -51,10 +57,35 @@ class JsonFormatter(logging.Formatter):
         entry.update(span_ids())
         for key, value in record.__dict__.items():
             if key not in _RESERVED and not key.startswith("_"):
-                entry[key] = value
+                entry[key] = _field(key, value)
         if record.exc_info:
-            entry["exc"] = self.formatException(record.exc_info)
+            entry["exc"] = redact_secrets(self.formatException(record.exc_info))
         return orjson.dumps(entry, default=str).decode()
+
+
+def _field(name: str, value: Any) -> Any:
+    if names_secret(name):
+        return REDACTED
+    if isinstance(value, str) and not names_id(name):
+        return redact_secrets(value)
+    return value
+
+
+# Third-party loggers kept at WARNING unless the service's level is higher: at INFO they drown the
+# service's own lines, and some write what they carry (pygls' JSON-RPC logger logs every message
+# to and from a language server, file contents included).
+QUIET_LOGGERS = (
+    "httpx",
+    "httpcore",
+    "nats",
+    "asyncio",
+    "grpc",
+    "pygls",
+    "urllib3",
+    "docker",
+    "openai",
+    "python_multipart",
+)
 
 
 def configure_logging(service: str, level: str = "INFO") -> None:
@@ -63,6 +94,5 @@ def configure_logging(service: str, level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    # Third-party chatter at INFO drowns the service's own lines.
-    for noisy in ("httpx", "httpcore", "nats", "asyncio", "grpc"):
+    for noisy in QUIET_LOGGERS:
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

@@ -42,9 +42,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import logging
 import os
-import re
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -63,6 +63,7 @@ from opentelemetry.trace import Span, StatusCode
 from popagent_core.db import load_queries
 from popagent_core.log import span_ids
 from popagent_core.migrate import migrate
+from popagent_core.secret_text import REDACTED, names_id, names_secret, redact_secrets
 from popagent_core.settings import Retention
 
 logger = logging.getLogger(__name__)
@@ -84,15 +85,21 @@ DEFAULT_RETENTION = Retention()
 
 MAX_LOG_MESSAGE_CHARS = 2000
 MAX_LOG_FIELD_CHARS = 500
-REDACTED = "[redacted]"
-# Credentials by their shape: bearer tokens, provider keys, Standard Webhooks signing keys.
-_SECRET_SHAPES = re.compile(r"(Bearer\s+\S+|sk-[A-Za-z0-9_\-]{8,}|whsec_[A-Za-z0-9+/=]+)")
-# Extra fields whose name says they hold a credential.
-_SECRET_FIELD = re.compile(r"(secret|token|password|api_?key|authorization|cookie)", re.IGNORECASE)
+
+
+def bounded_redacted(value: str, limit: int) -> str:
+    """`value` with its credentials redacted (`popagent_core.secret_text`), cut to `limit`.
+
+    Cut to twice the limit first, so a huge value costs no more than a bounded one: a credential
+    cut in two there lies past `limit` once redacted (unless the part before held more than
+    `limit` characters of other credentials)."""
+    value = redact_secrets(value[: 2 * limit])
+    return value if len(value) <= limit else value[:limit] + "…"
 
 
 class Redactor:
-    """Takes credentials out of text bound for the store: this process's secret settings, and known shapes."""
+    """Takes credentials out of text bound for the store: this process's secret settings, and
+    whatever `popagent_core.secret_text` finds."""
 
     def __init__(self, secrets: tuple[str, ...] = ()) -> None:
         self.secrets = tuple(sorted({s for s in secrets if len(s) >= 8}, key=len, reverse=True))
@@ -101,8 +108,15 @@ class Redactor:
         for secret in self.secrets:
             if secret in value:
                 value = value.replace(secret, REDACTED)
-        value = _SECRET_SHAPES.sub(REDACTED, value)
-        return value if len(value) <= limit else value[:limit] + "…"
+        return bounded_redacted(value, limit)
+
+    def field(self, name: str, value: object) -> object:
+        """An extra field of a log record as stored: redacted by its name, or by its text."""
+        if names_secret(name):
+            return REDACTED
+        if names_id(name) and isinstance(value, str) and len(value) <= MAX_LOG_FIELD_CHARS:
+            return value
+        return self.text(str(value), MAX_LOG_FIELD_CHARS)
 
 
 def secret_values(settings: object) -> tuple[str, ...]:
@@ -135,10 +149,22 @@ def _bounded(value: Any) -> Any:
     return value[:MAX_ATTRIBUTE_CHARS] + "…" if isinstance(value, str) and len(value) > MAX_ATTRIBUTE_CHARS else value
 
 
+def _stored_attribute(key: str, value: Any) -> Any:
+    if not isinstance(value, str) or names_id(key):
+        return _bounded(value)
+    return _stored_text(value[: 2 * MAX_ATTRIBUTE_CHARS])
+
+
+@functools.lru_cache(maxsize=1024)
+def _stored_text(value: str) -> str:
+    # Cached: most attribute texts repeat (a SQL statement, a route), and every span has some.
+    return bounded_redacted(value, MAX_ATTRIBUTE_CHARS)
+
+
 def span_row(span: ReadableSpan) -> tuple[Any, ...]:
     context = span.context
     assert context is not None
-    attributes = {key: _bounded(value) for key, value in (span.attributes or {}).items()}
+    attributes = {key: _stored_attribute(key, value) for key, value in (span.attributes or {}).items()}
     service = str(span.resource.attributes.get("service.name", "unknown"))
     started, ended = span.start_time or 0, span.end_time or span.start_time or 0
     return (
@@ -152,7 +178,9 @@ def span_row(span: ReadableSpan) -> tuple[Any, ...]:
         _timestamp(ended),
         (ended - started) / 1e6,
         span.status.status_code.name.lower() if span.status.status_code is not StatusCode.UNSET else "ok",
-        span.status.description,
+        _stored_text(span.status.description[: 2 * MAX_ATTRIBUTE_CHARS])
+        if span.status.description
+        else span.status.description,
         orjson.dumps(attributes, default=str).decode(),
         attributes.get("gen_ai.conversation.id"),
         attributes.get("gen_ai.agent.id"),
@@ -242,9 +270,8 @@ class StoredLogHandler(logging.Handler):
         if record.name.startswith("popagent_core.span_store"):
             return  # the writer's own troubles are in its stats, not in the store it cannot reach
         try:
-            redact = self.redactor.text
             extra = {
-                key: redact(str(value), MAX_LOG_FIELD_CHARS) if not _SECRET_FIELD.search(key) else REDACTED
+                key: self.redactor.field(key, value)
                 for key, value in record.__dict__.items()
                 if key not in _RECORD_KEYS and not key.startswith("_")
             }
@@ -257,7 +284,7 @@ class StoredLogHandler(logging.Handler):
                     record.levelname.lower(),
                     self.service,
                     record.name,
-                    redact(record.getMessage(), MAX_LOG_MESSAGE_CHARS),
+                    self.redactor.text(record.getMessage(), MAX_LOG_MESSAGE_CHARS),
                     ids.get("trace_id"),
                     ids.get("span_id"),
                     orjson.dumps(extra).decode(),
