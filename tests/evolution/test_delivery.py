@@ -22,7 +22,9 @@ async def test_two_evolution_processes_apply_each_signal_exactly_once(stack: Sta
         seen.append(request)
         # Slow enough that the other process polls (and finds the rows locked or claimed) meanwhile.
         await asyncio.sleep(0.3)
-        return Turn.say(proposal(("verify_before_answering", request.ids)))
+        # The lesson names the cases, so every application changes the overlay (and appends a revision).
+        lesson = "Seen in " + ", ".join(case["goal"] for case in request.signals)
+        return Turn.say(proposal(("verify_before_answering", request.ids), lesson=lesson))
 
     stack.models.responder = slow_reflection
     async with (
@@ -30,7 +32,7 @@ async def test_two_evolution_processes_apply_each_signal_exactly_once(stack: Sta
         autonomy(client, evolutionEnabled=True),
         stack.extra_evolution(POPAGENT_EVOLUTION_BATCH_SIZE="1"),
     ):
-        # Each case its own goal, so every application changes the overlay (and appends a revision).
+        # Each case its own goal, which the lesson names.
         for case in range(6):
             await publish_failure(stack, agent, trace_id(), goal=f"case {case}")
         applied = await settled_signals(client, agent, 6, "applied")
