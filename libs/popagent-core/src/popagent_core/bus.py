@@ -16,6 +16,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import nats
@@ -100,9 +101,27 @@ class BrokerLog:
         self.down_since = None
 
 
+def inbox_prefix(name: str) -> str:
+    """The prefix of client `name`'s reply subjects (`_INBOX.<name>.…`): a service's NATS user may
+    subscribe to its own replies only, never to another service's (popagent_dev.embedded)."""
+    return f"_INBOX.{name}"
+
+
+def without_credentials(url: str) -> str:
+    """`url` (one or several, comma-separated) with any user and password removed, for messages."""
+    shown = []
+    for part in url.split(","):
+        parts = urlsplit(part.strip())
+        shown.append(urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])))
+    return ",".join(shown)
+
+
 @contextlib.asynccontextmanager
 async def connect(url: str, *, name: str, connect_timeout_s: float = 20.0) -> AsyncIterator[NatsClient]:
-    """Connect (retrying the first connection until `connect_timeout_s`), drain on exit."""
+    """Connect (retrying the first connection until `connect_timeout_s`), drain on exit.
+
+    `url` may carry the client's user and password (`nats://user:password@host:port`); no message
+    says them."""
     deadline = asyncio.get_running_loop().time() + connect_timeout_s
     broker_log = BrokerLog(name)
     while True:
@@ -110,6 +129,7 @@ async def connect(url: str, *, name: str, connect_timeout_s: float = 20.0) -> As
             nc = await nats.connect(
                 url.split(","),
                 name=f"popagent-{name}",
+                inbox_prefix=inbox_prefix(name),
                 allow_reconnect=True,
                 max_reconnect_attempts=-1,
                 reconnect_time_wait=0.5,
@@ -121,7 +141,7 @@ async def connect(url: str, *, name: str, connect_timeout_s: float = 20.0) -> As
             break
         except (OSError, NoServersError, TimeoutError) as exc:
             if asyncio.get_running_loop().time() > deadline:
-                raise ConnectionError(f"NATS at {url} unreachable: {exc}") from exc
+                raise ConnectionError(f"NATS at {without_credentials(url)} unreachable: {exc}") from exc
             await asyncio.sleep(0.5)
     try:
         yield nc

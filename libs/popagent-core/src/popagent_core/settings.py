@@ -89,7 +89,9 @@ class ProcessSettings(BaseSettings):
 class ServiceSettings(ProcessSettings):
     """What every gRPC service needs on top: the NATS bus and who may call its RPCs."""
 
-    nats_url: str = Field(default="nats://127.0.0.1:4222", validation_alias="NATS_URL")
+    # May carry this service's NATS user and password (`nats://user:password@host:port`, as `make run`
+    # and compose give it): kept out of the settings' repr, and its value out of logs and spans.
+    nats_url: str = Field(default="nats://127.0.0.1:4222", validation_alias="NATS_URL", repr=False)
     # JSON {"caller": "sha256 hex of its token"}: who may call this service's RPCs.
     internal_callers: str = Field(validation_alias="POPAGENT_INTERNAL_CALLERS")
 

@@ -11,6 +11,7 @@ of its `POPAGENT_INTERNAL_TOKEN`), its compose service and its launcher child.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
@@ -53,3 +54,57 @@ def service_named(name: str) -> Service:
         if service.name == name:
             return service
     raise ValueError(f"unknown service {name!r}; the services are {', '.join(SERVICE_NAMES)}")
+
+
+_EVERY_SERVICE = frozenset(SERVICE_NAMES)
+
+# The variables that carry a credential, and the services each one is given to. The `make run`
+# launcher builds every child's environment from this table (popagent_dev.launcher) and
+# deploy/compose.yaml scopes its containers the same way (tests/deploy checks both), so a
+# compromised process holds only its own keys. A variable named like a credential that is not
+# listed here reaches no service (CREDENTIAL_NAME).
+SECRET_VARIABLES: dict[str, frozenset[str]] = {
+    # Every service keeps its state there and writes its spans to the observability store
+    # (the gateway also reads them, and checks both for /api/health).
+    "DATABASE_URL": _EVERY_SERVICE,
+    "OBSERVABILITY_DATABASE_URL": _EVERY_SERVICE,
+    # Each service's own NATS user and password (in the URL); its subjects are limited to its own.
+    "NATS_URL": _EVERY_SERVICE,
+    # Each service's own token (`<service>.<random>`), never another's.
+    "POPAGENT_INTERNAL_TOKEN": _EVERY_SERVICE,
+    # The digests of the callers each gRPC service answers (CALLERS); the gateway answers none.
+    "POPAGENT_INTERNAL_CALLERS": frozenset(name for name in SERVICE_NAMES if name != "gateway"),
+    # The key of the HTTP API: only the gateway checks it.
+    "POPAGENT_API_KEY": frozenset({"gateway"}),
+    # The AES keys of the secrets store.
+    "POPAGENT_SECRET_KEY": frozenset({"secrets"}),
+    "POPAGENT_SECRET_PREVIOUS_KEYS": frozenset({"secrets"}),
+    # The model gateway: the catalog (gateway), the turns (agent-runner) and reflection (evolution).
+    "NINEROUTER_API_KEY": frozenset({"gateway", "agent-runner", "evolution"}),
+    # The hook handlers' signing secrets are in the document.
+    "POPAGENT_HOOKS": frozenset({"hooks"}),
+}
+
+# A variable of the launcher's own environment named like this is a credential: it reaches a
+# service only when SECRET_VARIABLES lists it for that service. Matched on the name's words
+# (between underscores), so `OPENAI_API_KEY`, `AWS_SECRET_ACCESS_KEY`, `GITHUB_TOKEN` and
+# `PGPASSWORD` are credentials and `POPAGENT_SECRETS_ADDR` (the secrets service's address) is not.
+CREDENTIAL_NAME = re.compile(
+    r"(?:^|_)(?:[A-Z]*(?:PASSWORD|PASSWD|TOKEN|CREDENTIALS?)[A-Z]*|SECRET|KEYS?|APIKEY|AUTH)(?:_|$)", re.IGNORECASE
+)
+
+# Who calls each gRPC service: its POPAGENT_INTERNAL_CALLERS lists only these, so the token of
+# any other service is refused there (read from each service's `open_channel` calls).
+CALLERS: dict[str, frozenset[str]] = {
+    "hooks": frozenset({"gateway", "agent-runner", "tasks"}),
+    "secrets": frozenset({"gateway", "browser-bridge"}),
+    "evolution": frozenset({"gateway", "agent-runner"}),
+    "browser-bridge": frozenset({"gateway", "agent-runner"}),
+    "tasks": frozenset({"gateway"}),
+    "agent-runner": frozenset({"gateway", "tasks", "evolution"}),
+}
+
+
+def holds(service: str, variable: str) -> bool:
+    """Whether `service` is given the credential-bearing `variable` (SECRET_VARIABLES)."""
+    return service in SECRET_VARIABLES.get(variable, frozenset())

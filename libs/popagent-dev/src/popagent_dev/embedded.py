@@ -2,13 +2,15 @@
 
 Used when DATABASE_URL / NATS_URL are not configured. PostgreSQL listens on a Unix
 socket only; NATS on loopback. Both keep their data in the given folder and reuse it
-on the next start.
+on the next start. NATS takes an authorization config (`nats_authorization`): one user per
+service, allowed only the subjects that service uses.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import random
 import shutil
@@ -19,13 +21,17 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import asyncpg
 from platformdirs.api import RuntimeDirWarning
+
+from popagent_core import subjects
+from popagent_core.bus import inbox_prefix
+from popagent_core.topology import SERVICES, Service
 
 # pgserver computes a runtime dir at import; on a headless root shell XDG_RUNTIME_DIR is
 # unset and platformdirs warns about its (correct) fallback. Nothing to act on.
@@ -321,8 +327,81 @@ class NatsProcess:
         _wait_gone(pid, 5.0)
 
 
-def start_nats(store_dir: Path, port: int | None = None, log_file: Path | None = None) -> NatsProcess:
-    """nats-server with JetStream on loopback, storing streams under `store_dir`.
+# What each service does on NATS besides publishing its own facts (`popagent.<owner>.>`) and
+# keeping its own stream: the core subjects it listens to, and the durable JetStream consumers
+# (subject, durable name) it reads. Read from the services' `subscribe` and `bus.consume*` calls;
+# tests/core/test_process_environments.py checks the durable names against the services' own.
+NATS_LISTENS: dict[str, tuple[str, ...]] = {
+    "browser-bridge": (subjects.SECRET_CHANGED,),
+    "tasks": (subjects.TASK_ENQUEUED, subjects.AGENT_RUNTIME_SETTINGS_CHANGED),
+    "agent-runner": (subjects.LEARNING_CHANGED, subjects.BROWSER_SETTINGS_CHANGED),
+}
+NATS_CONSUMERS: dict[str, tuple[tuple[str, str], ...]] = {
+    "hooks": ((subjects.SESSION_DELETED, "hooks-session-deleted"),),
+    "evolution": ((subjects.TURN_COMPLETED, "evolution-signals"),),
+}
+
+
+def nats_permissions(service: Service) -> dict[str, list[str]]:
+    """The subjects `service`'s NATS user may publish and subscribe to.
+
+    Publish: its own facts, its own stream's JetStream API (info, create, update: `ensure_streams`),
+    and for each of its consumers that consumer's API (info, create, next batch) and its acks.
+    Subscribe: the replies to its own inbox prefix (JetStream API answers and fetched messages
+    arrive there), and the core subjects it listens to. Nothing else: another service's facts,
+    streams, consumers and replies are out of its reach.
+    """
+    publish: list[str] = []
+    if service.subjects_owner is not None:
+        stream = subjects.stream_name(service.subjects_owner)
+        publish += subjects.stream_subjects(service.subjects_owner)
+        publish += [f"$JS.API.STREAM.{verb}.{stream}" for verb in ("INFO", "CREATE", "UPDATE")]
+    for subject, durable in NATS_CONSUMERS.get(service.name, ()):
+        stream = subjects.stream_name(subjects.owner_of(subject))
+        publish += [
+            f"$JS.API.CONSUMER.INFO.{stream}.{durable}",
+            f"$JS.API.CONSUMER.CREATE.{stream}.{durable}",
+            f"$JS.API.CONSUMER.CREATE.{stream}.{durable}.>",
+            f"$JS.API.CONSUMER.DURABLE.CREATE.{stream}.{durable}",
+            f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}",
+            f"$JS.ACK.{stream}.{durable}.>",
+        ]
+    subscribe = [f"{inbox_prefix(service.name)}.>", *NATS_LISTENS.get(service.name, ())]
+    return {"publish": publish, "subscribe": subscribe}
+
+
+def nats_authorization(passwords: Mapping[str, str]) -> str:
+    """nats-server configuration: one user per service, named as the service, with `nats_permissions`;
+    a client without a user's credentials is refused.
+
+    `passwords` maps every service to its password as the file must say it: a quoted literal
+    (`json.dumps(password)`), or a `$VARIABLE` that nats-server reads from its environment (compose).
+    """
+
+    def allow(names: list[str]) -> str:
+        return "".join(f"          {json.dumps(name)}\n" for name in names)
+
+    users = []
+    for service in SERVICES:
+        permissions = nats_permissions(service)
+        users.append(
+            "    {\n"
+            f"      user: {json.dumps(service.name)}\n"
+            f"      password: {passwords[service.name]}\n"
+            "      permissions: {\n"
+            f"        publish: {{allow: [\n{allow(permissions['publish'])}        ]}}\n"
+            f"        subscribe: {{allow: [\n{allow(permissions['subscribe'])}        ]}}\n"
+            "      }\n"
+            "    }\n"
+        )
+    return "authorization {\n  users = [\n" + "".join(users) + "  ]\n}\n"
+
+
+def start_nats(
+    store_dir: Path, port: int | None = None, log_file: Path | None = None, config_file: Path | None = None
+) -> NatsProcess:
+    """nats-server with JetStream on loopback, storing streams under `store_dir`; with
+    `config_file` (its users, `nats_authorization`), a client must authenticate.
 
     Without a fixed port it takes a free one; another process can grab that port between
     the probe and the server's bind (parallel tests do), so a server that exits before
@@ -334,12 +413,15 @@ def start_nats(store_dir: Path, port: int | None = None, log_file: Path | None =
     for attempt in range(attempts):
         chosen = port or free_port()
         nats_options = ["-js", "-sd", str(store_dir), "-a", "127.0.0.1", "-p", str(chosen), "-P", str(pid_file)]
+        if config_file is not None:
+            nats_options += ["-c", str(config_file)]
         output = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115 - owned by the child
         process = subprocess.Popen(
             orphan_safe([nats_server_binary(), *nats_options]),
             stdout=output,
             stderr=output,
-            env={k: v for k, v in os.environ.items() if not k.startswith("POPAGENT_")},
+            # It needs nothing of ours: no setting, no credential (its users are in `config_file`).
+            env={name: os.environ[name] for name in ("PATH", "HOME", "LANG", "TZ") if name in os.environ},
             # Its own session: a terminal's Ctrl-C must not stop it before the services that use it.
             start_new_session=True,
         )
@@ -357,8 +439,10 @@ def start_nats(store_dir: Path, port: int | None = None, log_file: Path | None =
 
 
 @contextlib.contextmanager
-def nats(store_dir: Path, port: int | None = None, log_file: Path | None = None) -> Iterator[NatsProcess]:
-    process = start_nats(store_dir, port, log_file)
+def nats(
+    store_dir: Path, port: int | None = None, log_file: Path | None = None, config_file: Path | None = None
+) -> Iterator[NatsProcess]:
+    process = start_nats(store_dir, port, log_file, config_file)
     try:
         yield process
     finally:

@@ -18,6 +18,13 @@ loop) while the rest of the stack stays up. Each agent-runner worker is its own 
 state of every child is written to `<data>/supervisor.json`, which the gateway's
 /api/health reports (`POPAGENT_SUPERVISOR_STATE`), and `python -m popagent_dev.launcher
 restart <name>` restarts one child.
+
+Each child gets only what its service needs (`child_environment`): the launcher's basic
+variables and the user's non-secret popagent settings, the stack's addresses, and of the
+credentials only those `popagent_core.topology.SECRET_VARIABLES` gives that service (its own
+internal token, its own NATS user, the secret key only for secrets, the API key only for the
+gateway...), as deploy/compose.yaml scopes its containers. The embedded NATS refuses a client
+without a user (`embedded.nats_authorization`); the passwords are kept in the data folder.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +49,17 @@ import httpx
 
 from popagent_core.auth import generate_credentials
 from popagent_core.grpc_client import check_health, open_channel
-from popagent_core.topology import GRPC_SERVICES, SERVICES, Service, service_named
+from popagent_core.topology import (
+    CALLERS,
+    CREDENTIAL_NAME,
+    GRPC_SERVICES,
+    SECRET_VARIABLES,
+    SERVICE_NAMES,
+    SERVICES,
+    Service,
+    holds,
+    service_named,
+)
 from popagent_dev import embedded
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
@@ -99,25 +116,92 @@ class StackConfig:
     runner_workers: int = field(default_factory=default_runner_workers)
     # The supervisor's first restart delay (doubling up to RESTART_MAX_S).
     restart_base_s: float = RESTART_BASE_S
+    # The user's configuration: the environment the launcher was started with (`main` takes the
+    # credentials out of its own, so PostgreSQL, NATS and the clone inherit none of them).
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+
+
+# Of the launcher's environment, what every child is given besides the stack's settings and its
+# credentials: the system's and Python's basics, proxies, tracing and gRPC switches, the model
+# gateway's and SearXNG's addresses, and the user's popagent settings. A variable the credential
+# table lists, or one named like a credential, never passes this way (`inherited`).
+INHERITED_VARIABLES = frozenset(
+    {
+        *("PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "TMPDIR", "TZ", "LANG", "LANGUAGE"),
+        *("VIRTUAL_ENV", "SSL_CERT_FILE", "SSL_CERT_DIR", "NINEROUTER_URL", "SEARXNG_URL"),
+        *(f"{name}_PROXY" for name in ("HTTP", "HTTPS", "ALL", "NO")),
+        *(f"{name}_proxy" for name in ("http", "https", "all", "no")),
+    }
+)
+INHERITED_PREFIXES = ("LC_", "XDG_", "PYTHON", "OTEL_", "GRPC_", "POPAGENT_")
+
+
+def inherited(name: str) -> bool:
+    """Whether the launcher's variable `name` reaches every child as it is."""
+    if name in SECRET_VARIABLES or CREDENTIAL_NAME.search(name):
+        return False
+    return name in INHERITED_VARIABLES or name.startswith(INHERITED_PREFIXES)
+
+
+def child_environment(
+    service: str, environ: Mapping[str, str], settings: Mapping[str, str], credentials: Mapping[str, str]
+) -> dict[str, str]:
+    """The whole environment of a child running `service`: what it inherits of `environ`, the
+    stack's `settings` (addresses, ports, paths), and of `credentials` only what
+    SECRET_VARIABLES gives this service."""
+    env = {name: value for name, value in environ.items() if inherited(name)}
+    env.update(settings)
+    env.update({name: value for name, value in credentials.items() if holds(service, name)})
+    return env
+
+
+def _kept_secret(path: Path, make: Any) -> str:
+    """The secret in `path`, made by `make()` and written (0600 from its creation) the first time."""
+    if not path.exists():
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as file:
+            file.write(make())
+    return path.read_text().strip()
 
 
 def _secret_key(data_dir: Path) -> str:
     """POPAGENT_SECRET_KEY for local runs: generated once, kept in the data folder (0600)."""
     import base64
 
-    path = data_dir / "secret-key"
-    if not path.exists():
-        path.write_text(base64.b64encode(os.urandom(32)).decode())
-        path.chmod(0o600)
-    return path.read_text().strip()
+    return _kept_secret(data_dir / "secret-key", lambda: base64.b64encode(os.urandom(32)).decode())
 
 
 def _api_key(data_dir: Path) -> str:
-    path = data_dir / "api-key"
-    if not path.exists():
-        path.write_text(secrets.token_urlsafe(24))
-        path.chmod(0o600)
-    return path.read_text().strip()
+    return _kept_secret(data_dir / "api-key", lambda: secrets.token_urlsafe(24))
+
+
+NATS_PASSWORDS = "nats-passwords.json"
+NATS_CONFIG = "nats.conf"
+
+
+def nats_passwords(data_dir: Path) -> dict[str, str]:
+    """Each service's password for the embedded NATS: generated once, kept in the data folder (0600);
+    a service added since gets one."""
+    path = data_dir / NATS_PASSWORDS
+    passwords = json.loads(_kept_secret(path, lambda: "{}"))
+    missing = [name for name in SERVICE_NAMES if name not in passwords]
+    if missing:
+        passwords.update({name: secrets.token_hex(24) for name in missing})
+        _write_private(path, json.dumps(passwords))
+    return passwords
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Replace `path` with `text`, readable by this user only from the moment it exists."""
+    partial = path.with_name(path.name + ".tmp")
+    partial.unlink(missing_ok=True)
+    with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as file:
+        file.write(text)
+    partial.replace(path)
+
+
+def nats_url_of(address: str, user: str, password: str) -> str:
+    """`nats://user:password@host:port`: nats-py reads the credentials from the URL."""
+    return f"nats://{user}:{password}@{address}"
 
 
 class Stack:
@@ -141,33 +225,43 @@ class Stack:
             await self._start()
             yield self
 
-    async def _infrastructure(self) -> dict[str, str]:
+    async def _infrastructure(self) -> tuple[dict[str, str], dict[str, str]]:
+        """The stores' URLs, and each service's NATS URL (with its own user on the embedded NATS;
+        a configured NATS_URL is passed to every service as given)."""
         data = self.config.data_dir
+        environ = self.config.environ
         data.mkdir(parents=True, exist_ok=True)
         (data / "logs").mkdir(exist_ok=True)
         env: dict[str, str] = {}
-        database_url = os.environ.get("DATABASE_URL", "")
-        observability_url = os.environ.get("OBSERVABILITY_DATABASE_URL", "")
+        database_url = environ.get("DATABASE_URL", "")
+        observability_url = environ.get("OBSERVABILITY_DATABASE_URL", "")
         if not database_url or not observability_url:
             admin_dsn = self._exit.enter_context(embedded.postgres(data / "postgres", sole_owner=True))
             database_url = database_url or await embedded.ensure_database(admin_dsn, "popagent")
             observability_url = observability_url or await embedded.ensure_database(admin_dsn, "popagent_observability")
         env["DATABASE_URL"] = database_url
         env["OBSERVABILITY_DATABASE_URL"] = observability_url
-        nats_url = os.environ.get("NATS_URL", "")
-        if not nats_url:
-            nats = self._exit.enter_context(embedded.nats(data / "nats", log_file=data / "logs" / "nats.log"))
-            nats_url = nats.url
-        env["NATS_URL"] = nats_url
-        return env
+        configured_nats = environ.get("NATS_URL", "")
+        if configured_nats:
+            return env, dict.fromkeys(SERVICE_NAMES, configured_nats)
+        passwords = nats_passwords(data)
+        config = data / NATS_CONFIG
+        _write_private(config, embedded.nats_authorization({name: json.dumps(passwords[name]) for name in passwords}))
+        nats = self._exit.enter_context(
+            embedded.nats(data / "nats", log_file=data / "logs" / "nats.log", config_file=config)
+        )
+        address = f"127.0.0.1:{nats.port}"
+        return env, {name: nats_url_of(address, name, passwords[name]) for name in SERVICE_NAMES}
 
     async def _start(self) -> None:
-        infra = await self._infrastructure()
+        stores, nats_urls = await self._infrastructure()
         # Registered after the infrastructure so it runs before it on the way out:
         # services stop while PostgreSQL and NATS are still there for their goodbyes.
         self._exit.push_async_callback(self.stop_children)
-        tokens, callers = generate_credentials()
-        self.api_key = os.environ.get("POPAGENT_API_KEY") or _api_key(self.config.data_dir)
+        environ = self.config.environ
+        tokens, digests_json = generate_credentials()
+        digests: dict[str, str] = json.loads(digests_json)
+        self.api_key = environ.get("POPAGENT_API_KEY") or _api_key(self.config.data_dir)
         addresses = {service.name: f"127.0.0.1:{embedded.free_port()}" for service in GRPC_SERVICES}
         # agent-runner's workers listen one address each; its clients get them all as one list.
         runner = service_named("agent-runner")
@@ -176,26 +270,40 @@ class Stack:
             addresses[runner.name],
             *(f"127.0.0.1:{embedded.free_port()}" for _ in range(workers - 1)),
         ]
-        base = {k: v for k, v in os.environ.items() if k not in ("POPAGENT_INTERNAL_TOKEN",)}
-        base.update(infra)
-        base["POPAGENT_INTERNAL_CALLERS"] = callers
-        base["POPAGENT_API_KEY"] = self.api_key
-        base.setdefault("POPAGENT_SECRET_KEY", _secret_key(self.config.data_dir))
-        base.setdefault("POPAGENT_WORKSPACE_ROOT", str(REPO_ROOT / "workspace"))
+        # The stack's settings, the same for every child.
+        settings: dict[str, str] = {}
+        settings["POPAGENT_WORKSPACE_ROOT"] = environ.get("POPAGENT_WORKSPACE_ROOT") or str(REPO_ROOT / "workspace")
         for service in GRPC_SERVICES:
-            base[service.address_variable] = addresses[service.name]
-        base[runner.address_variable] = ",".join(runner_addresses)
-        base["POPAGENT_GATEWAY_PORT"] = str(self.config.gateway_port)
-        base["POPAGENT_SUPERVISOR_STATE"] = str(self.state_path)
+            settings[service.address_variable] = addresses[service.name]
+        settings[runner.address_variable] = ",".join(runner_addresses)
+        settings["POPAGENT_GATEWAY_PORT"] = str(self.config.gateway_port)
+        settings["POPAGENT_SUPERVISOR_STATE"] = str(self.state_path)
         # The tasks worker runs each attempt as an agent turn in agent-runner (POPAGENT_AGENT_RUNNER_ADDR above).
-        base.setdefault("POPAGENT_TASKS_EXECUTOR", "popagent_tasks.agent_runner_executor:executor")
-        self.env = base
+        settings["POPAGENT_TASKS_EXECUTOR"] = (
+            environ.get("POPAGENT_TASKS_EXECUTOR") or "popagent_tasks.agent_runner_executor:executor"
+        )
+        self.env = settings
+        # Every credential of the stack; child_environment hands each child its own share.
+        credentials = {name: environ[name] for name in SECRET_VARIABLES if environ.get(name)}
+        credentials.update(stores)
+        credentials["POPAGENT_API_KEY"] = self.api_key
+        credentials.setdefault("POPAGENT_SECRET_KEY", _secret_key(self.config.data_dir))
+
+        def environment_of(service: Service) -> dict[str, str]:
+            own = {
+                "POPAGENT_INTERNAL_TOKEN": tokens[service.name],
+                "NATS_URL": nats_urls[service.name],
+                "POPAGENT_INTERNAL_CALLERS": json.dumps(
+                    {caller: digests[caller] for caller in sorted(CALLERS.get(service.name, ()))}
+                ),
+            }
+            return child_environment(service.name, environ, settings, {**credentials, **own})
 
         deadline = time.monotonic() + self.config.start_timeout_s
         # All at once: the gateway needs no service to start, only to report healthy.
         listening: dict[str, str] = {}
         for service in SERVICES:
-            env = dict(base, POPAGENT_INTERNAL_TOKEN=tokens[service.name])
+            env = environment_of(service)
             if service != runner:
                 await self._spawn(service.name, service, env)
                 if service.name in addresses:
@@ -452,14 +560,19 @@ def main(argv: list[str] | None = None) -> None:
     config = StackConfig(data_dir=args.data_dir.resolve(), gateway_port=args.port, echo_logs=not args.quiet)
     if workers:
         config.runner_workers = int(workers)
+    # The configuration is in config.environ now: what the launcher starts itself (PostgreSQL,
+    # NATS, the clone) inherits no credential, and each service gets its own from child_environment.
+    for name in [name for name in os.environ if name in SECRET_VARIABLES or CREDENTIAL_NAME.search(name)]:
+        del os.environ[name]
     clone_default_workspace()
     raise SystemExit(asyncio.run(_main(config)))
 
 
 def clone_default_workspace() -> None:
     """workspace/popagent, cloned when absent (from this repository unless
-    POPAGENT_DEFAULT_WORKSPACE_SOURCE names another); a failure is one line, never a stop."""
-    env = dict(os.environ)
+    POPAGENT_DEFAULT_WORKSPACE_SOURCE names another); a failure is one line, never a stop.
+    It runs git on a source the user named, with no credential of the stack."""
+    env = {name: value for name, value in os.environ.items() if inherited(name)}
     env.setdefault("POPAGENT_WORKSPACE_ROOT", str(REPO_ROOT / "workspace"))
     env.setdefault("POPAGENT_DEFAULT_WORKSPACE_SOURCE", str(REPO_ROOT))
     subprocess.run([sys.executable, "-m", "popagent_agent_runner.workspace.checkout"], env=env, check=False)

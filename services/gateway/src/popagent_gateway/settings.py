@@ -49,7 +49,8 @@ class Settings(ProcessSettings):
     rpc_timeout_s: float = Field(default=10.0, gt=0, le=3600, validation_alias="POPAGENT_GATEWAY_RPC_TIMEOUT_S")
     # The services' broker: /api/health reports it (unset: not reported), and negative feedback is
     # published there (popagent_core.subjects.NEGATIVE_FEEDBACK_GIVEN; unset: a thumbs down answers 503).
-    nats_url: str = Field(default="", validation_alias="NATS_URL")
+    # It may carry the gateway's NATS user and password: kept out of the repr, logs and spans.
+    nats_url: str = Field(default="", validation_alias="NATS_URL", repr=False)
     # Set by `make run`: the launcher's state file; /api/health names the children it is restarting.
     supervisor_state: Path | None = Field(default=None, validation_alias="POPAGENT_SUPERVISOR_STATE")
 

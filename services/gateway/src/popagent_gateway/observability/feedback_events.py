@@ -23,7 +23,7 @@ from nats.aio.client import Client as NatsClient
 from nats.errors import Error as NatsError
 
 from popagent_core import subjects
-from popagent_core.bus import ensure_streams
+from popagent_core.bus import ensure_streams, inbox_prefix
 from popagent_core.errors import Unavailable
 from popagent_core.telemetry import inject_headers
 
@@ -43,6 +43,8 @@ class FeedbackEvents:
                 client = await nats.connect(
                     self.nats_url.split(","),
                     name="popagent-gateway",
+                    # The gateway's NATS user may subscribe to its own replies only.
+                    inbox_prefix=inbox_prefix("gateway"),
                     connect_timeout=CONNECT_TIMEOUT_S,
                     allow_reconnect=True,
                     max_reconnect_attempts=-1,
