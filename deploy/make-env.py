@@ -6,7 +6,14 @@ deploy/.env.example is the template: every variable it lists is printed, in its 
 and with its comments; the secrets are replaced by fresh random values (PostgreSQL
 password, also inside both database URLs; API key; secret key; SearXNG secret; internal
 credentials from `popagent_core.auth.generate_credentials`). Everything else keeps the
-template's value, to be edited afterwards (model gateway, hooks, log level).
+template's value, to be edited afterwards (model gateway, hooks, log level). Each gRPC service
+gets the digests of its own callers only (`popagent_core.topology.CALLERS`), and each service a
+NATS password of its own (the users of deploy/nats/nats.conf).
+
+    .venv/bin/python deploy/make-env.py nats-conf > deploy/nats/nats.conf
+
+prints the NATS users and their subject permissions (`popagent_dev.embedded.nats_authorization`,
+the same `make run` gives its NATS), each password read from the NATS container's environment.
 
 Values are written unquoted on one line and contain no `$`, `#`, quote or space where a
 compose .env parser would read them specially (the JSON of POPAGENT_INTERNAL_CALLERS has
@@ -23,30 +30,60 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from popagent_core.auth import generate_credentials
-from popagent_core.topology import SERVICE_NAMES
+from popagent_core.topology import CALLERS, SERVICE_NAMES
 
 TEMPLATE = Path(__file__).resolve().with_name(".env.example")
 DATABASE_URL_VARIABLES = ("DATABASE_URL", "OBSERVABILITY_DATABASE_URL")
 
 
+def _variable(prefix: str, service: str) -> str:
+    return prefix + service.upper().replace("-", "_")
+
+
 def token_variable(service: str) -> str:
     """The .env variable holding one service's internal token (mapped by compose)."""
-    return "POPAGENT_TOKEN_" + service.upper().replace("-", "_")
+    return _variable("POPAGENT_TOKEN_", service)
+
+
+def callers_variable(service: str) -> str:
+    """The .env variable holding the digests of one gRPC service's callers (its POPAGENT_INTERNAL_CALLERS)."""
+    return _variable("POPAGENT_CALLERS_", service)
+
+
+def nats_password_variable(service: str) -> str:
+    """The .env variable holding one service's NATS password (in its NATS_URL, and the NATS container's)."""
+    return _variable("NATS_PASSWORD_", service)
 
 
 def fresh_secrets() -> dict[str, str]:
     tokens, callers = generate_credentials(SERVICE_NAMES)
+    digests = json.loads(callers)
     values = {
         # Hex: safe inside a URL's userinfo without quoting.
         "POSTGRES_PASSWORD": secrets.token_hex(24),
         "POPAGENT_API_KEY": secrets.token_urlsafe(32),
         "POPAGENT_SECRET_KEY": base64.b64encode(secrets.token_bytes(32)).decode("ascii"),
         "SEARXNG_SECRET": secrets.token_hex(32),
-        # Compact JSON: no spaces for an env-file parser to trim or split on.
-        "POPAGENT_INTERNAL_CALLERS": json.dumps(json.loads(callers), separators=(",", ":"), sort_keys=True),
     }
     values.update({token_variable(service): tokens[service] for service in SERVICE_NAMES})
+    values.update({nats_password_variable(service): secrets.token_hex(24) for service in SERVICE_NAMES})
+    for service, allowed in CALLERS.items():
+        # Compact JSON: no spaces for an env-file parser to trim or split on.
+        own = {caller: digests[caller] for caller in sorted(allowed)}
+        values[callers_variable(service)] = json.dumps(own, separators=(",", ":"), sort_keys=True)
     return values
+
+
+def nats_conf() -> str:
+    """deploy/nats/nats.conf: the users of `make run`'s NATS, each password a variable of the container."""
+    from popagent_dev.embedded import nats_authorization
+
+    header = (
+        "# popagent's NATS users: one per service, each allowed only the subjects it uses, and no\n"
+        "# client without a user. Generated: `.venv/bin/python deploy/make-env.py nats-conf > deploy/nats/nats.conf`\n"
+        "# (tests/deploy checks it is current). Each password is read from the NATS container's environment.\n"
+    )
+    return header + nats_authorization({service: "$" + nats_password_variable(service) for service in SERVICE_NAMES})
 
 
 def with_password(url: str, password: str) -> str:
@@ -86,6 +123,9 @@ def render(template: str, values: dict[str, str]) -> str:
 
 
 def main() -> None:
+    if sys.argv[1:] == ["nats-conf"]:
+        sys.stdout.write(nats_conf())
+        return
     sys.stdout.write(render(TEMPLATE.read_text(), fresh_secrets()))
 
 

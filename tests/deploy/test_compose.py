@@ -38,7 +38,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from popagent_core import topology
 from popagent_core.auth import CallerRegistry
 from popagent_core.errors import Unauthenticated
-from popagent_dev.embedded import free_port
+from popagent_dev.embedded import free_port, nats_authorization
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = REPO_ROOT / "deploy"
@@ -46,6 +46,7 @@ COMPOSE_FILE = DEPLOY / "compose.yaml"
 ENV_EXAMPLE = DEPLOY / ".env.example"
 MAKE_ENV = DEPLOY / "make-env.py"
 SCHEMA_FILE = Path(__file__).with_name("compose_spec.json")
+NATS_CONFIG = DEPLOY / "nats" / "nats.conf"
 
 # The stack's services as the kernel lists them (popagent_core.topology): compose must run exactly these.
 POPAGENT_SERVICES = topology.SERVICE_NAMES
@@ -143,6 +144,14 @@ def token_variable(service: str) -> str:
     return "POPAGENT_TOKEN_" + service.upper().replace("-", "_")
 
 
+def callers_variable(service: str) -> str:
+    return "POPAGENT_CALLERS_" + service.upper().replace("-", "_")
+
+
+def nats_password_variable(service: str) -> str:
+    return "NATS_PASSWORD_" + service.upper().replace("-", "_")
+
+
 def address_variable(service: str) -> str:
     return topology.service_named(service).address_variable
 
@@ -150,6 +159,14 @@ def address_variable(service: str) -> str:
 def run_make_env(cwd: Path) -> str:
     result = subprocess.run(
         [sys.executable, str(MAKE_ENV)], cwd=cwd, capture_output=True, text=True, timeout=30, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def run_make_env_command(arguments: list[str]) -> str:
+    result = subprocess.run(
+        [sys.executable, str(MAKE_ENV), *arguments], capture_output=True, text=True, timeout=30, check=False
     )
     assert result.returncode == 0, result.stderr
     return result.stdout
@@ -271,6 +288,9 @@ def test_infrastructure_images(services: dict[str, Any]) -> None:
     assert services["postgres"]["image"] == services["observability-postgres"]["image"] == "pgvector/pgvector:pg16"
     assert services["nats"]["image"].startswith("nats:2")
     assert services["nats"]["command"][:3] == ["-js", "-sd", "/data"]
+    # Its users: a client without one is refused.
+    config = services["nats"]["command"][services["nats"]["command"].index("-c") + 1]
+    assert f"./nats/nats.conf:{config}:ro" in services["nats"]["volumes"]
     assert services["searxng"]["image"].startswith("searxng/searxng")
     settings_mount = DEPLOY / "searxng" / "settings.yml"
     assert any(volume.startswith("./searxng/settings.yml:") for volume in services["searxng"]["volumes"])
@@ -461,11 +481,53 @@ def test_each_service_gets_its_own_internal_token(
     tokens = {name: environment(services[name])["POPAGENT_INTERNAL_TOKEN"] for name in POPAGENT_SERVICES}
     assert len(set(tokens.values())) == len(tokens)
     for name in GRPC_SERVICES:
+        # Each gRPC service knows its own callers only: another service's token is refused there.
         registry = CallerRegistry.from_json(environment(services[name])["POPAGENT_INTERNAL_CALLERS"])
         for caller, token in tokens.items():
-            assert registry.authenticate(token) == caller
+            if caller in topology.CALLERS[name]:
+                assert registry.authenticate(token) == caller
+            else:
+                with pytest.raises(Unauthenticated):
+                    registry.authenticate(token)
         with pytest.raises(Unauthenticated):
             registry.authenticate(f"{name}.not-its-token")
+    assert "POPAGENT_INTERNAL_CALLERS" not in environment(services["gateway"])
+
+
+def test_each_container_gets_the_credentials_the_table_gives_its_service(raw: dict[str, Any]) -> None:
+    """The same scoping as `make run`'s launcher: popagent_core.topology.SECRET_VARIABLES."""
+    for name in POPAGENT_SERVICES:
+        env = environment(raw["services"][name])
+        carried = {variable for variable in env if variable in topology.SECRET_VARIABLES}
+        carried |= {variable for variable in env if topology.CREDENTIAL_NAME.search(variable)}
+        held = {variable for variable, holders in topology.SECRET_VARIABLES.items() if name in holders}
+        assert carried == held, (name, sorted(carried ^ held))
+
+
+def test_each_service_has_its_own_nats_user(
+    raw: dict[str, Any], services: dict[str, Any], generated_env: dict[str, str]
+) -> None:
+    for name in POPAGENT_SERVICES:
+        url = urlsplit(environment(services[name])["NATS_URL"])
+        assert (url.scheme, url.hostname, url.port) == ("nats", "nats", 4222), name
+        assert url.username == name
+        assert url.password == generated_env[nats_password_variable(name)], name
+        others = {nats_password_variable(other) for other in POPAGENT_SERVICES if other != name}
+        assert references_in(raw["services"][name]) & others == set(), name
+    # The NATS container has every user's password, for its configuration to read.
+    assert set(environment(raw["services"]["nats"])) == {nats_password_variable(name) for name in POPAGENT_SERVICES}
+    passwords = [generated_env[nats_password_variable(name)] for name in POPAGENT_SERVICES]
+    assert len(set(passwords)) == len(passwords)
+
+
+def test_the_nats_configuration_is_the_one_make_run_uses() -> None:
+    """deploy/nats/nats.conf is `make run`'s authorization with each password a container variable:
+    regenerate it with `make-env.py nats-conf` when a service's subjects change."""
+    expected = nats_authorization({name: "$" + nats_password_variable(name) for name in POPAGENT_SERVICES})
+    text = NATS_CONFIG.read_text()
+    assert text.endswith(expected)
+    assert all(line.startswith("#") for line in text.removesuffix(expected).splitlines())
+    assert text == run_make_env_command(["nats-conf"])
 
 
 def test_the_secret_key_reaches_only_the_secrets_service(raw: dict[str, Any], services: dict[str, Any]) -> None:
@@ -498,8 +560,6 @@ def test_connection_urls_name_the_stack_containers(
         assert url.username == server["POSTGRES_USER"], variable
         assert url.password == env["POSTGRES_PASSWORD"], variable
         assert url.path == f"/{server['POSTGRES_DB']}", variable
-    nats = urlsplit(env["NATS_URL"])
-    assert (nats.scheme, nats.hostname, nats.port) == ("nats", "nats", 4222)
     searxng = urlsplit(env["SEARXNG_URL"])
     assert searxng.hostname == "searxng"
 
@@ -582,8 +642,9 @@ def test_make_env_secrets_are_fresh_and_well_formed(
         "POPAGENT_API_KEY",
         "POPAGENT_SECRET_KEY",
         "SEARXNG_SECRET",
-        "POPAGENT_INTERNAL_CALLERS",
         *(token_variable(name) for name in POPAGENT_SERVICES),
+        *(callers_variable(name) for name in GRPC_SERVICES),
+        *(nats_password_variable(name) for name in POPAGENT_SERVICES),
     ]
     for variable in generated:
         assert generated_env[variable] != second[variable], f"{variable} is not random"
@@ -600,10 +661,11 @@ def test_make_env_values_read_the_same_in_every_env_file_parser(generated_env: d
         assert not value.startswith(("'", '"')), variable
 
 
-def test_make_env_credentials_authenticate_each_service(generated_env: dict[str, str]) -> None:
-    registry = CallerRegistry.from_json(generated_env["POPAGENT_INTERNAL_CALLERS"])
-    for name in POPAGENT_SERVICES:
-        assert registry.authenticate(generated_env[token_variable(name)]) == name
+def test_make_env_credentials_authenticate_each_caller_where_it_calls(generated_env: dict[str, str]) -> None:
+    for name in GRPC_SERVICES:
+        registry = CallerRegistry.from_json(generated_env[callers_variable(name)])
+        for caller in topology.CALLERS[name]:
+            assert registry.authenticate(generated_env[token_variable(caller)]) == caller
 
 
 def test_deploy_env_is_ignored_by_git() -> None:
