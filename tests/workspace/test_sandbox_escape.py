@@ -8,6 +8,7 @@ nothing left running).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -19,13 +20,21 @@ import tempfile
 import textwrap
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as arpb
 from popagent_agent_runner.state.state_servicer import AgentRunnerStateServicer
-from popagent_agent_runner.workspace.sandbox import HEAD_BYTES, TAIL_BYTES, Sandbox, SandboxUnavailable
+from popagent_agent_runner.workspace.sandbox import (
+    HEAD_BYTES,
+    TAIL_BYTES,
+    CommandResult,
+    Sandbox,
+    SandboxProcess,
+    SandboxUnavailable,
+)
 from support.canary import CANARY, find_canary
 from support.waiting import eventually
 
@@ -48,9 +57,29 @@ async def sandbox() -> Sandbox:
     return box
 
 
+@contextlib.contextmanager
+def held(folder: Path) -> Iterator[int]:
+    """A directory descriptor of `folder`, as a turn holds its repository's."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+async def run(sandbox: Sandbox, repo: Path, command: str, timeout_s: float, cwd: Path | None = None) -> CommandResult:
+    with held(repo) as root_fd:
+        return await sandbox.run(root_fd, repo, cwd or repo, command, timeout_s)
+
+
+async def start(sandbox: Sandbox, repo: Path, command: str) -> SandboxProcess:
+    with held(repo) as root_fd:
+        return await sandbox.start(root_fd, repo, repo, command)
+
+
 async def probe(sandbox: Sandbox, repo: Path, script: str, timeout_s: float = 30) -> dict[str, object]:
     (repo / "probe.py").write_text(textwrap.dedent(script))
-    result = await sandbox.run(repo, repo, "python probe.py", timeout_s)
+    result = await run(sandbox, repo, "python probe.py", timeout_s)
     assert result.exit_code == 0, result.output
     return json.loads(result.output.strip().splitlines()[-1])
 
@@ -161,11 +190,17 @@ def test_tiocsti_on_an_inherited_terminal(repo: Path) -> None:
         "try:\n    fcntl.ioctl(0, termios.TIOCSTI, b'x'); print('ok')\n"
         "except OSError as exc:\n    print(errno.errorcode[exc.errno])\n"
     )
-    argv = Sandbox().argv(repo, repo, "python inject.py")
     try:
-        done = subprocess.run(
-            argv, stdin=follower, capture_output=True, text=True, timeout=30, env={"PATH": "/usr/bin"}
-        )
+        with held(repo) as root_fd, Sandbox().command_line(root_fd, repo, repo, ["python", "inject.py"]) as line:
+            done = subprocess.run(
+                line.argv,
+                stdin=follower,
+                capture_output=True,
+                text=True,
+                timeout=30,
+                env={"PATH": "/usr/bin"},
+                pass_fds=line.pass_fds,
+            )
     finally:
         os.close(follower)
         os.close(leader)
@@ -175,8 +210,8 @@ def test_tiocsti_on_an_inherited_terminal(repo: Path) -> None:
 async def test_canary_is_in_no_environ_visible_inside(sandbox: Sandbox, repo: Path) -> None:
     os.environ["POPAGENT_SUITE_CANARY"] = CANARY
     try:
-        result = await sandbox.run(
-            repo,
+        result = await run(
+            sandbox,
             repo,
             'for f in /proc/[0-9]*/environ /proc/self/environ; do cat "$f" 2>/dev/null; echo; done; env',
             30,
@@ -191,13 +226,14 @@ async def test_canary_is_in_no_environ_visible_inside(sandbox: Sandbox, repo: Pa
 
 PARENT = textwrap.dedent(
     """
-    import asyncio, sys
+    import asyncio, os, sys
     from pathlib import Path
     from popagent_agent_runner.workspace.sandbox import Sandbox
 
     async def main():
         box = Sandbox()
-        process = await box.start(Path(sys.argv[1]), Path(sys.argv[1]), f"sleep 300 # {sys.argv[2]}")
+        repo = Path(sys.argv[1])
+        process = await box.start(os.open(repo, os.O_RDONLY), repo, repo, f"sleep 300 # {sys.argv[2]}")
         print(process.pid, flush=True)
         await asyncio.sleep(600)
 
@@ -300,7 +336,7 @@ async def test_a_fork_bomb_is_held(sandbox: Sandbox, repo: Path) -> None:
         # The shell waits by exec, not by forking a `sleep` the full process table could refuse (it would
         # then end before the timeout); python keeps the marker in its command line.
         command = f"bomb() {{ bomb | bomb & }}; bomb; exec python3 -c 'import time; time.sleep(30)' {marker}"
-        result = await sandbox.run(repo, repo, command, 3)
+        result = await run(sandbox, repo, command, 3)
     finally:
         sampler.cancel()
     assert result.timed_out and result.exit_code is None
@@ -320,7 +356,7 @@ async def test_a_command_whose_cgroup_cannot_be_joined_never_runs(
     broken = tmp_path / "not-a-cgroup"
     (broken / "cgroup.procs").mkdir(parents=True)  # writing the PID to it fails
     monkeypatch.setattr(type(sandbox._cgroups), "make", lambda self, max_processes: broken)
-    result = await sandbox.run(repo, repo, "touch ran", 10)
+    result = await run(sandbox, repo, "touch ran", 10)
     assert result.exit_code is None and result.killed
     assert not (repo / "ran").exists()
 
@@ -341,7 +377,7 @@ async def test_a_second_sandbox_leaves_the_fresh_cgroups_of_the_first_alone(sand
 
 
 async def test_endless_output_is_bounded(sandbox: Sandbox, repo: Path) -> None:
-    result = await sandbox.run(repo, repo, "yes popagent", 1.5)
+    result = await run(sandbox, repo, "yes popagent", 1.5)
     assert result.timed_out
     assert result.omitted_bytes > 0
     assert len(result.output.encode()) <= HEAD_BYTES + TAIL_BYTES + 100
@@ -349,9 +385,29 @@ async def test_endless_output_is_bounded(sandbox: Sandbox, repo: Path) -> None:
     assert f"[{result.omitted_bytes} bytes of output left out]" in result.output
 
 
+async def test_the_repository_mount_follows_the_held_descriptor(sandbox: Sandbox, tmp_path: Path) -> None:
+    """A parent folder of the repository swapped for a link after the turn opened it (another
+    workspace's shell can do that) does not redirect the mount: bubblewrap binds the directory
+    the descriptor holds, never a path the kernel walks again."""
+    parent = tmp_path / "parent"
+    repo = parent / "repo"
+    repo.mkdir(parents=True)
+    (repo / "which").write_text("original\n")
+    decoy = tmp_path / "decoy"
+    (decoy / "repo").mkdir(parents=True)
+    (decoy / "repo" / "which").write_text("canary\n")
+    with held(repo) as root_fd:
+        parent.rename(tmp_path / "moved")
+        os.symlink(decoy, parent)
+        result = await sandbox.run(root_fd, repo, repo, "cat which && echo written > new", 10)
+    assert (result.exit_code, result.output) == (0, "original\n")
+    assert (tmp_path / "moved" / "repo" / "new").read_text() == "written\n"
+    assert not (decoy / "repo" / "new").exists()
+
+
 async def test_exit_code_duration_and_cwd(sandbox: Sandbox, repo: Path) -> None:
     (repo / "sub").mkdir()
-    result = await sandbox.run(repo, repo / "sub", "pwd; echo err >&2; exit 3", 10)
+    result = await run(sandbox, repo, "pwd; echo err >&2; exit 3", 10, cwd=repo / "sub")
     assert result.exit_code == 3
     assert result.output == f"{repo / 'sub'}\nerr\n"
     assert result.duration_ms >= 0 and not result.timed_out
@@ -359,7 +415,7 @@ async def test_exit_code_duration_and_cwd(sandbox: Sandbox, repo: Path) -> None:
 
 async def test_cancellation_and_shutdown_kill_the_process_group(sandbox: Sandbox, repo: Path) -> None:
     marker = f"cancel-{uuid.uuid4().hex}"
-    process = await sandbox.start(repo, repo, f"sleep 300 # {marker}")
+    process = await start(sandbox, repo, f"sleep 300 # {marker}")
     waiter = asyncio.create_task(process.wait(600))
     await asyncio.sleep(0)  # the wait has begun
     await eventually(lambda: len(processes_with(marker)) >= 2, within=10, what="the command to start")
@@ -370,7 +426,7 @@ async def test_cancellation_and_shutdown_kill_the_process_group(sandbox: Sandbox
     assert processes_with(marker) == []
 
     marker = f"shutdown-{uuid.uuid4().hex}"
-    await sandbox.start(repo, repo, f"sleep 300 & sleep 300 # {marker}")
+    await start(sandbox, repo, f"sleep 300 & sleep 300 # {marker}")
     await eventually(lambda: len(processes_with(marker)) >= 2, within=10, what="the command to start")
     await sandbox.close()
     await asyncio.sleep(0.2)
@@ -385,15 +441,16 @@ def test_no_user_namespaces_means_sandbox_unavailable(tmp_path: Path) -> None:
     script.write_text(
         textwrap.dedent(
             f"""
-            import asyncio, json
+            import asyncio, json, os
             from pathlib import Path
             from popagent_agent_runner.workspace.sandbox import Sandbox, SandboxUnavailable
 
             async def main():
                 box = Sandbox()
                 reason = await box.probe()
+                repo = Path("{tmp_path}")
                 try:
-                    await box.run(Path("{tmp_path}"), Path("{tmp_path}"), "touch {ran}", 10)
+                    await box.run(os.open(repo, os.O_RDONLY), repo, repo, "touch {ran}", 10)
                     refused = ""
                 except SandboxUnavailable as exc:
                     refused = str(exc)
@@ -419,7 +476,7 @@ def test_no_user_namespaces_means_sandbox_unavailable(tmp_path: Path) -> None:
 
 async def test_no_bubblewrap_means_sandbox_unavailable(tmp_path: Path) -> None:
     with pytest.raises(SandboxUnavailable, match=r"sandbox unavailable: bubblewrap \(bwrap\) is not installed"):
-        await Sandbox(bwrap=None).run(tmp_path, tmp_path, "true", 5)
+        await run(Sandbox(bwrap=None), tmp_path, "true", 5)
 
 
 async def test_the_sandbox_status_rpc_says_why_commands_are_refused() -> None:
@@ -435,7 +492,7 @@ async def test_the_sandbox_status_rpc_says_why_commands_are_refused() -> None:
 
 NON_ROOT_BOMB = textwrap.dedent(
     """
-    import asyncio, json, sys
+    import asyncio, json, os, sys
     sys.path.insert(0, sys.argv[1])  # sandbox.py needs nothing beyond the standard library
     from pathlib import Path
     from popagent_agent_runner.workspace.sandbox import Sandbox
@@ -443,8 +500,9 @@ NON_ROOT_BOMB = textwrap.dedent(
     async def main():
         box = Sandbox(max_processes=32)
         reason = await box.probe()
+        repo = Path(sys.argv[2])
         # exec: a forked `sleep` could be refused once the bomb fills the process limit, ending it early.
-        result = await box.run(Path(sys.argv[2]), Path(sys.argv[2]), "bomb() { bomb | bomb & }; bomb; exec sleep 30", 3)
+        result = await box.run(os.open(repo, os.O_RDONLY), repo, repo, "bomb() { bomb | bomb & }; bomb; exec sleep 30", 3)
         seen = {"reason": reason, "timedOut": result.timed_out, "cannotFork": "Cannot fork" in result.output}
         print(json.dumps({**seen, "outputTail": result.output[-400:]}))
 

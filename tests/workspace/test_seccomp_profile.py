@@ -24,7 +24,7 @@ SOURCE = REPO_ROOT / "services" / "agent-runner" / "src"
 
 # Runs with this interpreter; `sandbox.py` needs nothing beyond the standard library.
 CHILD = r"""
-import asyncio, ctypes, json, sys
+import asyncio, ctypes, json, os, sys
 from pathlib import Path
 
 sys.path.insert(0, sys.argv[1])
@@ -79,7 +79,7 @@ async def main():
     box = Sandbox(max_processes=64)
     reason = await box.probe()
     repo = Path(sys.argv[2])
-    result = await box.run(repo, repo, COMMAND, 30) if reason is None else None
+    result = await box.run(os.open(repo, os.O_RDONLY), repo, repo, COMMAND, 30) if reason is None else None
     print(json.dumps({
         "reason": reason,
         "exitCode": result.exit_code if result else None,

@@ -4,8 +4,13 @@ Every command runs as
 
     bwrap --unshare-all --unshare-user --cap-drop ALL --disable-userns --new-session --die-with-parent
           <system directories read-only> --proc /proc --dev /dev --tmpfs /tmp --tmpfs $HOME
-          --bind <repository> <repository> --chdir <repository>/<cwd>
-          --clearenv --setenv PATH/LANG/HOME/TERM ... --remount-ro / -- /bin/sh -c <command>
+          --bind-fd <repository fd> <repository> --ro-bind-fd <.git fd> <repository>/.git
+          --chdir <repository>/<cwd> --clearenv --setenv PATH/LANG/HOME/TERM ... --remount-ro /
+          -- /bin/sh -c <command>
+
+and a language server (`lsp/session.py`) under the same confinement, with the repository
+read-only, its own program's folders read-only and JSON-RPC over its stdin and stdout
+(`start_server`): one builder (`Sandbox.command_line`) makes both command lines.
 
 Why each flag (checked on this kind of machine, shared/research/dependency-lab-2.md §3):
 - `--unshare-all` gives new network, PID, IPC, UTS and cgroup namespaces: the only network is
@@ -18,6 +23,16 @@ Why each flag (checked on this kind of machine, shared/research/dependency-lab-2
   every process of the sandbox's PID namespace.
 - `--remount-ro /` last: the sandbox's own root (a tmpfs) is read-only too; the repository bind,
   `/tmp` and `$HOME` stay writable.
+- The repository is bound from a directory descriptor the caller holds (`--bind-fd`), never
+  from its path: bubblewrap mounts what the descriptor is, so a parent folder swapped for a
+  symbolic link after the turn opened the repository cannot redirect the mount.
+- `.git` is bound read-only on itself (a directory, or the `gitdir:` file of a worktree or
+  submodule), opened without following links relative to the repository descriptor: a
+  command cannot plant a hook, `core.fsmonitor` or an alias that a git command on the host
+  would run. A `.git` that is a symbolic link is refused (a mount would land on its target
+  while the link itself stays replaceable). A repository without `.git` gets none: a command
+  may make one, which host-side git commands must treat as untrusted anyway (they run with
+  hooks, fsmonitor and aliases disabled), as they must a cloned repository's.
 
 The environment is built from an allow-list (PATH, LANG, HOME, TERM), never the service's:
 no database URL, keys or tokens reach a command, and bubblewrap itself is started with only
@@ -44,14 +59,15 @@ import logging
 import os
 import shutil
 import signal
+import stat
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Coroutine, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +106,10 @@ REPROBE_S = 30.0
 
 class SandboxUnavailable(Exception):
     """bubblewrap cannot build the sandbox here; the message says why."""
+
+
+class SandboxRefused(Exception):
+    """This repository cannot be confined as it is (its `.git` is a symbolic link); the message says why."""
 
 
 class SandboxStartCrashed(Exception):
@@ -217,7 +237,7 @@ class _PidsCgroup:
             await asyncio.sleep(0.05)
 
 
-def _system_binds(extra: Iterable[str]) -> list[str]:
+def _system_binds() -> list[str]:
     args = ["--ro-bind", "/usr", "/usr"]
     for name in ROOT_LINKS:
         host = Path("/") / name
@@ -227,10 +247,14 @@ def _system_binds(extra: Iterable[str]) -> list[str]:
             args += ["--ro-bind", str(host), f"/{name}"]
     for path in ETC_FILES:
         args += ["--ro-bind-try", path, path]
-    # The service's own interpreter (and its virtualenv), so `python` in a command is the
-    # toolchain the deployment ships; read-only, and outside /usr only when it is elsewhere.
+    return args
+
+
+def _read_only_binds(folders: Iterable[str]) -> list[str]:
+    """Host folders bound read-only where they are (a link to one kept as a link), outside /usr only."""
+    args: list[str] = []
     seen: set[str] = {"/usr"}
-    for prefix in (*_interpreter_prefixes(), *extra):
+    for prefix in folders:
         real = os.path.realpath(prefix)
         if real in seen or real.startswith("/usr/") or not os.path.isdir(real):
             continue
@@ -260,6 +284,52 @@ def sandbox_environment() -> dict[str, str]:
     }
 
 
+GIT_DIR = ".git"
+
+
+def _open_git(root_fd: int) -> int | None:
+    """A descriptor of the repository's `.git` (directory or `gitdir:` file), None when it has none.
+
+    Opened as a path descriptor without following a link, then checked for what it is: a `.git`
+    swapped for a link between a look and an open is never followed."""
+    try:
+        fd = os.open(GIT_DIR, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root_fd)
+    except FileNotFoundError:
+        return None
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISDIR(mode) or stat.S_ISREG(mode):
+        return fd
+    os.close(fd)
+    raise SandboxRefused(
+        "the repository's .git is a symbolic link (or not a file or folder): commands are not run in it, "
+        "since its target could not be kept read-only; replace it with the real .git folder"
+    )
+
+
+@dataclass(frozen=True)
+class CommandLine:
+    """bubblewrap's arguments and the descriptors the process must inherit (`pass_fds`)."""
+
+    argv: list[str]
+    pass_fds: list[int]
+
+
+class Spawn(Protocol):
+    """Starts `argv` with the given `subprocess` keywords (env, pass_fds, cwd, start_new_session)."""
+
+    def __call__(self, argv: Sequence[str], **options: Any) -> Awaitable[asyncio.subprocess.Process]: ...
+
+
+async def _spawn_command(argv: Sequence[str], **options: Any) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        **options,
+    )
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -286,6 +356,8 @@ class SandboxProcess:
         status_fd: int,
         cgroup: Path | None,
         block_fd: int | None,
+        *,
+        read_output: bool = True,
     ) -> None:
         self.sandbox = sandbox
         self.proc = proc
@@ -300,11 +372,13 @@ class SandboxProcess:
         self.child_pid: int | None = None
         self._status = b""
         self._status_eof = False
-        self._reader = asyncio.create_task(self._read(), name=f"sandbox-output-{proc.pid}")
+        self._reader = asyncio.create_task(self._read(read_output), name=f"sandbox-output-{proc.pid}")
         self._release = asyncio.create_task(self._join_cgroup(block_fd), name=f"sandbox-cgroup-{proc.pid}")
         self._done = asyncio.create_task(self._finish(), name=f"sandbox-wait-{proc.pid}")
 
-    async def _read(self) -> None:
+    async def _read(self, read_output: bool) -> None:
+        if not read_output:
+            return  # a language server's stdout is its JSON-RPC stream, which its client reads
         assert self.proc.stdout is not None
         while chunk := await self.proc.stdout.read(64 * 1024):
             self.output.feed(chunk)
@@ -462,7 +536,7 @@ class SandboxProcess:
 
 @dataclass
 class Sandbox:
-    """Starts sandboxed commands; knows whether bubblewrap works here."""
+    """Starts sandboxed commands and language servers; knows whether bubblewrap works here."""
 
     bwrap: str | None = field(default_factory=lambda: shutil.which("bwrap"))
     max_processes: int = 256
@@ -491,42 +565,104 @@ class Sandbox:
         if self.unavailable_reason is not None:
             raise SandboxUnavailable(f"sandbox unavailable: {self.unavailable_reason}")
 
-    def argv(self, repository: Path, cwd: Path, command: str) -> list[str]:
-        assert self.bwrap is not None
-        home = SANDBOX_HOME
-        return [
-            self.bwrap,
-            *SANDBOX_FLAGS,
-            *_system_binds(self.extra_read_only),
-            "--proc",
-            "/proc",
-            "--dev",
-            "/dev",
-            "--size",
-            str(TMPFS_BYTES),
-            "--tmpfs",
-            "/tmp",
-            "--size",
-            str(TMPFS_BYTES),
-            "--tmpfs",
-            home,
-            "--bind",
-            str(repository),
-            str(repository),
-            "--chdir",
-            str(cwd),
-            "--clearenv",
-            *itertools.chain.from_iterable(("--setenv", k, v) for k, v in sandbox_environment().items()),
-            "--remount-ro",
-            "/",
-            "--",
-            "/bin/sh",
-            "-c",
-            command,
-        ]
+    @contextlib.contextmanager
+    def command_line(
+        self,
+        root_fd: int,
+        repository: Path,
+        cwd: Path,
+        program: Sequence[str],
+        *,
+        writable: bool = True,
+        read_only: Sequence[str] = (),
+    ) -> Iterator[CommandLine]:
+        """The confinement of every sandboxed process (commands and language servers alike).
 
-    async def start(self, repository: Path, cwd: Path, command: str) -> SandboxProcess:
-        """Start `command` in the sandbox, with `repository` writable and `cwd` (inside it) as working directory."""
+        `root_fd` is a directory descriptor of the repository the caller holds; it is mounted at
+        `repository` (its host path, so paths mean the same on both sides), writable or not, and
+        `cwd` is the working folder inside it. `read_only`: more host folders the program needs.
+        The descriptors stay open until the block ends: start the process inside it."""
+        assert self.bwrap is not None
+        git_fd = _open_git(root_fd) if writable else None
+        git = ["--ro-bind-fd", str(git_fd), str(repository / GIT_DIR)] if git_fd is not None else []
+        try:
+            yield CommandLine(
+                [
+                    self.bwrap,
+                    *SANDBOX_FLAGS,
+                    *_system_binds(),
+                    "--proc",
+                    "/proc",
+                    "--dev",
+                    "/dev",
+                    "--size",
+                    str(TMPFS_BYTES),
+                    "--tmpfs",
+                    "/tmp",
+                    "--size",
+                    str(TMPFS_BYTES),
+                    "--tmpfs",
+                    SANDBOX_HOME,
+                    # The service's own interpreter (and its virtualenv), so `python` in a command
+                    # is the toolchain the deployment ships, and a server's own program: after the
+                    # sandbox's /tmp, which would hide one under the host's.
+                    *_read_only_binds((*_interpreter_prefixes(), *self.extra_read_only, *read_only)),
+                    "--bind-fd" if writable else "--ro-bind-fd",
+                    str(root_fd),
+                    str(repository),
+                    *git,
+                    "--chdir",
+                    str(cwd),
+                    "--clearenv",
+                    *itertools.chain.from_iterable(("--setenv", k, v) for k, v in sandbox_environment().items()),
+                    "--remount-ro",
+                    "/",
+                    "--",
+                    *program,
+                ],
+                [root_fd] if git_fd is None else [root_fd, git_fd],
+            )
+        finally:
+            if git_fd is not None:
+                os.close(git_fd)
+
+    async def start(self, root_fd: int, repository: Path, cwd: Path, command: str) -> SandboxProcess:
+        """Start `command` in the sandbox, with the repository (`root_fd`, mounted at `repository`)
+        writable and `cwd` (inside it) as working directory."""
+        return await self._launch(root_fd, repository, cwd, ["/bin/sh", "-c", command], command, _spawn_command)
+
+    async def start_server(
+        self, root_fd: int, repository: Path, program: Sequence[str], *, read_only: Sequence[str], spawn: Spawn
+    ) -> SandboxProcess:
+        """Start a language server in the sandbox, the repository read-only and its working directory.
+
+        `spawn` starts the command line with stdin and stdout as the server's JSON-RPC stream
+        (pygls' `LanguageClient.start_io`); the process it answers is bubblewrap's."""
+        return await self._launch(
+            root_fd,
+            repository,
+            repository,
+            program,
+            " ".join(program),
+            spawn,
+            writable=False,
+            read_only=read_only,
+            read_output=False,
+        )
+
+    async def _launch(
+        self,
+        root_fd: int,
+        repository: Path,
+        cwd: Path,
+        program: Sequence[str],
+        label: str,
+        spawn: Spawn,
+        *,
+        writable: bool = True,
+        read_only: Sequence[str] = (),
+        read_output: bool = True,
+    ) -> SandboxProcess:
         # A failure may have been passing: look again, at most every REPROBE_S.
         stale = time.monotonic() - self._probed_at >= REPROBE_S
         if self.unavailable_reason is not None and not self.probing and self.bwrap is not None and stale:
@@ -536,8 +672,6 @@ class Sandbox:
         if self._cgroups is None:
             self._cgroups = await asyncio.to_thread(_PidsCgroup)
         cgroup = await asyncio.to_thread(self._cgroups.make, self.max_processes)
-        read_fd, write_fd = os.pipe()
-        os.set_blocking(read_fd, False)
         # Limits are applied by a /bin/sh that then execs bubblewrap (same pid, same process
         # group). (A `preexec_fn` would run Python between fork and exec in this threaded
         # process, which is not safe.) The pids cgroup is joined by the sandbox's PID 1 itself,
@@ -549,25 +683,34 @@ class Sandbox:
             count = int(self.max_processes)
             limits.append(f"{{ ulimit -u {count} 2>/dev/null || ulimit -p {count}; }}")
         limits.append('exec "$@"')
-        argv = self.argv(repository, cwd, command)
-        argv[1:1] = ["--json-status-fd", str(write_fd)]
-        pass_fds = [write_fd]
+        try:
+            with self.command_line(root_fd, repository, cwd, program, writable=writable, read_only=read_only) as line:
+                proc, read_fd, block_write = await self._spawn(line, limits, cgroup, spawn)
+        except BaseException:
+            _PidsCgroup.remove(cgroup)
+            raise
+        process = SandboxProcess(self, proc, label, read_fd, cgroup, block_write, read_output=read_output)
+        self._running.add(process)
+        return process
+
+    async def _spawn(
+        self, line: CommandLine, limits: list[str], cgroup: Path | None, spawn: Spawn
+    ) -> tuple[asyncio.subprocess.Process, int, int | None]:
+        """bubblewrap started with its status pipe (and, with a cgroup, its block pipe): the
+        process, the status pipe's read end and the block pipe's write end."""
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(read_fd, False)
+        argv = ["--json-status-fd", str(write_fd)]
+        pass_fds = [*line.pass_fds, write_fd]
         block_read: int | None = None
         block_write: int | None = None
         if cgroup is not None:
             block_read, block_write = os.pipe()
-            argv[1:1] = ["--block-fd", str(block_read)]
+            argv += ["--block-fd", str(block_read)]
             pass_fds.append(block_read)
         try:
-            proc = await asyncio.create_subprocess_exec(
-                "/bin/sh",
-                "-c",
-                "; ".join(limits),
-                "sh",
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
+            proc = await spawn(
+                ["/bin/sh", "-c", "; ".join(limits), "sh", line.argv[0], *argv, *line.argv[1:]],
                 env=sandbox_environment(),
                 start_new_session=True,
                 pass_fds=pass_fds,
@@ -577,20 +720,18 @@ class Sandbox:
             os.close(read_fd)
             if block_write is not None:
                 os.close(block_write)
-            _PidsCgroup.remove(cgroup)
             self._mark_unavailable(f"bubblewrap could not be started: {exc}")
             raise SandboxUnavailable(f"sandbox unavailable: {self.unavailable_reason}") from None
         finally:
+            # bubblewrap holds its own copies from here on.
             os.close(write_fd)
             if block_read is not None:
                 os.close(block_read)
-        process = SandboxProcess(self, proc, command, read_fd, cgroup, block_write)
-        self._running.add(process)
-        return process
+        return proc, read_fd, block_write
 
-    async def run(self, repository: Path, cwd: Path, command: str, timeout_s: float) -> CommandResult:
+    async def run(self, root_fd: int, repository: Path, cwd: Path, command: str, timeout_s: float) -> CommandResult:
         for attempt in range(1, START_ATTEMPTS + 1):
-            process = await self.start(repository, cwd, command)
+            process = await self.start(root_fd, repository, cwd, command)
             try:
                 return await process.wait(timeout_s)
             except SandboxStartCrashed:
@@ -607,7 +748,11 @@ class Sandbox:
         self._probed_at = time.monotonic()
         try:
             with tempfile.TemporaryDirectory(prefix="popagent-sandbox-probe-") as folder:
-                result = await self.run(Path(folder), Path(folder), "true", 30.0)
+                root_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                try:
+                    result = await self.run(root_fd, Path(folder), Path(folder), "true", 30.0)
+                finally:
+                    os.close(root_fd)
         except SandboxUnavailable:
             return self.unavailable_reason
         finally:

@@ -16,8 +16,14 @@ from pydantic_ai import RunContext, Tool, ToolFailed
 
 from popagent_agent_runner.turn.deps import TurnDeps
 from popagent_agent_runner.turn.tools.workspace.file_tools import contained, turn_hands
-from popagent_agent_runner.workspace.paths import Repository
-from popagent_agent_runner.workspace.sandbox import MAX_TIMEOUT_S, CommandResult, SandboxProcess, SandboxUnavailable
+from popagent_agent_runner.workspace.paths import Repository, WorkspaceRefusal
+from popagent_agent_runner.workspace.sandbox import (
+    MAX_TIMEOUT_S,
+    CommandResult,
+    SandboxProcess,
+    SandboxRefused,
+    SandboxUnavailable,
+)
 
 
 def _cwd(repo: Repository, relative: str) -> str:
@@ -61,15 +67,13 @@ async def execute_command(
     relative = await contained(_cwd, repo, cwd)
     folder = repo.root if relative == "." else repo.root.joinpath(*relative.split("/"))
     timeout = hands.timeout(timeout_s)
-    if not background:
-        try:
-            result = await hands.sandbox.run(repo.root, folder, command, timeout)
-        except SandboxUnavailable as exc:
-            raise ToolFailed(str(exc)) from None
-        return _result(result, relative)
+    # The sandbox mounts the directory this descriptor holds, whatever its path leads to by now.
     try:
-        process = await hands.sandbox.start(repo.root, folder, command)
-    except SandboxUnavailable as exc:
+        with repo.root_fd() as root_fd:
+            if not background:
+                return _result(await hands.sandbox.run(root_fd, repo.root, folder, command, timeout), relative)
+            process = await hands.sandbox.start(root_fd, repo.root, folder, command)
+    except (WorkspaceRefusal, SandboxUnavailable, SandboxRefused) as exc:
         raise ToolFailed(str(exc)) from None
     try:
         process_id = hands.keep(process, timeout)
