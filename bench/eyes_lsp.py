@@ -1,10 +1,11 @@
 """Warm LSP hover on this repository's own Python code, against a baseline measured in the same run.
 
 - baseline: a bare pygls `LanguageClient` started straight on basedpyright (the same node and
-  server the manager starts), rooted at this repository: didOpen, then `textDocument/hover`;
+  server the manager starts) on the host, rooted at this repository (the bench's own checkout,
+  trusted): didOpen, then `textDocument/hover`;
 - ours: the `mastra_workspace_lsp_inspect` tool function itself (access check, the workspace
-  containment read of the file, the shared server from the manager, document sync, the
-  answer with repository-relative paths), on the same position.
+  containment read of the file, the shared server from the manager started in the sandbox,
+  document sync, the answer with repository-relative paths), on the same position.
 
 Both are warmed by a first hover (its time is printed as the cold start), then timed over
 `--hovers` calls each, interleaved. Target: warm p50 <= 100 ms.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import time
 from pathlib import Path
@@ -25,7 +27,7 @@ from typing import Any
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
-from popagent_agent_runner.lsp.languages import PYTHON, ServerCatalog, server_environment
+from popagent_agent_runner.lsp.languages import PYTHON, ServerCatalog
 from popagent_agent_runner.lsp.manager import LanguageServers
 from popagent_agent_runner.turn.tools.lsp.lsp_inspect import lsp_inspect
 from popagent_agent_runner.workspace.hands import Hands
@@ -70,7 +72,8 @@ class BareClient:
 
     async def start(self) -> None:
         command = ServerCatalog().command(PYTHON)
-        await self.client.start_io(command.program, *command.args, cwd=str(REPO_ROOT), env=server_environment())
+        environment = {name: os.environ[name] for name in ("PATH", "HOME", "LANG") if name in os.environ}
+        await self.client.start_io(command.program, *command.args, cwd=str(REPO_ROOT), env=environment)
         server = self.client._server  # pyright: ignore[reportPrivateUsage]
         assert server is not None and server.stderr is not None
         self._drain = asyncio.create_task(self._read(server.stderr))

@@ -92,8 +92,10 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
         if reason is not None:
             logger.warning("workspace shell disabled", extra={"reason": f"sandbox unavailable: {reason}"})
         # Unwound with the sandbox: every language server is shut down and its process group killed.
+        # The servers run in the shell's sandbox (the same pids limit, the same availability).
         servers = LanguageServers(
             ServerCatalog(settings.language_servers_dir),
+            sandbox=sandbox,
             max_servers=settings.lsp_max_servers,
             idle_timeout_s=settings.lsp_idle_timeout_s,
             request_timeout_s=settings.lsp_request_timeout_s,

@@ -193,17 +193,22 @@ def _kind(kind: object) -> str:
         return str(kind)
 
 
-def _probe_file(root: Path, language: Language) -> str | None:
-    """A repository file of `language` (not in node_modules or a hidden folder), to open a project."""
+def _probe_file(repo: Repository, language: Language) -> str | None:
+    """A repository file of `language` (not in node_modules or a hidden folder), to open a project.
+
+    Walked from the repository's descriptor, no symbolic link followed (`os.fwalk`)."""
     seen = 0
-    for folder, folders, names in os.walk(root):
-        folders[:] = sorted(name for name in folders if not name.startswith(".") and name != "node_modules")
-        for name in sorted(names):
-            seen += 1
-            if seen > PROJECT_PROBE_ENTRIES:
-                return None
-            if language_for(name) is language:
-                return Path(folder, name).relative_to(root).as_posix()
+    with repo.root_fd() as root_fd:
+        # Its descriptors are closed when the walk ends or is dropped (CPython finalizes it at once).
+        walker = os.fwalk(".", dir_fd=root_fd)
+        for folder, folders, names, _ in walker:
+            folders[:] = sorted(name for name in folders if not name.startswith(".") and name != "node_modules")
+            for name in sorted(names):
+                seen += 1
+                if seen > PROJECT_PROBE_ENTRIES:
+                    return None
+                if language_for(name) is language:
+                    return os.path.normpath(os.path.join(folder, name))
     return None
 
 
@@ -217,7 +222,7 @@ class Inspector:
         language = _language(query)
         source = await _source(self.repo, query.path) if query.path else None
         for attempt in (1, 2):
-            async with self.servers.session(self.workspace_id, self.repo.root, language) as session:
+            async with self.servers.session(self.workspace_id, self.repo, language) as session:
                 try:
                     await self._take_in_changes(session)
                     return await self._run(session, language, source, query)
@@ -230,10 +235,7 @@ class Inspector:
 
     async def _take_in_changes(self, session: ServerSession) -> None:
         """Files changed on disk since the last call are opened with their content (or re-sent)."""
-        for host_path in (await session.changed_on_disk())[:MAX_CHANGED_OPENED]:
-            relative = locations.relative_to_root(self.repo.root, host_path.as_uri())
-            if relative is None:
-                continue
+        for relative in (await session.changed_on_disk())[:MAX_CHANGED_OPENED]:
             try:
                 changed = await _source(self.repo, relative)
             except WorkspaceRefusal:
@@ -420,7 +422,7 @@ class Inspector:
     ) -> tuple[_Source, types.Position, str | None]:
         if language.name == "typescript" and not session.has_documents:
             # tsserver searches the projects of open files: open one so the repository's project loads.
-            probe = await asyncio.to_thread(_probe_file, self.repo.root, language)
+            probe = await asyncio.to_thread(files.refusing_os_errors(_probe_file), self.repo, language)
             if probe is not None:
                 opened = await _source(self.repo, probe)
                 await session.sync(opened.host_path, opened.text)

@@ -9,6 +9,10 @@ basedpyright), so no system node is needed at run time:
   pinned `language-servers/` install (`make setup`, the image), with the slim options
   (no automatic typings acquisition, which would fetch from npm; no separate syntax server)
   and tsserver pinned to that install, never a repository's own `typescript`.
+
+Each runs in the sandbox (`lsp/session.py`); `ServerCommand.read_only` names the folders of its
+own program it needs there (node's, basedpyright's, the `language-servers/` install), bound
+read-only.
 """
 
 from __future__ import annotations
@@ -21,8 +25,6 @@ from typing import Any
 
 # The folder holding the npm install of typescript-language-server (its package.json is committed).
 DEFAULT_SERVERS_DIR = Path(__file__).resolve().parents[3] / "language-servers"
-# Only these reach a server's environment: never the service's credentials.
-ENVIRONMENT_KEPT = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")
 
 
 class LanguageServerUnavailable(Exception):
@@ -36,6 +38,8 @@ class ServerCommand:
     initialization_options: dict[str, Any] | None = None
     # Answers to workspace/configuration, by section ("" is the whole tree).
     settings: dict[str, Any] = field(default_factory=dict[str, Any])
+    # Host folders the server's program is in, mounted read-only in its sandbox.
+    read_only: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -114,7 +118,10 @@ class ServerCatalog:
     servers_dir: Path = DEFAULT_SERVERS_DIR
 
     def command(self, language: Language) -> ServerCommand:
-        node = str(_node())
+        node_path = _node()
+        node = str(node_path)
+        # The wheel's folder: node's binary and the libraries beside it.
+        node_folder = str(node_path.parent.parent)
         if language is PYTHON:
             try:
                 import basedpyright
@@ -132,6 +139,7 @@ class ServerCatalog:
             return ServerCommand(
                 node,
                 (str(script), "--stdio"),
+                read_only=(node_folder, str(script.parent)),
                 settings={
                     "basedpyright": {"analysis": analysis, "disableOrganizeImports": True},
                     "basedpyright.analysis": analysis,
@@ -154,8 +162,5 @@ class ServerCatalog:
                 "tsserver": {"useSyntaxServer": "never", "path": str(tsserver.parent)},
             },
             settings={"formattingOptions": {"tabSize": 4, "insertSpaces": True}},
+            read_only=(node_folder, str(self.servers_dir)),
         )
-
-
-def server_environment() -> dict[str, str]:
-    return {name: os.environ[name] for name in ENVIRONMENT_KEPT if name in os.environ}

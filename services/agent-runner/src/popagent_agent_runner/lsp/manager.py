@@ -1,7 +1,8 @@
 """The service's language servers, per workspace and language: started lazily, shared, bounded.
 
 One `LanguageServers` is built at service start (`service.py`) and closed at stop, which
-kills every server it started. A server is keyed by workspace, repository directory and
+kills every server it started. Every server runs in the sandbox (`workspace/sandbox.py`),
+on the repository's directory as the starting turn's descriptor holds it. A server is keyed by workspace, repository directory and
 language, so every turn and every agent (supervisor and specialists alike) working in one
 workspace reaches the same server: concurrent first calls wait for one start.
 
@@ -21,10 +22,11 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from popagent_agent_runner.lsp.languages import Language, LanguageServerUnavailable, ServerCatalog
+from popagent_agent_runner.workspace.paths import Repository
+from popagent_agent_runner.workspace.sandbox import Sandbox
 
 if TYPE_CHECKING:
     from popagent_agent_runner.lsp.session import ServerSession
@@ -47,11 +49,15 @@ class LanguageServers:
         self,
         catalog: ServerCatalog | None = None,
         *,
+        sandbox: Sandbox | None = None,
         max_servers: int = 4,
         idle_timeout_s: float = 600.0,
         request_timeout_s: float = 30.0,
     ) -> None:
         self.catalog = catalog or ServerCatalog()
+        # A sandbox of its own unless given one (closed with the servers only when its own).
+        self.sandbox = sandbox if sandbox is not None else Sandbox()
+        self._own_sandbox = sandbox is None
         self.max_servers = max_servers
         self.idle_timeout_s = idle_timeout_s
         self.request_timeout_s = request_timeout_s
@@ -71,9 +77,9 @@ class LanguageServers:
         ]
 
     @contextlib.asynccontextmanager
-    async def session(self, workspace_id: str, root: Path, language: Language) -> AsyncIterator[ServerSession]:
+    async def session(self, workspace_id: str, repo: Repository, language: Language) -> AsyncIterator[ServerSession]:
         """The workspace's running server for `language` (started if needed), held for one call."""
-        session = await self._acquire((workspace_id, str(root), language.name), root, language)
+        session = await self._acquire((workspace_id, str(repo.root), language.name), repo, language)
         try:
             yield session
         finally:
@@ -82,7 +88,7 @@ class LanguageServers:
             async with self._released:
                 self._released.notify_all()
 
-    async def _acquire(self, key: Key, root: Path, language: Language) -> ServerSession:
+    async def _acquire(self, key: Key, repo: Repository, language: Language) -> ServerSession:
         if self._closed:
             raise LanguageServerUnavailable("the service is stopping: no language server is started")
         lock = self._starting.setdefault(key, asyncio.Lock())
@@ -91,7 +97,13 @@ class LanguageServers:
             if session is not None and not session.alive:
                 logger.warning(
                     "language server exited; starting it again",
-                    extra={"workspace": key[0], "language": key[2], "pid": session.pid},
+                    extra={
+                        "workspace": key[0],
+                        "language": key[2],
+                        "pid": session.pid,
+                        "exit_code": session.exit_code,
+                        "reason": session.exit_reason(),
+                    },
                 )
                 del self._sessions[key]
                 await session.close()
@@ -102,12 +114,17 @@ class LanguageServers:
 
                 await self._make_room()
                 command = self.catalog.command(language)
-                session = ServerSession(language, root, command, request_timeout_s=self.request_timeout_s)
+                session = ServerSession(
+                    language, repo.root, command, sandbox=self.sandbox, request_timeout_s=self.request_timeout_s
+                )
                 # Counted while it starts, so the bound holds for concurrent starts of other keys.
                 self._sessions[key] = session
                 session.in_use += 1
                 try:
-                    await session.start()
+                    # The server's mount and the session's scans follow the directory this
+                    # descriptor holds, not whatever the root's path leads to later.
+                    with repo.root_fd() as root_fd:
+                        await session.start(root_fd)
                 except BaseException:
                     self._sessions.pop(key, None)
                     await session.close()
@@ -167,3 +184,5 @@ class LanguageServers:
         sessions = list(self._sessions.values())
         self._sessions.clear()
         await asyncio.gather(*(session.close() for session in sessions), return_exceptions=True)
+        if self._own_sandbox:
+            await self.sandbox.close()

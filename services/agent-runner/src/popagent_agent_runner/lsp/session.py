@@ -1,11 +1,17 @@
 """One running language server: a pygls `LanguageClient` over the server's stdio.
 
-The session starts the server in the repository's real directory (its own process group,
-an environment without the service's credentials), initializes it rooted there, answers
+The session starts the server inside the shell's sandbox (`workspace/sandbox.py`: no network,
+an allow-listed environment, a pids limit, nothing of the host but read-only system folders
+and the server's own program), with the repository mounted read-only from the directory
+descriptor the turn holds, at its host path so that file URIs mean the same on both sides.
+Whatever the server runs of the repository (an interpreter basedpyright finds in a `.venv`,
+a tsserver plugin) runs there too, never on the host. It initializes the server rooted
+there, answers
 the requests servers make of a client (`workspace/configuration`, capability registration,
 progress tokens), keeps each document the tool asked about open with the content on disk
 (re-sent in full when it changed), and tells the server which of its files changed on disk
-between calls.
+between calls: found by a walk from a descriptor of the repository held for the session's
+life, never by a path re-walked from `/`, and never following a symbolic link.
 
 Every request races the server's exit and a deadline: a server that crashed fails the request
 with a clear message; the manager starts a new one for the next call (`inspection.py` makes
@@ -18,9 +24,9 @@ import asyncio
 import contextlib
 import hashlib
 import os
-import signal
+import stat
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,8 +35,9 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pygls.lsp.client import LanguageClient
 
-from popagent_agent_runner.lsp.languages import Language, LanguageServerUnavailable, ServerCommand, server_environment
+from popagent_agent_runner.lsp.languages import Language, LanguageServerUnavailable, ServerCommand
 from popagent_agent_runner.lsp.locations import uri_of
+from popagent_agent_runner.workspace.sandbox import Sandbox, SandboxProcess, SandboxUnavailable
 
 T = TypeVar("T")
 # Kept of a server's stderr, for the message when it fails to start or dies.
@@ -56,33 +63,33 @@ MAX_SCANNED_ENTRIES = 200_000
 Snapshot = dict[str, tuple[int, int]]
 
 
-def scan(root: Path, suffixes: tuple[str, ...], names: frozenset[str]) -> Snapshot:
-    """(mtime, size) of the repository's files a server reads from disk: its language's and its config.
+def scan(root_fd: int, suffixes: tuple[str, ...], names: frozenset[str]) -> Snapshot:
+    """(mtime, size) of the repository's files a server reads from disk (its language's and its
+    config), by repository-relative path.
 
-    Hidden folders, dependency and build folders and symbolic links are not followed.
+    Walked from `root_fd`, each folder opened from its parent's descriptor (`os.fwalk`), no
+    symbolic link followed; hidden folders and dependency and build folders are skipped.
     """
     found: Snapshot = {}
-    pending = [str(root)]
     seen = 0
-    while pending and len(found) < MAX_SCANNED_FILES and seen < MAX_SCANNED_ENTRIES:
-        try:
-            entries = os.scandir(pending.pop())
-        except OSError:
-            continue
-        with entries:
-            for entry in entries:
-                seen += 1
-                try:
-                    if entry.is_dir(follow_symlinks=False):
-                        if not entry.name.startswith(".") and entry.name not in SCAN_SKIPPED:
-                            pending.append(entry.path)
-                    elif (entry.name.endswith(suffixes) or entry.name in names) and entry.is_file(
-                        follow_symlinks=False
-                    ):
-                        st = entry.stat(follow_symlinks=False)
-                        found[entry.path] = (st.st_mtime_ns, st.st_size)
-                except OSError:
-                    continue
+    # Its descriptors are closed when the walk ends or is dropped (CPython finalizes it at once).
+    walker = os.fwalk(".", dir_fd=root_fd)
+    for folder, folders, files, folder_fd in walker:
+        seen += len(folders) + len(files)
+        folders[:] = [name for name in folders if not name.startswith(".") and name not in SCAN_SKIPPED]
+        for name in files:
+            if not (name.endswith(suffixes) or name in names):
+                continue
+            try:
+                st = os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                found[os.path.normpath(os.path.join(folder, name))] = (st.st_mtime_ns, st.st_size)
+                if len(found) >= MAX_SCANNED_FILES:
+                    return found
+        if seen >= MAX_SCANNED_ENTRIES:
+            break
     return found
 
 
@@ -116,16 +123,22 @@ def _capabilities() -> types.ClientCapabilities:
 
 
 class ServerSession:
-    def __init__(self, language: Language, root: Path, command: ServerCommand, *, request_timeout_s: float) -> None:
+    def __init__(
+        self, language: Language, root: Path, command: ServerCommand, *, sandbox: Sandbox, request_timeout_s: float
+    ) -> None:
         self.language = language
         self.root = root
         self.command = command
+        self.sandbox = sandbox
         self.request_timeout_s = request_timeout_s
         self.client = LanguageClient("popagent-agent-runner", "1")
         self.capabilities: types.ServerCapabilities | None = None
         self.last_used = time.monotonic()
         self.in_use = 0
         self._process: asyncio.subprocess.Process | None = None
+        self._sandboxed: SandboxProcess | None = None
+        # The repository's directory, as the server's mount holds it: every scan walks from here.
+        self._root_fd: int | None = None
         self._exited: asyncio.Task[int] | None = None
         self._stderr = bytearray()
         self._stderr_task: asyncio.Task[None] | None = None
@@ -212,12 +225,19 @@ class ServerSession:
         return f"the {self.language.display} language server {what}{detail}"
 
     async def _scan(self) -> Snapshot:
-        return await asyncio.to_thread(scan, self.root, tuple(self.language.language_ids), self.language.config_files)
+        assert self._root_fd is not None
+        return await asyncio.to_thread(
+            scan, self._root_fd, tuple(self.language.language_ids), self.language.config_files
+        )
 
-    async def changed_on_disk(self) -> list[Path]:
+    def _uri(self, relative: str) -> str:
+        return uri_of(self.root.joinpath(*relative.split("/")))
+
+    async def changed_on_disk(self) -> list[str]:
         """Tells the server which of its files changed on disk since the last call (agents and
         commands write them), as `workspace/didChangeWatchedFiles`; a deleted open document is
-        closed. Answers the created and changed source files, most recent first: the caller
+        closed. Answers the created and changed source files (repository-relative), most recent
+        first: the caller
         opens them (read through the containment), which the servers take in at once, where a
         watched-file event is only taken in after their own delay."""
         current = await self._scan()
@@ -230,43 +250,58 @@ class ServerSession:
         if not (created or deleted or changed):
             return []
         events = [
-            *(types.FileEvent(uri=uri_of(Path(path)), type=types.FileChangeType.Created) for path in created),
-            *(types.FileEvent(uri=uri_of(Path(path)), type=types.FileChangeType.Changed) for path in changed),
-            *(types.FileEvent(uri=uri_of(Path(path)), type=types.FileChangeType.Deleted) for path in deleted),
+            *(types.FileEvent(uri=self._uri(path), type=types.FileChangeType.Created) for path in created),
+            *(types.FileEvent(uri=self._uri(path), type=types.FileChangeType.Changed) for path in changed),
+            *(types.FileEvent(uri=self._uri(path), type=types.FileChangeType.Deleted) for path in deleted),
         ]
         async with self._sync_lock:
             for path in deleted:
-                uri = uri_of(Path(path))
+                uri = self._uri(path)
                 if self._documents.pop(uri, None) is not None:
                     self.client.text_document_did_close(
                         types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri))
                     )
             self.client.workspace_did_change_watched_files(types.DidChangeWatchedFilesParams(changes=events))
-        sources = [path for path in created | changed if Path(path).suffix.lower() in self.language.language_ids]
+        sources = [
+            path for path in created | changed if os.path.splitext(path)[1].lower() in self.language.language_ids
+        ]
         sources.sort(key=lambda path: -current[path][0])
-        return [Path(path) for path in sources]
+        return sources
 
-    async def start(self) -> None:
+    async def start(self, root_fd: int) -> None:
+        """Start the server in the sandbox on the directory `root_fd` holds (the caller's, kept
+        open by the session as its own copy) and initialize it."""
+        self._root_fd = os.dup(root_fd)
         # What the server will read at start: later calls report what changed since.
         self._snapshot = await self._scan()
+
+        async def spawn(argv: Sequence[str], **options: Any) -> asyncio.subprocess.Process:
+            # pygls starts the process itself, with its stdin and stdout as the JSON-RPC stream.
+            await self.client.start_io(*argv, **options)
+            process = self.client._server  # pyright: ignore[reportPrivateUsage]
+            assert process is not None
+            return process
+
         try:
-            await self.client.start_io(
-                self.command.program,
-                *self.command.args,
-                cwd=str(self.root),
-                env=server_environment(),
-                start_new_session=True,
+            self._sandboxed = await self.sandbox.start_server(
+                root_fd,
+                self.root,
+                [self.command.program, *self.command.args],
+                read_only=self.command.read_only,
+                spawn=spawn,
             )
-        except OSError as exc:
-            raise LanguageServerUnavailable(self._failure(f"failed to start: {exc.strerror or exc}")) from None
-        self._process = self.client._server  # pyright: ignore[reportPrivateUsage]
-        assert self._process is not None
+        except SandboxUnavailable as exc:
+            raise LanguageServerUnavailable(self._failure(f"cannot start: {exc}")) from None
+        self._process = self._sandboxed.proc
         self._exited = asyncio.create_task(self._process.wait())
         if self._process.stderr is not None:
             self._stderr_task = asyncio.create_task(self._drain(self._process.stderr))
         root_uri = uri_of(self.root)
         params = types.InitializeParams(
-            process_id=os.getpid(),
+            # No parent to watch: in the sandbox's PID namespace this service's PID is not (or is
+            # another) process, and the servers exit once they find it gone. The sandbox dies
+            # with the service instead (`--die-with-parent`).
+            process_id=None,
             root_uri=root_uri,
             root_path=str(self.root),
             workspace_folders=[types.WorkspaceFolder(uri=root_uri, name=self.root.name)],
@@ -322,6 +357,14 @@ class ServerSession:
     def _returncode(self) -> int | None:
         return self._process.returncode if self._process is not None else None
 
+    @property
+    def exit_code(self) -> int | None:
+        return self._returncode()
+
+    def exit_reason(self) -> str:
+        """The last lines of the server's stderr (bubblewrap's own message when it could not start)."""
+        return " | ".join(self._stderr.decode(errors="replace").strip().splitlines()[-3:])
+
     async def close(self) -> None:
         """Shutdown and exit, then the process group is killed whatever it did."""
         process = self._process
@@ -330,13 +373,17 @@ class ServerSession:
                 await asyncio.wait_for(self.client.shutdown_async(None), SHUTDOWN_GRACE_S)
                 self.client.exit(None)
                 await asyncio.wait_for(process.wait(), SHUTDOWN_GRACE_S)
+        if self._sandboxed is not None:
+            # bubblewrap's process group and the sandbox's PID 1: the server's children (tsserver)
+            # die with its PID namespace.
+            self._sandboxed.kill()
         if process is not None:
-            # The server's own children too (tsserver): the server leads its process group.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGKILL)
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
             await process.wait()
+        if self._root_fd is not None:
+            os.close(self._root_fd)
+            self._root_fd = None
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.client.stop(), SHUTDOWN_GRACE_S)
         for task in (self._stderr_task, self._exited):
