@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 import os
 import stat
 import time
@@ -38,6 +39,11 @@ from pygls.lsp.client import LanguageClient
 from popagent_agent_runner.lsp.languages import Language, LanguageServerUnavailable, ServerCommand
 from popagent_agent_runner.lsp.locations import uri_of
 from popagent_agent_runner.workspace.sandbox import Sandbox, SandboxProcess, SandboxUnavailable
+
+# pygls logs every JSON-RPC message at INFO, file contents included: kept at WARNING unless
+# the service's log configuration set a level for it.
+if logging.getLogger("pygls").level == logging.NOTSET:
+    logging.getLogger("pygls").setLevel(logging.WARNING)
 
 T = TypeVar("T")
 # Kept of a server's stderr, for the message when it fails to start or dies.
