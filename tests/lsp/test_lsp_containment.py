@@ -10,6 +10,7 @@ host after a real inspection: the canary is never written.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import uuid
@@ -151,3 +152,18 @@ async def test_a_planted_interpreter_in_a_chat_turn_runs_nothing_on_the_host(
     [output] = of_type(chunks, "tool-output-available")
     assert "def greet(" in output["output"]["hover"]
     assert [path for path in canaries if path.exists()] == []
+
+
+async def test_file_contents_stay_out_of_the_logs(
+    inspector: Inspector, repo: Repository, caplog: pytest.LogCaptureFixture
+) -> None:
+    """pygls logs every message it sends at INFO ("Sending data: …", a didOpen's whole text):
+    its loggers stay at WARNING while the service logs at INFO."""
+    marker = f"secret-{uuid.uuid4().hex}"
+    (repo.root / "pkg" / "logged.py").write_text(f'TOKEN = "{marker}"\n')
+    caplog.set_level(logging.INFO)
+    try:
+        await inspector.run(Inspection("diagnostics", "pkg/logged.py"))
+    finally:
+        (repo.root / "pkg" / "logged.py").unlink()
+    assert [record.name for record in caplog.records if marker in record.getMessage()] == []
