@@ -2,23 +2,31 @@
 
 The file tools already refuse `.git`; the shell used to write it (`core.fsmonitor`, a `!`
 alias, `hooks/pre-commit`), which a git command on the host then ran. Each command here runs
-in the real sandbox (bubblewrap) on a repository opened as a turn opens it.
+in the real sandbox (bubblewrap) on a repository opened as a turn opens it; the last test
+goes through the service, as a model's command.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
+import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from chat.helpers import chat, of_type
 
 from popagent_agent_runner.workspace.sandbox import CommandResult, Sandbox, SandboxRefused
+from support.model_gateway import ToolCall, Turn
+from support.stacks import CHAT_STACK, Stack, StackSpec
 from workspace.test_sandbox_escape import held
 
 pytestmark = pytest.mark.timeout(60)
 
 CONFIG = "[core]\n\trepositoryformatversion = 0\n"
+RUN = "mastra_workspace_execute_command"
 
 
 @pytest.fixture
@@ -116,3 +124,51 @@ async def test_a_repository_without_git_runs_commands(sandbox: Sandbox, tmp_path
     result = await run(sandbox, plain, "echo made > made.txt")
     assert result.exit_code == 0, result.output
     assert (plain / "made.txt").read_text() == "made\n"
+
+
+@pytest.fixture
+async def stack(started_stack: Callable[[StackSpec], Awaitable[Stack]]) -> Stack:
+    """The chat stack (shared with the chat suite), reset for the test."""
+    chat_stack = await started_stack(CHAT_STACK)
+    chat_stack.reset()
+    return chat_stack
+
+
+async def test_a_turn_s_shell_cannot_write_git(stack: Stack) -> None:
+    """Through the service: the model's `mastra_workspace_execute_command` plants neither an
+    fsmonitor nor a hook; a `.git` that is a link is a clear tool error."""
+    name = f"git-{uuid.uuid4().hex[:8]}"
+    folder = stack.workspace_root / name
+    await asyncio.to_thread(
+        subprocess.run, ["git", "init", "-q", str(folder)], check=True, env={"PATH": "/usr/bin:/bin"}
+    )
+    (folder / ".git" / "config").write_text(CONFIG)
+    before = each_file(folder / ".git")
+    plant = (
+        "git config core.fsmonitor 'touch /tmp/ran'; "
+        "printf '#!/bin/sh\\ntouch /tmp/ran\\n' > .git/hooks/pre-commit; "
+        "echo written > notes.txt"
+    )
+    async with stack.client() as client:
+        created = await client.post("/api/workspaces", json={"id": name, "name": name, "path": name})
+        assert created.status_code == 201, created.text
+        session = await client.post("/api/sessions", json={"title": "git", "workspaceId": name})
+        assert session.status_code == 201, session.text
+        stack.models.push(
+            Turn.call(ToolCall(RUN, {"command": plant}, id="plant")),
+            Turn.say("done"),
+        )
+        chunks = await chat(client, session.json()["id"], "set up the hooks")
+        [output] = of_type(chunks, "tool-output-available")
+        assert "Read-only file system" in output["output"]["output"], output
+        assert each_file(folder / ".git") == before
+        assert (folder / "notes.txt").read_text() == "written\n"
+
+        real = folder.parent / f"{name}.git"
+        (folder / ".git").rename(real)
+        os.symlink(real, folder / ".git")
+        stack.models.push(Turn.call(ToolCall(RUN, {"command": "touch ran"}, id="linked")), Turn.say("done"))
+        chunks = await chat(client, session.json()["id"], "again")
+        [error] = of_type(chunks, "tool-output-error")
+        assert ".git is a symbolic link" in error["errorText"], error
+        assert not (folder / "ran").exists()
