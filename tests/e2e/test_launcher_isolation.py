@@ -241,8 +241,9 @@ def test_a_service_user_cannot_leave_its_subjects(stack: Launched) -> None:
     )
 
 
-def test_a_chat_turns_event_reaches_the_consumer_that_learns_from_it(stack: Launched) -> None:
-    """The outcome event of a turn goes agent-runner -> JetStream -> evolution, each as its own user."""
+def test_a_chat_turns_events_reach_their_consumers(stack: Launched) -> None:
+    """A turn's outcome goes agent-runner -> JetStream -> evolution, and its session's deletion
+    agent-runner -> JetStream -> hooks, each as its own NATS user."""
     with httpx.Client(base_url=stack.url, headers={"x-popagent-key": stack.api_key}, timeout=60) as client:
         created = client.post("/api/sessions", json={"title": "isolation"})
         assert created.status_code == 201, created.text
@@ -255,22 +256,30 @@ def test_a_chat_turns_event_reaches_the_consumer_that_learns_from_it(stack: Laun
             assert response.status_code == 200
             lines = list(response.iter_lines())
         assert "data: [DONE]" in lines, lines[-5:]
+        deleted = client.delete(f"/api/sessions/{body['id']}")
+        assert deleted.status_code in (200, 204), deleted.text
     address = nats_address(stack)
-    ((subject, durable),) = NATS_CONSUMERS["evolution"]
 
-    async def acknowledged() -> int:
-        client = await _connect(
-            address, "evolution", password_of(stack, "evolution"), inbox_prefix=inbox_prefix("evolution")
-        )
+    async def acknowledged(service: str) -> int:
+        """How many events the service's consumer has acknowledged, asked as the service."""
+        ((subject, durable),) = NATS_CONSUMERS[service]
+        client = await _connect(address, service, password_of(stack, service), inbox_prefix=inbox_prefix(service))
         try:
             info = await client.jetstream(timeout=5).consumer_info(
                 subjects.stream_name(subjects.owner_of(subject)), durable
             )
-            return info.ack_floor.stream_seq if info.ack_floor else 0
+            # Counted in delivered messages: a filtered consumer may skip other subjects' sequence numbers.
+            return info.ack_floor.consumer_seq if info.ack_floor else 0
         finally:
             await client.close()
 
-    wait_until(lambda: asyncio.run(acknowledged()), until=lambda seq: seq >= 1, within=60, what="the outcome's ack")
+    for service in ("evolution", "hooks"):
+        wait_until(
+            lambda: asyncio.run(acknowledged(service)),  # noqa: B023 - called within the iteration
+            until=lambda seq: seq >= 1,
+            within=60,
+            what=f"{service}'s consumer to acknowledge its event",
+        )
     # Nothing any service did in the stack's life was refused (the probes above are told apart).
     log = (stack.data_dir / "logs" / "nats.log").read_text(errors="replace")
     refused = [line for line in log.splitlines() if "Violation" in line and PROBE not in line]
