@@ -372,6 +372,7 @@ class SandboxProcess:
         self.child_pid: int | None = None
         self._status = b""
         self._status_eof = False
+        self._status_closed = False
         self._reader = asyncio.create_task(self._read(read_output), name=f"sandbox-output-{proc.pid}")
         self._release = asyncio.create_task(self._join_cgroup(block_fd), name=f"sandbox-cgroup-{proc.pid}")
         self._done = asyncio.create_task(self._finish(), name=f"sandbox-wait-{proc.pid}")
@@ -425,6 +426,8 @@ class SandboxProcess:
         self._read_status()
         with contextlib.suppress(OSError):
             os.close(self.status_fd)
+        # Its number may be another file's from here on (a kill during the clean-up below).
+        self._status_closed = True
         self.sandbox_started = self.child_pid is not None
         if self.killed:
             await asyncio.to_thread(self._kill_remaining)
@@ -435,6 +438,8 @@ class SandboxProcess:
 
     def _read_status(self) -> None:
         """bubblewrap's `--json-status-fd` lines; `child-pid` is its PID 1, the sandbox's init."""
+        if self._status_closed:
+            return
         with contextlib.suppress(OSError):
             while chunk := os.read(self.status_fd, 4096):
                 self._status += chunk
