@@ -243,7 +243,8 @@ def test_a_service_user_cannot_leave_its_subjects(stack: Launched) -> None:
 
 def test_a_chat_turns_events_reach_their_consumers(stack: Launched) -> None:
     """A turn's outcome goes agent-runner -> JetStream -> evolution, and its session's deletion
-    agent-runner -> JetStream -> hooks, each as its own NATS user."""
+    agent-runner -> JetStream -> hooks, each as its own NATS user; a thumbs down is taken by the
+    stream from the gateway, as its own."""
     with httpx.Client(base_url=stack.url, headers={"x-popagent-key": stack.api_key}, timeout=60) as client:
         created = client.post("/api/sessions", json={"title": "isolation"})
         assert created.status_code == 201, created.text
@@ -256,6 +257,20 @@ def test_a_chat_turns_events_reach_their_consumers(stack: Launched) -> None:
             assert response.status_code == 200
             lines = list(response.iter_lines())
         assert "data: [DONE]" in lines, lines[-5:]
+        start = next(
+            chunk
+            for chunk in (json.loads(line.removeprefix("data: ")) for line in lines if line.startswith("data: {"))
+            if chunk.get("type") == "start"
+        )
+        feedback = {
+            "sessionId": body["id"],
+            "turnId": start["messageMetadata"]["turnId"],
+            "traceId": start["messageMetadata"]["traceId"],
+            "rating": "down",
+        }
+        # 201 only once JetStream acknowledged the gateway's event (503 otherwise).
+        given = client.post("/api/observability/feedback", json=feedback)
+        assert given.status_code == 201, given.text
         deleted = client.delete(f"/api/sessions/{body['id']}")
         assert deleted.status_code in (200, 204), deleted.text
     address = nats_address(stack)
