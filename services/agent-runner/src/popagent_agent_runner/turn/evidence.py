@@ -13,4 +13,6 @@ __all__ = ["EVIDENCE_CHARS", "GOAL_CHARS", "evidence", "redact_secrets"]
 
 
 def evidence(text: str, limit: int) -> str:
-    return bounded(redact_secrets(text), limit)
+    # Only twice the bound is screened (a long answer costs no more than a short one): a
+    # credential cut in two there lies past `limit` once the text before it is redacted.
+    return bounded(redact_secrets(text[: 2 * limit]), limit)

@@ -3,6 +3,9 @@
 Each memory is a `fact` or a `preference`. Semantics:
 - the user (/api/memories) creates, edits, pins, unpins and deletes any memory; a pinned memory is
   never changed by the agent and never ages out;
+- `remember` (the agent's write) stores the text with anything credential-like redacted
+  (`popagent_core.secret_text`), and says how many it withheld; a memory the user writes through
+  /api/memories is stored as typed (the user's choice);
 - `remember` adds a memory, or, when one with nearly the same words exists (`NEAR_DUPLICATE` of
   their stemmed words in common), replaces that one's text with the newer statement instead of
   adding a copy; a pinned near-duplicate stays as the user left it;
@@ -29,6 +32,7 @@ import asyncpg
 
 from popagent_core.db import wrap_db_errors
 from popagent_core.errors import InvalidArgument, NotFound, PopagentError
+from popagent_core.secret_text import screen
 
 if TYPE_CHECKING:
     from popagent_agent_runner.llm.embeddings import GatewayRetrieval
@@ -109,6 +113,8 @@ class Remembered:
     memory: Memory
     # created: a new memory; merged: an existing one now says this; kept: the same or a pinned one.
     outcome: Literal["created", "merged", "kept"]
+    # How many credentials were redacted from the text before it was stored.
+    withheld: int = 0
 
 
 class MemoryStore:
@@ -179,8 +185,14 @@ class MemoryStore:
         return _memory(row), bool(row["created"])
 
     async def remember(self, content: str, *, kind: str, session_id: str, turn_id: str) -> Remembered:
-        """The agent's write: a near-duplicate is merged (the newer statement wins), a pinned one kept."""
-        content, kind = check_content(content), check_kind(kind)
+        """The agent's write, credentials redacted: a near-duplicate is merged (the newer statement
+        wins), a pinned one kept."""
+        screened = screen(check_content(content))
+        content, kind = check_content(screened.text), check_kind(kind)
+        remembered = await self._remember(content, kind=kind, session_id=session_id, turn_id=turn_id)
+        return Remembered(remembered.memory, remembered.outcome, screened.withheld)
+
+    async def _remember(self, content: str, *, kind: str, session_id: str, turn_id: str) -> Remembered:
         with wrap_db_errors():
             candidates = await self.pool.fetch(self.q["similar_memories"], content)
         for row in candidates:

@@ -6,6 +6,8 @@ query); with an embedding model configured (`POPAGENT_MEMORY_EMBEDDING_MODEL`), 
 messages by cosine distance of gateway embeddings (`llm.embeddings`, each message embedded once per
 model, at most `EMBED_PER_SEARCH` new ones per search), the two lists fused by reciprocal rank.
 The turn asking (its message, once stored, and what follows) is never among the results.
+Quotes are exact but for credentials (`popagent_core.secret_text`): a password pasted in one session
+must not be quoted into another one's context, nor sent to the embedding model.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import orjson
 from popagent_agent_runner.llm.embeddings import GatewayRetrieval
 from popagent_core.db import wrap_db_errors
 from popagent_core.errors import PopagentError
+from popagent_core.secret_text import redact_secrets
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +62,8 @@ def message_text(parts_json: str | None) -> str:
 
 
 def _quote(text: str) -> str:
+    # Only twice the quote's bound is screened: a credential cut there lies past the bound once redacted.
+    text = redact_secrets(text[: 2 * QUOTE_MAX_CHARS])
     return text if len(text) <= QUOTE_MAX_CHARS else text[: QUOTE_MAX_CHARS - 1] + "…"
 
 
@@ -124,7 +129,7 @@ class HistorySearch:
             missing = await self.pool.fetch(
                 self.q["recall_unembedded"], thread_id, every, model, EMBED_PER_SEARCH, asking_id
             )
-        texts = [(row["thread_id"], row["seq"], message_text(row["parts"])) for row in missing]
+        texts = [(row["thread_id"], row["seq"], redact_secrets(message_text(row["parts"]))) for row in missing]
         texts = [(t, s, text) for t, s, text in texts if text.strip()]
         inputs = [text for _, _, text in texts] + [query]
         embedded = await self.retrieval.embed(model, inputs)

@@ -9,6 +9,7 @@ from pydantic_ai import RunContext, Tool
 
 from popagent_agent_runner.turn.deps import TurnDeps
 from popagent_agent_runner.turn.memories import MAX_CONTENT_CHARS
+from popagent_core.secret_text import REDACTED
 
 
 async def remember(
@@ -23,14 +24,15 @@ async def remember(
 ) -> dict[str, Any]:
     """Store a durable fact or preference the user wants kept across conversations.
 
-    Use it only for lasting facts or preferences, never for secrets, credentials or one-off details.
+    Use it only for lasting facts or preferences, never for secrets, credentials or one-off details:
+    anything that looks like a password, key or token is withheld (stored as [redacted]).
     Restating a known memory updates it (the newer statement wins) instead of adding a copy; a memory
     the user pinned stays as the user wrote it.
     """
     turn = ctx.deps.turn
     remembered = await turn.memories.remember(content, kind=kind, session_id=turn.session_id, turn_id=turn.turn_id)
     memory = remembered.memory
-    return {
+    result: dict[str, Any] = {
         "id": memory.id,
         "stored": remembered.outcome == "created",
         "merged": remembered.outcome == "merged",
@@ -38,6 +40,16 @@ async def remember(
         "pinned": memory.pinned,
         "content": memory.content,
     }
+    if remembered.withheld:
+        # Said outright, so the model does not believe (and tell the user) that it kept the secret.
+        result["withheld"] = remembered.withheld
+        result["note"] = withheld_note(remembered.withheld)
+    return result
+
+
+def withheld_note(count: int) -> str:
+    credentials = "credential" if count == 1 else "credentials"
+    return f"stored, with {count} {credentials} withheld ({REDACTED}): the secret itself was not kept"
 
 
 TOOL: Tool[TurnDeps] = Tool(remember, name="remember")
