@@ -162,18 +162,19 @@ def test_a_log_line_quoting_a_credential_is_redacted_on_stderr_and_in_the_store(
         "popagent_test", logging.WARNING, __file__, 1, "user said %s", ("my password is Tr0ub4dor&3x9",), None
     )
     turn_id = uuid.uuid4().hex
-    record.__dict__.update({"detail": f"token {token}", "turn_id": turn_id, "api_key": "x"})
+    record.__dict__.update({"detail": f"token {token}", "turn_id": turn_id, "api_key": "x", "secret": "bank-login"})
     line = JsonFormatter("tests").format(record)
     assert "Tr0ub4dor&3x9" not in line and token not in line
     parsed = orjson.loads(line)
     assert parsed["msg"] == f"user said my password is {REDACTED}"
-    assert parsed["turn_id"] == turn_id and parsed["api_key"] == REDACTED
+    assert parsed["turn_id"] == turn_id and parsed["secret"] == "bank-login"
 
     processor = SpanStoreProcessor()
     StoredLogHandler(processor, "tests", Redactor(), info_loggers=()).emit(record)
     [row] = processor.take_logs()
     assert "Tr0ub4dor&3x9" not in str(row) and token not in str(row)
     assert row[4] == f"user said my password is {REDACTED}"
+    assert orjson.loads(row[7])["secret"] == REDACTED
 
 
 def test_third_party_loggers_stay_at_warning() -> None:
@@ -192,3 +193,9 @@ def test_third_party_loggers_stay_at_warning() -> None:
         root.setLevel(level)
         for name, quiet_level in levels.items():
             logging.getLogger(name).setLevel(quiet_level)
+
+
+def test_redacted_text_screens_clean() -> None:
+    """Screening twice (evidence, then evolution's ingest) counts nothing the second time."""
+    once = redact_secrets(f"password: Tr0ub4dor&3x9, api_key = 'hunter22', token {github_token()}.")
+    assert screen(once) == secret_text.Screened(once, 0)

@@ -142,7 +142,7 @@ _SPOKEN_REACH = 320
 # Words whose value after ':' or '=' is a credential whatever it looks like.
 _PASSWORD_WORDS = frozenset({"password", "passphrase", "passcode", "passwd", "pwd", "pw"})
 _VALUE_SYMBOLS = frozenset("!@#$%^&*+=?~_|")
-_TRAILING_PUNCTUATION = ".,;:)]}"
+_TRAILING_PUNCTUATION = ".,;:)"
 # The shape detect-secrets' `is_indirect_reference` filter takes for a lookup (`get(...)`, `env[...]`).
 _INDIRECT_VALUE = re.compile(r"[\w.-]+[\[(]")
 
@@ -293,8 +293,7 @@ def _keyword_spans(text: str, lowered: str) -> Iterator[Span]:
                 start, end = match.span(group)
                 quoted = start > 0 and text[start - 1] in "\"'`"
                 span = Span(start, end) if quoted else _first_word(text, start, end)
-                value = text[span.start : span.end]
-                if value and not is_templated_secret(value) and not is_prefixed_with_dollar_sign(value):
+                if _is_value(text[span.start : span.end]):
                     yield span
 
 
@@ -324,7 +323,7 @@ def _spoken_value(text: str, match: re.Match[str]) -> Span | None:
     quoted = text[start] in "\"'`"
     start, end = (start + 1, end - 1) if quoted else _first_word(text, start, end)
     value = text[start:end]
-    if not value or is_templated_secret(value) or is_prefixed_with_dollar_sign(value):
+    if not _is_value(value):
         return None
     if not quoted:
         if _INDIRECT_VALUE.match(value):
@@ -333,6 +332,16 @@ def _spoken_value(text: str, match: re.Match[str]) -> Span | None:
         if not (assigned and match.group("word").lower() in _PASSWORD_WORDS) and not _looks_secret(value, assigned):
             return None
     return Span(start, end)
+
+
+def _is_value(value: str) -> bool:
+    """Not a placeholder: empty, `{password}`, `$TOKEN`, or what was redacted before."""
+    return (
+        bool(value)
+        and not value.startswith(REDACTED)
+        and not is_templated_secret(value)
+        and not is_prefixed_with_dollar_sign(value)
+    )
 
 
 def _looks_secret(value: str, assigned: bool) -> bool:
