@@ -167,3 +167,25 @@ async def test_file_contents_stay_out_of_the_logs(
     finally:
         (repo.root / "pkg" / "logged.py").unlink()
     assert [record.name for record in caplog.records if marker in record.getMessage()] == []
+
+
+async def test_a_repository_cloned_again_at_its_path_gets_a_server_of_its_own(tmp_path: Path) -> None:
+    """A server holds the directory it started on: one put in the old one's place (a fresh clone)
+    is served by a new server, not by the one still mounted on the old directory."""
+    root = fixture_repo.write(tmp_path / "repo").resolve()
+    servers = LanguageServers(request_timeout_s=45.0)
+    try:
+        first = Repository(root, "recloned")
+        hover = await Inspector(servers, "recloned", first).run(Inspection("hover", *fixture_repo.PY_CALL))
+        assert "Say hello to someone." in hover["hover"]
+        first.close()
+        root.rename(tmp_path / "old-clone")
+        fixture_repo.write(root)
+        (root / "pkg" / "util.py").write_text(fixture_repo.UTIL_PY.replace("Say hello to someone.", "Cloned again."))
+        again = Repository(root, "recloned")
+        hover = await Inspector(servers, "recloned", again).run(Inspection("hover", *fixture_repo.PY_CALL))
+        again.close()
+        assert "Cloned again." in hover["hover"]
+        assert servers.started == 2
+    finally:
+        await servers.close()

@@ -1,10 +1,11 @@
 """The service's language servers, per workspace and language: started lazily, shared, bounded.
 
 One `LanguageServers` is built at service start (`service.py`) and closed at stop, which
-kills every server it started. Every server runs in the sandbox (`workspace/sandbox.py`),
-on the repository's directory as the starting turn's descriptor holds it. A server is keyed by workspace, repository directory and
-language, so every turn and every agent (supervisor and specialists alike) working in one
-workspace reaches the same server: concurrent first calls wait for one start.
+kills every server it started. Every server runs in the sandbox (`workspace/sandbox.py`), on
+the repository's directory as the starting turn's descriptor holds it. A server is keyed by
+workspace, repository directory (the directory itself, not its path) and language, so every
+turn and every agent (supervisor and specialists alike) working in one workspace reaches the
+same server: concurrent first calls wait for one start.
 
 - Idle: a server nobody used for `idle_timeout_s` is shut down by the reaper; the next
   call starts it again.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -79,7 +81,12 @@ class LanguageServers:
     @contextlib.asynccontextmanager
     async def session(self, workspace_id: str, repo: Repository, language: Language) -> AsyncIterator[ServerSession]:
         """The workspace's running server for `language` (started if needed), held for one call."""
-        session = await self._acquire((workspace_id, str(repo.root), language.name), repo, language)
+        with repo.root_fd() as root_fd:
+            directory = os.fstat(root_fd)
+        # Keyed by the directory itself: a repository removed and cloned again at the same path
+        # gets a server of its own (the old one, on the old directory, idles out).
+        key = (workspace_id, f"{directory.st_dev}:{directory.st_ino}", language.name)
+        session = await self._acquire(key, repo, language)
         try:
             yield session
         finally:
