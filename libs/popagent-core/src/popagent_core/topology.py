@@ -6,7 +6,9 @@ have one), the default gRPC ports, the `make run` launcher and the deploy checks
 one edit here plus its own package.
 
 A service's name is also its caller identity in internal authentication (the `<caller>`
-of its `POPAGENT_INTERNAL_TOKEN`), its compose service and its launcher child.
+of its `POPAGENT_INTERNAL_TOKEN`), its NATS user, its compose service and its launcher child.
+Which credentials each service is given (SECRET_VARIABLES) and whose tokens each gRPC service
+accepts (CALLERS) are here too: the launcher and compose scope every process by them.
 """
 
 from __future__ import annotations
