@@ -40,7 +40,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -128,7 +128,8 @@ class StackConfig:
 INHERITED_VARIABLES = frozenset(
     {
         *("PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "TMPDIR", "TZ", "LANG", "LANGUAGE"),
-        *("VIRTUAL_ENV", "SSL_CERT_FILE", "SSL_CERT_DIR", "NINEROUTER_URL", "SEARXNG_URL"),
+        # LD_LIBRARY_PATH: an interpreter that needs it to start needs it in every child too.
+        *("VIRTUAL_ENV", "LD_LIBRARY_PATH", "SSL_CERT_FILE", "SSL_CERT_DIR", "NINEROUTER_URL", "SEARXNG_URL"),
         *(f"{name}_PROXY" for name in ("HTTP", "HTTPS", "ALL", "NO")),
         *(f"{name}_proxy" for name in ("http", "https", "all", "no")),
     }
@@ -155,7 +156,7 @@ def child_environment(
     return env
 
 
-def _kept_secret(path: Path, make: Any) -> str:
+def _kept_secret(path: Path, make: Callable[[], str]) -> str:
     """The secret in `path`, made by `make()` and written (0600 from its creation) the first time."""
     if not path.exists():
         with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as file:
