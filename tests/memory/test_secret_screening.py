@@ -15,7 +15,11 @@ import asyncpg
 from chat.helpers import chat, new_session, turn_events
 from evolution.helpers import autonomy, signals
 
+from memory.harness import Conversations
 from memory.stack_helpers import LONG, OBSERVE_IN_TURN, memory_settings
+from popagent_agent_runner.turn import QUERIES
+from popagent_agent_runner.turn.memories import MemoryStore
+from popagent_agent_runner.turn.tools.memory.remember import withheld_note
 from popagent_core.span_store import STORE_SCHEMA, active_stats, span_row
 from support.memory_agents import memory_agents
 from support.model_gateway import Body, ToolCall, Turn
@@ -162,3 +166,30 @@ async def test_a_log_line_quoting_the_users_message_is_stored_redacted(stack: St
     row = await eventually(lambda: store_rows(query), what="the warning in the store")
     assert "my password is [redacted] and the token is [redacted]" in row
     assert not leaks(await store_rows("SELECT * FROM popagent_logs"), PASSWORD, token)
+
+
+async def test_the_agent_s_memory_withholds_credentials_the_user_s_own_keeps_them(
+    stack: Stack, conversations: Conversations
+) -> None:
+    store = MemoryStore(conversations.pool, QUERIES)
+    tag = secrets.token_hex(3)
+    first = await store.remember(
+        f"Staging{tag} deploy token is {fresh_github_token()}", kind="fact", session_id="", turn_id=""
+    )
+    assert (first.outcome, first.withheld) == ("created", 1)
+    assert first.memory.content == f"Staging{tag} deploy token is [redacted]"
+    # Another token in the same words: the redacted texts are the same memory, and the note says so.
+    again = await store.remember(
+        f"Staging{tag} deploy token is {fresh_github_token()}", kind="fact", session_id="", turn_id=""
+    )
+    assert (again.outcome, again.withheld, again.memory.id) == ("kept", 1, first.memory.id)
+    assert withheld_note(again.withheld, again.outcome).startswith("already known, with 1 credential withheld")
+
+    # What the user types into /api/memories is the user's choice.
+    async with stack.client() as client:
+        typed = f"Locker{tag} password is {PASSWORD}"
+        created = await client.post("/api/memories", json={"content": typed, "kind": "fact"})
+        assert created.status_code == 201, created.text
+        assert created.json()["content"] == typed
+        assert (await client.delete(f"/api/memories/{created.json()['id']}")).status_code == 204
+    await store.delete(first.memory.id)

@@ -43,13 +43,19 @@ async def remember(
     if remembered.withheld:
         # Said outright, so the model does not believe (and tell the user) that it kept the secret.
         result["withheld"] = remembered.withheld
-        result["note"] = withheld_note(remembered.withheld)
+        result["note"] = withheld_note(remembered.withheld, remembered.outcome)
     return result
 
 
-def withheld_note(count: int) -> str:
+# What happened to the memory, as the note about withheld credentials starts.
+_OUTCOME_WORDS = {"created": "stored", "merged": "stored over an earlier memory", "kept": "already known"}
+
+
+def withheld_note(count: int, outcome: str) -> str:
     credentials = "credential" if count == 1 else "credentials"
-    return f"stored, with {count} {credentials} withheld ({REDACTED}): the secret itself was not kept"
+    return (
+        f"{_OUTCOME_WORDS[outcome]}, with {count} {credentials} withheld ({REDACTED}): the secret itself was not kept"
+    )
 
 
 TOOL: Tool[TurnDeps] = Tool(remember, name="remember")
