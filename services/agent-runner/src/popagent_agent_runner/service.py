@@ -90,7 +90,9 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
         stack.push_async_callback(sandbox.close)
         reason = await sandbox.probe()
         if reason is not None:
-            logger.warning("workspace shell disabled", extra={"reason": f"sandbox unavailable: {reason}"})
+            logger.warning(
+                "workspace shell and code inspection disabled", extra={"reason": f"sandbox unavailable: {reason}"}
+            )
         # Unwound with the sandbox: every language server is shut down and its process group killed.
         # The servers run in the shell's sandbox (the same pids limit, the same availability).
         servers = LanguageServers(
