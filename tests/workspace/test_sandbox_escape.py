@@ -8,7 +8,6 @@ nothing left running).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import shutil
@@ -20,7 +19,6 @@ import tempfile
 import textwrap
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,13 +28,13 @@ from popagent_agent_runner.state.state_servicer import AgentRunnerStateServicer
 from popagent_agent_runner.workspace.sandbox import (
     HEAD_BYTES,
     TAIL_BYTES,
-    CommandResult,
     Sandbox,
     SandboxProcess,
     SandboxUnavailable,
 )
 from support.canary import CANARY, find_canary
 from support.waiting import eventually
+from workspace.sandboxing import held, probed_sandbox, run
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -51,25 +49,7 @@ def repo(tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def sandbox() -> Sandbox:
-    box = Sandbox(max_processes=64)
-    reason = await box.probe()
-    assert reason is None, f"bubblewrap does not work here: {reason}"
-    return box
-
-
-@contextlib.contextmanager
-def held(folder: Path) -> Iterator[int]:
-    """A directory descriptor of `folder`, as a turn holds its repository's."""
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        yield fd
-    finally:
-        os.close(fd)
-
-
-async def run(sandbox: Sandbox, repo: Path, command: str, timeout_s: float, cwd: Path | None = None) -> CommandResult:
-    with held(repo) as root_fd:
-        return await sandbox.run(root_fd, repo, cwd or repo, command, timeout_s)
+    return await probed_sandbox()
 
 
 async def start(sandbox: Sandbox, repo: Path, command: str) -> SandboxProcess:

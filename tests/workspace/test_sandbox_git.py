@@ -21,7 +21,7 @@ from chat.helpers import chat, of_type
 from popagent_agent_runner.workspace.sandbox import CommandResult, Sandbox, SandboxRefused
 from support.model_gateway import ToolCall, Turn
 from support.stacks import CHAT_STACK, Stack, StackSpec
-from workspace.test_sandbox_escape import held
+from workspace.sandboxing import held, probed_sandbox
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -31,10 +31,7 @@ RUN = "mastra_workspace_execute_command"
 
 @pytest.fixture
 async def sandbox() -> Sandbox:
-    box = Sandbox(max_processes=64)
-    reason = await box.probe()
-    assert reason is None, f"bubblewrap does not work here: {reason}"
-    return box
+    return await probed_sandbox()
 
 
 @pytest.fixture
