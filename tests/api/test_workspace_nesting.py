@@ -2,7 +2,7 @@
 
 An outer workspace's agents could change an inner one's files and `.git`, and swap the
 folders above its root while its turns run; so registering or moving a workspace in, around
-or onto another is a 400 that says which workspace it collides with.
+or onto another is a 409 that says which workspace it collides with.
 """
 
 from __future__ import annotations
@@ -35,11 +35,11 @@ async def test_a_workspace_inside_or_around_another_is_refused(client: httpx.Asy
     refused = [unique("inner"), unique("twin"), unique("around"), unique("docs")]
 
     inside = await register(client, refused[0], f"{outer}/inner/deeper")
-    assert inside.status_code == 400, inside.text
+    assert inside.status_code == 409, inside.text
     assert f"is inside the folder of the workspace '{outer}'" in inside.json()["error"]
 
     same = await register(client, refused[1], f"./{outer}/")
-    assert same.status_code == 400, same.text
+    assert same.status_code == 409, same.text
     assert f"is the folder of the workspace '{outer}'" in same.json()["error"]
 
     # Around: the new one would contain an existing one.
@@ -47,13 +47,13 @@ async def test_a_workspace_inside_or_around_another_is_refused(client: httpx.Asy
     (api_stack.workspace_root / holder / "repo").mkdir(parents=True)
     assert (await register(client, held, f"{holder}/repo")).status_code == 201
     around = await register(client, refused[2], holder)
-    assert around.status_code == 400, around.text
+    assert around.status_code == 409, around.text
     assert f"contains the folder of the workspace '{held}'" in around.json()["error"]
 
     # The seeded default checkout is a workspace like any other.
     (api_stack.workspace_root / "popagent" / "docs").mkdir(parents=True, exist_ok=True)
     in_default = await register(client, refused[3], "popagent/docs")
-    assert in_default.status_code == 400, in_default.text
+    assert in_default.status_code == 409, in_default.text
     assert "is inside the folder of the workspace 'popagent'" in in_default.json()["error"]
 
     assert set(refused).isdisjoint(await registered(client)), "a refused registration was saved"
@@ -67,7 +67,7 @@ async def test_nesting_is_decided_on_real_paths(client: httpx.AsyncClient, api_s
     alias = unique("alias")
     (api_stack.workspace_root / alias).symlink_to(api_stack.workspace_root / outer / "sub")
     through_link = await register(client, unique("linked"), alias)
-    assert through_link.status_code == 400, through_link.text
+    assert through_link.status_code == 409, through_link.text
     assert f"is inside the folder of the workspace '{outer}'" in through_link.json()["error"]
 
 
@@ -77,7 +77,7 @@ async def test_moving_a_workspace_into_another_is_refused(client: httpx.AsyncCli
         (api_stack.workspace_root / folder / "src").mkdir(parents=True)
         assert (await register(client, folder, folder)).status_code == 201
     moved = await client.patch(f"/api/workspaces/{second}", json={"path": f"{first}/src"})
-    assert moved.status_code == 400, moved.text
+    assert moved.status_code == 409, moved.text
     assert f"is inside the folder of the workspace '{first}'" in moved.json()["error"]
     assert (await registered(client))[second] == second
     # Moving within its own folder is no collision.

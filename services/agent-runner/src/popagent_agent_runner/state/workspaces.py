@@ -86,7 +86,7 @@ def contained_path(root: Path, raw: str) -> tuple[PurePosixPath, Path]:
 
 
 def refuse_nesting(relative: PurePosixPath, real: Path, others: Iterable[tuple[str, Path]]) -> None:
-    """InvalidArgument when `real` is, contains or lies inside one of `others` ((id, real path))."""
+    """Conflict when `real` is, contains or lies inside one of `others` ((id, real path))."""
     for other_id, other in others:
         shared = min(len(real.parts), len(other.parts))
         if real.parts[:shared] != other.parts[:shared]:
@@ -97,7 +97,7 @@ def refuse_nesting(relative: PurePosixPath, real: Path, others: Iterable[tuple[s
             where = f"is inside the folder of the workspace {other_id!r}"
         else:
             where = f"contains the folder of the workspace {other_id!r}"
-        raise InvalidArgument(
+        raise Conflict(
             f"path {str(relative)!r} {where}; a workspace cannot be registered in, around or on another "
             "(its agents could change the other's files and .git); choose a separate folder"
         )
