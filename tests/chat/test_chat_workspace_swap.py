@@ -3,7 +3,8 @@
 Through the gateway on the real chat stack. The workspace is registered as `holder-…/repo`;
 between two of the turn's tool calls (while the model is asked for the next step) `holder-…`
 is moved away and replaced by a symbolic link to a folder outside the workspace root whose
-`repo/data.txt` holds the canary. The attack this stands for: another workspace's shell did
+`repo/data.txt` holds the canary; file tools and a shell command after the swap still see the
+original. The attack this stands for: another workspace's shell did
 the swap while this turn ran, and `read_file` then returned the gateway's key.
 """
 
@@ -21,6 +22,7 @@ from support.stacks import Stack
 READ = "mastra_workspace_read_file"
 LIST = "mastra_workspace_list_files"
 GREP = "mastra_workspace_grep"
+RUN = "mastra_workspace_execute_command"
 ORIGINAL = "original-content-of-the-repository"
 
 
@@ -49,6 +51,7 @@ async def test_a_parent_folder_swapped_for_a_link_mid_turn_reaches_nothing_outsi
                 ToolCall(READ, {"path": "data.txt"}, id="after"),
                 ToolCall(LIST, {"path": "."}, id="list"),
                 ToolCall(GREP, {"pattern": "canary|original"}, id="grep"),
+                ToolCall(RUN, {"command": "cat data.txt; ls"}, id="shell"),
             ),
             Turn.say("Done."),
         ]
@@ -76,3 +79,6 @@ async def test_a_parent_folder_swapped_for_a_link_mid_turn_reaches_nothing_outsi
     assert ORIGINAL in outputs["after"]["content"]
     assert [entry["path"] for entry in outputs["list"]["entries"]] == ["data.txt"]
     assert outputs["grep"]["matches"] == [f"data.txt:1: {ORIGINAL}"]
+    # The sandbox mounts the descriptor the turn holds, not the path.
+    assert outputs["shell"]["exitCode"] == 0, outputs["shell"]
+    assert outputs["shell"]["output"].split() == [ORIGINAL, "data.txt"]
