@@ -9,11 +9,27 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+from chat.helpers import chat, new_session
 
 from popagent.events.v1 import events_pb2
 from popagent_core import bus, subjects
+from support.model_gateway import Turn
 from support.stacks import Stack
 from support.waiting import eventually
+
+# The heading learned overlays open with in an agent's instructions.
+OVERLAY_MARK = "## Learned guidance"
+
+
+def system_text(request: dict[str, Any]) -> str:
+    return "\n".join(m["content"] for m in request["messages"] if m["role"] == "system")
+
+
+async def supervisor_system(stack: Stack, client: Any) -> str:
+    """The system text of a fresh plain turn of the supervisor (popagent)."""
+    stack.models.push(Turn.say("Done."))
+    await chat(client, await new_session(client), "what now?")
+    return system_text(stack.models.requests[-1])
 
 
 def trace_id() -> str:

@@ -19,7 +19,17 @@ from typing import Any, cast
 import pytest
 from chat.helpers import chat, new_session
 
-from evolution.helpers import agent_id, autonomy, learned_tables, publish_failure, revisions, settled_signals, trace_id
+from evolution.helpers import (
+    OVERLAY_MARK,
+    agent_id,
+    autonomy,
+    learned_tables,
+    publish_failure,
+    revisions,
+    settled_signals,
+    supervisor_system,
+    trace_id,
+)
 from support.model_gateway import Turn
 from support.reflection import ReflectionRequest, proposal, reflection_responder
 from support.stacks import Stack
@@ -145,20 +155,6 @@ async def test_an_injected_failure_writes_no_learned_change_carrying_its_text(
     assert await learned_tables(stack) == before
 
 
-OVERLAY_MARK = "## Learned guidance"
-
-
-def system_text(request: dict[str, Any]) -> str:
-    return "\n".join(m["content"] for m in request["messages"] if m["role"] == "system")
-
-
-async def next_turn_system(stack: Stack, client: Any) -> str:
-    """The system text of a fresh plain turn of popagent."""
-    stack.models.push(Turn.say("Done."))
-    await chat(client, await new_session(client), "what now?")
-    return system_text(stack.models.requests[-1])
-
-
 @pytest.mark.parametrize("mode", ["echo", "own_words", "strategy_only", "benign_lesson"])
 async def test_the_injected_chat_turn_never_reaches_a_later_turns_instructions(stack: Stack, mode: str) -> None:
     injection = INJECTIONS["system-override"]
@@ -181,7 +177,7 @@ async def test_the_injected_chat_turn_never_reaches_a_later_turns_instructions(s
         try:
 
             async def next_turn() -> str:
-                return await next_turn_system(stack, client)
+                return await supervisor_system(stack, client)
 
             if mode in ("strategy_only", "benign_lesson"):
                 assert signal["status"] == "applied" and len(written) == 1
@@ -215,7 +211,7 @@ async def test_learned_text_stored_before_the_screen_is_withheld_from_runs(stack
         try:
 
             async def next_turn() -> str:
-                return await next_turn_system(stack, client)
+                return await supervisor_system(stack, client)
 
             carried = await eventually(next_turn, until=lambda t: "Check each claim." in t, what="the overlay in a run")
         finally:

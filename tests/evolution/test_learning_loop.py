@@ -11,25 +11,13 @@ from typing import Any, cast
 
 from chat.helpers import chat, new_session
 
-from evolution.helpers import autonomy, revisions, signals
+from evolution.helpers import OVERLAY_MARK, autonomy, revisions, signals, supervisor_system
 from support.model_gateway import Turn
 from support.reflection import ReflectionRequest, proposal, reflection_responder
 from support.stacks import Stack
 from support.waiting import eventually
 
-OVERLAY_MARK = "## Learned guidance"
 LESSON = "Answers claimed results that no tool had shown."
-
-
-def system_text(request: dict[str, Any]) -> str:
-    return "\n".join(m["content"] for m in request["messages"] if m["role"] == "system")
-
-
-async def supervisor_system(stack: Stack, client: Any) -> str:
-    """The system text of a fresh plain turn of the supervisor."""
-    stack.models.push(Turn.say("Done."))
-    await chat(client, await new_session(client), "what now?")
-    return system_text(stack.models.requests[-1])
 
 
 async def test_a_failing_turn_teaches_an_overlay_that_a_revert_takes_away_once(stack: Stack) -> None:
