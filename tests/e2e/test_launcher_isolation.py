@@ -13,8 +13,6 @@ import asyncio
 import base64
 import contextlib
 import json
-import os
-import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -75,12 +73,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launched]:
         launched.wait_running()
         yield launched
     finally:
-        if launched.process.poll() is None:
-            os.killpg(launched.process.pid, signal.SIGINT)
-            try:
-                launched.process.wait(30)
-            except Exception:
-                launched.process.kill()
+        launched.stop()
         models.terminate()
         models.wait(10)
 

@@ -182,15 +182,6 @@ def models(tmp_path: Path) -> Iterator[str]:
         process.wait(10)
 
 
-def stopped(stack: Launched) -> None:
-    if stack.process.poll() is None:
-        os.killpg(stack.process.pid, signal.SIGINT)
-        try:
-            stack.process.wait(30)
-        except Exception:
-            stack.process.kill()
-
-
 # Each child of `make run`, killed in turn (the gateway last: its kill breaks the stream itself).
 VICTIMS = ("agent-runner", "hooks", "tasks", "evolution", "secrets", "browser-bridge", "gateway")
 
@@ -210,7 +201,7 @@ def test_each_service_killed_while_a_chat_streams_and_a_task_runs_the_stack_reco
         assert after.terminal == "finish", after.chunks[-3:]
         user.close()
     finally:
-        stopped(stack)
+        stack.stop()
 
 
 def kill_during_work(stack: Launched, user: User, victim: str) -> None:
@@ -318,7 +309,7 @@ def test_postgres_stopped_for_15_s_under_load_loses_no_prompt_and_fails_no_task(
         assert [user.wait_task(task_id)["status"] for task_id in tasks] == ["completed"] * 3
         user.close()
     finally:
-        stopped(stack)
+        stack.stop()
         database.start()
 
 
@@ -352,6 +343,6 @@ def test_a_graceful_stop_ends_every_stream_and_hands_running_tasks_back(tmp_path
                 _await_settled_answer(user, chat)
             user.close()
         finally:
-            stopped(again)
+            again.stop()
     finally:
-        stopped(stack)
+        stack.stop()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -43,6 +44,15 @@ class Launched:
             for log in sorted((self.data_dir / "logs").glob("*.log"))
         )
         raise AssertionError(f"launcher did not start (exit code {code}):\n" + "".join(self.output[-40:]) + logs)
+
+    def stop(self) -> None:
+        """Ctrl-C to the launcher's process group, as a terminal sends it; killed if not gone in 30 s."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGINT)
+            try:
+                self.process.wait(30)
+            except Exception:
+                self.process.kill()
 
     def descendants(self) -> list[psutil.Process]:
         return psutil.Process(self.process.pid).children(recursive=True)
