@@ -96,12 +96,55 @@ def _bindable(port: int) -> bool:
         return True
 
 
+# Ports picked and not yet bound are claimed here, one file a port naming the picking process:
+# two stacks starting at once (the test suite's workers) picked the same free port now and then,
+# and one's service then failed to bind it or, worse, answered the other's calls. A claim holds
+# while its process lives (a supervised service restarted on its port keeps it).
+_CLAIMS = Path(tempfile.gettempdir()) / "popagent-port-claims"
+
+
+def _claim(port: int) -> bool:
+    """Claim `port` for this process; False while another live process holds a claim on it."""
+    _CLAIMS.mkdir(mode=0o1777, exist_ok=True)
+    path = _CLAIMS / str(port)
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            try:
+                owner = int(path.read_text() or "0")
+            except (OSError, ValueError):
+                owner = 0
+            if owner == os.getpid() or (owner > 0 and _alive(owner)):
+                return False
+            with contextlib.suppress(OSError):
+                path.unlink()
+            continue
+        except OSError:
+            return True  # no claims folder to be had: the random pick alone
+        with os.fdopen(fd, "w") as file:
+            file.write(str(os.getpid()))
+        return True
+    return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def free_port() -> int:
-    """A loopback TCP port that nothing holds now and that the kernel will not hand out by itself."""
+    """A loopback TCP port that nothing holds now, that the kernel will not hand out by itself
+    and that no other live process picked (nor this one before)."""
     low, high = _ephemeral_range()
     candidates = [*range(_PICK_FLOOR, min(low, 65536)), *range(max(high + 1, _PICK_FLOOR), 65536)]
     for port in _port_picker.sample(candidates, min(len(candidates), 200)):
-        if _bindable(port):
+        if _bindable(port) and _claim(port):
             return port
     # A machine whose ephemeral range covers everything above the floor: fall back to the kernel's pick.
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
