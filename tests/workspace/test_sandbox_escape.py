@@ -473,7 +473,8 @@ async def test_the_sandbox_status_rpc_says_why_commands_are_refused() -> None:
 NON_ROOT_BOMB = textwrap.dedent(
     """
     import asyncio, json, os, sys
-    sys.path.insert(0, sys.argv[1])  # sandbox.py needs nothing beyond the standard library
+    # sandbox.py needs nothing beyond the standard library and popagent_core.processes (standard library only)
+    sys.path[:0] = sys.argv[1].split(os.pathsep)
     from pathlib import Path
     from popagent_agent_runner.workspace.sandbox import Sandbox
 
@@ -499,7 +500,8 @@ def test_a_fork_bomb_is_held_for_a_non_root_service() -> None:
     # pytest's folders are root's alone: the other uid gets a folder of its own.
     repo = Path(tempfile.mkdtemp(prefix="popagent-non-root-"))
     repo.chmod(0o777)
-    source = Path(__file__).resolve().parents[2] / "services" / "agent-runner" / "src"
+    top = Path(__file__).resolve().parents[2]
+    source = os.pathsep.join(str(top / folder / "src") for folder in ("services/agent-runner", "libs/popagent-core"))
     done = subprocess.run(
         [
             setpriv,
@@ -509,7 +511,7 @@ def test_a_fork_bomb_is_held_for_a_non_root_service() -> None:
             "/usr/bin/python3",
             "-c",
             NON_ROOT_BOMB,
-            str(source),
+            source,
             str(repo),
         ],
         capture_output=True,

@@ -22,7 +22,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 PROFILE = REPO_ROOT / "deploy" / "seccomp-agent-runner.json"
 SOURCE = REPO_ROOT / "services" / "agent-runner" / "src"
 
-# Runs with this interpreter; `sandbox.py` needs nothing beyond the standard library.
+# Runs with this interpreter, which has popagent_core installed; `sandbox.py` needs nothing else outside
+# the standard library.
 CHILD = r"""
 import asyncio, ctypes, json, os, sys
 from pathlib import Path

@@ -31,6 +31,7 @@ from platformdirs.api import RuntimeDirWarning
 
 from popagent_core import subjects
 from popagent_core.bus import inbox_prefix
+from popagent_core.processes import process_alive
 from popagent_core.topology import SERVICES, Service
 
 # pgserver computes a runtime dir at import; on a headless root shell XDG_RUNTIME_DIR is
@@ -115,7 +116,7 @@ def _claim(port: int) -> bool:
                 owner = int(path.read_text() or "0")
             except (OSError, ValueError):
                 owner = 0
-            if owner == os.getpid() or (owner > 0 and _alive(owner)):
+            if owner == os.getpid() or (owner > 0 and process_alive(owner)):
                 return False
             with contextlib.suppress(OSError):
                 path.unlink()
@@ -126,16 +127,6 @@ def _claim(port: int) -> bool:
             file.write(str(os.getpid()))
         return True
     return False
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def free_port() -> int:

@@ -69,6 +69,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from popagent_core.processes import process_alive
+
 logger = logging.getLogger(__name__)
 
 HEAD_BYTES = 16 * 1024
@@ -197,7 +199,7 @@ class _PidsCgroup:
         for stale in self.base.glob("popagent-sandbox-*") if self.base is not None else ():
             owner = stale.name.removeprefix("popagent-sandbox-").partition("-")[0]
             if owner.isdigit() and (
-                (int(owner) == own and _PidsCgroup._swept_own) or (int(owner) != own and _alive(int(owner)))
+                (int(owner) == own and _PidsCgroup._swept_own) or (int(owner) != own and process_alive(int(owner)))
             ):
                 continue
             with contextlib.suppress(OSError):
@@ -330,16 +332,6 @@ async def _spawn_command(argv: Sequence[str], **options: Any) -> asyncio.subproc
     )
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _settle(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
@@ -459,7 +451,7 @@ class SandboxProcess:
             if self.cgroup is not None:
                 with contextlib.suppress(OSError):
                     pids = [int(pid) for pid in (self.cgroup / "cgroup.procs").read_text().split()]
-            elif self.child_pid is not None and _alive(self.child_pid):
+            elif self.child_pid is not None and process_alive(self.child_pid):
                 pids = [self.child_pid]
             if not pids:
                 return
