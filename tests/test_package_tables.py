@@ -36,13 +36,11 @@ def table_names(docstring: str) -> set[str] | None:
     dotted library module) are not this folder's modules and are left out.
     """
     lines = [line.strip() for line in docstring.splitlines()]
-    for start, line in enumerate(lines):
-        if _HEADER.match(line):
-            break
-    else:
+    header = next((index for index, line in enumerate(lines) if _HEADER.match(line)), None)
+    if header is None:
         return None
     names: set[str] = set()
-    for line in lines[start + 1 :]:
+    for line in lines[header + 1 :]:
         if not line.startswith("|"):
             break
         if _SEPARATOR.match(line):
