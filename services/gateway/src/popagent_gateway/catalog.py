@@ -15,18 +15,16 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import httpx
-import orjson
 
 from popagent_core.errors import NotFound
+from popagent_core.model_catalog import catalog_entries, context_window
 
 logger = logging.getLogger(__name__)
 
 MAX_MODELS = 2000
 MAX_MODEL_ID_CHARS = 200
-MAX_CATALOG_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -38,33 +36,16 @@ class CatalogView:
     warning: str | None = None
 
 
-def _context_window(entry: dict[str, Any]) -> int | None:
-    capabilities = entry.get("capabilities")
-    for value in (
-        entry.get("context_length"),
-        capabilities.get("contextWindow") if isinstance(capabilities, dict) else None,
-    ):
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
-
-
 def parse_catalog(raw: bytes) -> tuple[tuple[str, ...], dict[str, int]]:
     """Model ids and context windows of an OpenAI-compatible `/models` answer; ValueError if it is not one."""
-    body = orjson.loads(raw)
-    data = body.get("data") if isinstance(body, dict) else None
-    if not isinstance(data, list):
-        raise ValueError("answer has no data list")
     models: dict[str, None] = {}
     windows: dict[str, int] = {}
-    for entry in data[:MAX_MODELS]:
-        if not isinstance(entry, dict):
-            continue
-        model_id = entry.get("id")
-        if not isinstance(model_id, str) or not 0 < len(model_id) <= MAX_MODEL_ID_CHARS or model_id in models:
+    for entry in catalog_entries(raw, limit=MAX_MODELS):
+        model_id = entry["id"]
+        if not 0 < len(model_id) <= MAX_MODEL_ID_CHARS or model_id in models:
             continue
         models[model_id] = None
-        window = _context_window(entry)
+        window = context_window(entry)
         if window is not None:
             windows[model_id] = window
     return tuple(models), windows
@@ -130,8 +111,6 @@ class ModelCatalog:
             async with httpx.AsyncClient(timeout=self.timeout_s) as client:
                 response = await client.get(self.url, headers=headers)
                 response.raise_for_status()
-                if len(response.content) > MAX_CATALOG_BYTES:
-                    raise ValueError("answer is too large")
                 models, windows = parse_catalog(response.content)
         except (httpx.HTTPError, ValueError) as exc:
             self._failed_at = self.clock()

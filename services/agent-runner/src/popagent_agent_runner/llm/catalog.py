@@ -16,14 +16,14 @@ import time
 from typing import Any
 
 import httpx
-import orjson
+
+from popagent_core.model_catalog import catalog_entries
 
 logger = logging.getLogger(__name__)
 
 TTL_S = 300.0
 RETRY_S = 10.0
 TIMEOUT_S = 3.0
-MAX_CATALOG_BYTES = 4 * 1024 * 1024
 
 
 class ModelCatalog:
@@ -69,17 +69,12 @@ class ModelCatalog:
         try:
             response = await self._client.get(self.url, headers=self._headers, timeout=TIMEOUT_S)
             response.raise_for_status()
-            if len(response.content) > MAX_CATALOG_BYTES:
-                raise ValueError("catalog answer too large")
-            body = orjson.loads(response.content)
-            data = body.get("data") if isinstance(body, dict) else None
-            if not isinstance(data, list):
-                raise ValueError("answer has no data list")
-        except (httpx.HTTPError, ValueError) as exc:  # orjson.JSONDecodeError is a ValueError
+            entries = catalog_entries(response.content)
+        except (httpx.HTTPError, ValueError) as exc:
             self._failed_at = time.monotonic()
             logger.warning("model catalog not fetched", extra={"error": f"{type(exc).__name__}: {str(exc)[:200]}"})
             return
-        self._entries = [entry for entry in data if isinstance(entry, dict) and isinstance(entry.get("id"), str)]
+        self._entries = entries
         self.version += 1
         self._fetched_at = time.monotonic()
         self._failed_at = None
