@@ -14,29 +14,24 @@ from popagent_agent_runner.docs.store import DocsStore
 from popagent_agent_runner.llm.embeddings import GatewayRetrieval
 from support.stacks import EMBEDDING_MODEL, MODELS_API_KEY, Stack
 
-HOOKS = "services/hooks/README.md"
+HOOKS = "docs/hooks.md"
+CONFIGURATION = "docs/configuration.md"
+ARCHITECTURE = "docs/architecture.md"
+HANDS = "The agents' hands: workspaces, file tools and the sandboxed shell"
 # (question, file, the section its answer is in): written from the files, not from the index.
 QUESTIONS = [
     ("Which command starts the whole stack and prints the URL and API key?", "README.md", "Two commands"),
-    ("How do I point popagent at Ollama or vLLM?", "README.md", "Pointing it at a model gateway"),
+    ("How do I point popagent at Ollama or vLLM?", CONFIGURATION, "Pointing it at a model gateway"),
     (
         "What happens when the model gateway catalog does not list a configured model id?",
-        "README.md",
+        CONFIGURATION,
         "Pointing it at a model gateway",
     ),
     ("Which processes does deploy/compose.yaml run in production?", "README.md", "Production"),
-    (
-        "Do workspace commands run under bubblewrap with no network?",
-        "README.md",
-        "The agents' hands: workspaces, file tools and the sandboxed shell",
-    ),
-    (
-        "Which workspace tools does a read-only agent get?",
-        "README.md",
-        "The agents' hands: workspaces, file tools and the sandboxed shell",
-    ),
-    ("Which process owns sessions, threads, memories and workspaces?", "README.md", "Architecture"),
-    ("What is the request body cap POPAGENT_MAX_BODY_BYTES?", "README.md", "Configuration"),
+    ("Do workspace commands run under bubblewrap with no network?", ARCHITECTURE, HANDS),
+    ("Which workspace tools does a read-only agent get?", ARCHITECTURE, HANDS),
+    ("Which process owns sessions, threads, memories and workspaces?", ARCHITECTURE, "Processes"),
+    ("What is the request body cap POPAGENT_MAX_BODY_BYTES?", CONFIGURATION, "Environment variables"),
     ("Which variable lists the exact hostnames hook handler URLs must use?", HOOKS, "Configuration"),
     ("How are hook requests signed with webhook-id and webhook-timestamp?", HOOKS, "Signature (Standard Webhooks)"),
     ("What may a hook response outcome and replacement be?", HOOKS, "Responses"),
