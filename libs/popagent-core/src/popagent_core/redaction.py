@@ -1,4 +1,4 @@
-"""The one redaction of secret-bearing tool payloads (shared/spec/AGENTS_HOOKS.md).
+"""The one redaction of secret-bearing tool payloads (docs/hooks.md, Redaction).
 
 - The retired plaintext tools `storeSecret`, `recallSecret` and `updateSecret` have
   every payload (arguments, result, error) replaced by the literal `[redacted]`.

@@ -1,4 +1,4 @@
-"""The twelve lifecycle events and what each one allows (shared/spec/AGENTS_HOOKS.md, Events table).
+"""The twelve lifecycle events and what each one allows (docs/hooks.md, Events).
 
 One table drives configuration checks, dispatch and the caller-side fast path, so the
 rules cannot drift apart.
@@ -13,7 +13,7 @@ from popagent.hooks.v1 import hooks_pb2
 
 
 class Event(enum.StrEnum):
-    """Spec names, as they appear in `POPAGENT_HOOKS` and in requests to handlers."""
+    """The event names, as they appear in `POPAGENT_HOOKS` and in requests to handlers."""
 
     SESSION_START = "SessionStart"
     TASK_START = "TaskStart"

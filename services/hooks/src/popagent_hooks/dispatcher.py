@@ -1,4 +1,4 @@
-"""One lifecycle event in, one decision out (shared/spec/AGENTS_HOOKS.md, Execution rules).
+"""One lifecycle event in, one decision out (docs/hooks.md, Execution and failures).
 
 Handlers run one after another in declaration order. A mutation becomes the next
 handler's input; a deny (or a `Stop` continue) ends the chain. Transport, timeout,

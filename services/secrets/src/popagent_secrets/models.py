@@ -13,7 +13,7 @@ MAX_VALUE_BYTES = 8 * 1024
 MAX_ORIGINS_PER_SECRET = 16
 MAX_SECRETS_PER_RESOURCE = 200
 MAX_LISTED = 1000
-# Resource ids are the spec's resource scopes (`popagent-user`, agent ids, ...).
+# Resource ids are the scopes a secret belongs to (`popagent-user`, agent ids, ...).
 _RESOURCE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 # Names are matched exactly (case-sensitive); a small charset keeps them safe in URLs and logs.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")

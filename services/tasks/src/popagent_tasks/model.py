@@ -1,4 +1,4 @@
-"""Task states, failure classes and the retry policy (AGENTS_BACKEND.md, background-task Decisions)."""
+"""Task states, failure classes and the retry policy (docs/architecture.md, A task attempt)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The hook audit of one session (shared/spec/AGENTS_HOOKS.md)."""
+"""The hook audit of one session (docs/hooks.md, Audit)."""
 
 from __future__ import annotations
 

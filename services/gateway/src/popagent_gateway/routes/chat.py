@@ -19,13 +19,13 @@ from popagent_gateway.wire import WARNING_HEADER
 
 router = APIRouter()
 
-# agent-runner's trailer naming the running turn when double texting is refused (turn/chat_servicer.py).
+# agent-runner's trailer naming the running turn when double texting is refused (its servicers/chat.py).
 RUNNING_TURN_TRAILER = "popagent-running-turn-id"
 
 
 def redacted_message(message: UserMessage) -> bytes:
     """The message as it goes further, through the kernel's one redaction of secret-bearing
-    tool parts (the spec's redaction at chat ingress)."""
+    tool parts (docs/hooks.md, Redaction: chat ingress is redacted as hook payloads are)."""
     return orjson.dumps(redact_ui_message(message.model_dump(mode="json", by_alias=True, exclude_none=True)))
 
 

@@ -18,7 +18,7 @@ SessionId = Annotated[str, Path(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
 
 
 def _spec_name(proto_name: str) -> str:
-    """`PRE_TOOL_USE` -> `PreToolUse` (the names of shared/spec/AGENTS_HOOKS.md)."""
+    """`PRE_TOOL_USE` -> `PreToolUse` (the event names of docs/hooks.md, Events)."""
     return "".join(part.capitalize() for part in proto_name.split("_"))
 
 

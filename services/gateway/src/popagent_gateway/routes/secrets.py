@@ -1,4 +1,4 @@
-"""/api/secrets, backed by the secrets service (shared/spec/AGENTS_BACKEND.md).
+"""/api/secrets, backed by the secrets service (docs/security.md says what it holds and who reads it).
 
 `POST /api/secrets` provisions a secret or rotates the value of the one with the same
 resource and name; `DELETE /api/secrets/{id}` deletes it with its origin bindings. Values
