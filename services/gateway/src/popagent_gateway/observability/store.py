@@ -2,7 +2,7 @@
 
 The gateway owns no table: the spans and logs are written by every process's exporter
 (`popagent_core.span_store`) into OBSERVABILITY_DATABASE_URL, and the gateway reads them here
-with its own small pool. Never the application store (DESIGN.md §12).
+with its own small pool. Never the application store (docs/architecture.md, Processes).
 
 The pool is opened on first use, after migrating the store (idempotent, under the migration
 runner's lock): a store that is down when the gateway starts, or not yet written to, must not
