@@ -33,12 +33,13 @@ YOUNG_COLLECTION_THRESHOLD = 20_000
 def settle_heap() -> None:
     """Tune the cyclic garbage collector for serving, once start-up has built everything long-lived.
 
-    What start-up built (modules, settings, pools, validators: ~100k objects in agent-runner) lives
-    as long as the process, yet every full collection walked all of it again, with the event loop
-    stopped (72 ms seen). Frozen, it is never scanned again. A chat turn allocates thousands of
+    What start-up built (modules, settings, pools, validators: in agent-runner, a great many
+    objects) lives as long as the process, yet every full collection walked all of it again with
+    the event loop stopped. Frozen, it is never scanned again. A chat turn allocates thousands of
     short-lived containers, so at CPython's default young threshold (700) the collector ran after
-    nearly every turn. Over 180 sequential chat turns agent-runner spent 140 ms collecting as it
-    was, 76 ms frozen, 7 ms frozen and at 20 000; its CPU per turn fell from 17.1 to 14.9 ms.
+    nearly every turn; at 20 000 it runs far less often, and freezing plus the higher threshold cut
+    most of the time a service spent collecting and some of its CPU per turn. `bench/chat.py`
+    prints each process's CPU per streamed chunk, which is where a change here shows.
     """
     gc.collect()
     gc.freeze()
@@ -100,7 +101,7 @@ async def wait_event(event: asyncio.Event, seconds: float) -> bool:
     stops when cancelled. That includes a cancellation something the loop awaited before
     swallowed: nats.py awaits every publish acknowledgement with `asyncio.wait_for`, and an
     outbox relay cancelled just as an acknowledgement arrived went on relaying, so its
-    service never finished stopping (seen in the tasks SIGTERM test, 3 runs in 6).
+    service never finished stopping (tests/tasks/test_processes.py's SIGTERM test caught it).
     """
     raise_if_cancelling()
     if event.is_set():

@@ -298,7 +298,7 @@ _RECORD_KEYS = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {
 
 
 # Spans turned into rows between two yields to the event loop: a busy second's batch (hundreds of
-# spans at ~20 µs each) must not hold up the turns sharing the loop (a first token waiting on it).
+# spans) must not hold up the turns sharing the loop (a first token waiting on it).
 ROWS_PER_SLICE = 32
 
 

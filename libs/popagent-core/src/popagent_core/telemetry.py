@@ -195,7 +195,8 @@ def configure_telemetry(service: str) -> TracerProvider | None:
 
     httpx is instrumented only in a process that has loaded it by now (its service's modules are
     imported before `lifecycle.run` starts): the others make no HTTP call, and the instrumentation
-    (with the second HTTP library it imports) costs ~1.5 MB a process.
+    (with the second HTTP library it imports) costs every process that loads it memory
+    (bench/startup.py prints each service's idle RSS).
     """
     if not tracing_enabled():
         return None

@@ -97,11 +97,11 @@ MAX_RUNNER_WORKERS = 16
 def default_runner_workers() -> int:
     """One agent-runner worker per two cores, at least two where there are two cores, up to four.
 
-    The runner is about half of the stack's CPU per streamed token (bench/chat.py), and a chat
-    turn's set-up is CPU-bound Python: one process is one core at most, and past about a hundred
-    concurrent chats on two cores a single worker is what new turns queue behind (bench/resilience.py
-    at 200 chats: the median wait for a first token is several times shorter with two). Below that
-    a second worker changes nothing measurable; it costs a process's memory (~160 MB).
+    The runner is the largest share of the stack's CPU per streamed token (bench/chat.py), and a
+    chat turn's set-up is CPU-bound Python: one process is one core at most, so at high concurrency
+    a single worker is what new turns queue behind, and a second one on a second core shortens the
+    wait for a first token (bench/resilience.py prints it per concurrency level). At low
+    concurrency a second worker changes nothing measurable; it costs a process's memory.
     """
     cores = os.cpu_count() or 1
     return 1 if cores < 2 else max(2, min(4, cores // 2))

@@ -139,8 +139,8 @@ class Reflector:
     def _agent(self, model: str) -> Agent[None, Reflection]:
         agent = self._agents.get(model)
         if agent is None:
-            # pydantic-ai and the openai SDK (~45 MB resident) load with the first reflection, not in
-            # every evolution process that never reflects.
+            # pydantic-ai and the openai SDK (large, resident once loaded: bench/startup.py prints
+            # idle RSS) load with the first reflection, not in every evolution process that never reflects.
             from pydantic_ai import Agent, PromptedOutput
             from pydantic_ai.models.openai import OpenAIChatModel
             from pydantic_ai.providers.openai import OpenAIProvider
