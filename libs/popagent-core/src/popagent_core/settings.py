@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import ipaddress
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic import AfterValidator, AliasChoices, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from popagent_core.auth import CallerRegistry
@@ -28,6 +29,43 @@ def check_postgres_dsn(value: str) -> str:
     return value
 
 
+def check_nats_urls(value: str) -> str:
+    """A field validator's check of a NATS server list: one or more comma-separated nats:// (or tls://) URLs."""
+    if not all(part.strip().startswith(("nats://", "tls://")) for part in value.split(",")):
+        raise ValueError("must be one or more comma-separated nats:// URLs")
+    return value
+
+
+def unless_empty(check: Callable[[str], str]) -> Callable[[str], str]:
+    """`check` for a setting whose empty value means "none": the empty string passes unchecked."""
+
+    def check_if_set(value: str) -> str:
+        return check(value) if value else value
+
+    return check_if_set
+
+
+def check_above(field: str, lower: str, message: str, *, factor: float = 1.0, or_equal: bool = False) -> Any:
+    """A field validator for a class body: `field` must exceed `factor` times `lower` (or equal it, with
+    `or_equal`), else `message`. `lower` is declared before `field`; when its own value was invalid it is
+    not checked against."""
+
+    def check(cls: type[BaseSettings], value: float, info: ValidationInfo) -> float:
+        bound = info.data.get(lower)
+        if bound is not None and (value < factor * bound if or_equal else value <= factor * bound):
+            raise ValueError(message)
+        return value
+
+    return field_validator(field)(classmethod(check))
+
+
+# Settings fields checked by their type, so a subclass that declares the field again keeps the check.
+PostgresUrl = Annotated[str, AfterValidator(check_postgres_dsn)]
+PostgresUrlOrNone = Annotated[str, AfterValidator(unless_empty(check_postgres_dsn))]
+NatsUrls = Annotated[str, AfterValidator(check_nats_urls)]
+NatsUrlsOrNone = Annotated[str, AfterValidator(unless_empty(check_nats_urls))]
+
+
 @dataclass(frozen=True, slots=True)
 class Retention:
     """How long the observability store keeps rows, and how many per table at most."""
@@ -41,9 +79,9 @@ class ProcessSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_ignore_empty=True, extra="ignore", frozen=True, populate_by_name=True)
 
-    database_url: str = Field(validation_alias="DATABASE_URL")
+    database_url: PostgresUrl = Field(validation_alias="DATABASE_URL")
     # The observability store every process exports its spans to (popagent_core.span_store); unset: none.
-    observability_database_url: str = Field(default="", validation_alias="OBSERVABILITY_DATABASE_URL")
+    observability_database_url: PostgresUrlOrNone = Field(default="", validation_alias="OBSERVABILITY_DATABASE_URL")
     # Comma-separated logger name prefixes whose info lines are stored too (warnings and errors always are).
     observability_info_loggers: str = Field(default="", validation_alias="POPAGENT_OBSERVABILITY_INFO_LOGGERS")
     # Retention of the observability store, enforced by every writer after its writes and once a day:
@@ -58,16 +96,6 @@ class ProcessSettings(BaseSettings):
     log_level: str = Field(default="INFO", validation_alias="POPAGENT_LOG_LEVEL")
     # This process's own credential for calling other services (internal gRPC auth).
     internal_token: str = Field(default="", validation_alias="POPAGENT_INTERNAL_TOKEN", repr=False)
-
-    @field_validator("database_url")
-    @classmethod
-    def _postgres_dsn(cls, value: str) -> str:
-        return check_postgres_dsn(value)
-
-    @field_validator("observability_database_url")
-    @classmethod
-    def _observability_dsn(cls, value: str) -> str:
-        return check_postgres_dsn(value) if value else value
 
     @property
     def observability_retention(self) -> Retention:
@@ -91,7 +119,7 @@ class ServiceSettings(ProcessSettings):
 
     # May carry this service's NATS user and password (`nats://user:password@host:port`, as `make run`
     # and compose give it): kept out of the settings' repr, and its value out of logs and spans.
-    nats_url: str = Field(default="nats://127.0.0.1:4222", validation_alias="NATS_URL", repr=False)
+    nats_url: NatsUrls = Field(default="nats://127.0.0.1:4222", validation_alias="NATS_URL", repr=False)
     # JSON {"caller": "sha256 hex of its token"}: who may call this service's RPCs.
     internal_callers: str = Field(validation_alias="POPAGENT_INTERNAL_CALLERS")
 
@@ -102,13 +130,6 @@ class ServiceSettings(ProcessSettings):
             CallerRegistry.from_json(value)
         except ConfigurationError as exc:
             raise ValueError(str(exc).removeprefix("POPAGENT_INTERNAL_CALLERS ")) from None
-        return value
-
-    @field_validator("nats_url")
-    @classmethod
-    def _nats_url(cls, value: str) -> str:
-        if not all(part.strip().startswith(("nats://", "tls://")) for part in value.split(",")):
-            raise ValueError("must be one or more comma-separated nats:// URLs")
         return value
 
 
@@ -187,3 +208,8 @@ def check_listen_address(value: str) -> str:
     if "," in value:
         raise ValueError("a service listens on one address; only its clients take a list of workers")
     return value
+
+
+# The address of a service a client dials: one, or agent-runner's workers as a list (`split_addresses`).
+DialAddresses = Annotated[str, AfterValidator(check_dial_addresses)]
+DialAddressesOrNone = Annotated[str, AfterValidator(unless_empty(check_dial_addresses))]

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, field_validator
 
-from popagent_core.settings import ServiceSettings, check_dial_addresses, grpc_address_field
+from popagent_core.settings import DialAddresses, ServiceSettings, check_above, grpc_address_field
 
 
 def _env(name: str) -> str:
@@ -16,7 +16,7 @@ class Settings(ServiceSettings):
     # Reflection asks the model gateway, on the default model agent-runner's settings name.
     ninerouter_url: str = Field(default="http://127.0.0.1:20128/v1", validation_alias="NINEROUTER_URL")
     ninerouter_api_key: str = Field(default="", validation_alias="NINEROUTER_API_KEY", repr=False)
-    agent_runner_address: str = grpc_address_field("agent-runner")
+    agent_runner_address: DialAddresses = grpc_address_field("agent-runner")
 
     # The worker: how often it looks for due signals, how many it claims at once, when a claim
     # counts as abandoned, and the capped exponential backoff of a failed attempt.
@@ -33,11 +33,6 @@ class Settings(ServiceSettings):
     # The outcome consumer's ack_wait (in-progress acks keep a slow handler's message).
     ack_wait_s: float = Field(default=30.0, gt=0, validation_alias=_env("ACK_WAIT_S"))
 
-    @field_validator("agent_runner_address")
-    @classmethod
-    def _runner_workers(cls, value: str) -> str:
-        return check_dial_addresses(value)
-
     @field_validator("ninerouter_url")
     @classmethod
     def _url(cls, value: str) -> str:
@@ -45,18 +40,9 @@ class Settings(ServiceSettings):
             raise ValueError("must be an http(s) URL")
         return value.rstrip("/")
 
-    @field_validator("claim_timeout_s")
-    @classmethod
-    def _claim_timeout(cls, value: float, info: ValidationInfo) -> float:
-        timeout = info.data.get("reflection_timeout_s")
-        if timeout is not None and value <= timeout:
-            raise ValueError("must be longer than POPAGENT_EVOLUTION_REFLECTION_TIMEOUT_S")
-        return value
-
-    @field_validator("retry_cap_s")
-    @classmethod
-    def _retry_cap(cls, value: float, info: ValidationInfo) -> float:
-        base = info.data.get("retry_base_s")
-        if base is not None and value < base:
-            raise ValueError("must be at least POPAGENT_EVOLUTION_RETRY_BASE_S")
-        return value
+    _claim_timeout = check_above(
+        "claim_timeout_s", "reflection_timeout_s", "must be longer than POPAGENT_EVOLUTION_REFLECTION_TIMEOUT_S"
+    )
+    _retry_cap = check_above(
+        "retry_cap_s", "retry_base_s", "must be at least POPAGENT_EVOLUTION_RETRY_BASE_S", or_equal=True
+    )

@@ -7,9 +7,10 @@ from pathlib import Path
 from pydantic import Field, field_validator
 
 from popagent_core.settings import (
+    DialAddresses,
+    NatsUrlsOrNone,
+    PostgresUrl,
     ProcessSettings,
-    check_dial_addresses,
-    check_postgres_dsn,
     grpc_address_field,
     split_addresses,
 )
@@ -27,7 +28,7 @@ class Settings(ProcessSettings):
     port: int = Field(default=8080, ge=0, le=65535, validation_alias="POPAGENT_GATEWAY_PORT")
     # When set, every /api request must carry it as `x-popagent-key`.
     api_key: str = Field(default="", validation_alias="POPAGENT_API_KEY", repr=False)
-    observability_database_url: str = Field(validation_alias="OBSERVABILITY_DATABASE_URL")
+    observability_database_url: PostgresUrl = Field(validation_alias="OBSERVABILITY_DATABASE_URL")
     ui_dir: Path = Field(default=DEFAULT_UI_DIR, validation_alias="POPAGENT_UI_DIR")
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024, validation_alias="POPAGENT_MAX_BODY_BYTES")
     # The edge's connection limits (popagent_gateway.serving): a request head must arrive within
@@ -50,38 +51,21 @@ class Settings(ProcessSettings):
     # The services' broker: /api/health reports it (unset: not reported), and negative feedback is
     # published there (popagent_core.subjects.NEGATIVE_FEEDBACK_GIVEN; unset: a thumbs down answers 503).
     # It may carry the gateway's NATS user and password: kept out of the repr, logs and spans.
-    nats_url: str = Field(default="", validation_alias="NATS_URL", repr=False)
+    nats_url: NatsUrlsOrNone = Field(default="", validation_alias="NATS_URL", repr=False)
     # Set by `make run`: the launcher's state file; /api/health names the children it is restarting.
     supervisor_state: Path | None = Field(default=None, validation_alias="POPAGENT_SUPERVISOR_STATE")
 
-    agent_runner_address: str = grpc_address_field("agent-runner")
+    agent_runner_address: DialAddresses = grpc_address_field("agent-runner")
     hooks_address: str = grpc_address_field("hooks")
     tasks_address: str = grpc_address_field("tasks")
     evolution_address: str = grpc_address_field("evolution")
     secrets_address: str = grpc_address_field("secrets")
     browser_bridge_address: str = grpc_address_field("browser-bridge")
 
-    @field_validator("agent_runner_address")
-    @classmethod
-    def _runner_workers(cls, value: str) -> str:
-        return check_dial_addresses(value)
-
     @property
     def agent_runner_workers(self) -> list[str]:
         """agent-runner's worker processes: a session's turns all go to one of them."""
         return split_addresses(self.agent_runner_address)
-
-    @field_validator("nats_url")
-    @classmethod
-    def _nats_url(cls, value: str) -> str:
-        if value and not all(part.strip().startswith(("nats://", "tls://")) for part in value.split(",")):
-            raise ValueError("must be one or more comma-separated nats:// URLs")
-        return value
-
-    @field_validator("observability_database_url")
-    @classmethod
-    def _observability_dsn(cls, value: str) -> str:
-        return check_postgres_dsn(value)
 
     @field_validator("ninerouter_url")
     @classmethod

@@ -8,9 +8,9 @@ are the fallback for executors that have no agent-runner to ask (tests' own).
 
 from __future__ import annotations
 
-from pydantic import AliasChoices, Field, ValidationInfo, field_validator
+from pydantic import AliasChoices, Field, field_validator
 
-from popagent_core.settings import ServiceSettings, check_dial_addresses, grpc_address_field
+from popagent_core.settings import DialAddressesOrNone, ServiceSettings, check_above, grpc_address_field
 from popagent_tasks.schedules import check_timezone, server_timezone
 
 
@@ -24,7 +24,9 @@ class Settings(ServiceSettings):
     # TaskStart/TaskStop go to the hooks service; off only where no hooks service runs.
     # Where the agent-runner executor runs task turns (one address, or its workers as a list of
     # IPv4:port, spread round robin); empty: no agent-runner is configured.
-    agent_runner_address: str = Field(default="", validation_alias=AliasChoices("POPAGENT_AGENT_RUNNER_ADDR"))
+    agent_runner_address: DialAddressesOrNone = Field(
+        default="", validation_alias=AliasChoices("POPAGENT_AGENT_RUNNER_ADDR")
+    )
     hooks_enabled: bool = Field(default=True, validation_alias=_env("HOOKS_ENABLED"))
 
     # `module:attribute` of the executor factory. Empty: this process runs no worker
@@ -52,11 +54,6 @@ class Settings(ServiceSettings):
     shutdown_grace_s: float = Field(default=10.0, ge=0, validation_alias=_env("SHUTDOWN_GRACE_S"))
     pool_max_size: int = Field(default=10, ge=2, le=200, validation_alias=_env("POOL_MAX_SIZE"))
 
-    @field_validator("agent_runner_address")
-    @classmethod
-    def _runner_workers(cls, value: str) -> str:
-        return check_dial_addresses(value) if value else value
-
     @field_validator("timezone")
     @classmethod
     def _timezone(cls, value: str) -> str:
@@ -69,26 +66,13 @@ class Settings(ServiceSettings):
             raise ValueError("must be 'package.module:attribute'")
         return value
 
-    @field_validator("heartbeat_timeout_s")
-    @classmethod
-    def _heartbeat_timeout(cls, value: float, info: ValidationInfo) -> float:
-        interval = info.data.get("heartbeat_interval_s")
-        if interval is not None and value <= 2 * interval:
-            raise ValueError("must exceed twice POPAGENT_TASKS_HEARTBEAT_INTERVAL_S")
-        return value
-
-    @field_validator("stale_after_s")
-    @classmethod
-    def _stale_after(cls, value: float, info: ValidationInfo) -> float:
-        timeout = info.data.get("heartbeat_timeout_s")
-        if timeout is not None and value <= timeout:
-            raise ValueError("must exceed POPAGENT_TASKS_HEARTBEAT_TIMEOUT_S")
-        return value
-
-    @field_validator("retry_cap_s")
-    @classmethod
-    def _retry_cap(cls, value: float, info: ValidationInfo) -> float:
-        base = info.data.get("retry_base_s")
-        if base is not None and value < base:
-            raise ValueError("must be at least POPAGENT_TASKS_RETRY_BASE_S")
-        return value
+    _heartbeat_timeout = check_above(
+        "heartbeat_timeout_s",
+        "heartbeat_interval_s",
+        "must exceed twice POPAGENT_TASKS_HEARTBEAT_INTERVAL_S",
+        factor=2,
+    )
+    _stale_after = check_above("stale_after_s", "heartbeat_timeout_s", "must exceed POPAGENT_TASKS_HEARTBEAT_TIMEOUT_S")
+    _retry_cap = check_above(
+        "retry_cap_s", "retry_base_s", "must be at least POPAGENT_TASKS_RETRY_BASE_S", or_equal=True
+    )
