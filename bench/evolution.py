@@ -22,16 +22,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import secrets
 import statistics
+import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import asyncpg
 from nats.aio.msg import Msg
 
 from popagent.events.v1 import events_pb2
@@ -39,13 +37,17 @@ from popagent_core import bus, subjects
 from popagent_core.db import open_pool
 from popagent_core.migrate import migrate
 from popagent_dev import embedded
-from popagent_dev.embedded import with_database
 from popagent_evolution.ingest import outcome_handler
 from popagent_evolution.learned import LearnedStore
 from popagent_evolution.reflection import Reflection, Selection
 from popagent_evolution.service import MIGRATIONS
 from popagent_evolution.signals import SignalRepo
 from popagent_evolution.strategies import Strategy
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the benchmarks' shared `bench.helpers` (`python -P` leaves bench/ off the path)
+
+from bench.helpers.databases import scratch_database  # noqa: E402
 
 BARE_SCHEMA = """
 CREATE TABLE bench_bare (
@@ -59,19 +61,6 @@ BARE_INSERT = (
 )
 GOAL = "summarize the quarterly report and list the open risks"
 EVIDENCE = "The model provider rejected the request: the request was too large for the selected route."
-
-
-@contextlib.contextmanager
-def server_dsn() -> Iterator[str]:
-    configured = os.environ.get("DATABASE_URL")
-    if configured:
-        yield configured
-        return
-    with (
-        tempfile.TemporaryDirectory(prefix="popagent-bench-evolution-") as folder,
-        embedded.postgres(Path(folder) / "pg") as dsn,
-    ):
-        yield dsn
 
 
 def event(trace: str) -> bytes:
@@ -175,20 +164,15 @@ async def main() -> None:
     parser.add_argument("--events", type=int, default=2000)
     parser.add_argument("--applies", type=int, default=300)
     args = parser.parse_args()
-    with server_dsn() as admin_dsn, tempfile.TemporaryDirectory(prefix="popagent-bench-nats-") as nats_dir:
+    with tempfile.TemporaryDirectory(prefix="popagent-bench-nats-") as nats_dir:
         nats = embedded.start_nats(Path(nats_dir) / "nats")
-        database = f"popagent_bench_evolution_{uuid.uuid4().hex[:8]}"
-        conn = await asyncpg.connect(admin_dsn)
-        await conn.execute(f'CREATE DATABASE "{database}"')
         try:
-            dsn = with_database(admin_dsn, database)
-            await migrate(dsn, "evolution", MIGRATIONS)
-            raw_rate, ingest_rate = await ingestion(dsn, nats.url, args.events)
-            apply_us, bare_us = await applies(dsn, args.applies)
+            async with scratch_database("evolution") as dsn:
+                await migrate(dsn, "evolution", MIGRATIONS)
+                raw_rate, ingest_rate = await ingestion(dsn, nats.url, args.events)
+                apply_us, bare_us = await applies(dsn, args.applies)
         finally:
             nats.stop()
-            await conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-            await conn.close()
     print(f"evolution bench: {args.events} outcome events, {args.applies} applies")
     print(f"{'ingestion':<44}{'events/s':>12}{'vs raw':>10}")
     print(f"{'raw JetStream consume (no-op batch handler)':<44}{raw_rate:>12.0f}{'1.00x':>10}")

@@ -15,24 +15,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import statistics
-import tempfile
+import sys
 import time
-import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-
-import asyncpg
 
 from popagent_core.db import open_pool
 from popagent_core.migrate import migrate
-from popagent_dev import embedded
-from popagent_dev.embedded import with_database
 from popagent_secrets.crypto import Keyring
 from popagent_secrets.service import MIGRATIONS
 from popagent_secrets.store import SecretStore
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the benchmarks' shared `bench.helpers` (`python -P` leaves bench/ off the path)
+
+from bench.helpers.databases import scratch_database  # noqa: E402
 
 RESOURCES = 10
 NAMES = 50
@@ -52,19 +51,6 @@ ON CONFLICT (resource_id, name) DO UPDATE
 SET key_id = EXCLUDED.key_id, nonce = EXCLUDED.nonce, ciphertext = EXCLUDED.ciphertext, updated_at = now()
 """
 BARE_SELECT = "SELECT key_id, nonce, ciphertext FROM bench_bare WHERE resource_id = $1 AND name = $2"
-
-
-@contextlib.contextmanager
-def server_dsn() -> Iterator[str]:
-    configured = os.environ.get("DATABASE_URL")
-    if configured:
-        yield configured
-        return
-    with (
-        tempfile.TemporaryDirectory(prefix="popagent-bench-secrets-") as folder,
-        embedded.postgres(Path(folder) / "pg") as dsn,
-    ):
-        yield dsn
 
 
 def key_of(i: int) -> tuple[str, str]:
@@ -131,15 +117,8 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description="Secrets latency against a bare insert/select of the same row.")
     parser.add_argument("--iterations", type=int, default=2000)
     args = parser.parse_args()
-    with server_dsn() as admin_dsn:
-        database = f"popagent_bench_secrets_{uuid.uuid4().hex[:8]}"
-        conn = await asyncpg.connect(admin_dsn)
-        await conn.execute(f'CREATE DATABASE "{database}"')
-        try:
-            samples = await bench(with_database(admin_dsn, database), args.iterations)
-        finally:
-            await conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-            await conn.close()
+    async with scratch_database("secrets") as dsn:
+        samples = await bench(dsn, args.iterations)
     print(f"secrets bench: {args.iterations} interleaved rounds, value {len(VALUE)} bytes, latency in µs")
     print(f"{'operation':<32}{'p50':>10}{'p99':>10}{'p50 vs bare':>14}")
     baselines = {
