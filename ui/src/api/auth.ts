@@ -44,13 +44,14 @@ function obtainKey(rejected: boolean): Promise<void> {
   return pending;
 }
 
-/** fetch for /api: adds the key, and on 401 asks for it and retries with the answer. */
+/** fetch for /api: adds the key, and on 401 asks for it and retries with the answer. A `Request`
+ * (what the typed client passes) is cloned for each try, since a try consumes its body. */
 export async function authedFetch(input: RequestInfo | URL, init?: RequestInit): Promise<Response> {
   for (;;) {
-    const headers = new Headers(init?.headers);
+    const headers = new Headers(init?.headers ?? (input instanceof Request ? input.headers : undefined));
     const sent = storedKey();
     if (sent) headers.set(KEY_HEADER, sent);
-    const response = await fetch(input, { ...init, headers });
+    const response = await fetch(input instanceof Request ? input.clone() : input, { ...init, headers });
     if (response.status !== 401) return response;
     // Another request may have obtained a new key while this one was in flight.
     if (storedKey() !== sent) continue;

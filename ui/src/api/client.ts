@@ -1,5 +1,10 @@
-// Typed calls to the gateway's /api. Request and response shapes are the generated DTOs.
+// The one client of the gateway's /api: openapi-fetch over the generated `paths`, so every call's
+// path, parameters, body and answer are checked against the OpenAPI document. Requests go through
+// `authedFetch` (the API key, and the prompt on 401). The chat's stream is the exception: the AI
+// SDK's transport posts /api/chat itself (chat/Conversation.tsx), with the same `authedFetch`.
+import createClient from "openapi-fetch";
 import { authedFetch } from "./auth";
+import type { paths } from "./schema.gen";
 import type * as T from "./types";
 
 /** An error answer of the API: its reason, and per-field messages for validation failures. */
@@ -39,54 +44,63 @@ export function reasonOf(status: number, body: unknown, fallback: string): strin
   return fallback || `HTTP ${status}`;
 }
 
-type Method = "GET" | "POST" | "PUT" | "PATCH" | "DELETE";
-
-async function call<Out>(method: Method, path: string, body?: unknown, okStatuses: number[] = []): Promise<Out> {
-  const init: RequestInit = { method };
-  if (body !== undefined) {
-    init.body = JSON.stringify(body);
-    init.headers = { "content-type": "application/json" };
-  }
-  const response = await authedFetch(path, init);
-  const text = await response.text();
-  let parsed: unknown = undefined;
-  if (text) {
-    try {
-      parsed = JSON.parse(text);
-    } catch {
-      parsed = text;
-    }
-  }
-  if (response.ok || okStatuses.includes(response.status)) return parsed as Out;
-  throw new ApiError(response.status, reasonOf(response.status, parsed, response.statusText), parsed, fieldErrors(parsed));
-}
-
-const enc = encodeURIComponent;
-
-function query(params: Record<string, string | number | boolean | undefined>): string {
+/** Query parameters as the gateway reads them: unset and empty values are left out. */
+function searchOf(params: Record<string, unknown>): string {
   const search = new URLSearchParams();
   for (const [name, value] of Object.entries(params)) {
-    if (value !== undefined && value !== "") search.set(name, String(value));
+    if (value !== undefined && value !== null && value !== "") search.set(name, String(value));
   }
-  const text = search.toString();
-  return text ? `?${text}` : "";
+  return search.toString();
+}
+
+export const http = createClient<paths>({ fetch: authedFetch, querySerializer: searchOf });
+
+/** The query parameters of a GET route. */
+export type QueryOf<Path extends keyof paths> = paths[Path] extends { get: { parameters: { query?: infer Query } } }
+  ? NonNullable<Query>
+  : never;
+
+/** A GET route's query with its enumerations widened to strings, for filters read from the address or a
+ * select: they go to the server as they are, and one it does not know comes back as its 422 reason. */
+export type FilterOf<Path extends keyof paths> = {
+  [Name in keyof QueryOf<Path>]?: NonNullable<QueryOf<Path>[Name]> extends string ? string : QueryOf<Path>[Name];
+};
+
+/** What an openapi-fetch call resolves to. */
+type Answer<Data> = { data?: Data; error?: unknown; response: Response };
+
+/** The body of a 2xx answer; any other answer throws an `ApiError` carrying the server's reason. */
+export async function unwrap<Data>(pending: Promise<Answer<Data>>): Promise<Data> {
+  const { data, error, response } = await pending;
+  if (response.ok) return data as Data;
+  throw new ApiError(response.status, reasonOf(response.status, error, response.statusText), error, fieldErrors(error));
+}
+
+/** A call answered with no body (204): resolves when it succeeded. */
+export async function done(pending: Promise<Answer<unknown>>): Promise<void> {
+  await unwrap(pending);
 }
 
 /** A save that lost the optimistic-lock race: the server's copy comes back. */
 export type SaveResult = { ok: true; session: T.SessionSummary } | { ok: false; conflict: T.RevisionConflictOut };
 
+const session = (id: string) => ({ params: { path: { session_id: id } } });
+
 export const api = {
-  models: () => call<T.ModelsOut>("GET", "/api/models"),
-  workspaces: () => call<T.WorkspaceListOut>("GET", "/api/workspaces"),
+  models: () => unwrap(http.GET("/api/models")),
+  workspaces: () => unwrap(http.GET("/api/workspaces")),
 
   sessions: (archived: boolean, workspaceId?: string) =>
-    call<T.SessionListOut>("GET", `/api/sessions${query({ archived, workspaceId })}`),
-  createSession: (body: T.SessionCreate) => call<T.SessionSummary>("POST", "/api/sessions", body),
-  session: (id: string) => call<T.SessionOut>("GET", `/api/sessions/${enc(id)}`),
-  sessionMemory: (id: string) => call<T.SessionMemoryOut>("GET", `/api/sessions/${enc(id)}/memory`),
+    unwrap(http.GET("/api/sessions", { params: { query: { archived, workspaceId } } })),
+  createSession: (body: T.SessionCreate) => unwrap(http.POST("/api/sessions", { body })),
+  session: (id: string) => unwrap(http.GET("/api/sessions/{session_id}", session(id))),
+  sessionMemory: (id: string) => unwrap(http.GET("/api/sessions/{session_id}/memory", session(id))),
   async saveSession(id: string, body: T.SessionSave): Promise<SaveResult> {
     try {
-      return { ok: true, session: await call<T.SessionSummary>("PUT", `/api/sessions/${enc(id)}`, body) };
+      // openapi-fetch's Writable<> turns the open (any-valued) fields of a stored message part into
+      // `undefined`, so the generated SessionSave is passed past that check.
+      const saving = http.PUT("/api/sessions/{session_id}", { ...session(id), body: body as never });
+      return { ok: true, session: await unwrap(saving) };
     } catch (error) {
       if (error instanceof ApiError && error.status === 409 && isConflict(error.body)) {
         return { ok: false, conflict: error.body };
@@ -94,42 +108,45 @@ export const api = {
       throw error;
     }
   },
-  patchSession: (id: string, body: T.SessionPatch) => call<T.SessionSummary>("PATCH", `/api/sessions/${enc(id)}`, body),
-  deleteSession: (id: string) => call<void>("DELETE", `/api/sessions/${enc(id)}`),
-  hooks: (id: string) => call<T.HookRunListOut>("GET", `/api/sessions/${enc(id)}/hooks`),
+  patchSession: (id: string, body: T.SessionPatch) =>
+    unwrap(http.PATCH("/api/sessions/{session_id}", { ...session(id), body })),
+  deleteSession: (id: string) => done(http.DELETE("/api/sessions/{session_id}", session(id))),
+  hooks: (id: string) => unwrap(http.GET("/api/sessions/{session_id}/hooks", session(id))),
 
-  agents: () => call<T.AgentListOut>("GET", "/api/agents"),
-  patchAgent: (id: string, body: T.AgentPatch) => call<T.AgentOut>("PATCH", `/api/agents/${enc(id)}`, body),
+  agents: () => unwrap(http.GET("/api/agents")),
+  patchAgent: (id: string, body: T.AgentPatch) =>
+    unwrap(http.PATCH("/api/agents/{agent_id}", { params: { path: { agent_id: id } }, body })),
 
-  agentRuntime: () => call<T.AgentRuntimeSettingsOut>("GET", "/api/settings/agent-runtime"),
-  patchAgentRuntime: (body: T.AgentRuntimeSettingsPatch) =>
-    call<T.AgentRuntimeSettingsOut>("PATCH", "/api/settings/agent-runtime", body),
-  memorySettings: () => call<T.MemorySettingsOut>("GET", "/api/settings/memory"),
-  patchMemorySettings: (body: T.MemorySettingsPatch) => call<T.MemorySettingsOut>("PATCH", "/api/settings/memory", body),
-  autonomy: () => call<T.AutonomySettingsOut>("GET", "/api/settings/autonomy"),
-  patchAutonomy: (body: T.AutonomySettingsPatch) =>
-    call<T.AutonomySettingsOut>("PATCH", "/api/settings/autonomy", body),
-  browser: () => call<T.BrowserSettingsOut>("GET", "/api/settings/browser"),
-  patchBrowser: (body: T.BrowserSettingsPatch) => call<T.BrowserSettingsOut>("PATCH", "/api/settings/browser", body),
+  agentRuntime: () => unwrap(http.GET("/api/settings/agent-runtime")),
+  patchAgentRuntime: (body: T.AgentRuntimeSettingsPatch) => unwrap(http.PATCH("/api/settings/agent-runtime", { body })),
+  memorySettings: () => unwrap(http.GET("/api/settings/memory")),
+  patchMemorySettings: (body: T.MemorySettingsPatch) => unwrap(http.PATCH("/api/settings/memory", { body })),
+  autonomy: () => unwrap(http.GET("/api/settings/autonomy")),
+  patchAutonomy: (body: T.AutonomySettingsPatch) => unwrap(http.PATCH("/api/settings/autonomy", { body })),
+  browser: () => unwrap(http.GET("/api/settings/browser")),
+  patchBrowser: (body: T.BrowserSettingsPatch) => unwrap(http.PATCH("/api/settings/browser", { body })),
 
-  memories: (q?: string) => call<T.MemoryListOut>("GET", `/api/memories${query({ q })}`),
-  createMemory: (body: T.MemoryCreate) => call<T.MemoryOut>("POST", "/api/memories", body),
-  patchMemory: (id: string, body: T.MemoryPatch) => call<T.MemoryOut>("PATCH", `/api/memories/${enc(id)}`, body),
-  deleteMemory: (id: string) => call<void>("DELETE", `/api/memories/${enc(id)}`),
+  memories: (q?: string) => unwrap(http.GET("/api/memories", { params: { query: { q } } })),
+  createMemory: (body: T.MemoryCreate) => unwrap(http.POST("/api/memories", { body })),
+  patchMemory: (id: string, body: T.MemoryPatch) =>
+    unwrap(http.PATCH("/api/memories/{memory_id}", { params: { path: { memory_id: id } }, body })),
+  deleteMemory: (id: string) => done(http.DELETE("/api/memories/{memory_id}", { params: { path: { memory_id: id } } })),
 
-  tasks: (workspaceId?: string) => call<T.TaskListOut>("GET", `/api/tasks${query({ workspaceId })}`),
-  createTask: (body: T.TaskCreate) => call<T.TaskOut>("POST", "/api/tasks", body),
-  cancelTask: (id: string) => call<T.TaskOut>("POST", `/api/tasks/${enc(id)}/cancel`),
-  resolveTask: (id: string, body: T.TaskResolve) => call<T.TaskOut>("POST", `/api/tasks/${enc(id)}/resolve`, body),
-  deleteTask: (id: string) => call<void>("DELETE", `/api/tasks/${enc(id)}`),
+  tasks: (workspaceId?: string) => unwrap(http.GET("/api/tasks", { params: { query: { workspaceId } } })),
+  createTask: (body: T.TaskCreate) => unwrap(http.POST("/api/tasks", { body })),
+  cancelTask: (id: string) => unwrap(http.POST("/api/tasks/{task_id}/cancel", { params: { path: { task_id: id } } })),
+  resolveTask: (id: string, body: T.TaskResolve) =>
+    unwrap(http.POST("/api/tasks/{task_id}/resolve", { params: { path: { task_id: id } }, body })),
+  deleteTask: (id: string) => done(http.DELETE("/api/tasks/{task_id}", { params: { path: { task_id: id } } })),
 
-  schedules: (workspaceId?: string) => call<T.ScheduleListOut>("GET", `/api/schedules${query({ workspaceId })}`),
-  createSchedule: (body: T.ScheduleCreate) => call<T.ScheduleOut>("POST", "/api/schedules", body),
+  schedules: (workspaceId?: string) => unwrap(http.GET("/api/schedules", { params: { query: { workspaceId } } })),
+  createSchedule: (body: T.ScheduleCreate) => unwrap(http.POST("/api/schedules", { body })),
   patchSchedule: (id: string, body: T.SchedulePatch) =>
-    call<T.ScheduleOut>("PATCH", `/api/schedules/${enc(id)}`, body),
-  feedback: (body: T.FeedbackCreate) => call<T.FeedbackOut>("POST", "/api/observability/feedback", body),
+    unwrap(http.PATCH("/api/schedules/{schedule_id}", { params: { path: { schedule_id: id } }, body })),
+  deleteSchedule: (id: string) =>
+    done(http.DELETE("/api/schedules/{schedule_id}", { params: { path: { schedule_id: id } } })),
 
-  deleteSchedule: (id: string) => call<void>("DELETE", `/api/schedules/${enc(id)}`),
+  feedback: (body: T.FeedbackCreate) => unwrap(http.POST("/api/observability/feedback", { body })),
 };
 
 function isConflict(body: unknown): body is T.RevisionConflictOut {

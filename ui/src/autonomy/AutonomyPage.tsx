@@ -1,7 +1,8 @@
 // The evolution loop: recent signals (ignore, retry) and learned revisions (a diff of each, revert).
 import { useState } from "react";
 import { messageOf, useLoad } from "../common/useLoad";
-import { autonomyApi, type RevisionOut, type SignalOut } from "./api";
+import type { RevisionOut, SignalOut } from "../api/types";
+import { autonomyApi } from "./api";
 import { contentText, lineDiff } from "./diff";
 
 const STATUSES = ["", "pending", "claimed", "applied", "dismissed", "ignored", "dead_letter"];
@@ -106,7 +107,7 @@ function RevisionItem(props: { revision: RevisionOut; onAct: (what: string, run:
 
 export default function AutonomyPage() {
   const [status, setStatus] = useState("");
-  const signals = useLoad(["autonomy", "signals", status], () => autonomyApi.signals(status || undefined));
+  const signals = useLoad(["autonomy", "signals", status], () => autonomyApi.signals({ status: status || undefined }));
   const revisions = useLoad(["autonomy", "revisions"], () => autonomyApi.revisions());
   const [actionError, setActionError] = useState<string | null>(null);
 

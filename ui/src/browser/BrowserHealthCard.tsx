@@ -1,9 +1,10 @@
 // The browser's connection as browser-bridge reports it: socket, server, tools, last error.
 import { useEffect, useState } from "react";
-import { type BrowserHealth, browserApi } from "./api";
+import type { BrowserHealthOut } from "../api/types";
+import { browserApi } from "./api";
 
 export function BrowserHealthCard() {
-  const [health, setHealth] = useState<BrowserHealth | null>(null);
+  const [health, setHealth] = useState<BrowserHealthOut | null>(null);
   const [error, setError] = useState("");
   useEffect(() => {
     let live = true;

@@ -1,46 +1,14 @@
-// Calls of the browser routes (/api/browser/*). Shapes are the generated DTOs.
-import { ApiError, reasonOf } from "../api/client";
-import { authedFetch } from "../api/auth";
-import type { components } from "../api/schema.gen";
+// Calls of the browser routes (/api/browser/*).
+import { http, unwrap } from "../api/client";
 
-type S = components["schemas"];
-export type BrowserHealth = S["BrowserHealthOut"];
-export type BrowserSession = S["BrowserSessionOut"];
-export type BrowserSessions = S["BrowserSessionsOut"];
-
-async function json<Out>(method: string, path: string): Promise<Out> {
-  const response = await authedFetch(path, { method });
-  const text = await response.text();
-  let body: unknown = text;
-  try {
-    body = text ? JSON.parse(text) : undefined;
-  } catch {
-    // not JSON: keep the text as the reason
-  }
-  if (!response.ok) throw new ApiError(response.status, reasonOf(response.status, body, response.statusText), body, {});
-  return body as Out;
-}
-
-const enc = encodeURIComponent;
+const session = (sessionId: string) => ({ params: { path: { session_id: sessionId } } });
 
 export const browserApi = {
-  health: () => json<BrowserHealth>("GET", "/api/browser/health"),
-  sessions: () => json<BrowserSessions>("GET", "/api/browser/sessions"),
-  takeOver: (sessionId: string) => json<BrowserSession>("POST", `/api/browser/sessions/${enc(sessionId)}/takeover`),
-  release: (sessionId: string) => json<BrowserSession>("DELETE", `/api/browser/sessions/${enc(sessionId)}/takeover`),
+  health: () => unwrap(http.GET("/api/browser/health")),
+  sessions: () => unwrap(http.GET("/api/browser/sessions")),
+  takeOver: (sessionId: string) => unwrap(http.POST("/api/browser/sessions/{session_id}/takeover", session(sessionId))),
+  release: (sessionId: string) => unwrap(http.DELETE("/api/browser/sessions/{session_id}/takeover", session(sessionId))),
   /** The current page as a PNG blob. */
-  screenshot: async (sessionId: string): Promise<Blob> => {
-    const response = await authedFetch(`/api/browser/sessions/${enc(sessionId)}/screenshot`);
-    if (!response.ok) {
-      const text = await response.text();
-      let body: unknown = text;
-      try {
-        body = JSON.parse(text);
-      } catch {
-        // keep the text
-      }
-      throw new ApiError(response.status, reasonOf(response.status, body, response.statusText), body, {});
-    }
-    return response.blob();
-  },
+  screenshot: (sessionId: string) =>
+    unwrap(http.GET("/api/browser/sessions/{session_id}/screenshot", { ...session(sessionId), parseAs: "blob" })),
 };

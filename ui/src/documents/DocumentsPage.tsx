@@ -3,7 +3,8 @@ import { useEffect, useId, useState, type FormEvent } from "react";
 import type { WorkspaceOut } from "../api/types";
 import { messageOf, useLoad } from "../common/useLoad";
 import { href } from "../route";
-import { documentsApi, type DocumentSearchOut, type IndexStatusOut } from "./api";
+import type { DocumentSearchOut, IndexStatusOut } from "../api/types";
+import { documentsApi } from "./api";
 
 const POLL_MS = 1500;
 const TONE: Record<IndexStatusOut["state"], string> = { idle: "ok", queued: "pending", running: "pending", failed: "bad" };

@@ -1,6 +1,7 @@
 import { useId } from "react";
 import { messageOf, useLoad } from "../common/useLoad";
-import { obsApi, type LogOut } from "./api";
+import type { LogOut } from "../api/types";
+import { obsApi } from "./api";
 import { isTraceId, traceHref } from "./routes";
 import { stamp, windowParams } from "./time";
 import { Pager, TextFilter, usePagedFilter } from "./paging";

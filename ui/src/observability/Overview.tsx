@@ -1,6 +1,7 @@
 import { useMemo, useState } from "react";
 import { messageOf, useLoad } from "../common/useLoad";
-import { obsApi, type ObservabilityHealthOut, type OverviewOut } from "./api";
+import type { ObservabilityHealthOut, OverviewOut } from "../api/types";
+import { obsApi } from "./api";
 import { TimeChart, type ChartSeries } from "./Chart";
 import { tracesHref } from "./routes";
 import { count, DEFAULT_WINDOW, ms, stamp, usd, windowParams, type Window } from "./time";

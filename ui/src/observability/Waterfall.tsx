@@ -1,6 +1,7 @@
 import { useMemo, useState } from "react";
 import { messageOf, useLoad } from "../common/useLoad";
-import { obsApi, type SpanOut } from "./api";
+import type { SpanOut } from "../api/types";
+import { obsApi } from "./api";
 import { isTraceId, logsHref, tracesHref } from "./routes";
 import { ms, stamp } from "./time";
 

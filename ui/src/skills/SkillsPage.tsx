@@ -2,7 +2,8 @@
 import { useEffect, useId, useState, type FormEvent } from "react";
 import { api } from "../api/client";
 import { messageOf, useLoad } from "../common/useLoad";
-import { skillsApi, type SkillOut } from "../autonomy/api";
+import type { SkillOut } from "../api/types";
+import { skillsApi } from "../autonomy/api";
 
 type Draft = { name: string; description: string; instructions: string; enabled: boolean };
 
