@@ -210,7 +210,7 @@ async def search_bench(pool: asyncpg.Pool, store: DocsStore, queries: list[str])
 
 
 async def hybrid_bench(store: DocsStore, retrieval: GatewayRetrieval, queries: list[str]) -> None:
-    engine = DocsSearch(store, retrieval, MODEL)
+    engine = DocsSearch(store=store, retrieval=retrieval, embedding_model=MODEL)
     samples: list[float] = []
     for query in queries:
         started = time.perf_counter()
@@ -260,7 +260,9 @@ async def indexing_bench(
     await retrieval.embed(MODEL, texts)
     raw_s = time.perf_counter() - started
 
-    indexer = DocsIndexer(store, workspaces, root, retrieval, MODEL)
+    indexer = DocsIndexer(
+        store=store, workspaces=workspaces, workspace_root=root, retrieval=retrieval, embedding_model=MODEL
+    )
     await store.request_index(name, None, None)
     started = time.perf_counter()
     async with store.run_lock(name):

@@ -27,10 +27,10 @@ from typing import Any
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
+from popagent_agent_runner.context.hands import Hands
 from popagent_agent_runner.lsp.languages import PYTHON, ServerCatalog
 from popagent_agent_runner.lsp.manager import LanguageServers
-from popagent_agent_runner.turn.tools.lsp.lsp_inspect import lsp_inspect
-from popagent_agent_runner.workspace.hands import Hands
+from popagent_agent_runner.tools.lsp.lsp_inspect import lsp_inspect
 from popagent_agent_runner.workspace.sandbox import Sandbox
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -39,8 +39,8 @@ from typing import Any
 import httpx
 import psutil
 
-from popagent_agent_runner.turn.tools.workspace import file_tools, shell_tools
-from popagent_agent_runner.workspace.hands import Hands
+from popagent_agent_runner.context.hands import Hands
+from popagent_agent_runner.tools.workspace import file_tools, shell_tools
 from popagent_agent_runner.workspace.sandbox import Sandbox
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 
 from popagent_agent_runner.llm.model import LeanModels
-from popagent_agent_runner.turn.observational.windows import ContextWindows
+from popagent_agent_runner.memory.observational.windows import ContextWindows
 from support.model_gateway import ModelGateway, ModelInfo
 
 API_KEY = "sk-catalog"

@@ -7,7 +7,7 @@ import random
 import warnings
 from pathlib import Path
 
-from popagent_agent_runner.turn.observational import tokens
+from popagent_agent_runner.memory.observational import tokens
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -9,8 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from popagent_agent_runner.state.agents import KNOWN_TOOLS
-from popagent_agent_runner.turn.tools import ToolRegistry
+from popagent_agent_runner.tools import KNOWN_TOOLS, ToolRegistry
 from support.stacks import Stack
 
 AGENT_IDS = ["popagent", "researcher", "implementer", "reviewer"]

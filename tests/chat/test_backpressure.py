@@ -21,8 +21,8 @@ import pytest
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
-from popagent_agent_runner.turn.events import MAX_QUEUED_BYTES, TurnEvents
-from popagent_agent_runner.turn.thread_store import HISTORY_CACHE_BYTES, ThreadStore
+from popagent_agent_runner.context.events import MAX_QUEUED_BYTES, TurnEvents
+from popagent_agent_runner.memory.threads import HISTORY_CACHE_BYTES, ThreadStore
 from popagent_core.grpc_client import check_health, open_channel
 from popagent_dev import embedded
 from popagent_dev.embedded import free_port

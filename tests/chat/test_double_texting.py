@@ -13,8 +13,8 @@ import httpx
 import orjson
 import pytest
 
-from popagent_agent_runner.turn import QUERIES
-from popagent_agent_runner.turn.thread_store import ThreadStore
+from popagent_agent_runner.memory import QUERIES
+from popagent_agent_runner.memory.threads import ThreadStore
 from support.model_gateway import Turn
 from support.sse import read_sse
 from support.stacks import MODEL, Stack

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
-from popagent_agent_runner.turn.events import TurnEvents, TurnOutput
+from popagent_agent_runner.context.events import TurnEvents, TurnOutput
 
 
 def kinds(batch: pb.TurnEventBatch) -> list[str]:

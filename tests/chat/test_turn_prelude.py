@@ -10,9 +10,10 @@ import asyncpg
 from memory.stack_helpers import LONG, OBSERVE_IN_TURN, memory_settings
 
 from chat.helpers import chat, new_session
-from popagent_agent_runner.turn import MEMORY_QUERIES, QUERIES
-from popagent_agent_runner.turn.observational.memory import ObservationalMemory, ThreadRead
-from popagent_agent_runner.turn.thread_store import ThreadStore
+from popagent_agent_runner.memory import QUERIES
+from popagent_agent_runner.memory.observational import QUERIES as MEMORY_QUERIES
+from popagent_agent_runner.memory.observational.memory import ObservationalMemory, ThreadRead
+from popagent_agent_runner.memory.threads import ThreadStore
 from support.memory_agents import memory_agents
 from support.stacks import Stack
 

@@ -100,7 +100,7 @@ async def test_fused_order_without_a_reranker_also_finds_the_sections(stack: Sta
     )
     try:
         async with GatewayRetrieval(stack.models.url, MODELS_API_KEY) as retrieval:
-            engine = DocsSearch(DocsStore(pool), retrieval, EMBEDDING_MODEL, rerank_model="")
+            engine = DocsSearch(store=DocsStore(pool), retrieval=retrieval, embedding_model=EMBEDDING_MODEL)
             found = 0
             for question, path, section in QUESTIONS:
                 hits = await engine.search(repo_docs, question, 5)

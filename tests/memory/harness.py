@@ -25,16 +25,16 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 
 from popagent_agent_runner.llm.model import LeanModels
 from popagent_agent_runner.llm.stream import streaming_to
-from popagent_agent_runner.turn import MEMORY_QUERIES
-from popagent_agent_runner.turn.observational.memory import (
+from popagent_agent_runner.memory.observational import QUERIES as MEMORY_QUERIES
+from popagent_agent_runner.memory.observational.memory import (
     MemorySettings,
     ObservationalMemory,
     TurnMemory,
     lay_out,
 )
-from popagent_agent_runner.turn.observational.tokens import count_text
-from popagent_agent_runner.turn.observational.windows import ContextWindows
-from popagent_agent_runner.turn.thread_store import _content, _stored
+from popagent_agent_runner.memory.observational.tokens import count_text
+from popagent_agent_runner.memory.observational.windows import ContextWindows
+from popagent_agent_runner.memory.threads import _content, _stored
 from support.model_gateway import Body, ModelGateway
 from support.stacks import MODEL
 

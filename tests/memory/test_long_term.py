@@ -12,8 +12,8 @@ from chat.helpers import chat, new_session
 from memory.harness import Conversations
 from memory.longmem import build
 from popagent_agent_runner.llm.embeddings import GatewayRetrieval
-from popagent_agent_runner.turn import QUERIES
-from popagent_agent_runner.turn.memories import MemoryStore
+from popagent_agent_runner.memory import QUERIES
+from popagent_agent_runner.memory.long_term import MemoryStore
 from support.model_gateway import ToolCall, Turn
 from support.stacks import Stack
 

@@ -15,8 +15,8 @@ from chat.helpers import chat, new_session
 from memory.harness import Conversations
 from memory.longmem import build
 from popagent_agent_runner.llm.embeddings import GatewayRetrieval
-from popagent_agent_runner.turn import MEMORY_QUERIES
-from popagent_agent_runner.turn.observational.recall import HistorySearch
+from popagent_agent_runner.memory.observational import QUERIES as MEMORY_QUERIES
+from popagent_agent_runner.memory.observational.recall import HistorySearch
 from support.model_gateway import ToolCall, Turn
 from support.stacks import Stack
 

@@ -17,9 +17,9 @@ from evolution.helpers import autonomy, signals
 
 from memory.harness import Conversations
 from memory.stack_helpers import LONG, OBSERVE_IN_TURN, memory_settings
-from popagent_agent_runner.turn import QUERIES
-from popagent_agent_runner.turn.memories import MemoryStore
-from popagent_agent_runner.turn.tools.memory.remember import withheld_note
+from popagent_agent_runner.memory import QUERIES
+from popagent_agent_runner.memory.long_term import MemoryStore
+from popagent_agent_runner.tools.memory.remember import withheld_note
 from popagent_core.span_store import STORE_SCHEMA, active_stats, span_row
 from support.memory_agents import memory_agents
 from support.model_gateway import Body, ToolCall, Turn

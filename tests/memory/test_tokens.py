@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic_ai.messages import ModelRequest, UserPromptPart
 
 from memory.harness import Conversations, settings
-from popagent_agent_runner.turn.observational.tokens import Calibration, count_message, count_text
+from popagent_agent_runner.memory.observational.tokens import Calibration, count_message, count_text
 from support.memory_agents import memory_agents
 from support.stacks import MODEL
 

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import httpcore
 import pytest
 
-from popagent_agent_runner.turn.tools.fetch.page_fetcher import MAX_REDIRECTS, FetchRefused, PageFetcher
+from popagent_agent_runner.web.page_fetcher import MAX_REDIRECTS, FetchRefused, PageFetcher
 from popagent_core.address_guard import GuardedBackend
 from popagent_core.errors import Unavailable
 from support.web_standins import Page, PageServer, redirect

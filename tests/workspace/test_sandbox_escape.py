@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as arpb
-from popagent_agent_runner.state.state_servicer import AgentRunnerStateServicer
+from popagent_agent_runner.servicers.state import AgentRunnerStateServicer
 from popagent_agent_runner.workspace.sandbox import (
     HEAD_BYTES,
     TAIL_BYTES,

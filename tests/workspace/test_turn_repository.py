@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from popagent_agent_runner.context.hands import Hands, TurnHands
 from popagent_agent_runner.workspace import files
-from popagent_agent_runner.workspace.hands import Hands, TurnHands
 from popagent_agent_runner.workspace.paths import Repository, WorkspaceRefusal
 from popagent_agent_runner.workspace.sandbox import Sandbox
 from support.canary import CANARY, assert_no_canary

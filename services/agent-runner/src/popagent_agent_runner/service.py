@@ -9,32 +9,49 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
+
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc, documents_pb2_grpc, memory_pb2_grpc, skills_pb2_grpc
 from popagent.browser_bridge.v1 import browser_bridge_pb2_grpc, navigator_pb2_grpc
 from popagent.events.v1 import events_pb2
 from popagent.evolution.v1 import learning_pb2_grpc
 from popagent.hooks.v1 import hooks_pb2_grpc
+from popagent_agent_runner.browser.access import BrowserAccessPoint
+from popagent_agent_runner.browser.access import invalidated_on_change as browser_settings_invalidated_on_change
+from popagent_agent_runner.context.hands import Hands
 from popagent_agent_runner.docs.documents import Documentation, documentation
-from popagent_agent_runner.docs.servicer import DocumentsServicer
+from popagent_agent_runner.llm.embeddings import GatewayRetrieval
+from popagent_agent_runner.llm.model import LeanModels
+from popagent_agent_runner.llm.transport import LeanTransport
 from popagent_agent_runner.lsp.languages import ServerCatalog
 from popagent_agent_runner.lsp.manager import LanguageServers
+from popagent_agent_runner.memory import QUERIES as MEMORY_QUERIES
+from popagent_agent_runner.memory.long_term import MemoryStore
+from popagent_agent_runner.memory.observational import QUERIES as OBSERVATIONAL_QUERIES
+from popagent_agent_runner.memory.observational import tokens
+from popagent_agent_runner.memory.observational.memory import ObservationalMemory
+from popagent_agent_runner.memory.observational.recall import HistorySearch
+from popagent_agent_runner.memory.observational.windows import ContextWindows
+from popagent_agent_runner.memory.threads import ThreadStore
+from popagent_agent_runner.servicers.chat import ChatServicer
+from popagent_agent_runner.servicers.documents import DocumentsServicer
+from popagent_agent_runner.servicers.memory import SessionMemoryServicer
+from popagent_agent_runner.servicers.skills import AgentRunnerSkillsServicer
+from popagent_agent_runner.servicers.state import AgentRunnerStateServicer
+from popagent_agent_runner.servicers.tasks import TaskServicer
 from popagent_agent_runner.settings import Settings
 from popagent_agent_runner.state import settings_rules
 from popagent_agent_runner.state.agents import AgentStore
 from popagent_agent_runner.state.sessions import SessionDeleter, SessionStarts, SessionStore
 from popagent_agent_runner.state.settings_store import ChangeFact, SingletonSettings
 from popagent_agent_runner.state.skills import SkillStore
-from popagent_agent_runner.state.skills_servicer import AgentRunnerSkillsServicer
-from popagent_agent_runner.state.state_servicer import AgentRunnerStateServicer
 from popagent_agent_runner.state.workspaces import AgentWorkspaceStore
-from popagent_agent_runner.task_turn import TaskServicer, TaskTurns
-from popagent_agent_runner.turn import chat_service
+from popagent_agent_runner.tools import KNOWN_TOOLS, ToolRegistry
+from popagent_agent_runner.turn.agents_factory import AgentFactory
 from popagent_agent_runner.turn.learned import LearnedCache, invalidated_on_change
-from popagent_agent_runner.turn.observational.view_servicer import SessionMemoryServicer
-from popagent_agent_runner.turn.tools.browser import BrowserAccessPoint
-from popagent_agent_runner.turn.tools.browser import invalidated_on_change as browser_settings_invalidated_on_change
-from popagent_agent_runner.turn.tools.web import web_access
-from popagent_agent_runner.workspace.hands import Hands
+from popagent_agent_runner.turn.runner import TurnRunner
+from popagent_agent_runner.turn.tasks import TaskTurns
+from popagent_agent_runner.web.access import web_access
 from popagent_agent_runner.workspace.sandbox import Sandbox
 from popagent_core import subjects
 from popagent_core.db import load_queries
@@ -47,6 +64,9 @@ logger = logging.getLogger(__name__)
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 QUERIES = load_queries(Path(__file__).parent / "state" / "queries.sql")
+# A slow local model may take minutes to its first token; connecting must be quick.
+MODEL_CONNECT_TIMEOUT_S = 5.0
+MODEL_READ_TIMEOUT_S = 600.0
 # On stop, task turns get this long to finish before they are released to the queue; the
 # server's grace after that lets their SHUTDOWN answers (and chat streams' ends) go out.
 TASK_TURN_GRACE_S = 2.0
@@ -79,11 +99,11 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
         hooks = HooksClient(hooks_pb2_grpc.HooksServiceStub(hooks_channel))
         workspaces = AgentWorkspaceStore(pool, settings.workspace_root, QUERIES)
         deleter = SessionDeleter(
-            pool,
-            workspaces,
-            hooks,
-            browser_bridge_pb2_grpc.BrowserBridgeServiceStub(browser_channel),
-            QUERIES,
+            pool=pool,
+            workspaces=workspaces,
+            hooks=hooks,
+            browser=browser_bridge_pb2_grpc.BrowserBridgeServiceStub(browser_channel),
+            queries=QUERIES,
         )
         sandbox = Sandbox(max_processes=settings.sandbox_max_processes)
         # Unwound after the gRPC server stops: every sandboxed command still running is killed.
@@ -107,25 +127,27 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
         sessions = SessionStore(pool, workspaces, QUERIES)
         starts = SessionStarts(hooks)
         servicer = AgentRunnerStateServicer(
-            sessions,
-            deleter,
-            AgentStore(pool, QUERIES),
-            workspaces,
-            SingletonSettings(
-                pool,
-                "agent-runtime",
-                settings_rules.AGENT_RUNTIME,
-                QUERIES,
-                "agent_runtime_settings",
+            sessions=sessions,
+            deleter=deleter,
+            agents=AgentStore(pool, QUERIES, KNOWN_TOOLS),
+            workspaces=workspaces,
+            runtime_settings=SingletonSettings(
+                pool=pool,
+                name="agent-runtime",
+                rules=settings_rules.AGENT_RUNTIME,
+                queries=QUERIES,
+                prefix="agent_runtime_settings",
                 # The tasks worker applies task-runtime changes while it runs.
                 changed=ChangeFact(
                     subjects.AGENT_RUNTIME_SETTINGS_CHANGED,
                     events_pb2.AgentRuntimeSettingsChanged().SerializeToString(),
                 ),
             ),
-            SingletonSettings(pool, "memory", settings_rules.MEMORY, QUERIES, "memory_settings"),
-            starts,
-            sandbox,
+            memory_settings=SingletonSettings(
+                pool=pool, name="memory", rules=settings_rules.MEMORY, queries=QUERIES, prefix="memory_settings"
+            ),
+            starts=starts,
+            sandbox=sandbox,
         )
         agent_runner_pb2_grpc.add_AgentRunnerStateServiceServicer_to_server(servicer, kernel.server)
         skills_pb2_grpc.add_AgentRunnerSkillsServiceServicer_to_server(
@@ -157,29 +179,51 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
             navigator_pb2_grpc.BrowserNavigatorServiceStub(browser_channel),
         )
         await stack.enter_async_context(browser_settings_invalidated_on_change(browser, kernel.nats))
-        chat = await stack.enter_async_context(
-            chat_service(
-                pool,
-                hooks,
-                starts,
-                settings.ninerouter_url,
-                settings.ninerouter_api_key,
-                web,
-                hands,
-                browser,
-                learned,
-                docs,
-                embedding_model=settings.memory_embedding_model,
-                memory_retention_days=settings.memory_retention_days,
+        # The one model connection pool: the turn's agents run unstreamed for pydantic-ai (`agent_runs`),
+        # the model streams every text delta to the turn's sink and answers with the finished response.
+        http = await stack.enter_async_context(
+            httpx.AsyncClient(
+                transport=LeanTransport(connect_timeout_s=MODEL_CONNECT_TIMEOUT_S, read_timeout_s=MODEL_READ_TIMEOUT_S),
+                timeout=None,
             )
         )
+        models = await stack.enter_async_context(
+            LeanModels(settings.ninerouter_url, settings.ninerouter_api_key or None, http_client=http)
+        )
+        models.preload()
+        tokens.preload()
+        retrieval = GatewayRetrieval(settings.ninerouter_url, settings.ninerouter_api_key or None, http_client=http)
+        memories = MemoryStore(
+            pool,
+            MEMORY_QUERIES,
+            retention_days=settings.memory_retention_days,
+            retrieval=retrieval,
+            embedding_model=settings.memory_embedding_model,
+        )
+        windows = ContextWindows(
+            settings.ninerouter_url, settings.ninerouter_api_key or None, http, catalog=models.catalog
+        )
+        observational = ObservationalMemory(pool, OBSERVATIONAL_QUERIES, models.get, windows)
+        stack.push_async_callback(observational.aclose)
+        runner = TurnRunner(
+            threads=ThreadStore(pool, MEMORY_QUERIES),
+            memories=memories,
+            hooks=hooks,
+            factory=AgentFactory(models, ToolRegistry()),
+            starts=starts,
+            web=web,
+            hands=hands,
+            browser=browser,
+            learned=learned,
+            docs=docs,
+            observational=observational,
+            history_search=HistorySearch(pool, OBSERVATIONAL_QUERIES, retrieval, settings.memory_embedding_model),
+        )
+        chat = ChatServicer(runner, memories)
         agent_runner_pb2_grpc.add_AgentRunnerServiceServicer_to_server(chat, kernel.server)
-        if chat.runner.observational is not None:
-            memory_pb2_grpc.add_SessionMemoryServiceServicer_to_server(
-                SessionMemoryServicer(chat.runner.observational), kernel.server
-            )
+        memory_pb2_grpc.add_SessionMemoryServiceServicer_to_server(SessionMemoryServicer(observational), kernel.server)
         # Background task attempts run through the same turn runner as chat.
-        task_servicer = TaskServicer(TaskTurns(chat.runner, sessions))
+        task_servicer = TaskServicer(TaskTurns(runner, sessions))
         agent_runner_pb2_grpc.add_AgentRunnerTaskServiceServicer_to_server(task_servicer, kernel.server)
         port = await stack.enter_async_context(kernel.serving(settings.grpc_address, grace_s=SERVER_GRACE_S))
 

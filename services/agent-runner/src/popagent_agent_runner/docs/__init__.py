@@ -6,8 +6,7 @@
 | `store.py` | `DocsStore`: documents, chunks (pgvector + tsvector) and index runs; `queries.sql` |
 | `indexer.py` | `DocsIndexer`: the incremental, resumable background index run per workspace |
 | `search.py` | `DocsSearch`: vector + full-text candidates, reciprocal rank fusion, optional rerank |
-| `documents.py` | `Documentation`: the one object the gRPC service and the `searchDocs` tool use |
-| `servicer.py` | `DocumentsService` (protos/popagent/agent_runner/v1/documents.proto) |
+| `documents.py` | `Documentation`: the one object `servicers/documents.py` and the `searchDocs` tool use |
 
 Embeddings and reranking go through the model gateway (`llm.embeddings`); the models are
 settings (`POPAGENT_DOCS_EMBEDDING_MODEL`, `POPAGENT_DOCS_RERANK_MODEL`).

@@ -49,6 +49,7 @@ class IndexStatus:
 class Documentation:
     def __init__(
         self,
+        *,
         store: DocsStore,
         indexer: DocsIndexer,
         search_engine: DocsSearch,
@@ -154,8 +155,21 @@ async def documentation(
         GatewayRetrieval(gateway_url, gateway_api_key or None, http_client=http) as retrieval,
     ):
         store = DocsStore(pool)
-        indexer = DocsIndexer(store, workspaces, workspace_root, retrieval, embedding_model)
-        docs = Documentation(store, indexer, DocsSearch(store, retrieval, embedding_model, rerank_model), workspaces)
+        indexer = DocsIndexer(
+            store=store,
+            workspaces=workspaces,
+            workspace_root=workspace_root,
+            retrieval=retrieval,
+            embedding_model=embedding_model,
+        )
+        docs = Documentation(
+            store=store,
+            indexer=indexer,
+            search_engine=DocsSearch(
+                store=store, retrieval=retrieval, embedding_model=embedding_model, rerank_model=rerank_model
+            ),
+            workspaces=workspaces,
+        )
         try:
             yield docs
         finally:

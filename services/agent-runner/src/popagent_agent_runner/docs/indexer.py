@@ -138,6 +138,7 @@ async def embed_documents(
 class DocsIndexer:
     def __init__(
         self,
+        *,
         store: DocsStore,
         workspaces: AgentWorkspaceStore,
         workspace_root: Path,

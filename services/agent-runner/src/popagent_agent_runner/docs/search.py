@@ -36,7 +36,7 @@ class SearchHit:
 
 class DocsSearch:
     def __init__(
-        self, store: DocsStore, retrieval: GatewayRetrieval, embedding_model: str, rerank_model: str = ""
+        self, *, store: DocsStore, retrieval: GatewayRetrieval, embedding_model: str, rerank_model: str = ""
     ) -> None:
         self.store = store
         self.retrieval = retrieval

@@ -9,7 +9,10 @@
 | `wire.py` | SSE framing and the classification of provider errors |
 | `transport.py` | HTTP/1.1 to the model server on asyncio streams, behind httpx's API |
 | `profile.py` | the model profile an OpenAI-compatible server's model gets |
+| `catalog.py` | the model catalog the gateway lists |
+| `embeddings.py` | embeddings and reranking through the model gateway |
+| `prices.py` | the cost of a turn from the catalog's prices |
 | `pydantic_ai_internals.py` | every private pydantic-ai name the client uses, and nowhere else |
 
-This package never imports `turn/`: the turn uses the client, not the other way round.
+The bottom of agent-runner's layers (above `failures.py`): it imports nothing else of the service.
 """

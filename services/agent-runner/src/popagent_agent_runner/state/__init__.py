@@ -1,5 +1,5 @@
-"""agent-runner's persisted state: sessions, agents, workspaces and settings behind `AgentRunnerStateService`,
-the agents' skills behind `AgentRunnerSkillsService`.
+"""agent-runner's persisted state: sessions, agents, workspaces, settings and the agents' skills
+(served by `servicers/state.py` and `servicers/skills.py`).
 
 | module | does |
 |---|---|
@@ -8,8 +8,7 @@ the agents' skills behind `AgentRunnerSkillsService`.
 | `workspaces.py` | workspaces and their folders |
 | `settings_store.py` | the singleton settings rows (agent runtime, memory) |
 | `settings_rules.py` | the bounds every settings field is checked against |
-| `state_servicer.py` | `AgentRunnerStateService`, proto in and out only |
+| `profiles.py` | the agent profiles and runtime settings as one turn reads them |
 | `skills.py` | the agents' user-managed Agent Skills and their SKILL.md form |
-| `skills_servicer.py` | `AgentRunnerSkillsService`: user skills beside evolution's learned ones, adopted on edit |
 | `queries.sql` | the named queries of all of the above |
 """

@@ -9,14 +9,10 @@ from datetime import datetime
 
 import asyncpg
 
-from popagent_agent_runner.turn.tools import TOOLS
 from popagent_core.db import wrap_db_errors
 from popagent_core.errors import FailedPrecondition, InvalidArgument, NotFound
 
 SUPERVISOR_ID = "popagent"
-# Every tool registry key an agent can be given (the names the model sees and hook
-# matchers use): exactly the registered tools, so no membership names a tool a run cannot offer.
-KNOWN_TOOLS: tuple[str, ...] = tuple(tool.name for tool in TOOLS)
 WORKSPACE_ACCESS = ("none", "read-only", "read-write")
 BROWSER_ACCESS = ("none", "read-only", "interactive")
 _URL = re.compile(r"^https?://[^\s]+$")
@@ -76,7 +72,7 @@ def _text(name: str, value: str, lo: int, hi: int) -> str:
     return value
 
 
-def _checked(agent_id: str, current: AgentRecord, changes: AgentChanges) -> AgentRecord:
+def _checked(agent_id: str, current: AgentRecord, changes: AgentChanges, known_tools: tuple[str, ...]) -> AgentRecord:
     """The agent as `changes` would leave it; InvalidArgument naming the first bad field."""
     row = dataclasses.asdict(current)
     if changes.display_name is not None:
@@ -103,9 +99,9 @@ def _checked(agent_id: str, current: AgentRecord, changes: AgentChanges) -> Agen
             raise FailedPrecondition("delegationEligible: the supervisor cannot be a delegation target")
         row["delegation_eligible"] = changes.delegation_eligible
     if changes.tools is not None:
-        unknown = [tool for tool in changes.tools if tool not in KNOWN_TOOLS]
+        unknown = [tool for tool in changes.tools if tool not in known_tools]
         if unknown:
-            raise InvalidArgument(f"tools: not registered: {', '.join(unknown)}; registered: {', '.join(KNOWN_TOOLS)}")
+            raise InvalidArgument(f"tools: not registered: {', '.join(unknown)}; registered: {', '.join(known_tools)}")
         if len(set(changes.tools)) != len(changes.tools):
             raise InvalidArgument("tools must not repeat a tool")
         row["tools"] = tuple(changes.tools)
@@ -115,9 +111,12 @@ def _checked(agent_id: str, current: AgentRecord, changes: AgentChanges) -> Agen
 
 
 class AgentStore:
-    def __init__(self, pool: asyncpg.Pool, queries: dict[str, str]) -> None:
+    def __init__(self, pool: asyncpg.Pool, queries: dict[str, str], known_tools: tuple[str, ...]) -> None:
         self.pool = pool
         self.q = queries
+        # Every tool registry key an agent can be given (the names the model sees and hook
+        # matchers use): exactly the registered tools, so no membership names a tool a run cannot offer.
+        self.known_tools = known_tools
 
     async def list(self) -> list[AgentRecord]:
         with wrap_db_errors():
@@ -129,7 +128,7 @@ class AgentStore:
                 current = await conn.fetchrow(self.q["lock_agent"], agent_id)
                 if current is None:
                     raise NotFound(f"agent {agent_id!r} not found")
-                agent = _checked(agent_id, _agent(current), changes)
+                agent = _checked(agent_id, _agent(current), changes, self.known_tools)
                 updated = await conn.fetchrow(
                     self.q["update_agent"],
                     agent_id,

@@ -208,6 +208,7 @@ class SessionStarts:
 class SessionDeleter:
     def __init__(
         self,
+        *,
         pool: asyncpg.Pool,
         workspaces: AgentWorkspaceStore,
         hooks: HooksClient,

@@ -35,12 +35,12 @@ class ChangeFact:
 class SingletonSettings:
     def __init__(
         self,
+        *,
         pool: asyncpg.Pool,
         name: str,
         rules: SettingsRules,
         queries: Mapping[str, str],
         prefix: str,
-        *,
         changed: ChangeFact | None = None,
     ) -> None:
         self.pool = pool

@@ -13,13 +13,14 @@ import asyncio
 
 from pydantic_ai import Agent, RunContext, Tool
 
+from popagent_agent_runner.browser.access import BROWSER_TOOLS
+from popagent_agent_runner.context.deps import SUPERVISOR_ID, StepObserver, TurnContext, TurnDeps
 from popagent_agent_runner.llm.model import LeanModels
+from popagent_agent_runner.state.profiles import AgentProfile
+from popagent_agent_runner.tools import ToolRegistry
+from popagent_agent_runner.tools.skills.catalog import skill_catalog
 from popagent_agent_runner.turn.capability import TurnCapability
 from popagent_agent_runner.turn.delegation import Delegation, DelegationActivity
-from popagent_agent_runner.turn.deps import SUPERVISOR_ID, AgentProfile, StepObserver, TurnContext, TurnDeps
-from popagent_agent_runner.turn.tools import ToolRegistry
-from popagent_agent_runner.turn.tools.browser import BROWSER_TOOLS
-from popagent_agent_runner.turn.tools.skills.catalog import skill_catalog
 
 
 def _members(turn: TurnContext, profile: AgentProfile) -> list[str]:

@@ -29,8 +29,8 @@ from pydantic_ai.messages import ModelResponse, ToolCallPart, tool_return_ta
 from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.tools import ToolDefinition
 
-from popagent_agent_runner.turn.deps import TurnDeps
-from popagent_agent_runner.turn.hooks_points import bounded, denied
+from popagent_agent_runner.context.deps import TurnDeps
+from popagent_agent_runner.context.hooks import bounded, denied
 from popagent_core.telemetry import TRACER
 from popagent_hooks_client.events import Event, Outcome
 

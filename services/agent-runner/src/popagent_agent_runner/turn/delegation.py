@@ -31,11 +31,13 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.usage import RunUsage, UsageLimits
 
+from popagent_agent_runner.context.deps import SUPERVISOR_ID, TurnContext, TurnDeps
+from popagent_agent_runner.context.events import TurnOutput
+from popagent_agent_runner.context.hooks import bounded, denied
 from popagent_agent_runner.llm.model import DROP_TEXT, classify_model_error, is_estimated, streaming_to
+from popagent_agent_runner.memory.threads import SpecialistRun
+from popagent_agent_runner.state.profiles import AgentProfile
 from popagent_agent_runner.turn.agent_runs import agent_run_span, run_agent
-from popagent_agent_runner.turn.deps import SUPERVISOR_ID, AgentProfile, SpecialistRun, TurnContext, TurnDeps
-from popagent_agent_runner.turn.events import TurnOutput
-from popagent_agent_runner.turn.hooks_points import bounded, denied
 from popagent_core.telemetry import TRACER
 from popagent_hooks_client.events import Event, Outcome
 
@@ -84,7 +86,9 @@ def specialist_prompt(brief: str, context: str) -> str:
 class DelegationActivity:
     """The `data-agentActivity` part of one delegation, re-sent (same id) as the specialist iterates."""
 
-    def __init__(self, output: TurnOutput, activity_id: str, profile: AgentProfile, thread_id: str, model: str) -> None:
+    def __init__(
+        self, *, output: TurnOutput, activity_id: str, profile: AgentProfile, thread_id: str, model: str
+    ) -> None:
         self.output = output
         self.activity_id = activity_id
         self.started = time.monotonic()
@@ -189,7 +193,13 @@ class Delegation:
         snapshot = turn.snapshot
         thread_id = f"specialist-{uuid.uuid4().hex}"
         model = turn.model_for(profile)
-        activity = DelegationActivity(turn.output, f"delegation-{ctx.tool_call_id}", profile, thread_id, model)
+        activity = DelegationActivity(
+            output=turn.output,
+            activity_id=f"delegation-{ctx.tool_call_id}",
+            profile=profile,
+            thread_id=thread_id,
+            model=model,
+        )
         activity.emit()
 
         decision = await turn.hooks.gate(

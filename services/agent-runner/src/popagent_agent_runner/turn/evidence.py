@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from popagent_agent_runner.turn.hooks_points import bounded
+from popagent_agent_runner.context.hooks import bounded
 from popagent_core.secret_text import redact_secrets
 
 # Bounds of the evolution evidence published with every turn.

@@ -12,9 +12,9 @@ from urllib.parse import urlsplit
 
 from pydantic_ai.exceptions import ModelHTTPError
 
+from popagent_agent_runner.context.hooks import bounded
 from popagent_agent_runner.failures import TurnFailure
 from popagent_agent_runner.llm.model import ModelFailure
-from popagent_agent_runner.turn.hooks_points import bounded
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from nats.aio.client import Client as NatsClient
 
 from popagent.evolution.v1 import learning_pb2 as pb
 from popagent.evolution.v1 import learning_pb2_grpc
-from popagent_agent_runner.turn.deps import AgentProfile, RunSkill
+from popagent_agent_runner.state.profiles import AgentProfile, RunSkill
 from popagent_core import subjects
 from popagent_core.errors import PopagentError
 from popagent_core.grpc_client import map_rpc_errors

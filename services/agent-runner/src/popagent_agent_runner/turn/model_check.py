@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from popagent_agent_runner.turn.deps import SUPERVISOR_ID, AgentProfile
+from popagent_agent_runner.context.deps import SUPERVISOR_ID
+from popagent_agent_runner.state.profiles import AgentProfile
 from popagent_core.errors import InvalidArgument
 
 

@@ -54,16 +54,24 @@ from pydantic_ai.messages import (
 from pydantic_ai.usage import RunUsage, UsageLimits
 
 from popagent.events.v1 import events_pb2
+from popagent_agent_runner.browser.access import BrowserAccessPoint, TurnBrowser
+from popagent_agent_runner.context.deps import SUPERVISOR_ID, TurnContext, TurnDeps
+from popagent_agent_runner.context.events import TurnOutput, usage_metadata
+from popagent_agent_runner.context.hands import Hands
+from popagent_agent_runner.context.hooks import TurnHooks, bounded, denied
 from popagent_agent_runner.docs.documents import Documentation
 from popagent_agent_runner.failures import TurnFailure
 from popagent_agent_runner.llm.model import classify_model_error, is_estimated, streaming_to
 from popagent_agent_runner.llm.prices import counting_cost, turn_cost
+from popagent_agent_runner.memory.long_term import RECALL_LIMIT, MemoryStore, bounded_recall, recall_query
+from popagent_agent_runner.memory.observational.memory import ObservationalMemory, TurnMemory, lay_out
+from popagent_agent_runner.memory.observational.recall import HistorySearch
+from popagent_agent_runner.memory.observational.tokens import count_text
+from popagent_agent_runner.memory.threads import ThreadStore, TurnState, Version
 from popagent_agent_runner.state.sessions import SessionStarts
 from popagent_agent_runner.turn.agent_runs import ToolEvents, agent_run_span, run_agent
 from popagent_agent_runner.turn.agents_factory import AgentFactory
 from popagent_agent_runner.turn.capability import arguments_object, jsonable
-from popagent_agent_runner.turn.deps import SUPERVISOR_ID, TurnContext, TurnDeps
-from popagent_agent_runner.turn.events import TurnOutput, usage_metadata
 from popagent_agent_runner.turn.evidence import EVIDENCE_CHARS, GOAL_CHARS, evidence
 from popagent_agent_runner.turn.failure_texts import (
     PROMPT_NOT_STORED_TEXT,
@@ -71,18 +79,10 @@ from popagent_agent_runner.turn.failure_texts import (
     failure_text,
     provider_message,
 )
-from popagent_agent_runner.turn.hooks_points import TurnHooks, bounded, denied
 from popagent_agent_runner.turn.learned import LearnedCache, compose
-from popagent_agent_runner.turn.memories import RECALL_LIMIT, MemoryStore, bounded_recall, recall_query
 from popagent_agent_runner.turn.model_check import refuse_unlisted_models
-from popagent_agent_runner.turn.observational.memory import ObservationalMemory, TurnMemory, lay_out
-from popagent_agent_runner.turn.observational.recall import HistorySearch
-from popagent_agent_runner.turn.observational.tokens import count_text
-from popagent_agent_runner.turn.thread_store import ThreadStore, TurnState, Version
-from popagent_agent_runner.turn.tools.browser import BrowserAccessPoint, TurnBrowser
-from popagent_agent_runner.turn.tools.web import WebAccess
 from popagent_agent_runner.turn.ui_message import prompt_text, user_content, with_prompt_text
-from popagent_agent_runner.workspace.hands import Hands
+from popagent_agent_runner.web.access import WebAccess
 from popagent_core.errors import (
     ConfigurationError,
     FailedPrecondition,
@@ -245,6 +245,7 @@ def _ui_tool_events(output: TurnOutput) -> ToolEvents:
 class TurnRunner:
     def __init__(
         self,
+        *,
         threads: ThreadStore,
         memories: MemoryStore,
         hooks: HooksClient,

@@ -5,7 +5,10 @@
 | `paths.py` | repository-relative paths resolved one component at a time from an open directory |
 | `files.py` | the file operations the workspace tools run (read, write, edit, list, grep, stat, mkdir, delete) |
 | `gitignore.py` | `.gitignore` matching for listings and grep |
+| `git.py` | host git, with a hardened environment and configuration |
+| `checkout.py` | cloning a repository into the workspace root |
 | `sandbox.py` | commands under bubblewrap: no network, allow-listed environment, bounded output, killed process groups |
 
-The tools themselves (Mastra's registry keys) are in `turn/tools/workspace/`.
+A turn holds one repository through `context/hands.py`; the tools themselves (Mastra's registry keys)
+are in `tools/workspace/`.
 """

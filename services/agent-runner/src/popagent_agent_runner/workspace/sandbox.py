@@ -342,13 +342,13 @@ class SandboxProcess:
 
     def __init__(
         self,
+        *,
         sandbox: Sandbox,
         proc: asyncio.subprocess.Process,
         command: str,
         status_fd: int,
         cgroup: Path | None,
         block_fd: int | None,
-        *,
         read_output: bool = True,
     ) -> None:
         self.sandbox = sandbox
@@ -686,7 +686,15 @@ class Sandbox:
         except BaseException:
             _PidsCgroup.remove(cgroup)
             raise
-        process = SandboxProcess(self, proc, label, read_fd, cgroup, block_write, read_output=read_output)
+        process = SandboxProcess(
+            sandbox=self,
+            proc=proc,
+            command=label,
+            status_fd=read_fd,
+            cgroup=cgroup,
+            block_fd=block_write,
+            read_output=read_output,
+        )
         self._running.add(process)
         return process
 

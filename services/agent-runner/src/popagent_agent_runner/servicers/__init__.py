@@ -1,0 +1,11 @@
+"""The gRPC servicers: thin, they translate messages and errors and call the layers below.
+
+| module | does |
+|---|---|
+| `chat.py` | `AgentRunnerService`: Chat and the long-term memories |
+| `tasks.py` | `AgentRunnerTaskService`: a task attempt's turn streamed back |
+| `state.py` | `AgentRunnerStateService`: sessions, agents, workspaces and settings |
+| `skills.py` | `AgentRunnerSkillsService`: Agent Skills |
+| `documents.py` | `DocumentsService`: documentation indexing and search |
+| `memory.py` | `SessionMemoryService`: a session's observational memory, read-only |
+"""

@@ -1,0 +1,257 @@
+"""AgentRunnerStateService: sessions, agents, workspaces and settings; proto <-> stores only."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import grpc
+import orjson
+from google.protobuf.message import Message
+
+from popagent.agent_runner.v1 import agent_runner_pb2 as pb
+from popagent.agent_runner.v1 import agent_runner_pb2_grpc
+from popagent_agent_runner.state.agents import AgentChanges, AgentRecord, AgentStore
+from popagent_agent_runner.state.sessions import SessionDeleter, SessionRecord, SessionStarts, SessionStore
+from popagent_agent_runner.state.settings_rules import Violation
+from popagent_agent_runner.state.settings_store import SettingsRecord, SingletonSettings
+from popagent_agent_runner.state.workspaces import AgentWorkspaceStore, WorkspaceRecord
+from popagent_agent_runner.tools import KNOWN_TOOLS
+from popagent_agent_runner.workspace.sandbox import Sandbox
+from popagent_core.errors import InvalidArgument
+from popagent_core.redaction import redact_ui_message
+
+MAX_MESSAGES_BYTES = 8 * 1024 * 1024 - 64 * 1024
+
+
+def _time(value: dt.datetime | None) -> str:
+    return value.isoformat() if value is not None else ""
+
+
+def _optional(request: Message, field: str) -> Any:
+    return getattr(request, field) if request.HasField(field) else None
+
+
+def session_message(session: SessionRecord, *, with_messages: bool = False) -> pb.Session:
+    return pb.Session(
+        id=session.id,
+        title=session.title,
+        title_locked=session.title_locked,
+        workspace_id=session.workspace_id,
+        revision=session.revision,
+        archived_at=_time(session.archived_at),
+        created_at=_time(session.created_at),
+        updated_at=_time(session.updated_at),
+        message_count=session.message_count,
+        double_texting=session.double_texting,
+        messages_json=(session.messages_json or "").encode() if with_messages else b"",
+    )
+
+
+def agent_message(agent: AgentRecord) -> pb.Agent:
+    return pb.Agent(
+        id=agent.id,
+        display_name=agent.display_name,
+        description=agent.description,
+        instructions=agent.instructions,
+        source_url=agent.source_url,
+        workspace_access=agent.workspace_access,
+        browser_access=agent.browser_access,
+        delegation_eligible=agent.delegation_eligible,
+        tools=list(agent.tools),
+        model=agent.model or "",
+        updated_at=_time(agent.updated_at),
+    )
+
+
+def workspace_message(record: WorkspaceRecord) -> pb.Workspace:
+    return pb.Workspace(
+        id=record.id,
+        name=record.name,
+        path=record.path,
+        description=record.description,
+        exists=record.exists,
+        is_default=record.is_default,
+        created_at=record.created_at,
+        updated_at=record.updated_at,
+    )
+
+
+def _violations(found: list[Violation]) -> list[pb.FieldViolation]:
+    return [pb.FieldViolation(field=v.field, message=v.message) for v in found]
+
+
+class AgentRunnerStateServicer(agent_runner_pb2_grpc.AgentRunnerStateServiceServicer):
+    def __init__(
+        self,
+        *,
+        sessions: SessionStore,
+        deleter: SessionDeleter,
+        agents: AgentStore,
+        workspaces: AgentWorkspaceStore,
+        runtime_settings: SingletonSettings,
+        memory_settings: SingletonSettings,
+        starts: SessionStarts,
+        sandbox: Sandbox | None = None,
+    ) -> None:
+        self.starts = starts
+        self.sandbox = sandbox
+        self.sessions = sessions
+        self.deleter = deleter
+        self.agents = agents
+        self.workspaces = workspaces
+        self.runtime_settings = runtime_settings
+        self.memory_settings = memory_settings
+
+    # Sessions ----------------------------------------------------------------------
+
+    async def ListSessions(
+        self, request: pb.ListSessionsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListSessionsResponse:
+        found = await self.sessions.list(archived=request.archived, workspace_id=request.workspace_id)
+        return pb.ListSessionsResponse(sessions=[session_message(session) for session in found])
+
+    async def CreateSession(self, request: pb.CreateSessionRequest, context: grpc.aio.ServicerContext) -> pb.Session:
+        session = await self.sessions.create(request.id, request.title, request.workspace_id)
+        await self.starts.created(session.id, session.workspace_id)
+        return session_message(session)
+
+    async def GetSession(self, request: pb.GetSessionRequest, context: grpc.aio.ServicerContext) -> pb.Session:
+        return session_message(await self.sessions.get(request.id), with_messages=True)
+
+    async def SaveSession(
+        self, request: pb.SaveSessionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SaveSessionResponse:
+        if len(request.messages_json) > MAX_MESSAGES_BYTES:
+            raise InvalidArgument("messages are too large")
+        try:
+            parsed = orjson.loads(request.messages_json or b"[]")
+        except orjson.JSONDecodeError:
+            raise InvalidArgument("messages_json must be UTF-8 JSON") from None
+        if not isinstance(parsed, list):
+            raise InvalidArgument("messages_json must be a JSON array of UI messages")
+        # Session persistence is one of the places retired secret-tool payloads never pass.
+        messages = orjson.dumps([redact_ui_message(m) if isinstance(m, dict) else m for m in parsed]).decode()
+        result = await self.sessions.save(
+            request.id, request.revision, _optional(request, "title"), messages, request.message_count
+        )
+        if result.saved is not None:
+            return pb.SaveSessionResponse(conflict=False, session=session_message(result.saved))
+        assert result.current is not None
+        return pb.SaveSessionResponse(conflict=True, session=session_message(result.current, with_messages=True))
+
+    async def UpdateSession(self, request: pb.UpdateSessionRequest, context: grpc.aio.ServicerContext) -> pb.Session:
+        row = await self.sessions.update(
+            request.id,
+            title=_optional(request, "title"),
+            archived=_optional(request, "archived"),
+            double_texting=_optional(request, "double_texting"),
+        )
+        return session_message(row)
+
+    async def DeleteSession(
+        self, request: pb.DeleteSessionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteSessionResponse:
+        await self.deleter.delete(request.id)
+        return pb.DeleteSessionResponse()
+
+    async def DeleteWorkspaceSessions(
+        self, request: pb.DeleteWorkspaceSessionsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteWorkspaceSessionsResponse:
+        deleted = await self.deleter.delete_workspace_sessions(request.workspace_id)
+        return pb.DeleteWorkspaceSessionsResponse(deleted=deleted)
+
+    # Agents ------------------------------------------------------------------------
+
+    async def ListAgents(
+        self, request: pb.ListAgentsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListAgentsResponse:
+        found = await self.agents.list()
+        return pb.ListAgentsResponse(agents=[agent_message(agent) for agent in found], known_tools=list(KNOWN_TOOLS))
+
+    async def UpdateAgent(self, request: pb.UpdateAgentRequest, context: grpc.aio.ServicerContext) -> pb.Agent:
+        changes = AgentChanges(
+            display_name=_optional(request, "display_name"),
+            description=_optional(request, "description"),
+            instructions=_optional(request, "instructions"),
+            source_url=_optional(request, "source_url"),
+            workspace_access=_optional(request, "workspace_access"),
+            browser_access=_optional(request, "browser_access"),
+            delegation_eligible=_optional(request, "delegation_eligible"),
+            tools=list(request.tools.values) if request.HasField("tools") else None,
+            model=_optional(request, "model"),
+        )
+        return agent_message(await self.agents.update(request.id, changes))
+
+    # Workspaces --------------------------------------------------------------------
+
+    async def ListWorkspaces(
+        self, request: pb.ListWorkspacesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListWorkspacesResponse:
+        return pb.ListWorkspacesResponse(workspaces=[workspace_message(w) for w in await self.workspaces.list()])
+
+    async def CreateWorkspace(
+        self, request: pb.CreateWorkspaceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Workspace:
+        record = await self.workspaces.register(request.id, request.name, request.path, request.description)
+        return workspace_message(record)
+
+    async def UpdateWorkspace(
+        self, request: pb.UpdateWorkspaceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Workspace:
+        record = await self.workspaces.update(
+            request.id,
+            name=_optional(request, "name"),
+            path=_optional(request, "path"),
+            description=_optional(request, "description"),
+        )
+        return workspace_message(record)
+
+    async def DeleteWorkspace(
+        self, request: pb.DeleteWorkspaceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteWorkspaceResponse:
+        await self.workspaces.delete(request.id)
+        return pb.DeleteWorkspaceResponse()
+
+    # Settings ----------------------------------------------------------------------
+
+    def _runtime(self, record: SettingsRecord) -> pb.AgentRuntimeSettings:
+        return pb.AgentRuntimeSettings(**record.values, updated_at=_time(record.updated_at))
+
+    def _memory(self, record: SettingsRecord) -> pb.MemorySettings:
+        return pb.MemorySettings(**record.values, updated_at=_time(record.updated_at))
+
+    async def GetAgentRuntimeSettings(
+        self, request: pb.GetAgentRuntimeSettingsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AgentRuntimeSettings:
+        return self._runtime(await self.runtime_settings.get())
+
+    async def UpdateAgentRuntimeSettings(
+        self, request: pb.UpdateAgentRuntimeSettingsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.UpdateAgentRuntimeSettingsResponse:
+        changes = {c: getattr(request, c) for c in self.runtime_settings.columns if request.HasField(c)}
+        row, violations = await self.runtime_settings.update(changes)
+        return pb.UpdateAgentRuntimeSettingsResponse(settings=self._runtime(row), violations=_violations(violations))
+
+    async def GetMemorySettings(
+        self, request: pb.GetMemorySettingsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.MemorySettings:
+        return self._memory(await self.memory_settings.get())
+
+    async def UpdateMemorySettings(
+        self, request: pb.UpdateMemorySettingsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.UpdateMemorySettingsResponse:
+        changes = {c: getattr(request, c) for c in self.memory_settings.columns if request.HasField(c)}
+        row, violations = await self.memory_settings.update(changes)
+        return pb.UpdateMemorySettingsResponse(settings=self._memory(row), violations=_violations(violations))
+
+    async def GetSandboxStatus(
+        self, request: pb.GetSandboxStatusRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SandboxStatus:
+        if self.sandbox is None:
+            return pb.SandboxStatus(available=False, reason="sandbox unavailable: not configured")
+        reason = self.sandbox.unavailable_reason
+        if reason is not None:
+            # A failure may have been passing (a probe is cheap): look again before reporting it.
+            reason = await self.sandbox.probe()
+        return pb.SandboxStatus(available=reason is None, reason=f"sandbox unavailable: {reason}" if reason else "")

@@ -1,0 +1,100 @@
+"""`AgentRunnerTaskService.RunTask`: a task attempt's turn (`turn/tasks.py`) streamed back as events."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+import grpc
+
+from popagent.agent_runner.v1 import agent_runner_pb2 as pb
+from popagent.agent_runner.v1 import agent_runner_pb2_grpc
+from popagent_agent_runner.failures import TurnFailure
+from popagent_agent_runner.turn.tasks import TaskTurns
+from popagent_core.errors import PopagentError
+
+logger = logging.getLogger(__name__)
+
+SHUTDOWN_RESULT = pb.TaskTurnEvent(
+    result=pb.TaskTurnResult(
+        ok=False,
+        failure_class=TurnFailure.SHUTDOWN.proto,
+        error_message="agent-runner stopped while the turn ran; the task goes back to the queue",
+    )
+)
+
+
+class TaskServicer(agent_runner_pb2_grpc.AgentRunnerTaskServiceServicer):
+    def __init__(self, turns: TaskTurns) -> None:
+        self.turns = turns
+        # Each running call's turn and the queue its events go out through.
+        self._running: dict[asyncio.Task[None], asyncio.Queue[pb.TaskTurnEvent]] = {}
+
+    async def interrupt_all(self, grace_s: float) -> None:
+        """Shutdown, before the server stops: turns that do not end within `grace_s` are
+        cancelled and their calls answer `SHUTDOWN`, so the tasks worker requeues them
+        (uncounted) instead of seeing a cancelled call."""
+        if self._running:
+            await asyncio.wait(set(self._running), timeout=grace_s)
+        for task, events in list(self._running.items()):
+            if not task.done():
+                logger.info("task turn interrupted by shutdown", extra={"task": task.get_name()})
+                events.put_nowait(SHUTDOWN_RESULT)
+                task.cancel()
+
+    async def RunTask(  # type: ignore[override]
+        self, request: pb.RunTaskRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.TaskTurnEvent]:
+        events: asyncio.Queue[pb.TaskTurnEvent] = asyncio.Queue()
+
+        async def run() -> None:
+            try:
+                result = await self.turns.run(request, lambda text: events.put_nowait(pb.TaskTurnEvent(progress=text)))
+            except PopagentError as exc:
+                # Storage or configuration trouble outside the turn: the worker classifies it.
+                logger.warning("task turn failed", extra={"task_id": request.task_id, "error": str(exc)})
+                raise
+            events.put_nowait(
+                pb.TaskTurnEvent(
+                    result=pb.TaskTurnResult(
+                        ok=result.ok,
+                        outcome=result.outcome,
+                        failure_class=result.failure.proto if result.failure else pb.TURN_FAILURE_CLASS_UNSPECIFIED,
+                        error_message=result.error_message,
+                    )
+                )
+            )
+
+        # The turn runs beside this call; when the caller cancels, gRPC cancels this call
+        # and the `finally` cancels the turn with it.
+        task = asyncio.create_task(run(), name=f"task-turn-{request.task_id}-{request.attempt}")
+        self._running[task] = events
+        try:
+            while True:
+                getter = asyncio.ensure_future(events.get())
+                try:
+                    await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    getter.cancel()
+                if getter.done() and not getter.cancelled():
+                    event = getter.result()
+                elif not events.empty():
+                    event = events.get_nowait()
+                elif task.cancelled():
+                    # Interrupted by shutdown after its SHUTDOWN result was taken: nothing more to say.
+                    return
+                else:
+                    # The turn ended without a result: its error becomes this call's status.
+                    await task
+                    return
+                yield event
+                if event.HasField("result"):
+                    return
+        finally:
+            self._running.pop(task, None)
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task

@@ -1,0 +1,1 @@
+"""The browser group: `bifrostNavigator` and `useBrowserSecret`, through browser-bridge (`browser/access.py`)."""
