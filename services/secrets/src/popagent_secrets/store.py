@@ -8,6 +8,7 @@ raises or publishes a value. Every committed change enqueues a metadata-only
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -126,43 +127,49 @@ class SecretStore:
 
     async def bind(self, resource_id: str, name: str, origin: str) -> SecretInfo:
         """Allow filling the secret into pages and frames of exactly this https origin."""
-        check_resource_id(resource_id)
-        check_name(name)
-        canonical = normalize_origin(origin)
-        with wrap_db_errors():
-            async with self.pool.acquire() as conn, conn.transaction():
-                # The row lock serializes binds of one secret, so the count below is exact.
-                secret = await conn.fetchrow(QUERIES["lock_secret"], resource_id, name)
-                if secret is None:
-                    raise NotFound(f"secret {resource_id}/{name} not found")
-                added = await conn.fetchval(QUERIES["insert_binding"], resource_id, name, canonical)
-                if added is not None:
-                    count = await conn.fetchval(QUERIES["count_bindings"], resource_id, name)
-                    if count > self.limits.max_origins_per_secret:
-                        raise ResourceExhausted(
-                            f"a secret is bound to at most {self.limits.max_origins_per_secret} origins"
-                        )
-                    await _changed(conn, resource_id, name, "bound", canonical)
-                origins = await conn.fetch(QUERIES["list_origins"], resource_id, name)
+
+        async def add(conn: PoolConnectionProxy, canonical: str) -> None:
+            added = await conn.fetchval(QUERIES["insert_binding"], resource_id, name, canonical)
+            if added is not None:
+                count = await conn.fetchval(QUERIES["count_bindings"], resource_id, name)
+                if count > self.limits.max_origins_per_secret:
+                    raise ResourceExhausted(
+                        f"a secret is bound to at most {self.limits.max_origins_per_secret} origins"
+                    )
+                await _changed(conn, resource_id, name, "bound", canonical)
+
+        info, canonical = await self._change_origins(resource_id, name, origin, add)
         logger.info("secret origin bound", extra={"resource_id": resource_id, "secret": name, "origin": canonical})
-        return _info(secret, resource_id, name, origins)
+        return info
 
     async def unbind(self, resource_id: str, name: str, origin: str) -> SecretInfo:
+        async def remove(conn: PoolConnectionProxy, canonical: str) -> None:
+            removed = await conn.fetchval(QUERIES["delete_binding"], resource_id, name, canonical)
+            if removed is None:
+                raise NotFound(f"origin {canonical} is not bound to secret {resource_id}/{name}")
+            await _changed(conn, resource_id, name, "unbound", canonical)
+
+        info, canonical = await self._change_origins(resource_id, name, origin, remove)
+        logger.info("secret origin unbound", extra={"resource_id": resource_id, "secret": name, "origin": canonical})
+        return info
+
+    async def _change_origins(
+        self, resource_id: str, name: str, origin: str, change: Callable[[PoolConnectionProxy, str], Awaitable[None]]
+    ) -> tuple[SecretInfo, str]:
+        """`change` of one secret's bindings for the canonical `origin`, in one transaction with the secret's
+        row locked; the secret's metadata afterwards, and the canonical origin."""
         check_resource_id(resource_id)
         check_name(name)
         canonical = normalize_origin(origin)
         with wrap_db_errors():
             async with self.pool.acquire() as conn, conn.transaction():
+                # The row lock serializes binding changes of one secret, so a count of its bindings is exact.
                 secret = await conn.fetchrow(QUERIES["lock_secret"], resource_id, name)
                 if secret is None:
                     raise NotFound(f"secret {resource_id}/{name} not found")
-                removed = await conn.fetchval(QUERIES["delete_binding"], resource_id, name, canonical)
-                if removed is None:
-                    raise NotFound(f"origin {canonical} is not bound to secret {resource_id}/{name}")
-                await _changed(conn, resource_id, name, "unbound", canonical)
+                await change(conn, canonical)
                 origins = await conn.fetch(QUERIES["list_origins"], resource_id, name)
-        logger.info("secret origin unbound", extra={"resource_id": resource_id, "secret": name, "origin": canonical})
-        return _info(secret, resource_id, name, origins)
+        return _info(secret, resource_id, name, origins), canonical
 
     async def resolve(self, resource_id: str, name: str, origin: str) -> str:
         """The plaintext, for an origin exactly equal to a bound one. Callers gate who may ask."""
