@@ -106,7 +106,7 @@ async def test_cross_session_recall_finds_the_planted_memories(
     try:
         hits = 0
         for question in data.questions:
-            recalled = await store.recall(question.text, 5)
+            recalled = await store.relevant_memories(question.text, 5)
             hits += all(e.text in recalled for e in question.evidence)
     finally:
         if retrieval is not None:

@@ -1,4 +1,4 @@
-"""Long-term memories (popagent_memories): written by `remember` and /api/memories, recalled every turn.
+"""Long-term memories (popagent_memories): written by `remember` and /api/memories, the relevant ones put before every turn.
 
 Each memory is a `fact` or a `preference`. Semantics:
 - the user (/api/memories) creates, edits, pins, unpins and deletes any memory; a pinned memory is
@@ -13,7 +13,7 @@ Each memory is a `fact` or a `preference`. Semantics:
   memories not written for that long are forgotten (swept at most every `SWEEP_INTERVAL_S`);
 - memories are not thread data: deleting a session keeps them (session and turn are provenance).
 
-Recall ranks by PostgreSQL full-text search (`ts_rank_cd`, any of the prompt's stemmed words);
+The memories relevant to a prompt are ranked by PostgreSQL full-text search (`ts_rank_cd`, any of the prompt's stemmed words);
 with an embedding model configured (`POPAGENT_MEMORY_EMBEDDING_MODEL`) it is hybrid: the nearest
 memories by gateway embeddings (each memory embedded once per model and content) fused with the
 full-text ranking by reciprocal rank.
@@ -43,8 +43,8 @@ MAX_CONTENT_CHARS = 2000
 LIST_LIMIT = 200
 MAX_QUERY_CHARS = 500
 # At most this many memories, and this many characters of them, go into one turn's context.
-RECALL_LIMIT = 5
-RECALL_MAX_CHARS = 4000
+MEMORIES_BEFORE_TURN_LIMIT = 5
+MEMORIES_BEFORE_TURN_MAX_CHARS = 4000
 
 Source = Literal["user", "agent"]
 Kind = Literal["fact", "preference"]
@@ -227,24 +227,24 @@ class MemoryStore:
         if status == "DELETE 0":
             raise NotFound(f"memory {memory_id!r} not found")
 
-    async def recall(self, prompt: str, limit: int = RECALL_LIMIT) -> list[str]:
+    async def relevant_memories(self, prompt: str, limit: int = MEMORIES_BEFORE_TURN_LIMIT) -> list[str]:
         """The memories most relevant to `prompt`, best first, bounded in count and characters."""
         if not prompt.strip():
             return []
         await self.sweep()
         with wrap_db_errors():
-            rows = await self.pool.fetch(self.q["recall_memories"], recall_query(prompt), limit * 2)
+            rows = await self.pool.fetch(self.q["recall_memories"], memories_query(prompt), limit * 2)
         if self.retrieval is None:
-            return bounded_recall([row["content"] for row in rows][:limit])
+            return bounded_memories([row["content"] for row in rows][:limit])
         scores: dict[str, float] = {}
         for rank, row in enumerate(rows):
             scores[row["content"]] = scores.get(row["content"], 0.0) + 1.0 / (RRF_K + rank + 1)
         try:
-            for rank, content in enumerate(await self._nearest(recall_query(prompt), limit * 2)):
+            for rank, content in enumerate(await self._nearest(memories_query(prompt), limit * 2)):
                 scores[content] = scores.get(content, 0.0) + 1.0 / (RRF_K + rank + 1)
         except PopagentError as exc:
-            logger.warning("memory recall without embeddings", extra={"error": str(exc)})
-        return bounded_recall(sorted(scores, key=lambda c: scores[c], reverse=True)[:limit])
+            logger.warning("relevant memories by full text only, without embeddings", extra={"error": str(exc)})
+        return bounded_memories(sorted(scores, key=lambda c: scores[c], reverse=True)[:limit])
 
     async def _nearest(self, query: str, limit: int) -> list[str]:
         assert self.retrieval is not None
@@ -266,18 +266,18 @@ class MemoryStore:
         return [row["content"] for row in rows]
 
 
-def recall_query(prompt: str) -> str:
-    """The part of a prompt recall looks at (its words; a long prompt's start)."""
+def memories_query(prompt: str) -> str:
+    """The part of a prompt the relevant memories are searched with (its words; a long prompt's start)."""
     return prompt[: 4 * MAX_QUERY_CHARS]
 
 
-def bounded_recall(contents: list[str]) -> list[str]:
-    """Recalled memories, best first, cut to the per-turn character budget."""
-    recalled: list[str] = []
-    budget = RECALL_MAX_CHARS
+def bounded_memories(contents: list[str]) -> list[str]:
+    """Relevant memories, best first, cut to the per-turn character budget."""
+    kept: list[str] = []
+    budget = MEMORIES_BEFORE_TURN_MAX_CHARS
     for content in contents:
         if len(content) > budget:
             break
-        recalled.append(content)
+        kept.append(content)
         budget -= len(content)
-    return recalled
+    return kept

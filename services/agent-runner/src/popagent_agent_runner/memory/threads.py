@@ -85,8 +85,8 @@ class TurnState:
     snapshot: RuntimeSnapshot
     profiles: dict[str, AgentProfile]
     history: list[ModelMessage]
-    # Memories recalled for the prompt as the request carried it, best first (not yet bounded).
-    recalled: list[str]
+    # Long-term memories relevant to the prompt as the request carried it, best first (not yet bounded).
+    relevant_memories: list[str]
     # The thread's version when it was read; whether the newest message is already in it.
     version: Version = (0, 0)
     retried: bool = False
@@ -176,12 +176,14 @@ class ThreadStore:
         self._history_bytes = 0
         self._heavy_commits = asyncio.Semaphore(HEAVY_COMMITS)
 
-    async def prelude(self, session_id: str, message_id: str, prompt: str, recall_limit: int) -> TurnState:
+    async def prelude(self, session_id: str, message_id: str, prompt: str, memories_limit: int) -> TurnState:
         """The session's turn state; NotFound when there is no such (live) session."""
         cached = self._history.get(session_id)
         known: Version = cached[0] if cached is not None else (-1, -1)
         with wrap_db_errors():
-            row = await self.pool.fetchrow(self.q["turn_prelude"], session_id, message_id, prompt, recall_limit, *known)
+            row = await self.pool.fetchrow(
+                self.q["turn_prelude"], session_id, message_id, prompt, memories_limit, *known
+            )
         if row is None:
             self._drop(session_id)
             raise NotFound(f"session {session_id!r} not found")
@@ -209,7 +211,7 @@ class ThreadStore:
             snapshot=RuntimeSnapshot.from_row(orjson.loads(row["runtime"])),
             profiles={raw["id"]: AgentProfile.from_row(raw) for raw in agents},
             history=history,
-            recalled=orjson.loads(row["recalled"]),
+            relevant_memories=orjson.loads(row["recalled"]),
             version=version,
             retried=row["retried"],
             history_bytes=history_bytes,

@@ -6,9 +6,9 @@
 The order of a turn (hook timing from AGENTS_HOOKS.md):
 1. `start` event; `SessionStart` the first time this process sees the session (`SessionStarts`:
    its creation here fired it already);
-2. `UserPromptSubmit` before recall and the model: `deny` ends the turn with the reason,
+2. `UserPromptSubmit` before the relevant memories and the model: `deny` ends the turn with the reason,
    `modify` replaces the prompt's text (attachments stay);
-3. recall: the long-term memories most relevant to the prompt, a note for this turn after the history;
+3. relevant memories: the long-term memories most relevant to the prompt, a note for this turn after the history;
 4. the supervisor runs on the thread's history, streaming text straight to the output
    (the lean model's sink) while steps, tools and delegations arrive as events;
 5. `Stop` after a complete response: `continue` re-runs with the hook's reason, at most
@@ -63,7 +63,12 @@ from popagent_agent_runner.docs.documents import Documentation
 from popagent_agent_runner.failures import TurnFailure
 from popagent_agent_runner.llm.model import classify_model_error, is_estimated, streaming_to
 from popagent_agent_runner.llm.prices import counting_cost, turn_cost
-from popagent_agent_runner.memory.long_term import RECALL_LIMIT, MemoryStore, bounded_recall, recall_query
+from popagent_agent_runner.memory.long_term import (
+    MEMORIES_BEFORE_TURN_LIMIT,
+    MemoryStore,
+    bounded_memories,
+    memories_query,
+)
 from popagent_agent_runner.memory.observational.memory import ObservationalMemory, TurnMemory, lay_out
 from popagent_agent_runner.memory.observational.recall import HistorySearch
 from popagent_agent_runner.memory.observational.tokens import count_text
@@ -280,10 +285,10 @@ class TurnRunner:
         """Everything the turn needs before its first event; raises NotFound for an unknown session."""
         # Retention first, so nothing past it is recalled (at most one sweep every few minutes).
         await self.memories.sweep()
-        # Recall rides along with the prelude for the prompt as sent; only a prompt a hook
-        # rewrites (or hybrid recall, with embeddings) costs a second query.
+        # The relevant memories ride along with the prelude for the prompt as sent; only a prompt a
+        # hook rewrites (or hybrid search, with embeddings) costs a second query.
         state = await self.threads.prelude(
-            turn.session_id, turn.message["id"], recall_query(prompt_text(turn.message)), RECALL_LIMIT
+            turn.session_id, turn.message["id"], memories_query(prompt_text(turn.message)), MEMORIES_BEFORE_TURN_LIMIT
         )
         if turn.workspace_id and turn.workspace_id != state.workspace_id:
             # The request is well formed; the session it names is in another workspace: a 409.
@@ -525,7 +530,7 @@ class TurnRunner:
         return run
 
     async def _gate_prompt(self, prepared: PreparedTurn, context: TurnContext) -> GatedPrompt | TurnEnd:
-        """`UserPromptSubmit` on the prompt, then recall: the prompt the supervisor gets, or the end of a denied turn."""
+        """`UserPromptSubmit` on the prompt, then the relevant memories: the prompt the supervisor gets, or the end of a denied turn."""
         output = context.output
         message = prepared.input.message
         text = prompt_text(message)
@@ -541,11 +546,11 @@ class TurnRunner:
         if decision.outcome is Outcome.MODIFY and decision.prompt is not None:
             message = with_prompt_text(message, decision.prompt)
             text = decision.prompt
-            recalled = await self.memories.recall(text)
+            recalled = await self.memories.relevant_memories(text)
         elif self.memories.hybrid:
-            recalled = await self.memories.recall(text)
+            recalled = await self.memories.relevant_memories(text)
         else:
-            recalled = bounded_recall(prepared.state.recalled)
+            recalled = bounded_memories(prepared.state.relevant_memories)
         return GatedPrompt(message, text, turn_instructions(recalled, decision.additional_context))
 
     async def _run_until_stopped(
