@@ -13,7 +13,7 @@ import httpx
 import orjson
 import pytest
 
-from popagent_agent_runner.memory import QUERIES
+from popagent_agent_runner.memory import THREAD_QUERIES
 from popagent_agent_runner.memory.threads import ThreadStore
 from support.model_gateway import Turn
 from support.sse import read_sse
@@ -115,7 +115,7 @@ async def test_the_history_cache_survives_a_turn_dropping_it_while_another_reads
         await chat(client, session, "hello")
     pool = await asyncpg.create_pool(stack.dsn, min_size=1, max_size=2, server_settings={"search_path": "agent_runner"})
     try:
-        threads = ThreadStore(pool, QUERIES)
+        threads = ThreadStore(pool, THREAD_QUERIES)
         await threads.prelude(session, "m-read-1", "again", 0)  # fills the cache at the current version
         assert session in threads._history
         reading = asyncio.create_task(threads.prelude(session, "m-read-2", "again", 0))

@@ -10,7 +10,7 @@ import asyncpg
 from memory.stack_helpers import LONG, OBSERVE_IN_TURN, memory_settings
 
 from chat.helpers import chat, new_session
-from popagent_agent_runner.memory import QUERIES
+from popagent_agent_runner.memory import THREAD_QUERIES
 from popagent_agent_runner.memory.observational import QUERIES as MEMORY_QUERIES
 from popagent_agent_runner.memory.observational.memory import ObservationalMemory, ThreadRead
 from popagent_agent_runner.memory.threads import ThreadStore
@@ -25,7 +25,7 @@ def _unused_model(route: str) -> Any:
 async def _both(db: asyncpg.Connection, session: str, message_id: str) -> tuple[ThreadRead, ThreadRead]:
     """The prelude's read before `message_id` and the memory's own reads of the same thread."""
     pool = cast(asyncpg.Pool, db)  # one connection answers the same calls
-    state = await ThreadStore(pool, QUERIES).prelude(session, message_id, "", 1)
+    state = await ThreadStore(pool, THREAD_QUERIES).prelude(session, message_id, "", 1)
     assert state.memory is not None
     memory = ObservationalMemory(pool, MEMORY_QUERIES, _unused_model, None)
     settings = await memory.settings()

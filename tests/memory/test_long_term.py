@@ -12,7 +12,7 @@ from chat.helpers import chat, new_session
 from memory.harness import Conversations
 from memory.longmem import build
 from popagent_agent_runner.llm.embeddings import GatewayRetrieval
-from popagent_agent_runner.memory import QUERIES
+from popagent_agent_runner.memory import LONG_TERM_QUERIES
 from popagent_agent_runner.memory.long_term import MemoryStore
 from support.model_gateway import ToolCall, Turn
 from support.stacks import Stack
@@ -21,7 +21,7 @@ from support.stacks import Stack
 async def test_remember_merges_a_near_duplicate_and_never_changes_a_pinned_memory(
     conversations: Conversations,
 ) -> None:
-    store = MemoryStore(conversations.pool, QUERIES)
+    store = MemoryStore(conversations.pool, LONG_TERM_QUERIES)
     tag = uuid.uuid4().hex[:6]
     first = await store.remember(f"Favourite tea{tag} is jasmine", kind="preference", session_id="", turn_id="")
     assert first.outcome == "created" and first.memory.kind == "preference"
@@ -40,7 +40,7 @@ async def test_remember_merges_a_near_duplicate_and_never_changes_a_pinned_memor
 
 
 async def test_retention_forgets_old_unpinned_agent_memories_only(conversations: Conversations) -> None:
-    store = MemoryStore(conversations.pool, QUERIES, retention_days=30)
+    store = MemoryStore(conversations.pool, LONG_TERM_QUERIES, retention_days=30)
     tag = uuid.uuid4().hex[:6]
     old_agent = await store.remember(f"Parking {tag} is on level three", kind="fact", session_id="", turn_id="")
     pinned_agent = await store.remember(f"Gym {tag} opens at six", kind="fact", session_id="", turn_id="")
@@ -54,7 +54,7 @@ async def test_retention_forgets_old_unpinned_agent_memories_only(conversations:
     assert await store.sweep(force=True) >= 1
     left = {m.id for m in await store.list(tag)}
     assert left == {pinned_agent.memory.id, user.id, fresh.memory.id}
-    assert await MemoryStore(conversations.pool, QUERIES).sweep(force=True) == 0  # 0 days: keep everything
+    assert await MemoryStore(conversations.pool, LONG_TERM_QUERIES).sweep(force=True) == 0  # 0 days: keep everything
 
 
 async def test_patch_and_delete_keep_their_semantics(stack: Stack) -> None:
@@ -100,7 +100,7 @@ async def test_cross_session_recall_finds_the_planted_memories(
     data = build(seed=7, paraphrased=paraphrased)
     retrieval = GatewayRetrieval(conversations.gateway.url, "sk-memory") if embeddings else None
     store = MemoryStore(
-        conversations.pool, QUERIES, retrieval=retrieval, embedding_model="fake/embed" if embeddings else ""
+        conversations.pool, LONG_TERM_QUERIES, retrieval=retrieval, embedding_model="fake/embed" if embeddings else ""
     )
     created = [(await store.create(planted.text, source="agent"))[0].id for planted in data.planted]
     try:

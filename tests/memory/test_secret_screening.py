@@ -17,7 +17,7 @@ from evolution.helpers import autonomy, signals
 
 from memory.harness import Conversations
 from memory.stack_helpers import LONG, OBSERVE_IN_TURN, memory_settings
-from popagent_agent_runner.memory import QUERIES
+from popagent_agent_runner.memory import LONG_TERM_QUERIES
 from popagent_agent_runner.memory.long_term import MemoryStore
 from popagent_agent_runner.tools.memory.remember import withheld_note
 from popagent_core.span_store import STORE_SCHEMA, active_stats, span_row
@@ -171,7 +171,7 @@ async def test_a_log_line_quoting_the_users_message_is_stored_redacted(stack: St
 async def test_the_agent_s_memory_withholds_credentials_the_user_s_own_keeps_them(
     stack: Stack, conversations: Conversations
 ) -> None:
-    store = MemoryStore(conversations.pool, QUERIES)
+    store = MemoryStore(conversations.pool, LONG_TERM_QUERIES)
     tag = secrets.token_hex(3)
     first = await store.remember(
         f"Staging{tag} deploy token is {fresh_github_token()}", kind="fact", session_id="", turn_id=""

@@ -25,7 +25,7 @@ from popagent_agent_runner.llm.model import LeanModels
 from popagent_agent_runner.llm.transport import LeanTransport
 from popagent_agent_runner.lsp.languages import ServerCatalog
 from popagent_agent_runner.lsp.manager import LanguageServers
-from popagent_agent_runner.memory import QUERIES as MEMORY_QUERIES
+from popagent_agent_runner.memory import LONG_TERM_QUERIES, THREAD_QUERIES
 from popagent_agent_runner.memory.long_term import MemoryStore
 from popagent_agent_runner.memory.observational import QUERIES as OBSERVATIONAL_QUERIES
 from popagent_agent_runner.memory.observational import tokens
@@ -195,7 +195,7 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
         retrieval = GatewayRetrieval(settings.ninerouter_url, settings.ninerouter_api_key or None, http_client=http)
         memories = MemoryStore(
             pool,
-            MEMORY_QUERIES,
+            LONG_TERM_QUERIES,
             retention_days=settings.memory_retention_days,
             retrieval=retrieval,
             embedding_model=settings.memory_embedding_model,
@@ -206,7 +206,7 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
         observational = ObservationalMemory(pool, OBSERVATIONAL_QUERIES, models.get, windows)
         stack.push_async_callback(observational.aclose)
         runner = TurnRunner(
-            threads=ThreadStore(pool, MEMORY_QUERIES),
+            threads=ThreadStore(pool, THREAD_QUERIES),
             memories=memories,
             hooks=hooks,
             factory=AgentFactory(models, ToolRegistry()),
