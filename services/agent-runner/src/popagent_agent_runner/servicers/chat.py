@@ -26,7 +26,7 @@ from popagent_agent_runner.failures import TurnFailure
 from popagent_agent_runner.memory.long_term import Memory, MemoryStore
 from popagent_agent_runner.turn.failure_texts import failure_text
 from popagent_agent_runner.turn.runner import TurnInput, TurnRunner
-from popagent_agent_runner.turn.ui_message import parse_user_message
+from popagent_agent_runner.turn.ui_message import UserMessage
 from popagent_core.errors import Conflict, InvalidArgument
 
 # After the first text, at most one batch of turn events per this interval (see TurnEvents), and the
@@ -99,7 +99,7 @@ class ChatServicer(agent_runner_pb2_grpc.AgentRunnerServiceServicer):
             raise InvalidArgument("session_id is required")
         turn = TurnInput(
             session_id=request.session_id,
-            message=parse_user_message(request.message_json),
+            message=UserMessage.parse(request.message_json),
             model=request.model,
             workspace_id=request.workspace_id,
             listed_models=frozenset(request.listed_models) if request.check_models else None,

@@ -69,7 +69,8 @@ from popagent_agent_runner.memory.long_term import (
     bounded_memories,
     memories_query,
 )
-from popagent_agent_runner.memory.observational.memory import ObservationalMemory, TurnMemory, lay_out
+from popagent_agent_runner.memory.observational.layout import TurnMemory, lay_out
+from popagent_agent_runner.memory.observational.memory import ObservationalMemory
 from popagent_agent_runner.memory.observational.recall import HistorySearch
 from popagent_agent_runner.memory.observational.tokens import count_text
 from popagent_agent_runner.memory.threads import ThreadStore, TurnState, Version
@@ -86,7 +87,7 @@ from popagent_agent_runner.turn.failure_texts import (
 )
 from popagent_agent_runner.turn.learned import LearnedCache, compose
 from popagent_agent_runner.turn.model_check import refuse_unlisted_models
-from popagent_agent_runner.turn.ui_message import prompt_text, user_content, with_prompt_text
+from popagent_agent_runner.turn.ui_message import UserMessage
 from popagent_agent_runner.web.access import WebAccess
 from popagent_core.errors import (
     ConfigurationError,
@@ -119,8 +120,8 @@ _instruction_tokens = functools.lru_cache(maxsize=64)(count_text)
 @dataclass(frozen=True)
 class TurnInput:
     session_id: str
-    # The newest user message (AI SDK UI message JSON object).
-    message: dict[str, Any]
+    # The newest user message, parsed at the edge (`UserMessage.parse`).
+    message: UserMessage
     # Empty: the persisted default model.
     model: str = ""
     # Empty: the session's workspace.
@@ -167,9 +168,12 @@ class GatedPrompt:
     """The prompt `UserPromptSubmit` let through: the user UI message to store, its text, and what this
     turn alone adds (recalled memories, a hook's context), sent after the history (`lay_out`)."""
 
-    message: dict[str, Any]
-    text: str
+    message: UserMessage
     instructions: str | None
+
+    @property
+    def text(self) -> str:
+        return self.message.text
 
 
 @dataclass
@@ -288,7 +292,7 @@ class TurnRunner:
         # The relevant memories ride along with the prelude for the prompt as sent; only a prompt a
         # hook rewrites (or hybrid search, with embeddings) costs a second query.
         state = await self.threads.prelude(
-            turn.session_id, turn.message["id"], memories_query(prompt_text(turn.message)), MEMORIES_BEFORE_TURN_LIMIT
+            turn.session_id, turn.message.id, memories_query(turn.message.text), MEMORIES_BEFORE_TURN_LIMIT
         )
         if turn.workspace_id and turn.workspace_id != state.workspace_id:
             # The request is well formed; the session it names is in another workspace: a 409.
@@ -299,7 +303,7 @@ class TurnRunner:
             raise ConfigurationError(f"agent profile {SUPERVISOR_ID!r} is missing")
         if self.learned is not None:
             state = dataclasses.replace(state, profiles=compose(state.profiles, await self.learned.get()))
-        if len(prompt_text(turn.message)) > MAX_PROMPT_CHARS:
+        if len(turn.message.text) > MAX_PROMPT_CHARS:
             raise InvalidArgument(f"the message text must be at most {MAX_PROMPT_CHARS} characters")
         if turn.listed_models is not None:
             refuse_unlisted_models(state.profiles, state.snapshot.default_model, turn.model, turn.listed_models)
@@ -352,9 +356,9 @@ class TurnRunner:
             else None,
             docs=self.docs,
             history_search=self.history_search,
-            message_id=turn.message["id"],
+            message_id=turn.message.id,
         )
-        goal = prompt_text(turn.message)
+        goal = turn.message.text
         record = _Record()
         try:
             with counting_cost():
@@ -430,8 +434,8 @@ class TurnRunner:
         record.beginning = asyncio.create_task(
             self._begin_durably(
                 session_id=context.session_id,
-                user_ui=prompt.message,
-                user_request=ModelRequest(parts=[UserPromptPart(content=user_content(prompt.message))]),
+                user_ui=prompt.message.ui,
+                user_request=ModelRequest(parts=[UserPromptPart(content=prompt.message.model_content())]),
                 placeholder_ui={
                     **context.output.ui_message(),
                     "metadata": {**context.output.metadata, "interrupted": True},
@@ -466,7 +470,7 @@ class TurnRunner:
         fixed = _instruction_tokens(profile.instructions) + count_text(prompt.instructions or "")
         fixed += TOOL_TOKENS * (len(profile.tools) + 3)
         options = {
-            "stop_at_id": prompt.message["id"],
+            "stop_at_id": prompt.message.id,
             "fixed_tokens": fixed,
             "prompt_tokens": count_text(prompt.text) + 8,
         }
@@ -533,10 +537,9 @@ class TurnRunner:
         """`UserPromptSubmit` on the prompt, then the relevant memories: the prompt the supervisor gets, or the end of a denied turn."""
         output = context.output
         message = prepared.input.message
-        text = prompt_text(message)
+        text = message.text
         decision = await context.hooks.gate(
-            Event.USER_PROMPT_SUBMIT,
-            detail={"prompt": text, "attachments": sum(1 for p in message["parts"] if p.get("type") == "file")},
+            Event.USER_PROMPT_SUBMIT, detail={"prompt": text, "attachments": message.attachments}
         )
         if decision.outcome is Outcome.DENY:
             output.say(denied(decision, "This message"))
@@ -544,14 +547,14 @@ class TurnRunner:
             await self._publish(context, text, "failure", denied(decision, "The prompt"), TurnFailure.HOOK_DENIED)
             return TurnEnd("prompt_denied", TurnFailure.HOOK_DENIED, decision.reason or "no reason given")
         if decision.outcome is Outcome.MODIFY and decision.prompt is not None:
-            message = with_prompt_text(message, decision.prompt)
+            message = message.with_text(decision.prompt)
             text = decision.prompt
             recalled = await self.memories.relevant_memories(text)
         elif self.memories.hybrid:
             recalled = await self.memories.relevant_memories(text)
         else:
             recalled = bounded_memories(prepared.state.relevant_memories)
-        return GatedPrompt(message, text, turn_instructions(recalled, decision.additional_context))
+        return GatedPrompt(message, turn_instructions(recalled, decision.additional_context))
 
     async def _run_until_stopped(
         self, prepared: PreparedTurn, context: TurnContext, prompt: GatedPrompt, memory: TurnMemory | None = None
@@ -564,7 +567,7 @@ class TurnRunner:
         agent = self.factory.supervisor(context)
         deps = self.factory.supervisor_deps(context, _UISteps(output))
         snapshot = context.snapshot
-        # Prompt-cache order (observational.memory.lay_out): what changes per turn goes after the history.
+        # Prompt-cache order (observational.layout.lay_out): what changes per turn goes after the history.
         layout = lay_out(
             memory.history if memory is not None else prepared.state.history,
             observations=memory.observations if memory is not None else "",
@@ -572,7 +575,7 @@ class TurnRunner:
             prompt_marker=memory.prompt_marker if memory is not None else None,
         )
         history: list[ModelMessage] = layout.history
-        model_prompt: str | list[UserContent] = user_content(prompt.message)
+        model_prompt: str | list[UserContent] = prompt.message.model_content()
         run = SupervisorRun()
         retries = 0
         while True:
@@ -630,7 +633,7 @@ class TurnRunner:
         assistant_ui["metadata"] = {**assistant_ui["metadata"], **marks}
         streamed = output.text()
         messages: list[ModelMessage] = [
-            ModelRequest(parts=[UserPromptPart(content=user_content(record.prompt.message))])
+            ModelRequest(parts=[UserPromptPart(content=record.prompt.message.model_content())])
         ]
         if streamed:
             messages.append(ModelResponse(parts=[TextPart(content=streamed)]))
@@ -639,7 +642,7 @@ class TurnRunner:
                 session_id=context.session_id,
                 base=prepared.state,
                 begun=begun,
-                user_ui=record.prompt.message,
+                user_ui=record.prompt.message.ui,
                 assistant_ui=assistant_ui,
                 messages=messages,
                 specialist_runs=[],
@@ -681,7 +684,7 @@ class TurnRunner:
                     session_id=context.session_id,
                     base=prepared.state,
                     begun=begun,
-                    user_ui=prompt.message,
+                    user_ui=prompt.message.ui,
                     assistant_ui=assistant_ui,
                     messages=run.new_messages,
                     specialist_runs=context.specialist_runs,

@@ -29,6 +29,7 @@ from popagent_agent_runner.context.hooks import bounded
 from popagent_agent_runner.failures import TurnFailure
 from popagent_agent_runner.state.sessions import SessionStore
 from popagent_agent_runner.turn.runner import TurnInput, TurnRunner
+from popagent_agent_runner.turn.ui_message import UserMessage
 from popagent_core.errors import AlreadyExists, InvalidArgument, NotFound
 
 logger = logging.getLogger(__name__)
@@ -87,11 +88,7 @@ class TaskTurns:
             session_id = await self._session(request)
             turn = TurnInput(
                 session_id=session_id,
-                message={
-                    "id": f"task-{request.task_id}-{request.attempt}",
-                    "role": "user",
-                    "parts": [{"type": "text", "text": request.prompt}],
-                },
+                message=UserMessage.of_text(f"task-{request.task_id}-{request.attempt}", request.prompt),
                 model=request.model,
                 workspace_id=request.workspace_id,
                 turn_id=request.turn_id or uuid.uuid4().hex,
