@@ -17,7 +17,7 @@ wall time. At each level, `N` chats are in flight at once, each running turns ba
 of simultaneous starts). Each chat keeps its session, so the thread history the runner loads
 and the model gets grows turn by turn, as in real use. The client is a minimal HTTP/1.1 reader on
 asyncio streams, so its own CPU (it shares the machine's cores) stays small for both paths. At
-each concurrency the CPU each process spent per streamed chunk is printed too (DESIGN.md §9),
+each concurrency the CPU each process spent per streamed chunk is printed too (docs/decisions/lean-model-transport.md),
 PostgreSQL's (server and backends) and NATS's included; at one chat those figures are mostly the
 processes' idle background work (and /proc's 10 ms resolution), at fifty they are the streaming
 cost. For the stack, the time to the response head

@@ -4,7 +4,7 @@ Every consumer reads the same scripted answer (800 chunks of 4 characters, with 
 scripted model gateway running in a separate process, so only the client's CPU is counted
 (`time.process_time()` in this process). Consumers take turns, round by round, so drift in the
 machine's speed hits them alike. The baseline is raw httpx reading the SSE and decoding each event
-with orjson. Target (DESIGN.md §9): the lean model's per-chunk CPU within ~3x of the baseline and far
+with orjson. Target (docs/decisions/lean-model-transport.md): the lean model's per-chunk CPU within ~3x of the baseline and far
 below `OpenAIChatModel`'s.
 
     .venv/bin/python bench/model_stream.py [--rounds 10] [--chunks 800] [--chunk-delay-ms 0] [--uvloop]

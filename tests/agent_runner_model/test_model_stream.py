@@ -1,4 +1,4 @@
-"""The streaming trick (DESIGN.md §9): every delta reaches the turn's sink at once, pydantic-ai gets merged
+"""The streaming trick (docs/decisions/lean-model-transport.md): every delta reaches the turn's sink at once, pydantic-ai gets merged
 deltas, and what the sink showed is exactly what pydantic-ai assembled."""
 
 from __future__ import annotations

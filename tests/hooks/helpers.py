@@ -16,7 +16,7 @@ from support.https_receiver import HttpsReceiver, make_secret
 
 ALLOWED = "127.0.0.1,localhost,hooks.test"
 
-# The example of shared/spec/AGENTS_HOOKS.md (Configuration), verbatim: it has no `secret`.
+# The example of docs/hooks.md (Configuration), verbatim: it has no `secret`.
 SPEC_EXAMPLE = """{
 "version": 1,
 "hooks": {

@@ -324,7 +324,7 @@ async def test_the_real_process_dispatches_signed_requests_and_stops_cleanly(
 async def test_the_real_process_accepts_the_spec_example_configuration(
     hooks_dsn: str, nats_url: str, internal_credentials: Credentials
 ) -> None:
-    """`POPAGENT_HOOKS` exactly as shared/spec/AGENTS_HOOKS.md shows it: no `secret`, so unsigned."""
+    """`POPAGENT_HOOKS` exactly as docs/hooks.md (Configuration) shows it: no `secret`, so unsigned."""
     tokens, callers = internal_credentials
     env = service_env(hooks_dsn, nats_url, callers, None, SPEC_EXAMPLE, POPAGENT_HOOK_ALLOWED_HOSTS="hooks.example.com")
     async with real_process(env, tokens["agent-runner"]) as process:

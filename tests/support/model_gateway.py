@@ -9,7 +9,7 @@ answers from a script instead of a model:
         ...  # OpenAIProvider(base_url=gw.url, api_key="sk-test")
         assert gw.requests[1]["messages"][-1]["role"] == "tool"
 
-It behaves like 9Router where clients must care (DESIGN.md §10): `GET /v1/models`
+It behaves like 9Router where clients must care (docs/configuration.md, "Pointing it at a model gateway"): `GET /v1/models`
 needs no key and carries `context_length` / `capabilities.contextWindow`; chat needs
 `Authorization: Bearer <key>` when a key is configured; a body without `"stream"` is
 answered as a stream; a turn may end with two `data: [DONE]` lines and with an

@@ -17,8 +17,8 @@ class Settings(ServiceSettings):
     # Learned overlays and skills come from evolution (cached; see learned.py).
     evolution_address: str = grpc_address_field("evolution")
     # Database connections per worker (opened as needed). Every turn holds one several times before
-    # its first token (prelude, storing the prompt) and after it: at 100 concurrent turns a pool of 10
-    # doubled the prelude's wait (bench/resilience.py, issue 22 finding 7). PostgreSQL's default of
+    # its first token (prelude, storing the prompt) and after it: a pool of 10 makes the prelude wait at
+    # a hundred concurrent turns (bench/resilience.py shows it). PostgreSQL's default of
     # 100 connections still leaves room for the other services' pools of 10.
     pool_max_size: int = Field(default=30, ge=2, le=200, validation_alias="POPAGENT_AGENT_RUNNER_POOL_MAX_SIZE")
     # Registered repository paths are relative to this folder and must resolve inside it.

@@ -11,7 +11,7 @@ arrive synchronously from the model stream and must never block.
 model costs one gRPC message and one SSE chunk per batch instead of one per token, and
 neither the start nor the first token is ever held back to build a batch.
 
-Backpressure (issue 23, finding 2): the queue is bounded in bytes. Past `max_queued_bytes` the
+Backpressure: the queue is bounded in bytes. Past `max_queued_bytes` the
 turn's output is `backlogged` and the model stream waits (`drained()`) until the consumer (the
 gRPC stream, paced by the gateway, paced by its client) takes the queue, so a slow reader holds
 one bounded batch, not the whole answer. A waiting text delta is kept as its pieces and built

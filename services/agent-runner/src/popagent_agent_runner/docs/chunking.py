@@ -1,13 +1,11 @@
 """Markdown into chunks: the heading structure first, then size-bounded pieces of each section.
 
-Splitter: semchunk 4.1 (dependency-lab-2 §5). It is small (tqdm is its one dependency, 0.1 s
-to import), needs no model or tokenizer download when given a counter (we count characters),
+Splitter: semchunk 4.1. It is small (tqdm is its one dependency, quick to import), needs no model or tokenizer download when given a counter (we count characters),
 and splits at the largest structural boundary that fits (blank-line runs, then lines, then
 sentences, then words), so a piece of a section stays a readable paragraph. chonkie's
 recursive chunker was as fast but pulls numpy and two Rust wheels (116 MB) and its Markdown
 recipe reaches for the Hugging Face hub; semchunk is not heading-aware, so the headings are
-parsed here (ATX `#` headings outside fenced code) and semchunk runs inside each section, which
-is the combination the lab measured.
+parsed here (ATX `#` headings outside fenced code) and semchunk runs inside each section.
 
 Each chunk keeps its heading path (`("Deploy", "Compose", "SearXNG")`); what is embedded and
 full-text indexed is the path plus the text, so a section's heading finds its body.

@@ -20,8 +20,8 @@ on purpose:
   `OpenAIChatModel` lets the raw transport error through or accepts the truncated answer.
 - There are no automatic retries unless asked for (`max_retries`): the turn decides, and reports
   the failure (`classify_model_error`) when it gives up.
-- The `qwen3.5-4b` route gets its leading string system messages merged into one (AGENTS_BACKEND.md
-  "Model provider"); other models get the messages unchanged.
+- The `qwen3.5-4b` route gets its leading string system messages merged into one (docs/configuration.md,
+  "Pointing it at a model gateway"); other models get the messages unchanged.
 - Settings only `OpenAIChatModel`'s Responses-era features use (raw annotations, unmapped response
   data, continuous usage stats, cached instructions, prompt cache breakpoints) raise `UserError`.
 """

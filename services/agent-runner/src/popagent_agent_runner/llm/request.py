@@ -160,9 +160,8 @@ class ChatRequestEncoding(Model[Any]):
         """`Model`'s customization, with each function tool's transformed schema remembered.
 
         pydantic-ai walks every tool's JSON schema through the profile's transformer on every model
-        request; a turn's agents offer the same tools request after request, and the walk (~0.1 ms per
-        tool, five tools on the supervisor) was the largest single piece of a turn's setup before its
-        first token. The result depends only on the transformer, the schema and the tool's strictness.
+        request; a turn's agents offer the same tools request after request, and the walk is the largest
+        single piece of a turn's setup before its first token. The result depends only on the transformer, the schema and the tool's strictness.
         """
         transformer = self.profile.get("json_schema_transformer")
         params = model_request_parameters

@@ -1,8 +1,8 @@
 """The streamed response of `LeanOpenAIModel`, and the per-turn sink its text goes to at once.
 
-Why this exists (DESIGN.md §9): pydantic-ai pays ~200 µs of CPU for every stream event it is handed
-(parts manager, several layers of async generators, the agent graph), against ~15 µs to read a
-chunk off the wire. So each text or reasoning delta goes to the turn's `TurnSink` the moment it is
+Why this exists (docs/decisions/lean-model-transport.md; `bench/model_stream.py` checks it): pydantic-ai
+pays an order of magnitude more CPU for every stream event it is handed (parts manager, several layers
+of async generators, the agent graph) than reading a chunk off the wire costs. So each text or reasoning delta goes to the turn's `TurnSink` the moment it is
 parsed — the UI never waits — while pydantic-ai gets the deltas that arrived within ~20 ms merged
 into one event. The first delta of every part is handed over at once, so a part starts without
 delay, and anything pending is handed over before any other kind of delta, at the end of the
@@ -104,7 +104,7 @@ DROP_TEXT: Final[TurnSink] = _TextDropped()
 
 `streaming_to(DROP_TEXT)` still streams the run's requests rather than sending `"stream": false`:
 9Router's non-streamed answers add 2000 to the upstream's `prompt_tokens` without saying so, while
-its streams end with the upstream's own usage chunk (DESIGN.md §10)."""
+its streams end with the upstream's own usage chunk (docs/configuration.md, "Pointing it at a model gateway")."""
 
 
 # The characters a model may write for the zero-width joiner pydantic-ai puts inside special tokens.

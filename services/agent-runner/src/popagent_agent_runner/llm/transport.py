@@ -1,11 +1,10 @@
 """A lean HTTP/1.1 transport for the model client: httpx's interface, asyncio streams underneath.
 
-Why (DESIGN.md §9, measured by bench/chat.py): a model streams one small SSE chunk every few
-milliseconds, so every chunk is its own socket read. Through httpx's default transport each
-read crosses httpcore, h11 and anyio (a cancel scope per read for the timeout), about 100 µs of
-CPU per chunk on a small machine, which alone saturates agent-runner's one core at ~50
-concurrent chats. This transport reads straight from an asyncio `Protocol`'s buffer (a few µs
-per chunk) and keeps httpx's API, so the lean model, its error mapping and its tests see an
+Why (docs/decisions/lean-model-transport.md; `bench/chat.py` checks it): a model streams one small
+SSE chunk every few milliseconds, so every chunk is its own socket read. Through httpx's default
+transport each read crosses httpcore, h11 and anyio (a cancel scope per read for the timeout), which
+costs many times the chunk's own parsing and saturates agent-runner's core at a few dozen concurrent
+chats. This transport reads straight from an asyncio `Protocol`'s buffer and keeps httpx's API, so the lean model, its error mapping and its tests see an
 ordinary `httpx.AsyncClient`.
 
 What it does: HTTP/1.1 with keep-alive connections pooled per origin, `Content-Length`,

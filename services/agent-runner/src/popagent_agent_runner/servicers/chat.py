@@ -32,7 +32,7 @@ from popagent_core.errors import Conflict, InvalidArgument
 # After the first text, at most one batch of turn events per this interval (see TurnEvents), and the
 # model stream is read no more often. 50 ms is the render throttle the AI SDK suggests for `useChat`
 # (`experimental_throttle`): a UI shows nothing finer, and each batch costs a gRPC message, a gateway
-# wake-up and an SSE write (half as many as at 25 ms).
+# wake-up and an SSE write.
 BATCH_INTERVAL_S = 0.05
 
 

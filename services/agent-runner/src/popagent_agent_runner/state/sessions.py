@@ -169,7 +169,7 @@ SEEN_SESSIONS_CAP = 100_000
 
 
 class SessionStarts:
-    """`SessionStart` (AGENTS_HOOKS.md): when a session is created, and when this process first resumes one.
+    """`SessionStart` (docs/hooks.md, Events): when a session is created, and when this process first resumes one.
 
     The process remembers the sessions it created or resumed (the newest `SEEN_SESSIONS_CAP`), so
     a session's later turns fire nothing; the gateway sends a session's creation and its turns to

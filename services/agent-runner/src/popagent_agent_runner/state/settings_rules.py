@@ -153,7 +153,7 @@ AGENT_RUNTIME = SettingsRules(
         "task_abort_ack_timeout_ms": IntRange(100, 600_000),
         "task_retry_base_ms": IntRange(100, 3_600_000),
         "task_retry_cap_ms": IntRange(100, 86_400_000),
-        # The workspace shell's timeout for a command that names none (issue 15: at most 600 s).
+        # The workspace shell's timeout for a command that names none (at most 600 s).
         "command_timeout_ms": IntRange(1_000, 600_000),
     },
     cross=(

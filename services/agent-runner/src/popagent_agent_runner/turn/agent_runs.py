@@ -1,9 +1,8 @@
 """Running a turn's agents: model requests unstreamed for pydantic-ai, tool execution streamed.
 
 `Agent.run(event_stream_handler=...)` streams every node, the model's response included, through
-pydantic-ai's stream machinery (parts manager, agent stream, several layers of async generators):
-about 2 ms of CPU per model request plus ~40 µs per event on this machine, which is most of what a
-chat turn costs the runner. A turn does not need it: the lean model hands streamed text to the
+pydantic-ai's stream machinery (parts manager, agent stream, several layers of async generators),
+which would be most of what a chat turn costs the runner (`bench/chat.py` shows it). A turn does not need it: the lean model hands streamed text to the
 turn's sink itself (`llm.stream`), and when a sink is set its `request()` streams from the server
 and answers pydantic-ai with the finished response. So here only a tool-execution node that has tool
 calls is streamed, for its call and result events (the UI's tool parts, a specialist's tool outcomes);
@@ -59,7 +58,7 @@ async def run_agent(
     async with agent.iter(prompt, **run_options) as run:
         async for node in run:
             # Only a step with tool calls has events to hand on (pydantic-ai's `_run_stream` yields
-            # none for a text answer), and streaming a step costs ~1.5 ms of CPU with five tools.
+            # none for a text answer), and streaming a step is not free.
             if Agent.is_call_tools_node(node) and node.model_response.tool_calls:
                 async with node.stream(run.ctx) as events:
                     await tool_events(events)

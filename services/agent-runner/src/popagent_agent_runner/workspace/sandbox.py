@@ -12,7 +12,7 @@ and a language server (`lsp/session.py`) under the same confinement, with the re
 read-only, its own program's folders read-only and JSON-RPC over its stdin and stdout
 (`start_server`): one builder (`Sandbox.command_line`) makes both command lines.
 
-Why each flag (checked on this kind of machine, shared/research/dependency-lab-2.md §3):
+Why each flag (docs/decisions/sandbox-flags.md):
 - `--unshare-all` gives new network, PID, IPC, UTS and cgroup namespaces: the only network is
   the sandbox's own loopback, host processes are invisible.
 - As root bubblewrap keeps every capability unless told otherwise, and a sandboxed process
@@ -41,7 +41,7 @@ on cancellation of the turn and on shutdown. Output is bounded to its first 16 K
 48 KiB. The number of processes is bounded by a `pids` cgroup where one can be made, else by
 `RLIMIT_NPROC` (which does not bind root). The sandbox's PID 1 is moved into that group while
 bubblewrap builds its mounts, and held at `--block-fd` until it is in: moving a process between
-cgroups waits for an RCU grace period (10-15 ms on a loaded machine), which then overlaps the
+cgroups waits for an RCU grace period, which then overlaps the
 set-up instead of adding to it, and no command runs before it is counted.
 
 Where bubblewrap cannot build the sandbox (not installed, or a container without user
