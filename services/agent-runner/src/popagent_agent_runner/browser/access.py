@@ -13,11 +13,12 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-import grpc
 from nats.aio.client import Client as NatsClient
 
 from popagent.browser_bridge.v1 import browser_bridge_pb2, browser_bridge_pb2_grpc, navigator_pb2_grpc
 from popagent_core import subjects
+from popagent_core.errors import PopagentError
+from popagent_core.grpc_client import map_rpc_errors
 
 logger = logging.getLogger(__name__)
 
@@ -60,11 +61,12 @@ class BrowserAccessPoint:
             return TurnBrowser(self.navigator, enabled=self._enabled)
         generation = self._generation
         try:
-            settings = await self.settings.GetBrowserSettings(
-                browser_bridge_pb2.GetBrowserSettingsRequest(), timeout=SETTINGS_TIMEOUT_S
-            )
-        except grpc.aio.AioRpcError as exc:
-            logger.warning("browser tools withheld: browser settings unreadable", extra={"code": exc.code().name})
+            with map_rpc_errors():
+                settings = await self.settings.GetBrowserSettings(
+                    browser_bridge_pb2.GetBrowserSettingsRequest(), timeout=SETTINGS_TIMEOUT_S
+                )
+        except PopagentError as exc:
+            logger.warning("browser tools withheld: browser settings unreadable", extra={"code": exc.grpc_code.name})
             if generation == self._generation:
                 # Runs go without browser tools a while before asking again (an unreachable bridge
                 # would otherwise cost every turn a failed call before its model request).

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import asyncpg
-import grpc
 
 from popagent.browser_bridge.v1 import browser_bridge_pb2, browser_bridge_pb2_grpc
 from popagent.events.v1 import events_pb2
@@ -30,6 +29,7 @@ from popagent_core import subjects
 from popagent_core.bus import enqueue_event
 from popagent_core.db import wrap_db_errors
 from popagent_core.errors import AlreadyExists, InvalidArgument, NotFound, PopagentError
+from popagent_core.grpc_client import map_rpc_errors
 from popagent_hooks_client.client import HooksClient
 from popagent_hooks_client.events import Event
 
@@ -285,8 +285,9 @@ class SessionDeleter:
 
     async def _close_browser(self, session_id: str) -> None:
         try:
-            await self.browser.CloseSession(
-                browser_bridge_pb2.CloseSessionRequest(session_id=session_id), timeout=BROWSER_CLOSE_TIMEOUT_S
-            )
-        except grpc.aio.AioRpcError as exc:
-            logger.warning("browser session close failed", extra={"session_id": session_id, "code": exc.code().name})
+            with map_rpc_errors():
+                await self.browser.CloseSession(
+                    browser_bridge_pb2.CloseSessionRequest(session_id=session_id), timeout=BROWSER_CLOSE_TIMEOUT_S
+                )
+        except PopagentError as exc:
+            logger.warning("browser session close failed", extra={"session_id": session_id, "code": exc.grpc_code.name})

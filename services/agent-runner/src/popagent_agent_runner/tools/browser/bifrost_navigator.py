@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import grpc
 import orjson
 from pydantic import Field
 from pydantic_ai import BinaryContent, RunContext, Tool, ToolFailed
 
 from popagent.browser_bridge.v1 import navigator_pb2
 from popagent_agent_runner.context.deps import TurnDeps
+from popagent_core.errors import PopagentError
+from popagent_core.grpc_client import map_rpc_errors
 
 BROWSER_CALL_TIMEOUT_S = 90.0
 
@@ -41,18 +42,19 @@ async def bifrost_navigator(
     if browser is None or not browser.enabled:
         raise ToolFailed("the browser is disabled in browser settings")
     try:
-        answer = await browser.navigator.Navigate(
-            navigator_pb2.NavigateRequest(
-                session_id=ctx.deps.turn.session_id,
-                agent_id=ctx.deps.agent_id,
-                browser_access=ctx.deps.browser_access,
-                operation=operation,
-                arguments_json=orjson.dumps(arguments).decode(),
-            ),
-            timeout=BROWSER_CALL_TIMEOUT_S,
-        )
-    except grpc.aio.AioRpcError as exc:
-        raise ToolFailed(f"{operation} refused: {exc.details() or exc.code().name}") from None
+        with map_rpc_errors():
+            answer = await browser.navigator.Navigate(
+                navigator_pb2.NavigateRequest(
+                    session_id=ctx.deps.turn.session_id,
+                    agent_id=ctx.deps.agent_id,
+                    browser_access=ctx.deps.browser_access,
+                    operation=operation,
+                    arguments_json=orjson.dumps(arguments).decode(),
+                ),
+                timeout=BROWSER_CALL_TIMEOUT_S,
+            )
+    except PopagentError as exc:
+        raise ToolFailed(f"{operation} refused: {exc}") from None
     summary: dict[str, Any] = {"operation": operation, "isError": answer.is_error, "content": []}
     files: list[BinaryContent] = []
     for part in answer.content:

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import grpc
 from pydantic import Field
 from pydantic_ai import RunContext, Tool, ToolFailed
 
 from popagent.browser_bridge.v1 import navigator_pb2
 from popagent_agent_runner.context.deps import TurnDeps
 from popagent_agent_runner.memory.threads import USER_RESOURCE
+from popagent_core.errors import PopagentError
+from popagent_core.grpc_client import map_rpc_errors
 
 SECRET_CALL_TIMEOUT_S = 60.0
 
@@ -34,19 +35,20 @@ async def use_browser_secret(
     if browser is None or not browser.enabled:
         raise ToolFailed("the browser is disabled in browser settings")
     try:
-        answer = await browser.navigator.UseSecret(
-            navigator_pb2.UseSecretRequest(
-                session_id=ctx.deps.turn.session_id,
-                agent_id=ctx.deps.agent_id,
-                browser_access=ctx.deps.browser_access,
-                resource_id=USER_RESOURCE,
-                name=name,
-                element=element,
-            ),
-            timeout=SECRET_CALL_TIMEOUT_S,
-        )
-    except grpc.aio.AioRpcError as exc:
-        raise ToolFailed(f"useBrowserSecret refused: {exc.details() or exc.code().name}") from None
+        with map_rpc_errors():
+            answer = await browser.navigator.UseSecret(
+                navigator_pb2.UseSecretRequest(
+                    session_id=ctx.deps.turn.session_id,
+                    agent_id=ctx.deps.agent_id,
+                    browser_access=ctx.deps.browser_access,
+                    resource_id=USER_RESOURCE,
+                    name=name,
+                    element=element,
+                ),
+                timeout=SECRET_CALL_TIMEOUT_S,
+            )
+    except PopagentError as exc:
+        raise ToolFailed(f"useBrowserSecret refused: {exc}") from None
     return {"name": answer.name, "origin": answer.origin, "success": answer.success}
 
 
