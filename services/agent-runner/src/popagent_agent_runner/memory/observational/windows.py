@@ -8,22 +8,10 @@ nothing to hold the prompt to).
 
 from __future__ import annotations
 
-from typing import Any
-
 import httpx
 
 from popagent_agent_runner.llm.catalog import ModelCatalog
-
-
-def _window(entry: dict[str, Any]) -> int | None:
-    capabilities = entry.get("capabilities")
-    for value in (
-        entry.get("context_length"),
-        capabilities.get("contextWindow") if isinstance(capabilities, dict) else None,
-    ):
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
+from popagent_core.model_catalog import context_window
 
 
 class ContextWindows:
@@ -40,7 +28,7 @@ class ContextWindows:
         if entries is not None and self.catalog.version != self._version:
             windows: dict[str, int] = {}
             for entry in entries:
-                window = _window(entry)
+                window = context_window(entry)
                 if window is not None:
                     windows[entry["id"]] = window
             self._windows, self._version = windows, self.catalog.version
