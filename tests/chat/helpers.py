@@ -11,7 +11,7 @@ import httpx
 import orjson
 
 from popagent.events.v1 import events_pb2
-from popagent_agent_runner.memory.observational.memory import TURN_NOTE
+from popagent_agent_runner.memory.observational.layout import TURN_NOTE
 from popagent_core import subjects
 from support.sse import read_sse
 from support.stacks import MODEL, Stack

@@ -4,7 +4,7 @@ reads give (so a turn's request is the same whether it uses the prelude's read o
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import cast
 
 import asyncpg
 from memory.stack_helpers import LONG, OBSERVE_IN_TURN, memory_settings
@@ -12,14 +12,10 @@ from memory.stack_helpers import LONG, OBSERVE_IN_TURN, memory_settings
 from chat.helpers import chat, new_session
 from popagent_agent_runner.memory import THREAD_QUERIES
 from popagent_agent_runner.memory.observational import QUERIES as MEMORY_QUERIES
-from popagent_agent_runner.memory.observational.memory import ObservationalMemory, ThreadRead
+from popagent_agent_runner.memory.observational.store import ObservationStore, ThreadRead
 from popagent_agent_runner.memory.threads import ThreadStore
 from support.memory_agents import memory_agents
 from support.stacks import Stack
-
-
-def _unused_model(route: str) -> Any:
-    raise AssertionError("the reads call no model")
 
 
 async def _both(db: asyncpg.Connection, session: str, message_id: str) -> tuple[ThreadRead, ThreadRead]:
@@ -27,10 +23,10 @@ async def _both(db: asyncpg.Connection, session: str, message_id: str) -> tuple[
     pool = cast(asyncpg.Pool, db)  # one connection answers the same calls
     state = await ThreadStore(pool, THREAD_QUERIES).prelude(session, message_id, "", 1)
     assert state.memory is not None
-    memory = ObservationalMemory(pool, MEMORY_QUERIES, _unused_model, None)
+    memory = ObservationStore(pool, MEMORY_QUERIES)
     settings = await memory.settings()
     if settings.enabled:
-        view = await memory._read(session, message_id)  # pyright: ignore[reportPrivateUsage]
+        view = await memory.read(session, message_id)
         own = ThreadRead(settings, view.state, view.raw, view.log)
     else:
         # Disabled: the memory reads the whole thread raw, and neither cursor nor log.

@@ -26,12 +26,9 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 from popagent_agent_runner.llm.model import LeanModels
 from popagent_agent_runner.llm.stream import streaming_to
 from popagent_agent_runner.memory.observational import QUERIES as MEMORY_QUERIES
-from popagent_agent_runner.memory.observational.memory import (
-    MemorySettings,
-    ObservationalMemory,
-    TurnMemory,
-    lay_out,
-)
+from popagent_agent_runner.memory.observational.layout import TurnMemory, lay_out
+from popagent_agent_runner.memory.observational.memory import ObservationalMemory
+from popagent_agent_runner.memory.observational.store import MemorySettings, ObservationStore
 from popagent_agent_runner.memory.observational.tokens import count_text
 from popagent_agent_runner.memory.observational.windows import ContextWindows
 from popagent_agent_runner.memory.threads import _content, _stored
@@ -177,7 +174,11 @@ class Conversations:
     @contextlib.asynccontextmanager
     async def open(cls, pool: asyncpg.Pool, gateway: ModelGateway, api_key: str) -> AsyncIterator[Conversations]:
         async with httpx.AsyncClient() as http, LeanModels(gateway.url, api_key) as models:
-            memory = ObservationalMemory(pool, MEMORY_QUERIES, models.get, ContextWindows(gateway.url, api_key, http))
+            memory = ObservationalMemory(
+                store=ObservationStore(pool, MEMORY_QUERIES),
+                model_for=models.get,
+                windows=ContextWindows(gateway.url, api_key, http),
+            )
             try:
                 yield cls(pool, gateway, models, memory)
             finally:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from memory.harness import SMALL_MODEL, Conversations, request_tokens, settings
-from popagent_agent_runner.memory.observational.memory import DROPPED_MARKER
+from popagent_agent_runner.memory.observational.layout import DROPPED_MARKER
 from support.memory_agents import is_observer, memory_agents
 
 WINDOW = 6_000  # SMALL_MODEL's context_length in the harness's catalog

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from memory.harness import Conversations, request_tokens, settings
-from popagent_agent_runner.memory.observational.memory import PREAMBLE
+from popagent_agent_runner.memory.observational.layout import PREAMBLE
 from support.memory_agents import is_observer, is_reflector, memory_agents
 from support.model_gateway import Body, Turn
 

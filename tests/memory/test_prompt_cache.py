@@ -15,7 +15,7 @@ import orjson
 from chat.helpers import chat, new_session
 
 from memory.stack_helpers import LONG, OBSERVE_IN_TURN, memory_settings
-from popagent_agent_runner.memory.observational.memory import PREAMBLE
+from popagent_agent_runner.memory.observational.layout import PREAMBLE
 from support.memory_agents import is_observer, is_reflector, memory_agents
 from support.model_gateway import Body
 from support.stacks import Stack

@@ -9,7 +9,8 @@ import datetime as dt
 from pydantic_ai.messages import BinaryContent
 
 from memory.harness import Conversation, Conversations, settings
-from popagent_agent_runner.memory.observational.memory import MemorySettings, temporal_marker
+from popagent_agent_runner.memory.observational.layout import temporal_marker
+from popagent_agent_runner.memory.observational.store import MemorySettings
 from popagent_agent_runner.memory.observational.tokens import count_messages, count_text
 from support.memory_agents import is_observer, is_reflector, memory_agents
 from support.model_gateway import Body

@@ -7,7 +7,7 @@ from chat.helpers import chat, new_session
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 
 from memory.stack_helpers import LONG, OBSERVE_IN_TURN, memory_settings
-from popagent_agent_runner.memory.observational.memory import PREAMBLE
+from popagent_agent_runner.memory.observational.layout import PREAMBLE
 from popagent_agent_runner.memory.observational.tokens import count_messages
 from support.memory_agents import is_observer, memory_agents
 from support.stacks import Stack

@@ -50,7 +50,7 @@ async def test_each_message_is_counted_once_and_the_count_is_stored(conversation
     )
     record = await conversation.turn("The third message.", settings())
     assert record.memory.raw_messages == 4
-    raw = await conversations.memory.raw(conversation.thread_id, 0)
+    raw = await conversations.memory.store.raw(conversation.thread_id, 0)
     assert raw[0].tokens == 777
     # The turn's history count is the sum of the stored counts, the history is not tokenized again.
     assert record.memory.raw_tokens == sum(message.tokens for message in raw[:4])
@@ -64,11 +64,11 @@ async def test_after_a_turn_the_calibration_follows_the_reported_prompt_tokens(c
     counted = (await conversation.turn("Once more.", settings(), probe=True)).memory
     assert counted.calibration == 1.0
     await memory.after_turn(conversation.thread_id, MODEL, counted, reported_prompt_tokens=2 * counted.request_tokens)
-    factor = (await memory.state(conversation.thread_id)).calibration
+    factor = (await memory.store.state(conversation.thread_id)).calibration
     assert factor == Calibration().observe(2 * counted.request_tokens, counted.request_tokens).factor > 1.0
     # A turn counted with a factor that has changed since leaves the newer one as it is.
     await memory.after_turn(conversation.thread_id, MODEL, counted, reported_prompt_tokens=3 * counted.request_tokens)
-    assert (await memory.state(conversation.thread_id)).calibration == factor
+    assert (await memory.store.state(conversation.thread_id)).calibration == factor
     # Without a reported count the factor stays too.
     await memory.after_turn(conversation.thread_id, MODEL, counted)
-    assert (await memory.state(conversation.thread_id)).calibration == factor
+    assert (await memory.store.state(conversation.thread_id)).calibration == factor

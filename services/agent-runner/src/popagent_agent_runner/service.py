@@ -31,6 +31,7 @@ from popagent_agent_runner.memory.observational import QUERIES as OBSERVATIONAL_
 from popagent_agent_runner.memory.observational import tokens
 from popagent_agent_runner.memory.observational.memory import ObservationalMemory
 from popagent_agent_runner.memory.observational.recall import HistorySearch
+from popagent_agent_runner.memory.observational.store import ObservationStore
 from popagent_agent_runner.memory.observational.windows import ContextWindows
 from popagent_agent_runner.memory.threads import ThreadStore
 from popagent_agent_runner.servicers.chat import ChatServicer
@@ -203,7 +204,8 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
         windows = ContextWindows(
             settings.ninerouter_url, settings.ninerouter_api_key or None, http, catalog=models.catalog
         )
-        observational = ObservationalMemory(pool, OBSERVATIONAL_QUERIES, models.get, windows)
+        observation_store = ObservationStore(pool, OBSERVATIONAL_QUERIES)
+        observational = ObservationalMemory(store=observation_store, model_for=models.get, windows=windows)
         stack.push_async_callback(observational.aclose)
         runner = TurnRunner(
             threads=ThreadStore(pool, THREAD_QUERIES),
@@ -221,7 +223,9 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
         )
         chat = ChatServicer(runner, memories)
         agent_runner_pb2_grpc.add_AgentRunnerServiceServicer_to_server(chat, kernel.server)
-        memory_pb2_grpc.add_SessionMemoryServiceServicer_to_server(SessionMemoryServicer(observational), kernel.server)
+        memory_pb2_grpc.add_SessionMemoryServiceServicer_to_server(
+            SessionMemoryServicer(observation_store), kernel.server
+        )
         # Background task attempts run through the same turn runner as chat.
         task_servicer = TaskServicer(TaskTurns(runner, sessions))
         agent_runner_pb2_grpc.add_AgentRunnerTaskServiceServicer_to_server(task_servicer, kernel.server)

@@ -37,8 +37,8 @@ from asyncpg.pool import PoolConnectionProxy
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest, ToolCallPart, ToolReturnPart
 
 from popagent.events.v1 import events_pb2
-from popagent_agent_runner.memory.observational.memory import LogEntry, MemorySettings, ThreadRead, ThreadState
 from popagent_agent_runner.memory.observational.observer import RawMessage
+from popagent_agent_runner.memory.observational.store import LogEntry, MemorySettings, ThreadRead, ThreadState
 from popagent_agent_runner.memory.observational.tokens import count_messages
 from popagent_agent_runner.state.profiles import AgentProfile, RuntimeSnapshot
 from popagent_core import subjects

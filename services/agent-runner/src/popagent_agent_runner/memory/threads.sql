@@ -9,7 +9,7 @@
 -- the model-side messages oldest first as one JSON array (on a retry only what came before
 -- message $2). The history is left out (NULL) when the caller's copy is of version ($5, $6)
 -- and nothing is retried. No row: no such session.
--- Observational memory's reads ride along (turn.observational.memory.ThreadRead): the memory
+-- Observational memory's reads ride along (memory.observational.store.ThreadRead): the memory
 -- settings row, the thread's cursor, its current log (active entries oldest first, then buffered
 -- ones), and the rows after the cursor (after seq 0 with memory disabled) before the retried
 -- message, each with how many of the history's model messages it holds: the raw messages are

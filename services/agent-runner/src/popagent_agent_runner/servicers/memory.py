@@ -1,4 +1,4 @@
-"""SessionMemoryService: a session's observation log as its memory view shows it (thin over ObservationalMemory)."""
+"""SessionMemoryService: a session's observation log as its memory view shows it (thin over ObservationStore)."""
 
 from __future__ import annotations
 
@@ -6,27 +6,24 @@ import grpc
 
 from popagent.agent_runner.v1 import memory_pb2 as pb
 from popagent.agent_runner.v1 import memory_pb2_grpc
-from popagent_agent_runner.memory.observational.memory import ObservationalMemory
-from popagent_core.db import wrap_db_errors
+from popagent_agent_runner.memory.observational.store import ObservationStore
 from popagent_core.errors import InvalidArgument, NotFound
 
 
 class SessionMemoryServicer(memory_pb2_grpc.SessionMemoryServiceServicer):
-    def __init__(self, memory: ObservationalMemory) -> None:
-        self.memory = memory
+    def __init__(self, store: ObservationStore) -> None:
+        self.store = store
 
     async def GetSessionMemory(  # type: ignore[override]
         self, request: pb.GetSessionMemoryRequest, context: grpc.aio.ServicerContext
     ) -> pb.SessionMemory:
         if not request.session_id:
             raise InvalidArgument("session_id is required")
-        with wrap_db_errors():
-            exists = await self.memory.pool.fetchval(self.memory.q["session_exists"], request.session_id)
-        if not exists:
+        if not await self.store.session_exists(request.session_id):
             raise NotFound(f"session {request.session_id!r} not found")
-        state = await self.memory.state(request.session_id)
-        log = await self.memory.log(request.session_id, state.generation)
-        raw = await self.memory.raw(request.session_id, state.observed_seq)
+        state = await self.store.state(request.session_id)
+        log = await self.store.log(request.session_id, state.generation)
+        raw = await self.store.raw(request.session_id, state.observed_seq)
         active = [e for e in log if e.active]
         return pb.SessionMemory(
             generation=state.generation,
