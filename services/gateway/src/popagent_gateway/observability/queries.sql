@@ -5,10 +5,10 @@
 SELECT 1 AS ok
 
 -- name: list_exporters
--- Every process's heartbeat (popagent_core.span_store) seen in the last $1 seconds, with its age.
+-- Every process's heartbeat (popagent_core.span_store) seen in the last $1 seconds; stale: none for $2 seconds.
 SELECT service, instance, started_at, seen_at, exported_spans, dropped_spans, exported_logs, dropped_logs,
        queue_depth, queue_limit, last_error, last_error_at,
-       extract(epoch FROM now() - seen_at)::float8 AS age_s
+       extract(epoch FROM now() - seen_at)::float8 > $2 AS stale
 FROM popagent_exporters
 WHERE seen_at >= now() - make_interval(secs => $1)
 ORDER BY service, instance
@@ -24,11 +24,11 @@ WHERE name = 'agent.run' AND attributes ? 'popagent.turn_id' AND started_at >= $
 
 -- name: overview_series
 -- The same turns per bucket of $3 seconds from $1, for the overview's charts (empty buckets are absent).
-SELECT date_bin(make_interval(secs => $3), started_at, $1) AS bucket,
+SELECT date_bin(make_interval(secs => $3), started_at, $1) AS started_at,
        count(*) AS turns,
        count(*) FILTER (WHERE status = 'error' OR attributes ? 'error.type') AS errors,
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY duration_ms) AS p50_ms,
-       percentile_cont(0.95) WITHIN GROUP (ORDER BY duration_ms) AS p95_ms
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY duration_ms) AS latency_p50_ms,
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY duration_ms) AS latency_p95_ms
 FROM popagent_spans
 WHERE name = 'agent.run' AND attributes ? 'popagent.turn_id' AND started_at >= $1 AND started_at < $2
 GROUP BY 1

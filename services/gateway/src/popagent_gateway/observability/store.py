@@ -1,4 +1,4 @@
-"""Typed reads of the observability store, for /api/observability.
+"""Reads of the observability store for /api/observability, each row read into its wire record (`dto.observability`).
 
 The gateway owns no table: the spans and logs are written by every process's exporter
 (`popagent_core.span_store`) into OBSERVABILITY_DATABASE_URL, and the gateway reads them here
@@ -27,6 +27,15 @@ from popagent_core.db import load_queries
 from popagent_core.errors import Unavailable
 from popagent_core.migrate import migrate
 from popagent_core.span_store import STORE_MIGRATIONS, STORE_SCHEMA
+from popagent_gateway.dto.observability import (
+    FeedbackOut,
+    LogOut,
+    ProcessExporterOut,
+    SpanOut,
+    TokenUsageOut,
+    TraceSummaryOut,
+    TurnBucketOut,
+)
 
 QUERIES = load_queries(Path(__file__).with_name("queries.sql"))
 # Lowest level first: a `level` filter means "this level or worse".
@@ -43,97 +52,6 @@ class TurnFigures:
     p95_ms: float | None
     first_token_p50_ms: float | None
     first_token_p95_ms: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class TokenUsage:
-    model: str
-    agent_id: str
-    calls: int
-    input_tokens: int
-    output_tokens: int
-    cached_input_tokens: int
-    cost_usd: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class TurnBucket:
-    started_at: datetime
-    turns: int
-    errors: int
-    p50_ms: float | None
-    p95_ms: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class ExporterHeartbeat:
-    service: str
-    instance: str
-    started_at: datetime
-    seen_at: datetime
-    age_s: float
-    exported_spans: int
-    dropped_spans: int
-    exported_logs: int
-    dropped_logs: int
-    queue_depth: int
-    queue_limit: int
-    last_error: str
-    last_error_at: datetime | None
-
-
-@dataclass(frozen=True, slots=True)
-class TraceSummary:
-    trace_id: str
-    root_name: str
-    started_at: datetime
-    ended_at: datetime
-    span_count: int
-    failed: bool
-    session_id: str | None
-    agents: tuple[str, ...]
-    services: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class StoredSpan:
-    trace_id: str
-    span_id: str
-    parent_span_id: str | None
-    name: str
-    kind: str
-    service: str
-    started_at: datetime
-    ended_at: datetime
-    duration_ms: float
-    status: str
-    status_message: str | None
-    attributes: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class StoredLog:
-    id: int
-    logged_at: datetime
-    level: str
-    service: str
-    logger: str
-    message: str
-    trace_id: str | None
-    span_id: str | None
-    attributes: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Feedback:
-    id: str
-    created_at: datetime
-    rating: str
-    comment: str
-    session_id: str
-    message_id: str | None
-    turn_id: str | None
-    trace_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,28 +154,12 @@ class ObservabilityStore:
             return False, f"{type(cause).__name__}: {str(cause)[:200]}" if cause else exc.message
         return True, ""
 
-    async def exporters(self, seen_within_s: float) -> list[ExporterHeartbeat]:
-        """The heartbeat rows of the processes that wrote one in the last `seen_within_s`."""
+    async def exporters(self, seen_within_s: float, stale_after_s: float) -> list[ProcessExporterOut]:
+        """The heartbeat rows of the processes that wrote one in the last `seen_within_s`; stale: none for
+        `stale_after_s`."""
         async with self._connection() as conn:
-            rows = await conn.fetch(QUERIES["list_exporters"], seen_within_s)
-        return [
-            ExporterHeartbeat(
-                service=row["service"],
-                instance=row["instance"],
-                started_at=row["started_at"],
-                seen_at=row["seen_at"],
-                age_s=row["age_s"],
-                exported_spans=row["exported_spans"],
-                dropped_spans=row["dropped_spans"],
-                exported_logs=row["exported_logs"],
-                dropped_logs=row["dropped_logs"],
-                queue_depth=row["queue_depth"],
-                queue_limit=row["queue_limit"],
-                last_error=row["last_error"],
-                last_error_at=row["last_error_at"],
-            )
-            for row in rows
-        ]
+            rows = await conn.fetch(QUERIES["list_exporters"], seen_within_s, stale_after_s)
+        return [ProcessExporterOut.model_validate(dict(row)) for row in rows]
 
     async def turn_figures(self, since: datetime, until: datetime) -> TurnFigures:
         async with self._connection() as conn:
@@ -273,37 +175,17 @@ class ObservabilityStore:
             first_token_p95_ms=first["p95_ms"],
         )
 
-    async def token_usage(self, since: datetime, until: datetime) -> list[TokenUsage]:
+    async def token_usage(self, since: datetime, until: datetime) -> list[TokenUsageOut]:
         async with self._connection() as conn:
             rows = await conn.fetch(QUERIES["overview_tokens"], since, until)
-        return [
-            TokenUsage(
-                model=row["model"],
-                agent_id=row["agent_id"],
-                calls=row["calls"],
-                input_tokens=int(row["input_tokens"]),
-                output_tokens=int(row["output_tokens"]),
-                cached_input_tokens=int(row["cached_input_tokens"]),
-                cost_usd=row["cost_usd"],
-            )
-            for row in rows
-        ]
+        return [TokenUsageOut.model_validate(dict(row)) for row in rows]
 
-    async def turn_series(self, since: datetime, until: datetime, bucket_s: float) -> list[TurnBucket]:
+    async def turn_series(self, since: datetime, until: datetime, bucket_s: float) -> list[TurnBucketOut]:
         async with self._connection() as conn:
             rows = await conn.fetch(QUERIES["overview_series"], since, until, bucket_s)
-        return [
-            TurnBucket(
-                started_at=row["bucket"],
-                turns=row["turns"],
-                errors=row["errors"],
-                p50_ms=row["p50_ms"],
-                p95_ms=row["p95_ms"],
-            )
-            for row in rows
-        ]
+        return [TurnBucketOut.model_validate(dict(row)) for row in rows]
 
-    async def traces(self, where: TraceFilter) -> list[TraceSummary]:
+    async def traces(self, where: TraceFilter) -> list[TraceSummaryOut]:
         before_at, before_id = where.before if where.before is not None else (None, None)
         async with self._connection() as conn:
             rows = await conn.fetch(
@@ -318,42 +200,25 @@ class ObservabilityStore:
                 where.limit,
             )
         return [
-            TraceSummary(
-                trace_id=row["trace_id"],
-                root_name=row["root_name"],
-                started_at=row["started_at"],
-                ended_at=row["ended_at"],
-                span_count=row["span_count"],
-                failed=row["failed"],
-                session_id=row["session_id"],
-                agents=tuple(sorted(row["agents"])),
-                services=tuple(sorted(row["services"])),
+            TraceSummaryOut.model_validate(
+                dict(
+                    row,
+                    duration_ms=(row["ended_at"] - row["started_at"]).total_seconds() * 1000,
+                    status="error" if row["failed"] else "ok",
+                    agents=sorted(row["agents"]),
+                    services=sorted(row["services"]),
+                )
             )
             for row in rows
         ]
 
-    async def trace_spans(self, trace_id: str) -> list[StoredSpan]:
+    async def trace_spans(self, trace_id: str) -> list[SpanOut]:
+        """The trace's spans in start order, each without children yet (`span_tree` links them)."""
         async with self._connection() as conn:
             rows = await conn.fetch(QUERIES["trace_spans"], trace_id, MAX_TRACE_SPANS)
-        return [
-            StoredSpan(
-                trace_id=row["trace_id"],
-                span_id=row["span_id"],
-                parent_span_id=row["parent_span_id"],
-                name=row["name"],
-                kind=row["kind"],
-                service=row["service"],
-                started_at=row["started_at"],
-                ended_at=row["ended_at"],
-                duration_ms=row["duration_ms"],
-                status=row["status"],
-                status_message=row["status_message"],
-                attributes=_json(row["attributes"]),
-            )
-            for row in rows
-        ]
+        return [SpanOut.model_validate(dict(row, attributes=_json(row["attributes"]), children=[])) for row in rows]
 
-    async def logs(self, where: LogFilter) -> list[StoredLog]:
+    async def logs(self, where: LogFilter) -> list[LogOut]:
         levels = list(LOG_LEVELS[LOG_LEVELS.index(where.min_level) :]) if where.min_level else None
         async with self._connection() as conn:
             rows = await conn.fetch(
@@ -366,20 +231,7 @@ class ObservabilityStore:
                 where.before_id,
                 where.limit,
             )
-        return [
-            StoredLog(
-                id=row["id"],
-                logged_at=row["logged_at"],
-                level=row["level"],
-                service=row["service"],
-                logger=row["logger"],
-                message=row["message"],
-                trace_id=row["trace_id"],
-                span_id=row["span_id"],
-                attributes=_json(row["attributes"]),
-            )
-            for row in rows
-        ]
+        return [LogOut.model_validate(dict(row, attributes=_json(row["attributes"]))) for row in rows]
 
     async def add_feedback(
         self,
@@ -391,19 +243,19 @@ class ObservabilityStore:
         message_id: str | None,
         turn_id: str | None,
         trace_id: str,
-    ) -> Feedback:
+    ) -> FeedbackOut:
         async with self._connection() as conn:
             row = await conn.fetchrow(
                 QUERIES["insert_feedback"], feedback_id, rating, comment, session_id, message_id, turn_id, trace_id
             )
         assert row is not None
-        return _feedback(row)
+        return FeedbackOut.model_validate(dict(row))
 
     async def remove_feedback(self, feedback_id: str) -> None:
         async with self._connection() as conn:
             await conn.execute(QUERIES["delete_feedback"], feedback_id)
 
-    async def feedback(self, where: FeedbackFilter) -> list[Feedback]:
+    async def feedback(self, where: FeedbackFilter) -> list[FeedbackOut]:
         before_at, before_id = where.before if where.before is not None else (None, None)
         async with self._connection() as conn:
             rows = await conn.fetch(
@@ -417,17 +269,4 @@ class ObservabilityStore:
                 before_id,
                 where.limit,
             )
-        return [_feedback(row) for row in rows]
-
-
-def _feedback(row: asyncpg.Record) -> Feedback:
-    return Feedback(
-        id=row["id"],
-        created_at=row["created_at"],
-        rating=row["rating"],
-        comment=row["comment"],
-        session_id=row["session_id"],
-        message_id=row["message_id"],
-        turn_id=row["turn_id"],
-        trace_id=row["trace_id"],
-    )
+        return [FeedbackOut.model_validate(dict(row)) for row in rows]

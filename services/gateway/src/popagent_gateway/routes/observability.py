@@ -26,27 +26,21 @@ from popagent_gateway.dto.observability import (
     FeedbackOut,
     LogListOut,
     LogListQuery,
-    LogOut,
     ObservabilityHealthOut,
     OverviewOut,
     OverviewQuery,
     ProcessExporterOut,
     SpanOut,
-    TokenUsageOut,
     TraceListOut,
     TraceListQuery,
     TraceOut,
-    TraceSummaryOut,
-    TurnBucketOut,
     WindowQuery,
 )
 from popagent_gateway.observability.feedback_events import FeedbackEvents
 from popagent_gateway.observability.store import (
-    Feedback,
     FeedbackFilter,
     LogFilter,
     ObservabilityStore,
-    StoredSpan,
     TraceFilter,
 )
 
@@ -95,29 +89,9 @@ async def overview(request: Request, query: Annotated[OverviewQuery, Query()]) -
         latency_p95_ms=figures.p95_ms,
         first_token_p50_ms=figures.first_token_p50_ms,
         first_token_p95_ms=figures.first_token_p95_ms,
-        tokens=[
-            TokenUsageOut(
-                model=u.model,
-                agent_id=u.agent_id,
-                calls=u.calls,
-                input_tokens=u.input_tokens,
-                output_tokens=u.output_tokens,
-                cached_input_tokens=u.cached_input_tokens,
-                cost_usd=u.cost_usd,
-            )
-            for u in usage
-        ],
+        tokens=usage,
         bucket_seconds=bucket_s,
-        series=[
-            TurnBucketOut(
-                started_at=b.started_at,
-                turns=b.turns,
-                errors=b.errors,
-                latency_p50_ms=b.p50_ms,
-                latency_p95_ms=b.p95_ms,
-            )
-            for b in series
-        ],
+        series=series,
     )
 
 
@@ -156,48 +130,18 @@ async def list_traces(request: Request, query: Annotated[TraceListQuery, Query()
     page = found[: query.limit]
     last = page[-1] if len(found) > query.limit else None
     return TraceListOut(
-        traces=[
-            TraceSummaryOut(
-                trace_id=t.trace_id,
-                root_name=t.root_name,
-                started_at=t.started_at,
-                ended_at=t.ended_at,
-                duration_ms=(t.ended_at - t.started_at).total_seconds() * 1000,
-                span_count=t.span_count,
-                status="error" if t.failed else "ok",
-                session_id=t.session_id,
-                agents=list(t.agents),
-                services=list(t.services),
-            )
-            for t in page
-        ],
+        traces=page,
         next_cursor=_next_keyset_cursor(last.started_at, last.trace_id) if last is not None else None,
     )
 
 
-def span_tree(spans: list[StoredSpan]) -> list[SpanOut]:
+def span_tree(spans: list[SpanOut]) -> list[SpanOut]:
     """The spans as a forest, children in start order; a span whose parent is not stored is a root."""
-    nodes = {
-        s.span_id: SpanOut(
-            span_id=s.span_id,
-            parent_span_id=s.parent_span_id,
-            name=s.name,
-            kind=s.kind,
-            service=s.service,
-            started_at=s.started_at,
-            ended_at=s.ended_at,
-            duration_ms=s.duration_ms,
-            status=s.status,
-            status_message=s.status_message,
-            attributes=s.attributes,
-            children=[],
-        )
-        for s in spans
-    }
+    nodes = {span.span_id: span for span in spans}
     roots = []
     for span in spans:  # already in start order
         parent = nodes.get(span.parent_span_id) if span.parent_span_id else None
-        (parent.children if parent is not None else roots).append(nodes[span.span_id])
+        (parent.children if parent is not None else roots).append(span)
     return roots
 
 
@@ -229,20 +173,7 @@ async def list_logs(request: Request, query: Annotated[LogListQuery, Query()]) -
     )
     page = found[: query.limit]
     return LogListOut(
-        logs=[
-            LogOut(
-                id=r.id,
-                logged_at=r.logged_at,
-                level=r.level,
-                service=r.service,
-                logger=r.logger,
-                message=r.message,
-                trace_id=r.trace_id,
-                span_id=r.span_id,
-                attributes=r.attributes,
-            )
-            for r in page
-        ],
+        logs=page,
         next_cursor=str(page[-1].id) if len(found) > query.limit else None,
     )
 
@@ -264,28 +195,9 @@ async def observability_health(request: Request) -> ObservabilityHealthOut:
     processes: list[ProcessExporterOut] = []
     if reachable:
         try:
-            beats = await store.exporters(HEARTBEATS_WITHIN_S)
+            processes = await store.exporters(HEARTBEATS_WITHIN_S, STALE_HEARTBEAT_S)
         except Unavailable as exc:
             reachable, detail = False, exc.message
-        else:
-            processes = [
-                ProcessExporterOut(
-                    service=b.service,
-                    instance=b.instance,
-                    started_at=b.started_at,
-                    seen_at=b.seen_at,
-                    stale=b.age_s > STALE_HEARTBEAT_S,
-                    exported_spans=b.exported_spans,
-                    dropped_spans=b.dropped_spans,
-                    exported_logs=b.exported_logs,
-                    dropped_logs=b.dropped_logs,
-                    queue_depth=b.queue_depth,
-                    queue_limit=b.queue_limit,
-                    last_error=b.last_error,
-                    last_error_at=b.last_error_at,
-                )
-                for b in beats
-            ]
     stats = active_stats()
     exporter = (
         ExporterOut(
@@ -305,19 +217,6 @@ async def observability_health(request: Request) -> ObservabilityHealthOut:
     )
 
 
-def _feedback_out(feedback: Feedback) -> FeedbackOut:
-    return FeedbackOut(
-        id=feedback.id,
-        created_at=feedback.created_at,
-        rating="up" if feedback.rating == "up" else "down",
-        comment=feedback.comment,
-        session_id=feedback.session_id,
-        message_id=feedback.message_id,
-        turn_id=feedback.turn_id,
-        trace_id=feedback.trace_id,
-    )
-
-
 @router.post("/feedback", response_model=FeedbackOut, status_code=201)
 async def give_feedback(request: Request, body: FeedbackCreate) -> JSONResponse:
     """Store a thumbs up or down; a thumbs down is also published as an outcome event.
@@ -334,16 +233,15 @@ async def give_feedback(request: Request, body: FeedbackCreate) -> JSONResponse:
         turn_id=body.turn_id,
         trace_id=body.trace_id,
     )
-    answer = _feedback_out(feedback)
     if feedback.rating == "down":
         events: FeedbackEvents = request.app.state.feedback_events
         try:
-            await events.negative_feedback_given(answer.model_dump(mode="json"), feedback_id=feedback.id)
+            await events.negative_feedback_given(feedback.model_dump(mode="json"), feedback_id=feedback.id)
         except BaseException:
             # No event, no feedback: see popagent_gateway.observability.feedback_events.
             await store.remove_feedback(feedback.id)
             raise
-    return JSONResponse(answer.model_dump(mode="json"), status_code=201)
+    return JSONResponse(feedback.model_dump(mode="json"), status_code=201)
 
 
 @router.get("/feedback", response_model=FeedbackListOut)
@@ -364,6 +262,6 @@ async def list_feedback(request: Request, query: Annotated[FeedbackListQuery, Qu
     page = found[: query.limit]
     last = page[-1] if len(found) > query.limit else None
     return FeedbackListOut(
-        feedback=[_feedback_out(f) for f in page],
+        feedback=page,
         next_cursor=_next_keyset_cursor(last.created_at, last.id) if last is not None else None,
     )
