@@ -9,13 +9,20 @@ translates them once.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 import asyncpg
 
 from popagent_core.errors import AlreadyExists, Conflict, InvalidArgument, NotFound, StorageError
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+Record = TypeVar("Record", bound="DataclassInstance")
 
 _SCHEMA_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 
@@ -79,6 +86,13 @@ def wrap_db_errors() -> Iterator[None]:
     # InternalClientError: what asyncpg raises when releasing a connection the server severed.
     except (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError, OSError) as exc:
         raise StorageError(f"database error: {type(exc).__name__}") from exc
+
+
+def record_of(record_type: type[Record], row: asyncpg.Record, **converted: object) -> Record:
+    """A row as its typed record: each field from the column of its name, `converted` for the ones that
+    take another type (an enum, a uuid as text)."""
+    columns = {field.name: row[field.name] for field in dataclasses.fields(record_type) if field.name not in converted}
+    return record_type(**columns, **converted)
 
 
 def load_queries(path: Path) -> dict[str, str]:

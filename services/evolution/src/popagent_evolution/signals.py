@@ -16,7 +16,7 @@ from pathlib import Path
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from popagent_core.db import load_queries, wrap_db_errors
+from popagent_core.db import load_queries, record_of, wrap_db_errors
 from popagent_core.errors import Conflict, NotFound
 
 QUERIES = load_queries(Path(__file__).parent / "queries.sql")
@@ -24,26 +24,6 @@ STATUSES = ("pending", "claimed", "applied", "dismissed", "ignored", "dead_lette
 MAX_LIST = 200
 
 Conn = asyncpg.Connection | PoolConnectionProxy
-
-
-@dataclass(frozen=True, slots=True)
-class SignalRecord:
-    id: str
-    event_id: str
-    trace_id: str
-    turn_id: str
-    session_id: str
-    agent_id: str
-    failure_class: str
-    goal: str
-    evidence: str
-    status: str
-    attempts: int
-    max_attempts: int
-    due_at: datetime
-    last_error: str
-    created_at: datetime
-    updated_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,25 +38,22 @@ class NewSignal:
     evidence: str
 
 
+@dataclass(frozen=True, slots=True)
+class SignalRecord(NewSignal):
+    """A stored signal: what ingestion gave, and its claim and settlement state."""
+
+    id: str
+    status: str
+    attempts: int
+    max_attempts: int
+    due_at: datetime
+    last_error: str
+    created_at: datetime
+    updated_at: datetime
+
+
 def signal_of(row: asyncpg.Record) -> SignalRecord:
-    return SignalRecord(
-        id=str(row["id"]),
-        event_id=row["event_id"],
-        trace_id=row["trace_id"],
-        turn_id=row["turn_id"],
-        session_id=row["session_id"],
-        agent_id=row["agent_id"],
-        failure_class=row["failure_class"],
-        goal=row["goal"],
-        evidence=row["evidence"],
-        status=row["status"],
-        attempts=row["attempts"],
-        max_attempts=row["max_attempts"],
-        due_at=row["due_at"],
-        last_error=row["last_error"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-    )
+    return record_of(SignalRecord, row, id=str(row["id"]))
 
 
 def fences(signals: list[SignalRecord]) -> tuple[list[uuid.UUID], list[int]]:

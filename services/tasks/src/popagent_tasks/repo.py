@@ -20,7 +20,7 @@ from asyncpg.pool import PoolConnectionProxy
 
 from popagent.events.v1 import events_pb2
 from popagent_core import bus, subjects
-from popagent_core.db import load_queries, wrap_db_errors
+from popagent_core.db import load_queries, record_of, wrap_db_errors
 from popagent_core.errors import Conflict, FailedPrecondition, NotFound
 from popagent_tasks.model import (
     MAX_ERROR_CHARS,
@@ -83,57 +83,11 @@ def remediation_prompt(task: Task) -> str:
 
 def _task(row: asyncpg.Record) -> Task:
     """The one mapping of a task row (the column list every task query names) to its record."""
-    return Task(
-        id=row["id"],
-        kind=Kind(row["kind"]),
-        status=Status(row["status"]),
-        source=Source(row["source"]),
-        workspace_id=row["workspace_id"],
-        prompt=row["prompt"],
-        model=row["model"],
-        session_id=row["session_id"],
-        schedule_id=row["schedule_id"],
-        tick=row["tick"],
-        parent_task_id=row["parent_task_id"],
-        attempt_count=row["attempt_count"],
-        max_attempts=row["max_attempts"],
-        next_attempt_at=row["next_attempt_at"],
-        claimed_by=row["claimed_by"],
-        turn_id=row["turn_id"],
-        trace_id=row["trace_id"],
-        started_at=row["started_at"],
-        heartbeat_at=row["heartbeat_at"],
-        finished_at=row["finished_at"],
-        last_error_class=row["last_error_class"],
-        last_error=row["last_error"],
-        dead_lettered_at=row["dead_lettered_at"],
-        outcome=row["outcome"],
-        resolution=row["resolution"],
-        resolved_at=row["resolved_at"],
-        cancel_requested_at=row["cancel_requested_at"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-    )
+    return record_of(Task, row, kind=Kind(row["kind"]), status=Status(row["status"]), source=Source(row["source"]))
 
 
 def _schedule(row: asyncpg.Record) -> Schedule:
-    return Schedule(
-        id=row["id"],
-        source=Source(row["source"]),
-        workspace_id=row["workspace_id"],
-        name=row["name"],
-        prompt=row["prompt"],
-        model=row["model"],
-        session_id=row["session_id"],
-        cron=row["cron"],
-        timezone=row["timezone"],
-        next_run_at=row["next_run_at"],
-        enabled=row["enabled"],
-        max_attempts=row["max_attempts"],
-        last_tick=row["last_tick"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-    )
+    return record_of(Schedule, row, source=Source(row["source"]))
 
 
 def _schedule_args(fields: ScheduleFields) -> tuple[object, ...]:
