@@ -21,8 +21,6 @@ import contextlib
 import functools
 import hashlib
 import logging
-import os
-import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +30,7 @@ from popagent_agent_runner.docs.store import DocsStore, EmbeddedDocument, IndexR
 from popagent_agent_runner.llm.embeddings import GatewayRetrieval
 from popagent_agent_runner.state.workspaces import AgentWorkspaceStore, contained_path
 from popagent_agent_runner.workspace import gitignore
-from popagent_agent_runner.workspace.files import FILE_FLAGS, _walk_tree  # pyright: ignore[reportPrivateUsage]
+from popagent_agent_runner.workspace.files import read_small_file, walk_tree
 from popagent_agent_runner.workspace.paths import Repository, WorkspaceRefusal
 from popagent_core.errors import FailedPrecondition, InvalidArgument, PopagentError
 
@@ -78,7 +76,7 @@ def scan(repo: Repository, include: Sequence[str], exclude: Sequence[str]) -> li
     excluded = [gitignore.glob_regex(glob) for glob in exclude]
     found: list[ScannedFile] = []
     with repo.root_fd() as root:
-        for parts, item, parent_fd in _walk_tree(root, (), [], 1 << 16):
+        for parts, item, parent_fd in walk_tree(root, (), [], 1 << 16):
             if not item.is_file(follow_symlinks=False):
                 continue
             path = "/".join(parts)
@@ -98,26 +96,8 @@ def scan(repo: Repository, include: Sequence[str], exclude: Sequence[str]) -> li
 
 
 def _read_small(name: str, parent_fd: int) -> bytes | None:
-    try:
-        fd = os.open(name, FILE_FLAGS, dir_fd=parent_fd)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_DOCUMENT_BYTES:
-            return None
-        chunks: list[bytes] = []
-        remaining = st.st_size
-        while remaining > 0:
-            piece = os.read(fd, remaining)
-            if not piece:
-                break
-            chunks.append(piece)
-            remaining -= len(piece)
-        data = b"".join(chunks)
-        return None if b"\x00" in data else data
-    finally:
-        os.close(fd)
+    data = read_small_file(name, parent_fd, MAX_DOCUMENT_BYTES)
+    return None if data is None or b"\x00" in data else data
 
 
 async def embed_documents(

@@ -435,7 +435,7 @@ def _inherited_rules(repo_root_fd: int, parts: tuple[str, ...]) -> list[gitignor
     return rules
 
 
-def _walk_tree(
+def walk_tree(
     dir_fd: int, parts: tuple[str, ...], rules: list[gitignore.Rule], max_depth: int
 ) -> Iterator[tuple[tuple[str, ...], os.DirEntry[str], int]]:
     """(components, entry, parent fd) of everything below `dir_fd` in sorted order: no `.git`,
@@ -463,7 +463,7 @@ def _walk_tree(
             except OSError:
                 continue
             try:
-                yield from _walk_tree(sub, child, rules, max_depth - 1)
+                yield from walk_tree(sub, child, rules, max_depth - 1)
             finally:
                 os.close(sub)
 
@@ -476,7 +476,7 @@ def list_files(repo: Repository, raw: str = ".", depth: int = 2, max_entries: in
         rules = _inherited_rules(root, folder.parts) if folder.parts else []
         entries: list[ListedEntry] = []
         truncated = False
-        for parts, item, _ in _walk_tree(folder.parent_fd, folder.parts, rules, depth):
+        for parts, item, _ in walk_tree(folder.parent_fd, folder.parts, rules, depth):
             if len(entries) >= max_entries:
                 truncated = True
                 break
@@ -526,7 +526,7 @@ def grep(
     truncated = False
     with repo.root_fd() as root, repo.directory(raw) as folder:
         rules = _inherited_rules(root, folder.parts) if folder.parts else []
-        for parts, item, parent_fd in _walk_tree(folder.parent_fd, folder.parts, rules, 1 << 16):
+        for parts, item, parent_fd in walk_tree(folder.parent_fd, folder.parts, rules, 1 << 16):
             if not item.is_file(follow_symlinks=False):
                 continue
             if include_regex is not None:
@@ -565,18 +565,32 @@ def grep(
 
 
 def _grep_bytes(name: str, parent_fd: int) -> bytes | None:
+    data = read_small_file(name, parent_fd, GREP_MAX_FILE_BYTES)
+    return None if data is None or is_binary(data) else data
+
+
+def read_small_file(name: str, parent_fd: int, max_bytes: int) -> bytes | None:
+    """The content of the regular file `name` in `parent_fd`, opened without following a link; None when
+    it cannot be opened, is not a regular file or holds more than `max_bytes`."""
     try:
         fd = os.open(name, FILE_FLAGS, dir_fd=parent_fd)
     except OSError:
         return None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > GREP_MAX_FILE_BYTES:
+        if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:
             return None
-        data = os.read(fd, st.st_size + 1)
-        if len(data) > GREP_MAX_FILE_BYTES or is_binary(data):
-            return None
-        return data
+        chunks: list[bytes] = []
+        # One byte past the bound tells a file that grew since fstat from one that fits.
+        remaining = max_bytes + 1
+        while remaining > 0:
+            piece = os.read(fd, remaining)
+            if not piece:
+                break
+            chunks.append(piece)
+            remaining -= len(piece)
+        data = b"".join(chunks)
+        return None if len(data) > max_bytes else data
     finally:
         os.close(fd)
 
