@@ -1,6 +1,8 @@
 // The evolution loop: recent signals (ignore, retry) and learned revisions (a diff of each, revert).
 import { useState } from "react";
-import { messageOf, useLoad } from "../common/useLoad";
+import { ListSection, useActions } from "../common/lists";
+import { stamp } from "../common/stamp";
+import { useLoad } from "../common/useLoad";
 import type { RevisionOut, SignalOut } from "../api/types";
 import { autonomyApi } from "./api";
 import { contentText, lineDiff } from "./diff";
@@ -14,11 +16,6 @@ const TONE: Record<string, string> = {
   ignored: "warn",
   dead_letter: "bad",
 };
-
-function stamp(iso: string): string {
-  const date = new Date(iso);
-  return Number.isNaN(date.getTime()) ? iso : date.toLocaleString();
-}
 
 function Diff(props: { revision: RevisionOut }) {
   const lines = lineDiff(contentText(props.revision.before), contentText(props.revision.after));
@@ -109,17 +106,7 @@ export default function AutonomyPage() {
   const [status, setStatus] = useState("");
   const signals = useLoad(["autonomy", "signals", status], () => autonomyApi.signals({ status: status || undefined }));
   const revisions = useLoad(["autonomy", "revisions"], () => autonomyApi.revisions());
-  const [actionError, setActionError] = useState<string | null>(null);
-
-  const act = async (what: string, run: () => Promise<unknown>) => {
-    setActionError(null);
-    try {
-      await run();
-    } catch (error) {
-      setActionError(`Could not ${what}: ${messageOf(error)}`);
-    }
-    await Promise.all([signals.reload(), revisions.reload()]);
-  };
+  const { act, banner } = useActions(() => Promise.all([signals.reload(), revisions.reload()]));
   const onAct = (what: string, run: () => Promise<unknown>) => void act(what, run);
 
   return (
@@ -129,14 +116,16 @@ export default function AutonomyPage() {
         Failed turns become signals; learning picks code-owned strategies for them and writes overlays or learned
         skills, each an append-only revision you can revert. The autonomy settings switch it on and off.
       </p>
-      {actionError ? (
-        <p role="alert" className="banner bad">
-          {actionError}
-        </p>
-      ) : null}
-      <section aria-labelledby="signals-heading" className="stack">
-        <div className="section-head">
-          <h2 id="signals-heading">Signals</h2>
+      {banner}
+      <ListSection
+        id="signals"
+        title="Signals"
+        noun="signals"
+        list={signals}
+        items={signals.data?.signals}
+        empty="No signals."
+        testId="signal-list"
+        controls={
           <label>
             <span className="visually-hidden">Status</span>
             <select value={status} onChange={(event) => setStatus(event.target.value)}>
@@ -147,29 +136,19 @@ export default function AutonomyPage() {
               ))}
             </select>
           </label>
-          <button type="button" className="ghost small" onClick={() => void signals.reload()}>
-            Refresh
-          </button>
-        </div>
-        {signals.error ? <p role="alert" className="error-text">Could not load signals: {signals.error.message}</p> : null}
-        <ul className="task-list" data-testid="signal-list">
-          {signals.data?.signals.length === 0 ? <li className="muted">No signals.</li> : null}
-          {signals.data?.signals.map((signal) => <SignalItem key={signal.id} signal={signal} onAct={onAct} />)}
-        </ul>
-      </section>
-      <section aria-labelledby="revisions-heading" className="stack">
-        <div className="section-head">
-          <h2 id="revisions-heading">Revisions</h2>
-          <button type="button" className="ghost small" onClick={() => void revisions.reload()}>
-            Refresh
-          </button>
-        </div>
-        {revisions.error ? <p role="alert" className="error-text">Could not load revisions: {revisions.error.message}</p> : null}
-        <ul className="task-list" data-testid="revision-list">
-          {revisions.data?.revisions.length === 0 ? <li className="muted">Nothing learned yet.</li> : null}
-          {revisions.data?.revisions.map((revision) => <RevisionItem key={revision.id} revision={revision} onAct={onAct} />)}
-        </ul>
-      </section>
+        }
+        renderItem={(signal) => <SignalItem key={signal.id} signal={signal} onAct={onAct} />}
+      />
+      <ListSection
+        id="revisions"
+        title="Revisions"
+        noun="revisions"
+        list={revisions}
+        items={revisions.data?.revisions}
+        empty="Nothing learned yet."
+        testId="revision-list"
+        renderItem={(revision) => <RevisionItem key={revision.id} revision={revision} onAct={onAct} />}
+      />
     </div>
   );
 }

@@ -1,6 +1,7 @@
 import { useEffect, useState } from "react";
 import { ApiError, api } from "../api/client";
 import type { ModelsOut, SessionSummary, WorkspaceOut } from "../api/types";
+import { ErrorText } from "../common/ErrorText";
 import { messageOf, useLoad } from "../common/useLoad";
 import { navigate } from "../route";
 import { Composer } from "./Composer";
@@ -64,11 +65,7 @@ function NewChat(props: Shared & { workspaceId: string; workspaces: WorkspaceOut
         <div className="empty">
           <h1>New chat</h1>
           <p className="muted">Ask popagent anything. The chat is saved as a session you can find in the sidebar.</p>
-          {error ? (
-            <p role="alert" className="error-text">
-              Could not start a chat: {error}
-            </p>
-          ) : null}
+          <ErrorText error={error && `Could not start a chat: ${error}`} />
         </div>
       </div>
       <div className="status-row" />

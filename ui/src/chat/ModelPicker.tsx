@@ -1,5 +1,6 @@
 import { useId, useState } from "react";
 import type { ModelsOut } from "../api/types";
+import { ErrorText } from "../common/ErrorText";
 import { href } from "../route";
 import { chatModels, isChatModel } from "./models";
 
@@ -95,11 +96,7 @@ export function ModelNotice(props: { models: ModelsOut | undefined; value: strin
               </button>
             </div>
           ) : null}
-          {error ? (
-            <p role="alert" className="error-text">
-              Could not save the default: {error}
-            </p>
-          ) : null}
+          <ErrorText error={error && `Could not save the default: ${error}`} />
         </div>
       ) : null}
       {overrides.length ? (

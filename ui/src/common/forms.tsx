@@ -98,6 +98,27 @@ export type FieldInputProps = {
   invalid: boolean;
 };
 
+/** A field's input as a select; `options` are [value, text] pairs. */
+export function SelectInput(props: { input: FieldInputProps; value: string; options: [string, string][] }) {
+  const { input } = props;
+  return (
+    <select
+      id={input.id}
+      name={input.name}
+      aria-describedby={input.describedBy || undefined}
+      aria-invalid={input.invalid || undefined}
+      value={props.value}
+      onChange={(event) => input.onChange(event.target.value)}
+    >
+      {props.options.map(([value, text]) => (
+        <option key={value} value={value}>
+          {text}
+        </option>
+      ))}
+    </select>
+  );
+}
+
 export function FieldInput(props: FieldInputProps) {
   const { spec } = props;
   const common = {
@@ -110,15 +131,7 @@ export function FieldInput(props: FieldInputProps) {
     return <input type="checkbox" {...common} checked={props.value === true} onChange={(event) => props.onChange(event.target.checked)} />;
   }
   if (spec.enum) {
-    return (
-      <select {...common} value={String(props.value ?? "")} onChange={(event) => props.onChange(event.target.value)}>
-        {spec.enum.map((option) => (
-          <option key={option} value={option}>
-            {option}
-          </option>
-        ))}
-      </select>
-    );
+    return <SelectInput input={props} value={String(props.value ?? "")} options={spec.enum.map((option) => [option, option])} />;
   }
   if (spec.type === "integer" || spec.type === "number") {
     return (
@@ -247,8 +260,7 @@ export function SubmitStatus({ state, unshown }: { state: SubmitState; unshown?:
   );
 }
 
-/** A settings object's form: shows every writable field of `form` (a PATCH schema) and sends only the changed ones. */
-export function PatchForm<Out extends object>(props: {
+export type PatchFormProps<Out extends object> = {
   form: string;
   title: string;
   description?: string;
@@ -261,7 +273,10 @@ export function PatchForm<Out extends object>(props: {
   order?: string[];
   /** Fields under headings, in this order; fields in no group follow under "Other". */
   groups?: { title: string; fields: string[] }[];
-}) {
+};
+
+/** A settings object's form: shows every writable field of `form` (a PATCH schema) and sends only the changed ones. */
+export function PatchForm<Out extends object>(props: PatchFormProps<Out>) {
   const formId = useId().replace(/:/g, "");
   // The enable switch first, then the order given (or the groups'), then the rest.
   const enableFirst = (names: string[]) => [...names.filter((name) => /^enabled$/.test(name)), ...names.filter((name) => !/^enabled$/.test(name))];

@@ -1,19 +1,14 @@
 import "./documents.css";
 import { useEffect, useId, useState, type FormEvent } from "react";
-import type { WorkspaceOut } from "../api/types";
+import type { DocumentSearchOut, IndexStatusOut, WorkspaceOut } from "../api/types";
+import { ErrorText } from "../common/ErrorText";
+import { stamp } from "../common/stamp";
 import { messageOf, useLoad } from "../common/useLoad";
 import { href } from "../route";
-import type { DocumentSearchOut, IndexStatusOut } from "../api/types";
 import { documentsApi } from "./api";
 
 const POLL_MS = 1500;
 const TONE: Record<IndexStatusOut["state"], string> = { idle: "ok", queued: "pending", running: "pending", failed: "bad" };
-
-function stamp(iso: string): string {
-  if (!iso) return "—";
-  const date = new Date(iso);
-  return Number.isNaN(date.getTime()) ? iso : date.toLocaleString();
-}
 
 /** A workspace's documentation: the index's state and progress, reindexing, and search. */
 export default function DocumentsPage(props: { workspaceId: string | null; workspaces: WorkspaceOut[] }) {
@@ -162,11 +157,7 @@ function SearchBox({ workspaceId }: { workspaceId: string }) {
           Search
         </button>
       </form>
-      {error ? (
-        <p role="alert" className="error-text">
-          {error}
-        </p>
-      ) : null}
+      <ErrorText error={error} />
       {result ? (
         <ol className="plain-list" aria-label="Search results" data-ranking={result.ranking}>
           {result.hits.length === 0 ? <li className="muted">No passage matches.</li> : null}

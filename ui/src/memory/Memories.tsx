@@ -2,14 +2,11 @@
 import { useId, useState, type FormEvent } from "react";
 import { api } from "../api/client";
 import type { MemoryOut, MemoryPatch } from "../api/types";
+import { ErrorText, LoadError } from "../common/ErrorText";
 import { useConfirm } from "../common/confirm";
-import { Field, SubmitStatus, fieldsOf, useSubmit } from "../common/forms";
+import { Field, SelectInput, SubmitStatus, fieldsOf, useSubmit } from "../common/forms";
+import { stamp } from "../common/stamp";
 import { messageOf, useLoad } from "../common/useLoad";
-
-function stamp(iso: string): string {
-  const date = new Date(iso);
-  return Number.isNaN(date.getTime()) ? iso : date.toLocaleString();
-}
 
 /** Long-term memories: facts and preferences recalled into every turn, kept across sessions. */
 export function Memories() {
@@ -59,16 +56,8 @@ export function Memories() {
         <input id={searchId} type="search" placeholder="Search memories" value={search} onChange={(event) => setSearch(event.target.value)} />
         <button type="submit">Search</button>
       </form>
-      {error ? (
-        <p role="alert" className="error-text">
-          {error}
-        </p>
-      ) : null}
-      {list.error ? (
-        <p role="alert" className="error-text">
-          Could not load memories: {list.error.message}
-        </p>
-      ) : null}
+      <ErrorText error={error} />
+      <LoadError what="memories" error={list.error} />
       <ul className="task-list" data-testid="memory-list">
         {list.data?.memories.length === 0 ? <li className="muted">{query ? "No memory matches." : "No memories yet."}</li> : null}
         {list.data?.memories.map((memory) => (
@@ -90,20 +79,7 @@ function KindField(props: { formId: string; form: "MemoryCreate" | "MemoryPatch"
   return (
     <Field formId={props.formId} name="kind" spec={spec} label="Kind" error={props.error} value={props.value} onChange={(value) => props.onChange(value as Kind)}>
       {(input) => (
-        <select
-          id={input.id}
-          name={input.name}
-          aria-describedby={input.describedBy || undefined}
-          aria-invalid={input.invalid || undefined}
-          value={props.value}
-          onChange={(event) => props.onChange(event.target.value as Kind)}
-        >
-          {(spec.enum ?? ["fact", "preference"]).map((option) => (
-            <option key={option} value={option}>
-              {KIND_LABELS[option as Kind] ?? option}
-            </option>
-          ))}
-        </select>
+        <SelectInput input={input} value={props.value} options={(spec.enum ?? ["fact", "preference"]).map((option) => [option, KIND_LABELS[option as Kind] ?? option])} />
       )}
     </Field>
   );
@@ -114,28 +90,39 @@ function PinnedField(props: { formId: string; form: "MemoryCreate" | "MemoryPatc
   return <Field formId={props.formId} name="pinned" spec={spec} label="Pinned" error={props.error} value={props.value} onChange={(value) => props.onChange(value === true)} />;
 }
 
+/** What the create and edit forms hold: the memory's three fields. */
+type Draft = { content: string; kind: Kind; pinned: boolean };
+
+const EMPTY: Draft = { content: "", kind: "fact", pinned: false };
+
+/** A memory's fields in a create (`MemoryCreate`) or edit (`MemoryPatch`) form, with the server's messages. */
+function MemoryFields(props: { formId: string; form: "MemoryCreate" | "MemoryPatch"; label: string; draft: Draft; errors: Record<string, string>; onChange: (draft: Draft) => void }) {
+  const { formId, form, draft, errors, onChange } = props;
+  const spec = fieldsOf(form).content ?? { type: "string" };
+  return (
+    <>
+      <Field formId={formId} name="content" spec={spec} label={props.label} error={errors.content} value={draft.content} onChange={(value) => onChange({ ...draft, content: String(value) })} />
+      <KindField formId={formId} form={form} value={draft.kind} error={errors.kind} onChange={(kind) => onChange({ ...draft, kind })} />
+      <PinnedField formId={formId} form={form} value={draft.pinned} error={errors.pinned} onChange={(pinned) => onChange({ ...draft, pinned })} />
+    </>
+  );
+}
+
 function NewMemory(props: { onCreated: () => void }) {
   const formId = useId().replace(/:/g, "");
-  const [content, setContent] = useState("");
-  const [kind, setKind] = useState<Kind>("fact");
-  const [pinned, setPinned] = useState(false);
+  const [draft, setDraft] = useState<Draft>(EMPTY);
   const submit = useSubmit(["content", "kind", "pinned"]);
-  const spec = fieldsOf("MemoryCreate").content ?? { type: "string" };
   const onSubmit = async (event: FormEvent) => {
     event.preventDefault();
-    const created = await submit.run(() => api.createMemory({ content, kind, pinned }));
+    const created = await submit.run(() => api.createMemory(draft));
     if (created !== undefined) {
-      setContent("");
-      setKind("fact");
-      setPinned(false);
+      setDraft(EMPTY);
       props.onCreated();
     }
   };
   return (
     <form className="settings-form card" noValidate onSubmit={(event) => void onSubmit(event)} data-form="MemoryCreate">
-      <Field formId={formId} name="content" spec={spec} label="New memory" error={submit.errors.content} value={content} onChange={(value) => setContent(String(value))} />
-      <KindField formId={formId} form="MemoryCreate" value={kind} error={submit.errors.kind} onChange={setKind} />
-      <PinnedField formId={formId} form="MemoryCreate" value={pinned} error={submit.errors.pinned} onChange={setPinned} />
+      <MemoryFields formId={formId} form="MemoryCreate" label="New memory" draft={draft} errors={submit.errors} onChange={setDraft} />
       <div className="form-actions">
         <button type="submit" className="primary">
           Remember
@@ -150,15 +137,11 @@ function MemoryItem(props: { memory: MemoryOut; onSaved: () => void; onDelete: (
   const { memory } = props;
   const formId = useId().replace(/:/g, "");
   const [editing, setEditing] = useState(false);
-  const [content, setContent] = useState(memory.content);
-  const [kind, setKind] = useState<Kind>(memory.kind);
-  const [pinned, setPinned] = useState(memory.pinned);
+  const stored: Draft = { content: memory.content, kind: memory.kind, pinned: memory.pinned };
+  const [draft, setDraft] = useState<Draft>(stored);
   const submit = useSubmit(["content", "kind", "pinned"]);
-  const spec = fieldsOf("MemoryPatch").content ?? { type: "string" };
   const cancel = () => {
-    setContent(memory.content);
-    setKind(memory.kind);
-    setPinned(memory.pinned);
+    setDraft(stored);
     submit.setErrors({});
     submit.setState({ kind: "idle" });
     setEditing(false);
@@ -167,9 +150,9 @@ function MemoryItem(props: { memory: MemoryOut; onSaved: () => void; onDelete: (
     event.preventDefault();
     // Only what changed is sent: the API refuses an empty change, and an unchanged field is no edit.
     const patch: MemoryPatch = {};
-    if (content !== memory.content) patch.content = content;
-    if (kind !== memory.kind) patch.kind = kind;
-    if (pinned !== memory.pinned) patch.pinned = pinned;
+    if (draft.content !== memory.content) patch.content = draft.content;
+    if (draft.kind !== memory.kind) patch.kind = draft.kind;
+    if (draft.pinned !== memory.pinned) patch.pinned = draft.pinned;
     if (Object.keys(patch).length === 0) {
       setEditing(false);
       return;
@@ -181,9 +164,7 @@ function MemoryItem(props: { memory: MemoryOut; onSaved: () => void; onDelete: (
     <li className="card task" data-testid="memory-item" data-memory-id={memory.id} data-kind={memory.kind} data-pinned={memory.pinned}>
       {editing ? (
         <form noValidate onSubmit={(event) => void onSubmit(event)} className="settings-form">
-          <Field formId={formId} name="content" spec={spec} label="Memory" error={submit.errors.content} value={content} onChange={(value) => setContent(String(value))} />
-          <KindField formId={formId} form="MemoryPatch" value={kind} error={submit.errors.kind} onChange={setKind} />
-          <PinnedField formId={formId} form="MemoryPatch" value={pinned} error={submit.errors.pinned} onChange={setPinned} />
+          <MemoryFields formId={formId} form="MemoryPatch" label="Memory" draft={draft} errors={submit.errors} onChange={setDraft} />
           <div className="form-actions">
             <button type="submit" className="primary small">
               Save

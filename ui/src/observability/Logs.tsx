@@ -1,11 +1,10 @@
-import { useId } from "react";
-import { messageOf, useLoad } from "../common/useLoad";
+import { useLoad } from "../common/useLoad";
 import type { LogOut } from "../api/types";
+import { stamp } from "../common/stamp";
 import { obsApi } from "./api";
 import { isTraceId, traceHref } from "./routes";
-import { stamp, windowParams } from "./time";
-import { Pager, TextFilter, usePagedFilter } from "./paging";
-import { WindowPicker } from "./WindowPicker";
+import { windowParams } from "./time";
+import { FilterForm, Pager, SelectFilter, TextFilter, usePagedFilter } from "./paging";
 
 const PAGE = 50;
 const LEVELS = ["debug", "info", "warning", "error", "critical"];
@@ -29,7 +28,6 @@ function Extra(props: { log: LogOut }) {
 
 /** Stored logs (warnings and errors, and the info loggers the settings select): by service, level, trace and time. */
 export function Logs(props: { params: URLSearchParams }) {
-  const id = useId();
   const initial: Filters = {
     service: props.params.get("service") ?? "",
     level: props.params.get("level") ?? "",
@@ -58,24 +56,19 @@ export function Logs(props: { params: URLSearchParams }) {
   const next = list.data?.nextCursor ?? null;
   return (
     <div className="stack">
-      <form className="obs-filters" onSubmit={paged.apply} aria-label="Log filters">
+      <FilterForm label="Log filters" paged={paged} list={list}>
         <TextFilter
           label="Service"
           value={draft.service}
           placeholder="e.g. popagent-gateway"
           onChange={(value) => setDraft({ ...draft, service: value })}
         />
-        <div className="obs-field">
-          <label htmlFor={`${id}-level`}>Level</label>
-          <select id={`${id}-level`} value={draft.level} onChange={(e) => setDraft({ ...draft, level: e.target.value })}>
-            <option value="">Any stored</option>
-            {LEVELS.map((level) => (
-              <option key={level} value={level}>
-                {level} or worse
-              </option>
-            ))}
-          </select>
-        </div>
+        <SelectFilter
+          label="Level"
+          value={draft.level}
+          options={[["", "Any stored"], ...LEVELS.map((level): [string, string] => [level, `${level} or worse`])]}
+          onChange={(value) => setDraft({ ...draft, level: value })}
+        />
         <TextFilter
           label="Trace"
           mono
@@ -83,12 +76,7 @@ export function Logs(props: { params: URLSearchParams }) {
           placeholder="32 hex digits"
           onChange={(value) => setDraft({ ...draft, traceId: value })}
         />
-        <WindowPicker value={window} onChange={paged.setWindow} />
-        <button type="submit" className="primary small">
-          Apply
-        </button>
-      </form>
-      {list.error ? <p className="error-text">{messageOf(list.error)}</p> : null}
+      </FilterForm>
       <ol className="obs-logs" aria-label="Logs" aria-busy={list.loading || undefined}>
         {logs.map((log) => (
           <li key={log.id} className="obs-log">
@@ -107,7 +95,7 @@ export function Logs(props: { params: URLSearchParams }) {
         ))}
         {!list.loading && !list.error && logs.length === 0 ? <li className="muted">No stored log matches.</li> : null}
       </ol>
-      <Pager page={paged.cursors.length + 1} onNewer={paged.newer} next={next} onOlder={paged.older} />
+      <Pager paged={paged} next={next} />
     </div>
   );
 }

@@ -1,10 +1,12 @@
 import { useMemo, useState } from "react";
 import { messageOf, useLoad } from "../common/useLoad";
 import type { ObservabilityHealthOut, OverviewOut } from "../api/types";
+import { stamp } from "../common/stamp";
 import { obsApi } from "./api";
 import { TimeChart, type ChartSeries } from "./Chart";
 import { tracesHref } from "./routes";
-import { count, DEFAULT_WINDOW, ms, stamp, usd, windowParams, type Window } from "./time";
+import { Table } from "./Table";
+import { count, DEFAULT_WINDOW, ms, usd, windowParams, type Window } from "./time";
 import { WindowPicker } from "./WindowPicker";
 
 const TURN_SERIES: ChartSeries[] = [
@@ -63,47 +65,27 @@ function Health(props: { health: ObservabilityHealthOut | undefined; error: Erro
           <span className="badge bad">unreachable: {health.storeDetail}</span>
         )}
       </p>
-      <div className="obs-table-wrap">
-        <table className="obs-table" aria-label="Exporters by process">
-          <thead>
-            <tr>
-              <th>Service</th>
-              <th>Process</th>
-              <th>Last heartbeat</th>
-              <th className="num">Queue</th>
-              <th className="num">Spans exported</th>
-              <th className="num">Spans dropped</th>
-              <th className="num">Logs dropped</th>
-              <th>Last error</th>
-            </tr>
-          </thead>
-          <tbody>
-            {health.processes.map((p) => (
-              <tr key={`${p.service}/${p.instance}`}>
-                <td>
-                  {p.service} {p.stale ? <span className="badge warn">stale</span> : null}
-                </td>
-                <td className="mono">{p.instance}</td>
-                <td>{stamp(p.seenAt)}</td>
-                <td className="num">
-                  {p.queueDepth}/{p.queueLimit}
-                </td>
-                <td className="num">{p.exportedSpans}</td>
-                <td className={`num${p.droppedSpans ? " danger-text" : ""}`}>{p.droppedSpans}</td>
-                <td className="num">{p.droppedLogs}</td>
-                <td className="obs-wrap">{p.lastError ? `${p.lastError} (${stamp(p.lastErrorAt)})` : "—"}</td>
-              </tr>
-            ))}
-            {health.processes.length === 0 ? (
-              <tr>
-                <td colSpan={8} className="muted">
-                  No process has written a heartbeat in the last hour.
-                </td>
-              </tr>
-            ) : null}
-          </tbody>
-        </table>
-      </div>
+      <Table
+        label="Exporters by process"
+        columns={["Service", "Process", "Last heartbeat", { title: "Queue", num: true }, { title: "Spans exported", num: true }, { title: "Spans dropped", num: true }, { title: "Logs dropped", num: true }, "Last error"]}
+        rows={health.processes.map((p) => (
+          <tr key={`${p.service}/${p.instance}`}>
+            <td>
+              {p.service} {p.stale ? <span className="badge warn">stale</span> : null}
+            </td>
+            <td className="mono">{p.instance}</td>
+            <td>{stamp(p.seenAt)}</td>
+            <td className="num">
+              {p.queueDepth}/{p.queueLimit}
+            </td>
+            <td className="num">{p.exportedSpans}</td>
+            <td className={`num${p.droppedSpans ? " danger-text" : ""}`}>{p.droppedSpans}</td>
+            <td className="num">{p.droppedLogs}</td>
+            <td className="obs-wrap">{p.lastError ? `${p.lastError} (${stamp(p.lastErrorAt)})` : "—"}</td>
+          </tr>
+        ))}
+        empty="No process has written a heartbeat in the last hour."
+      />
     </section>
   );
 }
@@ -145,48 +127,27 @@ export function Overview() {
           </div>
           <section className="obs-panel" aria-labelledby="obs-tokens">
             <h2 id="obs-tokens">Tokens by model and agent</h2>
-            <div className="obs-table-wrap">
-              <table className="obs-table">
-                <thead>
-                  <tr>
-                    <th>Model</th>
-                    <th>Agent</th>
-                    <th className="num">Calls</th>
-                    <th className="num">Input</th>
-                    <th className="num">Cached</th>
-                    <th className="num">Output</th>
-                    <th className="num">Cost</th>
-                    <th aria-label="Share of tokens" />
-                  </tr>
-                </thead>
-                <tbody>
-                  {tokens.map((t) => (
-                    <tr key={`${t.model}/${t.agentId}`}>
-                      <td className="mono">{t.model || "—"}</td>
-                      <td>
-                        <a href={tracesHref({ agentId: t.agentId })}>{t.agentId || "—"}</a>
-                      </td>
-                      <td className="num">{t.calls}</td>
-                      <td className="num">{count(t.inputTokens)}</td>
-                      <td className="num">{count(t.cachedInputTokens)}</td>
-                      <td className="num">{count(t.outputTokens)}</td>
-                      <td className="num">{usd(t.costUsd)}</td>
-                      <td className="obs-bar-cell">
-                        <span className="obs-bar in" style={{ width: `${(100 * t.inputTokens) / maxTokens}%` }} />
-                        <span className="obs-bar out" style={{ width: `${(100 * t.outputTokens) / maxTokens}%` }} />
-                      </td>
-                    </tr>
-                  ))}
-                  {tokens.length === 0 ? (
-                    <tr>
-                      <td colSpan={8} className="muted">
-                        No model call in this window.
-                      </td>
-                    </tr>
-                  ) : null}
-                </tbody>
-              </table>
-            </div>
+            <Table
+              columns={["Model", "Agent", { title: "Calls", num: true }, { title: "Input", num: true }, { title: "Cached", num: true }, { title: "Output", num: true }, { title: "Cost", num: true }, { title: "Share of tokens", hidden: true }]}
+              rows={tokens.map((t) => (
+                <tr key={`${t.model}/${t.agentId}`}>
+                  <td className="mono">{t.model || "—"}</td>
+                  <td>
+                    <a href={tracesHref({ agentId: t.agentId })}>{t.agentId || "—"}</a>
+                  </td>
+                  <td className="num">{t.calls}</td>
+                  <td className="num">{count(t.inputTokens)}</td>
+                  <td className="num">{count(t.cachedInputTokens)}</td>
+                  <td className="num">{count(t.outputTokens)}</td>
+                  <td className="num">{usd(t.costUsd)}</td>
+                  <td className="obs-bar-cell">
+                    <span className="obs-bar in" style={{ width: `${(100 * t.inputTokens) / maxTokens}%` }} />
+                    <span className="obs-bar out" style={{ width: `${(100 * t.outputTokens) / maxTokens}%` }} />
+                  </td>
+                </tr>
+              ))}
+              empty="No model call in this window."
+            />
           </section>
         </>
       ) : overview.loading ? (

@@ -1,10 +1,10 @@
-import { useId } from "react";
-import { messageOf, useLoad } from "../common/useLoad";
+import { useLoad } from "../common/useLoad";
+import { stamp } from "../common/stamp";
 import { obsApi } from "./api";
 import { traceHref } from "./routes";
-import { ms, stamp, windowParams } from "./time";
-import { Pager, TextFilter, usePagedFilter } from "./paging";
-import { WindowPicker } from "./WindowPicker";
+import { Table } from "./Table";
+import { ms, windowParams } from "./time";
+import { FilterForm, Pager, SelectFilter, TextFilter, usePagedFilter } from "./paging";
 
 const PAGE = 25;
 
@@ -18,7 +18,6 @@ type Filters = { sessionId: string; agentId: string; status: string };
 
 /** The traces list: filters by session, status, agent and time; pages by the API's cursor. */
 export function Traces(props: { params: URLSearchParams }) {
-  const id = useId();
   const limit = pageSize(props.params);
   const initial: Filters = {
     sessionId: props.params.get("sessionId") ?? "",
@@ -44,7 +43,7 @@ export function Traces(props: { params: URLSearchParams }) {
   const next = list.data?.nextCursor ?? null;
   return (
     <div className="stack">
-      <form className="obs-filters" onSubmit={paged.apply} aria-label="Trace filters">
+      <FilterForm label="Trace filters" paged={paged} list={list}>
         <TextFilter
           label="Session"
           value={draft.sessionId}
@@ -57,62 +56,40 @@ export function Traces(props: { params: URLSearchParams }) {
           placeholder="e.g. supervisor"
           onChange={(value) => setDraft({ ...draft, agentId: value })}
         />
-        <div className="obs-field">
-          <label htmlFor={`${id}-status`}>Status</label>
-          <select id={`${id}-status`} value={draft.status} onChange={(e) => setDraft({ ...draft, status: e.target.value })}>
-            <option value="">Any</option>
-            <option value="ok">OK</option>
-            <option value="error">Failed</option>
-          </select>
-        </div>
-        <WindowPicker value={window} onChange={paged.setWindow} />
-        <button type="submit" className="primary small">
-          Apply
-        </button>
-      </form>
-      {list.error ? <p className="error-text">{messageOf(list.error)}</p> : null}
-      <div className="obs-table-wrap">
-        <table className="obs-table" aria-label="Traces" aria-busy={list.loading || undefined}>
-          <thead>
-            <tr>
-              <th>Started</th>
-              <th>Root</th>
-              <th>Status</th>
-              <th className="num">Duration</th>
-              <th className="num">Spans</th>
-              <th>Agents</th>
-              <th>Services</th>
-              <th>Session</th>
-            </tr>
-          </thead>
-          <tbody>
-            {traces.map((t) => (
-              <tr key={t.traceId}>
-                <td>
-                  <a href={traceHref(t.traceId)} title={t.traceId}>
-                    {stamp(t.startedAt)}
-                  </a>
-                </td>
-                <td className="mono">{t.rootName}</td>
-                <td>{t.status === "error" ? <span className="badge bad">failed</span> : <span className="badge ok">ok</span>}</td>
-                <td className="num">{ms(t.durationMs)}</td>
-                <td className="num">{t.spanCount}</td>
-                <td>{t.agents.join(", ") || "—"}</td>
-                <td className="obs-wrap">{t.services.join(", ")}</td>
-                <td className="mono obs-wrap">{t.sessionId ?? "—"}</td>
-              </tr>
-            ))}
-            {!list.loading && traces.length === 0 ? (
-              <tr>
-                <td colSpan={8} className="muted">
-                  No trace matches.
-                </td>
-              </tr>
-            ) : null}
-          </tbody>
-        </table>
-      </div>
-      <Pager page={paged.cursors.length + 1} onNewer={paged.newer} next={next} onOlder={paged.older} />
+        <SelectFilter
+          label="Status"
+          value={draft.status}
+          options={[
+            ["", "Any"],
+            ["ok", "OK"],
+            ["error", "Failed"],
+          ]}
+          onChange={(value) => setDraft({ ...draft, status: value })}
+        />
+      </FilterForm>
+      <Table
+        label="Traces"
+        busy={list.loading}
+        columns={["Started", "Root", "Status", { title: "Duration", num: true }, { title: "Spans", num: true }, "Agents", "Services", "Session"]}
+        rows={traces.map((t) => (
+          <tr key={t.traceId}>
+            <td>
+              <a href={traceHref(t.traceId)} title={t.traceId}>
+                {stamp(t.startedAt)}
+              </a>
+            </td>
+            <td className="mono">{t.rootName}</td>
+            <td>{t.status === "error" ? <span className="badge bad">failed</span> : <span className="badge ok">ok</span>}</td>
+            <td className="num">{ms(t.durationMs)}</td>
+            <td className="num">{t.spanCount}</td>
+            <td>{t.agents.join(", ") || "—"}</td>
+            <td className="obs-wrap">{t.services.join(", ")}</td>
+            <td className="mono obs-wrap">{t.sessionId ?? "—"}</td>
+          </tr>
+        ))}
+        empty={list.loading ? null : "No trace matches."}
+      />
+      <Pager paged={paged} next={next} />
     </div>
   );
 }

@@ -1,9 +1,10 @@
 import { useMemo, useState } from "react";
 import { messageOf, useLoad } from "../common/useLoad";
 import type { SpanOut } from "../api/types";
+import { stamp } from "../common/stamp";
 import { obsApi } from "./api";
 import { isTraceId, logsHref, tracesHref } from "./routes";
-import { ms, stamp } from "./time";
+import { ms } from "./time";
 
 const SERVICE_COLORS = ["#2f6fde", "#1c8c5a", "#b06a00", "#8b3fd1", "#c2306b", "#17808f", "#6b7280", "#a15c2e"];
 

@@ -25,12 +25,6 @@ export function windowParams(window: Window, now: number = Date.now()): { since?
   return { since: new Date(now - presetMs).toISOString(), until: new Date(now).toISOString() };
 }
 
-export function stamp(iso: string | null | undefined): string {
-  if (!iso) return "—";
-  const date = new Date(iso);
-  return Number.isNaN(date.getTime()) ? iso : date.toLocaleString();
-}
-
 export function ms(value: number | null | undefined): string {
   if (value === null || value === undefined) return "—";
   if (value >= 10_000) return `${(value / 1000).toFixed(1)} s`;

@@ -2,6 +2,7 @@ import * as Menu from "@radix-ui/react-dropdown-menu";
 import { useEffect, useId, useMemo, useRef, useState, type FormEvent } from "react";
 import { api } from "../api/client";
 import type { SessionSummary, WorkspaceOut } from "../api/types";
+import { ErrorText, LoadError } from "../common/ErrorText";
 import { useConfirm } from "../common/confirm";
 import { Icon } from "../common/Icon";
 import { messageOf } from "../common/useLoad";
@@ -126,16 +127,8 @@ export function Sidebar(props: {
           </button>
         </div>
       </div>
-      {error ? (
-        <p role="alert" className="error-text small-text">
-          {error}
-        </p>
-      ) : null}
-      {props.loadError ? (
-        <p role="alert" className="error-text small-text">
-          Could not load chats: {props.loadError.message}
-        </p>
-      ) : null}
+      <ErrorText error={error} small />
+      <LoadError what="chats" error={props.loadError} small />
       <div className="session-search">
         <label htmlFor={searchId} className="visually-hidden">
           Search chats

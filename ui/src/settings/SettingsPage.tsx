@@ -11,7 +11,7 @@ import type {
   UnlistedModelOut,
 } from "../api/types";
 import { BrowserHealthCard } from "../browser/BrowserHealthCard";
-import { FORM_FIELDS, PatchForm, type FieldInputProps } from "../common/forms";
+import { FORM_FIELDS, PatchForm, SelectInput, type FieldInputProps, type PatchFormProps } from "../common/forms";
 import { useLoad } from "../common/useLoad";
 import { href } from "../route";
 import { Memories } from "../memory/Memories";
@@ -46,24 +46,9 @@ export function modelSelect(models: ModelsOut | undefined, inherit?: string) {
     const current = typeof input.value === "string" ? input.value : "";
     const catalog = models?.models ?? [];
     const options = current && !catalog.includes(current) ? [current, ...catalog] : catalog;
-    return (
-      <select
-        id={input.id}
-        name={input.name}
-        aria-describedby={input.describedBy}
-        aria-invalid={input.invalid || undefined}
-        value={current}
-        onChange={(event) => input.onChange(event.target.value)}
-      >
-        {inherit !== undefined ? <option value="">{inherit}</option> : null}
-        {options.map((model) => (
-          <option key={model} value={model}>
-            {model}
-            {models?.contextWindows[model] ? ` (${Math.round((models.contextWindows[model] ?? 0) / 1000)}K)` : ""}
-          </option>
-        ))}
-      </select>
-    );
+    const contextOf = (model: string) => models?.contextWindows[model];
+    const choices = options.map((model): [string, string] => [model, contextOf(model) ? `${model} (${Math.round((contextOf(model) ?? 0) / 1000)}K)` : model]);
+    return <SelectInput input={input} value={current} options={inherit !== undefined ? [["", inherit], ...choices] : choices} />;
   };
 }
 
@@ -73,6 +58,24 @@ function Loading<T>({ name, load, children }: { name: string; load: () => Promis
   if (loaded.error) return <p role="alert" className="error-text">Could not load: {loaded.error.message}</p>;
   if (!loaded.data) return <p className="muted">Loading…</p>;
   return <>{children(loaded.data)}</>;
+}
+
+/** One settings object: loaded as `name`, then its PATCH form (below `intro`, when given). */
+function SettingsForm<Out extends object>({ name, load, intro, ...form }: Omit<PatchFormProps<Out>, "value"> & { name: string; load: () => Promise<Out>; intro?: ReactNode }) {
+  return (
+    <Loading name={name} load={load}>
+      {(value) =>
+        intro ? (
+          <div className="stack">
+            {intro}
+            <PatchForm {...form} value={value} />
+          </div>
+        ) : (
+          <PatchForm {...form} value={value} />
+        )
+      }
+    </Loading>
+  );
 }
 
 function toolsInput(known: string[]) {
@@ -153,21 +156,18 @@ const SECTIONS: Section[] = [
     label: "Agent runtime",
     form: "AgentRuntimeSettingsPatch",
     render: (models, modelsChanged) => (
-      <Loading name="agentRuntime" load={api.agentRuntime}>
-        {(value) => (
-          <PatchForm
-            form="AgentRuntimeSettingsPatch"
-            title="Agent runtime"
-            description="Default model, step ceilings, tool-call and retry limits, delegation bounds and background-task timing. Applies on the next turn."
-            value={value}
-            onSave={(patch) => api.patchAgentRuntime(patch as AgentRuntimeSettingsPatch)}
-            onSaved={modelsChanged}
-            groups={RUNTIME_GROUPS}
-            labels={{ defaultModel: "Default model", maxProcessorRetries: "Output retries", finalResponseFeedback: "Final answer reminder" }}
-            custom={{ defaultModel: modelSelect(models) }}
-          />
-        )}
-      </Loading>
+      <SettingsForm
+        name="agentRuntime"
+        load={api.agentRuntime}
+        form="AgentRuntimeSettingsPatch"
+        title="Agent runtime"
+        description="Default model, step ceilings, tool-call and retry limits, delegation bounds and background-task timing. Applies on the next turn."
+        onSave={(patch) => api.patchAgentRuntime(patch as AgentRuntimeSettingsPatch)}
+        onSaved={modelsChanged}
+        groups={RUNTIME_GROUPS}
+        labels={{ defaultModel: "Default model", maxProcessorRetries: "Output retries", finalResponseFeedback: "Final answer reminder" }}
+        custom={{ defaultModel: modelSelect(models) }}
+      />
     ),
   },
   {
@@ -175,19 +175,16 @@ const SECTIONS: Section[] = [
     label: "Memory compaction",
     form: "MemorySettingsPatch",
     render: () => (
-      <Loading name="memorySettings" load={api.memorySettings}>
-        {(value) => (
-          <PatchForm
-            form="MemorySettingsPatch"
-            title="Observational memory"
-            description="Observational memory: long conversations are sent as dated observations of the older messages plus the newest messages; the originals stay stored. Changes apply on the next turn."
-            value={value}
-            onSave={(patch) => api.patchMemorySettings(patch as MemorySettingsPatch)}
-            groups={MEMORY_GROUPS}
-            labels={{ enabled: "Enable observational memory" }}
-          />
-        )}
-      </Loading>
+      <SettingsForm
+        name="memorySettings"
+        load={api.memorySettings}
+        form="MemorySettingsPatch"
+        title="Observational memory"
+        description="Observational memory: long conversations are sent as dated observations of the older messages plus the newest messages; the originals stay stored. Changes apply on the next turn."
+        onSave={(patch) => api.patchMemorySettings(patch as MemorySettingsPatch)}
+        groups={MEMORY_GROUPS}
+        labels={{ enabled: "Enable observational memory" }}
+      />
     ),
   },
   { id: "memories", label: "Long-term memories", form: "MemoryCreate", render: () => <Memories /> },
@@ -196,18 +193,15 @@ const SECTIONS: Section[] = [
     label: "Autonomy",
     form: "AutonomySettingsPatch",
     render: () => (
-      <Loading name="autonomy" load={api.autonomy}>
-        {(value) => (
-          <PatchForm
-            form="AutonomySettingsPatch"
-            title="Autonomy"
-            description="With evolution on, failed turns become signals that reflection turns into learned overlays (and, with skill creation on, learned skills), from the next run; see the Autonomy page. Self-update is stored only: nothing runs it yet."
-            value={value}
-            onSave={(patch) => api.patchAutonomy(patch as AutonomySettingsPatch)}
-            order={["evolutionEnabled", "skillCreationEnabled", "selfUpdateEnabled", "selfUpdateCron"]}
-          />
-        )}
-      </Loading>
+      <SettingsForm
+        name="autonomy"
+        load={api.autonomy}
+        form="AutonomySettingsPatch"
+        title="Autonomy"
+        description="With evolution on, failed turns become signals that reflection turns into learned overlays (and, with skill creation on, learned skills), from the next run; see the Autonomy page. Self-update is stored only: nothing runs it yet."
+        onSave={(patch) => api.patchAutonomy(patch as AutonomySettingsPatch)}
+        order={["evolutionEnabled", "skillCreationEnabled", "selfUpdateEnabled", "selfUpdateCron"]}
+      />
     ),
   },
   {
@@ -215,21 +209,16 @@ const SECTIONS: Section[] = [
     label: "Browser",
     form: "BrowserSettingsPatch",
     render: () => (
-      <Loading name="browser" load={api.browser}>
-        {(value) => (
-          <div className="stack">
-            <BrowserHealthCard />
-            <PatchForm
-              form="BrowserSettingsPatch"
-              title="Browser"
-              description="Whether agents with browser access get bifrostNavigator and useBrowserSecret. A change applies at once: calls in flight are refused."
-              value={value}
-              onSave={(patch) => api.patchBrowser(patch as BrowserSettingsPatch)}
-              labels={{ enabled: "Enable the browser", allowCodeExecution: "Allow code execution (browser_run_code_unsafe)" }}
-            />
-          </div>
-        )}
-      </Loading>
+      <SettingsForm
+        name="browser"
+        load={api.browser}
+        intro={<BrowserHealthCard />}
+        form="BrowserSettingsPatch"
+        title="Browser"
+        description="Whether agents with browser access get bifrostNavigator and useBrowserSecret. A change applies at once: calls in flight are refused."
+        onSave={(patch) => api.patchBrowser(patch as BrowserSettingsPatch)}
+        labels={{ enabled: "Enable the browser", allowCodeExecution: "Allow code execution (browser_run_code_unsafe)" }}
+      />
     ),
   },
   { id: "this-browser", label: "This browser", form: "", render: (_models, modelsChanged) => <ThisBrowser onModelsChanged={modelsChanged} /> },

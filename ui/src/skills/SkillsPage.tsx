@@ -1,8 +1,9 @@
 // Per-agent Agent Skills: list, edit, enable or disable, and import or export a SKILL.md.
 import { useEffect, useId, useState, type FormEvent } from "react";
 import { api } from "../api/client";
-import { messageOf, useLoad } from "../common/useLoad";
 import type { SkillOut } from "../api/types";
+import { ErrorText, LoadError } from "../common/ErrorText";
+import { messageOf, useLoad } from "../common/useLoad";
 import { skillsApi } from "../autonomy/api";
 
 type Draft = { name: string; description: string; instructions: string; enabled: boolean };
@@ -70,7 +71,7 @@ function SkillEditor(props: { agentId: string; skill: SkillOut | null; onSaved: 
         <input type="checkbox" checked={draft.enabled} onChange={(event) => setDraft({ ...draft, enabled: event.target.checked })} />
         Enabled (a disabled skill never reaches a run)
       </label>
-      {error ? <p role="alert" className="error-text">{error}</p> : null}
+      <ErrorText error={error} />
       <div className="form-actions">
         <button type="submit" disabled={saving}>{props.skill ? "Save" : "Add skill"}</button>
         <button type="button" className="ghost" onClick={props.onCancel}>Cancel</button>
@@ -106,7 +107,7 @@ function ImportForm(props: { agentId: string; onImported: () => Promise<void> })
         <textarea id={`${id}-text`} rows={8} value={text} onChange={(event) => setText(event.target.value)}
           placeholder={"---\nname: my-skill\ndescription: What it does and when to use it.\n---\n# Instructions"} />
       </div>
-      {error ? <p role="alert" className="error-text">{error}</p> : null}
+      <ErrorText error={error} />
       <div className="form-actions">
         <button type="submit" disabled={!text.trim()}>Import</button>
       </div>
@@ -147,7 +148,7 @@ export default function SkillsPage(props: { agentId: string | null }) {
         ))}
       </nav>
       {actionError ? <p role="alert" className="banner bad">{actionError}</p> : null}
-      {skills.error ? <p role="alert" className="error-text">Could not load skills: {skills.error.message}</p> : null}
+      <LoadError what="skills" error={skills.error} />
       <section className="stack" aria-label="Skills of the agent">
         <div className="section-head">
           <h2>{agentId || "…"}</h2>

@@ -2,8 +2,10 @@ import { Suspense, lazy, useEffect, useId, useState, type FormEvent } from "reac
 import { api } from "../api/client";
 import type { ModelsOut, ScheduleCreate, ScheduleOut, SchedulePatch, TaskCreate, TaskOut, WorkspaceOut } from "../api/types";
 import { useConfirm } from "../common/confirm";
-import { Field, PatchForm, fieldsOf, useSubmit, SubmitStatus, type FieldInputProps } from "../common/forms";
-import { messageOf, useLoad } from "../common/useLoad";
+import { Field, PatchForm, SelectInput, fieldsOf, useSubmit, SubmitStatus, type FieldInputProps } from "../common/forms";
+import { ListSection, useActions } from "../common/lists";
+import { stamp } from "../common/stamp";
+import { useLoad } from "../common/useLoad";
 import { modelSelect } from "../settings/SettingsPage";
 import { CreateForm } from "./CreateForm";
 
@@ -25,38 +27,51 @@ const TONE: Record<string, string> = {
 const POLL_MS = 5000;
 const LABELS = { workspaceId: "Workspace", cron: "Cron (5 fields, server timezone)" };
 
-function stamp(iso: string | null): string {
-  if (!iso) return "—";
-  const date = new Date(iso);
-  return Number.isNaN(date.getTime()) ? iso : date.toLocaleString();
-}
-
 function workspaceSelect(workspaces: WorkspaceOut[]) {
   return function WorkspaceSelect(input: FieldInputProps) {
-    return (
-      <select
-        id={input.id}
-        name={input.name}
-        aria-describedby={input.describedBy}
-        aria-invalid={input.invalid || undefined}
-        value={String(input.value ?? "")}
-        onChange={(event) => input.onChange(event.target.value)}
-      >
-        {workspaces.map((workspace) => (
-          <option key={workspace.id} value={workspace.id}>
-            {workspace.name}
-          </option>
-        ))}
-      </select>
-    );
+    return <SelectInput input={input} value={String(input.value ?? "")} options={workspaces.map((workspace) => [workspace.id, workspace.name])} />;
   };
+}
+
+/** A list's create form in a collapsed card, once the workspaces are known; what it creates reloads the list. */
+function CreateCard(props: {
+  summary: string;
+  form: { form: string; title: string; submitLabel: string; order: string[] };
+  workspaces: WorkspaceOut[];
+  models: ModelsOut | undefined;
+  create: (body: Record<string, unknown>) => Promise<unknown>;
+  reload: () => Promise<void>;
+}) {
+  const defaultWorkspace = props.workspaces.find((workspace) => workspace.isDefault)?.id ?? props.workspaces[0]?.id ?? "";
+  return (
+    <details className="card">
+      <summary>{props.summary}</summary>
+      {props.workspaces.length ? (
+        <CreateForm
+          key={defaultWorkspace}
+          {...props.form}
+          defaults={{ workspaceId: defaultWorkspace }}
+          exclude={["sessionId"]}
+          custom={{ workspaceId: workspaceSelect(props.workspaces), model: modelSelect(props.models, "the default model") }}
+          labels={LABELS}
+          onCreate={async (body) => {
+            const created = await props.create(body);
+            await props.reload();
+            return created;
+          }}
+        />
+      ) : (
+        <p className="muted">Loading workspaces…</p>
+      )}
+    </details>
+  );
 }
 
 export function TasksPage(props: { models: ModelsOut | undefined; workspaces: WorkspaceOut[] }) {
   const tasks = useLoad(["tasks"], () => api.tasks());
   const schedules = useLoad(["schedules"], () => api.schedules());
   const [dialog, confirm] = useConfirm();
-  const [actionError, setActionError] = useState<string | null>(null);
+  const { act, banner } = useActions(() => Promise.all([tasks.reload(), schedules.reload()]));
 
   useEffect(() => {
     const timer = window.setInterval(() => {
@@ -68,142 +83,93 @@ export function TasksPage(props: { models: ModelsOut | undefined; workspaces: Wo
     return () => window.clearInterval(timer);
   }, [tasks.reload, schedules.reload]);
 
-  const defaultWorkspace = props.workspaces.find((workspace) => workspace.isDefault)?.id ?? props.workspaces[0]?.id ?? "";
-  const custom = {
-    workspaceId: workspaceSelect(props.workspaces),
-    model: modelSelect(props.models, "the default model"),
-  };
-
-  const act = async (what: string, run: () => Promise<unknown>) => {
-    setActionError(null);
-    try {
-      await run();
-    } catch (error) {
-      setActionError(`Could not ${what}: ${messageOf(error)}`);
-    }
-    await Promise.all([tasks.reload(), schedules.reload()]);
-  };
-
   return (
     <div className="page tasks-page">
       <h1>Tasks and schedules</h1>
-      {actionError ? (
-        <p role="alert" className="banner bad">
-          {actionError}
-        </p>
-      ) : null}
-      <section aria-labelledby="tasks-heading" className="stack">
-        <div className="section-head">
-          <h2 id="tasks-heading">Background tasks</h2>
-          <button type="button" className="ghost small" onClick={() => void tasks.reload()}>
-            Refresh
-          </button>
-        </div>
-        <details className="card">
-          <summary>New task</summary>
-          {props.workspaces.length ? (
-            <CreateForm
-              key={defaultWorkspace}
-              form="TaskCreate"
-              title="Queue a background task"
-              submitLabel="Queue task"
-              defaults={{ workspaceId: defaultWorkspace }}
-              order={["prompt", "workspaceId", "model", "maxAttempts"]}
-              exclude={["sessionId"]}
-              custom={custom}
-              labels={LABELS}
-              onCreate={async (body) => {
-                const task = await api.createTask(body as TaskCreate);
-                await tasks.reload();
-                return task;
-              }}
-            />
-          ) : (
-            <p className="muted">Loading workspaces…</p>
-          )}
-        </details>
-        {tasks.error ? <p role="alert" className="error-text">Could not load tasks: {tasks.error.message}</p> : null}
-        <ul className="task-list" data-testid="task-list">
-          {tasks.data?.tasks.length === 0 ? <li className="muted">No background tasks yet.</li> : null}
-          {tasks.data?.tasks.map((task) => (
-            <TaskItem
-              key={task.id}
-              task={task}
-              onCancel={() => void act("cancel the task", () => api.cancelTask(task.id))}
-              onResolved={() => void tasks.reload()}
-              onDelete={async () => {
-                if (
-                  await confirm({
-                    title: "Delete this task record?",
-                    message: <p>The record is removed. This never cancels work or rolls anything back.</p>,
-                    confirmLabel: "Delete",
-                    danger: true,
-                  })
-                ) {
-                  await act("delete the task", () => api.deleteTask(task.id));
-                }
-              }}
-            />
-          ))}
-        </ul>
-      </section>
+      {banner}
+      <ListSection
+        id="tasks"
+        title="Background tasks"
+        noun="tasks"
+        list={tasks}
+        items={tasks.data?.tasks}
+        empty="No background tasks yet."
+        testId="task-list"
+        renderItem={(task) => (
+          <TaskItem
+            key={task.id}
+            task={task}
+            onCancel={() => void act("cancel the task", () => api.cancelTask(task.id))}
+            onResolved={() => void tasks.reload()}
+            onDelete={async () => {
+              if (
+                await confirm({
+                  title: "Delete this task record?",
+                  message: <p>The record is removed. This never cancels work or rolls anything back.</p>,
+                  confirmLabel: "Delete",
+                  danger: true,
+                })
+              ) {
+                await act("delete the task", () => api.deleteTask(task.id));
+              }
+            }}
+          />
+        )}
+      >
+        <CreateCard
+          summary="New task"
+          form={{ form: "TaskCreate", title: "Queue a background task", submitLabel: "Queue task", order: ["prompt", "workspaceId", "model", "maxAttempts"] }}
+          workspaces={props.workspaces}
+          models={props.models}
+          create={(body) => api.createTask(body as TaskCreate)}
+          reload={tasks.reload}
+        />
+      </ListSection>
 
-      <section aria-labelledby="schedules-heading" className="stack">
-        <div className="section-head">
-          <h2 id="schedules-heading">Schedules</h2>
-          <button type="button" className="ghost small" onClick={() => void schedules.reload()}>
-            Refresh
-          </button>
-        </div>
-        <details className="card">
-          <summary>New schedule</summary>
-          {props.workspaces.length ? (
-            <CreateForm
-              key={defaultWorkspace}
-              form="ScheduleCreate"
-              title="Create a schedule"
-              submitLabel="Create schedule"
-              defaults={{ workspaceId: defaultWorkspace }}
-              order={["name", "cron", "prompt", "workspaceId", "model", "enabled", "maxAttempts"]}
-              exclude={["sessionId"]}
-              custom={custom}
-              labels={LABELS}
-              onCreate={async (body) => {
-                const schedule = await api.createSchedule(body as ScheduleCreate);
-                await schedules.reload();
-                return schedule;
-              }}
-            />
-          ) : (
-            <p className="muted">Loading workspaces…</p>
-          )}
-        </details>
-        {schedules.error ? <p role="alert" className="error-text">Could not load schedules: {schedules.error.message}</p> : null}
-        <ul className="task-list" data-testid="schedule-list">
-          {schedules.data?.schedules.length === 0 ? <li className="muted">No schedules yet.</li> : null}
-          {schedules.data?.schedules.map((schedule) => (
-            <ScheduleItem
-              key={`${schedule.id}-${schedule.updatedAt}`}
-              schedule={schedule}
-              models={props.models}
-              onSaved={() => void schedules.reload()}
-              onToggle={() => void act("change the schedule", () => api.patchSchedule(schedule.id, { enabled: !schedule.enabled }))}
-              onDelete={async () => {
-                if (
-                  await confirm({
-                    title: "Delete this schedule?",
-                    message: <p>“{schedule.name}” stops creating tasks. Tasks it already created stay.</p>,
-                    confirmLabel: "Delete",
-                    danger: true,
-                  })
-                ) {
-                  await act("delete the schedule", () => api.deleteSchedule(schedule.id));
-                }
-              }}
-            />
-          ))}
-        </ul>
-      </section>
+      <ListSection
+        id="schedules"
+        title="Schedules"
+        noun="schedules"
+        list={schedules}
+        items={schedules.data?.schedules}
+        empty="No schedules yet."
+        testId="schedule-list"
+        renderItem={(schedule) => (
+          <ScheduleItem
+            key={`${schedule.id}-${schedule.updatedAt}`}
+            schedule={schedule}
+            models={props.models}
+            onSaved={() => void schedules.reload()}
+            onToggle={() => void act("change the schedule", () => api.patchSchedule(schedule.id, { enabled: !schedule.enabled }))}
+            onDelete={async () => {
+              if (
+                await confirm({
+                  title: "Delete this schedule?",
+                  message: <p>“{schedule.name}” stops creating tasks. Tasks it already created stay.</p>,
+                  confirmLabel: "Delete",
+                  danger: true,
+                })
+              ) {
+                await act("delete the schedule", () => api.deleteSchedule(schedule.id));
+              }
+            }}
+          />
+        )}
+      >
+        <CreateCard
+          summary="New schedule"
+          form={{
+            form: "ScheduleCreate",
+            title: "Create a schedule",
+            submitLabel: "Create schedule",
+            order: ["name", "cron", "prompt", "workspaceId", "model", "enabled", "maxAttempts"],
+          }}
+          workspaces={props.workspaces}
+          models={props.models}
+          create={(body) => api.createSchedule(body as ScheduleCreate)}
+          reload={schedules.reload}
+        />
+      </ListSection>
       {dialog}
     </div>
   );
