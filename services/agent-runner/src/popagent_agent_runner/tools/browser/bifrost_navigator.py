@@ -6,12 +6,11 @@ from typing import Annotated, Any
 
 import orjson
 from pydantic import Field
-from pydantic_ai import BinaryContent, RunContext, Tool, ToolFailed
+from pydantic_ai import BinaryContent, RunContext, Tool
 
 from popagent.browser_bridge.v1 import navigator_pb2
 from popagent_agent_runner.context.deps import TurnDeps
-from popagent_core.errors import PopagentError
-from popagent_core.grpc_client import map_rpc_errors
+from popagent_agent_runner.tools.browser.calls import navigator, refusal_as_tool_failure
 
 BROWSER_CALL_TIMEOUT_S = 90.0
 
@@ -38,23 +37,17 @@ async def bifrost_navigator(
     Take a `browser_snapshot` to get element refs (e5, f1e3) before clicking or typing. browser_tabs
     lists, opens, selects and closes this session's own tabs (popups its pages open included).
     Never type credentials: fill them with useBrowserSecret."""
-    browser = ctx.deps.turn.browser
-    if browser is None or not browser.enabled:
-        raise ToolFailed("the browser is disabled in browser settings")
-    try:
-        with map_rpc_errors():
-            answer = await browser.navigator.Navigate(
-                navigator_pb2.NavigateRequest(
-                    session_id=ctx.deps.turn.session_id,
-                    agent_id=ctx.deps.agent_id,
-                    browser_access=ctx.deps.browser_access,
-                    operation=operation,
-                    arguments_json=orjson.dumps(arguments).decode(),
-                ),
-                timeout=BROWSER_CALL_TIMEOUT_S,
-            )
-    except PopagentError as exc:
-        raise ToolFailed(f"{operation} refused: {exc}") from None
+    with refusal_as_tool_failure(f"{operation}"):
+        answer = await navigator(ctx).Navigate(
+            navigator_pb2.NavigateRequest(
+                session_id=ctx.deps.turn.session_id,
+                agent_id=ctx.deps.agent_id,
+                browser_access=ctx.deps.browser_access,
+                operation=operation,
+                arguments_json=orjson.dumps(arguments).decode(),
+            ),
+            timeout=BROWSER_CALL_TIMEOUT_S,
+        )
     summary: dict[str, Any] = {"operation": operation, "isError": answer.is_error, "content": []}
     files: list[BinaryContent] = []
     for part in answer.content:

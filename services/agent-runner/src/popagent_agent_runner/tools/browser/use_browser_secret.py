@@ -10,13 +10,12 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from pydantic import Field
-from pydantic_ai import RunContext, Tool, ToolFailed
+from pydantic_ai import RunContext, Tool
 
 from popagent.browser_bridge.v1 import navigator_pb2
 from popagent_agent_runner.context.deps import TurnDeps
 from popagent_agent_runner.memory.threads import USER_RESOURCE
-from popagent_core.errors import PopagentError
-from popagent_core.grpc_client import map_rpc_errors
+from popagent_agent_runner.tools.browser.calls import navigator, refusal_as_tool_failure
 
 SECRET_CALL_TIMEOUT_S = 60.0
 
@@ -31,24 +30,18 @@ async def use_browser_secret(
 ) -> dict[str, Any]:
     """Fill a password or token field with a stored secret, by the secret's name and the field's
     snapshot ref. It fills only on the exact origin the secret is bound to; you never see the value."""
-    browser = ctx.deps.turn.browser
-    if browser is None or not browser.enabled:
-        raise ToolFailed("the browser is disabled in browser settings")
-    try:
-        with map_rpc_errors():
-            answer = await browser.navigator.UseSecret(
-                navigator_pb2.UseSecretRequest(
-                    session_id=ctx.deps.turn.session_id,
-                    agent_id=ctx.deps.agent_id,
-                    browser_access=ctx.deps.browser_access,
-                    resource_id=USER_RESOURCE,
-                    name=name,
-                    element=element,
-                ),
-                timeout=SECRET_CALL_TIMEOUT_S,
-            )
-    except PopagentError as exc:
-        raise ToolFailed(f"useBrowserSecret refused: {exc}") from None
+    with refusal_as_tool_failure("useBrowserSecret"):
+        answer = await navigator(ctx).UseSecret(
+            navigator_pb2.UseSecretRequest(
+                session_id=ctx.deps.turn.session_id,
+                agent_id=ctx.deps.agent_id,
+                browser_access=ctx.deps.browser_access,
+                resource_id=USER_RESOURCE,
+                name=name,
+                element=element,
+            ),
+            timeout=SECRET_CALL_TIMEOUT_S,
+        )
     return {"name": answer.name, "origin": answer.origin, "success": answer.success}
 
 
