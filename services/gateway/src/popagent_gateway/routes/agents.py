@@ -14,28 +14,12 @@ from popagent_gateway.configured_models import agent_overrides, unlisted
 from popagent_gateway.deps import AgentRunnerStateStub, ModelCatalogDep
 from popagent_gateway.dto.agents import AGENT_ID_PATTERN, AgentListOut, AgentOut, AgentPatch
 from popagent_gateway.dto.models import UnlistedModelOut
-from popagent_gateway.wire import warned
+from popagent_gateway.wire import from_message, warned
 
 router = APIRouter(prefix="/agents", tags=["agents"])
 
 
 AgentId = Annotated[str, Path(pattern=AGENT_ID_PATTERN, max_length=63)]
-
-
-def agent_out(agent: pb.Agent) -> AgentOut:
-    return AgentOut(
-        id=agent.id,
-        display_name=agent.display_name,
-        description=agent.description,
-        instructions=agent.instructions,
-        source_url=agent.source_url,
-        workspace_access=agent.workspace_access,  # type: ignore[arg-type]
-        browser_access=agent.browser_access,  # type: ignore[arg-type]
-        delegation_eligible=agent.delegation_eligible,
-        tools=list(agent.tools),
-        model=agent.model or None,
-        updated_at=agent.updated_at,
-    )
 
 
 @router.get("", response_model=AgentListOut)
@@ -45,7 +29,7 @@ async def list_agents(runner: AgentRunnerStateStub, catalog: ModelCatalogDep) ->
     response, view = await asyncio.gather(runner.ListAgents(pb.ListAgentsRequest()), catalog.view())
     missing = unlisted(view, agent_overrides(response.agents))
     return AgentListOut(
-        agents=[agent_out(a) for a in response.agents],
+        agents=[from_message(AgentOut, a) for a in response.agents],
         known_tools=list(response.known_tools),
         unlisted_models=[UnlistedModelOut.of(entry) for entry in missing],
         warning=view.warning,
@@ -84,4 +68,4 @@ async def update_agent(
         request.model = model or ""
     for name, value in changes.items():
         setattr(request, name, value)
-    return agent_out(await runner.UpdateAgent(request))
+    return from_message(AgentOut, await runner.UpdateAgent(request))

@@ -22,30 +22,11 @@ from popagent_gateway.dto.autonomy import (
     SignalListQuery,
     SignalOut,
 )
+from popagent_gateway.wire import from_message
 
 router = APIRouter(prefix="/autonomy", tags=["autonomy"])
 
 RecordId = Annotated[str, Path(min_length=1, max_length=64)]
-
-
-def signal_out(s: pb.EvolutionSignal) -> SignalOut:
-    return SignalOut(
-        id=s.id,
-        trace_id=s.trace_id,
-        turn_id=s.turn_id,
-        session_id=s.session_id,
-        agent_id=s.agent_id,
-        failure_class=s.failure_class,
-        goal=s.goal,
-        evidence=s.evidence,
-        status=s.status,  # type: ignore[arg-type]
-        attempts=s.attempts,
-        max_attempts=s.max_attempts,
-        due_at=s.due_at,
-        last_error=s.last_error,
-        created_at=s.created_at,
-        updated_at=s.updated_at,
-    )
 
 
 def revision_out(r: pb.Revision) -> RevisionOut:
@@ -71,19 +52,19 @@ async def list_signals(evolution: EvolutionLearningStub, query: Annotated[Signal
     response = await evolution.ListEvolutionSignals(
         pb.ListEvolutionSignalsRequest(status=query.status or "", agent_id=query.agent_id or "", limit=query.limit)
     )
-    return SignalListOut(signals=[signal_out(s) for s in response.signals])
+    return SignalListOut(signals=[from_message(SignalOut, s) for s in response.signals])
 
 
 @router.post("/signals/{signal_id}/ignore", response_model=SignalOut)
 async def ignore_signal(signal_id: RecordId, evolution: EvolutionLearningStub) -> SignalOut:
     """Never learn from this signal: pending or dead-letter signals only (409 otherwise)."""
-    return signal_out(await evolution.IgnoreSignal(pb.SignalRequest(id=signal_id)))
+    return from_message(SignalOut, await evolution.IgnoreSignal(pb.SignalRequest(id=signal_id)))
 
 
 @router.post("/signals/{signal_id}/retry", response_model=SignalOut)
 async def retry_signal(signal_id: RecordId, evolution: EvolutionLearningStub) -> SignalOut:
     """A dead-letter signal back to pending, from attempt zero (409 for any other status)."""
-    return signal_out(await evolution.RetrySignal(pb.SignalRequest(id=signal_id)))
+    return from_message(SignalOut, await evolution.RetrySignal(pb.SignalRequest(id=signal_id)))
 
 
 @router.get("/revisions", response_model=RevisionListOut)

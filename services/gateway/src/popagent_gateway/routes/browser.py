@@ -25,6 +25,7 @@ from popagent_gateway.dto.browser import (
 )
 from popagent_gateway.dto.sessions import ID_PATTERN
 from popagent_gateway.errors import error_body
+from popagent_gateway.wire import from_message
 
 router = APIRouter(prefix="/browser", tags=["browser"])
 
@@ -49,17 +50,7 @@ def _session(session: pb.BrowserSession) -> BrowserSessionOut:
 @router.get("/health", response_model=BrowserHealthOut)
 async def browser_health(navigator: NavigatorStub) -> BrowserHealthOut:
     """Whether the BifrOSt socket is reachable, the server's name and version, its tool count, the last error."""
-    health = await navigator.GetHealth(pb.GetHealthRequest())
-    return BrowserHealthOut(
-        configured=health.configured,
-        reachable=health.reachable,
-        socket_path=health.socket_path,
-        server_name=health.server_name,
-        server_version=health.server_version,
-        tool_count=health.tool_count,
-        last_error=health.last_error,
-        enabled=health.enabled,
-    )
+    return from_message(BrowserHealthOut, await navigator.GetHealth(pb.GetHealthRequest()))
 
 
 @router.get("/sessions", response_model=BrowserSessionsOut)

@@ -23,6 +23,7 @@ from popagent_gateway.dto.documents import (
     IndexStatusOut,
 )
 from popagent_gateway.dto.workspaces import WORKSPACE_ID_PATTERN
+from popagent_gateway.wire import from_message
 
 router = APIRouter(prefix="/workspaces/{workspace_id}/documents", tags=["documents"])
 
@@ -69,27 +70,6 @@ def document_out(document: pb.Document) -> DocumentOut:
     )
 
 
-def status_out(status: pb.DocumentIndexStatus) -> IndexStatusOut:
-    return IndexStatusOut(
-        workspace_id=status.workspace_id,
-        state=status.state,  # pyright: ignore[reportArgumentType] - the owner's CHECK
-        include=list(status.include),
-        exclude=list(status.exclude),
-        embedding_model=status.embedding_model,
-        files_seen=status.files_seen,
-        files_to_embed=status.files_to_embed,
-        files_embedded=status.files_embedded,
-        files_removed=status.files_removed,
-        chunks_embedded=status.chunks_embedded,
-        error=status.error,
-        requested_at=status.requested_at,
-        started_at=status.started_at,
-        finished_at=status.finished_at,
-        documents=status.documents,
-        chunks=status.chunks,
-    )
-
-
 @router.get("", response_model=DocumentListOut)
 async def list_documents(
     workspace_id: WorkspaceId, docs: DocumentsStub, query: Annotated[DocumentListQuery, Query()]
@@ -122,13 +102,13 @@ async def start_indexing(
     if body is not None and body.exclude is not None:
         request.exclude.SetInParent()
         request.exclude.values.extend(body.exclude)
-    return status_out(await docs.StartIndexing(request))
+    return from_message(IndexStatusOut, await docs.StartIndexing(request))
 
 
 @router.get("/index", response_model=IndexStatusOut)
 async def index_status(workspace_id: WorkspaceId, docs: DocumentsStub) -> IndexStatusOut:
     """The index's state and the progress of its last (or current) run."""
-    return status_out(await docs.GetIndexStatus(pb.GetIndexStatusRequest(workspace_id=workspace_id)))
+    return from_message(IndexStatusOut, await docs.GetIndexStatus(pb.GetIndexStatusRequest(workspace_id=workspace_id)))
 
 
 @router.post("/search", response_model=DocumentSearchOut)

@@ -19,31 +19,11 @@ from popagent_gateway.dto.schedules import (
     SchedulePatch,
 )
 from popagent_gateway.dto.workspaces import OPTIONAL_WORKSPACE_ID_PATTERN
+from popagent_gateway.wire import from_message
 
 router = APIRouter(prefix="/schedules", tags=["schedules"])
 
 ScheduleId = Annotated[str, Path(min_length=1, max_length=64)]
-
-
-def schedule_out(schedule: tasks_pb2.Schedule) -> ScheduleOut:
-    return ScheduleOut(
-        id=schedule.id,
-        name=schedule.name,
-        prompt=schedule.prompt,
-        model=schedule.model,
-        session_id=schedule.session_id or None,
-        workspace_id=schedule.workspace_id,
-        source=schedule.source,
-        cron=schedule.cron,
-        timezone=schedule.timezone,
-        enabled=schedule.enabled,
-        max_attempts=schedule.max_attempts,
-        next_run_at=schedule.next_run_at or None,
-        next_runs=list(schedule.next_runs),
-        last_tick=schedule.last_tick or None,
-        created_at=schedule.created_at,
-        updated_at=schedule.updated_at,
-    )
 
 
 @router.get("", response_model=ScheduleListOut)
@@ -53,7 +33,7 @@ async def list_schedules(
 ) -> ScheduleListOut:
     """User and system schedules, oldest first."""
     response = await stub.ListSchedules(tasks_pb2.ListSchedulesRequest(workspace_id=workspace_id))
-    return ScheduleListOut(schedules=[schedule_out(s) for s in response.schedules])
+    return ScheduleListOut(schedules=[from_message(ScheduleOut, s) for s in response.schedules])
 
 
 @router.post("", response_model=ScheduleOut, status_code=201)
@@ -71,14 +51,14 @@ async def create_schedule(body: ScheduleCreate, stub: TasksStub) -> ScheduleOut:
             max_attempts=body.max_attempts,
         ),
     )
-    return schedule_out(schedule)
+    return from_message(ScheduleOut, schedule)
 
 
 @router.patch("/{schedule_id}", response_model=ScheduleOut)
 async def update_schedule(schedule_id: ScheduleId, body: SchedulePatch, stub: TasksStub) -> ScheduleOut:
     """Change a user schedule; fields left out keep their values."""
     request = tasks_pb2.UpdateScheduleRequest(id=schedule_id, **body.changes())
-    return schedule_out(await stub.UpdateSchedule(request))
+    return from_message(ScheduleOut, await stub.UpdateSchedule(request))
 
 
 @router.delete("/{schedule_id}", status_code=204)

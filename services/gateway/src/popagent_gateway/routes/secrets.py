@@ -26,6 +26,7 @@ from popagent_gateway.dto.secrets import (
     SecretOut,
     SecretProvision,
 )
+from popagent_gateway.wire import from_message
 
 router = APIRouter(prefix="/secrets", tags=["secrets"])
 
@@ -34,22 +35,11 @@ ResourceIdPath = Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS, patt
 SecretNamePath = Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS, pattern=SECRET_NAME_PATTERN)]
 
 
-def secret_out(info: secrets_pb2.SecretInfo) -> SecretOut:
-    return SecretOut(
-        id=info.id,
-        resource_id=info.resource_id,
-        name=info.name,
-        origins=list(info.origins),
-        created_at=info.created_at,
-        updated_at=info.updated_at,
-    )
-
-
 @router.get("", response_model=SecretListOut)
 async def list_secrets(stub: SecretsStub, query: Annotated[SecretListQuery, Query()]) -> SecretListOut:
     """List secrets (ids, names, bound origins, timestamps); never values or ciphertext."""
     response = await stub.ListSecrets(secrets_pb2.ListSecretsRequest(resource_id=query.resource_id))
-    return SecretListOut(secrets=[secret_out(info) for info in response.secrets])
+    return SecretListOut(secrets=[from_message(SecretOut, info) for info in response.secrets])
 
 
 @router.post(
@@ -68,7 +58,7 @@ async def provision_secret(body: SecretProvision, stub: SecretsStub, response: R
     )
     if not stored.created:
         response.status_code = 200
-    return secret_out(stored.secret)
+    return from_message(SecretOut, stored.secret)
 
 
 @router.delete("/{secret_id}", status_code=204, response_class=Response)
@@ -84,7 +74,7 @@ async def bind_origin(
 ) -> SecretOut:
     """Bind the secret to one exact https origin (idempotent)."""
     info = await stub.BindOrigin(secrets_pb2.BindOriginRequest(resource_id=resource_id, name=name, origin=body.origin))
-    return secret_out(info)
+    return from_message(SecretOut, info)
 
 
 @router.delete("/{resource_id}/{name}/origins", response_model=SecretOut)
@@ -98,4 +88,4 @@ async def unbind_origin(
     info = await stub.UnbindOrigin(
         secrets_pb2.UnbindOriginRequest(resource_id=resource_id, name=name, origin=query.origin)
     )
-    return secret_out(info)
+    return from_message(SecretOut, info)

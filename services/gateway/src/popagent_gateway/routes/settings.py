@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, Response
-from google.protobuf.message import Message
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as runner_pb
 from popagent.browser_bridge.v1 import browser_bridge_pb2 as browser_pb
@@ -28,7 +27,7 @@ from popagent_gateway.dto.settings import (
     MemorySettingsOut,
     MemorySettingsPatch,
 )
-from popagent_gateway.wire import field_violations, warned
+from popagent_gateway.wire import field_violations, from_message, warned
 
 router = APIRouter(prefix="/settings", tags=["settings"])
 
@@ -36,23 +35,18 @@ router = APIRouter(prefix="/settings", tags=["settings"])
 Out = TypeVar("Out", bound=WireModel)
 
 
-def _out(model: type[Out], message: Message) -> Out:
-    values: dict[str, Any] = {name: getattr(message, name) for name in model.model_fields}
-    return model.model_validate(values)
-
-
 def _updated(model: type[Out], answer: Any) -> Out:
     """An owner's update answer: its range/cross-field violations as a 422, else the new row."""
     if answer.violations:
         raise field_violations(answer.violations)
-    return _out(model, answer.settings)
+    return from_message(model, answer.settings)
 
 
 @router.get("/agent-runtime", response_model=AgentRuntimeSettingsOut)
 async def get_agent_runtime_settings(runner: AgentRunnerStateStub) -> AgentRuntimeSettingsOut:
     """Default model, step ceilings, tool-call and retry limits, delegation bounds and background-task timing."""
     settings = await runner.GetAgentRuntimeSettings(runner_pb.GetAgentRuntimeSettingsRequest())
-    return _out(AgentRuntimeSettingsOut, settings)
+    return from_message(AgentRuntimeSettingsOut, settings)
 
 
 @router.patch("/agent-runtime", response_model=AgentRuntimeSettingsOut)
@@ -71,7 +65,7 @@ async def update_agent_runtime_settings(
 async def get_memory_settings(runner: AgentRunnerStateStub) -> MemorySettingsOut:
     """Observational-memory controls: thresholds, retention, buffering, activation, budgets, retrieval, guidance."""
     settings = await runner.GetMemorySettings(runner_pb.GetMemorySettingsRequest())
-    return _out(MemorySettingsOut, settings)
+    return from_message(MemorySettingsOut, settings)
 
 
 @router.patch("/memory", response_model=MemorySettingsOut)
@@ -85,7 +79,7 @@ async def update_memory_settings(body: MemorySettingsPatch, runner: AgentRunnerS
 async def get_autonomy_settings(evolution: EvolutionStub) -> AutonomySettingsOut:
     """Evolution, skill-creation and contained self-update controls."""
     settings = await evolution.GetAutonomySettings(evolution_pb.GetAutonomySettingsRequest())
-    return _out(AutonomySettingsOut, settings)
+    return from_message(AutonomySettingsOut, settings)
 
 
 @router.patch("/autonomy", response_model=AutonomySettingsOut)
@@ -99,11 +93,11 @@ async def update_autonomy_settings(body: AutonomySettingsPatch, evolution: Evolu
 async def get_browser_settings(browser: BrowserBridgeStub) -> BrowserSettingsOut:
     """The global browser capability."""
     settings = await browser.GetBrowserSettings(browser_pb.GetBrowserSettingsRequest())
-    return _out(BrowserSettingsOut, settings)
+    return from_message(BrowserSettingsOut, settings)
 
 
 @router.patch("/browser", response_model=BrowserSettingsOut)
 async def update_browser_settings(body: BrowserSettingsPatch, browser: BrowserBridgeStub) -> BrowserSettingsOut:
     """Turn the global browser capability on or off; applies immediately, without a restart."""
     settings = await browser.UpdateBrowserSettings(browser_pb.UpdateBrowserSettingsRequest(**body.changes()))
-    return _out(BrowserSettingsOut, settings)
+    return from_message(BrowserSettingsOut, settings)

@@ -10,32 +10,12 @@ from popagent.agent_runner.v1 import skills_pb2 as pb
 from popagent_gateway.deps import AgentRunnerSkillsStub
 from popagent_gateway.dto.agents import AGENT_ID_PATTERN
 from popagent_gateway.dto.skills import SkillCreate, SkillListOut, SkillOut, SkillPatch
+from popagent_gateway.wire import from_message
 
 router = APIRouter(prefix="/agents", tags=["skills"])
 
 AgentId = Annotated[str, Path(pattern=AGENT_ID_PATTERN, max_length=63)]
 SkillId = Annotated[str, Path(min_length=1, max_length=64)]
-
-
-def skill_out(skill: pb.Skill) -> SkillOut:
-    return SkillOut(
-        id=skill.id,
-        agent_id=skill.agent_id,
-        name=skill.name,
-        description=skill.description,
-        instructions=skill.instructions,
-        references=dict(skill.references),
-        source_url=skill.source_url,
-        attribution=skill.attribution,
-        license=skill.license,
-        compatibility=skill.compatibility,
-        metadata=dict(skill.metadata),
-        enabled=skill.enabled,
-        evolution_managed=skill.evolution_managed,
-        created_at=skill.created_at,
-        updated_at=skill.updated_at,
-        skill_md=skill.skill_md,
-    )
 
 
 def _fields(body: SkillCreate | SkillPatch) -> pb.SkillFields:
@@ -54,7 +34,7 @@ def _fields(body: SkillCreate | SkillPatch) -> pb.SkillFields:
 async def list_skills(agent_id: AgentId, skills: AgentRunnerSkillsStub) -> SkillListOut:
     """Every skill of the agent, enabled or not, by name."""
     response = await skills.ListSkills(pb.ListSkillsRequest(agent_id=agent_id))
-    return SkillListOut(skills=[skill_out(s) for s in response.skills])
+    return SkillListOut(skills=[from_message(SkillOut, s) for s in response.skills])
 
 
 @router.post("/{agent_id}/skills", response_model=SkillOut, status_code=201)
@@ -65,7 +45,7 @@ async def create_skill(agent_id: AgentId, body: SkillCreate, skills: AgentRunner
         request.skill_md = body.skill_md
     else:
         request.fields.CopyFrom(_fields(body))
-    return skill_out(await skills.CreateSkill(request))
+    return from_message(SkillOut, await skills.CreateSkill(request))
 
 
 @router.patch("/{agent_id}/skills/{skill_id}", response_model=SkillOut)
@@ -78,7 +58,7 @@ async def update_skill(
         request.skill_md = body.skill_md
     else:
         request.fields.CopyFrom(_fields(body))
-    return skill_out(await skills.UpdateSkill(request))
+    return from_message(SkillOut, await skills.UpdateSkill(request))
 
 
 @router.delete("/{agent_id}/skills/{skill_id}", status_code=204, response_class=Response)

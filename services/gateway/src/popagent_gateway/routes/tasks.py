@@ -19,52 +19,15 @@ from popagent_gateway.dto.tasks import (
     TaskCreate,
     TaskListOut,
     TaskOut,
-    TaskProgressOut,
     TaskResolve,
     TaskStatus,
 )
 from popagent_gateway.dto.workspaces import OPTIONAL_WORKSPACE_ID_PATTERN
+from popagent_gateway.wire import from_message
 
 router = APIRouter(prefix="/tasks", tags=["tasks"])
 
 TaskId = Annotated[str, Path(min_length=1, max_length=64)]
-
-
-def _opt(value: str) -> str | None:
-    return value or None
-
-
-def task_out(task: tasks_pb2.Task) -> TaskOut:
-    return TaskOut(
-        id=task.id,
-        status=task.status,
-        kind=task.kind,
-        source=task.source,
-        prompt=task.prompt,
-        model=task.model,
-        session_id=_opt(task.session_id),
-        thread_id=task.thread_id,
-        workspace_id=task.workspace_id,
-        schedule_id=_opt(task.schedule_id),
-        tick=_opt(task.tick),
-        parent_task_id=_opt(task.parent_task_id),
-        attempt_count=task.attempt_count,
-        max_attempts=task.max_attempts,
-        next_attempt_at=_opt(task.next_attempt_at),
-        last_error_class=_opt(task.last_error_class),
-        last_error=_opt(task.last_error),
-        dead_lettered_at=_opt(task.dead_lettered_at),
-        outcome=_opt(task.outcome),
-        resolution=_opt(task.resolution),
-        resolved_at=_opt(task.resolved_at),
-        started_at=_opt(task.started_at),
-        finished_at=_opt(task.finished_at),
-        turn_id=_opt(task.turn_id),
-        trace_id=_opt(task.trace_id),
-        created_at=task.created_at,
-        updated_at=task.updated_at,
-        progress=[TaskProgressOut(attempt=p.attempt, kind=p.kind, message=p.message) for p in task.progress],
-    )
 
 
 @router.get("", response_model=TaskListOut)
@@ -78,7 +41,7 @@ async def list_tasks(
     response = await stub.ListTasks(
         tasks_pb2.ListTasksRequest(limit=limit, workspace_id=workspace_id, status=status or "")
     )
-    return TaskListOut(tasks=[task_out(task) for task in response.tasks])
+    return TaskListOut(tasks=[from_message(TaskOut, task) for task in response.tasks])
 
 
 @router.post("", response_model=TaskOut, status_code=201)
@@ -93,26 +56,26 @@ async def create_task(body: TaskCreate, stub: TasksStub) -> TaskOut:
             max_attempts=body.max_attempts,
         ),
     )
-    return task_out(task)
+    return from_message(TaskOut, task)
 
 
 @router.get("/{task_id}", response_model=TaskOut)
 async def get_task(task_id: TaskId, stub: TasksStub) -> TaskOut:
     """One task with its latest progress."""
-    return task_out(await stub.GetTask(tasks_pb2.GetTaskRequest(id=task_id)))
+    return from_message(TaskOut, await stub.GetTask(tasks_pb2.GetTaskRequest(id=task_id)))
 
 
 @router.post("/{task_id}/cancel", response_model=TaskOut)
 async def cancel_task(task_id: TaskId, stub: TasksStub) -> TaskOut:
     """Cancel queued work at once; running work becomes cancelled once its executor stops."""
-    return task_out(await stub.CancelTask(tasks_pb2.CancelTaskRequest(id=task_id)))
+    return from_message(TaskOut, await stub.CancelTask(tasks_pb2.CancelTaskRequest(id=task_id)))
 
 
 @router.post("/{task_id}/resolve", response_model=TaskOut)
 async def resolve_task(task_id: TaskId, body: TaskResolve, stub: TasksStub) -> TaskOut:
     """Mark a failed, cancelled or dead-lettered task completed, with evidence."""
     task = await stub.ResolveTask(tasks_pb2.ResolveTaskRequest(id=task_id, evidence=body.evidence))
-    return task_out(task)
+    return from_message(TaskOut, task)
 
 
 @router.delete("/{task_id}", status_code=204)

@@ -16,6 +16,7 @@ from popagent_gateway.dto.workspaces import (
     WorkspaceOut,
     WorkspacePatch,
 )
+from popagent_gateway.wire import from_message
 
 router = APIRouter(prefix="/workspaces", tags=["workspaces"])
 
@@ -26,24 +27,11 @@ DELETE_SESSIONS_TIMEOUT_S = 600.0
 WorkspaceId = Annotated[str, Path(pattern=WORKSPACE_ID_PATTERN, max_length=63)]
 
 
-def workspace_out(workspace: pb.Workspace) -> WorkspaceOut:
-    return WorkspaceOut(
-        id=workspace.id,
-        name=workspace.name,
-        path=workspace.path,
-        description=workspace.description,
-        exists=workspace.exists,
-        is_default=workspace.is_default,
-        created_at=workspace.created_at,
-        updated_at=workspace.updated_at,
-    )
-
-
 @router.get("", response_model=WorkspaceListOut)
 async def list_workspaces(runner: AgentRunnerStateStub) -> WorkspaceListOut:
     """Registered repositories, the default (popagent) first."""
     response = await runner.ListWorkspaces(pb.ListWorkspacesRequest())
-    return WorkspaceListOut(workspaces=[workspace_out(w) for w in response.workspaces])
+    return WorkspaceListOut(workspaces=[from_message(WorkspaceOut, w) for w in response.workspaces])
 
 
 @router.post("", response_model=WorkspaceOut, status_code=201)
@@ -52,7 +40,7 @@ async def create_workspace(body: WorkspaceCreate, runner: AgentRunnerStateStub) 
     workspace = await runner.CreateWorkspace(
         pb.CreateWorkspaceRequest(id=body.id or "", name=body.name, path=body.path, description=body.description),
     )
-    return workspace_out(workspace)
+    return from_message(WorkspaceOut, workspace)
 
 
 @router.patch("/{workspace_id}", response_model=WorkspaceOut)
@@ -61,7 +49,7 @@ async def update_workspace(
 ) -> WorkspaceOut:
     """Rename a registration, describe it, or point it at another contained path."""
     workspace = await runner.UpdateWorkspace(pb.UpdateWorkspaceRequest(id=workspace_id, **body.changes()))
-    return workspace_out(workspace)
+    return from_message(WorkspaceOut, workspace)
 
 
 @router.delete("/{workspace_id}", status_code=204, response_class=Response)
