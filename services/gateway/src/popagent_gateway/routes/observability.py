@@ -8,8 +8,10 @@ exporter and is no service's, so there is no RPC to make. A store that is down a
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Annotated
+from typing import Annotated, Generic, TypeVar
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
@@ -97,11 +99,25 @@ async def overview(request: Request, query: Annotated[OverviewQuery, Query()]) -
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MICROSECOND = timedelta(microseconds=1)
+Row = TypeVar("Row")
+
+
+@dataclass(frozen=True, slots=True)
+class KeysetPage(Generic[Row]):
+    rows: list[Row]
+    next_cursor: str | None
 
 
 def _next_keyset_cursor(at: datetime, last_id: str) -> str:
     """The nextCursor after a row (KEYSET_CURSOR_PATTERN): its time in microseconds, and its id."""
     return f"{(at - EPOCH) // MICROSECOND}~{last_id}"
+
+
+def _keyset_page(found: list[Row], limit: int, position: Callable[[Row], tuple[datetime, str]]) -> KeysetPage[Row]:
+    """A page of a list read `limit + 1` long: its first `limit` rows, and the nextCursor after the last of
+    them when there are more (`position`: a row's time and id)."""
+    page = found[:limit]
+    return KeysetPage(page, _next_keyset_cursor(*position(page[-1])) if len(found) > limit else None)
 
 
 def _keyset_cursor(cursor: str | None) -> tuple[datetime, str] | None:
@@ -127,12 +143,8 @@ async def list_traces(request: Request, query: Annotated[TraceListQuery, Query()
             limit=query.limit + 1,
         )
     )
-    page = found[: query.limit]
-    last = page[-1] if len(found) > query.limit else None
-    return TraceListOut(
-        traces=page,
-        next_cursor=_next_keyset_cursor(last.started_at, last.trace_id) if last is not None else None,
-    )
+    page = _keyset_page(found, query.limit, lambda trace: (trace.started_at, trace.trace_id))
+    return TraceListOut(traces=page.rows, next_cursor=page.next_cursor)
 
 
 def span_tree(spans: list[SpanOut]) -> list[SpanOut]:
@@ -259,9 +271,5 @@ async def list_feedback(request: Request, query: Annotated[FeedbackListQuery, Qu
             limit=query.limit + 1,
         )
     )
-    page = found[: query.limit]
-    last = page[-1] if len(found) > query.limit else None
-    return FeedbackListOut(
-        feedback=page,
-        next_cursor=_next_keyset_cursor(last.created_at, last.id) if last is not None else None,
-    )
+    page = _keyset_page(found, query.limit, lambda feedback: (feedback.created_at, feedback.id))
+    return FeedbackListOut(feedback=page.rows, next_cursor=page.next_cursor)

@@ -39,18 +39,8 @@ async def list_schedules(
 @router.post("", response_model=ScheduleOut, status_code=201)
 async def create_schedule(body: ScheduleCreate, stub: TasksStub) -> ScheduleOut:
     """Create a user schedule from a five-field cron expression."""
-    schedule = await stub.CreateSchedule(
-        tasks_pb2.CreateScheduleRequest(
-            name=body.name,
-            prompt=body.prompt,
-            cron=body.cron,
-            workspace_id=body.workspace_id,
-            model=body.model,
-            session_id=body.session_id,
-            enabled=body.enabled,
-            max_attempts=body.max_attempts,
-        ),
-    )
+    # The body's fields are the request's, by name.
+    schedule = await stub.CreateSchedule(tasks_pb2.CreateScheduleRequest(**body.model_dump(by_alias=False)))
     return from_message(ScheduleOut, schedule)
 
 

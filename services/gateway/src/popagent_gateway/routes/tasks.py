@@ -47,15 +47,8 @@ async def list_tasks(
 @router.post("", response_model=TaskOut, status_code=201)
 async def create_task(body: TaskCreate, stub: TasksStub) -> TaskOut:
     """Queue a background task in a workspace."""
-    task = await stub.CreateTask(
-        tasks_pb2.CreateTaskRequest(
-            prompt=body.prompt,
-            model=body.model,
-            session_id=body.session_id,
-            workspace_id=body.workspace_id,
-            max_attempts=body.max_attempts,
-        ),
-    )
+    # The body's fields are the request's, by name; `source` is left to the service (a user task).
+    task = await stub.CreateTask(tasks_pb2.CreateTaskRequest(**body.model_dump(by_alias=False)))
     return from_message(TaskOut, task)
 
 
