@@ -19,7 +19,7 @@ from pydantic_ai.messages import ModelMessagesTypeAdapter
 
 from popagent_agent_runner.memory.observational.observer import RawMessage
 from popagent_agent_runner.memory.observational.tokens import count_messages, count_text
-from popagent_core.db import wrap_db_errors
+from popagent_core.db import record_of, wrap_db_errors
 from popagent_core.errors import ConfigurationError
 
 
@@ -137,12 +137,12 @@ class ObservationStore:
     async def state(self, thread_id: str) -> ThreadState:
         with wrap_db_errors():
             row = await self.pool.fetchrow(self.q["observation_state"], thread_id)
-        return ThreadState(**dict(row)) if row is not None else ThreadState()
+        return record_of(ThreadState, row) if row is not None else ThreadState()
 
     async def log(self, thread_id: str, generation: int) -> list[LogEntry]:
         with wrap_db_errors():
             rows = await self.pool.fetch(self.q["observation_log"], thread_id, generation)
-        return [LogEntry(**{k: row[k] for k in LogEntry.__dataclass_fields__}) for row in rows]
+        return [record_of(LogEntry, row) for row in rows]
 
     async def raw(self, thread_id: str, after_seq: int, stop_at_id: str = "") -> list[RawMessage]:
         """The thread's messages after `after_seq` (before message `stop_at_id`), each counted once."""
@@ -304,9 +304,4 @@ class ObservationStore:
         decided on in SQL instead of reading the thread's messages back."""
         with wrap_db_errors():
             row = await self.pool.fetchrow(self.q["finish_turn"], thread_id, route, calibration, based_on)
-        return FinishedTurn(
-            generation=row["generation"],
-            buffered_seq=row["buffered_seq"],
-            unbuffered_tokens=row["unbuffered_tokens"],
-            active_log_tokens=row["active_log_tokens"],
-        )
+        return record_of(FinishedTurn, row)
