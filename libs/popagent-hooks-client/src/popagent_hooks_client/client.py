@@ -88,6 +88,14 @@ def _digest_from(message: hooks_pb2.ConfigDigest, now: float) -> _Digest:
     return _Digest(message.digest, handlers, now)
 
 
+def _transport_failure(event: Event, closed: bool, reason: str, event_id: str) -> HookDecision:
+    """The decision when the hooks service could not decide: the event's closed outcome when it fails
+    closed, else a pass."""
+    if not closed:
+        return HookDecision(Outcome.PASS, event_id=event_id)
+    return HookDecision(closed_outcome(event), reason=reason, failure_class=FailureClass.TRANSPORT, event_id=event_id)
+
+
 def _decision_from(response: hooks_pb2.DispatchResponse) -> HookDecision:
     return HookDecision(
         outcome=Outcome.from_proto(response.outcome),
@@ -177,27 +185,13 @@ class HooksClient:
         logger.warning(
             "hooks service unreachable", extra={"event": event.value, "fail_closed": closed, "error": str(exc)}
         )
-        if not closed:
-            return HookDecision(Outcome.PASS, event_id=event_id)
-        return HookDecision(
-            closed_outcome(event),
-            reason=f"hooks service unreachable ({type(exc).__name__})",
-            failure_class=FailureClass.TRANSPORT,
-            event_id=event_id,
-        )
+        return _transport_failure(event, closed, f"hooks service unreachable ({type(exc).__name__})", event_id)
 
     @staticmethod
     def _refused(event: Event, exc: PopagentError, event_id: str) -> HookDecision:
         closed = event.rules.gate
         logger.warning("hook dispatch failed", extra={"event": event.value, "fail_closed": closed, "error": str(exc)})
-        if not closed:
-            return HookDecision(Outcome.PASS, event_id=event_id)
-        return HookDecision(
-            closed_outcome(event),
-            reason=f"hook dispatch failed: {exc}",
-            failure_class=FailureClass.TRANSPORT,
-            event_id=event_id,
-        )
+        return _transport_failure(event, closed, f"hook dispatch failed: {exc}", event_id)
 
     async def _current_digest(self) -> _Digest | None:
         digest = self._digest

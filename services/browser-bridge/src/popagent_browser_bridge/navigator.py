@@ -361,13 +361,19 @@ class Navigator:
                 await self._checked("browser_tabs", {"action": "new"})
                 book.server_current = None
             book = await self._sync(claim=session_id, appeared_for=None)
-            tab = next((t for t in book.tabs if t.id == book.server_current), None)
-            if tab is None or tab.owner != session_id:
-                self.reset_tabs()
-                raise Unavailable("the browser did not give this session a tab of its own; try again")
-            book.current[session_id] = tab.id
+            tab = self._take_server_current(book, session_id, "the browser did not give this session a tab of its own")
         elif book.server_current != tab.id:
             await self._select(tab)
+        return tab
+
+    def _take_server_current(self, book: TabBook, session_id: str, failure: str) -> ServerTab:
+        """The server's current tab as the session's current one, once a sync gave it to the session;
+        when it did not, the book is dropped (re-read next time) and `failure` is Unavailable."""
+        tab = next((t for t in book.tabs if t.id == book.server_current), None)
+        if tab is None or tab.owner != session_id:
+            self.reset_tabs()
+            raise Unavailable(f"{failure}; try again")
+        book.current[session_id] = tab.id
         return tab
 
     def _own_index(self, book: TabBook, session_id: str, value: Any) -> ServerTab:
@@ -386,11 +392,7 @@ class Navigator:
             url = arguments.get("url")
             result = await self.client.call("browser_tabs", {"action": "new", **({"url": url} if url else {})})
             book = await self._sync(claim=session_id, appeared_for=session_id)
-            tab = next((t for t in book.tabs if t.id == book.server_current), None)
-            if tab is None or tab.owner != session_id:
-                self.reset_tabs()
-                raise Unavailable("the browser did not open a tab for this session; try again")
-            book.current[session_id] = tab.id
+            self._take_server_current(book, session_id, "the browser did not open a tab for this session")
             return result
         if action == "select":
             if "index" not in arguments:
