@@ -104,7 +104,7 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
             workspaces=workspaces,
             hooks=hooks,
             browser=browser_bridge_pb2_grpc.BrowserBridgeServiceStub(browser_channel),
-            queries=QUERIES,
+            q=QUERIES,
         )
         sandbox = Sandbox(max_processes=settings.sandbox_max_processes)
         # Unwound after the gRPC server stops: every sandboxed command still running is killed.

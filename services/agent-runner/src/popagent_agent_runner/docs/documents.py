@@ -46,19 +46,12 @@ class IndexStatus:
     chunks: int
 
 
+@dataclass(kw_only=True, eq=False)
 class Documentation:
-    def __init__(
-        self,
-        *,
-        store: DocsStore,
-        indexer: DocsIndexer,
-        search_engine: DocsSearch,
-        workspaces: AgentWorkspaceStore,
-    ) -> None:
-        self.store = store
-        self.indexer = indexer
-        self.search_engine = search_engine
-        self.workspaces = workspaces
+    store: DocsStore
+    indexer: DocsIndexer
+    search_engine: DocsSearch
+    workspaces: AgentWorkspaceStore
 
     @property
     def model(self) -> str:

@@ -22,7 +22,7 @@ import functools
 import hashlib
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from popagent_agent_runner.docs.chunking import chunk_markdown, embedding_text, sections
@@ -115,23 +115,15 @@ async def embed_documents(
     return documents
 
 
+@dataclass(kw_only=True, eq=False)
 class DocsIndexer:
-    def __init__(
-        self,
-        *,
-        store: DocsStore,
-        workspaces: AgentWorkspaceStore,
-        workspace_root: Path,
-        retrieval: GatewayRetrieval,
-        embedding_model: str,
-    ) -> None:
-        self.store = store
-        self.workspaces = workspaces
-        self.workspace_root = workspace_root
-        self.retrieval = retrieval
-        self.embedding_model = embedding_model
-        self._runs: dict[str, asyncio.Task[None]] = {}
-        self._again: set[str] = set()
+    store: DocsStore
+    workspaces: AgentWorkspaceStore
+    workspace_root: Path
+    retrieval: GatewayRetrieval
+    embedding_model: str
+    _runs: dict[str, asyncio.Task[None]] = field(default_factory=dict[str, "asyncio.Task[None]"], init=False)
+    _again: set[str] = field(default_factory=set[str], init=False)
 
     def require_model(self) -> str:
         if not self.embedding_model:

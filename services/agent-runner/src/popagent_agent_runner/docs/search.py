@@ -34,14 +34,12 @@ class SearchHit:
     score: float
 
 
+@dataclass(kw_only=True, eq=False)
 class DocsSearch:
-    def __init__(
-        self, *, store: DocsStore, retrieval: GatewayRetrieval, embedding_model: str, rerank_model: str = ""
-    ) -> None:
-        self.store = store
-        self.retrieval = retrieval
-        self.embedding_model = embedding_model
-        self.rerank_model = rerank_model
+    store: DocsStore
+    retrieval: GatewayRetrieval
+    embedding_model: str
+    rerank_model: str = ""
 
     async def search(self, workspace_id: str, query: str, k: int = 5, path_prefix: str = "") -> list[SearchHit]:
         query = query.strip()

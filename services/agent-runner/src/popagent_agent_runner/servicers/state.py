@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -81,27 +82,16 @@ def _violations(found: list[Violation]) -> list[pb.FieldViolation]:
     return [pb.FieldViolation(field=v.field, message=v.message) for v in found]
 
 
+@dataclass(kw_only=True, eq=False)
 class AgentRunnerStateServicer(agent_runner_pb2_grpc.AgentRunnerStateServiceServicer):
-    def __init__(
-        self,
-        *,
-        sessions: SessionStore,
-        deleter: SessionDeleter,
-        agents: AgentStore,
-        workspaces: AgentWorkspaceStore,
-        runtime_settings: SingletonSettings,
-        memory_settings: SingletonSettings,
-        starts: SessionStarts,
-        sandbox: Sandbox | None = None,
-    ) -> None:
-        self.starts = starts
-        self.sandbox = sandbox
-        self.sessions = sessions
-        self.deleter = deleter
-        self.agents = agents
-        self.workspaces = workspaces
-        self.runtime_settings = runtime_settings
-        self.memory_settings = memory_settings
+    sessions: SessionStore
+    deleter: SessionDeleter
+    agents: AgentStore
+    workspaces: AgentWorkspaceStore
+    runtime_settings: SingletonSettings
+    memory_settings: SingletonSettings
+    starts: SessionStarts
+    sandbox: Sandbox | None = None
 
     # Sessions ----------------------------------------------------------------------
 

@@ -205,21 +205,13 @@ class SessionStarts:
             logger.warning("SessionStart dispatch failed", extra={"session_id": session_id, "error": str(exc)})
 
 
+@dataclass(kw_only=True, eq=False)
 class SessionDeleter:
-    def __init__(
-        self,
-        *,
-        pool: asyncpg.Pool,
-        workspaces: AgentWorkspaceStore,
-        hooks: HooksClient,
-        browser: browser_bridge_pb2_grpc.BrowserBridgeServiceStub,
-        queries: dict[str, str],
-    ) -> None:
-        self.pool = pool
-        self.workspaces = workspaces
-        self.hooks = hooks
-        self.browser = browser
-        self.q = queries
+    pool: asyncpg.Pool
+    workspaces: AgentWorkspaceStore
+    hooks: HooksClient
+    browser: browser_bridge_pb2_grpc.BrowserBridgeServiceStub
+    q: dict[str, str]
 
     async def delete(self, session_id: str) -> bool:
         """Run the whole lifecycle; False when another caller finished it first."""
