@@ -3,7 +3,7 @@
     prepared = await runner.prepare(TurnInput(...))   # NotFound here, before any event
     await runner.run(prepared, output)                # events go to `output` as they happen
 
-The order of a turn (hook timing from AGENTS_HOOKS.md):
+The order of a turn (hook timing: docs/hooks.md, Events):
 1. `start` event; `SessionStart` the first time this process sees the session (`SessionStarts`:
    its creation here fired it already);
 2. `UserPromptSubmit` before the relevant memories and the model: `deny` ends the turn with the reason,
@@ -113,7 +113,7 @@ COMMIT_RETRY_S = 30.0
 INTERRUPTED_WRITE_S = 5.0
 
 
-# A profile's instructions are the same text turn after turn: counted once (BPE costs ~0.5 ms for a long one).
+# A profile's instructions are the same text turn after turn: counted once (BPE on a long one is not cheap).
 _instruction_tokens = functools.lru_cache(maxsize=64)(count_text)
 
 
