@@ -1,7 +1,7 @@
 """Schemathesis at the RELIABILITY row 14 bar: the suite's fuzz test (tests/api/test_schemathesis.py:
 schemathesis's engine over every /api operation with all of its checks and the canary check, in
 every phase: examples, coverage, fuzzing in both data modes, stateful) at 500 examples per
-operation and mode instead of CI's 100. Prints the wall time, the machine's load beside it, and
+operation and mode instead of the suite's 25. Prints the wall time, the machine's load beside it, and
 pytest's verdict (with the CLI's report of any failure).
 
     .venv/bin/python bench/schemathesis.py [--examples 500]
