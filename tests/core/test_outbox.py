@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import cast
+from typing import Any, Literal, cast
 
 import asyncpg
 import pytest
@@ -22,6 +22,9 @@ from .helpers import stream_messages, unique_subject
 
 SCHEMA = "evolution"
 STREAM = subjects.stream_name(SCHEMA)
+# How long a woken relay waits for more commits in the coalescing test: four one-row transactions
+# take milliseconds on an idle machine and well under a second at a load average of 15.
+COALESCE_S = 3.0
 
 
 @pytest.fixture
@@ -365,32 +368,58 @@ async def test_a_commit_wakes_the_relay_without_waiting_for_its_poll(pool, nats_
     assert took < 5.0
 
 
+class WatchedEvent(asyncio.Event):
+    """An event that knows whether something waits on it."""
+
+    waiting = 0
+
+    async def wait(self) -> Literal[True]:
+        self.waiting += 1
+        try:
+            return await super().wait()
+        finally:
+            self.waiting -= 1
+
+
 class CountingRelay(bus.OutboxRelay):
     passes = 0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._wake = self.wake_event = WatchedEvent()
 
     async def relay_once(self) -> int:
         self.passes += 1
         return await super().relay_once()
 
+    def waiting_for_a_wake_up(self) -> bool:
+        """It has done a pass and now waits for a wake-up (not somewhere on its way there)."""
+        return self.passes >= 1 and self.wake_event.waiting > 0
+
 
 async def test_events_committed_while_the_woken_relay_waits_go_out_in_its_one_pass(pool, nats_url):
     subject = unique_subject()
     async with jetstream(nats_url) as js:
-        relay = CountingRelay(pool, js, poll_interval_s=30.0, coalesce_s=0.5)
+        # The woken relay waits COALESCE_S: long enough for four small commits even on a loaded machine.
+        relay = CountingRelay(pool, js, poll_interval_s=30.0, coalesce_s=COALESCE_S)
         async with background_task(relay.run, name="relay"):
-            await asyncio.sleep(0.2)  # the first pass is done; the relay waits for a wake-up
+            await eventually(relay.waiting_for_a_wake_up, what="the relay's first pass, then its wait for a wake-up")
             passes = relay.passes
-            # Four transactions, each a wake-up, well within the half second the woken relay waits.
+            # Four transactions, each a wake-up, within the time the woken relay waits.
+            began = asyncio.get_running_loop().time()
             ids = await enqueue_each(pool, subject, b"1", b"2", b"3", b"4")
+            took = asyncio.get_running_loop().time() - began
+            assert took < COALESCE_S, f"the four commits took {took:.2f} s, longer than the relay waits"
 
             async def arrived() -> bool:
                 return len(await stream_messages(js, subject)) == 4
 
             await eventually(arrived, what="the four events")
+            # The pass commits its rows as published after the publishes the stream shows.
+            await eventually(lambda: all_marked(pool), what="the four rows to be marked published")
             assert relay.passes - passes == 1
             messages = await stream_messages(js, subject)
             assert [m.headers and m.headers["Nats-Msg-Id"] for m in messages] == ids
-            assert await all_marked(pool)
 
 
 async def test_a_commit_in_another_schema_does_not_wake_this_relay(pool, dsn, tmp_path: Path, nats_url):
@@ -401,7 +430,7 @@ async def test_a_commit_in_another_schema_does_not_wake_this_relay(pool, dsn, tm
         await bus.ensure_streams(js, ("tasks",))
         relay = CountingRelay(pool, js, poll_interval_s=30.0)
         async with background_task(relay.run, name="relay"):
-            await asyncio.sleep(0.3)
+            await eventually(relay.waiting_for_a_wake_up, what="the relay's first pass, then its wait for a wake-up")
             before = relay.passes
             for n in range(5):
                 await enqueue(other_pool, f"popagent.tasks.test{n}.happened", b"elsewhere")

@@ -10,6 +10,7 @@ from pydantic import AliasChoices, Field, ValidationError
 
 from popagent_core.settings import ServiceSettings, describe_validation_error, load_settings
 from popagent_evolution.settings import Settings
+from support.waiting import TEST_WITH_A_START_S, exited
 
 from .helpers import REPO_ROOT, VALID_CALLERS, VALID_DSN, service_env
 
@@ -24,11 +25,12 @@ async def run_evolution(env: dict[str, str]) -> tuple[int, list[str]]:
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
     )
-    _, stderr = await asyncio.wait_for(process.communicate(), timeout=20)
+    _, stderr = await exited(process, what="popagent_evolution with a bad setting")
     assert process.returncode is not None
     return process.returncode, stderr.decode().splitlines()
 
 
+@pytest.mark.timeout(TEST_WITH_A_START_S)
 @pytest.mark.parametrize(
     ("env", "variable", "secret_value"),
     [
@@ -58,6 +60,7 @@ async def test_a_bad_setting_exits_2_with_one_line_naming_the_variable(env, vari
         assert secret_value not in lines[0]
 
 
+@pytest.mark.timeout(TEST_WITH_A_START_S)
 @pytest.mark.parametrize(
     ("env", "line"),
     [
@@ -89,12 +92,13 @@ async def test_the_gateway_checks_its_stores_and_log_level_as_every_service_does
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
     )
-    _, stderr = await asyncio.wait_for(process.communicate(), timeout=20)
+    _, stderr = await exited(process, what="popagent_gateway with a bad setting")
 
     assert process.returncode == 2
     assert stderr.decode().splitlines() == [f"popagent-gateway: bad configuration: {line}"]
 
 
+@pytest.mark.timeout(TEST_WITH_A_START_S)
 @pytest.mark.parametrize(
     ("callers", "secret_value"),
     [

@@ -23,7 +23,7 @@ from popagent_dev.embedded import free_port
 from popagent_gateway.deps import runner_for_session
 from popagent_gateway.settings import Settings as GatewaySettings
 from popagent_tasks.settings import Settings as TasksSettings
-from support.waiting import eventually
+from support.waiting import TEST_WITH_A_START_S, eventually, exited
 
 from .helpers import REPO_ROOT, VALID_CALLERS, VALID_DSN, service_env
 
@@ -62,6 +62,7 @@ def test_clients_take_a_list_of_workers_and_the_runner_listens_on_one() -> None:
         RunnerSettings(**{**SERVICE_BASE, "POPAGENT_AGENT_RUNNER_ADDR": workers})
 
 
+@pytest.mark.timeout(TEST_WITH_A_START_S)
 async def test_a_runner_given_a_list_exits_2_with_one_line_naming_the_variable() -> None:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -76,7 +77,7 @@ async def test_a_runner_given_a_list_exits_2_with_one_line_naming_the_variable()
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
     )
-    _, stderr = await asyncio.wait_for(process.communicate(), timeout=20)
+    _, stderr = await exited(process, what="popagent_agent_runner given a list")
     lines = stderr.decode().splitlines()
     assert process.returncode == 2
     assert len(lines) == 1 and "POPAGENT_AGENT_RUNNER_ADDR" in lines[0] and "one address" in lines[0]

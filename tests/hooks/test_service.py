@@ -24,7 +24,7 @@ from popagent_dev.embedded import free_port
 from popagent_hooks_client.client import HooksClient
 from popagent_hooks_client.events import Event, Outcome
 from support.https_receiver import HttpsReceiver, answer, closed_port, make_secret, verify_signature
-from support.waiting import eventually
+from support.waiting import START_WITHIN_S, TEST_WITH_A_START_S, eventually, exited
 
 DatabaseFactory = Callable[..., Awaitable[str]]
 Credentials = tuple[dict[str, str], str]
@@ -291,16 +291,17 @@ async def real_process(env: dict[str, str], token: str) -> AsyncIterator[RealPro
                 assert process.returncode is None, "the service exited during start-up"
                 return False
 
-            await eventually(healthy, within=15, what="the hooks service to become healthy")
+            await eventually(healthy, within=START_WITHIN_S, what="the hooks service to become healthy")
             running = RealProcess(channel)
             yield running
     finally:
         if process.returncode is None:
             process.send_signal(signal.SIGTERM)
-        _, stderr = await asyncio.wait_for(process.communicate(), timeout=15)
+        _, stderr = await exited(process, what="the hooks service to stop")
     running.returncode, running.stderr = process.returncode, stderr.decode()[-2000:]
 
 
+@pytest.mark.timeout(TEST_WITH_A_START_S)
 async def test_the_real_process_dispatches_signed_requests_and_stops_cleanly(
     hooks_dsn: str, nats_url: str, internal_credentials: Credentials, receiver: HttpsReceiver
 ) -> None:
@@ -321,6 +322,7 @@ async def test_the_real_process_dispatches_signed_requests_and_stops_cleanly(
     assert process.returncode == 0, process.stderr
 
 
+@pytest.mark.timeout(TEST_WITH_A_START_S)
 async def test_the_real_process_accepts_the_spec_example_configuration(
     hooks_dsn: str, nats_url: str, internal_credentials: Credentials
 ) -> None:
