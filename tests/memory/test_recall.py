@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import asyncpg
 import orjson
@@ -17,10 +19,29 @@ from memory.longmem import build
 from popagent_agent_runner.llm.embeddings import GatewayRetrieval
 from popagent_agent_runner.memory.observational import QUERIES as MEMORY_QUERIES
 from popagent_agent_runner.memory.observational.recall import HistorySearch
-from support.model_gateway import ToolCall, Turn
+from popagent_agent_runner.service import MIGRATIONS
+from support.model_gateway import ModelGateway, ToolCall, Turn
 from support.stacks import Stack
 
 DAY = dt.datetime(2026, 10, 1, 12, 0, tzinfo=dt.UTC)
+
+
+@pytest.fixture
+async def own_history(
+    make_database: Callable[[dict[str, Path]], Awaitable[str]],
+) -> AsyncIterator[tuple[asyncpg.Pool, ModelGateway]]:
+    """A database of its own, and a model server for its embeddings. A search of every
+    `popagent-user` thread in the shared chat stack's database also redacted and embedded what
+    other suites left there: the eleven 2 MB answers of tests/chat/test_backpressure.py alone cost
+    ~20 s on an idle machine, and past pytest's 60 s on a loaded one."""
+    dsn = await make_database({"agent_runner": MIGRATIONS})
+    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=4, server_settings={"search_path": "agent_runner"})
+    assert pool is not None
+    try:
+        async with ModelGateway(api_key="sk-memory") as gateway:
+            yield pool, gateway
+    finally:
+        await pool.close()
 
 
 async def add_thread(pool: asyncpg.Pool, messages: list[str], start: dt.datetime = DAY) -> tuple[str, dict[str, str]]:
@@ -80,20 +101,18 @@ async def test_recall_never_returns_the_turn_that_asks(conversations: Conversati
 @pytest.mark.parametrize("paraphrased", [False, True], ids=["as-planted", "paraphrased"])
 @pytest.mark.parametrize("embeddings", [False, True], ids=["full-text", "hybrid"])
 async def test_a_longmemeval_style_set_finds_the_planted_evidence(
-    conversations: Conversations, embeddings: bool, paraphrased: bool
+    own_history: tuple[asyncpg.Pool, ModelGateway], embeddings: bool, paraphrased: bool
 ) -> None:
+    pool, gateway = own_history
     data = build(paraphrased=paraphrased)
     assert len(data.questions) >= 100
     ids: dict[str, str] = {}
-    threads: list[str] = []
     for session, messages in enumerate(data.sessions):
-        thread, session_ids = await add_thread(conversations.pool, messages, DAY + dt.timedelta(days=session))
+        _, session_ids = await add_thread(pool, messages, DAY + dt.timedelta(days=session))
         ids.update(session_ids)
-        threads.append(thread)
-    asking, _ = await add_thread(conversations.pool, [])
-    threads.append(asking)
-    retrieval = GatewayRetrieval(conversations.gateway.url, "sk-memory") if embeddings else None
-    search = HistorySearch(conversations.pool, MEMORY_QUERIES, retrieval, "fake/embed" if embeddings else "")
+    asking, _ = await add_thread(pool, [])
+    retrieval = GatewayRetrieval(gateway.url, "sk-memory") if embeddings else None
+    search = HistorySearch(pool, MEMORY_QUERIES, retrieval, "fake/embed" if embeddings else "")
     hits: dict[str, list[bool]] = {}
     try:
         for question in data.questions:
@@ -102,8 +121,6 @@ async def test_a_longmemeval_style_set_finds_the_planted_evidence(
     finally:
         if retrieval is not None:
             await retrieval.aclose()
-        # The set's threads go, so another run of it (the other parametrization) sees only its own.
-        await conversations.pool.execute("DELETE FROM popagent_threads WHERE id = ANY($1::text[])", threads)
     total = sum(sum(kind) for kind in hits.values()) / len(data.questions)
     by_kind = {kind: f"{sum(v)}/{len(v)}" for kind, v in hits.items()}
     print(
@@ -113,7 +130,7 @@ async def test_a_longmemeval_style_set_finds_the_planted_evidence(
     assert total >= 0.9, by_kind
     assert set(hits) == {"single-session", "multi-session", "temporal", "knowledge-update"}
     if embeddings:
-        assert conversations.gateway.embedding_requests
+        assert gateway.embedding_requests
 
 
 async def test_the_supervisor_recalls_an_exact_quote_through_the_stack(stack: Stack) -> None:
