@@ -24,6 +24,7 @@ from popagent.agent_runner.v1 import agent_runner_pb2_grpc
 from popagent_agent_runner.context.events import TurnEvents, TurnOutput
 from popagent_agent_runner.failures import TurnFailure
 from popagent_agent_runner.memory.long_term import Memory, MemoryStore
+from popagent_agent_runner.servicers.messages import message_of
 from popagent_agent_runner.turn.failure_texts import failure_text
 from popagent_agent_runner.turn.runner import TurnInput, TurnRunner
 from popagent_agent_runner.turn.ui_message import UserMessage
@@ -37,17 +38,7 @@ BATCH_INTERVAL_S = 0.05
 
 
 def memory_message(memory: Memory) -> pb.Memory:
-    return pb.Memory(
-        id=memory.id,
-        content=memory.content,
-        source=memory.source,
-        session_id=memory.session_id,
-        turn_id=memory.turn_id,
-        created_at=memory.created_at,
-        updated_at=memory.updated_at,
-        kind=memory.kind,
-        pinned=memory.pinned,
-    )
+    return message_of(pb.Memory, memory)
 
 
 # The end of a stream whose turn this process stopped because it is shutting down.

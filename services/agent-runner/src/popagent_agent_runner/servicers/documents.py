@@ -2,58 +2,29 @@
 
 from __future__ import annotations
 
-import datetime as dt
-
 import grpc
 
 from popagent.agent_runner.v1 import documents_pb2 as pb
 from popagent.agent_runner.v1 import documents_pb2_grpc
 from popagent_agent_runner.docs.documents import Documentation, IndexStatus
 from popagent_agent_runner.docs.store import DocumentRecord
+from popagent_agent_runner.servicers.messages import message_of
 
 DEFAULT_K = 5
 
 
-def _time(value: dt.datetime | None) -> str:
-    return value.isoformat() if value is not None else ""
-
 
 def document_message(record: DocumentRecord) -> pb.Document:
-    message = pb.Document(
-        id=record.id,
-        workspace_id=record.workspace_id,
-        origin=record.origin,
-        path=record.path,
-        title=record.title,
-        content_hash=record.content_hash,
-        indexed=record.indexed,
-        chunk_count=record.chunk_count,
-        chars=record.chars,
-        created_at=_time(record.created_at),
-        updated_at=_time(record.updated_at),
-    )
-    if record.content is not None:
-        message.content = record.content
-    return message
+    return message_of(pb.Document, record)
 
 
 def status_message(status: IndexStatus) -> pb.DocumentIndexStatus:
     record = status.record
-    return pb.DocumentIndexStatus(
-        workspace_id=record.workspace_id,
-        state=record.state,
+    return message_of(
+        pb.DocumentIndexStatus,
+        record,
         include=record.include_globs,
         exclude=record.exclude_globs,
-        embedding_model=record.embedding_model,
-        files_seen=record.files_seen,
-        files_to_embed=record.files_to_embed,
-        files_embedded=record.files_embedded,
-        files_removed=record.files_removed,
-        chunks_embedded=record.chunks_embedded,
-        error=record.error,
-        requested_at=_time(record.requested_at),
-        started_at=_time(record.started_at),
-        finished_at=_time(record.finished_at),
         documents=status.documents,
         chunks=status.chunks,
     )

@@ -18,6 +18,7 @@ from popagent.agent_runner.v1 import skills_pb2 as pb
 from popagent.agent_runner.v1 import skills_pb2_grpc
 from popagent.evolution.v1 import learning_pb2 as lpb
 from popagent.evolution.v1 import learning_pb2_grpc
+from popagent_agent_runner.servicers.messages import message_of
 from popagent_agent_runner.state.skills import SkillFields, SkillRecord, SkillStore, parse_skill_md, render_skill_md
 from popagent_agent_runner.turn.learned import LearnedCache, LearnedSkillView
 from popagent_core.errors import NotFound
@@ -25,24 +26,7 @@ from popagent_core.grpc_client import map_rpc_errors
 
 
 def skill_message(skill: SkillRecord, *, evolution_managed: bool = False) -> pb.Skill:
-    return pb.Skill(
-        id=skill.id,
-        agent_id=skill.agent_id,
-        name=skill.name,
-        description=skill.description,
-        instructions=skill.instructions,
-        references=skill.references,
-        source_url=skill.source_url,
-        attribution=skill.attribution,
-        license=skill.license,
-        compatibility=skill.compatibility,
-        metadata=skill.metadata,
-        enabled=skill.enabled,
-        evolution_managed=evolution_managed,
-        created_at=skill.created_at.isoformat(),
-        updated_at=skill.updated_at.isoformat(),
-        skill_md=render_skill_md(skill),
-    )
+    return message_of(pb.Skill, skill, evolution_managed=evolution_managed, skill_md=render_skill_md(skill))
 
 
 def _fields(message: pb.SkillFields) -> SkillFields:

@@ -12,6 +12,7 @@ from google.protobuf.message import Message
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
+from popagent_agent_runner.servicers.messages import message_of
 from popagent_agent_runner.state.agents import AgentChanges, AgentRecord, AgentStore
 from popagent_agent_runner.state.sessions import SessionDeleter, SessionRecord, SessionStarts, SessionStore
 from popagent_agent_runner.state.settings_rules import Violation
@@ -34,48 +35,17 @@ def _optional(request: Message, field: str) -> Any:
 
 
 def session_message(session: SessionRecord, *, with_messages: bool = False) -> pb.Session:
-    return pb.Session(
-        id=session.id,
-        title=session.title,
-        title_locked=session.title_locked,
-        workspace_id=session.workspace_id,
-        revision=session.revision,
-        archived_at=_time(session.archived_at),
-        created_at=_time(session.created_at),
-        updated_at=_time(session.updated_at),
-        message_count=session.message_count,
-        double_texting=session.double_texting,
-        messages_json=(session.messages_json or "").encode() if with_messages else b"",
+    return message_of(
+        pb.Session, session, messages_json=(session.messages_json or "").encode() if with_messages else b""
     )
 
 
 def agent_message(agent: AgentRecord) -> pb.Agent:
-    return pb.Agent(
-        id=agent.id,
-        display_name=agent.display_name,
-        description=agent.description,
-        instructions=agent.instructions,
-        source_url=agent.source_url,
-        workspace_access=agent.workspace_access,
-        browser_access=agent.browser_access,
-        delegation_eligible=agent.delegation_eligible,
-        tools=list(agent.tools),
-        model=agent.model or "",
-        updated_at=_time(agent.updated_at),
-    )
+    return message_of(pb.Agent, agent)
 
 
 def workspace_message(record: WorkspaceRecord) -> pb.Workspace:
-    return pb.Workspace(
-        id=record.id,
-        name=record.name,
-        path=record.path,
-        description=record.description,
-        exists=record.exists,
-        is_default=record.is_default,
-        created_at=record.created_at,
-        updated_at=record.updated_at,
-    )
+    return message_of(pb.Workspace, record)
 
 
 def _violations(found: list[Violation]) -> list[pb.FieldViolation]:
