@@ -9,7 +9,7 @@ from datetime import datetime
 
 import asyncpg
 
-from popagent_core.db import wrap_db_errors
+from popagent_core.db import record_of, wrap_db_errors
 from popagent_core.errors import FailedPrecondition, InvalidArgument, NotFound
 
 SUPERVISOR_ID = "popagent"
@@ -37,19 +37,7 @@ class AgentRecord:
 
 
 def _agent(row: asyncpg.Record) -> AgentRecord:
-    return AgentRecord(
-        id=row["id"],
-        display_name=row["display_name"],
-        description=row["description"],
-        instructions=row["instructions"],
-        source_url=row["source_url"],
-        workspace_access=row["workspace_access"],
-        browser_access=row["browser_access"],
-        delegation_eligible=row["delegation_eligible"],
-        tools=tuple(row["tools"]),
-        model=row["model"],
-        updated_at=row["updated_at"],
-    )
+    return record_of(AgentRecord, row, tools=tuple(row["tools"]))
 
 
 @dataclass(frozen=True)

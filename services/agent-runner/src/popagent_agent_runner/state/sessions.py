@@ -27,7 +27,7 @@ from popagent.events.v1 import events_pb2
 from popagent_agent_runner.state.workspaces import DEFAULT_WORKSPACE_ID, AgentWorkspaceStore
 from popagent_core import subjects
 from popagent_core.bus import enqueue_event
-from popagent_core.db import wrap_db_errors
+from popagent_core.db import record_of, wrap_db_errors
 from popagent_core.errors import AlreadyExists, InvalidArgument, NotFound, PopagentError
 from popagent_core.grpc_client import map_rpc_errors
 from popagent_hooks_client.client import HooksClient
@@ -77,19 +77,7 @@ class SessionRecord:
 
 
 def _session(row: asyncpg.Record) -> SessionRecord:
-    return SessionRecord(
-        id=row["id"],
-        title=row["title"],
-        title_locked=row["title_locked"],
-        workspace_id=row["workspace_id"],
-        revision=row["revision"],
-        archived_at=row["archived_at"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        message_count=row["message_count"],
-        double_texting=row["double_texting"],
-        messages_json=row.get("messages"),
-    )
+    return record_of(SessionRecord, row, messages_json=row.get("messages"))
 
 
 @dataclass(frozen=True, slots=True)
