@@ -112,7 +112,9 @@ async def test_a_longmemeval_style_set_finds_the_planted_evidence(
         ids.update(session_ids)
     asking, _ = await add_thread(pool, [])
     retrieval = GatewayRetrieval(gateway.url, "sk-memory") if embeddings else None
-    search = HistorySearch(pool, MEMORY_QUERIES, retrieval, "fake/embed" if embeddings else "")
+    search = HistorySearch(
+        pool, MEMORY_QUERIES, retrieval=retrieval, embedding_model="fake/embed" if embeddings else ""
+    )
     hits: dict[str, list[bool]] = {}
     try:
         for question in data.questions:

@@ -219,7 +219,9 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
             learned=learned,
             docs=docs,
             observational=observational,
-            history_search=HistorySearch(pool, OBSERVATIONAL_QUERIES, retrieval, settings.memory_embedding_model),
+            history_search=HistorySearch(
+                pool, OBSERVATIONAL_QUERIES, retrieval=retrieval, embedding_model=settings.memory_embedding_model
+            ),
         )
         chat = ChatServicer(runner, memories)
         agent_runner_pb2_grpc.add_AgentRunnerServiceServicer_to_server(chat, kernel.server)

@@ -72,6 +72,7 @@ class HistorySearch:
         self,
         pool: asyncpg.Pool,
         queries: Mapping[str, str],
+        *,
         retrieval: GatewayRetrieval | None = None,
         embedding_model: str = "",
     ) -> None:
