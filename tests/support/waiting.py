@@ -84,3 +84,18 @@ async def exited(
             process.kill()
             await process.wait()
         raise AssertionError(f"timed out after {within} s waiting for {what or 'the process'} to exit") from None
+
+
+def run_queue_wait_s() -> float:
+    """Seconds the calling thread has spent so far runnable but waiting for a CPU (Linux
+    schedstat; 0.0 where the kernel keeps none).
+
+    Its growth over a timed step is what other work on the machine cost that step, so a bar on
+    the step's own latency (a deadline plus a margin) can leave it out: a wait the code under test
+    makes (a sleep, a socket, a timer) or work it does on this thread is not run-queue time.
+    """
+    try:
+        with open("/proc/thread-self/schedstat") as stats:
+            return int(stats.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
