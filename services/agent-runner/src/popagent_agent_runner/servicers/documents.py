@@ -13,7 +13,6 @@ from popagent_agent_runner.servicers.messages import message_of
 DEFAULT_K = 5
 
 
-
 def document_message(record: DocumentRecord) -> pb.Document:
     return message_of(pb.Document, record)
 
