@@ -8,4 +8,5 @@
 | `skills.py` | `AgentRunnerSkillsService`: Agent Skills |
 | `documents.py` | `DocumentsService`: documentation indexing and search |
 | `memory.py` | `SessionMemoryService`: a session's observational memory, read-only |
+| `messages.py` | a typed record as the proto message a servicer answers with, by field name |
 """
