@@ -1,9 +1,9 @@
 """The tool registry: the tools the model sees, by the registry key hook matchers use.
 
 Tools live in one folder per group (`time/`, `memory/`, `search/`, `fetch/`, `lsp/`, `browser/`, `docs/`,
-`workspace/`, `skills/`; the clients they drive live below them: `web/` (SearXNG, page fetch),
-`browser/`, `memory/`, `docs/`, `workspace/`, `lsp/`); adding a tool is one
-module with a `TOOL` in its group and one entry in `TOOLS`. `TOOLS` is the one list of what exists: the agents' `knownTools` is derived from it, and
+`workspace/`, `skills/`); the clients they drive are the layers below (`web/`, `browser/`, `memory/`,
+`docs/`, `workspace/`, `lsp/`). Adding a tool is one module with a `TOOL` in its group and one entry in
+`TOOLS`. `TOOLS` is the one list of what exists: the agents' `knownTools` is derived from it, and
 a membership naming anything else is refused (`PATCH /api/agents/:id` answers 422). An agent gets
 the registered tools named in its persisted membership. The workspace tools (Mastra's registry
 keys, `workspace/`) are registered here too but are no membership: an agent gets them by its
