@@ -56,16 +56,22 @@ async def chat(
 
 
 @contextlib.asynccontextmanager
-async def runtime_settings(client: httpx.AsyncClient, **changes: object) -> AsyncIterator[None]:
-    """Agent-runtime settings changed for the block, then restored (the stack is shared)."""
-    before = (await client.get("/api/settings/agent-runtime")).json()
-    response = await client.patch("/api/settings/agent-runtime", json=changes)
+async def settings_changed(client: httpx.AsyncClient, section: str, **changes: object) -> AsyncIterator[None]:
+    """The settings of /api/settings/<section> changed for the block, then restored (the stack is shared)."""
+    path = f"/api/settings/{section}"
+    before = (await client.get(path)).json()
+    response = await client.patch(path, json=changes)
     assert response.status_code == 200, response.text
     try:
         yield
     finally:
         restore = {key: before[key] for key in changes}
-        assert (await client.patch("/api/settings/agent-runtime", json=restore)).status_code == 200
+        assert (await client.patch(path, json=restore)).status_code == 200
+
+
+def runtime_settings(client: httpx.AsyncClient, **changes: object) -> contextlib.AbstractAsyncContextManager[None]:
+    """Agent-runtime settings changed for the block, then restored."""
+    return settings_changed(client, "agent-runtime", **changes)
 
 
 def shape(chunks: list[Any]) -> list[Any]:

@@ -5,11 +5,10 @@ from __future__ import annotations
 import contextlib
 import secrets
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
-from chat.helpers import chat, new_session
+from chat.helpers import chat, new_session, settings_changed
 
 from popagent.events.v1 import events_pb2
 from popagent_core import bus, subjects
@@ -95,17 +94,9 @@ async def revisions(client: httpx.AsyncClient, agent: str) -> list[dict[str, Any
     return response.json()["revisions"]
 
 
-@contextlib.asynccontextmanager
-async def autonomy(client: httpx.AsyncClient, **changes: bool) -> AsyncIterator[None]:
-    """Autonomy settings changed for the block, then restored (the stack is shared)."""
-    before = (await client.get("/api/settings/autonomy")).json()
-    response = await client.patch("/api/settings/autonomy", json=changes)
-    assert response.status_code == 200, response.text
-    try:
-        yield
-    finally:
-        restore = {key: before[key] for key in changes}
-        assert (await client.patch("/api/settings/autonomy", json=restore)).status_code == 200
+def autonomy(client: httpx.AsyncClient, **changes: bool) -> contextlib.AbstractAsyncContextManager[None]:
+    """Autonomy settings changed for the block, then restored."""
+    return settings_changed(client, "autonomy", **changes)
 
 
 async def learned_tables(stack: Stack) -> tuple[list[Any], ...]:

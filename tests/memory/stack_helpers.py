@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
 
 import httpx
+from chat.helpers import settings_changed
 
 LONG = (
     "Here is a long message about my week, with enough words that a few of them cross the smallest "
@@ -21,14 +21,6 @@ OBSERVE_IN_TURN = {
 }
 
 
-@contextlib.asynccontextmanager
-async def memory_settings(client: httpx.AsyncClient, **changes: object) -> AsyncIterator[None]:
-    """Memory settings changed for the block, then restored (the stack is shared)."""
-    before = (await client.get("/api/settings/memory")).json()
-    response = await client.patch("/api/settings/memory", json=changes)
-    assert response.status_code == 200, response.text
-    try:
-        yield
-    finally:
-        restore = {key: before[key] for key in changes}
-        assert (await client.patch("/api/settings/memory", json=restore)).status_code == 200
+def memory_settings(client: httpx.AsyncClient, **changes: object) -> contextlib.AbstractAsyncContextManager[None]:
+    """Memory settings changed for the block, then restored."""
+    return settings_changed(client, "memory", **changes)
