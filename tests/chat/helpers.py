@@ -115,6 +115,35 @@ def shape(chunks: list[Any]) -> list[Any]:
     return shaped
 
 
+def text_step(text: str, part: str = "t1") -> list[Any]:
+    """The shaped chunks of one model step that answers with text (its deltas joined by `shape`)."""
+    return [
+        {"type": "start-step"},
+        {"type": "text-start", "id": part},
+        {"type": "text-delta", "id": part, "delta": text},
+        {"type": "text-end", "id": part},
+        {"type": "finish-step"},
+    ]
+
+
+def tool_input(tool: str, arguments: dict[str, Any], call: str = "c1") -> list[Any]:
+    """The shaped chunks that announce a tool call: its start, then its complete input."""
+    return [
+        {"type": "tool-input-start", "toolCallId": call, "toolName": tool},
+        {"type": "tool-input-available", "toolCallId": call, "toolName": tool, "input": arguments},
+    ]
+
+
+def finished_stream(*steps: list[Any], reason: str = "stop") -> list[Any]:
+    """A whole shaped stream that finishes: start, the steps' chunks in order, finish with the reason, [DONE]."""
+    return [
+        {"type": "start"},
+        *(chunk for step in steps for chunk in step),
+        {"type": "finish", "finishReason": reason},
+        "[DONE]",
+    ]
+
+
 def of_type(chunks: list[Any], kind: str) -> list[dict[str, Any]]:
     return [c for c in chunks if isinstance(c, dict) and c["type"] == kind]
 

@@ -12,10 +12,13 @@ import nats.js.errors
 from chat.helpers import (
     chat,
     conversation_of,
+    finished_stream,
     new_session,
     of_type,
     shape,
+    text_step,
     thread_rows,
+    tool_input,
     turn_events,
     turn_note,
     user_message,
@@ -34,16 +37,7 @@ async def test_a_plain_answer_streams_the_exact_chunk_sequence_and_is_stored(sta
         message = user_message("hi")
         chunks = await chat(client, session, message)
 
-    assert shape(chunks) == [
-        {"type": "start"},
-        {"type": "start-step"},
-        {"type": "text-start", "id": "t1"},
-        {"type": "text-delta", "id": "t1", "delta": "Hello there, friend."},
-        {"type": "text-end", "id": "t1"},
-        {"type": "finish-step"},
-        {"type": "finish", "finishReason": "stop"},
-        "[DONE]",
-    ]
+    assert shape(chunks) == finished_stream(text_step("Hello there, friend."))
     start, finish = chunks[0], chunks[-2]
     turn_id = start["messageMetadata"]["turnId"]
     trace_id = start["messageMetadata"]["traceId"]
@@ -163,26 +157,15 @@ async def test_a_tool_call_streams_input_and_output_then_the_answer(stack: Stack
         session = await new_session(client)
         chunks = await chat(client, session, "what time is it?")
 
-    assert shape(chunks) == [
-        {"type": "start"},
-        {"type": "start-step"},
-        {"type": "tool-input-start", "toolCallId": "c1", "toolName": "getTime"},
-        {
-            "type": "tool-input-available",
-            "toolCallId": "c1",
-            "toolName": "getTime",
-            "input": {"time_zone": "Europe/Paris"},
-        },
-        {"type": "tool-output-available", "toolCallId": "c1", "output": ANY},
-        {"type": "finish-step"},
-        {"type": "start-step"},
-        {"type": "text-start", "id": "t1"},
-        {"type": "text-delta", "id": "t1", "delta": "It is noon."},
-        {"type": "text-end", "id": "t1"},
-        {"type": "finish-step"},
-        {"type": "finish", "finishReason": "stop"},
-        "[DONE]",
-    ]
+    assert shape(chunks) == finished_stream(
+        [
+            {"type": "start-step"},
+            *tool_input("getTime", {"time_zone": "Europe/Paris"}),
+            {"type": "tool-output-available", "toolCallId": "c1", "output": ANY},
+            {"type": "finish-step"},
+        ],
+        text_step("It is noon."),
+    )
     output = chunks[4]["output"]
     assert output["timeZone"] == "Europe/Paris" and output["iso"][-6:] in {"+01:00", "+02:00"}
     # The model got the tool result back, under the call's id.

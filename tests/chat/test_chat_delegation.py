@@ -6,7 +6,18 @@ from typing import Any
 
 import pytest
 
-from chat.helpers import chat, new_session, of_type, runtime_settings, shape, text_of, thread_rows
+from chat.helpers import (
+    chat,
+    finished_stream,
+    new_session,
+    of_type,
+    runtime_settings,
+    shape,
+    text_of,
+    text_step,
+    thread_rows,
+    tool_input,
+)
 from support.https_receiver import answer
 from support.model_gateway import ToolCall, Turn, Usage
 from support.stacks import MODEL, SPECIALISTS, Stack
@@ -39,30 +50,19 @@ async def test_a_delegation_runs_the_specialist_and_returns_only_its_text(stack:
         session = await new_session(client)
         chunks = await chat(client, session, "do the work")
 
-    assert shape(chunks) == [
-        {"type": "start"},
-        {"type": "start-step"},
-        {"type": "tool-input-start", "toolCallId": "c1", "toolName": specialist},
-        {
-            "type": "tool-input-available",
-            "toolCallId": "c1",
-            "toolName": specialist,
-            "input": {"brief": f"Please do the {specialist} part."},
-        },
-        {"type": "data-agentActivity", "id": "a1", "status": "running"},
-        {"type": "data-agentActivity", "id": "a1", "status": "running"},
-        {"type": "data-agentActivity", "id": "a1", "status": "running"},
-        {"type": "data-agentActivity", "id": "a1", "status": "completed"},
-        {"type": "tool-output-available", "toolCallId": "c1", "output": f"{specialist} findings: all good."},
-        {"type": "finish-step"},
-        {"type": "start-step"},
-        {"type": "text-start", "id": "t1"},
-        {"type": "text-delta", "id": "t1", "delta": "Summary for the user."},
-        {"type": "text-end", "id": "t1"},
-        {"type": "finish-step"},
-        {"type": "finish", "finishReason": "stop"},
-        "[DONE]",
-    ]
+    assert shape(chunks) == finished_stream(
+        [
+            {"type": "start-step"},
+            *tool_input(specialist, {"brief": f"Please do the {specialist} part."}),
+            {"type": "data-agentActivity", "id": "a1", "status": "running"},
+            {"type": "data-agentActivity", "id": "a1", "status": "running"},
+            {"type": "data-agentActivity", "id": "a1", "status": "running"},
+            {"type": "data-agentActivity", "id": "a1", "status": "completed"},
+            {"type": "tool-output-available", "toolCallId": "c1", "output": f"{specialist} findings: all good."},
+            {"type": "finish-step"},
+        ],
+        text_step("Summary for the user."),
+    )
     supervisor_first, specialist_first, specialist_second, supervisor_second = stack.models.requests
     # The supervisor is offered every delegation-eligible specialist; the specialist none of them.
     assert set(SPECIALISTS) <= set(tool_names(supervisor_first))

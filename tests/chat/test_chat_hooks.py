@@ -8,12 +8,15 @@ import uuid
 from chat.helpers import (
     chat,
     conversation_of,
+    finished_stream,
     new_session,
     of_type,
     recorded_turn,
     shape,
     text_of,
+    text_step,
     thread_rows,
+    tool_input,
     turn_events,
     turn_note,
     user_message,
@@ -68,16 +71,9 @@ async def test_a_denied_prompt_ends_the_turn_with_the_reason_and_no_model_call(s
     async with stack.client() as client:
         session = await new_session(client)
         chunks = await chat(client, session, "what's the weather?")
-    assert shape(chunks) == [
-        {"type": "start"},
-        {"type": "start-step"},
-        {"type": "text-start", "id": "t1"},
-        {"type": "text-delta", "id": "t1", "delta": "This message was denied by a hook: no talk of the weather"},
-        {"type": "text-end", "id": "t1"},
-        {"type": "finish-step"},
-        {"type": "finish", "finishReason": "other"},
-        "[DONE]",
-    ]
+    assert shape(chunks) == finished_stream(
+        text_step("This message was denied by a hook: no talk of the weather"), reason="other"
+    )
     assert stack.models.requests == []
     [prompt] = stack.hook_requests("UserPromptSubmit")
     assert prompt["detail"] == {"prompt": "what's the weather?", "attachments": 0}
@@ -135,8 +131,7 @@ async def test_a_denied_tool_call_returns_the_reason_to_the_model(stack: Stack) 
     assert shape(chunks)[:6] == [
         {"type": "start"},
         {"type": "start-step"},
-        {"type": "tool-input-start", "toolCallId": "c1", "toolName": "getTime"},
-        {"type": "tool-input-available", "toolCallId": "c1", "toolName": "getTime", "input": {}},
+        *tool_input("getTime", {}),
         {
             "type": "tool-output-error",
             "toolCallId": "c1",
@@ -184,21 +179,7 @@ async def test_stop_continue_reruns_with_the_hooks_reason(stack: Stack) -> None:
     async with stack.client() as client:
         session = await new_session(client)
         chunks = await chat(client, session, "greet me")
-    assert shape(chunks) == [
-        {"type": "start"},
-        {"type": "start-step"},
-        {"type": "text-start", "id": "t1"},
-        {"type": "text-delta", "id": "t1", "delta": "Hello."},
-        {"type": "text-end", "id": "t1"},
-        {"type": "finish-step"},
-        {"type": "start-step"},
-        {"type": "text-start", "id": "t2"},
-        {"type": "text-delta", "id": "t2", "delta": "Goodbye."},
-        {"type": "text-end", "id": "t2"},
-        {"type": "finish-step"},
-        {"type": "finish", "finishReason": "stop"},
-        "[DONE]",
-    ]
+    assert shape(chunks) == finished_stream(text_step("Hello."), text_step("Goodbye.", part="t2"))
     assert conversation_of(stack.models.requests[1]) == [
         ("user", "greet me"),
         ("assistant", "Hello."),
