@@ -33,6 +33,31 @@ def observer_requests(conversations: Conversations) -> int:
     return sum(1 for body in conversations.gateway.requests if is_observer(body))
 
 
+class HeldObserver:
+    """A responder whose Observer call starts, then holds its answer until released (the other agents answer)."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def __call__(self, body: Body) -> Turn:
+        if is_observer(body):
+            self.started.set()
+            await self.release.wait()
+            return observe(body)
+        return answer_others(body)
+
+
+async def turns_until_the_observer_starts(conversation: Conversation, observer: HeldObserver) -> int:
+    """Turns until the background Observer has started; how many turns that took."""
+    n = 0
+    while not observer.started.is_set():
+        n += 1
+        await conversation.turn(TEXT.format(n=n), ASYNC)
+        await asyncio.sleep(0)
+    return n
+
+
 async def test_buffered_observations_join_the_context_at_the_threshold_without_a_model_call(
     conversations: Conversations,
 ) -> None:
@@ -63,24 +88,11 @@ async def test_buffered_observations_join_the_context_at_the_threshold_without_a
 
 
 async def test_a_turn_does_not_wait_for_a_background_observation(conversations: Conversations) -> None:
-    release = asyncio.Event()
-    started = asyncio.Event()
-
-    async def slow_observer(body: Body) -> Turn:
-        if is_observer(body):
-            started.set()
-            await release.wait()
-            return observe(body)
-        return answer_others(body)
-
-    conversations.gateway.responder = slow_observer
+    observer = HeldObserver()
+    conversations.gateway.responder = observer
     conversation = await conversations.new()
-    n = 0
     try:
-        while not started.is_set():
-            n += 1
-            await conversation.turn(TEXT.format(n=n), ASYNC)
-            await asyncio.sleep(0)
+        n = await turns_until_the_observer_starts(conversation, observer)
         background = conversations.memory.background(conversation.thread_id)
         assert background is not None and not background.done()
         # Turns complete while the Observer is still busy (below block_after they never wait on it).
@@ -90,28 +102,15 @@ async def test_a_turn_does_not_wait_for_a_background_observation(conversations: 
             assert not record.memory.waited
         assert not background.done()
     finally:
-        release.set()
+        observer.release.set()
     await settle(conversation)
 
 
 async def test_at_block_after_the_turn_waits_for_the_observation(conversations: Conversations) -> None:
-    release = asyncio.Event()
-    started = asyncio.Event()
-
-    async def slow_observer(body: Body) -> Turn:
-        if is_observer(body):
-            started.set()
-            await release.wait()
-            return observe(body)
-        return answer_others(body)
-
-    conversations.gateway.responder = slow_observer
+    observer = HeldObserver()
+    conversations.gateway.responder = observer
     conversation = await conversations.new()
-    n = 0
-    while not started.is_set():
-        n += 1
-        await conversation.turn(TEXT.format(n=n), ASYNC)
-        await asyncio.sleep(0)
+    n = await turns_until_the_observer_starts(conversation, observer)
     # Grow the unobserved history past the threshold while the Observer is held (block_after 2: no wait).
     pending = 0
     while pending < ASYNC.observation_message_tokens * 1.1:
@@ -123,7 +122,7 @@ async def test_at_block_after_the_turn_waits_for_the_observation(conversations: 
     blocked = asyncio.create_task(conversation.turn(TEXT.format(n=n), low_block))
     await asyncio.sleep(0.3)
     assert not blocked.done(), "the turn past block_after did not wait"
-    release.set()
+    observer.release.set()
     record = await asyncio.wait_for(blocked, 30)
     assert record.memory.waited and record.memory.observations
 
