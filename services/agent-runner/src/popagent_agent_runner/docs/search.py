@@ -9,7 +9,7 @@ to be comparable. With a rerank model configured, the fused head goes through th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from popagent_agent_runner.docs.store import Candidate, DocsStore
 from popagent_agent_runner.llm.embeddings import GatewayRetrieval
@@ -25,13 +25,8 @@ RERANK_WINDOW = 20
 HNSW_EF_SEARCH = 400
 
 
-@dataclass(frozen=True, slots=True)
-class SearchHit:
-    document_id: str
-    path: str
-    heading_path: tuple[str, ...]
-    content: str
-    score: float
+SearchHit = Candidate
+"""A hit is the candidate chunk itself, its score now the fused (or reranked) one."""
 
 
 @dataclass(kw_only=True, eq=False)
@@ -85,4 +80,4 @@ def _rerank_text(candidate: Candidate) -> str:
 
 
 def _hit(candidate: Candidate, score: float) -> SearchHit:
-    return SearchHit(candidate.document_id, candidate.path, candidate.heading_path, candidate.content, score)
+    return replace(candidate, score=score)
