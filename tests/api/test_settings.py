@@ -59,26 +59,32 @@ async def test_agent_runtime_patch_changes_only_the_fields_sent(client: httpx.As
 
 
 @pytest.mark.parametrize(
-    ("body", "field"),
+    ("section", "body", "field"),
     [
-        ({"supervisorMaxSteps": 1}, "supervisorMaxSteps"),
-        ({"supervisorMaxSteps": 201}, "supervisorMaxSteps"),
-        ({"maxProcessorRetries": -1}, "maxProcessorRetries"),
-        ({"taskConcurrency": "4"}, "taskConcurrency"),
+        ("agent-runtime", {"supervisorMaxSteps": 1}, "supervisorMaxSteps"),
+        ("agent-runtime", {"supervisorMaxSteps": 201}, "supervisorMaxSteps"),
+        ("agent-runtime", {"maxProcessorRetries": -1}, "maxProcessorRetries"),
+        ("agent-runtime", {"taskConcurrency": "4"}, "taskConcurrency"),
         # 4.0 is the integer 4 (JSON has one number type); 4.5 is not an integer.
-        ({"taskConcurrency": 4.5}, "taskConcurrency"),
-        ({"maxConcurrentToolCalls": True}, "maxConcurrentToolCalls"),
-        ({"finalResponseFeedback": ""}, "finalResponseFeedback"),
-        ({"delegationFailureText": "x" * 4001}, "delegationFailureText"),
-        ({"defaultModel": None}, "defaultModel"),
-        ({"default_model": "fake/fake-chat"}, "default_model"),
-        ({"noSuchSetting": 1}, "noSuchSetting"),
+        ("agent-runtime", {"taskConcurrency": 4.5}, "taskConcurrency"),
+        ("agent-runtime", {"maxConcurrentToolCalls": True}, "maxConcurrentToolCalls"),
+        ("agent-runtime", {"finalResponseFeedback": ""}, "finalResponseFeedback"),
+        ("agent-runtime", {"delegationFailureText": "x" * 4001}, "delegationFailureText"),
+        ("agent-runtime", {"defaultModel": None}, "defaultModel"),
+        ("agent-runtime", {"default_model": "fake/fake-chat"}, "default_model"),
+        ("agent-runtime", {"noSuchSetting": 1}, "noSuchSetting"),
+        ("memory", {"observationMessageTokens": 999}, "observationMessageTokens"),
+        ("memory", {"observationBufferActivation": 1.5}, "observationBufferActivation"),
+        ("memory", {"observationBlockAfter": 0.5}, "observationBlockAfter"),
+        ("memory", {"retrievalScope": "everything"}, "retrievalScope"),
+        ("memory", {"enabled": "yes"}, "enabled"),
+        ("memory", {"reflectorInstructions": "x" * 8001}, "reflectorInstructions"),
     ],
 )
-async def test_agent_runtime_patch_refuses_bad_fields_by_name(
-    client: httpx.AsyncClient, body: dict[str, Any], field: str
+async def test_a_settings_patch_refuses_bad_fields_by_name(
+    client: httpx.AsyncClient, section: str, body: dict[str, Any], field: str
 ) -> None:
-    response = await client.patch("/api/settings/agent-runtime", json=body)
+    response = await client.patch(f"/api/settings/{section}", json=body)
     assert response.status_code == 422, response.text
     assert field in violation_fields(response)
 
@@ -132,25 +138,6 @@ async def test_memory_settings_patch_and_the_shared_budget_rule(client: httpx.As
         assert violation_fields(again) == ["sharedBudget"]
         # The restore order matters: turn sharing off before async buffering comes back.
         assert (await client.patch("/api/settings/memory", json={"sharedBudget": False})).status_code == 200
-
-
-@pytest.mark.parametrize(
-    ("body", "field"),
-    [
-        ({"observationMessageTokens": 999}, "observationMessageTokens"),
-        ({"observationBufferActivation": 1.5}, "observationBufferActivation"),
-        ({"observationBlockAfter": 0.5}, "observationBlockAfter"),
-        ({"retrievalScope": "everything"}, "retrievalScope"),
-        ({"enabled": "yes"}, "enabled"),
-        ({"reflectorInstructions": "x" * 8001}, "reflectorInstructions"),
-    ],
-)
-async def test_memory_patch_refuses_bad_fields_by_name(
-    client: httpx.AsyncClient, body: dict[str, Any], field: str
-) -> None:
-    response = await client.patch("/api/settings/memory", json=body)
-    assert response.status_code == 422, response.text
-    assert field in violation_fields(response)
 
 
 async def test_autonomy_settings_toggle_and_cron_validation(client: httpx.AsyncClient) -> None:
