@@ -11,9 +11,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import asyncpg
 
@@ -88,9 +88,9 @@ def wrap_db_errors() -> Iterator[None]:
         raise StorageError(f"database error: {type(exc).__name__}") from exc
 
 
-def record_of(record_type: type[Record], row: asyncpg.Record, **converted: object) -> Record:
-    """A row as its typed record: each field from the column of its name, `converted` for the ones that
-    take another type (an enum, a uuid as text)."""
+def record_of(record_type: type[Record], row: asyncpg.Record | Mapping[str, Any], **converted: object) -> Record:
+    """A row (or a row decoded from JSON) as its typed record: each field from the column of its name,
+    `converted` for the ones that take another type (an enum, a uuid as text) or another column."""
     columns = {field.name: row[field.name] for field in dataclasses.fields(record_type) if field.name not in converted}
     return record_type(**columns, **converted)
 

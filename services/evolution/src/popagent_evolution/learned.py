@@ -33,7 +33,7 @@ import orjson
 from popagent.events.v1 import events_pb2
 from popagent_core import subjects
 from popagent_core.bus import enqueue_event
-from popagent_core.db import wrap_db_errors
+from popagent_core.db import record_of, wrap_db_errors
 from popagent_core.errors import Conflict, InvalidArgument, NotFound
 from popagent_core.secret_text import carries_secret
 from popagent_evolution.overlap import quoted_run
@@ -137,19 +137,15 @@ class _Change:
 
 
 def revision_of(row: asyncpg.Record) -> RevisionRecord:
-    return RevisionRecord(
+    return record_of(
+        RevisionRecord,
+        row,
         id=str(row["id"]),
-        position=row["position"],
-        target_kind=row["target_kind"],
-        target_key=row["target_key"],
-        agent_id=row["agent_id"],
         before=orjson.loads(row["before"]) if row["before"] is not None else None,
         after=orjson.loads(row["after"]) if row["after"] is not None else None,
-        strategy=row["strategy"],
         signal_ids=[str(s) for s in row["signal_ids"]],
         trace_ids=list(row["trace_ids"]),
         reverts_revision_id=str(row["reverts_revision_id"]) if row["reverts_revision_id"] else None,
-        created_at=row["created_at"],
     )
 
 

@@ -12,7 +12,7 @@ import asyncpg
 from popagent.events.v1 import events_pb2
 from popagent_core import subjects
 from popagent_core.bus import enqueue_event
-from popagent_core.db import load_queries, wrap_db_errors
+from popagent_core.db import load_queries, record_of, wrap_db_errors
 from popagent_core.errors import ConfigurationError
 
 QUERIES = load_queries(Path(__file__).parent / "queries.sql")
@@ -43,13 +43,7 @@ def _settings(row: asyncpg.Record | None) -> AutonomySettings:
     if row is None:
         # The seed ran once; a missing row is a configuration error, never a reason to invent defaults.
         raise ConfigurationError("autonomy settings row is missing")
-    return AutonomySettings(
-        evolution_enabled=row["evolution_enabled"],
-        skill_creation_enabled=row["skill_creation_enabled"],
-        self_update_enabled=row["self_update_enabled"],
-        self_update_cron=row["self_update_cron"],
-        updated_at=row["updated_at"],
-    )
+    return record_of(AutonomySettings, row)
 
 
 def _pick(change: T | None, current: T) -> T:

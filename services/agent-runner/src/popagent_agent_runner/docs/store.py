@@ -12,7 +12,7 @@ from pathlib import Path
 import asyncpg
 
 from popagent_agent_runner.docs.chunking import Chunk
-from popagent_core.db import load_queries, wrap_db_errors
+from popagent_core.db import load_queries, record_of, wrap_db_errors
 from popagent_core.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 
 QUERIES = load_queries(Path(__file__).parent / "queries.sql")
@@ -48,22 +48,7 @@ class IndexRecord:
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> IndexRecord:
-        return cls(
-            workspace_id=row["workspace_id"],
-            include_globs=tuple(row["include_globs"]),
-            exclude_globs=tuple(row["exclude_globs"]),
-            state=row["state"],
-            embedding_model=row["embedding_model"],
-            files_seen=row["files_seen"],
-            files_to_embed=row["files_to_embed"],
-            files_embedded=row["files_embedded"],
-            files_removed=row["files_removed"],
-            chunks_embedded=row["chunks_embedded"],
-            error=row["error"],
-            requested_at=row["requested_at"],
-            started_at=row["started_at"],
-            finished_at=row["finished_at"],
-        )
+        return record_of(cls, row, include_globs=tuple(row["include_globs"]), exclude_globs=tuple(row["exclude_globs"]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -389,17 +374,9 @@ def _candidate(row: asyncpg.Record, score: float) -> Candidate:
 
 
 def _document(row: asyncpg.Record, model: str, *, with_content: bool = False) -> DocumentRecord:
-    return DocumentRecord(
-        id=row["id"],
-        workspace_id=row["workspace_id"],
-        origin=row["origin"],
-        path=row["path"],
-        title=row["title"],
-        content_hash=row["content_hash"],
+    return record_of(
+        DocumentRecord,
+        row,
         indexed=bool(model) and row["embedded_hash"] == row["content_hash"] and row["embedded_model"] == model,
-        chunk_count=row["chunk_count"],
-        chars=row["chars"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
         content=row["content"] if with_content else None,
     )

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from popagent_core.db import record_of
+
 
 @dataclass(frozen=True)
 class RuntimeSnapshot:
@@ -26,7 +28,7 @@ class RuntimeSnapshot:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> RuntimeSnapshot:
-        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
+        return record_of(cls, row)
 
 
 @dataclass(frozen=True)
@@ -41,12 +43,7 @@ class RunSkill:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> RunSkill:
-        return cls(
-            name=row["name"],
-            description=row["description"],
-            instructions=row["instructions"],
-            references=tuple(sorted(row["references"].items())),
-        )
+        return record_of(cls, row, references=tuple(sorted(row["references"].items())))
 
 
 @dataclass(frozen=True)
@@ -70,15 +67,10 @@ class AgentProfile:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> AgentProfile:
-        return cls(
-            id=row["id"],
-            display_name=row["display_name"],
-            description=row["description"],
-            instructions=row["instructions"],
-            delegation_eligible=row["delegation_eligible"],
+        return record_of(
+            cls,
+            row,
             tools=tuple(row["tools"]),
-            model=row["model"],
-            workspace_access=row["workspace_access"],
             browser_access=row.get("browser_access", "none"),
             skills=tuple(RunSkill.from_row(skill) for skill in row.get("skills") or ()),
         )

@@ -22,7 +22,7 @@ import orjson
 import yaml
 from asyncpg.pool import PoolConnectionProxy
 
-from popagent_core.db import wrap_db_errors
+from popagent_core.db import record_of, wrap_db_errors
 from popagent_core.errors import AlreadyExists, InvalidArgument, NotFound
 
 NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
@@ -81,21 +81,12 @@ class SkillFields:
 
 
 def _skill(row: asyncpg.Record) -> SkillRecord:
-    return SkillRecord(
+    return record_of(
+        SkillRecord,
+        row,
         id=str(row["id"]),
-        agent_id=row["agent_id"],
-        name=row["name"],
-        description=row["description"],
-        instructions=row["instructions"],
         references=orjson.loads(row["named_references"]),
-        source_url=row["source_url"],
-        attribution=row["attribution"],
-        license=row["license"],
-        compatibility=row["compatibility"],
         metadata=orjson.loads(row["metadata"]),
-        enabled=row["enabled"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
     )
 
 
