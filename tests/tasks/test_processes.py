@@ -168,7 +168,7 @@ async def test_sigterm_finishes_short_work_and_requeues_the_rest(repo: TaskRepo,
         await repo.pool.fetch("SELECT id, status FROM popagent_agent_tasks WHERE id = ANY($1::uuid[])", short + long)
     )
     assert {statuses[i] for i in short} == {"completed"}
-    assert {statuses[i] for i in long} == {"queued"}
+    assert {statuses[i] for i in long} == {"queued"}, worker.log_text()[-3000:]
 
 
 @pytest.mark.timeout(120)

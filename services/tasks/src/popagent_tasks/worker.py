@@ -25,7 +25,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from popagent_core.lifecycle import wait_event
 from popagent_core.telemetry import TRACER, continuing_trace
@@ -48,8 +48,10 @@ from popagent_tasks.settings import Settings
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+Item = TypeVar("Item")
+Result = TypeVar("Result")
 
-MAX_COMPLETION_BATCH = 500
+MAX_TRANSITION_BATCH = 500
 # Transitions are retried through database outages; the attempt keeps its slot and heartbeat meanwhile.
 TRANSITION_RETRY_MAX_S = 2.0
 
@@ -132,35 +134,38 @@ class _Slot:
         return self.task_record.attempt_key
 
 
-class _CompletionBatcher:
-    """Completions that arrive while one is being written go out together in the next
-    statement; the first one is never held back to build a batch."""
+class _StatementBatcher(Generic[Item, Result]):
+    """Transitions that arrive while one statement is being written go out together in the
+    next statement; the first one is never held back to build a batch. Attempts that settle
+    at once (a burst of completions, every attempt a shutdown aborted) then cost a few
+    statements instead of one transaction each queueing for the pool."""
 
-    def __init__(self, repo: TaskRepo) -> None:
-        self.repo = repo
-        self._pending: list[tuple[uuid.UUID, int, str, asyncio.Future[Task | None]]] = []
+    def __init__(self, write: Callable[[list[Item]], Awaitable[dict[uuid.UUID, Result]]], *, name: str) -> None:
+        self._write = write
+        self._name = name
+        self._pending: list[tuple[uuid.UUID, Item, asyncio.Future[Result | None]]] = []
         self._flusher: asyncio.Task[None] | None = None
 
-    async def complete(self, task_id: uuid.UUID, attempt: int, outcome: str) -> Task | None:
-        future: asyncio.Future[Task | None] = asyncio.get_running_loop().create_future()
-        self._pending.append((task_id, attempt, outcome, future))
+    async def submit(self, task_id: uuid.UUID, item: Item) -> Result | None:
+        """The transition's result for this task, or None when it changed nothing (fenced out)."""
+        future: asyncio.Future[Result | None] = asyncio.get_running_loop().create_future()
+        self._pending.append((task_id, item, future))
         if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush(), name="tasks-complete")
+            self._flusher = asyncio.create_task(self._flush(), name=self._name)
         return await future
 
     async def _flush(self) -> None:
         while self._pending:
-            batch = self._pending[:MAX_COMPLETION_BATCH]
-            del self._pending[:MAX_COMPLETION_BATCH]
+            batch = self._pending[:MAX_TRANSITION_BATCH]
+            del self._pending[:MAX_TRANSITION_BATCH]
             try:
-                done = await self.repo.complete([(task_id, attempt, outcome) for task_id, attempt, outcome, _ in batch])
+                by_id = await self._write([item for _, item, _ in batch])
             except Exception as exc:
                 for *_, future in batch:
                     if not future.done():
                         future.set_exception(exc)
                 continue
-            by_id = {task.id: task for task in done}
-            for task_id, _, _, future in batch:
+            for task_id, _, future in batch:
                 if not future.done():
                     future.set_result(by_id.get(task_id))
 
@@ -186,7 +191,12 @@ class Worker:
         self.worker_id = worker_id or default_worker_id()
         self.rng = rng or random.Random()
         self.slots: dict[uuid.UUID, _Slot] = {}
-        self._batcher = _CompletionBatcher(repo)
+        self._completions = _StatementBatcher[tuple[uuid.UUID, int, str], Task](
+            self._write_completions, name="tasks-complete"
+        )
+        self._shutdown_releases = _StatementBatcher[tuple[uuid.UUID, int], Transition](
+            self._write_shutdown_releases, name="tasks-release"
+        )
         self._wake = asyncio.Event()
         self._lifecycle = asyncio.Lock()
         self._wanted = False
@@ -455,11 +465,10 @@ class Worker:
             # (A result that arrives after the deadline's abort is still a timeout: the
             # deadline decided, and the attempt becomes retry-eligible only now it settled.)
             outcome = truncate(str(execution.result() or ""), 16 * 1024)
-            completed = await self._durably(lambda: self._batcher.complete(task_id, attempt, outcome))
+            completed = await self._durably(lambda: self._completions.submit(task_id, (task_id, attempt, outcome)))
             transition = Transition(completed) if completed is not None else None
         elif reason is AbortReason.SHUTDOWN:
-            released = await self._durably(lambda: self.repo.release([(task_id, attempt)]))
-            transition = released[0] if released else None
+            transition = await self._durably(lambda: self._shutdown_releases.submit(task_id, (task_id, attempt)))
         elif reason is None and (released_class := classify(error or TaskFailure(ErrorClass.UNKNOWN))) in RELEASED:
             transition = await self._release(slot, released_class, str(error))
         else:
@@ -522,6 +531,12 @@ class Worker:
             due = time.monotonic() + delay
             self._next_retry_at = min(self._next_retry_at or due, due)
         return released[0] if released else None
+
+    async def _write_completions(self, items: list[tuple[uuid.UUID, int, str]]) -> dict[uuid.UUID, Task]:
+        return {task.id: task for task in await self.repo.complete(items)}
+
+    async def _write_shutdown_releases(self, items: list[tuple[uuid.UUID, int]]) -> dict[uuid.UUID, Transition]:
+        return {transition.task.id: transition for transition in await self.repo.release(items)}
 
     async def _durably(self, operation: Callable[[], Awaitable[T]]) -> T:
         """Retry a transition through database outages: an attempt's outcome is never dropped.
