@@ -55,6 +55,13 @@ async def chat(
         return await read_sse(response)
 
 
+async def chat_in_a_new_session(stack: Stack, message: dict[str, Any] | str) -> tuple[str, list[Any]]:
+    """One turn in a session made for it: the session's id and every chunk of the stream."""
+    async with stack.client() as client:
+        session = await new_session(client)
+        return session, await chat(client, session, message)
+
+
 @contextlib.asynccontextmanager
 async def settings_changed(client: httpx.AsyncClient, section: str, **changes: object) -> AsyncIterator[None]:
     """The settings of /api/settings/<section> changed for the block, then restored (the stack is shared)."""

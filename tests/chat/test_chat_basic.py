@@ -11,6 +11,7 @@ import nats.js.errors
 
 from chat.helpers import (
     chat,
+    chat_in_a_new_session,
     conversation_of,
     finished_stream,
     new_session,
@@ -105,9 +106,7 @@ async def test_text_streams_as_the_model_produces_it(stack: Stack) -> None:
 
 async def test_the_turn_outcome_reaches_jetstream_through_the_outbox(stack: Stack) -> None:
     stack.models.push(Turn.say("Relayed."))
-    async with stack.client() as client:
-        session = await new_session(client)
-        chunks = await chat(client, session, "publish me")
+    session, chunks = await chat_in_a_new_session(stack, "publish me")
     turn_id = chunks[0]["messageMetadata"]["turnId"]
     async with bus.connect(stack.nats_url, name="chat-tests") as nc:
         js = nc.jetstream()
@@ -153,9 +152,7 @@ async def test_a_tool_call_streams_input_and_output_then_the_answer(stack: Stack
         Turn.call(ToolCall("getTime", {"time_zone": "Europe/Paris"}, id="call-time")),
         Turn.say("It is noon.", chunk_size=20),
     )
-    async with stack.client() as client:
-        session = await new_session(client)
-        chunks = await chat(client, session, "what time is it?")
+    session, chunks = await chat_in_a_new_session(stack, "what time is it?")
 
     assert shape(chunks) == finished_stream(
         [
@@ -200,9 +197,7 @@ async def test_a_tool_error_goes_back_to_the_model_and_shows_as_an_output_error(
         Turn.call(ToolCall("getTime", {"time_zone": "Mars/Olympus"}, id="call-bad")),
         Turn.say("Sorry."),
     )
-    async with stack.client() as client:
-        session = await new_session(client)
-        chunks = await chat(client, session, "time on mars?")
+    _, chunks = await chat_in_a_new_session(stack, "time on mars?")
     [error] = of_type(chunks, "tool-output-error")
     assert error["toolCallId"] == "call-bad" and "unknown time zone 'Mars/Olympus'" in error["errorText"]
     assert "unknown time zone" in stack.models.requests[1]["messages"][-1]["content"]

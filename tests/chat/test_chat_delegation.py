@@ -8,6 +8,7 @@ import pytest
 
 from chat.helpers import (
     chat,
+    chat_in_a_new_session,
     finished_stream,
     new_session,
     of_type,
@@ -46,9 +47,7 @@ async def test_a_delegation_runs_the_specialist_and_returns_only_its_text(stack:
         Turn.say(f"{specialist} findings: all good."),
         Turn.say("Summary for the user.", chunk_size=100),
     )
-    async with stack.client() as client:
-        session = await new_session(client)
-        chunks = await chat(client, session, "do the work")
+    session, chunks = await chat_in_a_new_session(stack, "do the work")
 
     assert shape(chunks) == finished_stream(
         [
@@ -130,9 +129,7 @@ async def test_a_delegation_runs_the_specialist_and_returns_only_its_text(stack:
 async def test_a_denied_delegation_tells_the_supervisor_and_never_runs_the_specialist(stack: Stack) -> None:
     stack.receiver.script("/subagent-start", answer("deny", reason="no research today"))
     stack.models.push(Turn.call(ToolCall("researcher", {"brief": "look"}, id="d")), Turn.say("I will do it myself."))
-    async with stack.client() as client:
-        session = await new_session(client)
-        chunks = await chat(client, session, "research")
+    _, chunks = await chat_in_a_new_session(stack, "research")
     assert len(stack.models.requests) == 2
     [error] = of_type(chunks, "tool-output-error")
     assert error["errorText"] == "Delegation to researcher was denied by a hook: no research today"
@@ -158,9 +155,7 @@ async def test_a_failed_delegation_returns_the_persisted_failure_feedback(stack:
         Turn.fail(503, "implementer model down"),
         Turn.say("The implementer failed; here is what I can say."),
     )
-    async with stack.client() as client:
-        session = await new_session(client)
-        chunks = await chat(client, session, "implement")
+    _, chunks = await chat_in_a_new_session(stack, "implement")
     [error] = of_type(chunks, "tool-output-error")
     assert error["errorText"].startswith("The specialist could not complete this delegation.")
     assert "implementer" in error["errorText"]

@@ -10,6 +10,7 @@ import orjson
 
 from chat.helpers import (
     chat,
+    chat_in_a_new_session,
     conversation_of,
     new_session,
     recorded_turn,
@@ -27,9 +28,7 @@ from support.waiting import eventually
 
 async def test_a_provider_500_is_an_error_chunk_with_stop_failure_and_nothing_stored(stack: Stack) -> None:
     stack.models.push(Turn.fail(500, "upstream exploded"))
-    async with stack.client() as client:
-        session = await new_session(client)
-        chunks = await chat(client, session, "hi")
+    session, chunks = await chat_in_a_new_session(stack, "hi")
     assert shape(chunks) == [
         {"type": "start"},
         {"type": "start-step"},
@@ -64,9 +63,7 @@ async def test_a_provider_500_is_an_error_chunk_with_stop_failure_and_nothing_st
 
 async def test_a_429_reports_the_retry_after(stack: Stack) -> None:
     stack.models.push(Turn.fail(429, "slow down", retry_after=7))
-    async with stack.client() as client:
-        session = await new_session(client)
-        chunks = await chat(client, session, "hi")
+    _, chunks = await chat_in_a_new_session(stack, "hi")
     assert chunks[-2] == {
         "type": "error",
         "errorText": "The model provider is rate limiting requests (HTTP 429, retry after 7 s): slow down. "
@@ -82,9 +79,7 @@ async def test_a_429_reports_the_retry_after(stack: Stack) -> None:
 
 async def test_a_broken_stream_ends_in_an_error_after_the_text_so_far(stack: Stack) -> None:
     stack.models.push(Turn.say("This answer will never finish.", chunk_size=5, break_after_chunks=3))
-    async with stack.client() as client:
-        session = await new_session(client)
-        chunks = await chat(client, session, "hi")
+    session, chunks = await chat_in_a_new_session(stack, "hi")
     shaped = shape(chunks)
     assert shaped[:3] == [{"type": "start"}, {"type": "start-step"}, {"type": "text-start", "id": "t1"}]
     assert shaped[-4:-1] == [

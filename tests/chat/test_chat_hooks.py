@@ -7,6 +7,7 @@ import uuid
 
 from chat.helpers import (
     chat,
+    chat_in_a_new_session,
     conversation_of,
     finished_stream,
     new_session,
@@ -68,9 +69,7 @@ async def test_session_start_fires_on_the_first_resume_in_a_process_that_did_not
 
 async def test_a_denied_prompt_ends_the_turn_with_the_reason_and_no_model_call(stack: Stack) -> None:
     stack.receiver.script("/prompt", answer("deny", reason="no talk of the weather"))
-    async with stack.client() as client:
-        session = await new_session(client)
-        chunks = await chat(client, session, "what's the weather?")
+    session, chunks = await chat_in_a_new_session(stack, "what's the weather?")
     assert shape(chunks) == finished_stream(
         text_step("This message was denied by a hook: no talk of the weather"), reason="other"
     )
@@ -125,9 +124,7 @@ async def test_a_modified_prompt_replaces_the_text_and_keeps_attachments(stack: 
 async def test_a_denied_tool_call_returns_the_reason_to_the_model(stack: Stack) -> None:
     stack.receiver.script("/pre-tool", answer("deny", reason="clocks are off limits"))
     stack.models.push(Turn.call(ToolCall("getTime", {}, id="call-1")), Turn.say("I cannot tell the time."))
-    async with stack.client() as client:
-        session = await new_session(client)
-        chunks = await chat(client, session, "time?")
+    _, chunks = await chat_in_a_new_session(stack, "time?")
     assert shape(chunks)[:6] == [
         {"type": "start"},
         {"type": "start-step"},
@@ -149,9 +146,7 @@ async def test_a_denied_tool_call_returns_the_reason_to_the_model(stack: Stack) 
 async def test_a_modified_tool_call_runs_with_the_replacement_arguments(stack: Stack) -> None:
     stack.receiver.script("/pre-tool", answer("modify", replacement={"time_zone": "Asia/Tokyo"}))
     stack.models.push(Turn.call(ToolCall("getTime", {"time_zone": "UTC"}, id="call-1")), Turn.say("Done."))
-    async with stack.client() as client:
-        session = await new_session(client)
-        chunks = await chat(client, session, "time in UTC?")
+    _, chunks = await chat_in_a_new_session(stack, "time in UTC?")
     [tool_input] = of_type(chunks, "tool-input-available")
     [output] = of_type(chunks, "tool-output-available")
     assert tool_input["input"] == {"time_zone": "Asia/Tokyo"}
@@ -163,9 +158,7 @@ async def test_a_modified_tool_call_runs_with_the_replacement_arguments(stack: S
 async def test_a_modified_tool_call_is_validated_again_by_the_tools_schema(stack: Stack) -> None:
     stack.receiver.script("/pre-tool", answer("modify", replacement={"time_zone": 42}))
     stack.models.push(Turn.call(ToolCall("getTime", {}, id="call-1")), Turn.say("Giving up."))
-    async with stack.client() as client:
-        session = await new_session(client)
-        chunks = await chat(client, session, "time?")
+    _, chunks = await chat_in_a_new_session(stack, "time?")
     [error] = of_type(chunks, "tool-output-error")
     assert "Input should be a valid string" in error["errorText"]
     assert "Input should be a valid string" in stack.models.requests[1]["messages"][-1]["content"]
@@ -176,9 +169,7 @@ async def test_stop_continue_reruns_with_the_hooks_reason(stack: Stack) -> None:
     stops = iter([answer("continue", reason="Also say goodbye."), answer("pass")])
     stack.receiver.script("/stop", lambda request: next(stops))
     stack.models.push(Turn.say("Hello."), Turn.say("Goodbye."))
-    async with stack.client() as client:
-        session = await new_session(client)
-        chunks = await chat(client, session, "greet me")
+    session, chunks = await chat_in_a_new_session(stack, "greet me")
     assert shape(chunks) == finished_stream(text_step("Hello."), text_step("Goodbye.", part="t2"))
     assert conversation_of(stack.models.requests[1]) == [
         ("user", "greet me"),
@@ -196,9 +187,7 @@ async def test_stop_continue_reruns_with_the_hooks_reason(stack: Stack) -> None:
 async def test_stop_continue_is_capped_and_then_blocks_completion(stack: Stack) -> None:
     stack.receiver.script("/stop", answer("continue", reason="Not good enough."))
     stack.models.push(*(Turn.say(f"Attempt {n}.") for n in range(1, 5)))
-    async with stack.client() as client:
-        session = await new_session(client)
-        chunks = await chat(client, session, "write a poem")
+    session, chunks = await chat_in_a_new_session(stack, "write a poem")
     # One run and maxProcessorRetries (3) re-runs, then completion is refused.
     assert len(stack.models.requests) == 4
     assert text_of(chunks) == "Attempt 1.Attempt 2.Attempt 3.Attempt 4."
@@ -216,18 +205,14 @@ async def test_stop_continue_is_capped_and_then_blocks_completion(stack: Stack) 
 
 async def test_a_failing_fail_closed_prompt_hook_denies(stack: Stack) -> None:
     stack.receiver.script("/prompt", Reply(status=500, raw_body=b"{}"))
-    async with stack.client() as client:
-        session = await new_session(client)
-        chunks = await chat(client, session, "hi")
+    _, chunks = await chat_in_a_new_session(stack, "hi")
     assert stack.models.requests == []
     assert text_of(chunks).startswith("This message was denied by a hook:")
 
 
 async def test_every_hook_request_of_a_turn_carries_its_turn_and_session_ids(stack: Stack) -> None:
     stack.models.push(Turn.call(ToolCall("getTime", {}, id="c")), Turn.say("ok"))
-    async with stack.client() as client:
-        session = await new_session(client)
-        chunks = await chat(client, session, "time")
+    session, chunks = await chat_in_a_new_session(stack, "time")
     turn_id = chunks[0]["messageMetadata"]["turnId"]
     seen = [(r.path, r.json()["turnId"], r.json()["sessionId"]) for r in stack.receiver.requests]
     # SessionStart came with the session's creation, before any turn: it carries no turn id.

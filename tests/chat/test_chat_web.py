@@ -3,7 +3,7 @@ stream and the stored session show their results, hooks see their arguments (the
 
 from __future__ import annotations
 
-from chat.helpers import chat, new_session, of_type, text_of, thread_rows
+from chat.helpers import chat, chat_in_a_new_session, new_session, of_type, text_of, thread_rows
 from support.https_receiver import answer
 from support.model_gateway import ToolCall, Turn
 from support.stacks import Stack
@@ -19,9 +19,7 @@ async def test_the_supervisor_searches_the_web_and_the_session_keeps_the_results
         Turn.call(ToolCall("webSearch", {"query": "pep 8", "categories": ["it"], "time_range": "year"}, id="call-s")),
         Turn.say("PEP 8 is Python's style guide [1].", chunk_size=50),
     )
-    async with stack.client() as client:
-        session = await new_session(client)
-        chunks = await chat(client, session, "what is pep 8?")
+    session, chunks = await chat_in_a_new_session(stack, "what is pep 8?")
 
     [seen] = stack.searxng.requests
     assert seen.query == {"q": "pep 8", "format": "json", "pageno": "1", "categories": "it", "time_range": "year"}
@@ -50,9 +48,7 @@ async def test_the_supervisor_searches_the_web_and_the_session_keeps_the_results
 async def test_searxng_with_json_disabled_is_a_tool_error_the_model_and_the_user_read(stack: Stack) -> None:
     stack.searxng.json_enabled = False
     stack.models.push(Turn.call(ToolCall("webSearch", {"query": "news"}, id="call-s")), Turn.say("Search is off."))
-    async with stack.client() as client:
-        session = await new_session(client)
-        chunks = await chat(client, session, "any news?")
+    _, chunks = await chat_in_a_new_session(stack, "any news?")
     [error] = of_type(chunks, "tool-output-error")
     assert "refused format=json (HTTP 403)" in error["errorText"] and "search.formats" in error["errorText"]
     assert "search.formats" in stack.models.requests[1]["messages"][-1]["content"]
@@ -79,9 +75,7 @@ async def test_the_researcher_fetches_a_page_and_pre_tool_use_sees_the_url(stack
         Turn.say("The guide says: run it."),
         Turn.say("Run it, says the guide.", chunk_size=100),
     )
-    async with stack.client() as client:
-        session = await new_session(client)
-        chunks = await chat(client, session, "what does the guide say?")
+    _, chunks = await chat_in_a_new_session(stack, "what does the guide say?")
 
     assert text_of(chunks) == "Run it, says the guide."
     fetches = [r for r in stack.hook_requests("PreToolUse") if r["detail"]["toolName"] == "webFetch"]

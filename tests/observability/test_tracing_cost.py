@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import asyncpg
-from chat.helpers import chat, new_session, thread_rows
+from chat.helpers import chat_in_a_new_session, thread_rows
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -110,9 +110,7 @@ async def test_a_turn_stores_its_prompt_and_answer_under_one_span_each(chat_stac
     stack = chat_stack
     stack.models.push(Turn.say("Stored in two transactions."))
     with collecting_spans() as spans:
-        async with stack.client() as client:
-            session = await new_session(client)
-            chunks = await chat(client, session, "store me")
+        session, chunks = await chat_in_a_new_session(stack, "store me")
         trace_id = int(
             next(c for c in chunks if isinstance(c, dict) and c.get("type") == "start")["messageMetadata"]["traceId"],
             16,
