@@ -73,9 +73,7 @@ async def test_a_turn_whose_provider_reported_only_an_estimate_is_marked_estimat
     stack.models.push(Turn.say("Roughly so.", usage=Usage(40, 5), usage_chunk=False))
     stack.models.ninerouter_usage = True
     try:
-        async with stack.client() as client:
-            session = await new_session(client)
-            chunks = await chat(client, session, "how much?")
+        session, chunks = await chat_in_a_new_session(stack, "how much?")
     finally:
         stack.models.ninerouter_usage = False
 
@@ -298,9 +296,7 @@ async def test_retired_secret_tool_payloads_are_redacted_at_ingress(stack: Stack
             "output": {"stored": "hunter2"},
         }
     )
-    async with stack.client() as client:
-        session = await new_session(client)
-        await chat(client, session, message)
+    session, _ = await chat_in_a_new_session(stack, message)
     rows = await thread_rows(stack, session)
     stored = rows[0][2]["ui"]["parts"][1]
     assert (stored["input"], stored["output"]) == ("[redacted]", "[redacted]")
@@ -310,9 +306,9 @@ async def test_retired_secret_tool_payloads_are_redacted_at_ingress(stack: Stack
 async def test_outcome_evidence_is_bounded_and_secret_redacted(stack: Stack) -> None:
     secret = "sk-" + "a1b2c3d4" * 4
     stack.models.push(Turn.say(f"I will not repeat {secret}. " + "filler " * 600))
-    async with stack.client() as client:
-        session = await new_session(client)
-        await chat(client, session, f"my api_key = hunter22 and the key is {secret}; " + "context " * 200)
+    session, _ = await chat_in_a_new_session(
+        stack, f"my api_key = hunter22 and the key is {secret}; " + "context " * 200
+    )
     [event] = await turn_events(stack, session)
     assert secret not in event.goal and secret not in event.evidence
     assert "hunter22" not in event.goal

@@ -214,9 +214,7 @@ async def test_a_delegation_turn_behind_9router_reports_the_upstreams_real_token
     )
     stack.models.ninerouter_usage = True
     try:
-        async with stack.client() as client:
-            session = await new_session(client)
-            chunks = await chat(client, session, "find out")
+        session, chunks = await chat_in_a_new_session(stack, "find out")
     finally:
         stack.models.ninerouter_usage = False
 

@@ -19,7 +19,7 @@ from support.model_gateway import Turn
 from support.sse import read_sse
 from support.stacks import MODEL, Stack
 
-from .helpers import chat, new_session, user_message
+from .helpers import chat, chat_in_a_new_session, new_session, user_message
 
 SLOW = {"chunk_size": 4, "chunk_delay_s": 0.05}  # 40 chunks: about 2 s
 
@@ -110,9 +110,7 @@ async def test_the_history_cache_survives_a_turn_dropping_it_while_another_reads
     """The KeyError of finding 3: a prelude that read a current cached copy finds the entry
     dropped (by another turn's begin_turn) when its query returns."""
     stack.models.push(Turn.say("one"))
-    async with stack.client() as client:
-        session = await new_session(client)
-        await chat(client, session, "hello")
+    session, _ = await chat_in_a_new_session(stack, "hello")
     pool = await asyncpg.create_pool(stack.dsn, min_size=1, max_size=2, server_settings={"search_path": "agent_runner"})
     try:
         threads = ThreadStore(pool, THREAD_QUERIES)

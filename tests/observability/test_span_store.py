@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 
 import asyncpg
-from chat.helpers import chat, new_session, thread_rows
+from chat.helpers import chat_in_a_new_session, thread_rows
 from opentelemetry.sdk.trace import TracerProvider
 
 from popagent_core.span_store import STORE_SCHEMA, SpanStoreProcessor, SpanStoreWriter, active_stats
@@ -37,9 +37,7 @@ async def test_a_turns_spans_reach_the_store_and_nothing_reaches_the_application
     assert store != stack.dsn
     stack.models.push(Turn.call(ToolCall("getTime", {}, id="call-t")), Turn.say("Noon."))
     with collecting_spans() as spans:
-        async with stack.client() as client:
-            session = await new_session(client)
-            await chat(client, session, "time?")
+        session, _ = await chat_in_a_new_session(stack, "time?")
         [turn] = await eventually(
             lambda: [
                 s for s in spans.named("agent.run") if (s.attributes or {}).get("gen_ai.conversation.id") == session
@@ -153,9 +151,7 @@ async def test_a_failed_turns_warning_is_stored_with_its_trace(chat_stack: Stack
     store = active_store()
     stack.models.push(Turn.fail(400, "bad request upstream"))
     with collecting_spans() as spans:
-        async with stack.client() as client:
-            session = await new_session(client)
-            await chat(client, session, "fail please")
+        session, _ = await chat_in_a_new_session(stack, "fail please")
         [turn] = await eventually(
             lambda: [
                 s for s in spans.named("agent.run") if (s.attributes or {}).get("gen_ai.conversation.id") == session
@@ -199,9 +195,7 @@ async def test_the_assistant_message_names_its_trace_and_usage_rolls_up_per_sess
         Turn.say("Done."),
     )
     with collecting_spans():
-        async with stack.client() as client:
-            session = await new_session(client)
-            chunks = await chat(client, session, "go")
+        session, chunks = await chat_in_a_new_session(stack, "go")
     trace_id = chunks[0]["messageMetadata"]["traceId"]
     stored = await thread_rows(stack, session)
     assert stored[-1][2]["ui"]["metadata"]["traceId"] == trace_id
