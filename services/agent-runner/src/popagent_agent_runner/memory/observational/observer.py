@@ -25,7 +25,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 import orjson
 from pydantic import BaseModel, Field
@@ -264,6 +264,26 @@ def observer_prompt(raw: Sequence[RawMessage], previous: str, *, forward_attachm
     return [head, *history]
 
 
+Output = TypeVar("Output")
+
+
+def _cached_agent(
+    cache: dict[tuple[int, str], Agent[None, Output]],
+    model: Model,
+    custom: str,
+    name: str,
+    output_type: type[Output],
+    instructions: str,
+) -> Agent[None, Output]:
+    """The agent of this model and custom instructions (appended to its own), built on first use."""
+    key = (id(model), custom)
+    agent = cache.get(key)
+    if agent is None:
+        with_custom = instructions + (f"\n\n=== CUSTOM INSTRUCTIONS ===\n{custom}" if custom else "")
+        agent = cache[key] = Agent(model, name=name, output_type=output_type, instructions=with_custom, retries=2)
+    return agent
+
+
 class MemoryAgents:
     """The Observer and the Reflector, built per model and instruction set (cheap, cached)."""
 
@@ -272,24 +292,10 @@ class MemoryAgents:
         self._reflectors: dict[tuple[int, str], Agent[None, ReflectorOutput]] = {}
 
     def _observer(self, model: Model, custom: str) -> Agent[None, ObserverOutput]:
-        key = (id(model), custom)
-        agent = self._observers.get(key)
-        if agent is None:
-            instructions = OBSERVER_INSTRUCTIONS + (f"\n\n=== CUSTOM INSTRUCTIONS ===\n{custom}" if custom else "")
-            agent = self._observers[key] = Agent(
-                model, name="observer", output_type=ObserverOutput, instructions=instructions, retries=2
-            )
-        return agent
+        return _cached_agent(self._observers, model, custom, "observer", ObserverOutput, OBSERVER_INSTRUCTIONS)
 
     def _reflector(self, model: Model, custom: str) -> Agent[None, ReflectorOutput]:
-        key = (id(model), custom)
-        agent = self._reflectors.get(key)
-        if agent is None:
-            instructions = REFLECTOR_INSTRUCTIONS + (f"\n\n=== CUSTOM INSTRUCTIONS ===\n{custom}" if custom else "")
-            agent = self._reflectors[key] = Agent(
-                model, name="reflector", output_type=ReflectorOutput, instructions=instructions, retries=2
-            )
-        return agent
+        return _cached_agent(self._reflectors, model, custom, "reflector", ReflectorOutput, REFLECTOR_INSTRUCTIONS)
 
     async def observe(
         self,
