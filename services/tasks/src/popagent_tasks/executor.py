@@ -88,19 +88,10 @@ class Attempt:
     def of(cls, task: Task, report_progress: Callable[[str], Awaitable[None]]) -> Attempt:
         """The claimed task's current attempt."""
         return cls(
-            task_id=str(task.id),
-            attempt=task.attempt_count,
-            max_attempts=task.max_attempts,
+            **task.attempt_fields(),
             kind=task.kind,
             source=task.source,
-            workspace_id=task.workspace_id,
             prompt=task.prompt,
-            model=task.model,
-            session_id=task.session_id,
-            schedule_id=str(task.schedule_id or ""),
-            parent_task_id=str(task.parent_task_id or ""),
-            turn_id=str(task.turn_id or ""),
-            trace_id=task.trace_id or "",
             thread_id=task.thread_id,
             report_progress=report_progress,
         )

@@ -7,6 +7,7 @@ import random
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypedDict
 
 
 class Status(enum.StrEnum):
@@ -123,6 +124,22 @@ class Backoff:
         return (rng or random).uniform(ceiling / 2, ceiling)
 
 
+class AttemptFields(TypedDict):
+    """What names the current attempt of a task wherever it goes (executors, lifecycle events): its
+    ids as text (empty for none), its counts, and where it runs."""
+
+    task_id: str
+    attempt: int
+    max_attempts: int
+    workspace_id: str
+    model: str
+    session_id: str
+    schedule_id: str
+    parent_task_id: str
+    turn_id: str
+    trace_id: str
+
+
 @dataclass(frozen=True, slots=True)
 class Task:
     """One row of `popagent_agent_tasks`, as every repository read and transition returns it."""
@@ -162,6 +179,20 @@ class Task:
     def attempt_key(self) -> tuple[uuid.UUID, int]:
         """(id, attempt): what every fenced transition of the current attempt names."""
         return self.id, self.attempt_count
+
+    def attempt_fields(self) -> AttemptFields:
+        return AttemptFields(
+            task_id=str(self.id),
+            attempt=self.attempt_count,
+            max_attempts=self.max_attempts,
+            workspace_id=self.workspace_id,
+            model=self.model,
+            session_id=self.session_id,
+            schedule_id=str(self.schedule_id or ""),
+            parent_task_id=str(self.parent_task_id or ""),
+            turn_id=str(self.turn_id or ""),
+            trace_id=self.trace_id or "",
+        )
 
     @property
     def thread_id(self) -> str:

@@ -53,20 +53,7 @@ class TaskLifecycle:
     @classmethod
     def of(cls, task: Task) -> TaskLifecycle:
         """The lifecycle of the task's current attempt."""
-        return cls(
-            task_id=str(task.id),
-            attempt=task.attempt_count,
-            max_attempts=task.max_attempts,
-            kind=task.kind.value,
-            source=task.source.value,
-            workspace_id=task.workspace_id,
-            session_id=task.session_id,
-            model=task.model,
-            schedule_id=str(task.schedule_id or ""),
-            parent_task_id=str(task.parent_task_id or ""),
-            turn_id=str(task.turn_id or ""),
-            trace_id=task.trace_id or "",
-        )
+        return cls(**task.attempt_fields(), kind=task.kind.value, source=task.source.value)
 
     def detail(self) -> dict[str, Any]:
         return {
