@@ -39,14 +39,15 @@ from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR.parent / "tests"))
+sys.path.insert(0, str(BENCH_DIR.parent))  # the benchmarks' shared `bench.helpers`
 
 import asyncpg  # noqa: E402
 from memory.harness import Conversations, TurnRecord, request_tokens, settings  # noqa: E402
 
+from bench.helpers.databases import emptied_database  # noqa: E402
 from popagent_agent_runner.service import MIGRATIONS  # noqa: E402
 from popagent_core.migrate import migrate  # noqa: E402
 from popagent_dev import embedded  # noqa: E402
-from popagent_dev.embedded import with_database  # noqa: E402
 from support.memory_agents import is_observer, memory_agents  # noqa: E402
 from support.model_gateway import Body, ModelGateway, ModelInfo, Responder, Turn  # noqa: E402
 
@@ -109,11 +110,7 @@ async def run(turns: int, observer_ms: float, think_ms: float) -> None:
         tempfile.TemporaryDirectory(prefix="popagent-bench-memory-") as tmp,
         embedded.postgres(Path(tmp) / "pg") as admin_dsn,
     ):
-        admin = await asyncpg.connect(admin_dsn)
-        await admin.execute("DROP DATABASE IF EXISTS popagent_bench_memory WITH (FORCE)")
-        await admin.execute("CREATE DATABASE popagent_bench_memory")
-        await admin.close()
-        dsn = with_database(admin_dsn, "popagent_bench_memory")
+        dsn = await emptied_database(admin_dsn, "popagent_bench_memory")
         await migrate(dsn, "agent_runner", MIGRATIONS)
         pool = await asyncpg.create_pool(dsn, min_size=1, max_size=4, server_settings={"search_path": "agent_runner"})
         assert pool is not None

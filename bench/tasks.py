@@ -24,6 +24,7 @@ from pathlib import Path
 # so no bench file can ever shadow a standard module.
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != BENCH_DIR]
+sys.path.insert(0, str(BENCH_DIR.parent))  # the benchmarks' shared `bench.helpers`
 
 import os  # noqa: E402
 
@@ -41,13 +42,13 @@ from collections.abc import AsyncIterator  # noqa: E402
 import asyncpg  # noqa: E402
 import uvloop  # noqa: E402
 
+from bench.helpers.databases import emptied_database  # noqa: E402
 from popagent.tasks.v1 import tasks_pb2, tasks_pb2_grpc  # noqa: E402
 from popagent_core.auth import generate_credentials  # noqa: E402
 from popagent_core.db import open_pool  # noqa: E402
 from popagent_core.grpc_client import check_health, open_channel  # noqa: E402
 from popagent_core.migrate import migrate  # noqa: E402
 from popagent_dev import embedded  # noqa: E402
-from popagent_dev.embedded import with_database  # noqa: E402
 from popagent_tasks.repo import TaskRepo  # noqa: E402
 from popagent_tasks.service import MIGRATIONS  # noqa: E402
 
@@ -155,12 +156,7 @@ async def run() -> None:
         data = Path(tmp)
         tokens, callers = generate_credentials()
         with embedded.postgres(data / "pg") as admin_dsn, embedded.nats(data / "nats") as nats:
-            admin = await asyncpg.connect(admin_dsn)
-            await admin.execute("DROP DATABASE IF EXISTS popagent_bench_tasks WITH (FORCE)")
-            await admin.execute("CREATE DATABASE popagent_bench_tasks")
-            await admin.close()
-
-            dsn = with_database(admin_dsn, "popagent_bench_tasks")
+            dsn = await emptied_database(admin_dsn, "popagent_bench_tasks")
             await migrate(dsn, "tasks", MIGRATIONS)
             address = f"127.0.0.1:{embedded.free_port()}"
             env = {

@@ -30,6 +30,18 @@ def server_dsn(name: str) -> Iterator[str]:
         yield dsn
 
 
+async def emptied_database(admin_dsn: str, name: str) -> str:
+    """The DSN of database `name` on the server of `admin_dsn`, dropped if a previous run left it and
+    created empty."""
+    admin = await asyncpg.connect(admin_dsn)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    return with_database(admin_dsn, name)
+
+
 @contextlib.asynccontextmanager
 async def scratch_database(name: str) -> AsyncIterator[str]:
     """The DSN of a database on `server_dsn` created for this run and dropped after it."""
