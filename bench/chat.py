@@ -75,6 +75,10 @@ from popagent_dev.launcher import default_runner_workers
 from popagent_gateway.deps import affine_worker
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the benchmarks' shared `bench.helpers` (`python -P` leaves bench/ off the path)
+
+from bench.helpers.processes import spawn  # noqa: E402
+
 API_KEY = "bench-api-key-" + "k" * 24
 MODEL_KEY = "sk-bench"
 MODEL = "fake/fake-chat"
@@ -157,15 +161,6 @@ async def model_server(chunks: int, chunk_delay_s: float) -> AsyncIterator[tuple
         process.terminate()
         await process.wait()
         os.unlink(script.name)
-
-
-def spawn(module: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        embedded.orphan_safe([sys.executable, "-m", module]),
-        env=env,
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-    )
 
 
 @contextlib.asynccontextmanager

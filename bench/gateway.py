@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,6 +31,10 @@ from popagent_core.auth import generate_credentials
 from popagent_core.grpc_client import check_health, open_channel
 from popagent_dev import embedded
 from popagent_dev.embedded import ensure_database
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the benchmarks' shared `bench.helpers`
+
+from bench.helpers.processes import spawn
 
 API_KEY = "bench-api-key-" + "k" * 24
 SESSIONS = 50
@@ -69,15 +72,6 @@ class RawHttp:
 
     def close(self) -> None:
         self.writer.close()
-
-
-def spawn(module: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        embedded.orphan_safe([sys.executable, "-m", module]),
-        env=env,
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-    )
 
 
 @contextlib.asynccontextmanager
