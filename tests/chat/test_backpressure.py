@@ -25,7 +25,7 @@ from popagent_agent_runner.context.events import MAX_QUEUED_BYTES, TurnEvents
 from popagent_agent_runner.memory.threads import HISTORY_CACHE_BYTES, ThreadStore
 from popagent_core.grpc_client import check_health, open_channel
 from popagent_dev import embedded
-from popagent_dev.embedded import free_port
+from popagent_dev.embedded import free_port, terminate
 from support.model_gateway import Turn
 from support.stacks import MODEL, Stack
 
@@ -51,12 +51,7 @@ def runner_process(stack: Stack, log: Path) -> Iterator[tuple[str, subprocess.Po
     try:
         yield address, process
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        terminate(process, 20)
 
 
 @contextlib.asynccontextmanager

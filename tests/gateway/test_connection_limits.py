@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from popagent_core.auth import generate_credentials
-from popagent_dev.embedded import free_port
+from popagent_dev.embedded import free_port, terminate
 from support.waiting import START_WITHIN_S, TEST_WITH_A_START_S, eventually
 
 API_KEY = "e" * 32
@@ -79,12 +79,7 @@ def gateway_process(tmp_path: Path, **limits: str) -> Iterator[Gateway]:
     try:
         yield Gateway("127.0.0.1", port, log)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        terminate(process, 15)
 
 
 async def started(gateway: Gateway) -> None:

