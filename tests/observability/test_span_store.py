@@ -7,6 +7,7 @@ import uuid
 import asyncpg
 from chat.helpers import chat_in_a_new_session, thread_rows
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import SpanContext
 
 from popagent_core.span_store import STORE_SCHEMA, SpanStoreProcessor, SpanStoreWriter, active_stats
 from popagent_dev.embedded import with_database
@@ -31,13 +32,10 @@ async def store_rows(dsn: str, query: str, *args: object) -> list[asyncpg.Record
         await conn.close()
 
 
-async def test_a_turns_spans_reach_the_store_and_nothing_reaches_the_application_database(chat_stack: Stack) -> None:
-    stack = chat_stack
-    store = active_store()
-    assert store != stack.dsn
-    stack.models.push(Turn.call(ToolCall("getTime", {}, id="call-t")), Turn.say("Noon."))
+async def traced_turn(stack: Stack, message: str) -> tuple[str, SpanContext]:
+    """One turn in a new session, its spans collected: the session and its `agent.run` span's context."""
     with collecting_spans() as spans:
-        session, _ = await chat_in_a_new_session(stack, "time?")
+        session, _ = await chat_in_a_new_session(stack, message)
         [turn] = await eventually(
             lambda: [
                 s for s in spans.named("agent.run") if (s.attributes or {}).get("gen_ai.conversation.id") == session
@@ -45,7 +43,16 @@ async def test_a_turns_spans_reach_the_store_and_nothing_reaches_the_application
             what="the turn's span",
         )
     assert turn.context is not None
-    trace_id = f"{turn.context.trace_id:032x}"
+    return session, turn.context
+
+
+async def test_a_turns_spans_reach_the_store_and_nothing_reaches_the_application_database(chat_stack: Stack) -> None:
+    stack = chat_stack
+    store = active_store()
+    assert store != stack.dsn
+    stack.models.push(Turn.call(ToolCall("getTime", {}, id="call-t")), Turn.say("Noon."))
+    session, turn = await traced_turn(stack, "time?")
+    trace_id = f"{turn.trace_id:032x}"
 
     async def stored_names() -> set[str]:
         try:
@@ -59,7 +66,7 @@ async def test_a_turns_spans_reach_the_store_and_nothing_reaches_the_application
     [row] = await store_rows(
         store,
         "SELECT session_id, agent_id, status, attributes FROM popagent_spans WHERE span_id = $1",
-        f"{turn.context.span_id:016x}",
+        f"{turn.span_id:016x}",
     )
     assert (row["session_id"], row["agent_id"], row["status"]) == (session, "popagent", "ok")
 
@@ -150,16 +157,8 @@ async def test_a_failed_turns_warning_is_stored_with_its_trace(chat_stack: Stack
     stack = chat_stack
     store = active_store()
     stack.models.push(Turn.fail(400, "bad request upstream"))
-    with collecting_spans() as spans:
-        session, _ = await chat_in_a_new_session(stack, "fail please")
-        [turn] = await eventually(
-            lambda: [
-                s for s in spans.named("agent.run") if (s.attributes or {}).get("gen_ai.conversation.id") == session
-            ],
-            what="the turn's span",
-        )
-    assert turn.context is not None
-    trace_id = f"{turn.context.trace_id:032x}"
+    _, turn = await traced_turn(stack, "fail please")
+    trace_id = f"{turn.trace_id:032x}"
 
     async def stored() -> list[asyncpg.Record]:
         try:
@@ -174,7 +173,7 @@ async def test_a_failed_turns_warning_is_stored_with_its_trace(chat_stack: Stack
     rows = await eventually(stored, what="the turn's warning in the store")
     [row] = [r for r in rows if r["message"] == "turn failed"]
     assert row["level"] == "warning"
-    assert row["span_id"] == f"{turn.context.span_id:016x}"
+    assert row["span_id"] == f"{turn.span_id:016x}"
     assert '"session_id"' in row["attributes"]
     # The turn's span ends after its warning, so it may come in a later batch.
     spans_of_row = await eventually(
