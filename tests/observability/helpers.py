@@ -10,6 +10,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 
 from popagent_core.span_store import SpanStoreProcessor, active_stats
 from popagent_gateway.settings import Settings as GatewaySettings
+from support.model_gateway import ToolCall, Turn
 from support.stacks import API_KEY, Stack, serve_gateway
 
 
@@ -28,6 +29,16 @@ async def reading_gateway(stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
         httpx.AsyncClient(base_url=url, headers={"x-popagent-key": API_KEY}, timeout=30.0) as client,
     ):
         yield client
+
+
+def script_a_delegated_tool_call(stack: Stack) -> None:
+    """The models' side of a turn that delegates to the researcher, who calls getTime before answering."""
+    stack.models.push(
+        Turn.call(ToolCall("researcher", {"brief": "Find the time."}, id="call-d")),
+        Turn.call(ToolCall("getTime", {}, id="call-inner")),
+        Turn.say("It is noon."),
+        Turn.say("The researcher says it is noon."),
+    )
 
 
 def spans(count: int, prefix: str) -> list[ReadableSpan]:

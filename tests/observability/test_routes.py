@@ -7,9 +7,9 @@ from typing import Any
 import httpx
 from chat.helpers import chat, new_session
 
-from observability.helpers import reading_gateway
+from observability.helpers import reading_gateway, script_a_delegated_tool_call
 from popagent_gateway.settings import Settings as GatewaySettings
-from support.model_gateway import ToolCall, Turn
+from support.model_gateway import Turn
 from support.stacks import API_KEY, Stack, serve_gateway
 from support.tracing import collecting_spans
 from support.waiting import eventually
@@ -36,12 +36,7 @@ def path_to(node_id: str, nodes: list[dict[str, Any]]) -> list[str]:
 
 async def test_a_turn_with_a_delegation_a_tool_and_hooks_reads_back_as_one_tree(chat_stack: Stack) -> None:
     stack = chat_stack
-    stack.models.push(
-        Turn.call(ToolCall("researcher", {"brief": "Find the time."}, id="call-d")),
-        Turn.call(ToolCall("getTime", {}, id="call-inner")),
-        Turn.say("It is noon."),
-        Turn.say("The researcher says it is noon."),
-    )
+    script_a_delegated_tool_call(stack)
     async with reading_gateway(stack) as client:
         with collecting_spans():  # the test process records spans only while a test collects them
             session = await new_session(client)

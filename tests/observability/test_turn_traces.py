@@ -8,7 +8,7 @@ from chat.helpers import chat, new_session
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
 
-from support.model_gateway import ToolCall, Turn
+from observability.helpers import script_a_delegated_tool_call
 from support.stacks import Stack
 from support.tracing import Spans, collecting_spans, hex_trace_id
 from support.waiting import eventually
@@ -37,12 +37,7 @@ def ancestors(span: ReadableSpan, spans: list[ReadableSpan]) -> list[str]:
 
 async def test_a_turn_with_a_delegation_a_tool_and_hooks_is_one_trace(chat_stack: Stack) -> None:
     stack = chat_stack
-    stack.models.push(
-        Turn.call(ToolCall("researcher", {"brief": "Find the time."}, id="call-d")),
-        Turn.call(ToolCall("getTime", {}, id="call-inner")),
-        Turn.say("It is noon."),
-        Turn.say("The researcher says it is noon."),
-    )
+    script_a_delegated_tool_call(stack)
     with collecting_spans() as spans:
         async with stack.client() as client:
             session = await new_session(client)
