@@ -122,6 +122,17 @@ async def closed_within(reader: asyncio.StreamReader, within_s: float) -> bytes:
         received += chunk
 
 
+async def assert_closed_with_408(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, timeout_s: float) -> None:
+    """The gateway answers 408 and closes the connection, no sooner than `timeout_s` from now (less half a second)."""
+    began = time.monotonic()
+    try:
+        answer = await closed_within(reader, timeout_s + SLACK_S)
+    finally:
+        writer.close()
+    assert time.monotonic() - began >= timeout_s - 0.5
+    assert answer.startswith(b"HTTP/1.1 408 ")
+
+
 async def timed_get(client: httpx.AsyncClient, url: str) -> float:
     began = time.perf_counter()
     response = await client.get(url)
@@ -187,13 +198,7 @@ async def test_a_slowloris_crowd_is_closed_by_the_header_timeout_while_others_ar
 @pytest.mark.timeout(TEST_WITH_A_START_S)
 async def test_a_silent_connection_is_closed_by_the_header_timeout(gateway: Gateway) -> None:
     reader, writer = await asyncio.open_connection(gateway.host, gateway.port)
-    began = time.monotonic()
-    try:
-        answer = await closed_within(reader, HEADER_TIMEOUT_S + SLACK_S)
-    finally:
-        writer.close()
-    assert time.monotonic() - began >= HEADER_TIMEOUT_S - 0.5
-    assert answer.startswith(b"HTTP/1.1 408 ")
+    await assert_closed_with_408(reader, writer, HEADER_TIMEOUT_S)
 
 
 @pytest.mark.timeout(TEST_WITH_A_START_S)
@@ -203,13 +208,7 @@ async def test_a_short_body_under_a_long_content_length_is_closed_by_the_body_ti
         b"POST /api/chat HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"
         b"x-popagent-key: " + API_KEY.encode() + b"\r\nContent-Length: 10000\r\n\r\n" + b'{"id": "' + b"a" * 90
     )
-    began = time.monotonic()
-    try:
-        answer = await closed_within(reader, BODY_TIMEOUT_S + SLACK_S)
-    finally:
-        writer.close()
-    assert time.monotonic() - began >= BODY_TIMEOUT_S - 0.5
-    assert answer.startswith(b"HTTP/1.1 408 ")
+    await assert_closed_with_408(reader, writer, BODY_TIMEOUT_S)
 
 
 @pytest.mark.timeout(TEST_WITH_A_START_S)
