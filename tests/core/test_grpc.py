@@ -145,24 +145,26 @@ async def test_a_forged_token_for_a_known_caller_name_is_unauthenticated(evoluti
     assert (await evolution.get_settings(evolution.tokens["gateway"])).self_update_cron
 
 
-async def test_a_missing_singleton_row_is_failed_precondition_with_a_message(evolution):
-    await evolution.execute("DELETE FROM popagent_autonomy_settings")
+@pytest.mark.parametrize(
+    ("breakage", "code", "details"),
+    [
+        (
+            "DELETE FROM popagent_autonomy_settings",
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "autonomy settings row is missing",
+        ),
+        ("DROP TABLE popagent_autonomy_settings", grpc.StatusCode.UNAVAILABLE, "database error: UndefinedTableError"),
+    ],
+    ids=["a missing singleton row is failed precondition", "a database failure is unavailable and names no sql"],
+)
+async def test_a_storage_failure_is_its_status_with_a_message(evolution, breakage, code, details):
+    await evolution.execute(breakage)
 
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await evolution.get_settings(evolution.tokens["gateway"])
 
-    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert caught.value.details() == "autonomy settings row is missing"
-
-
-async def test_a_database_failure_is_unavailable_and_names_no_sql(evolution):
-    await evolution.execute("DROP TABLE popagent_autonomy_settings")
-
-    with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await evolution.get_settings(evolution.tokens["gateway"])
-
-    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
-    assert caught.value.details() == "database error: UndefinedTableError"
+    assert caught.value.code() == code
+    assert caught.value.details() == details
 
 
 async def test_a_database_failure_logs_the_drivers_reason_with_the_request_id(evolution, json_log):
