@@ -224,6 +224,18 @@ def services(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
 # ---- the compose CLI, where there is one ----------------------------------------------
 
 
+def compose_config(cli: list[str], env_file: Path) -> subprocess.CompletedProcess[str]:
+    """`compose config -q` on the compose file with this env file: it exits non-zero on what compose refuses."""
+    return subprocess.run(
+        [*cli, "-f", str(COMPOSE_FILE), "--env-file", str(env_file), "config", "-q"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=cli_env(),
+        check=False,
+    )
+
+
 @pytest.mark.parametrize("env_source", ["example", "make-env"])
 def test_compose_cli_accepts_the_file(env_source: str, generated_text: str, tmp_path: Path) -> None:
     cli = compose_cli()
@@ -233,14 +245,7 @@ def test_compose_cli_accepts_the_file(env_source: str, generated_text: str, tmp_
     if env_source == "make-env":
         env_file = tmp_path / ".env"
         env_file.write_text(generated_text)
-    result = subprocess.run(
-        [*cli, "-f", str(COMPOSE_FILE), "--env-file", str(env_file), "config", "-q"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=cli_env(),
-        check=False,
-    )
+    result = compose_config(cli, env_file)
     assert result.returncode == 0, result.stderr
 
 
@@ -254,14 +259,7 @@ def test_compose_cli_refuses_a_missing_secret(tmp_path: Path) -> None:
             line + "\n" for line in ENV_EXAMPLE.read_text().splitlines() if not line.startswith("POPAGENT_SECRET_KEY=")
         )
     )
-    result = subprocess.run(
-        [*cli, "-f", str(COMPOSE_FILE), "--env-file", str(env_file), "config", "-q"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=cli_env(),
-        check=False,
-    )
+    result = compose_config(cli, env_file)
     assert result.returncode != 0
     assert "POPAGENT_SECRET_KEY" in result.stderr
 
