@@ -146,21 +146,19 @@ async def test_failures_are_httpx_transport_errors(client: httpx.AsyncClient) ->
                     chunks.append(chunk)
         assert chunks == [b"hello"]
 
-    async def cut(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel")
+    # A body cut short, then an answer that is not HTTP at all.
+    for answer, error in (
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel", httpx.ReadError),
+        (b"SMTP ready\r\n\r\n", httpx.RemoteProtocolError),
+    ):
 
-    async with raw_server(cut) as (url, _):
-        with pytest.raises(httpx.ReadError):
-            await client.get(f"{url}/cut")
+        async def answering(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answer: bytes = answer) -> None:
+            await read_request(reader)
+            writer.write(answer)
 
-    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(b"SMTP ready\r\n\r\n")
-
-    async with raw_server(garbage) as (url, _):
-        with pytest.raises(httpx.RemoteProtocolError):
-            await client.get(f"{url}/x")
+        async with raw_server(answering) as (url, _):
+            with pytest.raises(error):
+                await client.get(f"{url}/x")
 
 
 async def test_chunked_bodies_split_anywhere_arrive_whole_and_buffered_chunks_together(
