@@ -11,7 +11,7 @@ import httpcore
 import pytest
 
 from popagent_agent_runner.web.page_fetcher import MAX_REDIRECTS, FetchRefused, PageFetcher
-from popagent_core.address_guard import GuardedBackend
+from popagent_core.address_guard import GuardedBackend, Resolver
 from popagent_core.errors import Unavailable
 from support.web_standins import Page, PageServer, redirect
 
@@ -222,6 +222,18 @@ class RouteToLocal(httpcore.AsyncNetworkBackend):
         await self._os.sleep(seconds)
 
 
+def guarded_fetcher(resolver: Resolver, network: RouteToLocal, **options: typing.Any) -> PageFetcher:
+    """A fetcher that refuses private addresses, through the guard: names resolved by `resolver`,
+    the addresses it lets through connected by `network`."""
+    return PageFetcher(
+        allow_private=False,
+        timeout_s=3.0,
+        max_bytes=4096,
+        backend=GuardedBackend(allow_private=False, resolver=resolver, inner=network),
+        **options,
+    )
+
+
 @pytest.mark.parametrize(
     "target",
     [
@@ -243,13 +255,7 @@ async def test_a_redirect_to_a_private_address_is_refused_before_connecting(serv
     server.pages["/start"] = redirect(target.format(port=server.port))
     server.pages["/secret"] = Page(body=b"secret")
     network = RouteToLocal(server.port)
-    fetcher = PageFetcher(
-        allow_private=False,
-        timeout_s=3.0,
-        max_bytes=4096,
-        backend=GuardedBackend(allow_private=False, resolver=resolver, inner=network),
-        ssl_context=ssl.create_default_context(),
-    )
+    fetcher = guarded_fetcher(resolver, network, ssl_context=ssl.create_default_context())
     try:
         with pytest.raises(FetchRefused, match="refused"):
             await fetcher.fetch(server.url("/start", "public.example"))
@@ -270,12 +276,7 @@ async def test_a_rebinding_name_never_gets_a_connection_while_it_points_inside(s
 
     server.pages["/"] = Page(body=b"<p>public</p>")
     network = RouteToLocal(server.port)
-    fetcher = PageFetcher(
-        allow_private=False,
-        timeout_s=3.0,
-        max_bytes=4096,
-        backend=GuardedBackend(allow_private=False, resolver=resolver, inner=network),
-    )
+    fetcher = guarded_fetcher(resolver, network)
     fetched = refused = 0
     try:
         for _ in range(200):
