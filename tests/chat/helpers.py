@@ -55,6 +55,15 @@ async def chat(
         return await read_sse(response)
 
 
+async def new_workspace_session(client: httpx.AsyncClient, name: str, title: str) -> str:
+    """The folder `name` under the workspace root registered as workspace `name`, and a new session in it: its id."""
+    created = await client.post("/api/workspaces", json={"id": name, "name": name, "path": name})
+    assert created.status_code == 201, created.text
+    session = await client.post("/api/sessions", json={"title": title, "workspaceId": name})
+    assert session.status_code == 201, session.text
+    return session.json()["id"]
+
+
 async def chat_in_a_new_session(stack: Stack, message: dict[str, Any] | str) -> tuple[str, list[Any]]:
     """One turn in a session made for it: the session's id and every chunk of the stream."""
     async with stack.client() as client:

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 
-from chat.helpers import chat, of_type, text_of, thread_rows, user_message
+from chat.helpers import chat, new_workspace_session, of_type, text_of, thread_rows, user_message
 from support.https_receiver import answer
 from support.model_gateway import ToolCall, Turn
 from support.stacks import MODEL, Stack
@@ -55,11 +56,7 @@ async def workspace_session(stack: Stack, client: httpx.AsyncClient, files: dict
     for relative, content in files.items():
         (folder / relative).parent.mkdir(parents=True, exist_ok=True)
         (folder / relative).write_text(content)
-    created = await client.post("/api/workspaces", json={"id": name, "name": name, "path": name})
-    assert created.status_code == 201, created.text
-    session = await client.post("/api/sessions", json={"title": "workspace test", "workspaceId": name})
-    assert session.status_code == 201, session.text
-    return session.json()["id"], folder
+    return await new_workspace_session(client, name, "workspace test"), folder
 
 
 def tool_names(request: dict[str, Any]) -> list[str]:
@@ -326,10 +323,15 @@ async def test_a_cancelled_turn_kills_its_running_command(stack: Stack) -> None:
         body = {"id": session, "model": MODEL, "message": user_message("run the long thing")}
         async with client.stream("POST", "/api/chat", json=body) as response:
             assert response.status_code == 200
+            turn_id = ""
             async for line in response.aiter_lines():
+                if '"type":"start"' in line:
+                    turn_id = orjson.loads(line.removeprefix("data: "))["messageMetadata"]["turnId"]
                 if '"tool-input-available"' in line:
                     # The command is running in its sandbox (bubblewrap, its PID 1, the shell).
                     await eventually(lambda: len(processes_with(marker)) >= 3, within=10, what="the command to start")
                     break
-        # The client went away: the turn is cancelled and the command's whole process group killed.
+            # A user cancels the turn: the command's whole process group is killed with it.
+            cancelled = await client.post(f"/api/sessions/{session}/turns/{turn_id}/cancel")
+            assert cancelled.status_code == 200, cancelled.text
         await eventually(lambda: processes_with(marker) == [], within=5, what="the command to be killed")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 
 import httpx
-from chat.helpers import chat, of_type
+from chat.helpers import chat, new_workspace_session, of_type
 
 from lsp import fixture_repo
 from support.https_receiver import answer
@@ -22,11 +22,7 @@ LSP = "mastra_workspace_lsp_inspect"
 async def fixture_session(stack: Stack, client: httpx.AsyncClient) -> str:
     name = f"lsp-{uuid.uuid4().hex[:8]}"
     fixture_repo.write(stack.workspace_root / name)
-    created = await client.post("/api/workspaces", json={"id": name, "name": name, "path": name})
-    assert created.status_code == 201, created.text
-    session = await client.post("/api/sessions", json={"title": "lsp test", "workspaceId": name})
-    assert session.status_code == 201, session.text
-    return session.json()["id"]
+    return await new_workspace_session(client, name, "lsp test")
 
 
 async def test_every_role_has_the_tool_and_a_turn_uses_it(stack: Stack) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from chat.helpers import chat, of_type
+from chat.helpers import chat, new_workspace_session, of_type
 
 from lsp import fixture_repo
 from popagent_agent_runner.lsp.inspection import Inspection, Inspector
@@ -140,15 +140,12 @@ async def test_a_planted_interpreter_in_a_chat_turn_runs_nothing_on_the_host(
     plant_interpreter(root, canaries)
     path, line, character = fixture_repo.PY_CALL
     async with stack.client() as client:
-        created = await client.post("/api/workspaces", json={"id": name, "name": name, "path": name})
-        assert created.status_code == 201, created.text
-        session = await client.post("/api/sessions", json={"title": "planted", "workspaceId": name})
-        assert session.status_code == 201, session.text
+        session = await new_workspace_session(client, name, "planted")
         stack.models.push(
             Turn.call(ToolCall(LSP, {"operation": "hover", "path": path, "line": line, "character": character})),
             Turn.say("done"),
         )
-        chunks = await chat(client, session.json()["id"], "what does greet take?")
+        chunks = await chat(client, session, "what does greet take?")
     [output] = of_type(chunks, "tool-output-available")
     assert "def greet(" in output["output"]["hover"]
     assert [path for path in canaries if path.exists()] == []

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from chat.helpers import chat, of_type
+from chat.helpers import chat, new_workspace_session, of_type
 
 from popagent_agent_runner.workspace.sandbox import CommandResult, Sandbox, SandboxRefused
 from support.model_gateway import ToolCall, Turn
@@ -147,15 +147,12 @@ async def test_a_turn_s_shell_cannot_write_git(stack: Stack) -> None:
         "echo written > notes.txt"
     )
     async with stack.client() as client:
-        created = await client.post("/api/workspaces", json={"id": name, "name": name, "path": name})
-        assert created.status_code == 201, created.text
-        session = await client.post("/api/sessions", json={"title": "git", "workspaceId": name})
-        assert session.status_code == 201, session.text
+        session = await new_workspace_session(client, name, "git")
         stack.models.push(
             Turn.call(ToolCall(RUN, {"command": plant}, id="plant")),
             Turn.say("done"),
         )
-        chunks = await chat(client, session.json()["id"], "set up the hooks")
+        chunks = await chat(client, session, "set up the hooks")
         [output] = of_type(chunks, "tool-output-available")
         assert "Read-only file system" in output["output"]["output"], output
         assert each_file(folder / ".git") == before
@@ -165,7 +162,7 @@ async def test_a_turn_s_shell_cannot_write_git(stack: Stack) -> None:
         (folder / ".git").rename(real)
         os.symlink(real, folder / ".git")
         stack.models.push(Turn.call(ToolCall(RUN, {"command": "touch ran"}, id="linked")), Turn.say("done"))
-        chunks = await chat(client, session.json()["id"], "again")
+        chunks = await chat(client, session, "again")
         [error] = of_type(chunks, "tool-output-error")
         assert ".git is a symbolic link" in error["errorText"], error
         assert not (folder / "ran").exists()
