@@ -29,6 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # The HTTPS receiver lives in tests/.
 sys.path.insert(0, str(ROOT / "tests"))
 
+from hooks.helpers import RecordingAuth  # noqa: E402
+
 from popagent.hooks.v1 import hooks_pb2_grpc  # noqa: E402
 from popagent_core.auth import generate_credentials  # noqa: E402
 from popagent_core.grpc_client import check_health  # noqa: E402
@@ -41,25 +43,6 @@ ROUNDS = int(os.environ.get("BENCH_HOOKS_ROUNDS", "400"))
 WARMUP = 50
 TARGET_OVERHEAD_MS = 2.0
 DETAIL = {"arguments": {"query": "weather in Lisbon", "limit": 5}}
-
-
-class CountingAuth(grpc.aio.UnaryUnaryClientInterceptor):
-    """The caller credential, and a count of the RPCs the client really makes."""
-
-    def __init__(self, token: str) -> None:
-        self.token = token
-        self.calls = 0
-
-    async def intercept_unary_unary(self, continuation, client_call_details, request):  # type: ignore[no-untyped-def]
-        self.calls += 1
-        details = grpc.aio.ClientCallDetails(
-            client_call_details.method,
-            client_call_details.timeout,
-            grpc.aio.Metadata(("authorization", f"Bearer {self.token}")),
-            client_call_details.credentials,
-            client_call_details.wait_for_ready,
-        )
-        return await continuation(details, request)
 
 
 def hooks_document(receiver: HttpsReceiver) -> str:
@@ -112,7 +95,7 @@ async def run(work: Path) -> int:
             service = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "popagent_hooks", env=env, stdout=log, stderr=log
             )
-            counting = CountingAuth(tokens["agent-runner"])
+            counting = RecordingAuth(tokens["agent-runner"])
             channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}", interceptors=[counting])
             context = ssl.create_default_context(cafile=str(receiver.ca_file))
             bare_pool = httpcore.AsyncConnectionPool(ssl_context=context)
@@ -153,10 +136,10 @@ async def run(work: Path) -> int:
                         elapsed = await timed(action)
                         if round_no >= WARMUP:
                             samples[name].append(elapsed)
-                rpcs_before = counting.calls
+                rpcs_before = len(counting.methods)
                 for _ in range(100):
                     await dispatch("none")()
-                rpcs_for_zero = counting.calls - rpcs_before
+                rpcs_for_zero = len(counting.methods) - rpcs_before
             finally:
                 await bare_pool.aclose()
                 await channel.close()

@@ -7,6 +7,8 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import grpc
+
 from popagent_core.grpc_client import open_channel
 from popagent_dev.embedded import free_port
 from popagent_hooks.config import HooksConfig, parse_hooks_config
@@ -82,3 +84,23 @@ async def running_service(env: dict[str, str], token: str) -> AsyncIterator[tupl
 
 
 HOOKS_MIGRATIONS = {"hooks": MIGRATIONS}
+
+
+class RecordingAuth(grpc.aio.UnaryUnaryClientInterceptor):
+    """Adds the caller credential and records every RPC method the client makes."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+        self.methods: list[str] = []
+
+    async def intercept_unary_unary(self, continuation, client_call_details, request):  # type: ignore[no-untyped-def]
+        method = client_call_details.method
+        self.methods.append(method.decode() if isinstance(method, bytes) else method)
+        details = grpc.aio.ClientCallDetails(
+            client_call_details.method,
+            client_call_details.timeout,
+            grpc.aio.Metadata(("authorization", f"Bearer {self.token}")),
+            client_call_details.credentials,
+            client_call_details.wait_for_ready,
+        )
+        return await continuation(details, request)

@@ -16,7 +16,15 @@ from typing import Any
 import grpc
 import httpx
 import pytest
-from hooks.helpers import HOOKS_MIGRATIONS, SPEC_EXAMPLE, document, handler, running_service, service_env
+from hooks.helpers import (
+    HOOKS_MIGRATIONS,
+    SPEC_EXAMPLE,
+    RecordingAuth,
+    document,
+    handler,
+    running_service,
+    service_env,
+)
 
 from popagent.hooks.v1 import hooks_pb2, hooks_pb2_grpc
 from popagent_core.grpc_client import check_health, open_channel
@@ -114,32 +122,12 @@ async def test_bad_requests_and_unknown_callers_are_refused(
             assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
-class _CountingAuth(grpc.aio.UnaryUnaryClientInterceptor):
-    """Adds the caller credential and records every RPC method the client makes."""
-
-    def __init__(self, token: str) -> None:
-        self.token = token
-        self.methods: list[str] = []
-
-    async def intercept_unary_unary(self, continuation, client_call_details, request):  # type: ignore[no-untyped-def]
-        method = client_call_details.method
-        self.methods.append(method.decode() if isinstance(method, bytes) else method)
-        details = grpc.aio.ClientCallDetails(
-            client_call_details.method,
-            client_call_details.timeout,
-            grpc.aio.Metadata(("authorization", f"Bearer {self.token}")),
-            client_call_details.credentials,
-            client_call_details.wait_for_ready,
-        )
-        return await continuation(details, request)
-
-
 async def test_the_client_makes_no_rpc_when_no_handler_matches(
     hooks_dsn: str, nats_url: str, internal_credentials: Credentials, receiver: HttpsReceiver
 ) -> None:
     tokens, callers = internal_credentials
     env = service_env(hooks_dsn, nats_url, callers, receiver, policy_document(receiver))
-    counting = _CountingAuth(tokens["agent-runner"])
+    counting = RecordingAuth(tokens["agent-runner"])
     async with running_service(env, tokens["agent-runner"]) as (running, _):
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{running.port}", interceptors=[counting])
         try:
