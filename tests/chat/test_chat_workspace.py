@@ -8,7 +8,6 @@ repository on disk.
 from __future__ import annotations
 
 import json
-import os
 import textwrap
 import uuid
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 
 import httpx
 import orjson
+from workspace.sandboxing import processes_with
 
 from chat.helpers import chat, new_workspace_session, of_type, text_of, thread_rows, user_message
 from support.https_receiver import answer
@@ -248,19 +248,6 @@ async def test_health_reports_the_sandbox(stack: Stack) -> None:
     async with stack.client() as client:
         body = (await client.get("/api/health")).json()
     assert body["components"]["sandbox"] == {"ok": True, "detail": ""}
-
-
-def processes_with(marker: str) -> list[int]:
-    found: list[int] = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
-                    if marker.encode() in cmdline.read():
-                        found.append(int(entry))
-            except OSError:
-                continue
-    return found
 
 
 async def test_background_processes_are_read_killed_and_end_with_the_turn(stack: Stack) -> None:

@@ -34,7 +34,7 @@ from popagent_agent_runner.workspace.sandbox import (
 )
 from support.canary import CANARY, find_canary
 from support.waiting import eventually
-from workspace.sandboxing import held, probed_sandbox, run
+from workspace.sandboxing import held, probed_sandbox, processes_with, run
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -62,20 +62,6 @@ async def probe(sandbox: Sandbox, repo: Path, script: str, timeout_s: float = 30
     result = await run(sandbox, repo, "python probe.py", timeout_s)
     assert result.exit_code == 0, result.output
     return json.loads(result.output.strip().splitlines()[-1])
-
-
-def processes_with(marker: str) -> list[int]:
-    found: list[int] = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
-                if marker.encode() in cmdline.read():
-                    found.append(int(entry))
-        except OSError:
-            continue
-    return found
 
 
 async def test_tcp_udp_and_dns_egress_fail(sandbox: Sandbox, repo: Path) -> None:
