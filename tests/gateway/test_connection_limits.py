@@ -24,6 +24,11 @@ from popagent_dev.embedded import free_port, terminate
 from support.waiting import START_WITHIN_S, TEST_WITH_A_START_S, eventually
 
 API_KEY = "e" * 32
+# The head of an authorized POST /api/chat up to its body headers, sent by hand to stall the body.
+CHAT_HEAD = (
+    b"POST /api/chat HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"
+    b"x-popagent-key: " + API_KEY.encode() + b"\r\n"
+)
 HEADER_TIMEOUT_S = 4.0
 BODY_TIMEOUT_S = 2.0
 BODY_MIN_RATE = 500
@@ -204,20 +209,14 @@ async def test_a_silent_connection_is_closed_by_the_header_timeout(gateway: Gate
 @pytest.mark.timeout(TEST_WITH_A_START_S)
 async def test_a_short_body_under_a_long_content_length_is_closed_by_the_body_timeout(gateway: Gateway) -> None:
     reader, writer = await asyncio.open_connection(gateway.host, gateway.port)
-    writer.write(
-        b"POST /api/chat HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"
-        b"x-popagent-key: " + API_KEY.encode() + b"\r\nContent-Length: 10000\r\n\r\n" + b'{"id": "' + b"a" * 90
-    )
+    writer.write(CHAT_HEAD + b"Content-Length: 10000\r\n\r\n" + b'{"id": "' + b"a" * 90)
     await assert_closed_with_408(reader, writer, BODY_TIMEOUT_S)
 
 
 @pytest.mark.timeout(TEST_WITH_A_START_S)
 async def test_a_chunked_body_of_one_byte_every_five_seconds_is_closed(gateway: Gateway) -> None:
     reader, writer = await asyncio.open_connection(gateway.host, gateway.port)
-    writer.write(
-        b"POST /api/chat HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"
-        b"x-popagent-key: " + API_KEY.encode() + b"\r\nTransfer-Encoding: chunked\r\n\r\n"
-    )
+    writer.write(CHAT_HEAD + b"Transfer-Encoding: chunked\r\n\r\n")
 
     async def drip() -> None:
         while True:
@@ -238,10 +237,7 @@ async def test_a_body_at_the_minimum_rate_may_take_longer_than_the_body_timeout(
     # 4,000 bytes at 2,000 bytes/s (4x the minimum rate): 2 s, past the 2 s base timeout.
     body = b"[" + b" " * 3998 + b"]"
     reader, writer = await asyncio.open_connection(gateway.host, gateway.port)
-    writer.write(
-        b"POST /api/chat HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\nConnection: close\r\n"
-        b"x-popagent-key: " + API_KEY.encode() + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n"
-    )
+    writer.write(CHAT_HEAD + b"Connection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n")
     try:
         for offset in range(0, len(body), 200):
             writer.write(body[offset : offset + 200])
