@@ -3,15 +3,43 @@ what is missing to run them."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 UI_DIST = REPO / "ui" / "dist"
 PLAYWRIGHT = REPO / "ui" / "node_modules" / "playwright-core"
 OUTPUT = REPO / "tests" / "output" / "ui"
 CHROMIUM = Path(os.environ.get("POPAGENT_CHROMIUM", "/usr/bin/chromium"))
+
+
+async def drive(
+    driver: Path, config: Path, settings: dict[str, Any], *, timeout_s: float, where: str = ""
+) -> list[str]:
+    """Run a browser driver script on `settings` (written to `config`) and the names of its steps,
+    every one of which passed; `where` adds to the failure message where else to look."""
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    config.write_text(json.dumps(settings))  # noqa: ASYNC240 - a small local file, before the driver starts
+    process = await asyncio.create_subprocess_exec(
+        "node", str(driver), str(config), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=REPO
+    )
+    stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=timeout_s)
+    lines = stdout.decode().strip().splitlines()
+    assert lines, f"the browser driver printed no report (exit {process.returncode}):\n{stderr.decode()[-3000:]}"
+    steps = json.loads(lines[-1])["steps"]
+    failed = [f"{s['step']}: {s['detail']}" for s in steps if not s["ok"]]
+    assert not failed, (
+        "browser steps failed:\n  "
+        + "\n  ".join(failed)
+        + f"\n(screenshots in {OUTPUT}{where})\n"
+        + stderr.decode()[-2000:]
+    )
+    assert process.returncode == 0, stderr.decode()[-3000:]
+    return [s["step"] for s in steps]
 
 
 def prerequisites() -> list[str]:

@@ -23,7 +23,6 @@ Needs: `npm ci --prefix ui && npm --prefix ui run build` (make test does both) a
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from collections.abc import AsyncIterator
@@ -31,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ui.helpers import OUTPUT, REPO, UI_DIST, prerequisites
+from ui.helpers import OUTPUT, UI_DIST, drive, prerequisites
 
 from popagent_dev import embedded
 from popagent_dev.embedded import free_port
@@ -265,33 +264,13 @@ async def stack(
 
 async def test_the_web_ui_in_a_real_browser(stack: tuple[Stack, ModelGateway, HttpsReceiver], tmp_path: Path) -> None:
     running, models, receiver = stack
-    OUTPUT.mkdir(parents=True, exist_ok=True)
-    config = tmp_path / "browser.json"
-    config.write_text(
-        json.dumps({"url": running.url, "apiKey": API_KEY, "outDir": str(OUTPUT), "denyReason": DENY_REASON})
+    names = await drive(
+        DRIVER,
+        tmp_path / "browser.json",
+        {"url": running.url, "apiKey": API_KEY, "outDir": str(OUTPUT), "denyReason": DENY_REASON},
+        timeout_s=360,
+        where=f"; service logs in {running.config.data_dir / 'logs'}",
     )
-    process = await asyncio.create_subprocess_exec(
-        "node",
-        str(DRIVER),
-        str(config),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=REPO,
-    )
-    stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=360)
-    lines = stdout.decode().strip().splitlines()
-    assert lines, f"the browser driver printed no report (exit {process.returncode}):\n{stderr.decode()[-3000:]}"
-    steps = json.loads(lines[-1])["steps"]
-    failed = [f"{s['step']}: {s['detail']}" for s in steps if not s["ok"]]
-    logs = running.config.data_dir / "logs"
-    assert not failed, (
-        "browser steps failed:\n  "
-        + "\n  ".join(failed)
-        + f"\n(screenshots in {OUTPUT}; service logs in {logs})\n"
-        + stderr.decode()[-2000:]
-    )
-    assert process.returncode == 0, stderr.decode()[-3000:]
-    names = [s["step"] for s in steps]
     for expected in (
         "first-use model pick",
         "model picker",

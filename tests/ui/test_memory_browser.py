@@ -18,8 +18,6 @@ Needs what tests/ui/test_browser.py needs (the built UI, playwright-core, /usr/b
 
 from __future__ import annotations
 
-import asyncio
-import json
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -27,7 +25,7 @@ from typing import Any
 
 import httpx
 import pytest
-from ui.helpers import CHROMIUM, OUTPUT, REPO, prerequisites
+from ui.helpers import CHROMIUM, OUTPUT, REPO, drive, prerequisites
 
 from popagent_dev import embedded
 from popagent_dev.embedded import free_port
@@ -107,40 +105,24 @@ async def test_memory_pages_in_a_real_browser(stack: tuple[Stack, ModelGateway],
         settings = _memory_settings((await client.get("/openapi.json")).json())
         assert len(settings) == 19
 
-        OUTPUT.mkdir(parents=True, exist_ok=True)
-        config = tmp_path / "memory.json"
-        config.write_text(
-            json.dumps(
-                {
-                    "url": running.url,
-                    "apiKey": API_KEY,
-                    "outDir": str(OUTPUT),
-                    "chromium": str(CHROMIUM),
-                    "sessionTitle": TITLE,
-                    "observation": "User said: 0: Here is a long message",
-                    "tokensSaved": view["tokensSaved"],
-                    "memoryId": memory["id"],
-                    "memoryContent": memory["content"],
-                    "settings": settings,
-                }
-            )
+        steps = await drive(
+            DRIVER,
+            tmp_path / "memory.json",
+            {
+                "url": running.url,
+                "apiKey": API_KEY,
+                "outDir": str(OUTPUT),
+                "chromium": str(CHROMIUM),
+                "sessionTitle": TITLE,
+                "observation": "User said: 0: Here is a long message",
+                "tokensSaved": view["tokensSaved"],
+                "memoryId": memory["id"],
+                "memoryContent": memory["content"],
+                "settings": settings,
+            },
+            timeout_s=180,
         )
-        process = await asyncio.create_subprocess_exec(
-            "node", str(DRIVER), str(config), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=REPO
-        )
-        stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=180)
-        lines = stdout.decode().strip().splitlines()
-        assert lines, f"the browser driver printed no report (exit {process.returncode}):\n{stderr.decode()[-3000:]}"
-        steps = json.loads(lines[-1])["steps"]
-        failed = [f"{s['step']}: {s['detail']}" for s in steps if not s["ok"]]
-        assert not failed, (
-            "browser steps failed:\n  "
-            + "\n  ".join(failed)
-            + f"\n(screenshots in {OUTPUT})\n"
-            + stderr.decode()[-2000:]
-        )
-        assert process.returncode == 0, stderr.decode()[-3000:]
-        assert [s["step"] for s in steps] == [
+        assert steps == [
             "session memory view",
             "kind and pin edited",
             "readable validation error",

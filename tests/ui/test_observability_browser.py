@@ -18,7 +18,6 @@ Needs what tests/ui/test_browser.py needs (the built UI, playwright-core, /usr/b
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import Any
 
 import httpx
 import pytest
-from ui.helpers import CHROMIUM, OUTPUT, REPO, prerequisites
+from ui.helpers import CHROMIUM, OUTPUT, REPO, drive, prerequisites
 
 from popagent_core.topology import SERVICE_NAMES
 from popagent_dev import embedded
@@ -189,37 +188,24 @@ async def test_observability_pages_in_a_real_browser(stack: tuple[Stack, HttpsRe
 
         await eventually(failed_logs, until=bool, interval=0.3, what="the failed turn's stored warning")
 
-    OUTPUT.mkdir(parents=True, exist_ok=True)
-    config = tmp_path / "observability.json"
-    config.write_text(
-        json.dumps(
-            {
-                "url": running.url,
-                "apiKey": API_KEY,
-                "outDir": str(OUTPUT),
-                "chromium": str(CHROMIUM),
-                "sessionId": time_session,
-                "traceId": time_trace,
-                "delegationTraceId": delegation_trace,
-                "failedTraceId": failed_trace,
-                "model": MODEL,
-                "services": sorted(every),
-            }
-        )
+    steps = await drive(
+        DRIVER,
+        tmp_path / "observability.json",
+        {
+            "url": running.url,
+            "apiKey": API_KEY,
+            "outDir": str(OUTPUT),
+            "chromium": str(CHROMIUM),
+            "sessionId": time_session,
+            "traceId": time_trace,
+            "delegationTraceId": delegation_trace,
+            "failedTraceId": failed_trace,
+            "model": MODEL,
+            "services": sorted(every),
+        },
+        timeout_s=180,
     )
-    process = await asyncio.create_subprocess_exec(
-        "node", str(DRIVER), str(config), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=REPO
-    )
-    stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=180)
-    lines = stdout.decode().strip().splitlines()
-    assert lines, f"the browser driver printed no report (exit {process.returncode}):\n{stderr.decode()[-3000:]}"
-    steps = json.loads(lines[-1])["steps"]
-    failed = [f"{s['step']}: {s['detail']}" for s in steps if not s["ok"]]
-    assert not failed, (
-        "browser steps failed:\n  " + "\n  ".join(failed) + f"\n(screenshots in {OUTPUT})\n" + stderr.decode()[-2000:]
-    )
-    assert process.returncode == 0, stderr.decode()[-3000:]
-    assert [s["step"] for s in steps] == [
+    assert steps == [
         "overview",
         "traces filtered by session and status",
         "traces paged",
