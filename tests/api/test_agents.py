@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 
@@ -40,6 +41,19 @@ async def restoring(client: httpx.AsyncClient, agent_id: str) -> AsyncIterator[d
     finally:
         restore = {key: before[key] for key in EDITABLE}
         assert (await client.patch(f"/api/agents/{agent_id}", json=restore)).status_code == 200
+
+
+@contextlib.asynccontextmanager
+async def rolled_back(api_stack: Stack) -> AsyncIterator[asyncpg.Connection]:
+    """A connection to agent-runner's database whose transaction is rolled back after the block:
+    other tests share this database."""
+    async with api_stack.db("agent_runner") as conn:
+        transaction = conn.transaction()
+        await transaction.start()
+        try:
+            yield conn
+        finally:
+            await transaction.rollback()
 
 
 async def test_the_four_roles_are_seeded_with_complete_instructions(client: httpx.AsyncClient) -> None:
@@ -135,21 +149,13 @@ async def test_the_role_seed_preserves_rows_that_already_exist(api_stack: Stack)
     from popagent_agent_runner.service import MIGRATIONS
 
     seed = (MIGRATIONS / "data" / "0004_seed_agent_roles.sql").read_text()
-    async with api_stack.db("agent_runner") as conn:
-        transaction = conn.transaction()
-        await transaction.start()
-        try:
-            await conn.execute("UPDATE popagent_agents SET instructions = 'user guidance' WHERE id = 'reviewer'")
-            await conn.execute("DELETE FROM popagent_agents WHERE id = 'researcher'")
-            await conn.execute(seed)
-            rows = {
-                r["id"]: r["instructions"] for r in await conn.fetch("SELECT id, instructions FROM popagent_agents")
-            }
-            assert rows["reviewer"] == "user guidance"
-            assert "read-only" in rows["researcher"]
-        finally:
-            # Other tests share this database.
-            await transaction.rollback()
+    async with rolled_back(api_stack) as conn:
+        await conn.execute("UPDATE popagent_agents SET instructions = 'user guidance' WHERE id = 'reviewer'")
+        await conn.execute("DELETE FROM popagent_agents WHERE id = 'researcher'")
+        await conn.execute(seed)
+        rows = {r["id"]: r["instructions"] for r in await conn.fetch("SELECT id, instructions FROM popagent_agents")}
+        assert rows["reviewer"] == "user guidance"
+        assert "read-only" in rows["researcher"]
 
 
 def test_known_tools_are_the_registered_tools() -> None:
@@ -168,21 +174,16 @@ async def test_the_tool_migration_drops_unregistered_tools_and_keeps_edited_guid
 
     fix = (MIGRATIONS / "data" / "0005_drop_unregistered_tools.sql").read_text()
     seed = (MIGRATIONS / "data" / "0004_seed_agent_roles.sql").read_text()
-    async with api_stack.db("agent_runner") as conn:
-        transaction = conn.transaction()
-        await transaction.start()
-        try:
-            # The first seed as it was applied, and a user's own edit of the reviewer.
-            await conn.execute("DELETE FROM popagent_agents WHERE id IN ('popagent', 'researcher')")
-            await conn.execute(seed)
-            await conn.execute(
-                "UPDATE popagent_agents SET tools = ARRAY['bifrostNavigator', 'remember', 'webSearch', 'getTime'],"
-                " instructions = 'Use webSearch, my way.' WHERE id = 'reviewer'"
-            )
-            await conn.execute(fix)
-            rows = {r["id"]: r for r in await conn.fetch("SELECT id, tools, instructions FROM popagent_agents")}
-        finally:
-            await transaction.rollback()
+    async with rolled_back(api_stack) as conn:
+        # The first seed as it was applied, and a user's own edit of the reviewer.
+        await conn.execute("DELETE FROM popagent_agents WHERE id IN ('popagent', 'researcher')")
+        await conn.execute(seed)
+        await conn.execute(
+            "UPDATE popagent_agents SET tools = ARRAY['bifrostNavigator', 'remember', 'webSearch', 'getTime'],"
+            " instructions = 'Use webSearch, my way.' WHERE id = 'reviewer'"
+        )
+        await conn.execute(fix)
+        rows = {r["id"]: r for r in await conn.fetch("SELECT id, tools, instructions FROM popagent_agents")}
     assert rows["popagent"]["tools"] == ["getTime", "remember"]
     assert rows["researcher"]["tools"] == ["getTime"]
     assert rows["reviewer"]["tools"] == ["remember", "getTime"]
@@ -200,20 +201,15 @@ async def test_the_web_tool_migration_gives_the_seeded_roles_their_web_tools_bac
     seed = (data / "0004_seed_agent_roles.sql").read_text()
     drop = (data / "0005_drop_unregistered_tools.sql").read_text()
     add = (data / "0006_add_web_tools.sql").read_text()
-    async with api_stack.db("agent_runner") as conn:
-        transaction = conn.transaction()
-        await transaction.start()
-        try:
-            await conn.execute("DELETE FROM popagent_agents")
-            await conn.execute(seed)
-            await conn.execute(drop)
-            # A user's edit between 0005 and 0006, and one that already lists webSearch.
-            await conn.execute("UPDATE popagent_agents SET tools = ARRAY['remember', 'getTime'] WHERE id = 'reviewer'")
-            await conn.execute("UPDATE popagent_agents SET tools = ARRAY['webSearch'] WHERE id = 'implementer'")
-            await conn.execute(add)
-            rows = {r["id"]: r["tools"] for r in await conn.fetch("SELECT id, tools FROM popagent_agents")}
-        finally:
-            await transaction.rollback()
+    async with rolled_back(api_stack) as conn:
+        await conn.execute("DELETE FROM popagent_agents")
+        await conn.execute(seed)
+        await conn.execute(drop)
+        # A user's edit between 0005 and 0006, and one that already lists webSearch.
+        await conn.execute("UPDATE popagent_agents SET tools = ARRAY['remember', 'getTime'] WHERE id = 'reviewer'")
+        await conn.execute("UPDATE popagent_agents SET tools = ARRAY['webSearch'] WHERE id = 'implementer'")
+        await conn.execute(add)
+        rows = {r["id"]: r["tools"] for r in await conn.fetch("SELECT id, tools FROM popagent_agents")}
     assert rows == {
         "popagent": ["getTime", "remember", "webSearch"],
         "researcher": ["getTime", "webSearch", "webFetch"],
