@@ -77,6 +77,7 @@ from popagent_gateway.deps import affine_worker
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the benchmarks' shared `bench.helpers` (`python -P` leaves bench/ off the path)
 
+from bench.helpers.completions import streamed_go  # noqa: E402
 from bench.helpers.processes import spawn  # noqa: E402
 
 API_KEY = "bench-api-key-" + "k" * 24
@@ -315,14 +316,7 @@ class Connections:
 
 
 def direct_turn(model_url: str) -> Callable[[int], Awaitable[Turn]]:
-    body = orjson.dumps(
-        {
-            "model": MODEL,
-            "messages": [{"role": "user", "content": "Go"}],
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-    )
+    body = streamed_go(MODEL)
     headers = {"authorization": f"Bearer {MODEL_KEY}", "content-type": "application/json"}
     connections = Connections(model_url)
     path = model_url.split("//", 1)[1].split("/", 1)[1]

@@ -39,6 +39,10 @@ from popagent_agent_runner.llm.model import LeanOpenAIModel, streaming_to
 from popagent_dev.embedded import free_port
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the benchmarks' shared `bench.helpers` (`python -P` leaves bench/ off the path)
+
+from bench.helpers.completions import streamed_go  # noqa: E402
+
 API_KEY = "sk-bench"
 MODEL = "fake/fake-chat"
 
@@ -90,14 +94,7 @@ class Consumer:
 
 
 def raw_httpx(url: str, client: httpx.AsyncClient) -> Callable[[], Awaitable[int]]:
-    body = orjson.dumps(
-        {
-            "model": MODEL,
-            "messages": [{"role": "user", "content": "Go"}],
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-    )
+    body = streamed_go(MODEL)
     headers = {"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"}
 
     async def turn() -> int:
