@@ -20,7 +20,7 @@ import pytest
 from support.launcher import child_pid, health_of, launch
 from support.waiting import wait_until
 
-pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("stack")]
+pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("stack-e2e")]
 
 EXPECTED_COMPONENTS = {
     "postgres",

@@ -33,7 +33,7 @@ from popagent_dev.launcher import NATS_PASSWORDS
 from support.launcher import Launched, launch, start_model_server
 from support.waiting import wait_until
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("stack")]
+pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("stack-e2e")]
 
 # Credentials of the user's own, in the launcher's environment: each must reach only the services
 # the table lists for it, or (a name the table does not know) none.

@@ -28,7 +28,7 @@ from popagent_dev.embedded import StoppablePostgres, stoppable_postgres
 from support.launcher import Launched, child_pid, health_of, launch, start_model_server
 from support.waiting import wait_until
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("stack")]
+pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("stack-work")]
 
 MODEL = "fake/fake-chat"
 # About three seconds of streaming per answer: long enough to break it in the middle.

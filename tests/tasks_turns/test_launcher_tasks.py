@@ -16,7 +16,7 @@ import pytest
 from support.launcher import launch, start_model_server
 from support.waiting import wait_until
 
-pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("stack")]
+pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("stack-work")]
 TERMINAL = ("completed", "failed", "dead-letter", "cancelled")
 
 

@@ -39,7 +39,7 @@ from support.https_receiver import HttpsReceiver, answer, make_secret
 from support.model_gateway import ModelGateway, ModelInfo, ToolCall, Turn
 from support.web_standins import Page, PageServer, SearxngStandIn, searxng_result
 
-pytestmark = [pytest.mark.timeout(480), pytest.mark.xdist_group("stack")]
+pytestmark = [pytest.mark.timeout(480), pytest.mark.xdist_group("stack-ui")]
 
 DRIVER = Path(__file__).with_name("browser.mjs")
 

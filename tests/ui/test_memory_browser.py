@@ -34,7 +34,7 @@ from support.memory_agents import is_observer, memory_agents
 from support.model_gateway import ModelGateway, ModelInfo
 from support.sse import read_sse
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("stack")]
+pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("stack-ui")]
 
 DRIVER = Path(__file__).with_name("memory.mjs")
 API_KEY = "memory-browser-key-" + "k" * 16

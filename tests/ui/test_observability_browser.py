@@ -36,7 +36,7 @@ from support.model_gateway import ModelGateway, ModelInfo, ToolCall, Turn, Usage
 from support.sse import read_sse
 from support.waiting import eventually
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("stack")]
+pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("stack-ui")]
 
 DRIVER = Path(__file__).with_name("observability.mjs")
 API_KEY = "observability-browser-key-" + "k" * 16
