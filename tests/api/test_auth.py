@@ -16,6 +16,7 @@ ROUTES = [
     ("PATCH", "/api/sessions/s1"),
     ("DELETE", "/api/sessions/s1"),
     ("GET", "/api/sessions/s1/memory"),
+    ("POST", "/api/sessions/s1/turns/t1/cancel"),
     ("GET", "/api/settings/agent-runtime"),
     ("PATCH", "/api/settings/agent-runtime"),
     ("GET", "/api/settings/memory"),
@@ -72,6 +73,7 @@ def test_the_inventory_above_covers_every_route_of_these_resources() -> None:
 
     covered = {(m, p.replace("s1", "{session_id}").replace("researcher", "{agent_id}")) for m, p in ROUTES}
     covered = {(m, p.replace("/skills/k1", "/skills/{skill_id}")) for m, p in covered}
+    covered = {(m, p.replace("/turns/t1", "/turns/{turn_id}")) for m, p in covered}
     covered = {(m, p.replace("/api/workspaces/popagent", "/api/workspaces/{workspace_id}")) for m, p in covered}
     covered = {(m, p.replace("/documents/d1", "/documents/{document_id}")) for m, p in covered}
     paths = document()["paths"]

@@ -199,6 +199,7 @@ async def test_a_missing_singleton_row_is_a_configuration_error_not_a_default(ap
         "0010_seed_agent_skills.sql",
         "0011_add_recall_tool.sql",
         "0012_add_browser_tools.sql",
+        "0013_seed_continue_on_disconnect.sql",
     ]
 
 

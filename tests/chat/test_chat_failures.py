@@ -100,9 +100,9 @@ async def test_a_broken_stream_ends_in_an_error_after_the_text_so_far(stack: Sta
     assert [p["text"] for p in assistant["parts"] if p["type"] == "text"] == [text_of(chunks)]
 
 
-async def test_a_client_disconnect_mid_stream_cancels_the_turn(stack: Stack) -> None:
+async def test_with_continue_on_disconnect_off_a_client_disconnect_mid_stream_cancels_the_turn(stack: Stack) -> None:
     stack.models.push(Turn.say("x" * 400, chunk_size=2, chunk_delay_s=0.01))
-    async with stack.client() as client:
+    async with stack.client() as client, runtime_settings(client, continueOnDisconnect=False):
         session = await new_session(client)
         async with client.stream(
             "POST", "/api/chat", json={"id": session, "model": MODEL, "message": user_message("long please")}

@@ -25,6 +25,11 @@ NEGATIVE_FEEDBACK_GIVEN = "popagent.observability.feedback.given"
 # autonomy change) changed: agent runs re-read it.
 LEARNING_CHANGED = "popagent.evolution.learning.changed"
 
+# Chat turns' logs (every batch a turn streams, for followers): one subject per turn in a stream of
+# its own, written and read by agent-runner only. Not facts: no owner stream captures them.
+TURN_LOG_STREAM = "POPAGENT_TURN_LOG"
+TURN_LOG_SUBJECT_PREFIX = "popagent_turn_log"
+
 
 def stream_name(owner: str) -> str:
     """`POPAGENT_TASKS` for owner `tasks`."""

@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +53,8 @@ from popagent_agent_runner.state.workspaces import AgentWorkspaceStore
 from popagent_agent_runner.tools import KNOWN_TOOLS, ToolRegistry
 from popagent_agent_runner.turn.agents_factory import AgentFactory
 from popagent_agent_runner.turn.learned import LearnedCache, invalidated_on_change
+from popagent_agent_runner.turn.log import TurnLog
+from popagent_agent_runner.turn.records import TurnRecords
 from popagent_agent_runner.turn.runner import TurnRunner
 from popagent_agent_runner.turn.tasks import TaskTurns
 from popagent_agent_runner.web.access import web_access
@@ -223,7 +228,14 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
                 pool, OBSERVATIONAL_QUERIES, retrieval=retrieval, embedding_model=settings.memory_embedding_model
             ),
         )
-        chat = ChatServicer(runner, memories)
+        turn_log = TurnLog(kernel.nats)
+        await turn_log.ensure_stream()
+        records = TurnRecords(pool, runner_id=runner_name(settings.grpc_address), lease_s=settings.turn_lease_s)
+        if interrupted := await records.interrupt_own():
+            logger.info("turns this runner ran before it restarted ended as interrupted", extra={"turns": interrupted})
+        chat = ChatServicer(runner=runner, memories=memories, records=records, log=turn_log)
+        leases = asyncio.create_task(records.keep_leases(chat.running_turn_ids), name="turn-leases")
+        stack.push_async_callback(_cancelled, leases)
         agent_runner_pb2_grpc.add_AgentRunnerServiceServicer_to_server(chat, kernel.server)
         memory_pb2_grpc.add_SessionMemoryServiceServicer_to_server(
             SessionMemoryServicer(observation_store), kernel.server
@@ -242,6 +254,21 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
         await _resume_pending_deletions(deleter, settings.pending_deletion_grace_s)
         await _resume_index_runs(docs)
         yield RunningAgentRunner(port, deleter)
+
+
+def runner_name(grpc_address: str) -> str:
+    """This runner's id in turn records: its host and gRPC port, the same after a restart (so the
+    turns it ran end as interrupted then); with an ephemeral port (0), unique to this process."""
+    port = grpc_address.rpartition(":")[2]
+    if port in ("", "0"):
+        return f"{socket.gethostname()}:pid-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    return f"{socket.gethostname()}:{port}"
+
+
+async def _cancelled(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def _resume_pending_deletions(deleter: SessionDeleter, grace_s: float) -> None:

@@ -60,6 +60,10 @@ class Settings(ServiceSettings):
     lsp_request_timeout_s: float = Field(default=30.0, gt=0, le=300, validation_alias="POPAGENT_LSP_REQUEST_TIMEOUT_S")
     language_servers_dir: Path = Field(default=DEFAULT_SERVERS_DIR, validation_alias="POPAGENT_LANGUAGE_SERVERS_DIR")
 
+    # A chat turn's lease (docs/turns.md): renewed three times per lease while the turn runs; a turn
+    # whose runner was killed is known lost this long after its last renewal.
+    turn_lease_s: float = Field(default=30.0, ge=1, le=3600, validation_alias="POPAGENT_TURN_LEASE_S")
+
     @field_validator("grpc_address")
     @classmethod
     def _one_address(cls, value: str) -> str:

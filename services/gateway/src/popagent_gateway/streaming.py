@@ -94,13 +94,21 @@ def chunks_for(event: agent_runner_pb2.TurnEvent, turn_id: str) -> Iterable[chun
         )
     elif kind == "error":
         yield chunks.ErrorChunk(error_text=event.error.message or event.error.error_class)
+    elif kind == "abort":
+        yield chunks.AbortChunk()
 
 
 class UIStreamEncoder:
-    """Stateful only in the turn id, which the finish chunk's metadata repeats."""
+    """Numbers every chunk of a turn (the SSE event id, from 0), so a client that resumes with
+    `Last-Event-ID: N` gets the chunks after N: the same bytes an uninterrupted stream sent. The
+    numbering is the turn's, from its first event: a replay from the turn log counts the same.
+    Stateful in the turn id, which the finish chunk's metadata repeats, and in the count."""
 
-    def __init__(self) -> None:
+    def __init__(self, first_id: int = 0) -> None:
         self.turn_id = ""
+        # Chunks numbered below this are counted, not sent (they reached the client before).
+        self.first_id = first_id
+        self.next_id = 0
 
     def encode(self, batch: agent_runner_pb2.TurnEventBatch) -> bytes:
         lines: list[bytes] = []
@@ -108,7 +116,10 @@ class UIStreamEncoder:
             if event.WhichOneof("event") == "start":
                 self.turn_id = event.start.turn_id
             for chunk in chunks_for(event, self.turn_id):
-                lines.append(b"data: " + chunk.encode(AI_SDK_VERSION).encode() + b"\n\n")
+                chunk_id = self.next_id
+                self.next_id += 1
+                if chunk_id >= self.first_id:
+                    lines.append(b"id: %d\ndata: %s\n\n" % (chunk_id, chunk.encode(AI_SDK_VERSION).encode()))
         return b"".join(lines)
 
 
@@ -116,14 +127,18 @@ async def sse_body(
     first: agent_runner_pb2.TurnEventBatch,
     rest: AsyncIterator[agent_runner_pb2.TurnEventBatch],
     call: grpc.aio.Call,
+    *,
+    first_id: int = 0,
 ) -> AsyncIterator[bytes]:
-    """The SSE body: the already-read first batch, every later batch, then [DONE].
+    """The SSE body: the already-read first batch, every later batch, then [DONE]; chunks
+    numbered below `first_id` left out (a resumed stream).
 
     A failure after the stream started becomes an error chunk (the HTTP status is
     already sent). When the client goes away the generator is closed and the runner's
-    call is cancelled, which cancels the turn.
+    call is cancelled: a chat turn then runs on by the agent-runtime setting
+    continueOnDisconnect, a followed turn is not touched.
     """
-    encoder = UIStreamEncoder()
+    encoder = UIStreamEncoder(first_id)
     try:
         yield encoder.encode(first)
         async for batch in rest:

@@ -207,8 +207,10 @@ class TurnOutput:
         self._text_count = 0
         self._tools: dict[str, dict[str, Any]] = {}
         self._activities: dict[str, dict[str, Any]] = {}
-        # The stream's terminal event (finish or error) is out: it is the client's last.
+        # The stream's terminal event (finish, error or abort) is out: it is the client's last.
         self._ended = False
+        # A user cancelled the turn (not a disconnect or a shutdown): what it answered is stored so marked.
+        self.cancelled = False
 
     # -- stream shape ------------------------------------------------------------------
 
@@ -370,6 +372,15 @@ class TurnOutput:
     def error(self, error_class: str, message: str) -> None:
         self.step_finish()
         self.events.put(pb.TurnEvent(error=pb.TurnError(error_class=error_class, message=message)))
+        self._ended = True
+
+    def abort(self) -> None:
+        """A user cancelled the turn: the stream ends with an abort (the turn is cancelled next)."""
+        if self._ended:
+            return
+        self.cancelled = True
+        self.step_finish()
+        self.events.put(pb.TurnEvent(abort=pb.TurnAbort()))
         self._ended = True
 
     def text(self) -> str:

@@ -52,7 +52,8 @@ SELECT s.workspace_id,
                'delegation_result_max_chars', r.delegation_result_max_chars,
                'delegation_failure_text', r.delegation_failure_text,
                'delegation_truncation_text', r.delegation_truncation_text,
-               'command_timeout_ms', r.command_timeout_ms
+               'command_timeout_ms', r.command_timeout_ms,
+               'continue_on_disconnect', r.continue_on_disconnect
            )
            FROM popagent_agent_runtime_settings r WHERE r.id = 1
        )::text AS runtime,

@@ -25,6 +25,8 @@ class RuntimeSnapshot:
     delegation_truncation_text: str
     # The workspace shell's timeout of a command that names none.
     command_timeout_ms: int
+    # A chat turn runs on to its end when its client goes away.
+    continue_on_disconnect: bool
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> RuntimeSnapshot:

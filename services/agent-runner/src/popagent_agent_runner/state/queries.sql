@@ -63,6 +63,10 @@ RETURNING workspace_id, title
 -- Messages, observational-memory state and every other per-thread artifact cascade.
 DELETE FROM popagent_threads WHERE id = $1
 
+-- name: delete_session_turns
+-- The session's turn records (popagent_turns; no foreign key, see its migration).
+DELETE FROM popagent_turns WHERE session_id = $1
+
 -- name: delete_session_row
 DELETE FROM popagent_sessions WHERE id = $1 AND deleting_at IS NOT NULL
 
@@ -142,7 +146,7 @@ SELECT default_model, supervisor_max_steps, specialist_max_steps, max_concurrent
        final_response_feedback, delegation_context_max_chars, delegation_result_max_chars, delegation_failure_text,
        delegation_truncation_text, task_concurrency, task_poll_interval_ms, task_heartbeat_interval_ms,
        task_heartbeat_timeout_ms, task_attempt_timeout_ms, task_abort_ack_timeout_ms, task_retry_base_ms,
-       task_retry_cap_ms, command_timeout_ms, updated_at
+       task_retry_cap_ms, command_timeout_ms, continue_on_disconnect, updated_at
 FROM popagent_agent_runtime_settings WHERE id = 1
 
 -- name: lock_agent_runtime_settings
@@ -150,7 +154,7 @@ SELECT default_model, supervisor_max_steps, specialist_max_steps, max_concurrent
        final_response_feedback, delegation_context_max_chars, delegation_result_max_chars, delegation_failure_text,
        delegation_truncation_text, task_concurrency, task_poll_interval_ms, task_heartbeat_interval_ms,
        task_heartbeat_timeout_ms, task_attempt_timeout_ms, task_abort_ack_timeout_ms, task_retry_base_ms,
-       task_retry_cap_ms, command_timeout_ms, updated_at
+       task_retry_cap_ms, command_timeout_ms, continue_on_disconnect, updated_at
 FROM popagent_agent_runtime_settings WHERE id = 1 FOR UPDATE
 
 -- name: update_agent_runtime_settings
@@ -160,13 +164,14 @@ SET default_model = $1, supervisor_max_steps = $2, specialist_max_steps = $3, ma
     delegation_result_max_chars = $8, delegation_failure_text = $9, delegation_truncation_text = $10,
     task_concurrency = $11, task_poll_interval_ms = $12, task_heartbeat_interval_ms = $13,
     task_heartbeat_timeout_ms = $14, task_attempt_timeout_ms = $15, task_abort_ack_timeout_ms = $16,
-    task_retry_base_ms = $17, task_retry_cap_ms = $18, command_timeout_ms = $19, updated_at = now()
+    task_retry_base_ms = $17, task_retry_cap_ms = $18, command_timeout_ms = $19, continue_on_disconnect = $20,
+    updated_at = now()
 WHERE id = 1
 RETURNING default_model, supervisor_max_steps, specialist_max_steps, max_concurrent_tool_calls, max_processor_retries,
           final_response_feedback, delegation_context_max_chars, delegation_result_max_chars, delegation_failure_text,
           delegation_truncation_text, task_concurrency, task_poll_interval_ms, task_heartbeat_interval_ms,
           task_heartbeat_timeout_ms, task_attempt_timeout_ms, task_abort_ack_timeout_ms, task_retry_base_ms,
-          task_retry_cap_ms, command_timeout_ms, updated_at
+          task_retry_cap_ms, command_timeout_ms, continue_on_disconnect, updated_at
 
 -- name: get_memory_settings
 SELECT enabled, observation_message_tokens, reflection_observation_tokens, raw_history_retention_messages,

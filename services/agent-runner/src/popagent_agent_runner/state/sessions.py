@@ -215,6 +215,7 @@ class SessionDeleter:
                 if removed == "DELETE 0":
                     return False
                 await conn.execute(self.q["delete_thread"], session_id)
+                await conn.execute(self.q["delete_session_turns"], session_id)
                 event = events_pb2.SessionDeleted(session_id=session_id, workspace_id=marked["workspace_id"])
                 await enqueue_event(conn, subjects.SESSION_DELETED, event.SerializeToString())
         logger.info("session deleted", extra={"session_id": session_id, "workspace_id": marked["workspace_id"]})

@@ -155,6 +155,8 @@ AGENT_RUNTIME = SettingsRules(
         "task_retry_cap_ms": IntRange(100, 86_400_000),
         # The workspace shell's timeout for a command that names none (at most 600 s).
         "command_timeout_ms": IntRange(1_000, 600_000),
+        # A chat turn runs on to its end when its client goes away.
+        "continue_on_disconnect": Flag(),
     },
     cross=(
         # A heartbeat must be able to arrive before the worker is declared dead.

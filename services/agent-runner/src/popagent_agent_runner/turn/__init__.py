@@ -3,6 +3,8 @@
 | module | does |
 |---|---|
 | `runner.py` | `TurnRunner`: the turn, from the newest user message to a stored answer |
+| `records.py` | chat turns as records: status, runner and lease (`popagent_turns`) |
+| `log.py` | the turn log on JetStream: every batch a turn streamed, for followers |
 | `tasks.py` | `TaskTurns`: a background task attempt as one turn |
 | `ui_message.py` | the newest user UI message parsed once into a `UserMessage` |
 | `agents_factory.py` | pydantic-ai agents built per run from the persisted profiles |

@@ -19,7 +19,8 @@ The order of a turn (hook timing: docs/hooks.md, Events):
    stored in one transaction (retried with backoff through a database outage), then `finish`.
 A provider, stream or framework failure fires `StopFailure`, ends the stream with an
 `error` event and stores the answer as streamed so far, marked with the failure.
-Cancellation (the client went away, the service stops) stores it marked `interrupted`.
+Cancellation stores it marked `cancelled` (a user's CancelTurn) or `interrupted` (the client went
+away with continueOnDisconnect off, the service stops).
 
 `run` takes a prepared turn and an output and says how the turn ended (`TurnEnd`), so a
 background task attempt is a second thin entry point over the same turn (its own ids, no
@@ -365,8 +366,10 @@ class TurnRunner:
                 return await self._turn(prepared, context, record, browser_reading)
         except asyncio.CancelledError:
             if record.beginning is not None:
-                # The client went away or the service stops: what was streamed stays, marked.
-                ending = asyncio.ensure_future(self._store_end(prepared, context, record, {"interrupted": True}))
+                # A user cancelled it, its client went away or the service stops: what was streamed
+                # stays, marked.
+                marker = {"cancelled": True} if output.cancelled else {"interrupted": True}
+                ending = asyncio.ensure_future(self._store_end(prepared, context, record, marker))
                 with contextlib.suppress(BaseException):
                     await asyncio.wait_for(asyncio.shield(ending), INTERRUPTED_WRITE_S)
             raise

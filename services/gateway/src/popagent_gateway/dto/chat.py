@@ -47,3 +47,10 @@ class RunningTurnOut(WireModel):
 
     error: str
     running_turn_id: str
+
+
+class CancelledTurnOut(WireModel):
+    """POST /api/sessions/{id}/turns/{turnId}/cancel: the turn, now cancelled."""
+
+    turn_id: str
+    status: str

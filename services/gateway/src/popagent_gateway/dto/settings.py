@@ -65,6 +65,7 @@ class AgentRuntimeSettingsOut(WireModel):
     task_retry_base_ms: int
     task_retry_cap_ms: int
     command_timeout_ms: int
+    continue_on_disconnect: bool
     updated_at: str
 
 
@@ -95,6 +96,9 @@ class AgentRuntimeSettingsPatch(PatchModel):
     )
     command_timeout_ms: CommandTimeoutMs | SkipJsonSchema[None] = Field(
         default=None, description="workspace shell: timeout of a command that names none (at most 600000)"
+    )
+    continue_on_disconnect: bool | SkipJsonSchema[None] = Field(
+        default=None, description="a chat turn runs on to its end when its client goes away"
     )
 
 
