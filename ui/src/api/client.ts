@@ -112,6 +112,12 @@ export const api = {
     unwrap(http.PATCH("/api/sessions/{session_id}", { ...session(id), body })),
   deleteSession: (id: string) => done(http.DELETE("/api/sessions/{session_id}", session(id))),
   hooks: (id: string) => unwrap(http.GET("/api/sessions/{session_id}/hooks", session(id))),
+  cancelTurn: (id: string, turnId: string) =>
+    unwrap(
+      http.POST("/api/sessions/{session_id}/turns/{turn_id}/cancel", {
+        params: { path: { session_id: id, turn_id: turnId } },
+      }),
+    ),
 
   agents: () => unwrap(http.GET("/api/agents")),
   patchAgent: (id: string, body: T.AgentPatch) =>

@@ -2,7 +2,7 @@ import { useChat } from "@ai-sdk/react";
 import { DefaultChatTransport, type UIMessage } from "ai";
 import { useCallback, useEffect, useLayoutEffect, useMemo, useRef, useState } from "react";
 import { authedFetch } from "../api/auth";
-import { api } from "../api/client";
+import { api, ApiError } from "../api/client";
 import type { ChatTurnCreate, HookRunOut, ModelsOut, SessionOut, SessionSummary, StoredMessage } from "../api/types";
 import { Icon } from "../common/Icon";
 import { messageOf } from "../common/useLoad";
@@ -122,6 +122,9 @@ export function Conversation(props: {
     id: session.id,
     messages: session.messages as unknown as UIMessage[],
     transport,
+    // A turn runs on when the page goes away: a reloaded page (or a second tab) follows it from
+    // GET /api/chat/{id}/stream, which answers 204 when no turn runs.
+    resume: true,
     onFinish: ({ message, messages, isAbort, isError }) => {
       // Keep how the turn ended with its message: a reopened session shows "stopped" or the reason.
       const ended = isAbort ? { stopped: true } : isError ? { failure: lastError.current ?? "the turn failed" } : null;
@@ -151,7 +154,25 @@ export function Conversation(props: {
   });
   const { messages, status, error, stop, sendMessage, setMessages, clearError, regenerate } = chat;
   setMessagesRef.current = setMessages;
-  const busy = status === "submitted" || status === "streaming";
+  const [cancelling, setCancelling] = useState(false);
+  const busy = status === "submitted" || status === "streaming" || cancelling;
+
+  // Stop: the stream ends here at once, and the server cancels the turn (it would run on without
+  // its client); the next message waits until it has.
+  const stopTurn = useCallback(async () => {
+    const last = messages[messages.length - 1];
+    const turnId = last?.role === "assistant" ? (last.metadata as { turnId?: string } | undefined)?.turnId : undefined;
+    setCancelling(true);
+    try {
+      await stop();
+      // 409: the turn ended meanwhile (nothing to cancel).
+      if (turnId) await api.cancelTurn(session.id, turnId).catch((error: unknown) => {
+        if (!(error instanceof ApiError && error.status === 409)) setSaveState({ kind: "failed", reason: `Stop: ${messageOf(error)}` });
+      });
+    } finally {
+      setCancelling(false);
+    }
+  }, [messages, stop, session.id]);
 
   const send = useCallback(
     (text: string) => {
@@ -339,7 +360,7 @@ export function Conversation(props: {
           {saveState.kind === "saving" ? "saving…" : saveState.kind === "saved" ? "saved" : saveState.kind === "failed" ? `not saved: ${saveState.reason}` : ""}
         </span>
       </div>
-      <Composer busy={busy} onSend={send} onStop={() => void stop()} />
+      <Composer busy={busy} onSend={send} onStop={() => void stopTurn()} />
     </div>
   );
 }
