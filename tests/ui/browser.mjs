@@ -627,6 +627,40 @@ try {
     return `${await activities.count()} activity part(s) after reload; session revision ${session.revision}`;
   });
 
+  await step("reload mid-answer resumes", ["reload keeps activity"], async () => {
+    // The turn runs on without its page; the reloaded page follows it (useChat resume: true) and
+    // Stop then cancels it on the server.
+    await send("Write one more slow answer.");
+    const lastText = () => assistants().last().locator('[data-testid="message-text"]').innerText();
+    await page.waitForFunction(
+      () => {
+        const all = document.querySelectorAll('[data-testid="message-assistant"]');
+        return (all[all.length - 1]?.querySelector('[data-testid="message-text"]')?.textContent ?? "").startsWith("Slow");
+      },
+      null,
+      { timeout: 30_000 },
+    );
+    await page.reload();
+    await page.waitForFunction(() => document.querySelector('[data-testid="chat-status"]')?.getAttribute("data-status") === "streaming", null, {
+      timeout: 15_000,
+    });
+    const resumed = (await lastText()).length;
+    await page.waitForTimeout(1000);
+    const grown = (await lastText()).length;
+    check((await lastText()).startsWith("Slow"), "the resumed answer does not start where the turn started");
+    check(grown > resumed, `the resumed answer did not grow (${resumed} -> ${grown} characters)`);
+    await page.locator('[data-testid="stop"]').click();
+    await page.waitForFunction(() => document.querySelector('[data-testid="chat-status"]')?.getAttribute("data-status") === "ready", null, {
+      timeout: 10_000,
+    });
+    const stopped = (await lastText()).length;
+    await page.waitForTimeout(1500);
+    check((await lastText()).length === stopped, "text kept growing after Stop on the resumed turn");
+    await page.locator('[data-testid="send"]').waitFor();
+    await waitSaved();
+    return `resumed at ${resumed} characters, stopped at ${stopped}`;
+  });
+
   await step("chat screenshots", [], async () => {
     if (chatSessionId) await page.goto(`${url}/#/chat/${encodeURIComponent(chatSessionId)}`);
     await page.waitForTimeout(500);

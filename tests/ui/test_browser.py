@@ -295,6 +295,7 @@ async def test_the_web_ui_in_a_real_browser(stack: tuple[Stack, ModelGateway, Ht
         "fetched page",
         "revision conflict",
         "reload keeps activity",
+        "reload mid-answer resumes",
         "rename and archive",
         "setting validation error",
         "schedule with a cron error and the server's next runs",

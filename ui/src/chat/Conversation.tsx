@@ -123,8 +123,9 @@ export function Conversation(props: {
     messages: session.messages as unknown as UIMessage[],
     transport,
     // A turn runs on when the page goes away: a reloaded page (or a second tab) follows it from
-    // GET /api/chat/{id}/stream, which answers 204 when no turn runs.
-    resume: true,
+    // GET /api/chat/{id}/stream, which answers 204 when no turn runs. Not for a conversation opened
+    // to send its first message: its own turn would be followed twice.
+    resume: !props.firstMessage,
     onFinish: ({ message, messages, isAbort, isError }) => {
       // Keep how the turn ended with its message: a reopened session shows "stopped" or the reason.
       const ended = isAbort ? { stopped: true } : isError ? { failure: lastError.current ?? "the turn failed" } : null;
