@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     # Imported when a stack is first asked for: suites without one do not load every service.
     from support.stacks import Stack, StackSpec
 
-pytest_plugins = ["support.canary", "support.tracing", "pytester"]
+pytest_plugins = ["support.canary", "support.tracing", "support.xdist_groups", "pytester"]
 
 
 @pytest.fixture(scope="session")
