@@ -10,6 +10,8 @@ from typing import Any
 import httpx
 import orjson
 
+from popagent.agent_runner.v1 import agent_runner_pb2 as runner_pb
+from popagent.agent_runner.v1 import agent_runner_pb2_grpc
 from popagent.events.v1 import events_pb2
 from popagent_agent_runner.memory.observational.layout import TURN_NOTE
 from popagent_core import subjects
@@ -24,6 +26,18 @@ def user_message(text: str, message_id: str | None = None, **extra: Any) -> dict
         "parts": [{"type": "text", "text": text}],
         **extra,
     }
+
+
+async def streamed_on_runner(
+    stub: agent_runner_pb2_grpc.AgentRunnerServiceStub, session: str, text: str, events: list[runner_pb.TurnEvent]
+) -> None:
+    """One chat turn straight on an agent-runner's `Chat`, each event appended to `events` as it arrives
+    (the tests watch the list while the turn streams)."""
+    request = runner_pb.ChatRequest(
+        session_id=session, message_json=orjson.dumps(user_message(text)).decode(), model=MODEL
+    )
+    async for batch in stub.Chat(request):
+        events.extend(batch.events)
 
 
 async def new_session(client: httpx.AsyncClient) -> str:

@@ -16,6 +16,7 @@ from chat.helpers import (
     recorded_turn,
     runtime_settings,
     shape,
+    streamed_on_runner,
     text_of,
     thread_rows,
     turn_events,
@@ -253,15 +254,7 @@ async def test_a_stopping_runner_ends_its_chat_streams_with_an_error_and_keeps_t
     events: list[pb.TurnEvent] = []
     async with open_channel(address, stack.tokens["gateway"]) as channel:
         stub = agent_runner_pb2_grpc.AgentRunnerServiceStub(channel)
-        request = pb.ChatRequest(
-            session_id=session, message_json=orjson.dumps(user_message("long")).decode(), model=MODEL
-        )
-
-        async def consume() -> None:
-            async for batch in stub.Chat(request):
-                events.extend(batch.events)
-
-        call = asyncio.create_task(consume())
+        call = asyncio.create_task(streamed_on_runner(stub, session, "long", events))
         await eventually(lambda: any(e.HasField("text_delta") for e in events), what="streamed text")
         stopping = asyncio.get_running_loop().time()
         stop = asyncio.create_task(runner.__aexit__(None, None, None))

@@ -17,7 +17,7 @@ from support.model_gateway import Turn
 from support.stacks import API_KEY, MODEL, Stack
 from support.waiting import eventually
 
-from .helpers import new_session, recorded_turn, text_of, user_message
+from .helpers import new_session, recorded_turn, streamed_on_runner, text_of, user_message
 
 SLOW = {"chunk_size": 4, "chunk_delay_s": 0.05}  # 40 chunks of "w" * 160: about 2 s
 
@@ -184,15 +184,7 @@ async def test_another_runner_serves_the_turn_from_its_log_to_the_end_its_runner
     ):
         running = agent_runner_pb2_grpc.AgentRunnerServiceStub(running_channel)
         following = agent_runner_pb2_grpc.AgentRunnerServiceStub(following_channel)
-        request = pb.ChatRequest(
-            session_id=session, message_json=orjson.dumps(user_message("long")).decode(), model=MODEL
-        )
-
-        async def consume() -> None:
-            async for batch in running.Chat(request):
-                streamed.extend(batch.events)
-
-        call = asyncio.create_task(consume())
+        call = asyncio.create_task(streamed_on_runner(running, session, "long", streamed))
         await eventually(lambda: any(e.HasField("text_delta") for e in streamed), what="streamed text")
         follow = following.FollowTurn(pb.FollowTurnRequest(session_id=session))
         followed_events: list[pb.TurnEvent] = []

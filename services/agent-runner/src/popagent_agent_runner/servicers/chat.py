@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 
@@ -77,7 +78,7 @@ class _LiveTurn:
     task: asyncio.Task[TurnEnd] | None = None
     # Every batch went to the turn log (the attached call or the background drain took them all).
     logged: asyncio.Event = field(default_factory=asyncio.Event)
-    # The log's end marker and the record's final status are written: the session is free.
+    # The record's final status is written: the session is free (the log's end marker follows).
     concluded: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -91,7 +92,7 @@ class ChatServicer(agent_runner_pb2_grpc.AgentRunnerServiceServicer):
         self._by_session: dict[str, _LiveTurn] = {}
         self._by_id: dict[str, _LiveTurn] = {}
         # Background work of detached turns (draining to the log, concluding), kept until done.
-        self._background: set[asyncio.Task[None]] = set()
+        self._background: set[asyncio.Task[object]] = set()
 
     def running_turn_ids(self) -> list[str]:
         return list(self._by_id)
@@ -157,7 +158,13 @@ class ChatServicer(agent_runner_pb2_grpc.AgentRunnerServiceServicer):
             prepared = await self.runner.prepare(turn)
             if self._by_session.get(turn.session_id) is not None:
                 continue  # another call started a turn here while this one prepared
-            if await self.records.start(turn.turn_id, turn.session_id):
+            try:
+                started = await self.records.start(turn.turn_id, turn.session_id)
+            except asyncio.CancelledError:
+                # The caller went away while the record was written: it may stand, with no turn behind it.
+                self._in_background(self.records.finish(turn.turn_id, "interrupted"))
+                raise
+            if started:
                 return self._launch(prepared)
             remote = await self.records.running(turn.session_id)
             if remote is not None:
@@ -203,14 +210,15 @@ class ChatServicer(agent_runner_pb2_grpc.AgentRunnerServiceServicer):
         live.logged.set()
 
     async def _conclude(self, live: _LiveTurn) -> None:
-        """Once the turn ended and its last batch is logged: the log's end marker, the record's
-        final status, and the session is free for its next turn."""
+        """Once the turn ended and its last batch is logged: the record's final status, the session
+        free for its next turn, then the log's end marker (a NATS outage delays only the marker:
+        followers also stop once the record says the turn ended)."""
         assert live.task is not None
+        status: TurnStatus = "interrupted"
         try:
             await asyncio.wait([live.task])
             await live.logged.wait()
             status = _status(live)
-            await self.log.end(live.turn_id, status)
             try:
                 await self.records.finish(live.turn_id, status)
             except PopagentError as exc:
@@ -221,9 +229,10 @@ class ChatServicer(agent_runner_pb2_grpc.AgentRunnerServiceServicer):
                 del self._by_session[live.session_id]
             self._by_id.pop(live.turn_id, None)
             live.concluded.set()
+        await self.log.end(live.turn_id, status)
 
-    def _in_background(self, work: object) -> None:
-        task = asyncio.ensure_future(work)  # type: ignore[arg-type]
+    def _in_background(self, work: Coroutine[Any, Any, object]) -> None:
+        task = asyncio.ensure_future(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 

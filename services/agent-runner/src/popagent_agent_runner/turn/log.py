@@ -38,7 +38,7 @@ MAX_AGE_S = 24 * 3600.0
 MAX_BYTES = 1024**3
 # Below NATS's default max_payload (1 MiB): a batch larger than this goes out as several messages.
 MAX_MESSAGE_BYTES = 512 * 1024
-ACK_TIMEOUT_S = 5.0
+ACK_TIMEOUT_S = 2.0
 
 
 def subject(turn_id: str) -> str:
