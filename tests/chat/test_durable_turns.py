@@ -17,7 +17,7 @@ from support.model_gateway import Turn
 from support.stacks import API_KEY, MODEL, Stack
 from support.waiting import eventually
 
-from .helpers import new_session, recorded_turn, streamed_on_runner, text_of, user_message
+from .helpers import new_session, recorded_turn, streamed_on_runner, user_message
 
 SLOW = {"chunk_size": 4, "chunk_delay_s": 0.05}  # 40 chunks of "w" * 160: about 2 s
 
@@ -86,16 +86,16 @@ async def test_a_client_that_goes_away_leaves_the_turn_running_to_a_stored_answe
         turn = await started_turn(client, session, "keep going")
         await turn.response.aclose()
 
-        async def answer() -> dict[str, Any] | None:
-            _, assistant = await recorded_turn(stack, session)
-            return assistant if "interrupted" not in assistant["metadata"] else None
+        async def status() -> str | None:
+            async with stack.db() as conn:
+                return await conn.fetchval("SELECT status FROM popagent_turns WHERE session_id = $1", session)
 
-        assistant = await eventually(answer, within=30, what="the complete answer")
-    assert (
-        assistant is not None
-        and text_of([{"type": "text-delta", "delta": p["text"]} for p in assistant["parts"] if p["type"] == "text"])
-        == "w" * 160
-    )
+        assert (
+            await eventually(status, until=lambda s: s != "running", within=30, what="the turn to end") == "completed"
+        )
+        _, assistant = await recorded_turn(stack, session)
+        assert "interrupted" not in assistant["metadata"]
+    assert "".join(p["text"] for p in assistant["parts"] if p["type"] == "text") == "w" * 160
     assert stack.models.disconnected == 0
 
 

@@ -26,6 +26,7 @@ from nats.js.errors import NotFoundError
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent_core import subjects
+from popagent_core.errors import Unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -93,9 +94,14 @@ class TurnLog:
         """Every batch of the turn from its first, then live, until its end marker. After
         `idle_check_s` without a message `running()` is asked: once the turn no longer runs
         anywhere (ended without a marker, or its runner lost its lease) the iteration ends."""
-        subscription = await self.js.subscribe(
-            subject(turn_id), stream=STREAM, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL
-        )
+        try:
+            subscription = await self.js.subscribe(
+                subject(turn_id), stream=STREAM, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL
+            )
+        except NatsError as exc:
+            raise Unavailable(
+                f"the turn log is unreachable ({type(exc).__name__}); follow the turn again later"
+            ) from exc
         try:
             while True:
                 try:
