@@ -11,13 +11,15 @@ runner that restarts ends what it was running before (`interrupt_own`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from popagent_core.db import load_queries, record_of, wrap_db_errors
 from popagent_core.errors import NotFound, PopagentError
@@ -45,14 +47,25 @@ class TurnRecords:
         self.runner_id = runner_id
         self.lease_s = lease_s
 
+    @contextlib.asynccontextmanager
+    async def _unflushed(self) -> AsyncIterator[PoolConnectionProxy]:
+        """A transaction whose commit does not wait for the WAL flush (`synchronous_commit = off`).
+        A turn's record is its lease, not its answer (stored durably on its own), so a database crash
+        may lose its last few changes; meanwhile a turn's first event does not wait for a disk flush."""
+        with wrap_db_errors():
+            async with self.pool.acquire() as conn, conn.transaction():
+                await conn.execute("SET LOCAL synchronous_commit = off")
+                yield conn
+
     async def start(self, turn_id: str, session_id: str) -> bool:
         """Record the turn as running on this runner; False when a turn already runs on the session.
         A running turn whose runner lost its lease ends as interrupted first."""
-        with wrap_db_errors():
-            if await self.pool.fetchval(QUERIES["start"], turn_id, session_id, self.runner_id, self.lease_s):
+        async with self._unflushed() as conn:
+            if await conn.fetchval(QUERIES["start"], turn_id, session_id, self.runner_id, self.lease_s):
                 return True
-            await self.pool.execute(QUERIES["expire_running"], session_id)
-            return bool(await self.pool.fetchval(QUERIES["start"], turn_id, session_id, self.runner_id, self.lease_s))
+        async with self._unflushed() as conn:
+            await conn.execute(QUERIES["expire_running"], session_id)
+            return bool(await conn.fetchval(QUERIES["start"], turn_id, session_id, self.runner_id, self.lease_s))
 
     async def running(self, session_id: str) -> TurnRecord | None:
         """The session's running turn, if its runner holds the lease; NotFound for an unknown session."""
@@ -68,8 +81,8 @@ class TurnRecords:
         return record_of(TurnRecord, row) if row is not None else None
 
     async def finish(self, turn_id: str, status: TurnStatus) -> None:
-        with wrap_db_errors():
-            await self.pool.execute(QUERIES["finish"], turn_id, self.runner_id, status)
+        async with self._unflushed() as conn:
+            await conn.execute(QUERIES["finish"], turn_id, self.runner_id, status)
 
     async def interrupt_own(self) -> list[str]:
         """At start: the turns this runner was running when it last stopped end as interrupted."""
@@ -85,7 +98,7 @@ class TurnRecords:
             if not turn_ids:
                 continue
             try:
-                with wrap_db_errors():
-                    await self.pool.fetch(QUERIES["renew"], turn_ids, self.runner_id, self.lease_s)
+                async with self._unflushed() as conn:
+                    await conn.fetch(QUERIES["renew"], turn_ids, self.runner_id, self.lease_s)
             except PopagentError as exc:
                 logger.warning("turn leases not renewed", extra={"turns": len(turn_ids), "error": str(exc)})
