@@ -139,3 +139,27 @@ def test_a_skill_md_from_the_ecosystem_parses() -> None:
     assert fields.name == "pdf-processing" and fields.license == "MIT"
     assert fields.metadata == {"author": "example-org", "version": "1.0", "allowed-tools": "Bash(python:*) Read"}
     assert fields.instructions == "# PDF\n\nSteps.\n" and fields.enabled is True and fields.references == {}
+
+
+def _alias_bomb(levels: int) -> str:
+    """Billion laughs: each level a list of nine aliases of the one before (9^levels strings)."""
+    lines = ['  l0: &l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for level in range(1, levels):
+        lines.append(f"  l{level}: &l{level} [{','.join([f'*l{level - 1}'] * 9)}]")
+    return "---\nname: bomb\ndescription: d\nmetadata:\n" + "\n".join(lines) + "\n---\nbody"
+
+
+async def test_skill_md_front_matter_refuses_aliases_and_deep_nesting(client: httpx.AsyncClient) -> None:
+    # A few hundred bytes that YAML aliases make 9^8 strings: a worker held for seconds and
+    # hundreds of MB (9^9: 30 s, 680 MB) before aliases were refused.
+    bomb = _alias_bomb(8)
+    assert len(bomb) < 600
+    refused = await client.post("/api/agents/reviewer/skills", json={"skillMd": bomb}, timeout=30)
+    assert refused.status_code == 400, refused.text
+    assert "anchors and aliases (& and *) are not accepted" in refused.json()["error"]
+    # The composer recurses: 5,000 nested lists were a RecursionError (an internal error).
+    deep = "---\nname: deep\ndescription: d\nmetadata: " + "[" * 5000 + "]" * 5000 + "\n---\nbody"
+    nested = await client.post("/api/agents/reviewer/skills", json={"skillMd": deep})
+    assert nested.status_code == 400, nested.text
+    assert "nested more than" in nested.json()["error"]
+    assert not [s for s in await skills_of(client, "reviewer") if s["name"] in ("bomb", "deep")]

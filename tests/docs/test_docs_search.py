@@ -12,6 +12,7 @@ from docs.docs_support import copy_repository_markdown, index_and_wait, register
 from popagent_agent_runner.docs.search import DocsSearch
 from popagent_agent_runner.docs.store import DocsStore
 from popagent_agent_runner.llm.embeddings import GatewayRetrieval
+from support.deep_trees import make_nested, remove_nested
 from support.stacks import EMBEDDING_MODEL, MODELS_API_KEY, Stack
 
 HOOKS = "docs/hooks.md"
@@ -226,3 +227,31 @@ async def test_a_run_waits_while_another_worker_holds_the_workspace(stack: Stack
         )
         status = await index_and_wait(client, "locked")
     assert (status["state"], status["documents"], status["filesEmbedded"]) == ("idle", 1, 1)
+
+
+async def test_a_workspace_thousands_of_folders_deep_is_indexed_down_to_the_walk_bound(stack: Stack) -> None:
+    # 2,000 levels (3,999 characters of path): the run failed with RecursionError and stayed `running`.
+    root = stack.workspace_root / "deep-docs"
+    root.mkdir()
+    (root / "top.md").write_text("# Top\n\nAt the root.\n")
+    make_nested(root, 2000, {4: ("near.md", "# Near\n\nFive down.\n"), 1999: ("bottom.md", "# Bottom\n")})
+    try:
+        async with stack.client() as client:
+            await register_workspace(client, "deep-docs", "deep-docs")
+            status = await index_and_wait(client, "deep-docs")
+            assert status["state"] == "idle", status
+            listed = (await client.get("/api/workspaces/deep-docs/documents")).json()["documents"]
+            assert [d["path"] for d in listed] == ["d/d/d/d/d/near.md", "top.md"]
+    finally:
+        remove_nested(root)
+
+
+async def test_a_glob_the_matcher_refuses_is_a_clear_error_not_a_stuck_run(stack: Stack) -> None:
+    root = stack.workspace_root / "bad-glob"
+    root.mkdir()
+    (root / "a.md").write_text("# A\n")
+    async with stack.client() as client:
+        await register_workspace(client, "bad-glob", "bad-glob")
+        response = await client.post("/api/workspaces/bad-glob/documents/index", json={"include": ["[z-a].md"]})
+        assert response.status_code == 400, response.text
+        assert "is not a glob that can be matched" in response.text

@@ -3,7 +3,9 @@ no refused target ever gets a TCP connection (the page server counts every one i
 
 from __future__ import annotations
 
+import asyncio
 import ssl
+import time
 import typing
 from collections.abc import AsyncIterator
 
@@ -81,6 +83,8 @@ async def test_the_body_is_read_up_to_the_byte_cap(server: PageServer) -> None:
     fetcher = PageFetcher(allow_private=True, timeout_s=3.0, max_bytes=4096)
     try:
         page = await fetcher.fetch(server.url("/big"))
+        # The ticker wakes once more and measures the gap a stall would have left.
+        await asyncio.sleep(0.1)
     finally:
         await fetcher.aclose()
     assert page.truncated and page.markdown == "a" * 4096
@@ -290,3 +294,41 @@ async def test_a_rebinding_name_never_gets_a_connection_while_it_points_inside(s
     assert (fetched, refused) == (50, 150)
     assert {host for host, _ in network.connected} == {"93.184.215.14"}
     assert server.connections == len(network.connected) == 50
+
+
+async def test_a_deeply_nested_page_comes_back_as_its_text(server: PageServer, relaxed: PageFetcher) -> None:
+    # 500 nested elements were a RecursionError out of the tool.
+    body = (
+        b"<html><body>" + b"<div><span>" * 1000 + b"deep text" + b"</span></div>" * 1000 + b"<p>after</p></body></html>"
+    )
+    server.pages["/deep"] = Page(body=body)
+    page = await relaxed.fetch(server.url("/deep"))
+    assert page.markdown == "deep text\n\nafter"
+
+
+async def test_a_large_page_is_converted_off_the_event_loop_within_a_bound(server: PageServer) -> None:
+    # A dense 2 MB page stalled the event loop 9.5 to 14.5 s while it became Markdown.
+    body = b"<html><body>" + b'<p>para <a href="/x">link</a> <b>bold</b></p>' * 45_000 + b"</body></html>"
+    server.pages["/big"] = Page(body=body)
+    fetcher = PageFetcher(allow_private=True, timeout_s=60.0, max_bytes=4 * 1024 * 1024)
+    longest_gap = 0.0
+
+    async def ticking() -> None:
+        nonlocal longest_gap
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(0.01)
+            now = time.monotonic()
+            longest_gap = max(longest_gap, now - last)
+            last = now
+
+    ticker = asyncio.create_task(ticking())
+    try:
+        page = await fetcher.fetch(server.url("/big"))
+        # The ticker wakes once more and measures the gap a stall would have left.
+        await asyncio.sleep(0.1)
+    finally:
+        ticker.cancel()
+        await fetcher.aclose()
+    assert page.truncated and page.markdown.startswith(f"para [link]({server.base}/x) **bold**")
+    assert longest_gap < 1.0, f"the event loop stalled {longest_gap:.1f} s"

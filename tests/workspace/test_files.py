@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
 from popagent_agent_runner.workspace import files
 from popagent_agent_runner.workspace.paths import Repository, WorkspaceRefusal
+from support.deep_trees import make_nested, remove_nested
 
 
 @pytest.fixture
@@ -105,3 +107,80 @@ def test_stat_mkdir_and_delete(repo: Repository) -> None:
     assert files.delete(repo, "a/b/c") == "a/b/c"
     stat = files.file_stat(repo, "a")
     assert (stat.type, stat.mode) == ("directory", stat.mode) and len(stat.mode) == 4
+
+
+# --- attacker-written patterns and trees: every call bounded -----------------------------------
+# Each took from seconds to hours (or failed with RecursionError) before grep and the globs moved
+# to RE2 and the walk became iterative; the bounds below are generous "does not hang" bounds.
+
+
+def test_a_backtracking_grep_pattern_answers_at_once(repo: Repository) -> None:
+    # (a+)+$ over 28 bytes held a worker 12 s in Python's re, doubling with each character.
+    (repo.root / "a.txt").write_text("a" * 27 + "!\n" + "aaa\n")
+    started = time.monotonic()
+    found = files.grep(repo, "(a+)+$", ".")
+    assert time.monotonic() - started < 3
+    assert found.matches == ("a.txt:2: aaa",)
+
+
+def test_grep_speaks_re2_and_says_so_when_a_pattern_needs_backtracking(repo: Repository) -> None:
+    (repo.root / "a.py").write_text("def f():\n    return 1\nx = f()\n")
+    assert files.grep(repo, r"^\s+return \d$", ".").matches == ("a.py:2:     return 1",)
+    assert files.grep(repo, r"(?i)DEF F", ".").matches == ("a.py:1: def f():",)
+    with pytest.raises(WorkspaceRefusal, match=r"invalid regular expression.*RE2.*lookaround"):
+        files.grep(repo, r"f(?=\()", ".")
+    with pytest.raises(WorkspaceRefusal, match="invalid regular expression"):
+        files.grep(repo, r"(x)\1", ".")
+
+
+def test_a_pattern_matching_everywhere_reports_each_line_once(repo: Repository) -> None:
+    (repo.root / "wide.txt").write_text("x" * 100_000 + "\nsecond\n\nfourth")
+    found = files.grep(repo, "", ".", max_matches=10)
+    assert [line.split(":")[1] for line in found.matches] == ["1", "2", "3", "4"]
+    assert found.matches[1:] == ("wide.txt:2: second", "wide.txt:3: ", "wide.txt:4: fourth")
+
+
+def test_an_include_brace_bomb_is_refused_before_it_expands(repo: Repository) -> None:
+    (repo.root / "src").mkdir()
+    (repo.root / "src" / "b.ts").write_text("match\n")
+    (repo.root / "src" / "c.py").write_text("match\n")
+    # 2^16 globs (80 characters): seconds and hundreds of MB before; 2^100 fit in the 500 allowed.
+    started = time.monotonic()
+    with pytest.raises(WorkspaceRefusal, match="expands to more than 256 globs"):
+        files.grep(repo, "match", ".", include="{a,b}" * 16)
+    with pytest.raises(WorkspaceRefusal, match="expands to more than"):
+        files.grep(repo, "match", ".", include="{a,b}" * 100)
+    assert time.monotonic() - started < 3
+    # Nested and repeated groups within the bound still select what they name.
+    assert files.grep(repo, "match", ".", include="{src/{b,x}.ts,**/*.{py,md}}").matches == (
+        "src/b.ts:1: match",
+        "src/c.py:1: match",
+    )
+
+
+def test_a_gitignore_glob_that_backtracks_costs_nothing(repo: Repository) -> None:
+    # `*a*a*a*a*a*a*a*b` against a 60-character name: ~20 s in Python's re for one name.
+    (repo.root / ".gitignore").write_text("*a" * 7 + "*b\n[z-a]\n*.log\n")
+    (repo.root / ("a" * 60)).write_text("match\n")
+    (repo.root / "x.log").write_text("match\n")
+    started = time.monotonic()
+    listed = {entry.path for entry in files.list_files(repo, ".").entries}
+    found = files.grep(repo, "match", ".")
+    assert time.monotonic() - started < 3
+    # The rule RE2 refuses ([z-a]) is left out; the others apply.
+    assert listed == {".gitignore", "a" * 60}
+    assert found.matches == (f"{'a' * 60}:1: match",)
+
+
+def test_a_folder_thousands_of_levels_deep_bounds_grep_instead_of_failing_it(repo: Repository) -> None:
+    # 2,000 levels (3,999 characters): every later grep over an ancestor failed with RecursionError.
+    (repo.root / "top.txt").write_text("match\n")
+    make_nested(repo.root, 2000, {9: ("near.txt", "match\n"), 1999: ("bottom.txt", "match\n")})
+    try:
+        found = files.grep(repo, "match", ".")
+        assert found.matches == ("d/d/d/d/d/d/d/d/d/d/near.txt:1: match", "top.txt:1: match")
+        assert found.truncated and f"more than {files.WALK_MAX_DEPTH} levels down were not searched" in found.note
+        assert files.grep(repo, "match", "d/d").matches == ("d/d/d/d/d/d/d/d/d/d/near.txt:1: match",)
+        assert {e.path for e in files.list_files(repo, ".", depth=2).entries} == {"top.txt", "d", "d/d"}
+    finally:
+        remove_nested(repo.root)

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from chat.helpers import chat, new_workspace_session, of_type
+from chat.helpers import chat, new_workspace_session, of_type, supervisor_asks_nothing
 
 from popagent_agent_runner.workspace.sandbox import CommandResult, Sandbox, SandboxRefused
 from support.model_gateway import ToolCall, Turn
@@ -128,6 +128,8 @@ async def stack(started_stack: Callable[[StackSpec], Awaitable[Stack]]) -> Stack
     """The chat stack (shared with the chat suite), reset for the test."""
     chat_stack = await started_stack(CHAT_STACK)
     chat_stack.reset()
+    async with chat_stack.client() as client:
+        await supervisor_asks_nothing(client)
     return chat_stack
 
 

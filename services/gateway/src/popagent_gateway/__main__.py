@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 
-import uvicorn
-
 from popagent_core.log import configure_logging
 from popagent_core.settings import load_settings
 from popagent_core.telemetry import configure_telemetry, shutdown_telemetry
 from popagent_gateway.app import create_app
-from popagent_gateway.serving import server_config, usable_connections
+from popagent_gateway.serving import GatewayServer, server_config, usable_connections
 from popagent_gateway.settings import Settings
 
 
@@ -22,15 +20,16 @@ def main() -> None:
     limits = settings.edge_limits()
     limits = dataclasses.replace(limits, max_connections=usable_connections(limits.max_connections))
     try:
+        app = create_app(settings, own_process=True)
         config = server_config(
-            create_app(settings, own_process=True),
+            app,
             host=settings.host,
             port=settings.port,
             limits=limits,
             loop="uvloop",
             timeout_graceful_shutdown=5,
         )
-        uvicorn.Server(config).run()
+        GatewayServer(config, app).run()
     finally:
         shutdown_telemetry()
 

@@ -87,3 +87,57 @@ class BoundedBodyMiddleware:
 
     async def _reject(self, send: Send) -> None:
         await send_json(send, 413, {"error": f"request body exceeds {self.max_bytes} bytes"})
+
+
+# The built UI (ui/dist) is same-origin modules and styles only. Its scripts hold the API key
+# (in localStorage): no script from anywhere else, no inline script, no framing (clickjacking),
+# and no image from elsewhere, so a model's Markdown image cannot carry a conversation out.
+# Inline styles stay allowed: code highlighting sets colours in `style` attributes.
+UI_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
+    "font-src 'self' data:; connect-src 'self'; worker-src 'self' blob:; object-src 'none'; base-uri 'none'; "
+    "form-action 'self'; frame-ancestors 'none'"
+)
+# FastAPI's /docs and /redoc pages (only with POPAGENT_GATEWAY_DOCS=true): their inline
+# start-up script and the CDN's bundle, nothing else; never framed either.
+DOCS_POLICY = (
+    "default-src 'self'; script-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net; "
+    "style-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net https://fonts.googleapis.com; "
+    "font-src 'self' https://fonts.gstatic.com; img-src 'self' data: https://fastapi.tiangolo.com https://cdn.redoc.ly; "
+    "worker-src 'self' blob:; connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
+)
+
+
+class SecurityHeadersMiddleware:
+    """Every answer (the UI's files, /docs, the API's JSON and its refusals) carries the
+    browser-side guards: the CSP above, no framing, no content-type sniffing, no referrer."""
+
+    def __init__(self, app: ASGIApp, docs_paths: frozenset[str]) -> None:
+        self.app = app
+        self.docs_paths = docs_paths
+        self._ui = self._headers(UI_POLICY)
+        self._docs = self._headers(DOCS_POLICY)
+
+    @staticmethod
+    def _headers(policy: str) -> list[tuple[bytes, bytes]]:
+        return [
+            (b"content-security-policy", policy.encode()),
+            (b"x-frame-options", b"DENY"),
+            (b"x-content-type-options", b"nosniff"),
+            (b"referrer-policy", b"no-referrer"),
+        ]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        added = self._docs if scope["path"] in self.docs_paths else self._ui
+
+        async def guarded_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                present = {name.lower() for name, _ in message.get("headers", ())}
+                extra = [(name, value) for name, value in added if name not in present]
+                message = {**message, "headers": [*message.get("headers", ()), *extra]}
+            await send(message)
+
+        await self.app(scope, receive, guarded_send)

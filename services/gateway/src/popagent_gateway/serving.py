@@ -10,6 +10,9 @@ own httptools protocol, at the connection, with one timer per connection:
 
 - headers: from the connection's first moment (or the first byte after a keep-alive pause)
   the whole request head must arrive within `header_timeout_s`, however it trickles;
+- head size: a request head past `max_head_bytes` is answered 431 and closed as soon as that
+  many bytes arrived (httptools takes a head of any size: an 8 MiB header used to reach the
+  app, and a few 40 MiB heads held the event loop for seconds while they were parsed);
 - body: the body must arrive within `body_timeout_s` plus one second per `body_min_rate`
   bytes received (Apache mod_reqtimeout's `body=…,MinRate=…`); time the app is not reading
   (flow control paused, or a `100-continue` not yet sent) does not count against the client;
@@ -28,14 +31,21 @@ import logging
 import resource
 import time
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 import uvicorn
+from fastapi import FastAPI
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 log = logging.getLogger("popagent.gateway.edge")
 
 LOG_EVERY_S = 60.0
+# After a 431 the rest of the head is read and dropped for at most this long or this much, so a
+# client still sending reads the answer (closing on unread bytes resets the connection, and TCP
+# discards the answer with it); a client that sends on past either gets the reset.
+LINGER_S = 1.0
+LINGER_BYTES = 1024 * 1024
 # File descriptors kept for everything but client connections (gRPC channels, store pools, logs).
 FD_RESERVE = 256
 
@@ -47,6 +57,7 @@ class EdgeLimits:
     body_min_rate: int
     idle_timeout_s: float
     max_connections: int
+    max_head_bytes: int
     retry_after_s: int = 1
 
 
@@ -84,7 +95,7 @@ def _raw_response(status: bytes, retry_after_s: int | None = None) -> bytes:
     return b"\r\n".join(head) + b"\r\n\r\n" + body
 
 
-_HEADERS, _BODY, _RESPONSE, _IDLE = range(4)
+_HEADERS, _BODY, _RESPONSE, _IDLE, _REFUSED = range(5)
 
 
 def guarded_protocol(limits: EdgeLimits) -> type[HttpToolsProtocol]:
@@ -92,12 +103,15 @@ def guarded_protocol(limits: EdgeLimits) -> type[HttpToolsProtocol]:
     refusals = RateLimitedLog(log)
     busy = _raw_response(b"503 Service Unavailable", limits.retry_after_s)
     timed_out = _raw_response(b"408 Request Timeout")
+    head_too_large = _raw_response(b"431 Request Header Fields Too Large")
 
     class GuardedHttpToolsProtocol(HttpToolsProtocol):
         _phase = _HEADERS
         _timer: asyncio.TimerHandle | None = None
         _body_started = 0.0
         _body_received = 0
+        _head_received = 0
+        _head_tail = b""
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -115,13 +129,39 @@ def guarded_protocol(limits: EdgeLimits) -> type[HttpToolsProtocol]:
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
+            if self._phase == _REFUSED:
+                self._head_received += len(data)
+                if self._head_received > LINGER_BYTES:
+                    self.transport.close()
+                return
             if self._phase == _IDLE:
                 # A new request after a keep-alive pause: its head gets the header timeout.
                 self._phase = _HEADERS
+                self._head_received, self._head_tail = 0, b""
                 self._arm(limits.header_timeout_s, self._header_timeout)
             elif self._phase == _BODY:
                 self._body_received += len(data)
+            if self._phase == _HEADERS:
+                # Checked before parsing: one read can hold a whole head many times the bound.
+                # Within the bound the head must end (its blank line), or it is refused.
+                allowed = limits.max_head_bytes - self._head_received
+                if len(data) > allowed and b"\r\n\r\n" not in self._head_tail + data[: max(allowed, 0)]:
+                    refusals.warning("head", "edge: request head over %d bytes, answering 431", limits.max_head_bytes)
+                    self._refuse_head()
+                    return
+                self._head_received += len(data)
+                self._head_tail = (self._head_tail + data)[-3:]
             super().data_received(data)
+
+        def _refuse_head(self) -> None:
+            self._phase = _REFUSED
+            self._head_received = 0
+            if self.transport.is_closing():
+                return
+            self.transport.write(head_too_large)
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+            self._arm(LINGER_S, self.transport.close)
 
         def on_headers_complete(self) -> None:
             self._phase = _BODY
@@ -230,3 +270,17 @@ def server_config(app: Any, *, host: str, port: int, limits: EdgeLimits, **optio
         access_log=False,
         **options,
     )
+
+
+class GatewayServer(uvicorn.Server):
+    """uvicorn's server, telling the app (`app.state.stopping`) as soon as it is told to stop: while
+    its connections drain, a chat stream whose agent-runner stops too ends at once with an error
+    chunk instead of waiting to follow the turn on (the whole stack is stopping)."""
+
+    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
+        super().__init__(config)
+        self.app = app
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.app.state.stopping = True
+        super().handle_exit(sig, frame)

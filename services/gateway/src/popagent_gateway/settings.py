@@ -40,6 +40,15 @@ class Settings(ProcessSettings):
     body_min_rate: int = Field(default=500, ge=1, validation_alias="POPAGENT_GATEWAY_BODY_MIN_RATE")
     idle_timeout_s: float = Field(default=5.0, gt=0, le=3600, validation_alias="POPAGENT_GATEWAY_IDLE_TIMEOUT_S")
     max_connections: int = Field(default=4096, ge=16, validation_alias="POPAGENT_GATEWAY_MAX_CONNECTIONS")
+    # A request head (request line and headers) past this is answered 431: the UI's heads are
+    # under 2 KiB, and proxies' own limits are 8 to 64 KiB.
+    max_head_bytes: int = Field(
+        default=32 * 1024, ge=4096, le=1024 * 1024, validation_alias="POPAGENT_GATEWAY_MAX_HEAD_BYTES"
+    )
+    # /docs and /redoc: FastAPI's pages load Swagger UI and ReDoc from a public CDN (jsDelivr),
+    # which runs that CDN's code on the page that holds the API key. Off unless asked for;
+    # /openapi.json is always served.
+    docs_enabled: bool = Field(default=False, validation_alias="POPAGENT_GATEWAY_DOCS")
     # The model gateway (9Router or any OpenAI-compatible server), e.g. http://127.0.0.1:20128/v1.
     # Unset: /api/models answers an empty catalog with a warning and model checks fail open.
     ninerouter_url: str = Field(default="", validation_alias="NINEROUTER_URL")
@@ -88,6 +97,7 @@ class Settings(ProcessSettings):
             body_min_rate=self.body_min_rate,
             idle_timeout_s=self.idle_timeout_s,
             max_connections=self.max_connections,
+            max_head_bytes=self.max_head_bytes,
         )
 
     def service_addresses(self) -> dict[str, str]:

@@ -8,7 +8,8 @@ chunked and embedded; documents of files that are gone are removed. Each embeddi
 files is written with its chunks in one transaction and the run's progress moves with it, so
 a run stopped anywhere (the service stopped, the machine rebooted) leaves a consistent index:
 its state stays `running` and the next start runs it again, which embeds only what is still
-missing.
+missing. A run that fails for any other reason (a workspace the walk cannot read, a glob RE2
+refuses, a bug) ends `failed` with the reason, never left `running`.
 
 One run per workspace at a time across every agent-runner worker (a session advisory lock);
 a run asked for while one is going is taken up when it ends.
@@ -29,8 +30,8 @@ from popagent_agent_runner.docs.chunking import chunk_markdown, embedding_text, 
 from popagent_agent_runner.docs.store import DocsStore, EmbeddedDocument, IndexRecord
 from popagent_agent_runner.llm.embeddings import GatewayRetrieval
 from popagent_agent_runner.state.workspaces import AgentWorkspaceStore, contained_path
-from popagent_agent_runner.workspace import gitignore
-from popagent_agent_runner.workspace.files import read_small_file, walk_tree
+from popagent_agent_runner.workspace import gitignore, patterns
+from popagent_agent_runner.workspace.files import WALK_MAX_DEPTH, read_small_file, walk_tree
 from popagent_agent_runner.workspace.paths import Repository, WorkspaceRefusal
 from popagent_core.errors import FailedPrecondition, InvalidArgument, PopagentError
 
@@ -59,7 +60,15 @@ def check_globs(globs: Sequence[str], what: str) -> tuple[str, ...]:
             raise InvalidArgument(
                 f"{what}: {glob[:60]!r} must be a relative path glob of 1 to {MAX_GLOB_CHARS} characters without '..'"
             )
+        _glob_regex(glob, what)
     return tuple(globs)
+
+
+def _glob_regex(glob: str, what: str) -> patterns.Regex:
+    try:
+        return gitignore.glob_regex(glob)
+    except patterns.PatternError as exc:
+        raise InvalidArgument(f"{what}: {glob[:60]!r} is not a glob that can be matched ({exc})") from None
 
 
 def document_title(path: str, text: str) -> str:
@@ -72,11 +81,12 @@ def document_title(path: str, text: str) -> str:
 
 def scan(repo: Repository, include: Sequence[str], exclude: Sequence[str]) -> list[ScannedFile]:
     """The workspace's files to index, in path order (blocking: run it in a thread)."""
-    included = [gitignore.glob_regex(glob) for glob in include]
-    excluded = [gitignore.glob_regex(glob) for glob in exclude]
+    included = [_glob_regex(glob, "include") for glob in include]
+    excluded = [_glob_regex(glob, "exclude") for glob in exclude]
     found: list[ScannedFile] = []
     with repo.root_fd() as root:
-        for parts, item, parent_fd in walk_tree(root, (), [], 1 << 16):
+        # Folders deeper than WALK_MAX_DEPTH levels are not walked (a bound, not a failure).
+        for parts, item, parent_fd in walk_tree(root, (), [], WALK_MAX_DEPTH):
             if not item.is_file(follow_symlinks=False):
                 continue
             path = "/".join(parts)
@@ -215,6 +225,12 @@ class DocsIndexer:
                 await self.store.store_files(workspace_id, model, documents)
         except (PopagentError, WorkspaceRefusal) as exc:
             await self.store.fail_run(workspace_id, str(exc))
+            return "failed"
+        except Exception as exc:
+            # Whatever else went wrong (the file system, a bug): the run ends failed, saying so,
+            # rather than staying `running` with no error until the next start retries it.
+            logger.exception("documentation index run failed", extra={"workspace": workspace_id})
+            await self.store.fail_run(workspace_id, f"indexing failed: {type(exc).__name__}: {str(exc)[:300]}")
             return "failed"
         return await self.store.finish_run(workspace_id, requested_at)
 

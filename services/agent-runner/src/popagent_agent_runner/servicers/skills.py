@@ -9,6 +9,7 @@ A delete of a learned skill is an adoption too: it leaves the runs and evolution
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime as dt
 
@@ -126,10 +127,11 @@ class AgentRunnerSkillsServicer(skills_pb2_grpc.AgentRunnerSkillsServiceServicer
             self.learned.invalidate()
 
     async def CreateSkill(self, request: pb.CreateSkillRequest, context: grpc.aio.ServicerContext) -> pb.Skill:
-        return skill_message(await self.skills.create(request.agent_id, _source(request)))
+        # A SKILL.md of up to 2 MiB is parsed by PyYAML's pure-Python loader: off the event loop.
+        return skill_message(await self.skills.create(request.agent_id, await asyncio.to_thread(_source, request)))
 
     async def UpdateSkill(self, request: pb.UpdateSkillRequest, context: grpc.aio.ServicerContext) -> pb.Skill:
-        changes = _source(request)
+        changes = await asyncio.to_thread(_source, request)
         try:
             return skill_message(await self.skills.update(request.agent_id, request.skill_id, changes))
         except NotFound as missing:

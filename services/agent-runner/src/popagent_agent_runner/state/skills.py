@@ -6,6 +6,13 @@ instructions, and references loaded on demand. As a SKILL.md it is YAML front ma
 (`name`, `description`, `license`, `compatibility`, `metadata`, `allowed-tools`) plus the
 body; what the format has no field for (provenance, enablement, references) travels in
 `metadata` under `popagent-*` keys, so an export imports back unchanged.
+
+A SKILL.md is written by whoever imports it (or by a page it was copied from): its front
+matter is read by `_FrontMatterLoader`, PyYAML's safe loader with anchors and aliases
+refused (a 501-byte alias bomb held a worker 30 s at 680 MB: aliases make a document
+exponentially larger than its text) and nesting bounded (`MAX_FRONT_MATTER_DEPTH`: the
+composer recurses, and 5,000 `[` were a RecursionError). The whole file is at most
+`MAX_SKILL_MD_CHARS`; the servicer parses it in a worker thread, off the event loop.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import asyncpg
 import orjson
 import yaml
 from asyncpg.pool import PoolConnectionProxy
+from yaml.composer import ComposerError
 
 from popagent_core.db import record_of, wrap_db_errors
 from popagent_core.errors import AlreadyExists, InvalidArgument, NotFound
@@ -36,6 +44,9 @@ MAX_REFERENCE_CHARS = 50_000
 MAX_METADATA = 32
 MAX_SKILLS_PER_AGENT = 100
 MAX_SKILL_MD_CHARS = 2 * 1024 * 1024
+# The format's front matter is a mapping of scalars, `metadata` one level below and
+# `allowed-tools` a scalar or a list: a few levels; deeper is not a SKILL.md.
+MAX_FRONT_MATTER_DEPTH = 8
 # The SKILL.md front-matter keys (the Agent Skills specification's six).
 FRONT_MATTER_KEYS = ("name", "description", "license", "compatibility", "metadata", "allowed-tools")
 SOURCE_URL_KEY = "popagent-source-url"
@@ -192,6 +203,38 @@ def render_skill_md(skill: SkillRecord) -> str:
     return f"---\n{head}---\n{skill.instructions}"
 
 
+class _FrontMatterLoader(yaml.SafeLoader):
+    """PyYAML's safe loader without anchors and aliases, its nesting bounded."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:  # type: ignore[override]
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise ComposerError(
+                None, None, "anchors and aliases (& and *) are not accepted in SKILL.md front matter", event.start_mark
+            )
+        if self._depth >= MAX_FRONT_MATTER_DEPTH:
+            raise ComposerError(
+                None, None, f"the front matter is nested more than {MAX_FRONT_MATTER_DEPTH} levels", event.start_mark
+            )
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)  # type: ignore[arg-type]
+        finally:
+            self._depth -= 1
+
+
+def _load_front_matter(text: str) -> object:
+    loader = _FrontMatterLoader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
 def parse_skill_md(text: str) -> SkillFields:
     """The fields a SKILL.md carries; InvalidArgument saying what is wrong with it.
 
@@ -209,7 +252,7 @@ def parse_skill_md(text: str) -> SkillFields:
         else:
             raise InvalidArgument("skillMd: the front matter has no closing '---' line")
     try:
-        front = yaml.safe_load(text[4 : end + 1])
+        front = _load_front_matter(text[4 : end + 1])
     except yaml.YAMLError as exc:
         raise InvalidArgument(f"skillMd: the front matter is not valid YAML ({str(exc)[:200]})") from None
     if not isinstance(front, dict):

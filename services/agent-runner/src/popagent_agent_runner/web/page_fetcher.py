@@ -14,6 +14,12 @@
 - HTML becomes Markdown with markdownify (MIT, maintained, configurable through
   BeautifulSoup; html2text, the other common choice, is GPL-3.0); script, style and other
   non-content elements are dropped first. Plain text, Markdown and JSON pass as text.
+- The conversion is pure Python (html.parser and markdownify: a dense 2 MB page took 10 to
+  40 s) and runs in a worker thread, at most `CONVERSIONS` at once, never on the event loop;
+  only the first `MAX_HTML_BYTES` of a page are converted (the page is marked truncated), which
+  bounds its work (the Markdown a model gets is cut at `MAX_MARKDOWN_CHARS` anyway).
+  markdownify recurses once an element level: elements nested deeper than `MAX_HTML_DEPTH`
+  become their text (500 nested elements were a RecursionError out of the tool).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from typing import Any
 import certifi
 import httpcore
 from bs4 import BeautifulSoup
+from bs4.element import NavigableString, Tag
 from markdownify import MarkdownConverter
 
 from popagent_core.address_guard import BlockedAddress, GuardedBackend, Resolver, guarded_pool
@@ -42,6 +49,11 @@ TEXT_TYPES = frozenset({"text/plain", "text/markdown", "text/x-markdown", "appli
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 _DROPPED = ("script", "style", "noscript", "template", "svg", "iframe", "object", "embed", "form", "head")
 _BLANK_RUNS = re.compile(r"\n{3,}")
+MAX_HTML_BYTES = 512 * 1024
+# Deeper elements are kept as their plain text: markdownify's recursion stays far from the limit.
+MAX_HTML_DEPTH = 64
+# HTML conversions running at once in worker threads (each holds the GIL in turns, never the loop).
+CONVERSIONS = 2
 
 
 class FetchRefused(InvalidArgument):
@@ -113,6 +125,7 @@ def html_to_markdown(html: bytes, charset: str | None, base_url: str) -> tuple[s
     page's own `<meta charset>`.
     """
     soup = BeautifulSoup(html, "html.parser", from_encoding=charset)
+    _flatten_below(soup, MAX_HTML_DEPTH)
     title = " ".join(soup.title.get_text().split()) if soup.title else ""
     for element in soup.find_all(_DROPPED):
         element.decompose()
@@ -122,6 +135,20 @@ def html_to_markdown(html: bytes, charset: str | None, base_url: str) -> tuple[s
         image["src"] = urllib.parse.urljoin(base_url, str(image["src"]))
     markdown = MarkdownConverter(heading_style="ATX", bullets="-").convert_soup(soup.body or soup)
     return title, _BLANK_RUNS.sub("\n\n", markdown).strip()
+
+
+def _flatten_below(soup: BeautifulSoup, max_depth: int) -> None:
+    """Every element `max_depth` levels down becomes its text (walked without recursion)."""
+    stack: list[tuple[Tag, int]] = [(soup, 0)]
+    while stack:
+        element, depth = stack.pop()
+        for child in list(element.children):
+            if not isinstance(child, Tag):
+                continue
+            if depth + 1 >= max_depth:
+                child.replace_with(NavigableString(child.get_text(" ")))
+            else:
+                stack.append((child, depth + 1))
 
 
 class PageFetcher:
@@ -139,6 +166,7 @@ class PageFetcher:
     ) -> None:
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
+        self._conversions = asyncio.Semaphore(CONVERSIONS)
         self.backend = backend or GuardedBackend(allow_private=allow_private, resolver=resolver)
         self._pool = guarded_pool(
             self.backend,
@@ -166,7 +194,7 @@ class PageFetcher:
                         current = checked_url(urllib.parse.urljoin(current, location))
                         redirects.append(current)
                         continue
-                    return self._page(current, status, headers, body, truncated, tuple(redirects))
+                    return await self._page(current, status, headers, body, truncated, tuple(redirects))
         except TimeoutError:
             raise Unavailable(f"no complete answer within {self.timeout_s:g} s") from None
         except BlockedAddress as exc:
@@ -199,7 +227,7 @@ class PageFetcher:
                     break
             return response.status, headers, b"".join(chunks)[: self.max_bytes], truncated
 
-    def _page(
+    async def _page(
         self,
         url: str,
         status: int,
@@ -214,7 +242,13 @@ class PageFetcher:
             raise Unavailable(f"{url} answered a compressed body although none was accepted")
         media, charset = _media_type(headers.get("content-type", "text/html"))
         if media in HTML_TYPES:
-            title, markdown = html_to_markdown(body, charset, url)
+            if len(body) > MAX_HTML_BYTES:
+                body, truncated = body[:MAX_HTML_BYTES], True
+            async with self._conversions:
+                try:
+                    title, markdown = await asyncio.to_thread(html_to_markdown, body, charset, url)
+                except RecursionError:
+                    raise Unavailable(f"{url} is nested too deeply to convert to Markdown") from None
         elif media in TEXT_TYPES or media.startswith("text/"):
             title, markdown = "", _decode(body, charset).strip()
         else:

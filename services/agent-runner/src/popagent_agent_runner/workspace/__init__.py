@@ -5,6 +5,7 @@
 | `paths.py` | repository-relative paths resolved one component at a time from an open directory |
 | `files.py` | the file operations the workspace tools run (read, write, edit, list, grep, stat, mkdir, delete) |
 | `gitignore.py` | `.gitignore` matching for listings and grep |
+| `patterns.py` | RE2 for every regular expression a model or a workspace file wrote (linear time, bounded memory) |
 | `git.py` | host git, with a hardened environment and configuration |
 | `checkout.py` | cloning a repository into the workspace root |
 | `sandbox.py` | commands under bubblewrap: no network, allow-listed environment, bounded output, killed process groups |

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import ParamSpec, TypeVar
 
-from popagent_agent_runner.workspace import gitignore
+from popagent_agent_runner.workspace import gitignore, patterns
 from popagent_agent_runner.workspace.paths import (
     DIRECTORY_FLAGS,
     GIT_DIR,
@@ -57,6 +57,11 @@ LIST_MAX_DEPTH = 10
 GREP_MAX_MATCHES = 500
 GREP_MAX_LINE_CHARS = 400
 GREP_MAX_FILES = 50_000
+# Folders below this many levels are not walked (grep, documentation indexing): a bound on the
+# descriptors a walk holds open, far beyond any real source tree.
+WALK_MAX_DEPTH = 128
+# An include glob's `{a,b}` alternatives multiply: `{a,b}{a,b}…` of 500 characters is 2^100 globs.
+MAX_INCLUDE_GLOBS = 256
 FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 CHANGED_SINCE_READ = "changed since you read it; read it again"
 
@@ -436,36 +441,73 @@ def _inherited_rules(repo_root_fd: int, parts: tuple[str, ...]) -> list[gitignor
 
 
 def walk_tree(
-    dir_fd: int, parts: tuple[str, ...], rules: list[gitignore.Rule], max_depth: int
+    dir_fd: int,
+    parts: tuple[str, ...],
+    rules: list[gitignore.Rule],
+    max_depth: int,
+    on_too_deep: Callable[[tuple[str, ...]], None] | None = None,
 ) -> Iterator[tuple[tuple[str, ...], os.DirEntry[str], int]]:
     """(components, entry, parent fd) of everything below `dir_fd` in sorted order: no `.git`,
-    nothing git ignores, no symbolic link followed. The parent fd is valid while the item is current."""
-    rules = rules + _gitignore_rules(dir_fd, parts)
-    try:
-        with os.scandir(dir_fd) as scan:
-            items = sorted(scan, key=lambda item: item.name)
-    except OSError:
-        return
-    for item in items:
-        if item.name == GIT_DIR:
-            continue
-        child = (*parts, item.name)
+    nothing git ignores, no symbolic link followed. The parent fd is valid while the item is current.
+
+    Iterative, one open descriptor a level: a workspace may hold folders thousands of levels
+    deep (each path within the limits), which a recursive walk met with `RecursionError`. At
+    most `min(max_depth, WALK_MAX_DEPTH)` levels are descended; a folder at the limit is not
+    entered and is handed to `on_too_deep`.
+    """
+    max_depth = min(max_depth, WALK_MAX_DEPTH)
+    # One frame a folder being read: its fd (owned unless it is the caller's), its components,
+    # the rules in force in it, its remaining entries and how many more levels may be descended.
+    stack: list[tuple[int, tuple[str, ...], list[gitignore.Rule], Iterator[os.DirEntry[str]], int]] = []
+
+    def enter(fd: int, at: tuple[str, ...], inherited: list[gitignore.Rule], levels: int) -> None:
         try:
-            is_dir = item.is_dir(follow_symlinks=False)
+            with os.scandir(fd) as scan:
+                items = sorted(scan, key=lambda item: item.name)
         except OSError:
-            continue
-        if gitignore.ignored(rules, child, is_dir):
-            continue
-        yield child, item, dir_fd
-        if is_dir and max_depth > 1:
+            items = []
+        stack.append((fd, at, inherited + _gitignore_rules(fd, at), iter(items), levels))
+
+    try:
+        enter(dir_fd, parts, rules, max_depth)
+        while stack:
+            fd, at, in_force, items, levels = stack[-1]
+            item = next(items, None)
+            if item is None:
+                stack.pop()
+                if fd != dir_fd:
+                    os.close(fd)
+                continue
+            if item.name == GIT_DIR:
+                continue
+            child = (*at, item.name)
             try:
-                sub = os.open(item.name, DIRECTORY_FLAGS, dir_fd=dir_fd)
+                is_dir = item.is_dir(follow_symlinks=False)
+            except OSError:
+                continue
+            if gitignore.ignored(in_force, child, is_dir):
+                continue
+            yield child, item, fd
+            if not is_dir:
+                continue
+            if levels <= 1:
+                # The caller's own depth (a listing's) is not news; the walk's bound is.
+                if on_too_deep is not None and max_depth == WALK_MAX_DEPTH:
+                    on_too_deep(child)
+                continue
+            try:
+                sub = os.open(item.name, DIRECTORY_FLAGS, dir_fd=fd)
             except OSError:
                 continue
             try:
-                yield from walk_tree(sub, child, rules, max_depth - 1)
-            finally:
+                enter(sub, child, in_force, levels - 1)
+            except BaseException:
                 os.close(sub)
+                raise
+    finally:
+        for fd, *_ in stack:
+            if fd != dir_fd:
+                os.close(fd)
 
 
 @refusing_os_errors
@@ -493,40 +535,76 @@ class GrepResult:
     matches: tuple[str, ...]
     files_searched: int
     truncated: bool
+    # What the search left out beyond the match and file bounds (folders too deep), for the model.
+    note: str = ""
 
 
 def _expand_braces(glob: str) -> list[str]:
-    match = re.search(r"\{([^{}]*)\}", glob)
-    if not match:
-        return [glob]
-    head, tail = glob[: match.start()], glob[match.end() :]
-    return [expanded for option in match.group(1).split(",") for expanded in _expand_braces(head + option + tail)]
+    """The globs `glob`'s `{a,b}` groups stand for (innermost first, as a shell expands them);
+    a refusal past `MAX_INCLUDE_GLOBS`, counted before any is built, so no glob costs more."""
+    done: list[str] = []
+    pending = [glob]
+    while pending:
+        current = pending.pop()
+        match = _BRACES.search(current)
+        if not match:
+            done.append(current)
+            continue
+        options = match.group(1).split(",")
+        if len(done) + len(pending) + len(options) > MAX_INCLUDE_GLOBS:
+            raise WorkspaceRefusal(
+                f"include {glob[:100]!r} expands to more than {MAX_INCLUDE_GLOBS} globs; "
+                "use fewer {a,b} alternatives (or several searches)"
+            )
+        head, tail = current[: match.start()], current[match.end() :]
+        pending.extend(head + option + tail for option in reversed(options))
+    done.reverse()
+    return done
 
 
-def _include_matcher(include: str | None) -> re.Pattern[str] | None:
+_BRACES = re.compile(r"\{([^{}]*)\}")
+
+
+def _include_matcher(include: str | None) -> patterns.Regex | None:
     if not include:
         return None
     globs = _expand_braces(include)
-    return re.compile("|".join(f"(?:{gitignore.glob_regex(glob).pattern})" for glob in globs))
+    source = "|".join(f"(?:{gitignore.glob_source(glob)})" for glob in dict.fromkeys(globs))
+    try:
+        return patterns.compile(source)
+    except patterns.PatternError as exc:
+        raise WorkspaceRefusal(f"invalid include glob {include[:100]!r}: {exc}") from None
+
+
+def _grep_regex(pattern: str) -> patterns.Regex:
+    try:
+        # `^` and `$` at each line, as before with re.MULTILINE.
+        return patterns.compile(f"(?m){pattern}")
+    except patterns.PatternError as exc:
+        raise WorkspaceRefusal(
+            f"invalid regular expression {pattern[:200]!r}: {exc} (the syntax is RE2's: Python's without "
+            "backreferences or lookaround, \\z for the end of the text)"
+        ) from None
 
 
 @refusing_os_errors
 def grep(
     repo: Repository, pattern: str, raw: str = ".", include: str | None = None, max_matches: int = 100
 ) -> GrepResult:
-    try:
-        regex = re.compile(pattern, re.MULTILINE)
-    except re.error as exc:
-        raise WorkspaceRefusal(f"invalid regular expression {pattern!r}: {exc}") from None
+    """Lines matching `pattern` (RE2, `workspace/patterns.py`: linear in each file, whatever the
+    pattern) in the files below `raw` that `include` selects."""
+    regex = _grep_regex(pattern)
     include_regex = _include_matcher(include)
     include_by_path = bool(include and "/" in include)
     max_matches = max(1, min(max_matches, GREP_MAX_MATCHES))
     matches: list[str] = []
     searched = 0
     truncated = False
+    too_deep: list[tuple[str, ...]] = []
     with repo.root_fd() as root, repo.directory(raw) as folder:
         rules = _inherited_rules(root, folder.parts) if folder.parts else []
-        for parts, item, parent_fd in walk_tree(folder.parent_fd, folder.parts, rules, 1 << 16):
+        walk = walk_tree(folder.parent_fd, folder.parts, rules, WALK_MAX_DEPTH, too_deep.append)
+        for parts, item, parent_fd in walk:
             if not item.is_file(follow_symlinks=False):
                 continue
             if include_regex is not None:
@@ -540,28 +618,46 @@ def grep(
             if data is None:
                 continue
             searched += 1
-            text = data.decode(errors="replace")
             path = _checked_result(parts)
-            last_line_end = -1
-            for found in regex.finditer(text):
-                start = found.start()
-                if start <= last_line_end:
-                    continue
-                line_start = text.rfind("\n", 0, start) + 1
-                line_end = text.find("\n", start)
-                if line_end == -1:
-                    line_end = len(text)
-                last_line_end = line_end
-                line = text[line_start:line_end]
-                if len(line) > GREP_MAX_LINE_CHARS:
-                    line = line[:GREP_MAX_LINE_CHARS] + "…"
-                matches.append(f"{path}:{text.count(chr(10), 0, line_start) + 1}: {line}")
-                if len(matches) >= max_matches:
-                    break
+            for line_no, line in _matching_lines(regex, data, max_matches - len(matches)):
+                matches.append(f"{path}:{line_no}: {line}")
             if len(matches) >= max_matches:
                 truncated = True
                 break
-    return GrepResult(tuple(matches), searched, truncated)
+    note = ""
+    if too_deep:
+        truncated = True
+        note = (
+            f"{len(too_deep)} folder(s) more than {WALK_MAX_DEPTH} levels down were not searched, "
+            f"e.g. {_checked_result(too_deep[0])[:300]}"
+        )
+    return GrepResult(tuple(matches), searched, truncated, note)
+
+
+def _matching_lines(regex: patterns.Regex, data: bytes, limit: int) -> Iterator[tuple[int, str]]:
+    """(line number, line) of the first `limit` lines of `data` where a match starts; one search a
+    line found, each resumed after that line, so a pattern matching everywhere costs no more."""
+    pos = 0
+    line_no = 1
+    counted_to = 0
+    found = 0
+    while found < limit and pos <= len(data):
+        match = regex.search(data, pos)
+        if match is None:
+            return
+        start = match.start()
+        line_start = data.rfind(b"\n", 0, start) + 1
+        line_end = data.find(b"\n", start)
+        if line_end == -1:
+            line_end = len(data)
+        line_no += data.count(b"\n", counted_to, line_start)
+        counted_to = line_start
+        line = data[line_start:line_end].decode(errors="replace")
+        if len(line) > GREP_MAX_LINE_CHARS:
+            line = line[:GREP_MAX_LINE_CHARS] + "…"
+        yield line_no, line
+        found += 1
+        pos = line_end + 1
 
 
 def _grep_bytes(name: str, parent_fd: int) -> bytes | None:

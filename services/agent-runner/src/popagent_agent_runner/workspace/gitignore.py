@@ -4,18 +4,24 @@ Supported: comments, blank lines, `!` negation, a trailing `/` for directories o
 leading or inner `/` anchoring the pattern to the file's folder, `*`, `?`, `[...]` and
 `**` (`**/x`, `x/**`, `a/**/b`), backslash escapes. Walks prune an ignored directory, so,
 as in git, nothing below it can be re-included.
+
+Globs become RE2 expressions (`workspace/patterns.py`): a `.gitignore` is a workspace file
+and an include glob is a model's argument, and `*a*a*a*…b` against a long name backtracks
+for hours in a backtracking engine; RE2 matches in time linear in the name. A rule whose
+bracket expression RE2 refuses (`[z-a]`) is left out, as git leaves out what it cannot use.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from popagent_agent_runner.workspace import patterns
 
 
 @dataclass(frozen=True)
 class Rule:
-    regex: re.Pattern[str]
+    regex: patterns.Regex
     negate: bool
     dir_only: bool
     # Anchored rules match the path relative to `base`; others match the last component.
@@ -49,7 +55,7 @@ def _translate(glob: str) -> str:
         elif char == "[":
             end = glob.find("]", i + 2 if glob[i + 1 : i + 2] in ("!", "^") else i + 1)
             if end == -1:
-                out.append(re.escape(char))
+                out.append(patterns.escape(char))
                 i += 1
                 continue
             body = glob[i + 1 : end]
@@ -58,17 +64,23 @@ def _translate(glob: str) -> str:
             out.append(f"[{body.replace(chr(92), chr(92) * 2)}]")
             i = end + 1
         elif char == "\\" and i + 1 < n:
-            out.append(re.escape(glob[i + 1]))
+            out.append(patterns.escape(glob[i + 1]))
             i += 2
         else:
-            out.append(re.escape(char))
+            out.append(patterns.escape(char))
             i += 1
     return "".join(out)
 
 
-def glob_regex(glob: str) -> re.Pattern[str]:
-    """A path glob (`*` within a component, `**` across them) as a full-match regex."""
-    return re.compile(_translate(glob))
+def glob_source(glob: str) -> str:
+    """A path glob (`*` within a component, `**` across them) as RE2 source for a full match."""
+    return _translate(glob)
+
+
+def glob_regex(glob: str) -> patterns.Regex:
+    """A path glob as a compiled full-match expression; `patterns.PatternError` for a bracket
+    expression RE2 refuses."""
+    return patterns.compile(_translate(glob))
 
 
 def parse(text: str, base: tuple[str, ...] = ()) -> list[Rule]:
@@ -92,7 +104,11 @@ def parse(text: str, base: tuple[str, ...] = ()) -> list[Rule]:
             continue
         anchored = "/" in line
         line = line.lstrip("/")
-        rules.append(Rule(re.compile(_translate(line)), negate, dir_only, anchored, base))
+        try:
+            regex = patterns.compile(_translate(line))
+        except patterns.PatternError:
+            continue
+        rules.append(Rule(regex, negate, dir_only, anchored, base))
     return rules
 
 

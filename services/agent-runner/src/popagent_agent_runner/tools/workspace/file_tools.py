@@ -135,20 +135,41 @@ async def list_files(
 
 async def grep(
     ctx: RunContext[TurnDeps],
-    pattern: Annotated[str, Field(min_length=1, max_length=1000, description="Python regular expression")],
+    pattern: Annotated[
+        str,
+        Field(
+            min_length=1,
+            max_length=1000,
+            description="RE2 regular expression: Python's syntax without backreferences or lookaround; \\z ends the text",
+        ),
+    ],
     path: Folder = ".",
     include: Annotated[
-        str | None, Field(max_length=500, description="glob of files to search, e.g. '*.py' or 'src/**/*.{ts,tsx}'")
+        str | None,
+        Field(
+            max_length=500,
+            description=f"glob of files to search, e.g. '*.py' or 'src/**/*.{{ts,tsx}}' (at most {files.MAX_INCLUDE_GLOBS} "
+            "after {a,b} expansion)",
+        ),
     ] = None,
     max_matches: Annotated[int, Field(ge=1, le=files.GREP_MAX_MATCHES)] = 100,
 ) -> dict[str, Any]:
     """Search file contents with a regular expression; matches come back as `path:line: text`.
 
+    The expression is RE2's (linear time): like Python's `re` but with no backreferences
+    (`\\1`) and no lookaround (`(?=`, `(?<=`, ...); `^` and `$` match at each line.
     Skips .git, ignored and binary files.
     """
     hands = turn_hands(ctx, write=False)
     found = await contained(files.grep, hands.repo(), pattern, path or ".", include, max_matches)
-    return {"matches": list(found.matches), "filesSearched": found.files_searched, "truncated": found.truncated}
+    answer: dict[str, Any] = {
+        "matches": list(found.matches),
+        "filesSearched": found.files_searched,
+        "truncated": found.truncated,
+    }
+    if found.note:
+        answer["note"] = found.note
+    return answer
 
 
 async def file_stat(ctx: RunContext[TurnDeps], path: Folder) -> dict[str, Any]:
