@@ -234,6 +234,60 @@ async def test_pacing_ends_when_the_connection_returns_to_the_pool(client: httpx
     assert len(reads[1]) > 15, "the pooled connection was still paced"
 
 
+async def test_the_end_of_a_paced_body_is_handed_on_at_once() -> None:
+    # Paced at a minute from the first read on: what follows arrives within the interval, and the
+    # body's end must not wait for it (the turn's last text and its finish wait for the end).
+    interval = 60.0
+    script = [Turn.say("z" * 120, chunk_size=2, chunk_delay_s=0.002)]
+    pieces: list[bytes] = []
+    async with (
+        httpx.AsyncClient(transport=LeanTransport(read_timeout_s=None), timeout=None) as http,
+        ModelGateway(script) as gw,
+        asyncio.timeout(interval / 2),
+        http.stream("POST", f"{gw.url}/chat/completions", json={"model": "m", "messages": []}) as r,
+    ):
+        async for raw in r.aiter_raw():
+            if not pieces:
+                r.extensions[PACE_READS](interval)
+            pieces.append(raw)
+    assert content_of(b"".join(pieces)) == "z" * 120
+    assert len(pieces) <= 3, f"{len(pieces)} reads: the body was not paced"
+
+
+async def test_bytes_holding_the_wake_marker_are_handed_on_at_once() -> None:
+    # A server that sends `[DONE]` and keeps the body open: the marker is the stream's end all the same.
+    def chunk(data: bytes) -> bytes:
+        return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+    release = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk(b"data: {}\n\n"))
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(chunk(b"data: [DONE]\n\n"))
+        await writer.drain()
+        await release.wait()
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    pieces: list[bytes] = []
+    async with (
+        raw_server(handler) as (url, _),
+        httpx.AsyncClient(transport=LeanTransport(read_timeout_s=None), timeout=None) as http,
+        asyncio.timeout(30),
+        http.stream("GET", f"{url}/stream") as r,
+    ):
+        async for raw in r.aiter_raw():
+            if not pieces:
+                r.extensions[PACE_READS](60.0, b"[DONE]")
+            pieces.append(raw)
+            if b"[DONE]" in raw:
+                release.set()
+    assert b"".join(pieces) == b"data: {}\n\ndata: [DONE]\n\n"
+
+
 async def test_a_pace_longer_than_the_read_timeout_is_not_a_timeout() -> None:
     transport = LeanTransport(read_timeout_s=0.2)
     script = [Turn.say("w" * 40, chunk_size=2, chunk_delay_s=0.01)]

@@ -256,8 +256,9 @@ class LeanOpenAIModel(ChatRequestEncoding):
         response = await self._send(request, stream=True, settings=model_settings or {})
         try:
             stream = await self._open_stream(response, params, sink, window=math.inf)
-            # Once the first text went to the sink, read no more often than the sink forwards it
-            # (reasoning before it is read as it comes: the answer's first token must not wait).
+            # Once the first text went to the sink, take the stream no more often than the sink forwards
+            # it (reasoning before it is read as it comes: the answer's first token must not wait), and
+            # its end at once: the turn's last text and its finish wait for it.
             interval: float = getattr(sink, "forward_interval_s", 0.0)
             pace = response.extensions.get(PACE_READS) if interval else None
             first_event = True
@@ -266,7 +267,7 @@ class LeanOpenAIModel(ChatRequestEncoding):
                     first_event = False
                     span.set_attribute("gen_ai.response.time_to_first_chunk", time.perf_counter() - started)
                 if pace is not None and isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
-                    pace(interval)
+                    pace(interval, DONE)
                     pace = None
             return stream.get()
         finally:

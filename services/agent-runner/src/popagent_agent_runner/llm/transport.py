@@ -49,9 +49,11 @@ class _Connection(asyncio.Protocol):
         self._last_data = loop.time()
         self._watchdog: asyncio.TimerHandle | None = None
         self._timed_out = False
-        # Read pacing (see `pace`): the interval, and the timer that resumes reading.
+        # Read pacing (see `pace`): the interval, the bytes whose arrival is handed on at once, and
+        # the timer that ends the current interval (none: the next bytes are handed on as they come).
         self._pace_s = 0.0
-        self._resume: asyncio.TimerHandle | None = None
+        self._wake_on = b""
+        self._tick: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol --------------------------------------------------------------
 
@@ -62,9 +64,10 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.buffer += data
         self._last_data = self.loop.time()
-        if self._pace_s and self._resume is None and self.transport is not None:
-            self.transport.pause_reading()
-            self._resume = self.loop.call_later(self._pace_s, self._resume_reading)
+        if self._pace_s and not self._holds_end(len(data)):
+            if self._tick is not None:
+                return  # handed on when the interval ends
+            self._tick = self.loop.call_later(self._pace_s, self._tick_over)
         self._wake()
 
     def eof_received(self) -> bool:
@@ -82,27 +85,43 @@ class _Connection(asyncio.Protocol):
 
     # -- read pacing ---------------------------------------------------------------------
 
-    def pace(self, interval_s: float) -> None:
-        """Read at most once per `interval_s` from now on (0: as bytes arrive), until the connection is pooled.
+    def pace(self, interval_s: float, wake_on: bytes = b"") -> None:
+        """Hand received bytes to the reader at most once per `interval_s` from now on (0: as they
+        arrive), until the connection is pooled; bytes that end the body, or that hold `wake_on`,
+        are handed on at once.
 
-        A model streams a small chunk every few ms, and every read costs an event-loop wake-up and a
-        pass through the body's readers. A turn forwards its text in batches anyway (`TurnEvents`),
-        so once the first text went out, reading at that pace loses the user nothing: the kernel
-        keeps what arrives meanwhile and the next read takes all of it at once.
+        A model streams a small chunk every few ms, and every wake-up of the reader costs a pass
+        through the body's readers, the SSE decoder and the turn. A turn forwards its text in batches
+        anyway (`TurnEvents`), so once the first text went out, handing it on at that pace loses the
+        user nothing. Its end is another matter: the turn's last text, its `finish` and the next
+        step all wait for it, so it never waits for the interval. The socket itself is read as
+        bytes arrive, which is the only way to see the end come.
         """
-        if self.read_timeout_s is not None:
-            # A pause must never look like a silent server to the idle read timeout.
-            interval_s = min(interval_s, self.read_timeout_s / 4)
         self._pace_s = interval_s
-        if not interval_s:
-            self._resume_reading()
+        self._wake_on = wake_on
+        if not interval_s and self._tick is not None:
+            self._tick.cancel()
+            self._tick = None
+            if self.buffer:
+                self._wake()
 
-    def _resume_reading(self) -> None:
-        if self._resume is not None:
-            self._resume.cancel()
-            self._resume = None
-        if self.transport is not None and not self.closed:
-            self.transport.resume_reading()
+    def _holds_end(self, received: int) -> bool:
+        """Whether the bytes just received end a chunked body or hold the `wake_on` marker.
+
+        A body that only looks ended (a payload ending in `0\r\n`) is handed on early, nothing worse."""
+        buffer = self.buffer
+        if buffer.endswith(b"0\r\n\r\n"):
+            return True
+        marker = self._wake_on
+        return bool(marker) and buffer.find(marker, max(0, len(buffer) - received - len(marker) + 1)) >= 0
+
+    def _tick_over(self) -> None:
+        self._tick = None
+        if self.buffer and self._waiter is not None:
+            # What arrived during the interval goes now, and opens the next interval (a reader
+            # not waiting takes the buffer itself when it comes back).
+            self._tick = self.loop.call_later(self._pace_s, self._tick_over)
+            self._wake()
 
     def _wake(self) -> None:
         waiter, self._waiter = self._waiter, None
@@ -191,13 +210,14 @@ class _Connection(asyncio.Protocol):
 
     def idle(self) -> None:
         self._stop_watchdog()
-        self.pace(0.0)
+        self._stop_pacing()
 
     def _stop_pacing(self) -> None:
         self._pace_s = 0.0
-        if self._resume is not None:
-            self._resume.cancel()
-            self._resume = None
+        self._wake_on = b""
+        if self._tick is not None:
+            self._tick.cancel()
+            self._tick = None
 
     def abort(self) -> None:
         self.closed = True

@@ -38,8 +38,8 @@ __all__ = ["DONE", "PACE_READS", "ModelFailure", "SSEDecoder", "classify_model_e
 
 DONE: Final = b"[DONE]"
 PACE_READS: Final = "popagent.pace_reads"
-"""A response extension of the model transport: `pace(interval_s)` reads the rest of the body at most once
-per interval (see `llm.transport`)."""
+"""A response extension of the model transport: `pace(interval_s, wake_on)` hands the rest of the body on at
+most once per interval, and its end (or bytes holding `wake_on`) at once (see `llm.transport`)."""
 
 
 class SSEDecoder:
