@@ -103,6 +103,9 @@ _OWN_FORMATS = (
     re.compile(r"whsec_[a-z0-9+/=]{8,}"),
     re.compile(r"github_pat_[a-z0-9_]{20,}"),
     re.compile(r"bearer\s+(?:[a-z0-9._~+/=-]{16,}|(?=[a-z]*[0-9._~+/=-])[a-z0-9._~+/=-]{6,})"),
+    # A JWT to the end of its signature: the library's pattern ends lazily after the payload, which
+    # left the signature to the entropy measure, and a random signature sometimes falls below it.
+    re.compile(r"eyj[a-z0-9_=-]+\.eyj[a-z0-9_=-]+\.[a-z0-9_=+/-]+"),
 )
 
 _BASE64 = Base64HighEntropyString()
