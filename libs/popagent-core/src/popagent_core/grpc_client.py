@@ -77,11 +77,21 @@ def channel_target(address: str) -> tuple[str, list[tuple[str, Any]]]:
 async def open_channel(
     address: str, token: str, *, unary_timeout_s: float | None = None
 ) -> AsyncIterator[grpc.aio.Channel]:
-    """A channel to `address` (one address, or a comma-separated list of one service's workers).
+    """A channel to `address` (one address, or a comma-separated list of one service's workers),
+    closed on exit.
 
     With `unary_timeout_s`, a unary call that passes no `timeout` gets that deadline.
     Server-streaming calls get none: a streamed chat turn may run for as long as it works.
     """
+    channel = make_channel(address, token, unary_timeout_s=unary_timeout_s)
+    try:
+        yield channel
+    finally:
+        await channel.close(grace=None)
+
+
+def make_channel(address: str, token: str, *, unary_timeout_s: float | None = None) -> grpc.aio.Channel:
+    """`open_channel`'s channel, for a holder that closes it itself (`channel.close`)."""
     target, options = channel_target(address)
     # Tracing interceptors (one per call kind) carry the trace context in the call's metadata;
     # none with tracing off (OTEL_SDK_DISABLED), where they would only make spans that record nothing.
@@ -93,15 +103,11 @@ async def open_channel(
     ]
     if unary_timeout_s is not None:
         interceptors.append(_UnaryUnaryDeadline(unary_timeout_s))
-    channel = grpc.aio.insecure_channel(
+    return grpc.aio.insecure_channel(
         target,
         interceptors=interceptors,
         options=[("grpc.max_receive_message_length", 8 * 1024 * 1024), *options],
     )
-    try:
-        yield channel
-    finally:
-        await channel.close(grace=None)
 
 
 @contextlib.contextmanager

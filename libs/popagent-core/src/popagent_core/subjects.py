@@ -29,6 +29,13 @@ LEARNING_CHANGED = "popagent.evolution.learning.changed"
 # its own, written and read by agent-runner only. Not facts: no owner stream captures them.
 TURN_LOG_STREAM = "POPAGENT_TURN_LOG"
 TURN_LOG_SUBJECT_PREFIX = "popagent_turn_log"
+# agent-runner processes announce themselves here (core NATS, no stream): gateways route turns to
+# the runners they heard from lately (popagent_agent_runner.turn.peers).
+RUNNER_PRESENCE = "popagent_runner_presence"
+# A gateway that starts asks every runner to announce itself now.
+RUNNER_PRESENCE_ASK = "popagent_runner_presence_ask"
+# Commands for a turn, to the runner holding it: `popagent_turn_control.<runner key>`, request/reply.
+TURN_CONTROL_PREFIX = "popagent_turn_control"
 
 
 def stream_name(owner: str) -> str:

@@ -373,7 +373,12 @@ class NatsProcess:
 NATS_LISTENS: dict[str, tuple[str, ...]] = {
     "browser-bridge": (subjects.SECRET_CHANGED,),
     "tasks": (subjects.TASK_ENQUEUED, subjects.AGENT_RUNTIME_SETTINGS_CHANGED),
-    "agent-runner": (subjects.LEARNING_CHANGED, subjects.BROWSER_SETTINGS_CHANGED),
+    "agent-runner": (
+        subjects.LEARNING_CHANGED,
+        subjects.BROWSER_SETTINGS_CHANGED,
+        subjects.RUNNER_PRESENCE_ASK,
+    ),
+    "gateway": (subjects.RUNNER_PRESENCE,),
 }
 NATS_CONSUMERS: dict[str, tuple[tuple[str, str], ...]] = {
     "hooks": ((subjects.SESSION_DELETED, "hooks-session-deleted"),),
@@ -416,8 +421,17 @@ def nats_permissions(service: Service) -> dict[str, list[str]]:
             f"$JS.API.CONSUMER.CREATE.{stream}.>",
             f"$JS.API.CONSUMER.DELETE.{stream}.>",
             f"$JS.FC.{stream}.>",
+            # Presence for gateways; turn commands to another runner, and the answers to them.
+            subjects.RUNNER_PRESENCE,
+            f"{subjects.TURN_CONTROL_PREFIX}.*",
+            f"{inbox_prefix(service.name)}.>",
         ]
+    if service.name == "gateway":
+        publish.append(subjects.RUNNER_PRESENCE_ASK)
     subscribe = [f"{inbox_prefix(service.name)}.>", *NATS_LISTENS.get(service.name, ())]
+    if service.name == "agent-runner":
+        # Each runner listens on its own control subject (popagent_agent_runner.turn.peers).
+        subscribe.append(f"{subjects.TURN_CONTROL_PREFIX}.*")
     return {"publish": publish, "subscribe": subscribe}
 
 

@@ -44,15 +44,18 @@ FALLBACK_TIMEOUT_S = 5.0
 @dataclass(frozen=True)
 class HookDecision:
     outcome: Outcome
+    # Why a deny, continue or ask happened; for ask, the first asking handler's reason.
     reason: str = ""
     # Replacement prompt (UserPromptSubmit, SubagentStart) when outcome is modify.
     prompt: str | None = None
-    # Replacement tool arguments (PreToolUse) when outcome is modify.
+    # Replacement tool arguments (PreToolUse) when outcome is modify, or ask after a handler
+    # modified them: what the person asked approves and what then runs. None when unchanged.
     arguments: dict[str, Any] | None = None
     additional_context: str = ""
     handlers_run: int = 0
     # A `FailureClass` value, set when a fail-closed failure decided the outcome.
     failure_class: str = ""
+    # The handler that denied/continued (or failed closed), or, for ask, the first one that asked.
     decided_by: str = ""
     event_id: str = ""
 

@@ -51,6 +51,8 @@ class Outcome(enum.StrEnum):
     DENY = "deny"
     MODIFY = "modify"
     CONTINUE = "continue"
+    # PreToolUse only: the call needs a person's approval. Precedence deny > ask > allow.
+    ASK = "ask"
 
     @property
     def proto(self) -> hooks_pb2.Outcome:
@@ -103,13 +105,15 @@ class EventRules:
 
 _OBSERVE = frozenset({Outcome.PASS})
 _GATE = frozenset({Outcome.PASS, Outcome.DENY, Outcome.MODIFY})
+# Only a tool call can be put to a person for approval.
+_TOOL_GATE = _GATE | {Outcome.ASK}
 
 RULES: dict[Event, EventRules] = {
     Event.SESSION_START: EventRules(_OBSERVE, MatcherKind.NONE, Replacement.NONE),
     Event.TASK_START: EventRules(_OBSERVE, MatcherKind.NONE, Replacement.NONE),
     Event.USER_PROMPT_SUBMIT: EventRules(_GATE, MatcherKind.NONE, Replacement.PROMPT),
     Event.SUBAGENT_START: EventRules(_GATE, MatcherKind.SPECIALIST, Replacement.PROMPT),
-    Event.PRE_TOOL_USE: EventRules(_GATE, MatcherKind.TOOL, Replacement.ARGUMENTS),
+    Event.PRE_TOOL_USE: EventRules(_TOOL_GATE, MatcherKind.TOOL, Replacement.ARGUMENTS),
     Event.POST_TOOL_USE: EventRules(_OBSERVE, MatcherKind.TOOL, Replacement.NONE),
     Event.POST_TOOL_USE_FAILURE: EventRules(_OBSERVE, MatcherKind.TOOL, Replacement.NONE),
     Event.SUBAGENT_STOP: EventRules(_OBSERVE, MatcherKind.SPECIALIST, Replacement.NONE),

@@ -19,6 +19,8 @@ from popagent.browser_bridge.v1 import browser_bridge_pb2_grpc, navigator_pb2_gr
 from popagent.events.v1 import events_pb2
 from popagent.evolution.v1 import learning_pb2_grpc
 from popagent.hooks.v1 import hooks_pb2_grpc
+from popagent_agent_runner.approvals.gate import ApprovalGate
+from popagent_agent_runner.approvals.store import ApprovalStore
 from popagent_agent_runner.browser.access import BrowserAccessPoint
 from popagent_agent_runner.browser.access import invalidated_on_change as browser_settings_invalidated_on_change
 from popagent_agent_runner.context.hands import Hands
@@ -52,8 +54,10 @@ from popagent_agent_runner.state.skills import SkillStore
 from popagent_agent_runner.state.workspaces import AgentWorkspaceStore
 from popagent_agent_runner.tools import KNOWN_TOOLS, ToolRegistry
 from popagent_agent_runner.turn.agents_factory import AgentFactory
+from popagent_agent_runner.turn.chat_turns import ChatTurns
 from popagent_agent_runner.turn.learned import LearnedCache, invalidated_on_change
 from popagent_agent_runner.turn.log import TurnLog
+from popagent_agent_runner.turn.peers import RunnerPresence, TurnControl
 from popagent_agent_runner.turn.records import TurnRecords
 from popagent_agent_runner.turn.runner import TurnRunner
 from popagent_agent_runner.turn.tasks import TaskTurns
@@ -132,8 +136,12 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
         hands = Hands(settings.workspace_root, sandbox, lsp=servers)
         sessions = SessionStore(pool, workspaces, QUERIES)
         starts = SessionStarts(hooks)
+        records = TurnRecords(pool, runner_id=runner_name(settings.grpc_address), lease_s=settings.turn_lease_s)
+        approvals = ApprovalStore(pool)
         servicer = AgentRunnerStateServicer(
             sessions=sessions,
+            turns=records,
+            approvals=approvals,
             deleter=deleter,
             agents=AgentStore(pool, QUERIES, KNOWN_TOOLS),
             workspaces=workspaces,
@@ -220,6 +228,7 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
             starts=starts,
             web=web,
             hands=hands,
+            approvals=ApprovalGate(approvals, timeout_s=settings.approval_timeout_s),
             browser=browser,
             learned=learned,
             docs=docs,
@@ -230,25 +239,39 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
         )
         turn_log = TurnLog(kernel.nats)
         await turn_log.ensure_stream()
-        records = TurnRecords(pool, runner_id=runner_name(settings.grpc_address), lease_s=settings.turn_lease_s)
-        if interrupted := await records.interrupt_own():
-            logger.info("turns this runner ran before it restarted ended as interrupted", extra={"turns": interrupted})
-        chat = ChatServicer(runner=runner, memories=memories, records=records, log=turn_log)
-        leases = asyncio.create_task(records.keep_leases(chat.running_turn_ids), name="turn-leases")
+        if released := await records.release_own():
+            logger.info("turns this runner ran before it restarted are taken over", extra={"turns": released})
+        control = TurnControl(kernel.nats, runner_id=records.runner_id)
+        chat_turns = ChatTurns(runner=runner, records=records, log=turn_log, control=control)
+        chat = ChatServicer(turns=chat_turns, memories=memories)
+        await stack.enter_async_context(control.serving(chat_turns.cancel_here))
+        task_turns = TaskTurns(runner, sessions, records, turn_log)
+        leases = asyncio.create_task(
+            records.keep_leases(lambda: [*chat_turns.held_turn_ids(), *task_turns.running_turn_ids()]),
+            name="turn-leases",
+        )
         stack.push_async_callback(_cancelled, leases)
+        adopting = asyncio.create_task(chat_turns.keep_adopting(), name="queued-turns")
+        stack.push_async_callback(_cancelled, adopting)
         agent_runner_pb2_grpc.add_AgentRunnerServiceServicer_to_server(chat, kernel.server)
         memory_pb2_grpc.add_SessionMemoryServiceServicer_to_server(
             SessionMemoryServicer(observation_store), kernel.server
         )
         # Background task attempts run through the same turn runner as chat.
-        task_servicer = TaskServicer(TaskTurns(runner, sessions))
+        task_servicer = TaskServicer(task_turns)
         agent_runner_pb2_grpc.add_AgentRunnerTaskServiceServicer_to_server(task_servicer, kernel.server)
         port = await stack.enter_async_context(kernel.serving(settings.grpc_address, grace_s=SERVER_GRACE_S))
+        presence = RunnerPresence(kernel.nats, runner_id=records.runner_id, address=advertised_address(settings, port))
+        await stack.enter_async_context(presence.announcing())
 
-        # Unwinds before the server stops: running task turns end with SHUTDOWN (requeued) and
-        # chat streams with an error event, in time.
+        # Unwinds before the server stops: gateways stop sending turns here, then running task
+        # turns end with SHUTDOWN (requeued) and chat streams with an error event, in time.
         async def interrupt_turns() -> None:
-            await asyncio.gather(task_servicer.interrupt_all(TASK_TURN_GRACE_S), chat.interrupt_all(TASK_TURN_GRACE_S))
+            chat_turns.taking_turns = False
+            await presence.leave()
+            await asyncio.gather(
+                task_servicer.interrupt_all(TASK_TURN_GRACE_S), chat_turns.interrupt_all(TASK_TURN_GRACE_S)
+            )
 
         stack.push_async_callback(interrupt_turns)
         await _resume_pending_deletions(deleter, settings.pending_deletion_grace_s)
@@ -263,6 +286,19 @@ def runner_name(grpc_address: str) -> str:
     if port in ("", "0"):
         return f"{socket.gethostname()}:pid-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     return f"{socket.gethostname()}:{port}"
+
+
+def advertised_address(settings: Settings, port: int) -> str:
+    """Where gateways dial this runner: POPAGENT_AGENT_RUNNER_ADVERTISE_ADDR, else its listen address
+    with the port it got, named by this host's name when it listens on every interface."""
+    if settings.advertise_address:
+        return settings.advertise_address
+    if settings.grpc_address.startswith("unix:"):
+        return settings.grpc_address
+    host = settings.grpc_address.rpartition(":")[0]
+    if host in ("", "0.0.0.0", "[::]", "::"):
+        host = socket.gethostname()
+    return f"{host}:{port}"
 
 
 async def _cancelled(task: asyncio.Task[None]) -> None:

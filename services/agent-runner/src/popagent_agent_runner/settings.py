@@ -63,11 +63,26 @@ class Settings(ServiceSettings):
     # A chat turn's lease (docs/turns.md): renewed three times per lease while the turn runs; a turn
     # whose runner was killed is known lost this long after its last renewal.
     turn_lease_s: float = Field(default=30.0, ge=1, le=3600, validation_alias="POPAGENT_TURN_LEASE_S")
+    # How long a tool call waits for a person's approval before it counts as denied (docs/approvals.md).
+    approval_timeout_s: float = Field(
+        default=86400.0, ge=1, le=30 * 86400, validation_alias="POPAGENT_APPROVAL_TIMEOUT_S"
+    )
+    # The address gateways dial this runner at, announced with its presence (docs/turns.md, Routing).
+    # Empty: its listen address with the port it got (this host's name when it listens on every interface).
+    advertise_address: str = Field(default="", validation_alias="POPAGENT_AGENT_RUNNER_ADVERTISE_ADDR")
 
     @field_validator("grpc_address")
     @classmethod
     def _one_address(cls, value: str) -> str:
         return check_listen_address(value)
+
+    @field_validator("advertise_address")
+    @classmethod
+    def _host_and_port(cls, value: str) -> str:
+        host, _, port = value.rpartition(":")
+        if value and (not host or "," in value or not port.isdigit() or not 0 < int(port) < 65536):
+            raise ValueError("must be one host:port that gateways can dial")
+        return value
 
     @field_validator("ninerouter_url", "searxng_url")
     @classmethod

@@ -9,11 +9,11 @@ import grpc
 from fastapi import APIRouter, Depends, FastAPI
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
-from popagent_core.grpc_client import open_channel
+from popagent_core.grpc_client import make_channel, open_channel
 from popagent_core.lifecycle import settle_heap
 from popagent_core.span_store import secret_values, span_store_export
 from popagent_core.telemetry import tracing_enabled
-from popagent_gateway.bounded import ApiKeyMiddleware, BoundedBodyMiddleware
+from popagent_gateway.bounded import ApiKeyMiddleware, BoundedBodyMiddleware, SecurityHeadersMiddleware
 from popagent_gateway.deps import refuse_unknown_query, require_api_key
 from popagent_gateway.errors import ERROR_RESPONSES, install_error_handlers
 from popagent_gateway.json_bounds import JsonBoundsMiddleware
@@ -22,6 +22,7 @@ from popagent_gateway.observability.store import ObservabilityStore
 from popagent_gateway.openapi_links import install_links
 from popagent_gateway.routes import (
     agents,
+    approvals,
     autonomy,
     browser,
     chat,
@@ -42,6 +43,7 @@ from popagent_gateway.routes import (
 from popagent_gateway.routes import (
     settings as settings_routes,
 )
+from popagent_gateway.runners import RunnerDirectory
 from popagent_gateway.settings import Settings
 from popagent_gateway.ui import mount_ui
 
@@ -76,13 +78,23 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
                 name: await stack.enter_async_context(channel_to(address))
                 for name, address in settings.service_addresses().items()
             }
-            # One channel per agent-runner worker, for session-affine chat turns (deps.runner_for_session);
-            # with one worker it is the service channel itself.
+            # Where a session's turns go (deps.on_session_runner): the agent-runners that announce
+            # themselves on NATS, else one channel per configured worker (with one worker, the
+            # service channel itself).
             workers = settings.agent_runner_workers
-            app.state.runner_workers = (
-                [app.state.channels["agent-runner"]]
+            static = (
+                [(workers[0], app.state.channels["agent-runner"])]
                 if len(workers) == 1
-                else [await stack.enter_async_context(channel_to(address)) for address in workers]
+                else [(address, await stack.enter_async_context(channel_to(address))) for address in workers]
+            )
+            app.state.runners = await stack.enter_async_context(
+                RunnerDirectory(
+                    static=static,
+                    make_channel=lambda address: make_channel(
+                        address, settings.internal_token, unary_timeout_s=settings.rpc_timeout_s
+                    ),
+                    nats_url=settings.nats_url,
+                )
             )
             if own_process:
                 # The gateway is this process's only job (`python -m popagent_gateway`); an app a
@@ -90,14 +102,22 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
                 settle_heap()
             yield
 
-    app = FastAPI(title="popagent", version="0.1.0", lifespan=lifespan)
+    # /docs and /redoc load their bundles from a public CDN: served only when asked for
+    # (POPAGENT_GATEWAY_DOCS), so nothing the gateway serves by default runs code from elsewhere.
+    docs_url, redoc_url = ("/docs", "/redoc") if settings.docs_enabled else (None, None)
+    app = FastAPI(title="popagent", version="0.1.0", lifespan=lifespan, docs_url=docs_url, redoc_url=redoc_url)
     app.state.settings = settings
+    # Set when the process is told to stop (`serving.GatewayServer`), before its connections drain.
+    app.state.stopping = False
     install_error_handlers(app)
     # Added last = outermost: the key is checked before the body is read at all, the body is
     # capped while it is read, then checked for JSON no service could store (422 naming the field).
     app.add_middleware(JsonBoundsMiddleware)
     app.add_middleware(BoundedBodyMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(ApiKeyMiddleware, api_key=settings.api_key)
+    # Outermost: the refusals above carry the headers too.
+    docs_paths = frozenset(path for path in (docs_url, redoc_url) if path is not None)
+    app.add_middleware(SecurityHeadersMiddleware, docs_paths=docs_paths)
 
     # Every /api route documents the edge's error answers (401 from the key, 413 from the
     # body cap, 422 from validation, the mapped service statuses), so clients and
@@ -115,6 +135,7 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
         memory_view,
         settings_routes,
         agents,
+        approvals,
         skills,
         autonomy,
         workspaces,

@@ -3,8 +3,8 @@
 Two settings choose models without a request naming one: the agent-runtime default
 (`defaultModel` of /api/settings/agent-runtime, used by every agent without an
 override when a chat sends no `model`) and each agent's override (`model` of
-/api/agents/:id). A fresh model gateway may list neither (the seeded ids are 9Router
-ones), and a provider 404 in the middle of a turn is a poor way to find out. So
+/api/agents/:id). A fresh model gateway may not list the default (the seeded one is a
+9Router id; agents inherit it unless a user set an override), and a provider 404 in the middle of a turn is a poor way to find out. So
 /api/models and /api/agents name the configured ids the catalog does not list, and a
 chat is refused (400, naming the setting) before its turn starts when an agent it may
 run (the supervisor, or a specialist it may delegate to) would use one: agent-runner

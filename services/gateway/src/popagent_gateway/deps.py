@@ -7,8 +7,7 @@ work on a chat turn (py-spy under bench/chat.py)."""
 from __future__ import annotations
 
 import hmac
-import zlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
 import grpc
@@ -25,6 +24,7 @@ from popagent.secrets.v1 import secrets_pb2_grpc
 from popagent.tasks.v1 import tasks_pb2_grpc
 from popagent_core.errors import Unauthenticated
 from popagent_gateway.catalog import ModelCatalog
+from popagent_gateway.runners import RunnerDirectory
 from popagent_gateway.settings import Settings
 
 API_KEY_HEADER = "x-popagent-key"
@@ -98,6 +98,7 @@ def channel(request: Request, service: str) -> grpc.aio.Channel:
 
 
 StubT = TypeVar("StubT")
+ResultT = TypeVar("ResultT")
 
 
 def cached_stub(request: Request, service: str, stub_class: Callable[[grpc.aio.Channel], StubT]) -> StubT:
@@ -118,31 +119,38 @@ async def get_agent_runner(request: Request) -> agent_runner_pb2_grpc.AgentRunne
     return cached_stub(request, "agent-runner", agent_runner_pb2_grpc.AgentRunnerServiceStub)
 
 
-def affine_worker(session_id: str, workers: int) -> int:
-    """The index of the agent-runner worker (of `workers`) that a session's turns go to while it is up."""
-    return zlib.crc32(session_id.encode()) % workers
+# A call that finds nothing at the session's preferred agent-runner (killed moments ago, stopping)
+# goes to the next one, at most this many.
+MAX_RUNNERS_TRIED = 3
 
 
-def runner_for_session(
+async def on_session_runner(
     request: Request,
     session_id: str,
-    stub_class: Callable[[grpc.aio.Channel], StubT] = agent_runner_pb2_grpc.AgentRunnerServiceStub,
-) -> StubT:
-    """The agent-runner worker a session's creation and turns go to (a `stub_class` stub of it).
+    stub_class: Callable[[grpc.aio.Channel], StubT],
+    call: Callable[[StubT], Awaitable[ResultT]],
+) -> ResultT:
+    """`call` with a stub of the session's agent-runner. Where nothing answers (UNAVAILABLE before any
+    answer: nothing listens, or the runner is stopping and takes nothing new) the next runner is tried."""
+    runners = runner_candidates(request, session_id, stub_class)[:MAX_RUNNERS_TRIED]
+    for tried, (address, stub) in enumerate(runners, start=1):
+        try:
+            return await call(stub)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() is not grpc.StatusCode.UNAVAILABLE or tried == len(runners):
+                raise
+            request.app.state.runners.pass_over(address)
+    raise AssertionError("no agent-runner to call")  # never empty: the configured workers at least
 
-    Always the same one while it is up (a stable hash of the session id), so the worker's parsed
-    history of the session stays current and `SessionStart` fires once, at creation; a worker that
-    is down is passed over for the next.
-    """
-    workers: list[grpc.aio.Channel] = request.app.state.runner_workers
-    first = affine_worker(session_id, len(workers))
-    for offset in range(len(workers)):
-        target = workers[(first + offset) % len(workers)]
-        if target.get_state(try_to_connect=True) is not grpc.ChannelConnectivity.TRANSIENT_FAILURE:
-            break
-    else:
-        target = workers[first]
-    return _stub_for(request, target, stub_class)
+
+def runner_candidates(
+    request: Request, session_id: str, stub_class: Callable[[grpc.aio.Channel], StubT]
+) -> list[tuple[str, StubT]]:
+    """Every agent-runner a session's creation and turns may go to, as (address, stub), most preferred
+    first: the first while the runners stay the same, so its parsed history of the session stays
+    current (`RunnerDirectory`)."""
+    runners: RunnerDirectory = request.app.state.runners
+    return [(address, _stub_for(request, channel, stub_class)) for address, channel in runners.candidates(session_id)]
 
 
 async def get_agent_runner_state(request: Request) -> agent_runner_pb2_grpc.AgentRunnerStateServiceStub:

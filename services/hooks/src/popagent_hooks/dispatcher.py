@@ -1,7 +1,9 @@
 """One lifecycle event in, one decision out (docs/hooks.md, Execution and failures).
 
 Handlers run one after another in declaration order. A mutation becomes the next
-handler's input; a deny (or a `Stop` continue) ends the chain. Transport, timeout,
+handler's input; a deny (or a `Stop` continue) ends the chain. A `PreToolUse` ask is
+recorded and the chain goes on, so a later deny still wins (deny > ask > allow); the
+decision is ask when no handler denied and one asked. Transport, timeout,
 malformed-response and event-outcome failures all follow the handler's failure mode:
 open counts as a pass, closed ends the chain with a deny (`continue` for `Stop`).
 Every handler that ran leaves one audit record; none of them holds a payload.
@@ -121,7 +123,7 @@ def parse_answer(raw: bytes, event: Event) -> HandlerAnswer:
     try:
         outcome = Outcome(document.get("outcome"))
     except ValueError:
-        raise _malformed("outcome must be one of pass, deny, modify, continue") from None
+        raise _malformed(f"outcome must be one of {', '.join(o.value for o in Outcome)}") from None
     reason = document.get("reason", "")
     if not isinstance(reason, str):
         raise _malformed("reason must be a string")
@@ -185,6 +187,8 @@ class Dispatcher:
         contexts: list[str] = []
         context_bytes = 0
         modified = False
+        # The first handler that answered ask (PreToolUse only); a later deny still wins.
+        asked: tuple[str, str] | None = None
         for handler in handlers:
             # One span per handler run: event, handler and outcome (never the payload or the reason).
             with TRACER.start_as_current_span(
@@ -222,14 +226,24 @@ class Dispatcher:
                 if answer.outcome is Outcome.MODIFY and replacement_key is not None:
                     detail = {**detail, replacement_key: answer.replacement}
                     modified = True
+                elif answer.outcome is Outcome.ASK:
+                    if asked is None:
+                        asked = (handler.id, answer.reason or f"hook {handler.id} answered ask")
                 elif answer.outcome in (Outcome.DENY, Outcome.CONTINUE):
                     decision.outcome, decision.decided_by = answer.outcome, handler.id
                     decision.reason = answer.reason or f"hook {handler.id} answered {answer.outcome.value}"
                     break
 
         decision.additional_context = CONTEXT_SEPARATOR.join(contexts)
-        if decision.outcome is Outcome.PASS and modified:
+        if decision.outcome is not Outcome.PASS:
+            return
+        if asked is not None:
+            # The person asked approves the arguments that will run, so a modification travels along.
+            decision.outcome = Outcome.ASK
+            decision.decided_by, decision.reason = asked
+        elif modified:
             decision.outcome = Outcome.MODIFY
+        if modified:
             if event.rules.replacement is Replacement.PROMPT:
                 decision.prompt = detail["prompt"]
             else:

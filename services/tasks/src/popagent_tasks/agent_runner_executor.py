@@ -2,7 +2,8 @@
 
 `POPAGENT_TASKS_EXECUTOR=popagent_tasks.agent_runner_executor:executor` with
 `POPAGENT_AGENT_RUNNER_ADDR` set. Progress the turn streams is made durable through the
-attempt's `report_progress`; the final `result` event is the outcome or a `TaskFailure`
+attempt's `report_progress`, and its waits for an approval go to `report_approval_wait` (the worker
+stops the attempt's deadline while the turn waits, as agent-runner stops the turn's); the final `result` event is the outcome or a `TaskFailure`
 whose class `CLASS_BY_TURN_FAILURE` picks for the turn's failure class. The abort signal cancels the call, which cancels the
 turn in agent-runner.
 
@@ -27,8 +28,8 @@ from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
 from popagent_core.errors import ConfigurationError, DeadlineExceeded, PopagentError, Unavailable
 from popagent_core.grpc_client import map_rpc_errors, open_channel
-from popagent_tasks.executor import AbortSignal, Attempt, TaskFailure
-from popagent_tasks.model import MAX_ERROR_CHARS, MAX_OUTCOME_CHARS, Backoff, ErrorClass, truncate
+from popagent_tasks.executor import AbortSignal, ApprovalWaitReport, Attempt, TaskFailure
+from popagent_tasks.model import MAX_ERROR_CHARS, MAX_OUTCOME_CHARS, MAX_REF_CHARS, Backoff, ErrorClass, truncate
 from popagent_tasks.settings import Settings
 from popagent_tasks.worker import RuntimeConfig
 
@@ -195,6 +196,16 @@ class AgentRunnerExecutor:
             async for event in events:
                 if event.HasField("progress"):
                     await attempt.report_progress(event.progress)
+                    continue
+                if event.HasField("approval_wait"):
+                    wait = event.approval_wait
+                    await attempt.report_approval_wait(
+                        ApprovalWaitReport(
+                            waiting=wait.waiting,
+                            approval_id=truncate(wait.approval_id, MAX_REF_CHARS),
+                            tool_name=truncate(wait.tool_name, MAX_REF_CHARS),
+                        )
+                    )
                     continue
                 result = event.result
                 if result.ok:

@@ -63,6 +63,15 @@ class AbortSignal:
 
 
 @dataclass(frozen=True)
+class ApprovalWaitReport:
+    """The attempt's turn started (`waiting`) or stopped waiting for a person to answer an approval."""
+
+    waiting: bool
+    approval_id: str
+    tool_name: str
+
+
+@dataclass(frozen=True)
 class Attempt:
     """One claimed attempt: what to run, and the correlation ids of its lifecycle events."""
 
@@ -83,9 +92,17 @@ class Attempt:
     thread_id: str
     # Durable progress for this attempt; a no-op once the attempt no longer owns the task.
     report_progress: Callable[[str], Awaitable[None]]
+    # The attempt waits for a person, or stopped waiting: its deadline stops meanwhile, and the
+    # task shows the wait; a no-op once the attempt no longer owns the task.
+    report_approval_wait: Callable[[ApprovalWaitReport], Awaitable[None]]
 
     @classmethod
-    def of(cls, task: Task, report_progress: Callable[[str], Awaitable[None]]) -> Attempt:
+    def of(
+        cls,
+        task: Task,
+        report_progress: Callable[[str], Awaitable[None]],
+        report_approval_wait: Callable[[ApprovalWaitReport], Awaitable[None]],
+    ) -> Attempt:
         """The claimed task's current attempt."""
         return cls(
             **task.attempt_fields(),
@@ -94,6 +111,7 @@ class Attempt:
             prompt=task.prompt,
             thread_id=task.thread_id,
             report_progress=report_progress,
+            report_approval_wait=report_approval_wait,
         )
 
 

@@ -92,6 +92,8 @@ MAX_PROMPT_CHARS = 64 * 1024
 MAX_EVIDENCE_CHARS = 4 * 1024
 MAX_ERROR_CHARS = 2 * 1024
 MAX_OUTCOME_CHARS = 16 * 1024
+# Ids and names (a model, a session, an approval, a tool).
+MAX_REF_CHARS = 200
 
 
 def retry_eligible(source: Source, error_class: ErrorClass) -> bool:
@@ -122,6 +124,15 @@ class Backoff:
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:
         ceiling = self.ceiling(attempt)
         return (rng or random).uniform(ceiling / 2, ceiling)
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalWait:
+    """A running attempt's turn waiting for a person to answer a tool call's approval (docs/approvals.md)."""
+
+    approval_id: str
+    tool_name: str
+    since: datetime
 
 
 class AttemptFields(TypedDict):
@@ -174,6 +185,16 @@ class Task:
     cancel_requested_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    # The approval the running attempt's turn waits for (all three set, or none).
+    approval_wait_id: str | None
+    approval_wait_tool: str | None
+    approval_wait_since: datetime | None
+
+    @property
+    def approval_wait(self) -> ApprovalWait | None:
+        if self.approval_wait_id is None or self.approval_wait_tool is None or self.approval_wait_since is None:
+            return None
+        return ApprovalWait(self.approval_wait_id, self.approval_wait_tool, self.approval_wait_since)
 
     @property
     def attempt_key(self) -> tuple[uuid.UUID, int]:

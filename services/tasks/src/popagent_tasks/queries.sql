@@ -11,7 +11,7 @@ VALUES ('task', 'queued', $1, $2, $3, $4, $5, $6)
 RETURNING id, kind, status, source, workspace_id, prompt, model, session_id, schedule_id, tick, parent_task_id,
     attempt_count, max_attempts, next_attempt_at, claimed_by, turn_id, trace_id, started_at, heartbeat_at,
     finished_at, last_error_class, last_error, dead_lettered_at, outcome, resolution, resolved_at,
-    cancel_requested_at, created_at, updated_at
+    cancel_requested_at, created_at, updated_at, approval_wait_id, approval_wait_tool, approval_wait_since
 
 -- name: insert_tasks
 INSERT INTO popagent_agent_tasks (kind, status, source, workspace_id, prompt, model, session_id, max_attempts)
@@ -22,14 +22,14 @@ RETURNING id
 SELECT id, kind, status, source, workspace_id, prompt, model, session_id, schedule_id, tick, parent_task_id,
     attempt_count, max_attempts, next_attempt_at, claimed_by, turn_id, trace_id, started_at, heartbeat_at,
     finished_at, last_error_class, last_error, dead_lettered_at, outcome, resolution, resolved_at,
-    cancel_requested_at, created_at, updated_at
+    cancel_requested_at, created_at, updated_at, approval_wait_id, approval_wait_tool, approval_wait_since
 FROM popagent_agent_tasks WHERE id = $1
 
 -- name: list_tasks
 SELECT id, kind, status, source, workspace_id, prompt, model, session_id, schedule_id, tick, parent_task_id,
     attempt_count, max_attempts, next_attempt_at, claimed_by, turn_id, trace_id, started_at, heartbeat_at,
     finished_at, last_error_class, last_error, dead_lettered_at, outcome, resolution, resolved_at,
-    cancel_requested_at, created_at, updated_at
+    cancel_requested_at, created_at, updated_at, approval_wait_id, approval_wait_tool, approval_wait_since
 FROM popagent_agent_tasks
 WHERE ($2::text = '' OR workspace_id = $2) AND ($3::text = '' OR status = $3)
 ORDER BY created_at DESC, id
@@ -57,6 +57,17 @@ SELECT id, attempt_count, $3, $4 FROM popagent_agent_tasks
 WHERE id = $1 AND attempt_count = $2 AND status IN ('running', 'cancelling')
 RETURNING id
 
+-- name: attempt_approval_wait
+-- The approval the attempt's turn waits for ($3 id, $4 tool, $5 since; all NULL: none), only while
+-- the attempt still owns the task.
+UPDATE popagent_agent_tasks SET
+    approval_wait_id = $3,
+    approval_wait_tool = $4,
+    approval_wait_since = $5,
+    updated_at = clock_timestamp()
+WHERE id = $1 AND attempt_count = $2 AND status IN ('running', 'cancelling')
+RETURNING id
+
 -- name: cancel_task
 -- Queued work is cancelled at once; running work only asks its executor to stop.
 UPDATE popagent_agent_tasks SET
@@ -68,7 +79,7 @@ WHERE id = $1 AND status IN ('queued', 'running')
 RETURNING id, kind, status, source, workspace_id, prompt, model, session_id, schedule_id, tick, parent_task_id,
     attempt_count, max_attempts, next_attempt_at, claimed_by, turn_id, trace_id, started_at, heartbeat_at,
     finished_at, last_error_class, last_error, dead_lettered_at, outcome, resolution, resolved_at,
-    cancel_requested_at, created_at, updated_at
+    cancel_requested_at, created_at, updated_at, approval_wait_id, approval_wait_tool, approval_wait_since
 
 -- name: resolve_task
 UPDATE popagent_agent_tasks SET
@@ -85,7 +96,7 @@ WHERE id = $1 AND status IN ('failed', 'cancelled', 'dead-letter')
 RETURNING id, kind, status, source, workspace_id, prompt, model, session_id, schedule_id, tick, parent_task_id,
     attempt_count, max_attempts, next_attempt_at, claimed_by, turn_id, trace_id, started_at, heartbeat_at,
     finished_at, last_error_class, last_error, dead_lettered_at, outcome, resolution, resolved_at,
-    cancel_requested_at, created_at, updated_at
+    cancel_requested_at, created_at, updated_at, approval_wait_id, approval_wait_tool, approval_wait_since
 
 -- name: delete_task
 DELETE FROM popagent_agent_tasks
@@ -119,7 +130,7 @@ RETURNING t.id, t.kind, t.status, t.source, t.workspace_id, t.prompt, t.model, t
     t.tick, t.parent_task_id, t.attempt_count, t.max_attempts, t.next_attempt_at, t.claimed_by,
     t.turn_id, t.trace_id, t.started_at, t.heartbeat_at, t.finished_at, t.last_error_class,
     t.last_error, t.dead_lettered_at, t.outcome, t.resolution, t.resolved_at, t.cancel_requested_at,
-    t.created_at, t.updated_at
+    t.created_at, t.updated_at, t.approval_wait_id, t.approval_wait_tool, t.approval_wait_since
 
 -- name: heartbeat
 -- Returns the attempts this worker still owns, with their status: a missing one was
@@ -132,6 +143,9 @@ RETURNING t.id, t.status
 -- name: complete_attempts
 -- A completion that races a cancel request ends cancelled: once asked, the only exit is cancelled.
 UPDATE popagent_agent_tasks t SET
+    approval_wait_id = NULL,
+    approval_wait_tool = NULL,
+    approval_wait_since = NULL,
     status = CASE WHEN t.status = 'cancelling' THEN 'cancelled' ELSE 'completed' END,
     outcome = done.outcome,
     finished_at = clock_timestamp(),
@@ -142,7 +156,7 @@ RETURNING t.id, t.kind, t.status, t.source, t.workspace_id, t.prompt, t.model, t
     t.tick, t.parent_task_id, t.attempt_count, t.max_attempts, t.next_attempt_at, t.claimed_by,
     t.turn_id, t.trace_id, t.started_at, t.heartbeat_at, t.finished_at, t.last_error_class,
     t.last_error, t.dead_lettered_at, t.outcome, t.resolution, t.resolved_at, t.cancel_requested_at,
-    t.created_at, t.updated_at
+    t.created_at, t.updated_at, t.approval_wait_id, t.approval_wait_tool, t.approval_wait_since
 
 -- name: fail_attempt
 -- $3 error class, $4 message, $5 retry-eligible (self-update and a transient class),
@@ -159,6 +173,9 @@ WITH decided AS (
     FOR UPDATE
 )
 UPDATE popagent_agent_tasks t SET
+    approval_wait_id = NULL,
+    approval_wait_tool = NULL,
+    approval_wait_since = NULL,
     status = decided.next_status,
     next_attempt_at = CASE WHEN decided.next_status = 'queued'
         THEN clock_timestamp() + make_interval(secs => $6::double precision) ELSE t.next_attempt_at END,
@@ -173,10 +190,13 @@ RETURNING t.id, t.kind, t.status, t.source, t.workspace_id, t.prompt, t.model, t
     t.tick, t.parent_task_id, t.attempt_count, t.max_attempts, t.next_attempt_at, t.claimed_by,
     t.turn_id, t.trace_id, t.started_at, t.heartbeat_at, t.finished_at, t.last_error_class,
     t.last_error, t.dead_lettered_at, t.outcome, t.resolution, t.resolved_at, t.cancel_requested_at,
-    t.created_at, t.updated_at
+    t.created_at, t.updated_at, t.approval_wait_id, t.approval_wait_tool, t.approval_wait_since
 
 -- name: settle_cancelled
 UPDATE popagent_agent_tasks SET
+    approval_wait_id = NULL,
+    approval_wait_tool = NULL,
+    approval_wait_since = NULL,
     status = 'cancelled',
     finished_at = clock_timestamp(),
     updated_at = clock_timestamp()
@@ -184,7 +204,7 @@ WHERE id = $1 AND attempt_count = $2 AND status IN ('running', 'cancelling')
 RETURNING id, kind, status, source, workspace_id, prompt, model, session_id, schedule_id, tick, parent_task_id,
     attempt_count, max_attempts, next_attempt_at, claimed_by, turn_id, trace_id, started_at, heartbeat_at,
     finished_at, last_error_class, last_error, dead_lettered_at, outcome, resolution, resolved_at,
-    cancel_requested_at, created_at, updated_at
+    cancel_requested_at, created_at, updated_at, approval_wait_id, approval_wait_tool, approval_wait_since
 
 -- name: release_attempts
 -- The attempt did not fail, it was interrupted: the worker or agent-runner shut down, the
@@ -204,6 +224,9 @@ WITH decided AS (
     FOR UPDATE OF t
 )
 UPDATE popagent_agent_tasks t SET
+    approval_wait_id = NULL,
+    approval_wait_tool = NULL,
+    approval_wait_since = NULL,
     status = decided.next_status,
     uncounted_attempts = t.uncounted_attempts + CASE WHEN $3::boolean OR decided.next_status <> 'queued' THEN 0 ELSE 1 END,
     next_attempt_at = CASE WHEN decided.next_status = 'queued'
@@ -219,7 +242,7 @@ RETURNING t.id, t.kind, t.status, t.source, t.workspace_id, t.prompt, t.model, t
     t.tick, t.parent_task_id, t.attempt_count, t.max_attempts, t.next_attempt_at, t.claimed_by,
     t.turn_id, t.trace_id, t.started_at, t.heartbeat_at, t.finished_at, t.last_error_class,
     t.last_error, t.dead_lettered_at, t.outcome, t.resolution, t.resolved_at, t.cancel_requested_at,
-    t.created_at, t.updated_at
+    t.created_at, t.updated_at, t.approval_wait_id, t.approval_wait_tool, t.approval_wait_since
 
 -- name: recover_orphans
 -- Recovery by heartbeat staleness ($1 s), never by a wall-clock guess. Attempts held by
@@ -242,6 +265,9 @@ WITH orphan AS (
     FOR UPDATE SKIP LOCKED
 )
 UPDATE popagent_agent_tasks t SET
+    approval_wait_id = NULL,
+    approval_wait_tool = NULL,
+    approval_wait_since = NULL,
     status = orphan.next_status,
     next_attempt_at = CASE WHEN orphan.next_status = 'queued' THEN clock_timestamp() ELSE t.next_attempt_at END,
     dead_lettered_at = CASE WHEN orphan.next_status = 'dead-letter' THEN clock_timestamp() END,
@@ -259,7 +285,7 @@ RETURNING t.id, t.kind, t.status, t.source, t.workspace_id, t.prompt, t.model, t
     t.tick, t.parent_task_id, t.attempt_count, t.max_attempts, t.next_attempt_at, t.claimed_by,
     t.turn_id, t.trace_id, t.started_at, t.heartbeat_at, t.finished_at, t.last_error_class,
     t.last_error, t.dead_lettered_at, t.outcome, t.resolution, t.resolved_at, t.cancel_requested_at,
-    t.created_at, t.updated_at
+    t.created_at, t.updated_at, t.approval_wait_id, t.approval_wait_tool, t.approval_wait_since
 
 -- name: insert_remediation
 -- One remediation per terminally failed task (the partial unique index), in its

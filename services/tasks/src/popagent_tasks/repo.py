@@ -25,6 +25,7 @@ from popagent_core.errors import Conflict, FailedPrecondition, NotFound
 from popagent_tasks.model import (
     MAX_ERROR_CHARS,
     MAX_OUTCOME_CHARS,
+    ApprovalWait,
     Kind,
     Schedule,
     ScheduleFields,
@@ -255,6 +256,20 @@ class TaskRepo:
                 QUERIES["insert_attempt_progress"], task_id, attempt, kind, truncate(message, MAX_ERROR_CHARS)
             )
         return inserted is not None
+
+    async def attempt_approval_wait(self, task_id: uuid.UUID, attempt: int, wait: ApprovalWait | None) -> bool:
+        """Show the approval the attempt waits for (None: it waits for none); False once the attempt no
+        longer owns the task."""
+        with wrap_db_errors():
+            updated = await self.pool.fetchval(
+                QUERIES["attempt_approval_wait"],
+                task_id,
+                attempt,
+                wait.approval_id if wait else None,
+                wait.tool_name if wait else None,
+                wait.since if wait else None,
+            )
+        return updated is not None
 
     async def complete(self, done: Sequence[tuple[uuid.UUID, int, str]]) -> list[Task]:
         """Fenced completions in one statement; returns the tasks that changed."""

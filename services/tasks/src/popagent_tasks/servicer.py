@@ -16,6 +16,7 @@ from popagent_tasks.model import (
     MAX_ATTEMPTS_LIMIT,
     MAX_EVIDENCE_CHARS,
     MAX_PROMPT_CHARS,
+    MAX_REF_CHARS,
     Schedule,
     ScheduleFields,
     Source,
@@ -27,7 +28,6 @@ from popagent_tasks.repo import Progress, TaskRepo
 LIST_LIMIT = 200
 PROGRESS_PER_TASK = 20
 MAX_NAME_CHARS = 200
-MAX_REF_CHARS = 200
 
 
 def _ts(value: datetime | None) -> str:
@@ -35,7 +35,13 @@ def _ts(value: datetime | None) -> str:
 
 
 def task_message(task: Task, progress: list[Progress] | None = None) -> tasks_pb2.Task:
+    wait = task.approval_wait
     return tasks_pb2.Task(
+        waiting_for_approval=tasks_pb2.TaskApprovalWait(
+            approval_id=wait.approval_id, tool_name=wait.tool_name, since=_ts(wait.since)
+        )
+        if wait is not None
+        else None,
         id=str(task.id),
         status=task.status.value,
         source=task.source.value,

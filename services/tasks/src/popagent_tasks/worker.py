@@ -6,6 +6,10 @@ Per attempt:
   -> [timeout / cancel / shutdown / lost claim: abort, wait `abort_ack_s` holding the slot]
   -> fenced durable transition (+ remediation in the same transaction) -> TaskStop -> free slot.
 
+The deadline (`task_timeout_s`) stops while the attempt's turn waits for a person to answer a tool
+call's approval (the executor reports each wait) and moves on by the time it waited; the task shows
+the wait, and the heartbeat goes on, so no sweep takes the waiting attempt for a dead one.
+
 An executor that does not settle within the acknowledgement interval gets an
 `interrupted` TaskStop; its task stays `running`/`cancelling`, keeps its slot and its
 heartbeat (so no sweep, here or elsewhere, recovers it into an overlapping retry) until
@@ -25,14 +29,24 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Generic, TypeVar
 
 from popagent_core.lifecycle import wait_event
 from popagent_core.telemetry import TRACER, continuing_trace
-from popagent_tasks.executor import AbortReason, AbortSignal, Attempt, Executor, TaskFailure, classify
+from popagent_tasks.executor import (
+    AbortReason,
+    AbortSignal,
+    ApprovalWaitReport,
+    Attempt,
+    Executor,
+    TaskFailure,
+    classify,
+)
 from popagent_tasks.model import (
     RELEASED,
     TRANSIENT,
+    ApprovalWait,
     Backoff,
     ErrorClass,
     Source,
@@ -124,14 +138,43 @@ class _Slot:
     attempt: Attempt
     lifecycle: TaskLifecycle
     abort: AbortSignal
+    # time.monotonic() at which the attempt times out, not counting its approval waits.
     deadline: float
     task: asyncio.Task[None] | None = None
     # The executor settled; the attempt is only waiting for its durable transition.
     settled: bool = False
+    # The approvals the attempt's turn waits for, oldest first. A person's answer takes as long as it
+    # takes (the approval's own expiry bounds it), so the deadline stops while any is waited for.
+    waits: dict[str, ApprovalWait] = field(default_factory=dict[str, ApprovalWait])
+    paused_at: float | None = None
+    # Set whenever the deadline stops or moves on, so the attempt's wait for it looks again.
+    deadline_moved: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def key(self) -> tuple[uuid.UUID, int]:
         return self.task_record.attempt_key
+
+    def remaining(self) -> float | None:
+        """Seconds until the deadline; None while the deadline is stopped."""
+        if self.paused_at is not None:
+            return None
+        return max(self.deadline - time.monotonic(), 0.0)
+
+    def approval_wait(self, report: ApprovalWaitReport) -> ApprovalWait | None:
+        """Apply a wait's start or end to the deadline; the wait the task shows now (the oldest)."""
+        if report.waiting:
+            if self.paused_at is None:
+                self.paused_at = time.monotonic()
+            if report.approval_id not in self.waits:
+                self.waits[report.approval_id] = ApprovalWait(report.approval_id, report.tool_name, datetime.now(UTC))
+        else:
+            self.waits.pop(report.approval_id, None)
+            if not self.waits and self.paused_at is not None:
+                # The time spent waiting is added back.
+                self.deadline += time.monotonic() - self.paused_at
+                self.paused_at = None
+        self.deadline_moved.set()
+        return next(iter(self.waits.values()), None)
 
 
 class _StatementBatcher(Generic[Item, Result]):
@@ -383,9 +426,18 @@ class Worker:
         async def report_progress(message: str) -> None:
             await self.repo.attempt_progress(task_id, attempt_number, "progress", message)
 
+        async def report_approval_wait(report: ApprovalWaitReport) -> None:
+            shown = slot.approval_wait(report)
+            try:
+                await self.repo.attempt_approval_wait(task_id, attempt_number, shown)
+            except Exception:
+                # Only what the task shows: the deadline already stopped or moved on, and a person
+                # may be about to answer, so the attempt goes on; the next wait or transition rewrites it.
+                logger.warning("approval wait not shown on the task", extra={"task_id": str(task_id)}, exc_info=True)
+
         slot = _Slot(
             task_record=task,
-            attempt=Attempt.of(task, report_progress),
+            attempt=Attempt.of(task, report_progress, report_approval_wait),
             lifecycle=TaskLifecycle.of(task),
             abort=AbortSignal(),
             deadline=time.monotonic() + self.config.task_timeout_s,
@@ -411,11 +463,7 @@ class Worker:
             execution = asyncio.create_task(self.executor.execute(slot.attempt, slot.abort))
             aborted = asyncio.create_task(slot.abort.wait())
             try:
-                await asyncio.wait(
-                    {execution, aborted},
-                    timeout=max(slot.deadline - time.monotonic(), 0),
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
+                await self._until_deadline(slot, execution, aborted)
             finally:
                 aborted.cancel()
             if not execution.done():
@@ -430,6 +478,22 @@ class Worker:
         finally:
             self.slots.pop(slot.key[0], None)
             self.wake()
+
+    async def _until_deadline(
+        self, slot: _Slot, execution: asyncio.Task[str], aborted: asyncio.Task[AbortReason]
+    ) -> None:
+        """Until the executor settles, an abort, or the deadline, which stops while the attempt waits for
+        an approval and moves on by the time it waited: each change of it is looked at again."""
+        while not (execution.done() or aborted.done()):
+            slot.deadline_moved.clear()
+            remaining = slot.remaining()
+            if remaining == 0:
+                return
+            moved = asyncio.create_task(slot.deadline_moved.wait())
+            try:
+                await asyncio.wait({execution, aborted, moved}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                moved.cancel()
 
     async def _interrupted(self, slot: _Slot) -> None:
         reason = slot.abort.reason or AbortReason.TIMEOUT

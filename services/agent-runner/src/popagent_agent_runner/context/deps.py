@@ -24,6 +24,7 @@ from popagent_agent_runner.state.agents import SUPERVISOR_ID
 from popagent_agent_runner.state.profiles import AgentProfile, RuntimeSnapshot
 
 if TYPE_CHECKING:
+    from popagent_agent_runner.approvals.gate import TurnApprovals
     from popagent_agent_runner.browser.access import TurnBrowser
     from popagent_agent_runner.docs.documents import Documentation
     from popagent_agent_runner.memory.observational.recall import HistorySearch
@@ -59,6 +60,8 @@ class TurnContext:
     history_search: HistorySearch | None = None
     # The id of the user message the turn answers (recall leaves it, and what follows, out).
     message_id: str = ""
+    # The approval gate bound to this turn; None: no policy is applied and no hook can ask.
+    approvals: TurnApprovals | None = None
 
     def model_for(self, profile: AgentProfile) -> str:
         return profile.model or self.route

@@ -22,7 +22,7 @@ whole string every time, and the message keeps every copy until it is freed).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -57,6 +57,8 @@ def usage_metadata(
 
 # A turn's events waiting for its consumer, in bytes, past which the model stream waits.
 MAX_QUEUED_BYTES = 256 * 1024
+# The events that end a turn's stream: the client's last.
+TERMINAL_EVENTS = frozenset({"finish", "error", "abort"})
 
 
 class TurnEvents:
@@ -87,6 +89,8 @@ class TurnEvents:
         self.max_queued_bytes = max_queued_bytes
         # What the next batch waits for (the prompt's storing), however it ends.
         self._hold: asyncio.Future[Any] | None = None
+        # A finish, error or abort was queued: nothing is queued after it.
+        self._terminated = False
 
     @property
     def backlogged(self) -> bool:
@@ -107,6 +111,13 @@ class TurnEvents:
             self._open_pieces = []
 
     def put(self, event: pb.TurnEvent) -> None:
+        if self._terminated:
+            # The stream's terminal event is out. A cancelled turn's straggler must not follow it:
+            # pydantic-ai runs a model request in a task of its own behind `asyncio.shield` and
+            # drains it after the turn's cancellation, so the request may still open its step.
+            return
+        if event.WhichOneof("event") in TERMINAL_EVENTS:
+            self._terminated = True
         self._seal_text()
         self._events.append(event)
         self._queued_bytes += event.ByteSize()
@@ -117,6 +128,8 @@ class TurnEvents:
     def put_text(self, part_id: str, delta: str) -> None:
         """A text delta, merged into the one still waiting for the same part (one SSE chunk, not
         one per token); from the batch that carries the first text on, batches are paced."""
+        if self._terminated:
+            return
         self._queued_bytes += len(delta)
         pending = self._open_delta
         if pending is not None and pending.part_id == part_id:
@@ -206,11 +219,16 @@ class TurnOutput:
         self._text: _Text | None = None
         self._text_count = 0
         self._tools: dict[str, dict[str, Any]] = {}
+        # Approvals this turn's calls wait for (docs/approvals.md): a client leaving meanwhile never cancels it.
+        self.awaiting_approvals: set[str] = set()
         self._activities: dict[str, dict[str, Any]] = {}
         # The stream's terminal event (finish, error or abort) is out: it is the client's last.
         self._ended = False
         # A user cancelled the turn (not a disconnect or a shutdown): what it answered is stored so marked.
         self.cancelled = False
+        # Stores how far the turn got (a JSON object) at each tool step, so another runner can go on
+        # with it (docs/turns.md, Takeover); None: not stored (task turns).
+        self.store_progress: Callable[[dict[str, Any]], Awaitable[None]] | None = None
 
     # -- stream shape ------------------------------------------------------------------
 
@@ -223,7 +241,17 @@ class TurnOutput:
             pb.TurnEvent(start=pb.TurnStart(turn_id=turn_id, message_id=message_id, model=model, trace_id=trace_id))
         )
 
+    def carry(self, parts: list[dict[str, Any]]) -> None:
+        """The parts a lost runner's attempt of this turn had streamed, as this message's own (they
+        reached the turn's log already, so nothing is streamed again)."""
+        self.parts = [dict(part) for part in parts]
+        self._text_count = sum(1 for part in self.parts if part["type"] == "text")
+        self._tools = {part["toolCallId"]: part for part in self.parts if "toolCallId" in part}
+        self._activities = {part["id"]: part for part in self.parts if part["type"] == "data-agentActivity"}
+
     def step_start(self) -> None:
+        if self._ended:
+            return  # a straggler of a cancelled turn (TurnEvents.put): no step after the end
         self.step_finish()
         self._step_open = True
         self.step_has_output = False
@@ -296,6 +324,8 @@ class TurnOutput:
     # -- tools and activity ------------------------------------------------------------
 
     def tool_input(self, tool_call_id: str, tool_name: str, arguments: dict[str, Any]) -> None:
+        if tool_call_id in self._tools:
+            return  # shown already, by the approval it asked for
         self.text_end()
         if not self._step_open:
             self.step_start()
@@ -321,8 +351,47 @@ class TurnOutput:
             part["output"] = output
         self.events.put(pb.TurnEvent(tool_output=pb.ToolOutput(tool_call_id=tool_call_id, output_json=dumps(output))))
 
+    def tool_approval_request(
+        self, tool_call_id: str, tool_name: str, arguments: dict[str, Any], approval_id: str, reason: str
+    ) -> None:
+        """The call waits for a person: its part (shown first if it was not) is `approval-requested`."""
+        self.tool_input(tool_call_id, tool_name, arguments)
+        part = self._tools[tool_call_id]
+        part["state"] = "approval-requested"
+        part["approval"] = {"id": approval_id}
+        self.awaiting_approvals.add(approval_id)
+        self.events.put(
+            pb.TurnEvent(
+                approval_request=pb.ToolApprovalRequest(
+                    approval_id=approval_id, tool_call_id=tool_call_id, reason=reason
+                )
+            )
+        )
+
+    def tool_approved(self, tool_call_id: str, approval_id: str) -> None:
+        self.awaiting_approvals.discard(approval_id)
+        part = self._tools.get(tool_call_id)
+        if part is not None:
+            part["state"] = "approval-responded"
+            part["approval"] = {"id": approval_id, "approved": True}
+
+    def tool_denied(
+        self, tool_call_id: str, tool_name: str, arguments: dict[str, Any], approval_id: str, reason: str
+    ) -> None:
+        """The call was denied (or its approval expired) and never ran: `output-denied`."""
+        self.awaiting_approvals.discard(approval_id)
+        self.tool_input(tool_call_id, tool_name, arguments)
+        part = self._tools[tool_call_id]
+        part["state"] = "output-denied"
+        part["approval"] = {"id": approval_id, "approved": False, "reason": reason}
+        self.events.put(
+            pb.TurnEvent(tool_denied=pb.ToolDenied(tool_call_id=tool_call_id, approval_id=approval_id, reason=reason))
+        )
+
     def tool_error(self, tool_call_id: str, error_text: str) -> None:
         part = self._tools.get(tool_call_id)
+        if part is not None and part["state"] == "output-denied":
+            return  # its denial is its outcome
         if part is not None:
             part["state"] = "output-error"
             part["errorText"] = error_text

@@ -44,7 +44,7 @@ from popagent_agent_runner.state.profiles import AgentProfile, RuntimeSnapshot
 from popagent_core import subjects
 from popagent_core.bus import enqueue_event
 from popagent_core.db import wrap_db_errors
-from popagent_core.errors import ConfigurationError, NotFound
+from popagent_core.errors import ConfigurationError, FailedPrecondition, NotFound
 from popagent_core.redaction import REDACTED, RETIRED_SECRET_TOOLS, redact_tool_payload, redact_ui_message
 from popagent_core.telemetry import statements_span
 
@@ -62,6 +62,8 @@ HEAVY_COMMITS = 1
 HISTORY_CACHE_ENTRY_BYTES = HISTORY_CACHE_BYTES // 8
 
 Version = tuple[int, int]
+# A chat turn's id and the runner that must still hold its record for its answer to be stored.
+TurnFence = tuple[str, str]
 """A thread's (message count, last seq): any insert or delete changes it."""
 
 # The resource every chat thread belongs to (the spec's single user).
@@ -217,8 +219,24 @@ class ThreadStore:
             history_bytes=history_bytes,
         )
 
+    async def version(self, session_id: str) -> Version:
+        """The thread's version now (message count, last seq)."""
+        with wrap_db_errors():
+            row = await self.pool.fetchrow(self.q["thread_version_and_seq"], session_id, "")
+        return (row["messages"], row["last_seq"])
+
+    async def drop_turn(self, session_id: str, prompt_id: str) -> None:
+        """A rolled-back turn leaves nothing: its prompt and what answered it go from the session's UI
+        messages and from the thread (nothing happens when the prompt was never stored)."""
+        self._drop(session_id)
+        with wrap_db_errors(), statements_span("drop_turn"):
+            async with self.pool.acquire() as conn, conn.transaction():
+                await conn.execute(self.q["drop_turn_from_session"], session_id, prompt_id)
+                await conn.execute(self.q["drop_turn_from_thread"], session_id, prompt_id)
+
     async def double_texting(self, session_id: str) -> str:
-        """The session's double-texting policy ("reject" or "enqueue"); NotFound when there is no such session."""
+        """The session's double-texting policy (state.sessions.DOUBLE_TEXTING_POLICIES); NotFound when
+        there is no such session."""
         with wrap_db_errors():
             policy = await self.pool.fetchval(self.q["session_double_texting"], session_id)
         if policy is None:
@@ -335,9 +353,12 @@ class ThreadStore:
         messages: Sequence[ModelMessage],
         specialist_runs: Sequence[SpecialistRun],
         outcome: events_pb2.TurnCompleted | None,
+        fence: TurnFence | None = None,
     ) -> None:
         """Store the turn's user and assistant messages (and specialist threads), with its
         outcome event when it has one (a complete answer), replacing `begin_turn`'s placeholder.
+        With `fence` (turn id, runner id), only while that runner still holds the turn's record
+        (FailedPrecondition otherwise: another runner took the turn over).
 
         `base` is the state the turn started from, `begun` the thread's version after
         `begin_turn`; `messages` are its new model messages, the first being the user's
@@ -358,6 +379,7 @@ class ThreadStore:
                 messages=messages,
                 specialist_runs=specialist_runs,
                 outcome=outcome,
+                fence=fence,
             )
 
     async def _commit_turn(
@@ -371,6 +393,7 @@ class ThreadStore:
         messages: Sequence[ModelMessage],
         specialist_runs: Sequence[SpecialistRun],
         outcome: events_pb2.TurnCompleted | None,
+        fence: TurnFence | None = None,
     ) -> None:
         self._drop(session_id)
         first, rest = (
@@ -390,6 +413,8 @@ class ThreadStore:
         kept: Version | None = None
         with wrap_db_errors(), statements_span("commit_turn"):
             async with self.pool.acquire() as conn, conn.transaction():
+                if fence is not None and not await conn.fetchval(self.q["turn_still_held"], *fence):
+                    raise FailedPrecondition(f"turn {fence[0]} is no longer this agent-runner's: another took it over")
                 await self._record_in_session(conn, session_id, user_ui, assistant_ui)
                 await conn.execute(self.q["upsert_thread"], session_id, USER_RESOURCE, None)
                 before = await conn.fetchrow(self.q["thread_version_and_seq"], session_id, user_ui["id"])

@@ -62,6 +62,7 @@ SELECT s.workspace_id,
                'id', a.id, 'display_name', a.display_name, 'description', a.description,
                'instructions', a.instructions, 'delegation_eligible', a.delegation_eligible, 'tools', a.tools,
                'model', a.model, 'workspace_access', a.workspace_access, 'browser_access', a.browser_access,
+               'tool_approval', a.tool_approval,
                -- Only enabled skills ever reach a run (AgentProfile.skills).
                'skills', (
                    SELECT coalesce(jsonb_agg(jsonb_build_object(
@@ -199,3 +200,33 @@ UPDATE popagent_thread_messages SET content = $3::jsonb, tokens = $4 WHERE threa
 -- name: session_double_texting
 -- The session's double-texting policy, read only when a turn is already running on it.
 SELECT double_texting FROM popagent_sessions WHERE id = $1 AND deleting_at IS NULL
+
+-- name: drop_turn_from_session
+-- A rolled-back turn ('rollback' double texting): the session's UI messages from its prompt ($2) on
+-- are dropped (a new revision). No row: the prompt was never stored, nothing changed.
+WITH found AS (
+    SELECT min(m.position) AS position
+    FROM popagent_sessions s, jsonb_array_elements(s.messages) WITH ORDINALITY AS m(message, position)
+    WHERE s.id = $1 AND m.message ->> 'id' = $2
+),
+kept AS (
+    SELECT coalesce(jsonb_agg(m.message ORDER BY m.position), '[]'::jsonb) AS messages
+    FROM popagent_sessions s, found, jsonb_array_elements(s.messages) WITH ORDINALITY AS m(message, position)
+    WHERE s.id = $1 AND m.position < found.position
+)
+UPDATE popagent_sessions s
+SET messages = kept.messages, message_count = jsonb_array_length(kept.messages), revision = s.revision + 1,
+    updated_at = now()
+FROM kept, found
+WHERE s.id = $1 AND found.position IS NOT NULL
+RETURNING s.id
+
+-- name: drop_turn_from_thread
+-- The rolled-back turn's rows in the thread: its prompt ($2) and everything after it.
+DELETE FROM popagent_thread_messages
+WHERE thread_id = $1 AND seq >= (SELECT seq FROM popagent_thread_messages WHERE thread_id = $1 AND id = $2)
+
+-- name: turn_still_held
+-- A chat turn's commit goes through only while its record is this runner's and running (a runner
+-- whose turn another took over stores nothing); the row stays locked until the commit.
+SELECT true FROM popagent_turns WHERE id = $1 AND runner_id = $2 AND status = 'running' FOR UPDATE

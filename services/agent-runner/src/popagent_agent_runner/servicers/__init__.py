@@ -9,4 +9,5 @@
 | `documents.py` | `DocumentsService`: documentation indexing and search |
 | `memory.py` | `SessionMemoryService`: a session's observational memory, read-only |
 | `messages.py` | a typed record as the proto message a servicer answers with, by field name |
+| `session_reads.py` | a stored session as one GetSession answer carries it: within the gRPC message limit |
 """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 import grpc
 import orjson
@@ -12,13 +12,16 @@ from google.protobuf.message import Message
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
+from popagent_agent_runner.approvals.store import Approval, ApprovalState, ApprovalStore, Scope
 from popagent_agent_runner.servicers.messages import message_of
+from popagent_agent_runner.servicers.session_reads import readable_messages
 from popagent_agent_runner.state.agents import AgentChanges, AgentRecord, AgentStore
 from popagent_agent_runner.state.sessions import SessionDeleter, SessionRecord, SessionStarts, SessionStore
 from popagent_agent_runner.state.settings_rules import Violation
 from popagent_agent_runner.state.settings_store import SettingsRecord, SingletonSettings
 from popagent_agent_runner.state.workspaces import AgentWorkspaceStore, WorkspaceRecord
 from popagent_agent_runner.tools import KNOWN_TOOLS
+from popagent_agent_runner.turn.records import TurnRecords
 from popagent_agent_runner.workspace.sandbox import Sandbox
 from popagent_core.errors import InvalidArgument
 from popagent_core.redaction import redact_ui_message
@@ -35,13 +38,33 @@ def _optional(request: Message, field: str) -> Any:
 
 
 def session_message(session: SessionRecord, *, with_messages: bool = False) -> pb.Session:
-    return message_of(
-        pb.Session, session, messages_json=(session.messages_json or "").encode() if with_messages else b""
-    )
+    messages = readable_messages(session.messages_json or "").encode() if with_messages else b""
+    return message_of(pb.Session, session, messages_json=messages)
 
 
 def agent_message(agent: AgentRecord) -> pb.Agent:
-    return message_of(pb.Agent, agent)
+    return message_of(pb.Agent, agent, tool_approval_json=orjson.dumps(agent.tool_approval.to_json()).decode())
+
+
+def approval_message(approval: Approval) -> pb.Approval:
+    return message_of(pb.Approval, approval, arguments_json=orjson.dumps(approval.arguments).decode())
+
+
+def _policy_document(request: pb.UpdateAgentRequest) -> object | None:
+    if not request.HasField("tool_approval_json"):
+        return None
+    try:
+        return orjson.loads(request.tool_approval_json)
+    except orjson.JSONDecodeError:
+        raise InvalidArgument("toolApproval is not JSON") from None
+
+
+_DECISIONS: dict[int, tuple[bool, Scope | None]] = {
+    pb.APPROVE_ONCE: (True, "once"),
+    pb.APPROVE_FOR_SESSION: (True, "session"),
+    pb.DENY: (False, None),
+}
+MAX_ANSWER_REASON_BYTES = 2 * 1024
 
 
 def workspace_message(record: WorkspaceRecord) -> pb.Workspace:
@@ -55,12 +78,15 @@ def _violations(found: list[Violation]) -> list[pb.FieldViolation]:
 @dataclass(kw_only=True, eq=False)
 class AgentRunnerStateServicer(agent_runner_pb2_grpc.AgentRunnerStateServiceServicer):
     sessions: SessionStore
+    # The sessions' queued turns, shown with a session.
+    turns: TurnRecords
     deleter: SessionDeleter
     agents: AgentStore
     workspaces: AgentWorkspaceStore
     runtime_settings: SingletonSettings
     memory_settings: SingletonSettings
     starts: SessionStarts
+    approvals: ApprovalStore
     sandbox: Sandbox | None = None
 
     # Sessions ----------------------------------------------------------------------
@@ -77,7 +103,18 @@ class AgentRunnerStateServicer(agent_runner_pb2_grpc.AgentRunnerStateServiceServ
         return session_message(session)
 
     async def GetSession(self, request: pb.GetSessionRequest, context: grpc.aio.ServicerContext) -> pb.Session:
-        return session_message(await self.sessions.get(request.id), with_messages=True)
+        return await self._full_session(await self.sessions.get(request.id))
+
+    async def _full_session(self, session: SessionRecord) -> pb.Session:
+        """The session with its messages and its queued turns."""
+        message = session_message(session, with_messages=True)
+        message.queued_turns.extend(
+            message_of(
+                pb.QueuedTurn, turn, turn_id=turn.id, message_json=orjson.dumps(turn.request["message"]).decode()
+            )
+            for turn in await self.turns.queued(session.id)
+        )
+        return message
 
     async def SaveSession(
         self, request: pb.SaveSessionRequest, context: grpc.aio.ServicerContext
@@ -98,7 +135,7 @@ class AgentRunnerStateServicer(agent_runner_pb2_grpc.AgentRunnerStateServiceServ
         if result.saved is not None:
             return pb.SaveSessionResponse(conflict=False, session=session_message(result.saved))
         assert result.current is not None
-        return pb.SaveSessionResponse(conflict=True, session=session_message(result.current, with_messages=True))
+        return pb.SaveSessionResponse(conflict=True, session=await self._full_session(result.current))
 
     async def UpdateSession(self, request: pb.UpdateSessionRequest, context: grpc.aio.ServicerContext) -> pb.Session:
         row = await self.sessions.update(
@@ -140,8 +177,46 @@ class AgentRunnerStateServicer(agent_runner_pb2_grpc.AgentRunnerStateServiceServ
             delegation_eligible=_optional(request, "delegation_eligible"),
             tools=list(request.tools.values) if request.HasField("tools") else None,
             model=_optional(request, "model"),
+            tool_approval=_policy_document(request),
         )
         return agent_message(await self.agents.update(request.id, changes))
+
+    # Approvals ---------------------------------------------------------------------
+
+    async def ListApprovals(
+        self, request: pb.ListApprovalsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListApprovalsResponse:
+        if request.state and request.state not in get_args(ApprovalState):
+            raise InvalidArgument(f"state must be one of {', '.join(get_args(ApprovalState))}")
+        found = await self.approvals.list(state=request.state, session_id=request.session_id)
+        return pb.ListApprovalsResponse(approvals=[approval_message(approval) for approval in found])
+
+    async def AnswerApproval(self, request: pb.AnswerApprovalRequest, context: grpc.aio.ServicerContext) -> pb.Approval:
+        if request.decision not in _DECISIONS:
+            raise InvalidArgument("decision must be approve, approve for the session, or deny")
+        if len(request.reason.encode()) > MAX_ANSWER_REASON_BYTES:
+            raise InvalidArgument(f"reason must be at most {MAX_ANSWER_REASON_BYTES} bytes")
+        approved, scope = _DECISIONS[request.decision]
+        answered = await self.approvals.answer(
+            request.approval_id,
+            approved=approved,
+            scope=scope,
+            answered_by=request.answered_by or "api",
+            reason=request.reason,
+        )
+        return approval_message(answered)
+
+    async def ListApprovalGrants(
+        self, request: pb.ListApprovalGrantsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListApprovalGrantsResponse:
+        grants = await self.approvals.grants(request.session_id)
+        return pb.ListApprovalGrantsResponse(grants=[message_of(pb.ApprovalGrant, grant) for grant in grants])
+
+    async def RevokeApprovalGrant(
+        self, request: pb.RevokeApprovalGrantRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RevokeApprovalGrantResponse:
+        await self.approvals.revoke(request.session_id, request.tool_name)
+        return pb.RevokeApprovalGrantResponse()
 
     # Workspaces --------------------------------------------------------------------
 

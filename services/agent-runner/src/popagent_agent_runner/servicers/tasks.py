@@ -1,4 +1,5 @@
-"""`AgentRunnerTaskService.RunTask`: a task attempt's turn (`turn/tasks.py`) streamed back as events."""
+"""`AgentRunnerTaskService.RunTask`: a task attempt's turn (`turn/tasks.py`) streamed back as events: its
+progress, its approval waits and its result."""
 
 from __future__ import annotations
 
@@ -51,7 +52,11 @@ class TaskServicer(agent_runner_pb2_grpc.AgentRunnerTaskServiceServicer):
 
         async def run() -> None:
             try:
-                result = await self.turns.run(request, lambda text: events.put_nowait(pb.TaskTurnEvent(progress=text)))
+                result = await self.turns.run(
+                    request,
+                    lambda text: events.put_nowait(pb.TaskTurnEvent(progress=text)),
+                    lambda wait: events.put_nowait(pb.TaskTurnEvent(approval_wait=wait)),
+                )
             except PopagentError as exc:
                 # Storage or configuration trouble outside the turn: the worker classifies it.
                 logger.warning("task turn failed", extra={"task_id": request.task_id, "error": str(exc)})

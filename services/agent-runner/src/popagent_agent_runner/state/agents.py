@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import asyncpg
+import orjson
 
+from popagent_agent_runner.approvals.policy import Policy
 from popagent_core.db import record_of, wrap_db_errors
 from popagent_core.errors import FailedPrecondition, InvalidArgument, NotFound
 
@@ -34,10 +36,14 @@ class AgentRecord:
     # None: the agent inherits the default model.
     model: str | None
     updated_at: datetime
+    # Which tool calls run, ask a person first, or never run (docs/approvals.md).
+    tool_approval: Policy = field(default_factory=Policy)
 
 
 def _agent(row: asyncpg.Record) -> AgentRecord:
-    return record_of(AgentRecord, row, tools=tuple(row["tools"]))
+    return record_of(
+        AgentRecord, row, tools=tuple(row["tools"]), tool_approval=Policy.parse(orjson.loads(row["tool_approval"]))
+    )
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,8 @@ class AgentChanges:
     tools: list[str] | None = None
     # "" clears the override (inherit); None leaves it unchanged.
     model: str | None = None
+    # The new approval policy as its JSON document (a list of rules); None leaves it unchanged.
+    tool_approval: object | None = None
 
 
 def _text(name: str, value: str, lo: int, hi: int) -> str:
@@ -95,6 +103,9 @@ def _checked(agent_id: str, current: AgentRecord, changes: AgentChanges, known_t
         row["tools"] = tuple(changes.tools)
     if changes.model is not None:
         row["model"] = _text("model", changes.model, 1, 200) if changes.model else None
+    row["tool_approval"] = current.tool_approval
+    if changes.tool_approval is not None:
+        row["tool_approval"] = Policy.parse(changes.tool_approval)
     return AgentRecord(**row)
 
 
@@ -129,5 +140,6 @@ class AgentStore:
                     agent.delegation_eligible,
                     list(agent.tools),
                     agent.model,
+                    orjson.dumps(agent.tool_approval.to_json()).decode(),
                 )
         return _agent(updated)

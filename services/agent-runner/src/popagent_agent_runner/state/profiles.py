@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from popagent_agent_runner.approvals.policy import Policy
 from popagent_core.db import record_of
 
 
@@ -66,12 +67,15 @@ class AgentProfile:
     browser_access: str = "none"
     # The agent's enabled skills, by name; the skill tools exist for it only when there is one.
     skills: tuple[RunSkill, ...] = ()
+    # Which of its tool calls run, ask a person first, or never run (approvals/policy.py).
+    tool_approval: Policy = field(default_factory=Policy)
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> AgentProfile:
         return record_of(
             cls,
             row,
+            tool_approval=Policy.parse(row.get("tool_approval") or []),
             tools=tuple(row["tools"]),
             browser_access=row.get("browser_access", "none"),
             skills=tuple(RunSkill.from_row(skill) for skill in row.get("skills") or ()),

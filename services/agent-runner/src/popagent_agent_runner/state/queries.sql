@@ -67,6 +67,12 @@ DELETE FROM popagent_threads WHERE id = $1
 -- The session's turn records (popagent_turns; no foreign key, see its migration).
 DELETE FROM popagent_turns WHERE session_id = $1
 
+-- name: delete_session_approvals
+DELETE FROM popagent_approvals WHERE session_id = $1
+
+-- name: delete_session_grants
+DELETE FROM popagent_approval_grants WHERE session_id = $1
+
 -- name: delete_session_row
 DELETE FROM popagent_sessions WHERE id = $1 AND deleting_at IS NOT NULL
 
@@ -121,22 +127,23 @@ DELETE FROM popagent_agent_workspaces WHERE id = $1
 
 -- name: list_agents
 SELECT id, display_name, description, instructions, source_url, workspace_access, browser_access,
-       delegation_eligible, tools, model, updated_at
+       delegation_eligible, tools, model, tool_approval::text, updated_at
 FROM popagent_agents
 ORDER BY position, id
 
 -- name: lock_agent
 SELECT id, display_name, description, instructions, source_url, workspace_access, browser_access,
-       delegation_eligible, tools, model, updated_at
+       delegation_eligible, tools, model, tool_approval::text, updated_at
 FROM popagent_agents WHERE id = $1 FOR UPDATE
 
 -- name: update_agent
 UPDATE popagent_agents
 SET display_name = $2, description = $3, instructions = $4, source_url = $5, workspace_access = $6,
-    browser_access = $7, delegation_eligible = $8, tools = $9, model = $10, updated_at = now()
+    browser_access = $7, delegation_eligible = $8, tools = $9, model = $10, tool_approval = $11::jsonb,
+    updated_at = now()
 WHERE id = $1
 RETURNING id, display_name, description, instructions, source_url, workspace_access, browser_access,
-          delegation_eligible, tools, model, updated_at
+          delegation_eligible, tools, model, tool_approval::text, updated_at
 
 -- Settings singletons ---------------------------------------------------------------
 -- Each names its table's columns in the order of its rules (settings_rules), then updated_at.

@@ -54,7 +54,7 @@ def _check_title(title: str) -> str:
     return title
 
 
-DOUBLE_TEXTING_POLICIES = ("reject", "enqueue")
+DOUBLE_TEXTING_POLICIES = ("reject", "enqueue", "interrupt", "rollback")
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +216,8 @@ class SessionDeleter:
                     return False
                 await conn.execute(self.q["delete_thread"], session_id)
                 await conn.execute(self.q["delete_session_turns"], session_id)
+                await conn.execute(self.q["delete_session_approvals"], session_id)
+                await conn.execute(self.q["delete_session_grants"], session_id)
                 event = events_pb2.SessionDeleted(session_id=session_id, workspace_id=marked["workspace_id"])
                 await enqueue_event(conn, subjects.SESSION_DELETED, event.SerializeToString())
         logger.info("session deleted", extra={"session_id": session_id, "workspace_id": marked["workspace_id"]})

@@ -3,7 +3,10 @@
 | module | does |
 |---|---|
 | `runner.py` | `TurnRunner`: the turn, from the newest user message to a stored answer |
+| `chat_turns.py` | `ChatTurns`: a chat turn started, queued under the session's double-texting policy, followed, cancelled and taken over |
 | `records.py` | chat turns as records: status, runner and lease (`popagent_turns`) |
+| `progress.py` | `TurnProgress`: the steps a turn completed, stored so another runner can go on after them |
+| `peers.py` | `RunnerPresence` and `TurnControl`: a runner announcing itself and answering cancels on core NATS |
 | `log.py` | the turn log on JetStream: every batch a turn streamed, for followers |
 | `tasks.py` | `TaskTurns`: a background task attempt as one turn |
 | `ui_message.py` | the newest user UI message parsed once into a `UserMessage` |

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from opentelemetry.trace import Span
 from pydantic_ai import Agent, AgentRunResult
-from pydantic_ai.messages import AgentStreamEvent
+from pydantic_ai.messages import AgentStreamEvent, ModelMessage
 
 from popagent_agent_runner.llm.model import generation_attributes
 from popagent_core.telemetry import TRACER
@@ -25,6 +25,7 @@ from popagent_core.telemetry import TRACER
 DepsT = TypeVar("DepsT")
 OutputT = TypeVar("OutputT")
 ToolEvents = Callable[[AsyncIterable[AgentStreamEvent]], Awaitable[None]]
+StepProgress = Callable[[list[ModelMessage], bool], Awaitable[None]]
 
 
 @contextmanager
@@ -52,19 +53,35 @@ def agent_run_span(agent_id: str, session_id: str, thread_id: str, model: str) -
 
 
 async def run_agent(
-    agent: Agent[DepsT, OutputT], prompt: Any, *, tool_events: ToolEvents, **run_options: Any
+    agent: Agent[DepsT, OutputT],
+    prompt: Any,
+    *,
+    tool_events: ToolEvents,
+    on_step: StepProgress | None = None,
+    **run_options: Any,
 ) -> AgentRunResult[OutputT]:
-    """`agent.run(prompt, **run_options)`, with the events of each tool-execution step handed to `tool_events`."""
+    """`agent.run(prompt, **run_options)`, with the events of each tool-execution step handed to `tool_events`.
+
+    `on_step(messages, in_flight)` gets the run's new messages at each tool step's edges: before its
+    calls run (`in_flight`: the last message is the response whose calls are about to run) and once
+    their results are in (the last message is the request carrying them)."""
     async with agent.iter(prompt, **run_options) as run:
+        tools_ran = False
         async for node in run:
+            if tools_ran and on_step is not None and Agent.is_model_request_node(node):
+                await on_step([*run.new_messages(), node.request], False)
+            tools_ran = False
             # Only a step with tool calls has events to hand on (pydantic-ai's `_run_stream` yields
             # none for a text answer), and streaming a step is not free.
             if Agent.is_call_tools_node(node) and node.model_response.tool_calls:
+                if on_step is not None:
+                    await on_step(run.new_messages(), True)
                 async with node.stream(run.ctx) as events:
                     await tool_events(events)
                     # Whatever the handler left unread, so the step finishes.
                     async for _ in events:
                         pass
+                tools_ran = True
     if run.result is None:
         raise RuntimeError("the agent run ended without a result")
     return run.result

@@ -89,11 +89,17 @@ class TurnLog:
             self._failed("turn log end marker not stored", turn_id, exc)
 
     async def follow(
-        self, turn_id: str, *, running: Callable[[], Awaitable[bool]], idle_check_s: float
+        self,
+        turn_id: str,
+        *,
+        running: Callable[[], Awaitable[bool]],
+        idle_check_s: float,
+        on_end: Callable[[str], None] | None = None,
     ) -> AsyncIterator[pb.TurnEventBatch]:
-        """Every batch of the turn from its first, then live, until its end marker. After
-        `idle_check_s` without a message `running()` is asked: once the turn no longer runs
-        anywhere (ended without a marker, or its runner lost its lease) the iteration ends."""
+        """Every batch of the turn from its first, then live, until its end marker (whose status
+        goes to `on_end`). After `idle_check_s` without a message `running()` is asked: once the
+        turn no longer runs anywhere (ended without a marker, or its runner lost its lease) the
+        iteration ends."""
         try:
             subscription = await self.js.subscribe(
                 subject(turn_id), stream=STREAM, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL
@@ -111,6 +117,8 @@ class TurnLog:
                         continue
                     return
                 if message.headers and END_HEADER in message.headers:
+                    if on_end is not None:
+                        on_end(message.headers[END_HEADER])
                     return
                 yield pb.TurnEventBatch.FromString(message.data)
         finally:

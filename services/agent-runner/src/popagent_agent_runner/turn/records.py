@@ -4,8 +4,9 @@ A turn is `running` from its start until it ends `completed`, `failed`, `cancell
 `interrupted`. At most one turn runs on a session (a partial unique index), whichever
 agent-runner runs it. The runner renews the leases of the turns it runs (`keep_leases`); a
 turn whose lease passed has lost its runner, so followers stop waiting for it and the next
-turn on its session marks it interrupted. A runner's id is its name (host and gRPC port), so a
-runner that restarts ends what it was running before (`interrupt_own`).
+turn on its session marks it interrupted, unless a runner takes it over first (`take_over_lost`).
+A runner's id is its name (host and gRPC port), so a runner that restarts lets go of what it was
+running before at once (`release_own`).
 """
 
 from __future__ import annotations
@@ -15,20 +16,23 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, get_args
 
 import asyncpg
+import orjson
 from asyncpg.pool import PoolConnectionProxy
 
 from popagent_core.db import load_queries, record_of, wrap_db_errors
-from popagent_core.errors import NotFound, PopagentError
+from popagent_core.errors import AlreadyExists, NotFound, PopagentError
 
 logger = logging.getLogger(__name__)
 
 QUERIES = load_queries(Path(__file__).with_name("records.sql"))
 
-TurnStatus = Literal["running", "completed", "failed", "cancelled", "interrupted"]
+TurnStatus = Literal["queued", "running", "completed", "failed", "cancelled", "interrupted"]
+TURN_STATUSES: frozenset[str] = frozenset(get_args(TurnStatus))
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,22 @@ class TurnRecord:
     runner_id: str
     # The runner's lease is still valid (a running turn whose lease passed has lost its runner).
     leased: bool = True
+    # A background task's attempt: the task it runs (None: a chat turn).
+    task_id: str | None = None
+
+
+@dataclass(frozen=True)
+class QueuedTurn:
+    """A turn to run from its stored request: a queued one, or one taken over from a lost runner."""
+
+    id: str
+    session_id: str
+    # What it runs: the user UI message as the gateway passed it on, the model, workspace and trace.
+    request: dict[str, Any]
+    # None for a running turn taken over.
+    queued_at: datetime | None
+    # How far a turn taken over got (its stored messages and UI message); None: from its prompt.
+    progress: dict[str, Any] | None = None
 
 
 class TurnRecords:
@@ -57,15 +77,26 @@ class TurnRecords:
                 await conn.execute("SET LOCAL synchronous_commit = off")
                 yield conn
 
-    async def start(self, turn_id: str, session_id: str) -> bool:
-        """Record the turn as running on this runner; False when a turn already runs on the session.
-        A running turn whose runner lost its lease ends as interrupted first."""
-        async with self._unflushed() as conn:
-            if await conn.fetchval(QUERIES["start"], turn_id, session_id, self.runner_id, self.lease_s):
+    async def start(
+        self, turn_id: str, session_id: str, *, task_id: str | None = None, request: dict[str, Any] | None = None
+    ) -> bool:
+        """Record the turn as running on this runner, with what it runs (`request`: another runner can
+        take it over); False when a turn already runs or waits on the session. A running turn whose
+        runner lost its lease ends as interrupted first."""
+        values = (
+            turn_id,
+            session_id,
+            self.runner_id,
+            self.lease_s,
+            task_id,
+            orjson.dumps(request).decode() if request is not None else None,
+        )
+        with wrap_db_errors():
+            if await self.pool.fetchval(QUERIES["start"], *values):
                 return True
         async with self._unflushed() as conn:
             await conn.execute(QUERIES["expire_running"], session_id)
-            return bool(await conn.fetchval(QUERIES["start"], turn_id, session_id, self.runner_id, self.lease_s))
+            return bool(await conn.fetchval(QUERIES["start"], *values))
 
     async def running(self, session_id: str) -> TurnRecord | None:
         """The session's running turn, if its runner holds the lease; NotFound for an unknown session."""
@@ -74,6 +105,19 @@ class TurnRecords:
         if row is None:
             raise NotFound(f"session {session_id!r} not found")
         return record_of(TurnRecord, row) if row["id"] is not None else None
+
+    async def following(self, session_id: str) -> TurnRecord | None:
+        """The session's running turn, its lease valid or not (`leased` says); NotFound for an unknown session."""
+        with wrap_db_errors():
+            row = await self.pool.fetchrow(QUERIES["following"], session_id)
+        if row is None:
+            raise NotFound(f"session {session_id!r} not found")
+        return record_of(TurnRecord, row) if row["id"] is not None else None
+
+    async def release_running(self, turn_ids: Collection[str]) -> None:
+        """This runner stops: its running turns are for another runner to take over at once."""
+        async with self._unflushed() as conn:
+            await conn.execute(QUERIES["release_running"], list(turn_ids), self.runner_id)
 
     async def get(self, session_id: str, turn_id: str) -> TurnRecord | None:
         with wrap_db_errors():
@@ -84,13 +128,72 @@ class TurnRecords:
         async with self._unflushed() as conn:
             await conn.execute(QUERIES["finish"], turn_id, self.runner_id, status)
 
-    async def interrupt_own(self) -> list[str]:
-        """At start: the turns this runner was running when it last stopped end as interrupted."""
+    async def queue(self, turn_id: str, session_id: str, request: dict[str, Any]) -> int:
+        """Record the turn as queued on the session, held by this runner; how many turns are ahead of it."""
+        async with self._unflushed() as conn:
+            ahead = await conn.fetchval(
+                QUERIES["queue"], turn_id, session_id, self.runner_id, self.lease_s, orjson.dumps(request).decode()
+            )
+        return int(ahead)
+
+    async def start_queued(self, turn_id: str, session_id: str) -> bool:
+        """The queued turn runs now if its time has come (the oldest queued and none running); a
+        running turn whose runner lost its lease ends as interrupted first."""
+        for attempt in range(2):
+            try:
+                async with self._unflushed() as conn:
+                    if attempt:
+                        await conn.execute(QUERIES["expire_running"], session_id)
+                    return bool(await conn.fetchval(QUERIES["start_queued"], turn_id, self.runner_id, self.lease_s))
+            except AlreadyExists:
+                continue  # a turn runs on the session (or ran on a runner that is gone)
+        return False
+
+    async def cancel_queued(self, turn_id: str, session_id: str) -> bool:
+        """A queued turn that will not run (cancelled, or its caller left with continueOnDisconnect off)."""
+        async with self._unflushed() as conn:
+            return await conn.fetchval(QUERIES["cancel_queued"], turn_id, session_id) is not None
+
+    async def adopt_queued(self, waiting: Collection[str]) -> list[QueuedTurn]:
+        """Queued turns whose runner died (or this runner before it restarted) are this runner's to run,
+        except those in `waiting` (it waits with them already)."""
+        async with self._unflushed() as conn:
+            rows = await conn.fetch(QUERIES["adopt_queued"], self.runner_id, self.lease_s, list(waiting))
+        return [_queued(row) for row in rows]
+
+    async def release_queued(self, turn_ids: Collection[str]) -> None:
+        """This runner stops: the queued turns it waited with are for other runners to adopt at once."""
+        async with self._unflushed() as conn:
+            await conn.execute(QUERIES["release_queued"], self.runner_id, list(turn_ids))
+
+    async def queued(self, session_id: str) -> list[QueuedTurn]:
+        """The session's queued turns, oldest first."""
         with wrap_db_errors():
-            return [row["id"] for row in await self.pool.fetch(QUERIES["interrupt_runner"], self.runner_id)]
+            rows = await self.pool.fetch(QUERIES["queued_turns"], session_id)
+        return [_queued(row) for row in rows]
+
+    async def progress(self, turn_id: str, progress: dict[str, Any]) -> None:
+        """Store how far the turn got (another runner goes on from there if this one dies)."""
+        async with self._unflushed() as conn:
+            await conn.execute(QUERIES["progress"], turn_id, self.runner_id, orjson.dumps(progress).decode())
+
+    async def take_over_lost(self, max_attempts: int) -> list[QueuedTurn]:
+        """Turns whose runner died, now this runner's to go on with; lost turns that cannot be
+        taken over (task turns, too many attempts) end as interrupted."""
+        async with self._unflushed() as conn:
+            ended = await conn.fetch(QUERIES["end_lost"], max_attempts)
+            rows = await conn.fetch(QUERIES["take_over_lost"], self.runner_id, self.lease_s, max_attempts)
+        if ended:
+            logger.info("turns whose runner was lost ended as interrupted", extra={"turns": [r["id"] for r in ended]})
+        return [_queued(row) for row in rows]
+
+    async def release_own(self) -> list[str]:
+        """At start: the turns this runner was running when it last stopped are lost, to be taken over now."""
+        with wrap_db_errors():
+            return [row["id"] for row in await self.pool.fetch(QUERIES["release_runner"], self.runner_id)]
 
     async def keep_leases(self, running: Callable[[], Collection[str]]) -> None:
-        """Renew the leases of this runner's running turns, three times per lease, until cancelled.
+        """Renew the leases of this runner's running and queued turns, three times per lease, until cancelled.
         A database outage is retried at the next renewal; a lease that passes meanwhile is lost."""
         while True:
             await asyncio.sleep(self.lease_s / 3)
@@ -102,3 +205,14 @@ class TurnRecords:
                     await conn.fetch(QUERIES["renew"], turn_ids, self.runner_id, self.lease_s)
             except PopagentError as exc:
                 logger.warning("turn leases not renewed", extra={"turns": len(turn_ids), "error": str(exc)})
+
+
+def _queued(row: asyncpg.Record) -> QueuedTurn:
+    progress = row.get("progress")
+    return QueuedTurn(
+        row["id"],
+        row["session_id"],
+        orjson.loads(row["request"]),
+        row["queued_at"],
+        orjson.loads(progress) if progress is not None else None,
+    )

@@ -39,7 +39,7 @@ from collections.abc import AsyncIterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic_ai import Agent, AgentRunResult
+from pydantic_ai import Agent, AgentRunResult, DeferredToolResults, ToolApproved, ToolFailed
 from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.messages import (
     AgentStreamEvent,
@@ -47,14 +47,17 @@ from pydantic_ai.messages import (
     FunctionToolResultEvent,
     ModelMessage,
     ModelRequest,
+    ModelRequestPart,
     ModelResponse,
     TextPart,
+    ToolReturnPart,
     UserContent,
     UserPromptPart,
 )
 from pydantic_ai.usage import RunUsage, UsageLimits
 
 from popagent.events.v1 import events_pb2
+from popagent_agent_runner.approvals.gate import INTERRUPTED_APPROVED_TEXT, ApprovalGate
 from popagent_agent_runner.browser.access import BrowserAccessPoint, TurnBrowser
 from popagent_agent_runner.context.deps import SUPERVISOR_ID, TurnContext, TurnDeps
 from popagent_agent_runner.context.events import TurnOutput, usage_metadata
@@ -74,9 +77,9 @@ from popagent_agent_runner.memory.observational.layout import TurnMemory, lay_ou
 from popagent_agent_runner.memory.observational.memory import ObservationalMemory
 from popagent_agent_runner.memory.observational.recall import HistorySearch
 from popagent_agent_runner.memory.observational.tokens import count_text
-from popagent_agent_runner.memory.threads import ThreadStore, TurnState, Version
+from popagent_agent_runner.memory.threads import ThreadStore, TurnFence, TurnState, Version
 from popagent_agent_runner.state.sessions import SessionStarts
-from popagent_agent_runner.turn.agent_runs import ToolEvents, agent_run_span, run_agent
+from popagent_agent_runner.turn.agent_runs import StepProgress, ToolEvents, agent_run_span, run_agent
 from popagent_agent_runner.turn.agents_factory import AgentFactory
 from popagent_agent_runner.turn.capability import arguments_object, jsonable
 from popagent_agent_runner.turn.evidence import EVIDENCE_CHARS, GOAL_CHARS, evidence
@@ -88,6 +91,7 @@ from popagent_agent_runner.turn.failure_texts import (
 )
 from popagent_agent_runner.turn.learned import LearnedCache, compose
 from popagent_agent_runner.turn.model_check import refuse_unlisted_models
+from popagent_agent_runner.turn.progress import INTERRUPTED_TOOL_TEXT, TurnProgress
 from popagent_agent_runner.turn.ui_message import UserMessage
 from popagent_agent_runner.web.access import WebAccess
 from popagent_core.errors import (
@@ -136,6 +140,8 @@ class TurnInput:
     session_start: bool = True
     # A trusted self-update task's turn: no browser tools (the spec's fixed self-update policy).
     self_update: bool = False
+    # The assistant message's id; empty: a new one. A turn run again (taken over) keeps its first.
+    answer_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -162,6 +168,9 @@ class PreparedTurn:
     state: TurnState
     message_id: str
     route: str
+    # The turn's record and the runner holding it: its answer is stored only while that holds
+    # (a chat turn; None: not fenced, a task turn, whose attempts the tasks service fences).
+    fence: TurnFence | None = None
 
 
 @dataclass(frozen=True)
@@ -263,12 +272,16 @@ class TurnRunner:
         starts: SessionStarts,
         web: WebAccess,
         hands: Hands | None = None,
+        approvals: ApprovalGate | None = None,
         browser: BrowserAccessPoint | None = None,
         learned: LearnedCache | None = None,
         docs: Documentation | None = None,
         observational: ObservationalMemory | None = None,
         history_search: HistorySearch | None = None,
     ) -> None:
+        # The gate tool calls pass after their hooks; None: the agents' approval policies are not
+        # applied (the service always has one; some tests build a runner without).
+        self.approvals = approvals
         self.browser = browser
         # Evolution's learned overlays and skills, composed into every agent resolution.
         self.learned = learned
@@ -309,20 +322,20 @@ class TurnRunner:
         if turn.listed_models is not None:
             refuse_unlisted_models(state.profiles, state.snapshot.default_model, turn.model, turn.listed_models)
         route = turn.model or state.snapshot.default_model
-        return PreparedTurn(turn, state, message_id=f"msg-{uuid.uuid4().hex}", route=route)
+        return PreparedTurn(turn, state, message_id=turn.answer_id or f"msg-{uuid.uuid4().hex}", route=route)
 
-    async def run(self, prepared: PreparedTurn, output: TurnOutput) -> TurnEnd:
+    async def run(self, prepared: PreparedTurn, output: TurnOutput, progress: TurnProgress | None = None) -> TurnEnd:
         """Run the turn to its end; every outcome but cancellation ends in `finish` or `error`."""
         turn = prepared.input
         with agent_run_span(SUPERVISOR_ID, turn.session_id, turn.session_id, prepared.route) as span:
             span.set_attribute("popagent.turn_id", turn.turn_id)
-            end = await self._run(prepared, output)
+            end = await self._run(prepared, output, progress)
             span.set_attribute("popagent.turn.outcome", end.outcome)
             if end.error_class is not None:
                 span.set_attribute("error.type", str(end.error_class))
             return end
 
-    async def _run(self, prepared: PreparedTurn, output: TurnOutput) -> TurnEnd:
+    async def _run(self, prepared: PreparedTurn, output: TurnOutput, progress: TurnProgress | None = None) -> TurnEnd:
         turn = prepared.input
         turn_id_var.set(turn.turn_id)
         trace_id_var.set(turn.trace_id)
@@ -358,11 +371,16 @@ class TurnRunner:
             docs=self.docs,
             history_search=self.history_search,
             message_id=turn.message.id,
+            approvals=self.approvals.for_turn(turn.session_id, turn.turn_id, output)
+            if self.approvals is not None
+            else None,
         )
         goal = turn.message.text
         record = _Record()
         try:
             with counting_cost():
+                if progress is not None:
+                    return await self._go_on(prepared, context, record, progress, browser_reading)
                 return await self._turn(prepared, context, record, browser_reading)
         except asyncio.CancelledError:
             if record.beginning is not None:
@@ -465,6 +483,77 @@ class TurnRunner:
                 logger.warning("observational memory not updated after the turn", extra={"error": str(exc)})
         return ANSWERED
 
+    async def _go_on(
+        self,
+        prepared: PreparedTurn,
+        context: TurnContext,
+        record: _Record,
+        progress: TurnProgress,
+        browser_reading: asyncio.Task[TurnBrowser] | None = None,
+    ) -> TurnEnd:
+        """A turn taken over from a runner that died: its prompt passed its gate and is stored, and its
+        model responses and tool results up to its last stored step are not redone. A step whose calls
+        were in flight gets each call's result as interrupted (the model decides what to run again)."""
+        output = context.output
+        output.carry(progress.ui_parts)
+        prompt = GatedPrompt(progress.prompt, progress.instructions)
+        record.prompt = prompt
+        record.beginning = asyncio.ensure_future(self.threads.version(context.session_id))
+        messages = list(progress.messages)
+        last = messages[-1] if messages else None
+        deferred = await self._asked_in_flight(context, last) if progress.in_flight else None
+        # With `deferred`, the run itself settles the step's calls (some through the approval gate).
+        if deferred is None and progress.in_flight and isinstance(last, ModelResponse):
+            returns: list[ModelRequestPart] = []
+            for call in last.tool_calls:
+                output.tool_input(call.tool_call_id, call.tool_name, arguments_object(call.args or {}))
+                output.tool_error(call.tool_call_id, INTERRUPTED_TOOL_TEXT)
+                returns.append(
+                    ToolReturnPart(
+                        tool_name=call.tool_name, content=INTERRUPTED_TOOL_TEXT, tool_call_id=call.tool_call_id
+                    )
+                )
+            messages.append(ModelRequest(parts=returns))
+        memory = await self._memory(prepared, context, prompt)
+        if browser_reading is not None:
+            context.browser = await browser_reading
+        run = await self._run_until_stopped(prepared, context, prompt, memory, carried=messages, deferred=deferred)
+        if isinstance(run, TurnEnd):
+            await self._store_end(prepared, context, record, {"failure": run.message, "errorClass": run.error_class})
+            return run
+        await self._commit(prepared, context, prompt, run, await record.beginning)
+        return ANSWERED
+
+    async def _asked_in_flight(self, context: TurnContext, last: ModelMessage | None) -> DeferredToolResults | None:
+        """For a step taken over whose calls include one that asked for approval: each call's result
+        as the run should settle it. None: no call of the step asked (each is reported interrupted).
+
+        A call that asked goes through the approval gate again, which finds its approval: still pending,
+        it waits on it (nobody is asked twice); approved and not started, it runs once; denied or
+        expired, the model is told. An approved call that started, and every call that never asked,
+        is reported interrupted; one that finished has its stored outcome."""
+        if self.approvals is None or not isinstance(last, ModelResponse) or not last.tool_calls:
+            return None
+        store = self.approvals.store
+        asked = {
+            call.tool_call_id: await store.for_call(context.turn_id, call.tool_call_id) for call in last.tool_calls
+        }
+        if not any(asked.values()):
+            return None
+        results = DeferredToolResults()
+        for call in last.tool_calls:
+            approval = asked[call.tool_call_id]
+            if approval is None:
+                results.calls[call.tool_call_id] = INTERRUPTED_TOOL_TEXT
+            elif approval.execution == "started":
+                results.calls[call.tool_call_id] = INTERRUPTED_APPROVED_TEXT
+            elif approval.execution == "finished" and approval.outcome is not None:
+                outcome = approval.outcome
+                results.calls[call.tool_call_id] = outcome["ok"] if "ok" in outcome else ToolFailed(outcome["error"])
+            else:
+                results.approvals[call.tool_call_id] = ToolApproved()
+        return results
+
     async def _memory(self, prepared: PreparedTurn, context: TurnContext, prompt: GatedPrompt) -> TurnMemory | None:
         """The thread as this turn's first request carries it (observational memory), or None: all of it."""
         if self.observational is None:
@@ -560,11 +649,19 @@ class TurnRunner:
         return GatedPrompt(message, turn_instructions(recalled, decision.additional_context))
 
     async def _run_until_stopped(
-        self, prepared: PreparedTurn, context: TurnContext, prompt: GatedPrompt, memory: TurnMemory | None = None
+        self,
+        prepared: PreparedTurn,
+        context: TurnContext,
+        prompt: GatedPrompt,
+        memory: TurnMemory | None = None,
+        *,
+        carried: list[ModelMessage] | None = None,
+        deferred: DeferredToolResults | None = None,
     ) -> SupervisorRun | TurnEnd:
         """Run the supervisor until `Stop` lets the answer stand (each `continue` re-runs it with the hook's reason).
 
-        Ends the turn instead when a `continue` comes after `maxProcessorRetries` retries.
+        Ends the turn instead when a `continue` comes after `maxProcessorRetries` retries. `carried`:
+        the messages a turn taken over had stored (its prompt first); the run goes on after them.
         """
         output = context.output
         agent = self.factory.supervisor(context)
@@ -578,12 +675,26 @@ class TurnRunner:
             prompt_marker=memory.prompt_marker if memory is not None else None,
         )
         history: list[ModelMessage] = layout.history
-        model_prompt: str | list[UserContent] = prompt.message.model_content()
+        model_prompt: str | list[UserContent] | None = prompt.message.model_content()
         run = SupervisorRun()
+        if carried:
+            history = [*history, *carried]
+            run.new_messages.extend(carried)
+            model_prompt = None
         retries = 0
         while True:
             try:
-                result = await self._run_supervisor(agent, model_prompt, history, deps, run.usage, layout.instructions)
+                result = await self._run_supervisor(
+                    agent,
+                    model_prompt,
+                    history,
+                    deps,
+                    run.usage,
+                    layout.instructions,
+                    progress=self._progress_sink(context, prompt, run.new_messages),
+                    deferred=deferred,
+                )
+                deferred = None
             except UsageLimitExceeded as exc:
                 # The final step is reserved for an answer, so this means the model kept calling
                 # tools (or answered invalidly) on it: end with a plain account of that. The thread
@@ -593,7 +704,8 @@ class TurnRunner:
                     f"{snapshot.supervisor_max_steps} model steps ({exc}). Ask me to continue if you want more."
                 )
                 output.say(limit_text)
-                run.new_messages.append(ModelRequest(parts=[UserPromptPart(content=model_prompt)]))
+                asked = model_prompt if model_prompt is not None else prompt.message.model_content()
+                run.new_messages.append(ModelRequest(parts=[UserPromptPart(content=asked)]))
                 run.new_messages.append(ModelResponse(parts=[TextPart(content=limit_text)]))
                 run.finish_reason = "length"
                 return run
@@ -650,6 +762,7 @@ class TurnRunner:
                 messages=messages,
                 specialist_runs=[],
                 outcome=None,
+                fence=prepared.fence,
             )
         except PopagentError as exc:
             # The prompt is stored already; the placeholder keeps saying `interrupted`.
@@ -692,6 +805,7 @@ class TurnRunner:
                     messages=run.new_messages,
                     specialist_runs=context.specialist_runs,
                     outcome=outcome,
+                    fence=prepared.fence,
                 )
                 break
             except StorageError:
@@ -709,14 +823,37 @@ class TurnRunner:
             cost_usd=cost_usd,
         )
 
+    def _progress_sink(
+        self, context: TurnContext, prompt: GatedPrompt, earlier: list[ModelMessage]
+    ) -> StepProgress | None:
+        """What stores the turn's progress at each tool step (`TurnOutput.store_progress`), or None: not stored."""
+        store = context.output.store_progress
+        if store is None:
+            return None
+
+        async def stored(messages: list[ModelMessage], in_flight: bool) -> None:
+            progress = TurnProgress(
+                prompt=prompt.message,
+                instructions=prompt.instructions,
+                messages=[*earlier, *messages],
+                ui_parts=context.output.ui_message()["parts"],
+                in_flight=in_flight,
+            )
+            await store(progress.to_json())
+
+        return stored
+
     async def _run_supervisor(
         self,
         agent: Agent[TurnDeps, str],
-        prompt: str | list[UserContent],
+        prompt: str | list[UserContent] | None,
         history: list[ModelMessage],
         deps: TurnDeps,
         usage: RunUsage,
         instructions: str | None,
+        *,
+        progress: StepProgress | None = None,
+        deferred: DeferredToolResults | None = None,
     ) -> AgentRunResult[str]:
         # A fresh step budget per run: the final step of each is reserved for an answer.
         with streaming_to(deps.turn.output):
@@ -724,11 +861,13 @@ class TurnRunner:
                 agent,
                 prompt,
                 tool_events=_ui_tool_events(deps.turn.output),
+                on_step=progress,
                 message_history=history,
                 deps=deps,
                 usage=usage,
                 usage_limits=UsageLimits(request_limit=usage.requests + deps.max_steps),
                 instructions=instructions,
+                deferred_tool_results=deferred,
             )
 
     def _outcome(

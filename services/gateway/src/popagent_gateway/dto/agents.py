@@ -8,6 +8,7 @@ from pydantic import Field
 from pydantic.json_schema import SkipJsonSchema
 
 from popagent_gateway.dto import PatchModel, WireModel
+from popagent_gateway.dto.approvals import ApprovalRule, ApprovalRuleOut
 from popagent_gateway.dto.models import UnlistedModelOut
 
 WorkspaceAccess = Literal["none", "read-only", "read-write"]
@@ -28,6 +29,9 @@ class AgentOut(WireModel):
     tools: list[str] = Field(description="tool registry keys")
     model: str | None = Field(description="model override; null inherits the request-selected or default model")
     updated_at: str
+    tool_approval: list[ApprovalRuleOut] = Field(
+        description="the tool approval policy: which calls run, ask a person first, or never run (docs/approvals.md)"
+    )
 
 
 class AgentListOut(WireModel):
@@ -53,6 +57,9 @@ class AgentPatch(PatchModel):
     )
     model: Annotated[str, Field(min_length=1, max_length=200)] | None = Field(
         default=None, description="a catalog model id, or null to inherit"
+    )
+    tool_approval: Annotated[list[ApprovalRule], Field(max_length=100)] | SkipJsonSchema[None] = Field(
+        default=None, description="the complete new tool approval policy"
     )
 
     NULLABLE: ClassVar[frozenset[str]] = frozenset({"model"})

@@ -11,7 +11,7 @@ class HookRunOut(WireModel):
     id: str
     event: str = Field(description='spec event name: "PreToolUse", "Stop", ...')
     handler_id: str
-    outcome: str = Field(description='"pass", "deny", "modify" or "continue"')
+    outcome: str = Field(description='"pass", "deny", "modify", "continue" or "ask" (PreToolUse only)')
     failure_class: str | None = Field(
         description='"transport", "timeout", "malformed_response", "event_outcome"; null when the handler answered validly'
     )

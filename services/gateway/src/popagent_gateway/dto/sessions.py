@@ -17,7 +17,7 @@ WORKSPACE_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
 
 # What a chat turn does while another runs on the same session: refused with 409 and the
 # running turn's id (the default), or queued behind it.
-DoubleTexting = Literal["reject", "enqueue"]
+DoubleTexting = Literal["reject", "enqueue", "interrupt", "rollback"]
 
 SessionIdField = Annotated[str, Field(pattern=ID_PATTERN, min_length=1, max_length=128)]
 # A session id or empty (none): a task's or a schedule's session, which its run creates.
@@ -61,8 +61,18 @@ class SessionSummary(WireModel):
     double_texting: DoubleTexting
 
 
+class QueuedTurnOut(WireModel):
+    """A turn waiting to run on the session (doubleTexting 'enqueue'): its prompt runs when the turns before it end."""
+
+    turn_id: str
+    message: UIMessage
+    queued_at: str
+
+
 class SessionOut(SessionSummary):
     messages: list[UIMessage]
+    # Oldest first; they run in this order, and each can be cancelled like a running turn.
+    queued_turns: list[QueuedTurnOut]
 
 
 class SessionListOut(WireModel):
@@ -107,7 +117,9 @@ class SessionPatch(PatchModel):
     archived: bool | SkipJsonSchema[None] = None
     double_texting: DoubleTexting | SkipJsonSchema[None] = Field(
         default=None,
-        description="a chat turn sent while one runs: 'reject' (409 with runningTurnId) or 'enqueue' (waits for it)",
+        description="a chat turn sent while one runs: 'reject' (409 with runningTurnId), 'enqueue' (it waits, "
+        "queued), 'interrupt' (the running turn is cancelled, its answer so far kept) or 'rollback' (the running "
+        "turn is cancelled and its prompt and answer dropped)",
     )
 
 

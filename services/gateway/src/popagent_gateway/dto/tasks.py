@@ -42,6 +42,12 @@ class TaskProgressOut(WireModel):
     message: str
 
 
+class TaskApprovalWaitOut(WireModel):
+    approval_id: str = Field(description="answer it with POST /api/approvals/{approvalId}")
+    tool_name: str
+    since: str = Field(description="when the attempt started waiting")
+
+
 class TaskOut(WireModel):
     id: str
     status: str
@@ -74,6 +80,10 @@ class TaskOut(WireModel):
     created_at: str
     updated_at: str
     progress: list[TaskProgressOut]
+    waiting_for_approval: TaskApprovalWaitOut | None = Field(
+        description="set while the running attempt waits for a person to answer a tool call's approval "
+        "(docs/approvals.md); its attempt timeout does not run meanwhile"
+    )
 
 
 class TaskListOut(WireModel):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated
 
+import orjson
 from fastapi import APIRouter, Path, Response
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
@@ -14,12 +15,18 @@ from popagent_gateway.configured_models import agent_overrides, unlisted
 from popagent_gateway.deps import AgentRunnerStateStub, ModelCatalogDep
 from popagent_gateway.dto.agents import AGENT_ID_PATTERN, AgentListOut, AgentOut, AgentPatch
 from popagent_gateway.dto.models import UnlistedModelOut
-from popagent_gateway.wire import from_message, warned
+from popagent_gateway.wire import warned
 
 router = APIRouter(prefix="/agents", tags=["agents"])
 
 
 AgentId = Annotated[str, Path(pattern=AGENT_ID_PATTERN, max_length=63)]
+
+
+def agent_out(agent: pb.Agent) -> AgentOut:
+    fields = {name: getattr(agent, name) for name in AgentOut.model_fields if name != "tool_approval"}
+    fields["model"] = fields["model"] or None
+    return AgentOut.model_validate({**fields, "tool_approval": orjson.loads(agent.tool_approval_json or "[]")})
 
 
 @router.get("", response_model=AgentListOut)
@@ -29,7 +36,7 @@ async def list_agents(runner: AgentRunnerStateStub, catalog: ModelCatalogDep) ->
     response, view = await asyncio.gather(runner.ListAgents(pb.ListAgentsRequest()), catalog.view())
     missing = unlisted(view, agent_overrides(response.agents))
     return AgentListOut(
-        agents=[from_message(AgentOut, a) for a in response.agents],
+        agents=[agent_out(a) for a in response.agents],
         known_tools=list(response.known_tools),
         unlisted_models=[UnlistedModelOut.of(entry) for entry in missing],
         warning=view.warning,
@@ -66,6 +73,9 @@ async def update_agent(
             warned(response, await ensure_known_model(catalog, model))
         # An empty model clears the override: the agent inherits the selected/default model.
         request.model = model or ""
+    rules = changes.pop("tool_approval", None)
+    if rules is not None:
+        request.tool_approval_json = orjson.dumps([rule.model_dump(exclude_none=True) for rule in rules]).decode()
     for name, value in changes.items():
         setattr(request, name, value)
-    return from_message(AgentOut, await runner.UpdateAgent(request))
+    return agent_out(await runner.UpdateAgent(request))

@@ -36,13 +36,13 @@ async def _postgres(dsn: str) -> ComponentHealthOut:
 
 async def _service(request: Request, name: str) -> ComponentHealthOut:
     if name == "agent-runner":
-        # Every worker must serve: a session's turns go to one of them.
-        addresses = request.app.state.settings.agent_runner_workers
-        workers = await asyncio.gather(
-            *(check_health(worker, timeout_s=1.0) for worker in request.app.state.runner_workers)
-        )
-        down = [address for address, healthy in zip(addresses, workers, strict=True) if not healthy]
-        return ComponentHealthOut(ok=not down, detail=f"not serving: {', '.join(down)}" if down else "")
+        # Every runner turns go to must serve: the announced ones, else the configured workers.
+        runners = request.app.state.runners.serving()
+        serving = await asyncio.gather(*(check_health(channel, timeout_s=1.0) for _, channel in runners))
+        down = [address for (address, _), healthy in zip(runners, serving, strict=True) if not healthy]
+        if down:
+            return ComponentHealthOut(ok=False, detail=f"not serving: {', '.join(down)}")
+        return ComponentHealthOut(ok=True, detail=f"turns go to: {', '.join(address for address, _ in runners)}")
     healthy = await check_health(request.app.state.channels[name], timeout_s=1.0)
     return ComponentHealthOut(ok=healthy, detail="" if healthy else "not serving")
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Request
 
 from popagent.agent_runner.v1 import memory_pb2 as pb
 from popagent.agent_runner.v1 import memory_pb2_grpc
-from popagent_gateway.deps import runner_for_session
+from popagent_gateway.deps import on_session_runner
 from popagent_gateway.dto.memory_view import ObservationEntryOut, SessionMemoryOut
 from popagent_gateway.dto.sessions import ID_PATTERN
 
@@ -20,8 +20,10 @@ SessionId = Annotated[str, Path(pattern=ID_PATTERN, max_length=128)]
 @router.get("/sessions/{session_id}/memory", response_model=SessionMemoryOut)
 async def session_memory(session_id: SessionId, request: Request) -> SessionMemoryOut:
     """The session's observation log (current generation), when it last changed and how many tokens it saves."""
-    stub = runner_for_session(request, session_id, memory_pb2_grpc.SessionMemoryServiceStub)
-    memory = await stub.GetSessionMemory(pb.GetSessionMemoryRequest(session_id=session_id))
+    asked = pb.GetSessionMemoryRequest(session_id=session_id)
+    memory = await on_session_runner(
+        request, session_id, memory_pb2_grpc.SessionMemoryServiceStub, lambda stub: stub.GetSessionMemory(asked)
+    )
     return SessionMemoryOut(
         generation=memory.generation,
         entries=[

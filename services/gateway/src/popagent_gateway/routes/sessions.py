@@ -15,7 +15,7 @@ from pydantic import TypeAdapter
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
-from popagent_gateway.deps import AgentRunnerStateStub, runner_for_session
+from popagent_gateway.deps import AgentRunnerStateStub, on_session_runner
 from popagent_gateway.dto.sessions import (
     ID_PATTERN,
     RevisionConflictOut,
@@ -43,9 +43,14 @@ _ADAPTER = TypeAdapter(list[UIMessage])
 
 
 def session_json(session: pb.Session) -> bytes:
-    """The full session (summary + messages) without parsing the stored messages."""
+    """The full session (summary, messages, queued turns) without parsing the stored messages."""
     head = orjson.dumps(summary_dict(session))
-    return head[:-1] + b',"messages":' + (session.messages_json or b"[]") + b"}"
+    queued = b",".join(
+        b'{"turnId":%s,"message":%s,"queuedAt":%s}'
+        % (orjson.dumps(turn.turn_id), turn.message_json.encode(), orjson.dumps(turn.queued_at))
+        for turn in session.queued_turns
+    )
+    return head[:-1] + b',"messages":' + (session.messages_json or b"[]") + b',"queuedTurns":[' + queued + b"]}"
 
 
 def _messages_json(messages: list[UIMessage]) -> bytes:
@@ -66,9 +71,12 @@ async def create_session(body: SessionCreate, request: Request) -> Response:
     """Create an empty session (revision 0) in a workspace (default: popagent)."""
     # The id is chosen here so the creation goes to the worker the session's turns will go to.
     session_id = body.id or str(uuid.uuid4())
-    runner = runner_for_session(request, session_id, agent_runner_pb2_grpc.AgentRunnerStateServiceStub)
-    session = await runner.CreateSession(
-        pb.CreateSessionRequest(id=session_id, title=body.title, workspace_id=body.workspace_id or ""),
+    create = pb.CreateSessionRequest(id=session_id, title=body.title, workspace_id=body.workspace_id or "")
+    session = await on_session_runner(
+        request,
+        session_id,
+        agent_runner_pb2_grpc.AgentRunnerStateServiceStub,
+        lambda runner: runner.CreateSession(create),
     )
     return json_response(summary_dict(session), status_code=201)
 

@@ -16,6 +16,7 @@ from popagent.tasks.v1 import tasks_pb2
 from popagent_gateway.deps import TasksStub
 from popagent_gateway.dto.tasks import (
     MAX_LIST,
+    TaskApprovalWaitOut,
     TaskCreate,
     TaskListOut,
     TaskOut,
@@ -30,6 +31,18 @@ router = APIRouter(prefix="/tasks", tags=["tasks"])
 TaskId = Annotated[str, Path(min_length=1, max_length=64)]
 
 
+def task_out(task: tasks_pb2.Task) -> TaskOut:
+    """The task's answer; a message field has no empty string, so its absence is what is null."""
+    wait = task.waiting_for_approval
+    return from_message(TaskOut, task).model_copy(
+        update={
+            "waiting_for_approval": from_message(TaskApprovalWaitOut, wait)
+            if task.HasField("waiting_for_approval")
+            else None
+        }
+    )
+
+
 @router.get("", response_model=TaskListOut)
 async def list_tasks(
     stub: TasksStub,
@@ -41,7 +54,7 @@ async def list_tasks(
     response = await stub.ListTasks(
         tasks_pb2.ListTasksRequest(limit=limit, workspace_id=workspace_id, status=status or "")
     )
-    return TaskListOut(tasks=[from_message(TaskOut, task) for task in response.tasks])
+    return TaskListOut(tasks=[task_out(task) for task in response.tasks])
 
 
 @router.post("", response_model=TaskOut, status_code=201)
@@ -49,26 +62,26 @@ async def create_task(body: TaskCreate, stub: TasksStub) -> TaskOut:
     """Queue a background task in a workspace."""
     # The body's fields are the request's, by name; `source` is left to the service (a user task).
     task = await stub.CreateTask(tasks_pb2.CreateTaskRequest(**body.model_dump(by_alias=False)))
-    return from_message(TaskOut, task)
+    return task_out(task)
 
 
 @router.get("/{task_id}", response_model=TaskOut)
 async def get_task(task_id: TaskId, stub: TasksStub) -> TaskOut:
     """One task with its latest progress."""
-    return from_message(TaskOut, await stub.GetTask(tasks_pb2.GetTaskRequest(id=task_id)))
+    return task_out(await stub.GetTask(tasks_pb2.GetTaskRequest(id=task_id)))
 
 
 @router.post("/{task_id}/cancel", response_model=TaskOut)
 async def cancel_task(task_id: TaskId, stub: TasksStub) -> TaskOut:
     """Cancel queued work at once; running work becomes cancelled once its executor stops."""
-    return from_message(TaskOut, await stub.CancelTask(tasks_pb2.CancelTaskRequest(id=task_id)))
+    return task_out(await stub.CancelTask(tasks_pb2.CancelTaskRequest(id=task_id)))
 
 
 @router.post("/{task_id}/resolve", response_model=TaskOut)
 async def resolve_task(task_id: TaskId, body: TaskResolve, stub: TasksStub) -> TaskOut:
     """Mark a failed, cancelled or dead-lettered task completed, with evidence."""
     task = await stub.ResolveTask(tasks_pb2.ResolveTaskRequest(id=task_id, evidence=body.evidence))
-    return from_message(TaskOut, task)
+    return task_out(task)
 
 
 @router.delete("/{task_id}", status_code=204)
