@@ -3,7 +3,8 @@
 // test_browser.py, which owns the stack, the scripted model server and the hook receiver.
 //
 // usage: node browser.mjs <config.json>
-//   config: {url, apiKey, outDir, denyReason}
+//   config: {url, apiKey, outDir, denyReason, only?}
+//   only: the names of the steps to run (the others are left out of the report); unset: all.
 // Prints one JSON report on stdout: {steps: [{step, ok, ms, detail}]}; exits 1 when a step failed.
 // Steps that need an earlier one are reported as failed ("not run: needs ...") when it failed,
 // so every missing piece is named in one run.
@@ -65,6 +66,12 @@ const page = await context.newPage();
 const consoleErrors = [];
 const outsideRequests = [];
 page.on("pageerror", (error) => consoleErrors.push(`pageerror: ${error.message}`));
+// The gateway's Content-Security-Policy: anything the built UI needs and the policy refuses fails the run.
+page.on("console", (message) => {
+  if (message.type() === "error" && /Content Security Policy/i.test(message.text())) {
+    consoleErrors.push(`csp: ${message.text()}`);
+  }
+});
 const chatStatuses = [];
 page.on("response", (response) => {
   if (new URL(response.url()).pathname === "/api/chat") chatStatuses.push(response.status());
@@ -74,6 +81,7 @@ page.on("request", (request) => {
 });
 
 async function step(name, needs, run) {
+  if (config.only && !config.only.includes(name)) return;
   const missing = needs.filter((need) => !passed.has(need));
   if (missing.length) {
     report.push({ step: name, ok: false, ms: 0, detail: `not run: needs ${missing.join(", ")}` });
@@ -142,6 +150,7 @@ function currentSessionId() {
 }
 
 let chatSessionId = null;
+let doubleTextSessionId = null;
 
 /** New chat, then a first message: the session exists from then on. Its id. */
 async function newSession(text) {
@@ -659,6 +668,200 @@ try {
     await page.locator('[data-testid="send"]').waitFor();
     await waitSaved();
     return `resumed at ${resumed} characters, stopped at ${stopped}`;
+  });
+
+  await step("double texting: enqueue", ["streamed text"], async () => {
+    // The session's policy is picked in the chat's toolbar and saved on the server.
+    const id = await newSession("Start the double texting chat.");
+    const picker = page.getByLabel("During an answer");
+    check((await picker.inputValue()) === "reject", `a new session's policy shows "${await picker.inputValue()}", not reject`);
+    const patched = page.waitForResponse((response) => response.request().method() === "PATCH" && response.url().includes("/api/sessions/"));
+    await picker.selectOption("enqueue");
+    const patch = await patched;
+    check(patch.status() === 200, `PATCH /api/sessions/{id} answered HTTP ${patch.status()}`);
+    const { body: saved } = await apiGet(`/api/sessions/${encodeURIComponent(id)}`);
+    check(saved.doubleTexting === "enqueue", `the session's doubleTexting is ${saved.doubleTexting} after picking enqueue`);
+    const before = await assistants().count();
+    // A second message while the first answer streams: queued, shown with its badge, then answered.
+    await send("Double text first: a medium answer.");
+    await page.waitForFunction(
+      (count) => {
+        const all = document.querySelectorAll('[data-testid="message-assistant"]');
+        return all.length > count && (all[all.length - 1]?.querySelector('[data-testid="message-text"]')?.textContent ?? "").startsWith("First answer");
+      },
+      before,
+      { timeout: 30_000 },
+    );
+    check(await page.locator('[data-testid="send"]').isVisible(), "no Send button while the answer streams under enqueue");
+    await send("Double text second: queued after the first.");
+    const queued = page.locator('[data-testid="queued-turn"]');
+    await queued.locator('[data-testid="queued-badge"]', { hasText: /^queued/ }).waitFor({ timeout: 10_000 });
+    const badge = (await queued.locator('[data-testid="queued-badge"]').innerText()).trim();
+    check((await queued.innerText()).includes("Double text second"), `the queued bubble does not show the message: "${await queued.innerText()}"`);
+    check(
+      (await page.locator('[data-testid="chat-status"]').getAttribute("data-status")) === "streaming",
+      "the first answer is no longer streaming when the second message shows as queued",
+    );
+    const { body: waiting } = await apiGet(`/api/sessions/${encodeURIComponent(id)}`);
+    check(waiting.queuedTurns.length === 1, `GET /api/sessions/{id} lists ${waiting.queuedTurns.length} queued turns`);
+    await page.screenshot({ path: resolve(outDir, "queued-1440.png") });
+    // The first answer ends, the queued turn starts (its bubble leaves) and is answered after it.
+    await queued.waitFor({ state: "detached", timeout: 60_000 });
+    await page.waitForFunction(
+      (count) => {
+        const all = [...document.querySelectorAll('[data-testid="message-assistant"] [data-testid="message-text"]')].map((node) => node.textContent ?? "");
+        const status = document.querySelector('[data-testid="chat-status"]')?.getAttribute("data-status");
+        return all.length >= count + 2 && all[all.length - 1] === "Second answer from the queue." && status === "ready";
+      },
+      before,
+      { timeout: 60_000 },
+    );
+    await waitTurnOver();
+    await waitSaved();
+    check(!(await page.locator('[data-testid="revision-conflict"]').count()), "the save met a revision conflict");
+    const order = await page.locator('[data-testid="message-user"], [data-testid="message-assistant"]').allInnerTexts();
+    const tail = order.slice(-4).map((text) => text.trim().split("\n")[0]);
+    check(
+      tail[0].startsWith("Double text first") && tail[1].startsWith("First answer") && tail[2].startsWith("Double text second") && tail[3].startsWith("Second answer"),
+      `the conversation's last messages are out of order: ${JSON.stringify(tail)}`,
+    );
+    const { body: stored } = await apiGet(`/api/sessions/${encodeURIComponent(id)}`);
+    const texts = stored.messages.slice(-4).map((message) => message.parts.filter((part) => part.type === "text").map((part) => part.text).join(""));
+    check(
+      texts[0].startsWith("Double text first") && texts[1].startsWith("First answer") && texts[2].startsWith("Double text second") && texts[3] === "Second answer from the queue.",
+      `the stored session's last messages: ${JSON.stringify(texts.map((text) => text.slice(0, 40)))}`,
+    );
+    check(stored.queuedTurns.length === 0, `turns still queued after both answered: ${stored.queuedTurns.length}`);
+    doubleTextSessionId = id;
+    return `badge "${badge}"; both answered in order`;
+  });
+
+  /** Sends a first message (a medium answer) and waits until its answer streams. */
+  async function sendFirstAndWaitStreaming(text) {
+    const before = await assistants().count();
+    await send(text);
+    await page.waitForFunction(
+      (count) => {
+        const all = document.querySelectorAll('[data-testid="message-assistant"]');
+        return all.length > count && (all[all.length - 1]?.querySelector('[data-testid="message-text"]')?.textContent ?? "").startsWith("First answer");
+      },
+      before,
+      { timeout: 30_000 },
+    );
+  }
+
+  async function storedTexts(id) {
+    const { body } = await apiGet(`/api/sessions/${encodeURIComponent(id)}`);
+    return {
+      session: body,
+      texts: body.messages.map((message) => message.parts.filter((part) => part.type === "text").map((part) => part.text).join("")),
+    };
+  }
+
+  async function pickPolicy(value) {
+    const patched = page.waitForResponse((response) => response.request().method() === "PATCH" && response.url().includes("/api/sessions/"));
+    await page.getByLabel("During an answer").selectOption(value);
+    check((await patched).status() === 200, `PATCH of doubleTexting ${value} failed`);
+  }
+
+  await step("double texting: queued through a reload and cancelled", ["double texting: enqueue"], async () => {
+    const id = doubleTextSessionId;
+    await sendFirstAndWaitStreaming("Double text first: another medium answer.");
+    await send("Double text second: waits through a reload.");
+    await send("Double text third: cancel me.");
+    const queued = page.locator('[data-testid="queued-turn"]');
+    const third = queued.filter({ hasText: "cancel me" });
+    await third.locator('[data-testid="queued-badge"]', { hasText: /^queued/ }).waitFor({ timeout: 10_000 });
+    const badges = (await queued.locator('[data-testid="queued-badge"]').allInnerTexts()).map((text) => text.trim());
+    await third.getByRole("button", { name: "Cancel queued message" }).click();
+    await third.waitFor({ state: "detached", timeout: 10_000 });
+    const { session: afterCancel } = await storedTexts(id);
+    check(
+      afterCancel.queuedTurns.length === 1 && JSON.stringify(afterCancel.queuedTurns[0].message).includes("waits through a reload"),
+      `after Cancel the server lists ${JSON.stringify(afterCancel.queuedTurns.map((turn) => turn.message.parts))}`,
+    );
+    // A reloaded page lists the queued turn from the session, follows the running one, then the queued one.
+    await page.reload();
+    const listed = page.locator('[data-testid="queued-turn"]', { hasText: "waits through a reload" });
+    await listed.waitFor({ timeout: 15_000 });
+    await listed.waitFor({ state: "detached", timeout: 60_000 });
+    await page.waitForFunction(
+      () => {
+        const all = [...document.querySelectorAll('[data-testid="message-assistant"] [data-testid="message-text"]')].map((node) => node.textContent ?? "");
+        const status = document.querySelector('[data-testid="chat-status"]')?.getAttribute("data-status");
+        return all[all.length - 1] === "Second answer from the queue." && status === "ready";
+      },
+      null,
+      { timeout: 60_000 },
+    );
+    const { texts } = await storedTexts(id);
+    const tail = texts.slice(-4);
+    check(
+      tail[0].startsWith("Double text first") && tail[1].startsWith("First answer") && tail[2].startsWith("Double text second") && tail[3] === "Second answer from the queue.",
+      `the stored session's last messages: ${JSON.stringify(tail.map((text) => text.slice(0, 40)))}`,
+    );
+    check(!texts.some((text) => text.includes("cancel me")), "the cancelled queued message was stored");
+    const shown = await page.locator('[data-testid="message-user"]').allInnerTexts();
+    check(!shown.some((text) => text.includes("cancel me")), "the cancelled queued message is shown");
+    return `badges ${JSON.stringify(badges)}; after the reload the queued turn ran`;
+  });
+
+  await step("double texting: interrupt", ["double texting: enqueue"], async () => {
+    const id = doubleTextSessionId;
+    await page.goto(`${url}/#/chat/${encodeURIComponent(id)}`);
+    await assistants().first().waitFor({ timeout: 15_000 });
+    await pickPolicy("interrupt");
+    await sendFirstAndWaitStreaming("Double text first: to be interrupted.");
+    await send("Double text newer: interrupts the first.");
+    await page.waitForFunction(
+      () => {
+        const all = [...document.querySelectorAll('[data-testid="message-assistant"] [data-testid="message-text"]')].map((node) => node.textContent ?? "");
+        const status = document.querySelector('[data-testid="chat-status"]')?.getAttribute("data-status");
+        return all[all.length - 1] === "Answer to the newer message." && status === "ready";
+      },
+      null,
+      { timeout: 60_000 },
+    );
+    await waitSaved();
+    const { session, texts } = await storedTexts(id);
+    const tail = texts.slice(-4);
+    check(
+      tail[0] === "Double text first: to be interrupted." && tail[1].startsWith("First answer") && tail[2].startsWith("Double text newer") && tail[3] === "Answer to the newer message.",
+      `the stored session's last messages: ${JSON.stringify(tail.map((text) => text.slice(0, 40)))}`,
+    );
+    const cut = session.messages[session.messages.length - 3];
+    check(cut.metadata?.cancelled === true, `the interrupted answer is not marked cancelled: ${JSON.stringify(cut.metadata)}`);
+    const interrupted = page.locator(`[data-testid="message-assistant"][data-message-id="${cut.id}"]`);
+    check(await interrupted.locator('[data-testid="message-stopped"]').isVisible(), "the interrupted answer is not shown as stopped");
+    check(!(await page.locator('[data-testid="revision-conflict"]').count()), "a revision conflict after the interrupt");
+    return `the first answer was cut at ${tail[1].length} characters and kept`;
+  });
+
+  await step("double texting: rollback", ["double texting: enqueue"], async () => {
+    const id = doubleTextSessionId;
+    await pickPolicy("rollback");
+    const { texts: before } = await storedTexts(id);
+    await sendFirstAndWaitStreaming("Double text first: to be rolled back.");
+    await send("Double text newer: replaces the first.");
+    await page.waitForFunction(
+      () => {
+        const all = [...document.querySelectorAll('[data-testid="message-assistant"] [data-testid="message-text"]')].map((node) => node.textContent ?? "");
+        const status = document.querySelector('[data-testid="chat-status"]')?.getAttribute("data-status");
+        return all[all.length - 1] === "Answer to the newer message." && status === "ready";
+      },
+      null,
+      { timeout: 60_000 },
+    );
+    await waitSaved();
+    const { texts } = await storedTexts(id);
+    check(
+      JSON.stringify(texts) === JSON.stringify([...before, "Double text newer: replaces the first.", "Answer to the newer message."]),
+      `the stored session is not the old one plus the newer turn: ${JSON.stringify(texts.slice(-4).map((text) => text.slice(0, 40)))}`,
+    );
+    const shown = await page.locator('[data-testid="message-user"]').allInnerTexts();
+    check(!shown.some((text) => text.includes("to be rolled back")), "the rolled-back message is still shown");
+    check(!(await page.locator('[data-testid="revision-conflict"]').count()), "a revision conflict after the rollback");
+    return "the rolled-back prompt and answer left the chat and the session";
   });
 
   await step("chat screenshots", [], async () => {

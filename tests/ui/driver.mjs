@@ -72,3 +72,31 @@ export async function openDriver({ prefix, viewport, settleMs = 0 }) {
 
   return { config, context, page, step, shot, finish };
 }
+
+/** The chat pieces the page drivers use: the message box, the assistant messages, a GET of the API with the
+ * key, sending a message, and waiting for a turn to end (a failure the UI shows fails the step). */
+export function chatHelpers(page, { url, apiKey }) {
+  const composer = () => page.getByRole("textbox", { name: "Message", exact: true });
+  const assistants = () => page.locator('[data-testid="message-assistant"]');
+  async function apiGet(path) {
+    const response = await fetch(`${url}${path}`, { headers: { "x-popagent-key": apiKey } });
+    check(response.ok, `GET ${path} answered HTTP ${response.status}`);
+    return response.json();
+  }
+  async function send(text) {
+    await composer().fill(text);
+    await composer().press("Enter");
+  }
+  async function waitTurnOver(timeout = 60_000) {
+    await page.waitForFunction(
+      () => ["ready", "error"].includes(document.querySelector('[data-testid="chat-status"]')?.getAttribute("data-status")),
+      null,
+      { timeout },
+    );
+    const failure = assistants().last().locator('[data-testid="message-failure"]');
+    if (await failure.count()) check(false, `the turn failed: "${(await failure.innerText()).trim()}"`);
+    const shown = page.locator('[data-testid="chat-error"]');
+    if (await shown.count()) check(false, `the UI shows a failed turn: "${(await shown.innerText()).trim()}"`);
+  }
+  return { composer, assistants, apiGet, send, waitTurnOver };
+}

@@ -1,14 +1,21 @@
-"""What the UI's browser tests share: where the built UI, playwright-core and Chromium are, and
-what is missing to run them."""
+"""What the UI's browser tests share: where the built UI, playwright-core and Chromium are, what is
+missing to run them, the stack as `make run` starts it, and the scripted models' message text."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+
+import pytest
+
+from popagent_dev.embedded import free_port
+from popagent_dev.launcher import Stack, StackConfig
 
 REPO = Path(__file__).resolve().parents[2]
 UI_DIST = REPO / "ui" / "dist"
@@ -53,3 +60,26 @@ def prerequisites() -> list[str]:
     if shutil.which("node") is None:
         missing.append("node")
     return missing
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """The text of one chat message of a model request, whether its content is a string or parts."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return ""
+
+
+@contextlib.asynccontextmanager
+async def launched_stack(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, environment: dict[str, str]
+) -> AsyncIterator[Stack]:
+    """The whole stack as `make run` starts it (the launcher), with `environment` set and its data in tmp_path."""
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    config = StackConfig(data_dir=tmp_path / "data", gateway_port=free_port(), echo_logs=False, start_timeout_s=120)
+    running = Stack(config)
+    async with running.running():
+        yield running

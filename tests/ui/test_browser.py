@@ -11,7 +11,9 @@ streamed text, a Markdown answer (table, highlighted code, raw HTML not rendered
 turn kept in the session then Retry with one stored question, edit and resend, workspace tools,
 a delegation, Stop, the hook timeline of a denied tool call and the empty timeline's help, web
 search and fetch views, a stale save's revision conflict, a reload that keeps the delegation
-activity, a chat that reopens on its model, sessions grouped by date and searched by title
+activity, double texting (a message queued while an answer streams, shown queued then answered
+in order; queued turns listed after a reload and cancelled; interrupt and rollback), a chat that
+reopens on its model, sessions grouped by date and searched by title
 with actions in a menu, rename/archive/delete, settings (errors in words, Save only when
 changed, the unsaved-edit warning), a paused schedule, long-term memories, and the 375 px
 layout (the picker shows the model, no page scrolls sideways). Screenshots of each step go to
@@ -24,17 +26,18 @@ Needs: `npm ci --prefix ui && npm --prefix ui run build` (make test does both) a
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
-from ui.helpers import OUTPUT, UI_DIST, drive, prerequisites
+from ui.helpers import OUTPUT, UI_DIST, drive, launched_stack, message_text, prerequisites
 
 from popagent_dev import embedded
-from popagent_dev.embedded import free_port
-from popagent_dev.launcher import Stack, StackConfig
+from popagent_dev.launcher import Stack
 from support.https_receiver import HttpsReceiver, answer, make_secret
 from support.model_gateway import ModelGateway, ModelInfo, ToolCall, Turn
 from support.web_standins import Page, PageServer, SearxngStandIn, searxng_result
@@ -47,13 +50,17 @@ API_KEY = "browser-test-key-" + "k" * 16
 DENY_PATH = "/pre-tool-use"
 DENY_REASON = "blocked by the UI test policy"
 # A fresh model gateway: the seeded default (`cx/gpt-5.3-codex`) is not listed, so the UI's
-# first use asks for a model; the researcher's and reviewer's override is.
+# first use asks for a model (the specialists inherit it); a second chat model to switch to.
 CATALOG = (
     ModelInfo("fake/fake-chat", context_length=128_000),
     ModelInfo("cx/gpt-5.3-codex-spark", context_length=128_000),
     # Not a chat model: the picker leaves it out.
     ModelInfo("fake/text-embedding-3-small", context_length=8_192),
 )
+# Double texting: a first answer long enough to send a second message while it streams.
+FIRST_ANSWER = "First answer: " + " ".join(f"part{n}" for n in range(90))
+SECOND_ANSWER = "Second answer from the queue."
+NEWER_ANSWER = "Answer to the newer message."
 HELLO = "Hello from the scripted model! This answer streams in small pieces so the browser sees it grow."
 SLOW = "Slow answer: " + " ".join(f"word{n}" for n in range(800))
 DELEGATION_TOOL = re.compile(r"research", re.IGNORECASE)
@@ -92,15 +99,6 @@ Inline <b>raw html</b> is dropped, and **bold** renders.
 fail_once = {"armed": True}
 # The page server's guide URL, once it listens (the scripted model fetches it).
 guide_url: list[str] = []
-
-
-def _text(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(part.get("text", "") for part in content if isinstance(part, dict))
-    return ""
 
 
 def _tools(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -149,7 +147,7 @@ def respond(body: dict[str, Any]) -> Turn:
     """The scripted model. The newest user prompt picks the scenario; a request that offers no
     delegation tool is a specialist's."""
     messages = body.get("messages") or []
-    prompt = next((_text(m) for m in reversed(messages) if m.get("role") == "user"), "")
+    prompt = next((message_text(m) for m in reversed(messages) if m.get("role") == "user"), "")
     after_tool = bool(messages) and messages[-1].get("role") == "tool"
     tools = _tools(body)
     delegation = [name for name in tools if DELEGATION_TOOL.search(name)] or [
@@ -158,6 +156,12 @@ def respond(body: dict[str, Any]) -> Turn:
     pieces = {"chunk_size": 3, "chunk_delay_s": 0.02}
     if not delegation:
         return Turn.say("Researcher notes: the answer is 42.", **pieces)
+    if prompt.startswith("Double text first"):
+        return Turn.say(FIRST_ANSWER, chunk_size=4, chunk_delay_s=0.04)
+    if prompt.startswith("Double text newer"):
+        return Turn.say(NEWER_ANSWER, **pieces)
+    if prompt.startswith("Double text"):
+        return Turn.say(SECOND_ANSWER, **pieces)
     if "delegate" in prompt.lower():
         if after_tool:
             return Turn.say("The researcher says the answer is 42.", **pieces)
@@ -239,7 +243,7 @@ async def stack(
         searxng.results = SEARCH_RESULTS
         pages.pages[GUIDE_PATH] = Page(body=GUIDE)
         guide_url[:] = [pages.url(GUIDE_PATH)]
-        for name, value in {
+        environment = {
             "DATABASE_URL": dsn,
             "OBSERVABILITY_DATABASE_URL": dsn,
             "NATS_URL": nats_server.url,
@@ -254,20 +258,31 @@ async def stack(
             "POPAGENT_HOOK_ALLOWED_HOSTS": "127.0.0.1",
             "POPAGENT_HOOK_ALLOW_PRIVATE_ADDRESSES": "true",
             "POPAGENT_HOOK_CA_FILE": str(receiver.ca_file),
-        }.items():
-            monkeypatch.setenv(name, value)
-        config = StackConfig(data_dir=tmp_path / "data", gateway_port=free_port(), echo_logs=False, start_timeout_s=120)
-        running = Stack(config)
-        async with running.running():
+        }
+        async with launched_stack(tmp_path, monkeypatch, environment) as running:
+            # The walk-through runs the tests with the shell unasked (the seeded policy asks first:
+            # tests/ui/test_approvals_ui.py walks the approval card).
+            async with httpx.AsyncClient(base_url=running.url, headers={"x-popagent-key": API_KEY}) as client:
+                emptied = await client.patch("/api/agents/popagent", json={"toolApproval": []})
+                assert emptied.status_code == 200, emptied.text
             yield running, models, receiver
 
 
 async def test_the_web_ui_in_a_real_browser(stack: tuple[Stack, ModelGateway, HttpsReceiver], tmp_path: Path) -> None:
     running, models, receiver = stack
+    # POPAGENT_UI_STEPS="api key prompt,first-use model pick,...": run only these steps (and check
+    # only their names), for working on one step; unset: every step.
+    only = [name.strip() for name in os.environ.get("POPAGENT_UI_STEPS", "").split(",") if name.strip()]
     names = await drive(
         DRIVER,
         tmp_path / "browser.json",
-        {"url": running.url, "apiKey": API_KEY, "outDir": str(OUTPUT), "denyReason": DENY_REASON},
+        {
+            "url": running.url,
+            "apiKey": API_KEY,
+            "outDir": str(OUTPUT),
+            "denyReason": DENY_REASON,
+            **({"only": only} if only else {}),
+        },
         timeout_s=360,
         where=f"; service logs in {running.config.data_dir / 'logs'}",
     )
@@ -302,8 +317,15 @@ async def test_the_web_ui_in_a_real_browser(stack: tuple[Stack, ModelGateway, Ht
         "long-term memories",
         "skills editor",
         "autonomy page",
+        "double texting: enqueue",
+        "double texting: queued through a reload and cancelled",
+        "double texting: interrupt",
+        "double texting: rollback",
     ):
-        assert expected in names
+        assert expected in names or (only and expected not in only)
+    if only:
+        assert not set(only) - set(names), f"steps not run: {sorted(set(only) - set(names))}"
+        return
     # Stop reached the model: the scripted server saw the client abandon the slow stream.
     assert models.disconnected >= 1
     # The deny came from the real hook receiver, for the clock tool.

@@ -25,11 +25,10 @@ from typing import Any
 
 import httpx
 import pytest
-from ui.helpers import CHROMIUM, OUTPUT, REPO, drive, prerequisites
+from ui.helpers import CHROMIUM, OUTPUT, REPO, drive, launched_stack, prerequisites
 
 from popagent_dev import embedded
-from popagent_dev.embedded import free_port
-from popagent_dev.launcher import Stack, StackConfig
+from popagent_dev.launcher import Stack
 from support.memory_agents import is_observer, memory_agents
 from support.model_gateway import ModelGateway, ModelInfo
 from support.sse import read_sse
@@ -39,8 +38,8 @@ pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("stack-ui")]
 DRIVER = Path(__file__).with_name("memory.mjs")
 API_KEY = "memory-browser-key-" + "k" * 16
 MODEL = "fake/fake-chat"
-# The seeded specialists' override model must be listed too (the gateway checks it).
-CATALOG = (ModelInfo(MODEL), ModelInfo("cx/gpt-5.3-codex-spark"))
+# The specialists inherit the chat's model: the one listed model is all a chat needs.
+CATALOG = (ModelInfo(MODEL),)
 TITLE = "Memory browser test"
 LONG = (
     "Here is a long message about my week, with enough words that a few of them cross the smallest "
@@ -57,7 +56,7 @@ async def stack(
     dsn = await make_database()
     (tmp_path / "workspace").mkdir()
     async with ModelGateway(memory_agents(), models=CATALOG) as models:
-        for name, value in {
+        environment = {
             "DATABASE_URL": dsn,
             "OBSERVABILITY_DATABASE_URL": dsn,
             "NATS_URL": nats_server.url,
@@ -65,11 +64,8 @@ async def stack(
             "POPAGENT_API_KEY": API_KEY,
             "POPAGENT_UI_DIR": str(REPO / "ui" / "dist"),
             "POPAGENT_WORKSPACE_ROOT": str(tmp_path / "workspace"),
-        }.items():
-            monkeypatch.setenv(name, value)
-        config = StackConfig(data_dir=tmp_path / "data", gateway_port=free_port(), echo_logs=False, start_timeout_s=120)
-        running = Stack(config)
-        async with running.running():
+        }
+        async with launched_stack(tmp_path, monkeypatch, environment) as running:
             yield running, models
 
 

@@ -25,12 +25,11 @@ from typing import Any
 
 import httpx
 import pytest
-from ui.helpers import CHROMIUM, OUTPUT, REPO, drive, prerequisites
+from ui.helpers import CHROMIUM, OUTPUT, REPO, drive, launched_stack, prerequisites
 
 from popagent_core.topology import SERVICE_NAMES
 from popagent_dev import embedded
-from popagent_dev.embedded import free_port
-from popagent_dev.launcher import Stack, StackConfig
+from popagent_dev.launcher import Stack
 from support.https_receiver import HttpsReceiver, answer, make_secret
 from support.model_gateway import ModelGateway, ModelInfo, ToolCall, Turn, Usage
 from support.sse import read_sse
@@ -43,11 +42,8 @@ API_KEY = "observability-browser-key-" + "k" * 16
 HOOK_PATH = "/pre-tool-use"
 MODEL = "fake/priced-chat"
 PRICING = {"prompt": "0.000002", "completion": "0.00001"}
-# The seeded specialists' override model must be listed too (the gateway checks it).
-CATALOG = (
-    ModelInfo(MODEL, context_length=128_000, pricing=PRICING),
-    ModelInfo("cx/gpt-5.3-codex-spark", context_length=128_000, pricing=PRICING),
-)
+# The specialists inherit the chat's model: the one listed model is all a chat needs.
+CATALOG = (ModelInfo(MODEL, context_length=128_000, pricing=PRICING),)
 
 
 def respond(body: dict[str, Any]) -> Turn:
@@ -93,7 +89,7 @@ async def stack(
                 ]
             },
         }
-        for name, value in {
+        environment = {
             "DATABASE_URL": dsn,
             "OBSERVABILITY_DATABASE_URL": observability_dsn,
             "NATS_URL": nats_server.url,
@@ -105,11 +101,8 @@ async def stack(
             "POPAGENT_HOOK_ALLOWED_HOSTS": "127.0.0.1",
             "POPAGENT_HOOK_ALLOW_PRIVATE_ADDRESSES": "true",
             "POPAGENT_HOOK_CA_FILE": str(receiver.ca_file),
-        }.items():
-            monkeypatch.setenv(name, value)
-        config = StackConfig(data_dir=tmp_path / "data", gateway_port=free_port(), echo_logs=False, start_timeout_s=120)
-        running = Stack(config)
-        async with running.running():
+        }
+        async with launched_stack(tmp_path, monkeypatch, environment) as running:
             yield running, receiver
 
 

@@ -3,7 +3,7 @@ import { Suspense, lazy, useCallback, useEffect, useRef, useState } from "react"
 import type { ModelsOut, WorkspaceOut } from "./api/types";
 import { api } from "./api/client";
 import { ChatPage } from "./chat/ChatPage";
-import { initialModel } from "./chat/ModelPicker";
+import { initialModel, type ModelFix } from "./chat/ModelPicker";
 import { ApiKeyDialog } from "./common/ApiKeyDialog";
 import { useConfirm } from "./common/confirm";
 import { clearUnsaved, hasUnsaved } from "./common/unsaved";
@@ -36,12 +36,20 @@ export function App() {
     if (data) setModel((current) => current || initialModel(data));
   }, [models.data]);
   const refreshModels = useCallback(() => void models.reload(), [models.reload]);
-  const saveDefault = useCallback(
-    async (picked: string) => {
-      await api.patchAgentRuntime({ defaultModel: picked });
-      await models.reload();
+  const queries = useQueryClient();
+  // The model notice's one click: the pick as the default, unlisted overrides back to inherit. What
+  // GET /api/models and the settings pages (the agents' "not offered" badges) show is read again
+  // even when a save failed half way, so the notice names what is still unlisted.
+  const fixModels = useCallback(
+    async (fix: ModelFix) => {
+      try {
+        if (fix.defaultModel) await api.patchAgentRuntime({ defaultModel: fix.defaultModel });
+        for (const agentId of fix.inheritAgents) await api.patchAgent(agentId, { model: null });
+      } finally {
+        await Promise.all([models.reload(), queries.invalidateQueries({ queryKey: ["settings"] }), queries.invalidateQueries({ queryKey: ["agents"] })]);
+      }
     },
-    [models.reload],
+    [models.reload, queries],
   );
   const main = useRef<HTMLElement>(null);
 
@@ -82,7 +90,6 @@ export function App() {
   }, [page, route.page]);
 
   // Every sessions list (active, archived, per workspace) is stale after a change.
-  const queries = useQueryClient();
   const refreshSessions = useCallback(() => void queries.invalidateQueries({ queryKey: ["sessions"] }), [queries]);
   const sessionId = route.page === "chat" ? route.sessionId : null;
 
@@ -140,7 +147,7 @@ export function App() {
               models={models.data}
               model={model}
               onModelChange={setModel}
-              onSaveDefault={saveDefault}
+              onFixModels={fixModels}
               workspaceId={workspaceId}
               workspaces={workspaces.data?.workspaces ?? []}
               onSessionsChanged={refreshSessions}

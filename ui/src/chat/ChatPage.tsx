@@ -6,7 +6,7 @@ import { messageOf, useLoad } from "../common/useLoad";
 import { navigate } from "../route";
 import { Composer } from "./Composer";
 import { Conversation } from "./Conversation";
-import { ModelNotice, ModelPicker } from "./ModelPicker";
+import { ModelNotice, ModelPicker, type ModelFix } from "./ModelPicker";
 import { rememberModel } from "./models";
 
 // The first message typed before a session existed, handed to the new session's view.
@@ -16,7 +16,7 @@ type Shared = {
   models: ModelsOut | undefined;
   model: string;
   onModelChange: (model: string) => void;
-  onSaveDefault: (model: string) => Promise<void>;
+  onFixModels: (fix: ModelFix) => Promise<void>;
   onSessionsChanged: (changed?: SessionSummary) => void;
 };
 
@@ -60,7 +60,7 @@ function NewChat(props: Shared & { workspaceId: string; workspaces: WorkspaceOut
           </select>
         </label>
       </div>
-      <ModelNotice models={props.models} value={props.model} onSaveDefault={props.onSaveDefault} />
+      <ModelNotice models={props.models} value={props.model} onFix={props.onFixModels} />
       <div className="messages" role="log" aria-label="Conversation">
         <div className="empty">
           <h1>New chat</h1>
@@ -104,7 +104,7 @@ function OpenSession(props: Shared & { sessionId: string }) {
       models={props.models}
       model={props.model}
       onModelChange={props.onModelChange}
-      onSaveDefault={props.onSaveDefault}
+      onFixModels={props.onFixModels}
       onSaved={props.onSessionsChanged}
       {...(firstMessage ? { firstMessage } : {})}
     />

@@ -1,8 +1,10 @@
 import { useEffect, useRef, useState, type FormEvent, type KeyboardEvent } from "react";
 
-/** The message box: Enter sends, Shift+Enter adds a line; Send and Stop share one place and size. */
+/** The message box: Enter sends, Shift+Enter adds a line; Send and Stop share one place and size,
+ * or, when a message may be sent while a turn runs (`sendWhileBusy`), stand side by side. */
 export function Composer(props: {
   busy: boolean;
+  sendWhileBusy?: boolean;
   disabled?: boolean;
   onSend: (text: string) => void;
   onStop: () => void;
@@ -17,7 +19,7 @@ export function Composer(props: {
 
   const send = () => {
     const value = text.trim();
-    if (!value || props.busy || props.disabled) return;
+    if (!value || (props.busy && !props.sendWhileBusy) || props.disabled) return;
     props.onSend(value);
     setText("");
     box.current?.focus();
@@ -35,7 +37,7 @@ export function Composer(props: {
 
   const onSubmit = (event: FormEvent) => {
     event.preventDefault();
-    if (props.busy) props.onStop();
+    if (props.busy && !props.sendWhileBusy) props.onStop();
     else send();
   };
 
@@ -54,7 +56,12 @@ export function Composer(props: {
         onKeyDown={onKeyDown}
         disabled={props.disabled}
       />
-      {props.busy ? (
+      {props.busy && props.sendWhileBusy ? (
+        <button type="button" className="composer-button stop" data-testid="stop" onClick={props.onStop}>
+          Stop
+        </button>
+      ) : null}
+      {props.busy && !props.sendWhileBusy ? (
         <button type="submit" className="composer-button stop" data-testid="stop">
           Stop
         </button>

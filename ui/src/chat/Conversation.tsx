@@ -1,14 +1,27 @@
 import { useChat } from "@ai-sdk/react";
-import { DefaultChatTransport, type UIMessage } from "ai";
+import { generateId, lastAssistantMessageIsCompleteWithApprovalResponses, type UIMessage } from "ai";
 import { useCallback, useEffect, useLayoutEffect, useMemo, useRef, useState } from "react";
 import { authedFetch } from "../api/auth";
+import { ApprovalSession } from "../approvals/ApprovalCard";
+import { SessionGrants } from "../approvals/Grants";
+import { notifyApproval } from "../approvals/notify";
+import { useRefreshApprovals } from "../approvals/pending";
 import { api, ApiError } from "../api/client";
 import type { ChatTurnCreate, HookRunOut, ModelsOut, SessionOut, SessionSummary, StoredMessage } from "../api/types";
 import { Icon } from "../common/Icon";
 import { messageOf } from "../common/useLoad";
 import { Composer } from "./Composer";
+import {
+  AdoptingTransport,
+  DoubleTextingPicker,
+  QueuedTurns,
+  fromServer,
+  readUntilStart,
+  type DoubleTexting,
+  type QueuedTurn,
+} from "./doubleTexting";
 import { HookTimeline } from "./HookTimeline";
-import { ModelNotice, ModelPicker } from "./ModelPicker";
+import { ModelNotice, ModelPicker, type ModelFix } from "./ModelPicker";
 import { chatModels, rememberModel, rememberedModel } from "./models";
 import { Message } from "./Message";
 import { failureOf, modelOf, reasonOfChatError, textOf, titleFrom } from "./meta";
@@ -19,13 +32,30 @@ function sameMessages(a: ReadonlyArray<{ id: string }>, b: ReadonlyArray<{ id: s
   return a.length === b.length && a.every((message, index) => message.id === b[index]?.id);
 }
 
+/** `a`'s messages are the first of `b`'s (b may go on: a turn the server queued or started since). */
+function startsWith(b: ReadonlyArray<{ id: string }>, a: ReadonlyArray<{ id: string }>): boolean {
+  return a.length <= b.length && a.every((message, index) => message.id === b[index]?.id);
+}
+
+/** The queued turns as the server lists them, keeping this page's own (it reads their streams), the
+ * ones it sent that the server has not listed yet last. */
+function mergeQueued(current: QueuedTurn[], server: SessionOut["queuedTurns"]): QueuedTurn[] {
+  const own = new Map(current.filter((turn) => turn.own).map((turn) => [turn.message.id, turn]));
+  const listed = fromServer(server).map((turn) => {
+    const mine = own.get(turn.message.id);
+    return mine ? { ...mine, turnId: mine.turnId ?? turn.turnId } : turn;
+  });
+  const ids = new Set(listed.map((turn) => turn.message.id));
+  return [...listed, ...current.filter((turn) => turn.own && !ids.has(turn.message.id))];
+}
+
 /** One open session: the streaming chat, saving after each turn, hooks per turn. */
 export function Conversation(props: {
   session: SessionOut;
   models: ModelsOut | undefined;
   model: string;
   onModelChange: (model: string) => void;
-  onSaveDefault: (model: string) => Promise<void>;
+  onFixModels: (fix: ModelFix) => Promise<void>;
   firstMessage?: string;
   onSaved: (session: SessionSummary) => void;
 }) {
@@ -53,18 +83,21 @@ export function Conversation(props: {
 
   const transport = useMemo(
     () =>
-      new DefaultChatTransport<UIMessage>({
+      new AdoptingTransport({
         api: "/api/chat",
         fetch: authedFetch,
-        // Only the session, model, workspace and newest message: the server rebuilds history.
-        prepareSendMessagesRequest: ({ id, messages }) => {
+        // Only the session, model, workspace and newest message: the server rebuilds history. A
+        // message sent while a turn runs names the policy it was sent under (`doubleTexting`).
+        prepareSendMessagesRequest: ({ id, messages, body: extra }) => {
           const newest = messages[messages.length - 1];
           rememberModel(session.id, modelRef.current);
+          const doubleTexting = (extra as { doubleTexting?: DoubleTexting } | undefined)?.doubleTexting;
           const body: ChatTurnCreate = {
             id,
             model: modelRef.current || null,
             workspaceId: session.workspaceId,
             message: newest as unknown as ChatTurnCreate["message"],
+            ...(doubleTexting ? { doubleTexting } : {}),
           };
           return { body };
         },
@@ -90,12 +123,14 @@ export function Conversation(props: {
             return;
           }
           const server = result.conflict.session;
-          if (sameMessages(server.messages, messages)) {
-            // The server recorded this turn itself (the same messages): save ours over it
-            // once, so marks only this UI knows (a Stop) are kept too.
+          if (sameMessages(server.messages, messages) || startsWith(server.messages, messages)) {
+            // The server recorded this turn itself (the same messages, and maybe the next turn's
+            // prompt, when a queued turn started meanwhile): save ours over it once, so marks only
+            // this UI knows (a Stop) are kept too, with the server's later messages after them.
+            const kept = [...messages, ...(server.messages.slice(messages.length) as unknown as UIMessage[])];
             const again = await api.saveSession(session.id, {
               revision: server.revision,
-              messages: messages as unknown as StoredMessage[],
+              messages: kept as unknown as StoredMessage[],
               ...(server.title ? {} : { title: titleFrom(messages) }),
             });
             const saved = again.ok ? again.session : again.conflict.session;
@@ -116,6 +151,39 @@ export function Conversation(props: {
     [session.id],
   );
 
+  // The chat shows the server's copy: after a turn sent to interrupt or roll back another, what
+  // the session keeps is the server's to decide (docs/turns.md, Double texting).
+  const syncFromServer = useCallback(async () => {
+    try {
+      const server = await api.session(session.id);
+      setMessagesRef.current(server.messages as unknown as UIMessage[]);
+      revision.current = server.revision;
+      title.current = server.title;
+      setQueued((current) => mergeQueued(current, server.queuedTurns));
+      setSaveState({ kind: "saved" });
+      props.onSaved(server);
+    } catch (error) {
+      setSaveState({ kind: "failed", reason: messageOf(error) });
+    }
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [session.id]);
+
+  const [policy, setPolicy] = useState<DoubleTexting>(session.doubleTexting);
+  const [policySaving, setPolicySaving] = useState(false);
+  const [policyError, setPolicyError] = useState<string | null>(null);
+  const [queued, setQueued] = useState<QueuedTurn[]>(() => fromServer(session.queuedTurns));
+  const queuedRef = useRef(queued);
+  queuedRef.current = queued;
+  const [queueError, setQueueError] = useState<string | null>(null);
+  // useChat's own turn waits behind others (its stream began with `data-turnQueued`): how many.
+  const [waitingAhead, setWaitingAhead] = useState<number | null>(null);
+  const waitingTurnId = useRef<string | null>(null);
+  // Set while the running turn's stream is stopped here for a message that interrupts it.
+  const handover = useRef<DoubleTexting | null>(null);
+  // The turn that interrupted another: when it ends, the chat reloads the server's copy.
+  const adoptServerCopy = useRef(false);
+
+  const finishes = useRef(0);
   const lastError = useRef<string | null>(null);
   const setMessagesRef = useRef<(messages: UIMessage[]) => void>(() => undefined);
   const chat = useChat<UIMessage>({
@@ -126,7 +194,38 @@ export function Conversation(props: {
     // GET /api/chat/{id}/stream, which answers 204 when no turn runs. Not for a conversation opened
     // to send its first message: its own turn would be followed twice.
     resume: !props.firstMessage,
+    // A stream the server ended while a tool call waits for a person (its finish marks
+    // `awaitingApproval`) goes on once every request of the step is answered: the assistant message
+    // with its answers is posted back, and the server streams the rest of the turn (docs/approvals.md).
+    // A stream that stays open while the turn waits is not affected: this only runs when idle.
+    sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses,
+    onData: (part) => {
+      if (part.type !== "data-turnQueued") return;
+      const data = part.data as { ahead?: unknown; turnId?: unknown } | undefined;
+      waitingTurnId.current = typeof data?.turnId === "string" ? data.turnId : null;
+      setWaitingAhead(typeof data?.ahead === "number" ? data.ahead : 0);
+    },
     onFinish: ({ message, messages, isAbort, isError }) => {
+      finishes.current += 1;
+      if (handover.current && isAbort) {
+        // Stopped here for a message that interrupts the turn: the server cancels it and keeps
+        // (interrupt, marked cancelled) or drops (rollback) what it said; nothing is saved from here.
+        if (handover.current === "interrupt" && messages.some((item) => item.id === message.id && item.role === "assistant")) {
+          setMessagesRef.current(
+            messages.map((item) =>
+              item.id === message.id ? { ...item, metadata: { ...(item.metadata as object | undefined), cancelled: true } } : item,
+            ),
+          );
+        }
+        return;
+      }
+      const answered = messages.some((item) => item.id === message.id && item.role === "assistant");
+      if (adoptServerCopy.current && answered) {
+        adoptServerCopy.current = false;
+        void syncFromServer();
+        return;
+      }
+      adoptServerCopy.current = false;
       // Keep how the turn ended with its message: a reopened session shows "stopped" or the reason.
       const ended = isAbort ? { stopped: true } : isError ? { failure: lastError.current ?? "the turn failed" } : null;
       if (ended && messages.some((item) => item.id === message.id && item.role === "assistant")) {
@@ -153,16 +252,61 @@ export function Conversation(props: {
       lastError.current = reasonOfChatError(error);
     },
   });
-  const { messages, status, error, stop, sendMessage, setMessages, clearError, regenerate } = chat;
+  const { messages, status, error, stop, sendMessage, setMessages, clearError, regenerate, resumeStream, addToolApprovalResponse } = chat;
+  const approvalChat = useMemo(
+    () => ({
+      sessionId: session.id,
+      respond: (approvalId: string, approved: boolean, reason?: string) => {
+        lastError.current = null;
+        void addToolApprovalResponse({ id: approvalId, approved, ...(reason ? { reason } : {}) });
+      },
+    }),
+    [session.id, addToolApprovalResponse],
+  );
   setMessagesRef.current = setMessages;
   const [cancelling, setCancelling] = useState(false);
   const busy = status === "submitted" || status === "streaming" || cancelling;
+
+  useEffect(() => {
+    if (status === "submitted") return;
+    setWaitingAhead(null);
+    waitingTurnId.current = null;
+  }, [status]);
+
+  // useChat reads one stream at a time: a queued turn's stream waits for it to be idle.
+  const statusRef = useRef(status);
+  statusRef.current = status;
+  const idleWaiters = useRef<Array<() => void>>([]);
+  useEffect(() => {
+    if (status !== "submitted" && status !== "streaming") for (const wake of idleWaiters.current.splice(0)) wake();
+  }, [status]);
+  const idle = useCallback(
+    () =>
+      statusRef.current === "submitted" || statusRef.current === "streaming"
+        ? new Promise<void>((resolve) => idleWaiters.current.push(resolve))
+        : Promise.resolve(),
+    [],
+  );
+  const handoffs = useRef<Promise<void>>(Promise.resolve());
+  const ownStreams = useRef(new Set<AbortController>());
+  useEffect(() => {
+    const streams = ownStreams.current;
+    return () => {
+      for (const controller of streams) controller.abort();
+    };
+  }, []);
 
   // Stop: the stream ends here at once, and the server cancels the turn (it would run on without
   // its client); the next message waits until it has.
   const stopTurn = useCallback(async () => {
     const last = messages[messages.length - 1];
-    const turnId = last?.role === "assistant" ? (last.metadata as { turnId?: string } | undefined)?.turnId : undefined;
+    // The answering turn's, or the one this chat's message waits as (queued behind others).
+    const turnId =
+      status === "submitted"
+        ? (waitingTurnId.current ?? undefined)
+        : last?.role === "assistant"
+          ? (last.metadata as { turnId?: string } | undefined)?.turnId
+          : undefined;
     setCancelling(true);
     try {
       await stop();
@@ -173,16 +317,171 @@ export function Conversation(props: {
     } finally {
       setCancelling(false);
     }
-  }, [messages, stop, session.id]);
+  }, [messages, stop, session.id, status]);
+
+  const changePolicy = useCallback(
+    async (next: DoubleTexting) => {
+      const before = policy;
+      setPolicy(next);
+      setPolicySaving(true);
+      setPolicyError(null);
+      try {
+        const saved = await api.patchSession(session.id, { doubleTexting: next });
+        setPolicy(saved.doubleTexting);
+        props.onSaved(saved);
+      } catch (caught) {
+        setPolicy(before);
+        setPolicyError(messageOf(caught));
+      } finally {
+        setPolicySaving(false);
+      }
+    },
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+    [policy, session.id],
+  );
+
+  const dropQueued = useCallback((messageId: string) => {
+    setQueued((current) => current.filter((turn) => turn.message.id !== messageId));
+  }, []);
+
+  // A message sent to wait in the queue. useChat cannot take a second request while its stream runs
+  // (sendMessage would start a second stream writing into the same messages), so the queued turn is
+  // posted with the same transport but read here: its `data-turnQueued` chunks feed the queued
+  // bubble, and once the turn starts (its `start` chunk) the rest of that same stream is handed to
+  // useChat through `sendMessage` of the message (AdoptingTransport), after the running turn ended.
+  const enqueue = useCallback(
+    async (text: string) => {
+      const message: UIMessage = { id: generateId(), role: "user", parts: [{ type: "text", text }] };
+      const controller = new AbortController();
+      ownStreams.current.add(controller);
+      setQueued((current) => [...current, { message, turnId: null, ahead: null, own: true }]);
+      setQueueError(null);
+      try {
+        const stream = await transport.sendMessages({
+          chatId: session.id,
+          messages: [message],
+          abortSignal: controller.signal,
+          trigger: "submit-message",
+          messageId: undefined,
+          body: { doubleTexting: "enqueue" },
+        });
+        const outcome = await readUntilStart(
+          stream,
+          (turnId, ahead) =>
+            setQueued((current) => current.map((turn) => (turn.message.id === message.id ? { ...turn, turnId, ahead } : turn))),
+          () => controller.abort(),
+        );
+        if (outcome.kind === "ended") {
+          dropQueued(message.id);
+          if (outcome.reason === "failed") setQueueError(`The queued message failed: ${outcome.text}`);
+          return;
+        }
+        handoffs.current = handoffs.current.then(async () => {
+          await idle();
+          dropQueued(message.id);
+          transport.adopt(message.id, outcome.stream);
+          lastError.current = null;
+          await sendMessage({ id: message.id, role: "user", parts: message.parts });
+        });
+      } catch (caught) {
+        dropQueued(message.id);
+        if (!controller.signal.aborted) setQueueError(`Not queued: ${reasonOfChatError(caught instanceof Error ? caught : new Error(String(caught)))}`);
+      } finally {
+        ownStreams.current.delete(controller);
+      }
+    },
+    [transport, session.id, dropQueued, idle, sendMessage],
+  );
+
+  // A message that interrupts (or rolls back) the running turn: useChat's stream of that turn is
+  // stopped here, without cancelling it, and the new message is sent under the same policy: the
+  // server cancels the running turn itself when the new one starts.
+  const interruptWith = useCallback(
+    async (text: string, how: "interrupt" | "rollback") => {
+      handover.current = how;
+      try {
+        await stop();
+      } finally {
+        handover.current = null;
+      }
+      if (how === "rollback") {
+        // The server drops the running turn's prompt and answer; so does this copy.
+        setMessages((current) => {
+          const at = current.findLastIndex((item) => item.role === "user");
+          return at === -1 ? current : current.slice(0, at);
+        });
+      }
+      adoptServerCopy.current = true;
+      void sendMessage({ text }, { body: { doubleTexting: how } });
+    },
+    [stop, setMessages, sendMessage],
+  );
 
   const send = useCallback(
     (text: string) => {
       lastError.current = null;
       clearError();
-      void sendMessage({ text });
+      // Behind this page's own queued messages too, so they keep their order.
+      if (policy === "enqueue" && (busy || queuedRef.current.some((turn) => turn.own))) void enqueue(text);
+      else if (busy && (policy === "interrupt" || policy === "rollback")) void interruptWith(text, policy);
+      else void sendMessage({ text });
     },
-    [sendMessage, clearError],
+    [sendMessage, clearError, busy, policy, enqueue, interruptWith],
   );
+
+  const cancelQueued = useCallback(
+    async (turn: QueuedTurn) => {
+      if (!turn.turnId) return;
+      setQueued((current) => current.map((item) => (item.message.id === turn.message.id ? { ...item, cancelling: true } : item)));
+      try {
+        await api.cancelTurn(session.id, turn.turnId);
+        // This page's own queued turn leaves when its stream ends (an `abort` chunk).
+        if (!turn.own) dropQueued(turn.message.id);
+      } catch (caught) {
+        setQueued((current) => current.map((item) => (item.message.id === turn.message.id ? { ...item, cancelling: false } : item)));
+        if (caught instanceof ApiError && (caught.status === 409 || caught.status === 404)) {
+          // It started or ended meanwhile: the server's list says what still waits.
+          const server = await api.session(session.id).catch(() => null);
+          if (server) setQueued((current) => mergeQueued(current, server.queuedTurns));
+        } else {
+          setQueueError(`Cancel: ${messageOf(caught)}`);
+        }
+      }
+    },
+    [session.id, dropQueued],
+  );
+
+  // Queued turns this page did not send (listed by the server on opening it, or another tab's):
+  // while the chat is idle the session is read again, and when one of them has started, the chat
+  // shows the server's copy and follows the running turn (the resume route).
+  const foreignQueued = queued.some((turn) => !turn.own);
+  useEffect(() => {
+    if (!foreignQueued || busy) return;
+    let live = true;
+    const timer = window.setInterval(() => {
+      void api
+        .session(session.id)
+        .then((server) => {
+          if (!live) return;
+          const waiting = new Set(server.queuedTurns.map((turn) => turn.message.id));
+          const left = queuedRef.current.some((turn) => !turn.own && !waiting.has(turn.message.id));
+          setQueued((current) => mergeQueued(current, server.queuedTurns));
+          if (left) {
+            setMessagesRef.current(server.messages as unknown as UIMessage[]);
+            revision.current = server.revision;
+            title.current = server.title;
+            const before = finishes.current;
+            // Nothing to follow (it ended already, or was cancelled): the server's copy has how it ended.
+            void resumeStream().then(() => (finishes.current === before ? syncFromServer() : undefined));
+          }
+        })
+        .catch(() => undefined);
+    }, 1500);
+    return () => {
+      live = false;
+      window.clearInterval(timer);
+    };
+  }, [foreignQueued, busy, session.id, resumeStream, syncFromServer]);
 
   // Retry and regenerate re-post the last user message with its id: the server replaces what
   // answered it, so the session keeps one copy of the question.
@@ -246,13 +545,40 @@ export function Conversation(props: {
     persist(messages);
   };
 
+  // A new approval request in the stream (live or followed after a reload): the sidebar's badge
+  // and the cards reload at once, and a hidden tab shows a notification when it may.
+  const refreshApprovals = useRefreshApprovals();
+  const seenApprovals = useRef<Set<string> | null>(null);
+  useEffect(() => {
+    const asking = messages.flatMap((message) =>
+      message.parts.flatMap((part) => {
+        const approval = (part as { state?: string; approval?: { id?: string } }).approval;
+        if ((part as { state?: string }).state !== "approval-requested" || !approval?.id) return [];
+        const name = part.type === "dynamic-tool" ? (part as { toolName: string }).toolName : part.type.replace(/^tool-/, "");
+        return [{ id: approval.id, name }];
+      }),
+    );
+    const first = seenApprovals.current === null;
+    const seen = seenApprovals.current ?? new Set<string>();
+    seenApprovals.current = seen;
+    const fresh = asking.filter((item) => !seen.has(item.id));
+    for (const item of fresh) seen.add(item.id);
+    if (!fresh.length) return;
+    refreshApprovals();
+    // Not for what the page opened with: only a request that arrives while it is open.
+    if (!first) for (const item of fresh) notifyApproval(item.name);
+  }, [messages, refreshApprovals]);
+
   const newest = messages[messages.length - 1];
   // A failed turn shows its reason once: on its failure record when it has one, else here.
   const failureShown = newest?.role === "assistant" && (failureOf(newest) !== null || status === "error");
   return (
+    <ApprovalSession.Provider value={approvalChat}>
     <div className="conversation">
       <div className="chat-toolbar">
         <ModelPicker models={props.models} value={model} onChange={props.onModelChange} disabled={busy} />
+        <DoubleTextingPicker value={policy} saving={policySaving} error={policyError} onChange={(next) => void changePolicy(next)} />
+        <SessionGrants sessionId={session.id} />
         <span className="badge workspace-badge" data-testid="session-workspace" title="The repository this session's agents work in">
           workspace: {session.workspaceId}
         </span>
@@ -266,7 +592,7 @@ export function Conversation(props: {
           Hook timeline
         </button>
       </div>
-      <ModelNotice models={props.models} value={model} onSaveDefault={props.onSaveDefault} />
+      <ModelNotice models={props.models} value={model} onFix={props.onFixModels} />
       {conflict ? (
         <div className="banner warn" role="alert" data-testid="revision-conflict">
           <p>
@@ -323,7 +649,15 @@ export function Conversation(props: {
           })}
           {status === "submitted" ? (
             <p className="thinking muted" aria-live="polite">
-              Waiting for popagent…
+              {waitingAhead === null
+                ? "Waiting for popagent…"
+                : `Queued: waiting for ${waitingAhead} ${waitingAhead === 1 ? "turn" : "turns"} to end…`}
+            </p>
+          ) : null}
+          <QueuedTurns turns={queued} onCancel={(turn) => void cancelQueued(turn)} />
+          {queueError ? (
+            <p className="error-text" role="alert" data-testid="queue-error">
+              {queueError}
             </p>
           ) : null}
           {error && !failureShown ? (
@@ -361,8 +695,9 @@ export function Conversation(props: {
           {saveState.kind === "saving" ? "saving…" : saveState.kind === "saved" ? "saved" : saveState.kind === "failed" ? `not saved: ${saveState.reason}` : ""}
         </span>
       </div>
-      <Composer busy={busy} onSend={send} onStop={() => void stopTurn()} />
+      <Composer busy={busy} sendWhileBusy={policy !== "reject"} onSend={send} onStop={() => void stopTurn()} />
     </div>
+    </ApprovalSession.Provider>
   );
 }
 

@@ -55,49 +55,58 @@ export function initialModel(models: ModelsOut): string {
   return chatModels(models)[0] ?? models.defaultModel;
 }
 
+/** What one click on the model notice changes: the default (null: left as it is) and the agents set to inherit. */
+export type ModelFix = { defaultModel: string | null; inheritAgents: string[] };
+
+function joined(items: string[]): string {
+  if (items.length < 2) return items.join("");
+  return `${items.slice(0, -1).join(", ")} and ${items[items.length - 1]}`;
+}
+
 /**
- * What the configuration names that the model gateway does not list (GET /api/models `unlistedModels`):
- * an unlisted default asks the user to pick a model, with one click to save the pick as the default;
- * an unlisted agent override says chats are refused until it is changed, and where.
+ * What the configuration names that the model gateway does not list (GET /api/models `unlistedModels`),
+ * fixed in one click: the picked model becomes the default when the default is unlisted, and every
+ * agent whose override is unlisted inherits the chat's model. A chat is refused while an agent it
+ * may run is on an unlisted override; on the seeded configuration only the default is unlisted, and a
+ * chat on the picked model runs, so the first message needs only the pick.
  */
-export function ModelNotice(props: { models: ModelsOut | undefined; value: string; onSaveDefault: (model: string) => Promise<void> }) {
+export function ModelNotice(props: { models: ModelsOut | undefined; value: string; onFix: (fix: ModelFix) => Promise<void> }) {
   const [saving, setSaving] = useState(false);
   const [error, setError] = useState<string | null>(null);
   const models = props.models;
   if (!models) return null;
   const overrides = models.unlistedModels.filter((entry) => entry.agentId);
+  const agents = overrides.map((entry) => entry.agentId ?? "");
   const defaultMissing = !models.defaultModelListed;
   if (!defaultMissing && !overrides.length) return null;
   const listed = chatModels(models);
   const pickable = listed.includes(props.value);
-  const save = async () => {
+  // Without a listed model to make the default, the button would leave the default unlisted: it waits for one.
+  const fixable = defaultMissing ? listed.length > 0 : true;
+  const fix = async () => {
     setSaving(true);
     setError(null);
     try {
-      await props.onSaveDefault(props.value);
+      await props.onFix({ defaultModel: defaultMissing ? props.value : null, inheritAgents: agents });
     } catch (caught) {
       setError(caught instanceof Error ? caught.message : String(caught));
     } finally {
       setSaving(false);
     }
   };
+  const label = [
+    defaultMissing ? `Use ${pickable ? props.value : "this model"} as the default` : null,
+    agents.length ? `${defaultMissing ? "let" : "Let"} ${joined(agents)} inherit the chat's model` : null,
+  ]
+    .filter(Boolean)
+    .join("; ");
   return (
-    <div className="banner warn" role="status">
+    <div className="banner warn" role="status" data-testid="model-notice">
       {defaultMissing ? (
-        <div data-testid="default-model-notice">
-          <p>
-            The default model <code>{models.defaultModel}</code> is not offered by the model gateway.{" "}
-            {listed.length ? "Pick a model above to chat with, and save it as the default." : "The gateway lists no model at all."}
-          </p>
-          {listed.length ? (
-            <div className="banner-actions">
-              <button type="button" className="primary" disabled={!pickable || saving} onClick={() => void save()} data-testid="save-default-model">
-                {saving ? "Saving…" : `Use ${pickable ? props.value : "this model"} as the default`}
-              </button>
-            </div>
-          ) : null}
-          <ErrorText error={error && `Could not save the default: ${error}`} />
-        </div>
+        <p data-testid="default-model-notice">
+          The default model <code>{models.defaultModel}</code> is not offered by the model gateway.{" "}
+          {listed.length ? "Pick a model above to chat with, and save it as the default." : "The gateway lists no model at all."}
+        </p>
       ) : null}
       {overrides.length ? (
         <p data-testid="override-notice">
@@ -108,9 +117,24 @@ export function ModelNotice(props: { models: ModelsOut | undefined; value: strin
               <code>{entry.model}</code> ({entry.agentId}&apos;s override)
             </span>
           ))}
-          : chats are refused until it is changed in <a href={href({ page: "settings", section: "agents" })}>Settings → Agents</a>.
+          : chats are refused until {overrides.length > 1 ? "they are" : "it is"} changed, {fixable ? "here or " : ""}in{" "}
+          <a href={href({ page: "settings", section: "agents" })}>Settings → Agents</a>.
         </p>
       ) : null}
+      {fixable ? (
+        <div className="banner-actions">
+          <button
+            type="button"
+            className="primary"
+            disabled={(defaultMissing && !pickable) || saving}
+            onClick={() => void fix()}
+            data-testid={defaultMissing ? "save-default-model" : "inherit-unlisted-overrides"}
+          >
+            {saving ? "Saving…" : label}
+          </button>
+        </div>
+      ) : null}
+      <ErrorText error={error && `Could not save: ${error}`} />
     </div>
   );
 }

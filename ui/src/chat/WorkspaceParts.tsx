@@ -46,7 +46,7 @@ export function workspaceSummary(name: string, input: unknown, output: unknown):
   return path;
 }
 
-function DiffView({ diff }: { diff: string }) {
+export function DiffView({ diff }: { diff: string }) {
   if (!diff) return <p className="muted">No change.</p>;
   return (
     <pre className="diff" data-testid="workspace-diff">

@@ -32,9 +32,11 @@ export function usageOf(message: UIMessage): { input: number; output: number } |
   return { input: typeof input === "number" ? input : 0, output: typeof output === "number" ? output : 0 };
 }
 
-/** Set by this UI when the user stopped the turn, so a reopened session still says so. */
+/** Set by this UI when the user stopped the turn (`stopped`), or by the server on a cancelled
+ * turn's answer (`cancelled`: stopped, or interrupted by a newer message), so a reopened session says so. */
 export function stoppedOf(message: UIMessage): boolean {
-  return record(message.metadata).stopped === true;
+  const metadata = record(message.metadata);
+  return metadata.stopped === true || metadata.cancelled === true;
 }
 
 /** Set by the server on an answer whose turn did not end (client gone, service stopped or

@@ -5,6 +5,7 @@
 // to TOOL_VIEWS: `myTool: { summary: (input) => ..., Result: MyToolResult }`.
 import { getToolName, type DynamicToolUIPart, type ToolUIPart } from "ai";
 import type { JSX, ReactNode } from "react";
+import { ApprovalCard, DeniedNote } from "../approvals/ApprovalCard";
 import { NavigatorResult } from "../browser/NavigatorResult";
 import { record } from "./meta";
 import { WORKSPACE_PREFIX, WorkspaceResult, workspaceSummary } from "./WorkspaceParts";
@@ -283,7 +284,19 @@ export function ToolCall({ part }: { part: ToolUIPart | DynamicToolUIPart }) {
   const output = done ? part.output : undefined;
   const summary = workspaceTool ? workspaceSummary(name, input, output) : (view.summary ?? ((value: unknown) => compactJson(value ?? {})))(input, output);
   const special = done && view.Result ? view.Result({ name, input, output }) : null;
-  return (
+  // A call waiting for a person gets the approval card; a denied one says so, with the reason.
+  const approval = "approval" in part ? (part.approval as { id?: string; approved?: boolean; reason?: string } | undefined) : undefined;
+  const after =
+    part.state === "approval-requested" ? (
+      <ApprovalCard toolName={name} approvalId={approval?.id} input={input} />
+    ) : part.state === "output-denied" || (part.state === "approval-responded" && approval?.approved === false) ? (
+      <DeniedNote approvalId={approval?.id} reason={approval?.reason} />
+    ) : part.state === "approval-responded" ? (
+      <p className="approval-outcome" role="status" data-testid="approval-outcome">
+        Approved. The tool runs now.
+      </p>
+    ) : null;
+  const row = (
     <details className={workspaceTool ? "tool workspace-tool" : "tool"} data-testid="tool-call" data-tool={name} data-state={part.state} open={Boolean(view.open && done) || undefined}>
       <summary>
         <span className="tool-name">{name}</span>
@@ -305,5 +318,13 @@ export function ToolCall({ part }: { part: ToolUIPart | DynamicToolUIPart }) {
         ) : null}
       </div>
     </details>
+  );
+  return after ? (
+    <div className="tool-with-approval">
+      {row}
+      {after}
+    </div>
+  ) : (
+    row
   );
 }

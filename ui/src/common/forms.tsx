@@ -197,8 +197,8 @@ export function Field(props: {
 }
 
 /** The writable fields of a body schema, those named in `order` first, in that order. */
-export function orderedFields(form: string, exclude?: string[], order?: string[]): [string, FieldSpec][] {
-  const specs = Object.entries(fieldsOf(form)).filter(([name]) => !exclude?.includes(name));
+export function orderedFields(form: string, exclude?: string[], order?: string[], extra?: Record<string, FieldSpec>): [string, FieldSpec][] {
+  const specs = Object.entries({ ...extra, ...fieldsOf(form) }).filter(([name]) => !exclude?.includes(name));
   if (order) {
     const rank = (name: string) => {
       const index = order.indexOf(name);
@@ -273,6 +273,8 @@ export type PatchFormProps<Out extends object> = {
   order?: string[];
   /** Fields under headings, in this order; fields in no group follow under "Other". */
   groups?: { title: string; fields: string[] }[];
+  /** Fields to offer when the generated schema does not have them (yet); the schema's own spec wins. */
+  extraFields?: Record<string, FieldSpec>;
 };
 
 /** A settings object's form: shows every writable field of `form` (a PATCH schema) and sends only the changed ones. */
@@ -281,7 +283,9 @@ export function PatchForm<Out extends object>(props: PatchFormProps<Out>) {
   // The enable switch first, then the order given (or the groups'), then the rest.
   const enableFirst = (names: string[]) => [...names.filter((name) => /^enabled$/.test(name)), ...names.filter((name) => !/^enabled$/.test(name))];
   const order = enableFirst(props.order ?? props.groups?.flatMap((group) => group.fields) ?? Object.keys(fieldsOf(props.form)));
-  const specs = orderedFields(props.form, props.exclude, order);
+  const listed = orderedFields(props.form, props.exclude, order);
+  const missing = Object.entries(props.extraFields ?? {}).filter(([name]) => !listed.some(([field]) => field === name) && !props.exclude?.includes(name));
+  const specs = missing.length ? orderedFields(props.form, props.exclude, order, Object.fromEntries(missing)) : listed;
   const [value, setValue] = useState(props.value);
   const [draft, setDraft] = useState<Record<string, unknown>>({});
   const submit = useSubmit(specs.map(([name]) => name));

@@ -1,6 +1,7 @@
 import * as Menu from "@radix-ui/react-dropdown-menu";
 import { useEffect, useId, useMemo, useRef, useState, type FormEvent } from "react";
 import { api } from "../api/client";
+import { usePendingApprovals } from "../approvals/pending";
 import type { SessionSummary, WorkspaceOut } from "../api/types";
 import { ErrorText, LoadError } from "../common/ErrorText";
 import { useConfirm } from "../common/confirm";
@@ -60,6 +61,7 @@ export function Sidebar(props: {
   }, [props.sessions, search]);
   const [error, setError] = useState<string | null>(null);
   const [dialog, confirm] = useConfirm();
+  const pending = usePendingApprovals();
 
   // A new chat is only a page until its first message: nothing is stored before then.
   const createSession = () => {
@@ -155,6 +157,7 @@ export function Sidebar(props: {
                   key={session.id}
                   session={session}
                   current={session.id === props.currentId}
+                  pendingApprovals={pending.get(session.id)?.length ?? 0}
                   onNavigate={props.onNavigate}
                   onRename={(title) => act("rename the chat", () => api.patchSession(session.id, { title }))}
                   onArchive={(archived) =>
@@ -175,6 +178,7 @@ export function Sidebar(props: {
 function SessionItem(props: {
   session: SessionSummary;
   current: boolean;
+  pendingApprovals: number;
   onNavigate: () => void;
   onRename: (title: string) => Promise<void>;
   onArchive: (archived: boolean) => Promise<void>;
@@ -240,6 +244,11 @@ function SessionItem(props: {
             {session.titleLocked ? (
               <span className="lock" title="Renamed: later saves keep this title">
                 <Icon name="lock" label="title locked" />
+              </span>
+            ) : null}
+            {props.pendingApprovals ? (
+              <span className="badge warn approval-badge" data-testid="approval-badge" data-count={props.pendingApprovals}>
+                {props.pendingApprovals === 1 ? "needs approval" : `${props.pendingApprovals} approvals`}
               </span>
             ) : null}
           </span>

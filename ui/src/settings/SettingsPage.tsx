@@ -1,3 +1,4 @@
+import { useQueryClient } from "@tanstack/react-query";
 import type { ReactNode } from "react";
 import { api } from "../api/client";
 import type {
@@ -10,6 +11,7 @@ import type {
   ModelsOut,
   UnlistedModelOut,
 } from "../api/types";
+import { RulesEditor } from "../approvals/RulesEditor";
 import { BrowserHealthCard } from "../browser/BrowserHealthCard";
 import { FORM_FIELDS, PatchForm, SelectInput, type FieldInputProps, type PatchFormProps } from "../common/forms";
 import { useLoad } from "../common/useLoad";
@@ -113,9 +115,18 @@ function OverrideBadge({ agent, unlisted }: { agent: AgentOut; unlisted: Unliste
   );
 }
 
-const AGENT_ORDER = ["displayName", "description", "instructions", "model", "workspaceAccess", "browserAccess", "delegationEligible", "tools", "sourceUrl"];
+const AGENT_ORDER = ["displayName", "description", "instructions", "model", "workspaceAccess", "browserAccess", "delegationEligible", "tools", "toolApproval", "sourceUrl"];
+// Offered even when the generated OpenAPI fields predate the approval policy (docs/approvals.md).
+const AGENT_EXTRA_FIELDS = { toolApproval: { type: "array", description: "the complete new tool approval policy" } };
 
 function Agents({ models, modelsChanged }: { models: ModelsOut | undefined; modelsChanged: () => void }) {
+  // A saved override changes what the badges say: the list (and its unlisted models) is read again,
+  // each open form keeping its own copy.
+  const queries = useQueryClient();
+  const saved = () => {
+    modelsChanged();
+    void queries.invalidateQueries({ queryKey: ["settings", "agents"] });
+  };
   return (
     <Loading name="agents" load={api.agents}>
       {(list) => (
@@ -136,10 +147,15 @@ function Agents({ models, modelsChanged }: { models: ModelsOut | undefined; mode
                 title={`${agent.displayName} profile`}
                 value={agent}
                 onSave={(patch) => api.patchAgent(agent.id, patch as AgentPatch)}
-                onSaved={modelsChanged}
-                labels={{ model: "Model override", sourceUrl: "Source URL" }}
+                onSaved={saved}
+                labels={{ model: "Model override", sourceUrl: "Source URL", toolApproval: "Tool approval rules" }}
                 order={AGENT_ORDER}
-                custom={{ tools: toolsInput(list.knownTools), model: modelSelect(models, "inherit the chat's model") }}
+                extraFields={AGENT_EXTRA_FIELDS}
+                custom={{
+                  tools: toolsInput(list.knownTools),
+                  model: modelSelect(models, "inherit the chat's model"),
+                  toolApproval: (input) => <RulesEditor input={input} knownTools={list.knownTools} />,
+                }}
               />
             </details>
           ))}

@@ -1,4 +1,4 @@
-import { Suspense, lazy, useEffect, useId, useState, type FormEvent } from "react";
+import { Suspense, lazy, useCallback, useEffect, useId, useState, type FormEvent } from "react";
 import { api } from "../api/client";
 import type { ModelsOut, ScheduleCreate, ScheduleOut, SchedulePatch, TaskCreate, TaskOut, WorkspaceOut } from "../api/types";
 import { useConfirm } from "../common/confirm";
@@ -8,6 +8,7 @@ import { stamp } from "../common/stamp";
 import { useLoad } from "../common/useLoad";
 import { modelSelect } from "../settings/SettingsPage";
 import { CreateForm } from "./CreateForm";
+import { TaskApproval } from "./TaskApproval";
 
 // A task's result reads like a chat answer: rendered Markdown (the chat's lazy renderer).
 const Markdown = lazy(() => import("../chat/Markdown"));
@@ -72,6 +73,7 @@ export function TasksPage(props: { models: ModelsOut | undefined; workspaces: Wo
   const schedules = useLoad(["schedules"], () => api.schedules());
   const [dialog, confirm] = useConfirm();
   const { act, banner } = useActions(() => Promise.all([tasks.reload(), schedules.reload()]));
+  const reloadTasks = useCallback(() => void tasks.reload(), [tasks.reload]);
 
   useEffect(() => {
     const timer = window.setInterval(() => {
@@ -101,6 +103,7 @@ export function TasksPage(props: { models: ModelsOut | undefined; workspaces: Wo
             task={task}
             onCancel={() => void act("cancel the task", () => api.cancelTask(task.id))}
             onResolved={() => void tasks.reload()}
+            onAnswered={reloadTasks}
             onDelete={async () => {
               if (
                 await confirm({
@@ -175,11 +178,24 @@ export function TasksPage(props: { models: ModelsOut | undefined; workspaces: Wo
   );
 }
 
-function TaskItem(props: { task: TaskOut; onCancel: () => void; onResolved: () => void; onDelete: () => void }) {
+function TaskItem(props: {
+  task: TaskOut;
+  onCancel: () => void;
+  onResolved: () => void;
+  onAnswered: () => void;
+  onDelete: () => void;
+}) {
   const { task } = props;
   const [resolving, setResolving] = useState(false);
+  const waiting = ACTIVE.has(task.status) ? task.waitingForApproval : null;
   return (
-    <li className="card task" data-testid="task-item" data-task-id={task.id} data-status={task.status}>
+    <li
+      className="card task"
+      data-testid="task-item"
+      data-task-id={task.id}
+      data-status={task.status}
+      data-waiting-for-approval={waiting ? waiting.approvalId : undefined}
+    >
       <div className="task-head">
         <span className={`badge ${TONE[task.status] ?? "pending"}`}>{task.status}</span>
         <span className="task-prompt">{task.prompt.length > 160 ? `${task.prompt.slice(0, 159)}…` : task.prompt}</span>
@@ -202,6 +218,7 @@ function TaskItem(props: { task: TaskOut; onCancel: () => void; onResolved: () =
         <span>created {stamp(task.createdAt)}</span>
         {task.nextAttemptAt ? <span>next attempt {stamp(task.nextAttemptAt)}</span> : null}
       </div>
+      {waiting ? <TaskApproval task={task} onAnswered={props.onAnswered} /> : null}
       {task.lastError ? (
         <p className="error-text small-text">
           {task.lastErrorClass ? `${task.lastErrorClass}: ` : ""}
