@@ -72,7 +72,7 @@ from popagent_core.grpc_client import check_health, open_channel
 from popagent_dev import embedded
 from popagent_dev.embedded import ensure_database
 from popagent_dev.launcher import default_runner_workers
-from popagent_gateway.deps import affine_worker
+from popagent_gateway.runners import rendezvous
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the benchmarks' shared `bench.helpers` (`python -P` leaves bench/ off the path)
@@ -164,12 +164,20 @@ async def model_server(chunks: int, chunk_delay_s: float) -> AsyncIterator[tuple
         os.unlink(script.name)
 
 
+def runner_address(pid: int) -> str:
+    """The gRPC address an agent-runner process listens on (its POPAGENT_AGENT_RUNNER_ADDR)."""
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    [address] = [item.split(b"=", 1)[1].decode() for item in environ if item.startswith(b"POPAGENT_AGENT_RUNNER_ADDR=")]
+    return address
+
+
 @contextlib.asynccontextmanager
 async def stack(
-    data: Path, model_url: str, runner_workers: int, *, tracing: bool = True
+    data: Path, model_url: str, runner_workers: int, *, tracing: bool = True, runner_env: dict[str, str] | None = None
 ) -> AsyncIterator[tuple[str, dict[str, int]]]:
     """(gateway url, pid by process) of hooks, agent-runner's workers and the gateway on embedded PostgreSQL and
-    NATS (their pids too: PostgreSQL's CPU is its server's and its backends'). `tracing=False`: OTEL_SDK_DISABLED."""
+    NATS (their pids too: PostgreSQL's CPU is its server's and its backends'). `tracing=False`: OTEL_SDK_DISABLED.
+    `runner_env`: more settings for every agent-runner worker."""
     tokens, callers = generate_credentials()
     runners = [f"127.0.0.1:{embedded.free_port()}" for _ in range(runner_workers)]
     addresses = {"hooks": f"127.0.0.1:{embedded.free_port()}"} | {
@@ -207,7 +215,11 @@ async def stack(
             "hooks": spawn("popagent_hooks", base | {"POPAGENT_INTERNAL_TOKEN": tokens["hooks"]}, data / "hooks.log")
         }
         for number, address in enumerate(runners, start=1):
-            worker = {"POPAGENT_INTERNAL_TOKEN": tokens["agent-runner"], "POPAGENT_AGENT_RUNNER_ADDR": address}
+            worker = {
+                "POPAGENT_INTERNAL_TOKEN": tokens["agent-runner"],
+                "POPAGENT_AGENT_RUNNER_ADDR": address,
+                **(runner_env or {}),
+            }
             children[f"agent-runner-{number}"] = spawn(
                 "popagent_agent_runner", base | worker, data / f"runner-{number}.log"
             )
@@ -396,10 +408,14 @@ async def run(
             second_untraced = await started("untraced-2", False)
             second_traced = await started("traced-2", True)
 
-            async def sessions_of(gateway: str) -> list[str]:
+            async def sessions_of(gateway: str, pids: dict[str, int]) -> list[str]:
                 """`max(levels)` sessions, the n-th on worker n % workers: the gateway places a session by
-                its id's hash, and two stacks whose chats split 7:3 and 5:5 over their workers would
-                differ by that split, not by tracing. Sessions that would unbalance it are left unused."""
+                its id's hash over the runners' addresses, and two stacks whose chats split 7:3 and 5:5
+                over their workers would differ by that split, not by tracing. Sessions that would
+                unbalance it are left unused."""
+                workers = [
+                    runner_address(pid) for name, pid in sorted(pids.items()) if name.startswith("agent-runner-")
+                ]
                 by_worker: list[list[str]] = [[] for _ in range(runner_workers)]
                 wanted = [len(range(worker, max(levels), runner_workers)) for worker in range(runner_workers)]
                 async with httpx.AsyncClient(timeout=30) as client:
@@ -409,11 +425,11 @@ async def run(
                         )
                         created.raise_for_status()
                         session_id = created.json()["id"]
-                        by_worker[affine_worker(session_id, runner_workers)].append(session_id)
+                        by_worker[workers.index(rendezvous(session_id, workers)[0])].append(session_id)
                 return [by_worker[n % runner_workers][n // runner_workers] for n in range(max(levels))]
 
             async def path(url: str, pids: dict[str, int]) -> tuple[Callable[[int], Awaitable[Turn]], dict[str, int]]:
-                return stack_turn(url, await sessions_of(url)), pids
+                return stack_turn(url, await sessions_of(url, pids)), pids
 
             pairs = [
                 {"stack": await path(*first_traced), "untraced": await path(*first_untraced)},

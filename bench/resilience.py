@@ -12,6 +12,13 @@ baseline (the ratio).
 
     .venv/bin/python bench/resilience.py [--levels 10,100,200,400,800,1600,3200] [--turns 2]
         [--chunks 200] [--chunk-delay-ms 5]
+
+Takeover (issue 33): `--takeover N` instead kills an agent-runner with SIGKILL N times, each while
+a turn it runs streams to a client, and prints how long the client waited from the kill to the
+next text of that turn (another runner took it over and ran it again from its prompt); the target
+is at most the runner's lease (`--lease-s`, POPAGENT_TURN_LEASE_S) plus one second.
+
+    .venv/bin/python bench/resilience.py --takeover 3 [--lease-s 3]
 """
 
 from __future__ import annotations
@@ -19,7 +26,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import os
 import resource
+import signal
 import statistics
 import sys
 import tempfile
@@ -33,9 +42,10 @@ import orjson
 import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from chat import API_KEY, MODEL, model_server, stack  # pyright: ignore[reportAttributeAccessIssue]
+from chat import API_KEY, MODEL, model_server, runner_address, stack  # pyright: ignore[reportAttributeAccessIssue]
 
 from popagent_dev.launcher import default_runner_workers
+from popagent_gateway.runners import rendezvous
 
 
 @dataclass
@@ -175,6 +185,63 @@ async def run(levels: list[int], turns: int, chunks: int, chunk_delay_s: float, 
                 )
 
 
+async def one_takeover(client: httpx.AsyncClient, pid: int, address: str, live: list[str]) -> tuple[float, bool]:
+    """Kill the runner at `address` while a turn of a session it runs streams; (seconds from the kill to
+    the turn's next text at the client, whether the stream then finished)."""
+    while True:
+        session = f"takeover-{uuid.uuid4().hex}"
+        if rendezvous(session, live)[0] == address:
+            break
+    (await client.post("/api/sessions", json={"id": session, "title": "takeover"})).raise_for_status()
+    message = {"id": uuid.uuid4().hex, "role": "user", "parts": [{"type": "text", "text": "Go"}]}
+    body = {"id": session, "model": MODEL, "message": message}
+    killed_at = 0.0
+    waited = -1.0
+    finished = False
+    async with client.stream("POST", "/api/chat", json=body) as response:
+        response.raise_for_status()
+        async for line in response.aiter_lines():
+            if not line.startswith("data: {"):
+                continue
+            kind = orjson.loads(line.removeprefix("data: "))["type"]
+            if kind == "text-delta" and not killed_at:
+                os.kill(pid, signal.SIGKILL)
+                killed_at = time.perf_counter()
+            elif kind == "start" and killed_at:
+                waited = 0.0  # the turn began again; its next text is what the client waited for
+            elif kind == "text-delta" and waited == 0.0:
+                waited = time.perf_counter() - killed_at
+            elif kind == "finish":
+                finished = True
+    return waited, finished
+
+
+async def takeover(rounds: int, lease_s: float, chunks: int, chunk_delay_s: float) -> None:
+    with tempfile.TemporaryDirectory(prefix="popagent-bench-takeover-") as tmp:
+        async with (
+            model_server(chunks, chunk_delay_s) as (model_url, _model_pid),
+            stack(Path(tmp) / "stack", model_url, rounds + 1, runner_env={"POPAGENT_TURN_LEASE_S": f"{lease_s:g}"}) as (
+                url,
+                pids,
+            ),
+            httpx.AsyncClient(base_url=url, headers={"x-popagent-key": API_KEY}, timeout=120) as client,
+        ):
+            runners = {runner_address(pid): pid for name, pid in pids.items() if name.startswith("agent-runner-")}
+            print(
+                f"takeover: {rounds} runners killed with SIGKILL mid-answer, one at a time, out of {len(runners)}; "
+                f"lease {lease_s:g} s; target: the turn's next text within {lease_s + 1:g} s of the kill\n"
+            )
+            waits: list[float] = []
+            for number in range(1, rounds + 1):
+                address, pid = next(iter(runners.items()))
+                waited, finished = await one_takeover(client, pid, address, list(runners))
+                del runners[address]
+                waits.append(waited)
+                shown = f"{waited:.2f} s" if waited >= 0 else "never"
+                print(f"kill {number}: next text after {shown}; stream finished: {finished}", flush=True)
+            print(f"\nworst: {max(waits):.2f} s (target <= {lease_s + 1:g} s)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--levels", default="10,100,200,400,800,1600,3200")
@@ -184,7 +251,15 @@ def main() -> None:
     parser.add_argument(
         "--runner-workers", type=int, default=default_runner_workers(), help="agent-runner worker processes"
     )
+    parser.add_argument("--takeover", type=int, default=0, help="kill this many runners mid-turn instead of the ramp")
+    parser.add_argument("--lease-s", type=float, default=3.0, help="the runners' turn lease (with --takeover)")
     args = parser.parse_args()
+    if args.takeover:
+        # Each answer streams long enough (8 s by default) to outlast the kill and the lease.
+        chunks = args.chunks if args.chunks != 200 else 400
+        delay_s = args.chunk_delay_ms / 1000 if args.chunk_delay_ms != 5.0 else 0.02
+        uvloop.run(takeover(args.takeover, args.lease_s, chunks, delay_s))
+        return
     levels = [int(level) for level in args.levels.split(",")]
     uvloop.run(run(levels, args.turns, args.chunks, args.chunk_delay_ms / 1000, args.runner_workers))
 

@@ -197,6 +197,9 @@ async def bench_memory() -> None:
                     "/api/workspaces", json={"id": "bench", "name": "bench", "path": "bench-repo"}
                 )
                 created.raise_for_status()
+                # The seeded policy asks before a command (docs/approvals.md); the bench measures the commands.
+                emptied = await client.patch("/api/agents/popagent", json={"toolApproval": []})
+                emptied.raise_for_status()
                 session = await client.post("/api/sessions", json={"title": "bench", "workspaceId": "bench"})
                 session.raise_for_status()
                 session_id = session.json()["id"]

@@ -8,6 +8,7 @@ from typing import Any
 
 import asyncpg
 import httpx
+import orjson
 import pytest
 
 from popagent_agent_runner.tools import KNOWN_TOOLS, ToolRegistry
@@ -69,9 +70,9 @@ async def test_the_four_roles_are_seeded_with_complete_instructions(client: http
         assert stage in supervisor["instructions"].lower(), stage
     for specialist in ("researcher", "reviewer"):
         assert by_id[specialist]["workspaceAccess"] == "read-only"
-        assert by_id[specialist]["model"] == "cx/gpt-5.3-codex-spark"
         assert "read-only" in by_id[specialist]["instructions"]
-    assert by_id["implementer"]["model"] is None and supervisor["model"] is None
+    # Every agent inherits the default model: no gateway's model id is seeded as an override.
+    assert {agent_id: agent["model"] for agent_id, agent in by_id.items()} == dict.fromkeys(AGENT_IDS)
     assert by_id["implementer"]["workspaceAccess"] == "read-write"
     for agent in by_id.values():
         assert len(agent["instructions"]) > 800
@@ -216,3 +217,60 @@ async def test_the_web_tool_migration_gives_the_seeded_roles_their_web_tools_bac
         "implementer": ["webSearch"],
         "reviewer": ["remember", "getTime", "webSearch"],
     }
+
+
+SUPERVISOR_DEFAULT_APPROVALS = [
+    {"tool": "mastra_workspace_execute_command", "decision": "ask"},
+    {"tool": "useBrowserSecret", "decision": "ask"},
+]
+
+
+async def test_a_fresh_supervisor_asks_before_a_command_or_a_secret_fill_and_specialists_ask_nothing(
+    client: httpx.AsyncClient,
+) -> None:
+    policies = {agent_id: agent["toolApproval"] for agent_id, agent in (await agents(client)).items()}
+    supervisor = [
+        {key: value for key, value in rule.items() if value not in (None, {})} for rule in policies["popagent"]
+    ]
+    assert supervisor == SUPERVISOR_DEFAULT_APPROVALS
+    assert {agent_id: rules for agent_id, rules in policies.items() if agent_id != "popagent"} == {
+        "researcher": [],
+        "implementer": [],
+        "reviewer": [],
+    }
+
+
+async def test_the_approval_seed_keeps_rules_a_user_set(api_stack: Stack) -> None:
+    from popagent_agent_runner.service import MIGRATIONS
+
+    seed = (MIGRATIONS / "data" / "0014_seed_supervisor_approvals.sql").read_text()
+    mine = '[{"tool": "mastra_workspace_write_file", "decision": "deny"}]'
+    async with rolled_back(api_stack) as conn:
+        await conn.execute("UPDATE popagent_agents SET tool_approval = $1::jsonb WHERE id = 'popagent'", mine)
+        await conn.execute("UPDATE popagent_agents SET tool_approval = '[]' WHERE id = 'reviewer'")
+        await conn.execute(seed)
+        rows = {
+            r["id"]: r["rules"]
+            for r in await conn.fetch("SELECT id, tool_approval::text AS rules FROM popagent_agents")
+        }
+    assert orjson.loads(rows["popagent"]) == orjson.loads(mine)
+    assert orjson.loads(rows["reviewer"]) == []
+
+
+async def test_the_inherit_migration_clears_only_the_seeded_specialist_overrides(api_stack: Stack) -> None:
+    """0015 clears the researcher's and reviewer's seeded 9Router override; a user's own choice stays."""
+    from popagent_agent_runner.service import MIGRATIONS
+
+    data = MIGRATIONS / "data"
+    seed = (data / "0004_seed_agent_roles.sql").read_text()
+    inherit = (data / "0015_specialists_inherit_the_default_model.sql").read_text()
+    async with rolled_back(api_stack) as conn:
+        # The roles as 0004 seeded them, then a user's own override on the reviewer and the implementer.
+        await conn.execute("DELETE FROM popagent_agents")
+        await conn.execute(seed)
+        seeded = {r["id"]: r["model"] for r in await conn.fetch("SELECT id, model FROM popagent_agents")}
+        assert seeded["researcher"] == seeded["reviewer"] == "cx/gpt-5.3-codex-spark"
+        await conn.execute("UPDATE popagent_agents SET model = 'up/mine' WHERE id IN ('reviewer', 'implementer')")
+        await conn.execute(inherit)
+        rows = {r["id"]: r["model"] for r in await conn.fetch("SELECT id, model FROM popagent_agents")}
+    assert rows == {"popagent": None, "researcher": None, "implementer": "up/mine", "reviewer": "up/mine"}

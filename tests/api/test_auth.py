@@ -17,6 +17,10 @@ ROUTES = [
     ("DELETE", "/api/sessions/s1"),
     ("GET", "/api/sessions/s1/memory"),
     ("POST", "/api/sessions/s1/turns/t1/cancel"),
+    ("GET", "/api/sessions/s1/approval-grants"),
+    ("DELETE", "/api/sessions/s1/approval-grants/getTime"),
+    ("GET", "/api/approvals"),
+    ("POST", "/api/approvals/a1"),
     ("GET", "/api/settings/agent-runtime"),
     ("PATCH", "/api/settings/agent-runtime"),
     ("GET", "/api/settings/memory"),
@@ -76,9 +80,11 @@ def test_the_inventory_above_covers_every_route_of_these_resources() -> None:
     covered = {(m, p.replace("/turns/t1", "/turns/{turn_id}")) for m, p in covered}
     covered = {(m, p.replace("/api/workspaces/popagent", "/api/workspaces/{workspace_id}")) for m, p in covered}
     covered = {(m, p.replace("/documents/d1", "/documents/{document_id}")) for m, p in covered}
+    covered = {(m, p.replace("/approval-grants/getTime", "/approval-grants/{tool_name}")) for m, p in covered}
+    covered = {(m, p.replace("/api/approvals/a1", "/api/approvals/{approval_id}")) for m, p in covered}
     paths = document()["paths"]
     assert isinstance(paths, dict)
-    mine = ("/api/models", "/api/sessions", "/api/settings", "/api/agents", "/api/workspaces")
+    mine = ("/api/models", "/api/sessions", "/api/settings", "/api/agents", "/api/workspaces", "/api/approvals")
     expected = {
         (method.upper(), path)
         for path, operations in paths.items()

@@ -1,9 +1,10 @@
 """The persisted default model and the agents' overrides, checked against the catalog.
 
-A fresh model gateway does not list the seeded 9Router ids (`cx/gpt-5.3-codex`, and
-`cx/gpt-5.3-codex-spark` for the researcher and reviewer): /api/models and /api/agents
-say so, naming each setting, and a chat that would run on one is refused with a 400
-naming it before its turn starts. A catalog outage checks nothing and names nothing.
+A fresh model gateway does not list the seeded default model (`cx/gpt-5.3-codex`, a 9Router
+id; the specialists inherit it), nor the researcher's and reviewer's overrides of the
+9Router preset (`cx/gpt-5.3-codex-spark`) where a user set them: /api/models and
+/api/agents say so, naming each setting, and a chat that would run on one is refused with
+a 400 naming it before its turn starts. A catalog outage checks nothing and names nothing.
 """
 
 from __future__ import annotations
@@ -47,7 +48,22 @@ async def seeded_configuration(client: httpx.AsyncClient) -> None:
     settings = (await client.get("/api/settings/agent-runtime")).json()
     agents = {agent["id"]: agent["model"] for agent in (await client.get("/api/agents")).json()["agents"]}
     assert settings["defaultModel"] == SEEDED_DEFAULT
-    assert agents == {"popagent": None, "researcher": SEEDED_OVERRIDE, "implementer": None, "reviewer": SEEDED_OVERRIDE}
+    assert agents == {"popagent": None, "researcher": None, "implementer": None, "reviewer": None}
+
+
+@contextlib.asynccontextmanager
+async def ninerouter_overrides(api_stack: Stack) -> AsyncIterator[None]:
+    """The researcher's and reviewer's overrides of the 9Router preset for the block, set through the
+    stack's own gateway (its catalog lists them), then cleared again (the stack is shared)."""
+    async with api_stack.client() as own:
+        try:
+            for agent in ("researcher", "reviewer"):
+                patched = await own.patch(f"/api/agents/{agent}", json={"model": SEEDED_OVERRIDE})
+                assert patched.status_code == 200, patched.text
+            yield
+        finally:
+            for agent in ("researcher", "reviewer"):
+                assert (await own.patch(f"/api/agents/{agent}", json={"model": None})).status_code == 200
 
 
 async def chat(client: httpx.AsyncClient, model: str | None = None) -> httpx.Response:
@@ -71,6 +87,11 @@ async def test_a_fresh_catalog_without_the_seeded_ids_is_reported_on_models_and_
         assert models["models"] == ["up/only"] and models["warning"] is None
         assert models["defaultModel"] == SEEDED_DEFAULT
         assert models["defaultModelListed"] is False
+        # As seeded, only the default is unlisted: the specialists inherit it.
+        assert [(u["setting"], u["agentId"]) for u in models["unlistedModels"]] == [("defaultModel", None)]
+        assert (await client.get("/api/agents")).json()["unlistedModels"] == []
+    async with ninerouter_overrides(api_stack), fresh_catalog(api_stack) as client:
+        models = (await client.get("/api/models")).json()
         unlisted = {(u["setting"], u["resource"], u["agentId"], u["model"]) for u in models["unlistedModels"]}
         assert unlisted == {
             ("defaultModel", "/api/settings/agent-runtime", None, SEEDED_DEFAULT),
@@ -94,7 +115,7 @@ async def test_the_stack_catalog_lists_the_seeded_ids_so_nothing_is_reported(cli
 
 
 async def test_a_chat_without_model_on_an_unlisted_default_is_refused_naming_the_setting(api_stack: Stack) -> None:
-    async with fresh_catalog(api_stack) as client:
+    async with ninerouter_overrides(api_stack), fresh_catalog(api_stack) as client:
         refused = await chat(client)
         assert refused.status_code == 400, refused.text
         error = refused.json()["error"]
@@ -106,10 +127,19 @@ async def test_a_chat_without_model_on_an_unlisted_default_is_refused_naming_the
         assert "agent 'implementer'" not in error
 
 
+async def test_as_seeded_a_chat_with_a_listed_model_starts(api_stack: Stack) -> None:
+    """The first message on a fresh gateway needs one choice, the model: no seeded override refuses it."""
+    async with fresh_catalog(api_stack) as client:
+        await seeded_configuration(client)
+        started = await chat(client, "up/only")
+        assert started.status_code == 200, started.text
+        assert "x-popagent-warning" not in started.headers
+
+
 async def test_a_chat_with_a_listed_model_is_refused_while_a_specialist_override_is_unlisted(
     api_stack: Stack,
 ) -> None:
-    async with fresh_catalog(api_stack) as client:
+    async with ninerouter_overrides(api_stack), fresh_catalog(api_stack) as client:
         refused = await chat(client, "up/only")
         assert refused.status_code == 400, refused.text
         error = refused.json()["error"]
@@ -120,7 +150,7 @@ async def test_a_chat_with_a_listed_model_is_refused_while_a_specialist_override
 
 async def test_an_ineligible_specialist_is_not_checked(api_stack: Stack) -> None:
     """Only agents the turn may run count: a specialist the supervisor cannot delegate to is not."""
-    async with fresh_catalog(api_stack) as client:
+    async with ninerouter_overrides(api_stack), fresh_catalog(api_stack) as client:
         try:
             for agent in ("researcher", "reviewer"):
                 patched = await client.patch(f"/api/agents/{agent}", json={"delegationEligible": False})
@@ -136,11 +166,15 @@ async def test_an_ineligible_specialist_is_not_checked(api_stack: Stack) -> None
         finally:
             for agent in ("researcher", "reviewer"):
                 await client.patch(f"/api/agents/{agent}", json={"delegationEligible": True})
+    async with fresh_catalog(api_stack) as client:
         await seeded_configuration(client)
 
 
 async def test_a_catalog_outage_names_nothing_and_a_chat_fails_open_with_a_warning(api_stack: Stack) -> None:
-    async with gateway_with(api_stack, NINEROUTER_URL=f"http://127.0.0.1:{free_port()}/v1") as client:
+    async with (
+        ninerouter_overrides(api_stack),
+        gateway_with(api_stack, NINEROUTER_URL=f"http://127.0.0.1:{free_port()}/v1") as client,
+    ):
         models = (await client.get("/api/models")).json()
         assert "unavailable" in models["warning"]
         assert models["unlistedModels"] == [] and models["defaultModelListed"] is True

@@ -200,6 +200,8 @@ async def test_a_missing_singleton_row_is_a_configuration_error_not_a_default(ap
         "0011_add_recall_tool.sql",
         "0012_add_browser_tools.sql",
         "0013_seed_continue_on_disconnect.sql",
+        "0014_seed_supervisor_approvals.sql",
+        "0015_specialists_inherit_the_default_model.sql",
     ]
 
 

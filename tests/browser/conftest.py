@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
+from chat.helpers import supervisor_asks_nothing
 
 from browser.helpers import BASE, BROWSER_STACK
 from support.browser_peer import BrowserPeer, LoginSite, browser_peer
@@ -32,4 +33,5 @@ async def stack(peer: BrowserPeer, started_stack: Callable[[StackSpec], Awaitabl
     # Seeded disabled; every test starts with the browser on (a test that turns it off restores nothing).
     async with browser_stack.client() as client:
         (await client.patch("/api/settings/browser", json={"enabled": True})).raise_for_status()
+        await supervisor_asks_nothing(client)
     return browser_stack

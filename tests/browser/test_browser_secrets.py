@@ -11,7 +11,8 @@ import grpc
 import nats
 import orjson
 import pytest
-from chat.helpers import chat, new_session, of_type
+from chat.approvals import answer_approval, pending, supervisor_policy
+from chat.helpers import chat, new_session, of_type, recorded_turn
 from nats.aio.msg import Msg
 
 from browser.helpers import SECRET_NAME, bind_canary, bridge, everything_stored, ref_of
@@ -19,6 +20,7 @@ from support.browser_peer import LoginSite
 from support.canary import CANARY, assert_no_canary
 from support.model_gateway import ToolCall, Turn
 from support.stacks import Stack
+from support.waiting import eventually
 
 # One browser server (node + chromium, ~0.5 GB) for the whole browser suite: keep it on one worker.
 pytestmark = pytest.mark.xdist_group("browser")
@@ -177,3 +179,68 @@ async def test_a_secret_filled_into_a_text_field_shows_dots_in_screenshots(stack
             answer = await b.op("browser_take_screenshot", type="png", scale="css", target=user, element="User")
             shots.append(_image(answer))
     assert shots[0] == shots[1]
+
+
+async def test_browser_tools_that_ask_fill_and_click_nothing_until_a_person_answers(
+    stack: Stack, site: LoginSite
+) -> None:
+    """The browser and secrets groups (docs/approvals.md): a denied fill leaves the field empty and never
+    reaches the bridge, an approved click runs once, and with the secrets group only the fill asks."""
+    await bind_canary(stack, site)
+    async with stack.client() as client:
+        for rules, fill_answer, asked in (
+            ([{"group": "browser", "decision": "ask"}], "deny", ["bifrostNavigator", "useBrowserSecret"]),
+            ([{"group": "secrets", "decision": "ask"}], "approve", ["useBrowserSecret"]),
+        ):
+            site.submissions.clear()
+            stack.reset()
+            session = await new_session(client)
+            async with bridge(stack, session) as b:
+                await b.op("browser_navigate", url=site.url("/login"))
+                snapshot = await b.text("browser_snapshot")
+            password, submit = ref_of(snapshot, "Password"), ref_of(snapshot, "Sign in")
+            click = {"operation": "browser_click", "arguments": {"target": submit}}
+            stack.models.push(
+                Turn.call(ToolCall("useBrowserSecret", {"name": SECRET_NAME, "element": password}, id="c-fill")),
+                Turn.call(ToolCall("bifrostNavigator", click, id="c-click")),
+                Turn.say("Done."),
+            )
+            async with supervisor_policy(client, rules):
+                # The stream ends where the turn waits (docs/approvals.md); the turn goes on as it is answered.
+                chunks = await chat(client, session, "sign in")
+                [fill] = await pending(client, session)
+                assert (fill["toolName"], fill["toolCallId"]) == ("useBrowserSecret", "c-fill")
+                assert site.submissions == []
+                await answer_approval(client, fill["id"], fill_answer, "not now" if fill_answer == "deny" else "")
+                if "bifrostNavigator" in asked:
+                    [waiting] = await pending(client, session)
+                    assert waiting["toolCallId"] == "c-click"
+                    assert site.submissions == []  # nothing was clicked while the click waited
+                    await answer_approval(client, waiting["id"], "approve")
+                await turn_ended(stack, session)
+            listed = (await client.get("/api/approvals", params={"sessionId": session})).json()["approvals"]
+            assert sorted(a["toolName"] for a in listed) == asked
+            assert len(site.submissions) == 1
+            assert _filled(site) == (1 if fill_answer == "approve" else 0)
+            fills = [r for r in stack.hook_requests("PostToolUse") if r["detail"]["toolName"] == "useBrowserSecret"]
+            assert len(fills) == (1 if fill_answer == "approve" else 0)
+            _, assistant = await recorded_turn(stack, session)
+            states = {p["toolCallId"]: p["state"] for p in assistant["parts"] if "toolCallId" in p}
+            assert states == {
+                "c-fill": "output-denied" if fill_answer == "deny" else "output-available",
+                "c-click": "output-available",
+            }
+            assert_no_canary(orjson.dumps([chunks, assistant]), where="the stream and the stored answer")
+
+
+async def turn_ended(stack: Stack, session: str) -> None:
+    async def running() -> int:
+        async with stack.db() as conn:
+            count = await conn.fetchval(
+                "SELECT count(*) FROM popagent_turns WHERE session_id = $1 AND status IN ('running', 'queued')",
+                session,
+            )
+        assert isinstance(count, int)
+        return count
+
+    await eventually(running, until=lambda count: count == 0, within=60, what="the turn to end")

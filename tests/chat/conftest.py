@@ -1,5 +1,5 @@
 """Fixtures of the chat tests: the chat stack (support/stacks.py), shared by the session and
-reset before every test."""
+reset before every test, the supervisor's tool approval policy emptied with it."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
+from chat.helpers import supervisor_asks_nothing
 from support.stacks import CHAT_STACK, Stack, StackSpec
 
 
@@ -14,4 +15,6 @@ from support.stacks import CHAT_STACK, Stack, StackSpec
 async def stack(started_stack: Callable[[StackSpec], Awaitable[Stack]]) -> Stack:
     chat_stack = await started_stack(CHAT_STACK)
     chat_stack.reset()
+    async with chat_stack.client() as client:
+        await supervisor_asks_nothing(client)
     return chat_stack

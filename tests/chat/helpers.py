@@ -40,6 +40,14 @@ async def streamed_on_runner(
         events.extend(batch.events)
 
 
+async def supervisor_asks_nothing(client: httpx.AsyncClient) -> None:
+    """Empty the supervisor's tool approval policy. A fresh install's asks before a shell command or a
+    secret fill (docs/approvals.md, Defaults); tests of what the tools do run them unasked, and
+    tests/chat/test_approvals.py tests the gate with rules of its own."""
+    emptied = await client.patch("/api/agents/popagent", json={"toolApproval": []})
+    assert emptied.status_code == 200, emptied.text
+
+
 async def new_session(client: httpx.AsyncClient) -> str:
     response = await client.post("/api/sessions", json={"title": "chat test"})
     assert response.status_code == 201, response.text

@@ -96,9 +96,10 @@ async def test_text_streams_as_the_model_produces_it(stack: Stack) -> None:
             async for line in r.aiter_lines():
                 if '"text-delta"' in line:
                     arrivals.append(time.monotonic() - started)
-    # The model takes 1.2 s for the whole answer (13 chunks, 100 ms apart).
-    assert arrivals[0] < 0.5, arrivals
-    assert arrivals[-1] > 1.0, arrivals
+    # The model takes 1.2 s for the whole answer (13 chunks, 100 ms apart): the text arrives spread over
+    # most of that time, in many pieces. (Measured from the first arrival, not from the request: the
+    # turn's set-up time is a benchmark's business, and a loaded CI machine stretches it.)
+    assert arrivals[-1] - arrivals[0] > 0.8, arrivals
     assert len(arrivals) >= 8, arrivals
 
 

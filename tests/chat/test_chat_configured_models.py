@@ -2,8 +2,9 @@
 
 The chat stack's agent-runner answers from the scripted model server, which serves every
 id; a second gateway in front of the same workers reads its catalog from another model
-server that lists only `fake/fake-chat`, as a fresh model gateway would (no seeded 9Router
-id). Its refusals come before the turn: no model request, no stored message.
+server that lists only `fake/fake-chat`, as a fresh model gateway would (not the seeded
+default, a 9Router id, nor the 9Router preset's specialist overrides). Its refusals come
+before the turn: no model request, no stored message.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from chat.helpers import chat, new_session, text_of, thread_rows
 from popagent_dev.embedded import free_port
 from support.model_gateway import ModelGateway, ModelInfo, Turn
 from support.stacks import API_KEY, MODEL, Stack
+
+NINEROUTER_OVERRIDE = "cx/gpt-5.3-codex-spark"
 
 
 @contextlib.asynccontextmanager
@@ -46,26 +49,40 @@ async def test_a_chat_without_model_on_an_unlisted_default_is_a_400_before_the_t
     assert await thread_rows(stack, session) == []
 
 
-async def test_a_specialist_override_the_catalog_lacks_refuses_the_turn_until_it_is_cleared(stack: Stack) -> None:
+async def test_on_the_seeded_configuration_a_listed_model_answers_the_first_message(stack: Stack) -> None:
+    """The specialists inherit the default model: picking a listed model is the only choice a first chat needs."""
     async with fresh_catalog(stack) as client:
         session = await new_session(client)
-        [body] = await chat(client, session, "hi", model=MODEL, expect_status=400)
-        assert "agent 'researcher''s model override 'cx/gpt-5.3-codex-spark'" in body["error"]
-        assert "agent 'reviewer''s model override" in body["error"]
-        assert stack.models.requests == []
-        try:
+        stack.models.push(Turn.say("Hello on the picked model."))
+        chunks = await chat(client, session, "hi", model=MODEL)
+    assert text_of(chunks) == "Hello on the picked model."
+    [request] = stack.models.requests
+    assert request["model"] == MODEL
+
+
+async def test_a_specialist_override_the_catalog_lacks_refuses_the_turn_until_it_is_cleared(stack: Stack) -> None:
+    # The 9Router preset's specialist override, set through the stack's own gateway (its catalog lists it).
+    async with stack.client() as own:
+        for agent in ("researcher", "reviewer"):
+            preset = await own.patch(f"/api/agents/{agent}", json={"model": NINEROUTER_OVERRIDE})
+            assert preset.status_code == 200, preset.text
+    try:
+        async with fresh_catalog(stack) as client:
+            session = await new_session(client)
+            [body] = await chat(client, session, "hi", model=MODEL, expect_status=400)
+            assert f"agent 'researcher''s model override {NINEROUTER_OVERRIDE!r}" in body["error"]
+            assert "agent 'reviewer''s model override" in body["error"]
+            assert stack.models.requests == []
             for agent in ("researcher", "reviewer"):
                 assert (await client.patch(f"/api/agents/{agent}", json={"model": None})).status_code == 200
             assert (await client.get("/api/agents")).json()["unlistedModels"] == []
             stack.models.push(Turn.say("Hello on a listed model."))
             chunks = await chat(client, session, "hi again", model=MODEL)
             assert text_of(chunks) == "Hello on a listed model."
-        finally:
-            # The override is not in this gateway's catalog: restore it through the stack's own gateway.
-            async with stack.client() as own:
-                for agent in ("researcher", "reviewer"):
-                    restored = await own.patch(f"/api/agents/{agent}", json={"model": "cx/gpt-5.3-codex-spark"})
-                    assert restored.status_code == 200, restored.text
+    finally:
+        async with stack.client() as own:
+            for agent in ("researcher", "reviewer"):
+                assert (await own.patch(f"/api/agents/{agent}", json={"model": None})).status_code == 200
 
 
 async def test_a_catalog_outage_runs_the_turn_on_the_default_with_a_warning(stack: Stack) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -23,8 +25,27 @@ from support.https_receiver import answer
 from support.model_gateway import ToolCall, Turn, Usage
 from support.stacks import MODEL, SPECIALISTS, Stack
 
-# The persisted profiles: researcher and reviewer override the model, implementer inherits the route.
-SPECIALIST_MODEL = {"researcher": "cx/gpt-5.3-codex-spark", "implementer": MODEL, "reviewer": "cx/gpt-5.3-codex-spark"}
+# The seeded profiles inherit the turn's route; the reviewer's is given an override (the 9Router
+# preset's, which the stack's catalog lists) for the test, so both ways are run.
+OVERRIDE = "cx/gpt-5.3-codex-spark"
+SPECIALIST_MODEL = {"researcher": MODEL, "implementer": MODEL, "reviewer": OVERRIDE}
+
+
+@contextlib.asynccontextmanager
+async def profile_model(stack: Stack, specialist: str) -> AsyncIterator[None]:
+    """The specialist's persisted model override set to SPECIALIST_MODEL's where that is not the route."""
+    if SPECIALIST_MODEL[specialist] == MODEL:
+        yield
+        return
+    async with stack.client() as client:
+        patched = await client.patch(f"/api/agents/{specialist}", json={"model": SPECIALIST_MODEL[specialist]})
+        assert patched.status_code == 200, patched.text
+        try:
+            yield
+        finally:
+            assert (await client.patch(f"/api/agents/{specialist}", json={"model": None})).status_code == 200
+
+
 # The seeded memberships (data migrations 0004-0006, 0009): every role searches the web and the
 # workspace's documentation, the researcher also fetches.
 SPECIALIST_TOOLS = {
@@ -47,7 +68,8 @@ async def test_a_delegation_runs_the_specialist_and_returns_only_its_text(stack:
         Turn.say(f"{specialist} findings: all good."),
         Turn.say("Summary for the user.", chunk_size=100),
     )
-    session, chunks = await chat_in_a_new_session(stack, "do the work")
+    async with profile_model(stack, specialist):
+        session, chunks = await chat_in_a_new_session(stack, "do the work")
 
     assert shape(chunks) == finished_stream(
         [

@@ -24,7 +24,7 @@ from chat.helpers import (
 )
 from popagent.agent_runner.v1 import agent_runner_pb2, agent_runner_pb2_grpc
 from popagent_core.grpc_client import open_channel
-from popagent_gateway.deps import affine_worker
+from popagent_gateway.runners import rendezvous
 from support.https_receiver import Reply, answer
 from support.model_gateway import ToolCall, Turn
 from support.stacks import Stack
@@ -53,8 +53,7 @@ async def test_session_start_fires_on_the_first_resume_in_a_process_that_did_not
     # Created by the worker its turns do not go to (as after a restart, or by another process):
     # the worker that runs its first turn resumes it, once.
     session = f"resumed-{uuid.uuid4().hex}"
-    affine = affine_worker(session, len(stack.runner_workers))
-    other = stack.runner_workers[(affine + 1) % len(stack.runner_workers)]
+    other = rendezvous(session, stack.runner_workers)[1]
     async with open_channel(other, stack.tokens["gateway"]) as channel:
         await agent_runner_pb2_grpc.AgentRunnerStateServiceStub(channel).CreateSession(
             agent_runner_pb2.CreateSessionRequest(id=session, title="elsewhere")

@@ -1,6 +1,8 @@
 """Concurrent turns on one session (issue 23, finding 3): the thread cache's race, and the
-double-texting policy per session: 'reject' (409 with the running turn's id, the default) or
-'enqueue' (the next turn waits for the running one)."""
+double-texting policy, per session or per request (docs/turns.md): 'reject' (409 with the running
+turn's id, the default), 'enqueue' (the next turn waits, durably queued), 'interrupt' (the running
+turn is cancelled, its answer so far kept) and 'rollback' (the running turn is cancelled and its
+prompt and answer dropped)."""
 
 from __future__ import annotations
 
@@ -101,8 +103,14 @@ async def test_with_enqueue_concurrent_turns_on_one_session_all_run_one_after_an
 async def test_an_unknown_double_texting_policy_is_refused(stack: Stack) -> None:
     async with stack.client() as client:
         session = await new_session(client)
-        response = await client.patch(f"/api/sessions/{session}", json={"doubleTexting": "interrupt"})
-    assert response.status_code == 422
+        response = await client.patch(f"/api/sessions/{session}", json={"doubleTexting": "sometimes"})
+        assert response.status_code == 422
+        body = {"id": session, "model": MODEL, "message": user_message("hi"), "doubleTexting": "sometimes"}
+        refused = await client.post("/api/chat", json=body)
+        assert refused.status_code == 422 and "doubleTexting" in refused.text
+        for policy in ("enqueue", "interrupt", "rollback", "reject"):
+            patched = await client.patch(f"/api/sessions/{session}", json={"doubleTexting": policy})
+            assert patched.status_code == 200 and patched.json()["doubleTexting"] == policy
 
 
 @pytest.mark.timeout(60)
@@ -123,3 +131,130 @@ async def test_the_history_cache_survives_a_turn_dropping_it_while_another_reads
     finally:
         await pool.close()
     assert [type(message).__name__ for message in state.history] == ["ModelRequest", "ModelResponse"]
+
+
+def paced(_body: Any) -> Turn:
+    """Every model call answers slowly: about a second of streaming."""
+    return Turn.say("c" * 80, chunk_size=4, chunk_delay_s=0.05)
+
+
+async def send(client: httpx.AsyncClient, session: str, text: str, **body: Any) -> tuple[int, list[Any]]:
+    """One POST /api/chat to its end: its status and its chunks."""
+    request = {"id": session, "model": MODEL, "message": user_message(text), **body}
+    async with client.stream("POST", "/api/chat", json=request) as response:
+        if response.status_code != 200:
+            await response.aread()
+            return response.status_code, [response.text]
+        return 200, await read_sse(response)
+
+
+def ending(chunks: list[Any]) -> str:
+    """How a stream ended: its last chunk's type before [DONE]."""
+    assert chunks[-1] == "[DONE]", chunks
+    return chunks[-2]["type"]
+
+
+async def five_sends_over_a_running_turn(stack: Stack, policy: str) -> tuple[str, list[tuple[int, list[Any]]]]:
+    """A session whose first turn streams, then five concurrent sends with `policy` (per request)."""
+    stack.models.responder = paced
+    async with stack.client() as client:
+        session = await new_session(client)
+        first = asyncio.create_task(send(client, session, "first"))
+        await eventually_streaming(stack, session)
+        sends = await asyncio.gather(*(send(client, session, f"send {n}", doubleTexting=policy) for n in range(5)))
+        sends.append(await first)
+    return session, sends
+
+
+async def eventually_streaming(stack: Stack, session: str) -> None:
+    """The session's turn is running and its prompt is stored."""
+    for _ in range(200):
+        async with stack.db() as conn:
+            if await conn.fetchval(
+                "SELECT count(*) FROM popagent_thread_messages WHERE thread_id = $1", session
+            ) and await conn.fetchval(
+                "SELECT count(*) FROM popagent_turns WHERE session_id = $1 AND status = 'running'", session
+            ):
+                return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the first turn never ran")
+
+
+async def stored_messages(stack: Stack, session: str) -> list[dict[str, Any]]:
+    async with stack.client() as client:
+        return (await client.get(f"/api/sessions/{session}")).json()["messages"]
+
+
+def text_of(message: dict[str, Any]) -> str:
+    return "".join(part["text"] for part in message["parts"] if part["type"] == "text")
+
+
+@pytest.mark.timeout(90)
+async def test_interrupt_cancels_what_runs_keeps_its_partial_answer_and_the_newest_send_completes(
+    stack: Stack,
+) -> None:
+    session, sends = await five_sends_over_a_running_turn(stack, "interrupt")
+    assert {status for status, _ in sends} == {200}, sends
+    endings = [ending(chunks) for _, chunks in sends]
+    assert endings.count("finish") == 1 and set(endings) == {"finish", "abort"}, endings
+    stored = await stored_messages(stack, session)
+    assert [m["role"] for m in stored] == ["user", "assistant"] * (len(stored) // 2)
+    prompts = [text_of(m) for m in stored if m["role"] == "user"]
+    # The first turn was streaming: its prompt and partial answer stay, marked cancelled. Sends cancelled
+    # before their prompt passed the prompt hook may leave nothing; none is stored twice.
+    assert prompts[0] == "first" and len(set(prompts)) == len(prompts)
+    *cancelled, (last_prompt, last_answer) = list(zip(stored[::2], stored[1::2], strict=True))
+    for _, answer in cancelled:
+        assert answer["metadata"]["cancelled"] is True
+    assert "cancelled" not in last_answer["metadata"] and text_of(last_answer) == "c" * 80
+    [finished] = [chunks for _, chunks in sends if ending(chunks) == "finish"]
+    assert text_of(last_prompt) in {f"send {n}" for n in range(5)}
+    assert finished[0]["messageMetadata"]["turnId"]
+    async with stack.db() as conn:
+        statuses = await conn.fetch("SELECT status FROM popagent_turns WHERE session_id = $1", session)
+    assert sorted(row["status"] for row in statuses) == ["cancelled"] * 5 + ["completed"]
+
+
+@pytest.mark.timeout(90)
+async def test_rollback_cancels_what_runs_and_drops_it_so_only_the_newest_send_remains(stack: Stack) -> None:
+    session, sends = await five_sends_over_a_running_turn(stack, "rollback")
+    assert {status for status, _ in sends} == {200}, sends
+    endings = [ending(chunks) for _, chunks in sends]
+    assert endings.count("finish") == 1 and set(endings) == {"finish", "abort"}, endings
+    stored = await stored_messages(stack, session)
+    assert [m["role"] for m in stored] == ["user", "assistant"]
+    assert text_of(stored[0]) in {f"send {n}" for n in range(5)} and text_of(stored[1]) == "c" * 80
+    async with stack.db() as conn:
+        rows = await conn.fetch("SELECT id FROM popagent_thread_messages WHERE thread_id = $1 ORDER BY seq", session)
+    assert [row["id"] for row in rows] == [m["id"] for m in stored], "the thread holds what the session shows"
+
+
+@pytest.mark.timeout(90)
+async def test_enqueue_runs_five_concurrent_sends_in_order_each_stream_saying_it_was_queued(stack: Stack) -> None:
+    session, sends = await five_sends_over_a_running_turn(stack, "enqueue")
+    assert {status for status, _ in sends} == {200}, sends
+    assert [ending(chunks) for _, chunks in sends] == ["finish"] * 6
+    for _, chunks in sends[:5]:
+        queued = chunks[0]
+        assert queued["type"] == "data-turnQueued" and queued["transient"] is True, chunks[:2]
+        assert 1 <= queued["data"]["ahead"] <= 5
+        assert chunks[1]["type"] == "start"
+        assert chunks[1]["messageMetadata"]["turnId"] == queued["data"]["turnId"]
+    stored = await stored_messages(stack, session)
+    assert [m["role"] for m in stored] == ["user", "assistant"] * 6
+    # They ran in the order they were queued.
+    async with stack.db() as conn:
+        rows = await conn.fetch(
+            "SELECT id FROM popagent_turns WHERE session_id = $1 AND queued_at IS NOT NULL ORDER BY queued_at, id",
+            session,
+        )
+    answer_of_turn = {chunks[1]["messageMetadata"]["turnId"]: chunks[1]["messageId"] for _, chunks in sends[:5]}
+    assert [m["id"] for m in stored[3::2]] == [answer_of_turn[row["id"]] for row in rows]
+
+
+@pytest.mark.timeout(60)
+async def test_reject_refuses_five_concurrent_sends_and_keeps_only_the_running_turn(stack: Stack) -> None:
+    session, sends = await five_sends_over_a_running_turn(stack, "reject")
+    assert [status for status, _ in sends[:5]] == [409] * 5, sends
+    assert ending(sends[5][1]) == "finish"
+    assert [text_of(m) for m in await stored_messages(stack, session)] == ["first", "c" * 80]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import grpc
 import httpx
 import orjson
 import pytest
@@ -169,10 +170,11 @@ async def test_cancel_ends_every_stream_with_abort_and_stores_the_partial_answer
 
 
 @pytest.mark.timeout(90)
-async def test_another_runner_serves_the_turn_from_its_log_to_the_end_its_runner_gave_it(stack: Stack) -> None:
-    """The turn runs on one agent-runner and is followed through another, until the first stops
-    (a shutdown ends it with an error event, the log with an end marker)."""
-    stack.models.push(Turn.say("word " * 100, chunk_size=5, chunk_delay_s=0.1))
+async def test_a_turn_followed_through_another_runner_goes_on_when_its_runner_stops(stack: Stack) -> None:
+    """The turn runs on one agent-runner and is followed through another. The first stops while the
+    turn streams (past its grace): it hands the turn over, its own call ends UNAVAILABLE, and the
+    follower sees the turn begin again on the runner that took it over and finish."""
+    stack.models.push(Turn.say("word " * 100, chunk_size=5, chunk_delay_s=0.1), Turn.say("again " * 10))
     async with stack.client() as client:
         session = await new_session(client)
     runner = stack.extra_runner()
@@ -196,13 +198,22 @@ async def test_another_runner_serves_the_turn_from_its_log_to_the_end_its_runner
         reading = asyncio.create_task(read_followed())
         await eventually(lambda: len(followed_events) >= 3, what="the follower to catch up")
         await runner.__aexit__(None, None, None)
-        await asyncio.wait_for(call, 30)
+        with pytest.raises(grpc.aio.AioRpcError) as handed_over:
+            await asyncio.wait_for(call, 30)
+        assert handed_over.value.code() is grpc.StatusCode.UNAVAILABLE
         await asyncio.wait_for(reading, 30)
-    assert followed_events[-1].HasField("error") and followed_events[-1].error.error_class == "shutdown"
-    assert [e.SerializeToString() for e in followed_events] == [e.SerializeToString() for e in streamed]
+    # What the stopped runner streamed, then the turn from its new start to its finish.
+    assert [e.SerializeToString() for e in followed_events[: len(streamed)]] == [
+        e.SerializeToString() for e in streamed
+    ]
+    starts = [e for e in followed_events if e.HasField("start")]
+    assert len(starts) == 2 and starts[0].start.turn_id == starts[1].start.turn_id
+    assert followed_events[-1].HasField("finish")
     async with stack.db() as conn:
-        status = await conn.fetchval("SELECT status FROM popagent_turns WHERE session_id = $1", session)
-    assert status == "interrupted"
+        row = await conn.fetchrow("SELECT status, attempts FROM popagent_turns WHERE session_id = $1", session)
+    assert row is not None and (row["status"], row["attempts"]) == ("completed", 2)
+    _, assistant = await recorded_turn(stack, session)
+    assert "".join(p["text"] for p in assistant["parts"] if p["type"] == "text") == "again " * 10
 
 
 async def test_continue_on_disconnect_is_an_agent_runtime_setting_on_by_default(stack: Stack) -> None:

@@ -15,12 +15,14 @@ from grpc_health.v1 import health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from pydantic import ValidationError
 
+from popagent.agent_runner.v1 import agent_runner_pb2_grpc
 from popagent_agent_runner.settings import Settings as RunnerSettings
 from popagent_core.grpc_client import channel_target, check_health, open_channel
 from popagent_core.settings import split_addresses
 from popagent_dev import launcher
 from popagent_dev.embedded import free_port
-from popagent_gateway.deps import runner_for_session
+from popagent_gateway.deps import runner_candidates
+from popagent_gateway.runners import RunnerDirectory
 from popagent_gateway.settings import Settings as GatewaySettings
 from popagent_tasks.settings import Settings as TasksSettings
 from support.waiting import TEST_WITH_A_START_S, eventually, exited
@@ -84,20 +86,23 @@ async def test_a_runner_given_a_list_exits_2_with_one_line_naming_the_variable()
 
 
 class _Workers:
-    """Real gRPC channels as the gateway holds them: one per worker address."""
+    """Real gRPC channels as the gateway holds them: one per configured worker, no NATS."""
 
-    def __init__(self, channels: list[grpc.aio.Channel]) -> None:
-        self.request = cast(
-            Request, SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(runner_workers=channels)))
-        )
-        self.channels = channels
+    def __init__(self, workers: list[tuple[str, grpc.aio.Channel]]) -> None:
+        directory = RunnerDirectory(static=workers, make_channel=_no_dynamic_channel)
+        self.request = cast(Request, SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(runners=directory))))
+        self.channels = [channel for _, channel in workers]
 
     def worker_of(self, session_id: str) -> int:
-        stub = runner_for_session(self.request, session_id)
+        [(_, stub), *_] = runner_candidates(self.request, session_id, agent_runner_pb2_grpc.AgentRunnerServiceStub)
         # The gateway keeps one stub per (class, channel): find the channel this one was made for.
         stubs: dict[tuple[object, grpc.aio.Channel], Any] = self.request.app.state.stubs
         channel = next(channel for (_, channel), known in stubs.items() if known is stub)
         return self.channels.index(channel)
+
+
+def _no_dynamic_channel(address: str) -> grpc.aio.Channel:
+    raise AssertionError(f"no runner announced itself, yet a channel to {address} was asked for")
 
 
 async def _health_server() -> tuple[grpc.aio.Server, str]:
@@ -113,7 +118,7 @@ async def test_a_session_sticks_to_one_worker_sessions_spread_and_a_down_worker_
     (first, first_address), (second, second_address) = await _health_server(), await _health_server()
     try:
         async with open_channel(first_address, "") as up, open_channel(second_address, "") as going:
-            workers = _Workers([up, going])
+            workers = _Workers([(first_address, up), (second_address, going)])
             assert await check_health(up, timeout_s=2) and await check_health(going, timeout_s=2)
             sessions = [uuid.uuid4().hex for _ in range(64)]
             chosen = {session: workers.worker_of(session) for session in sessions}

@@ -5,11 +5,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -89,10 +87,8 @@ def test_stack_starts_reports_health_and_ctrl_c_leaves_no_process(tmp_path: Path
 
 def test_ctrl_c_also_stops_a_postgres_and_a_nats_restarted_by_hand(tmp_path: Path) -> None:
     """Issue 22 finding 4: servers of the stack's data folder restarted by hand are not left running."""
-    # A folder pgserver's user can reach (a pytest tmp_path is not), for pg_ctl run as that user.
-    home = Path(tempfile.mkdtemp(prefix="popagent-by-hand-"))
-    home.chmod(0o755)
-    stack = launch(home)
+    # The data folder is one pgserver's user can reach (support.launcher.DataHome), for pg_ctl run as that user.
+    stack = launch(tmp_path)
     restarted: list[psutil.Process] = []
     try:
         stack.wait_running()
@@ -105,9 +101,9 @@ def test_ctrl_c_also_stops_a_postgres_and_a_nats_restarted_by_hand(tmp_path: Pat
         if owner != psutil.Process().username():
             command = ["/usr/sbin/runuser", "-u", owner, "--", *command]
         # The new postmaster keeps pg_ctl's output open: no pipe to wait on.
-        with open(home / "pg_ctl.log", "wb") as log:
+        with open(tmp_path / "pg_ctl.log", "wb") as log:
             restart = subprocess.run(command, stdout=log, stderr=log, timeout=60, cwd="/")
-        assert restart.returncode == 0, (home / "pg_ctl.log").read_text()
+        assert restart.returncode == 0, (tmp_path / "pg_ctl.log").read_text()
         restarted_pg = postgres_of(stack.data_dir)
         assert restarted_pg is not None and restarted_pg.pid != first_pg.pid
         restarted.append(restarted_pg)
@@ -133,7 +129,6 @@ def test_ctrl_c_also_stops_a_postgres_and_a_nats_restarted_by_hand(tmp_path: Pat
         for server in restarted:
             with contextlib.suppress(psutil.NoSuchProcess):
                 server.send_signal(signal.SIGINT)
-        shutil.rmtree(home, ignore_errors=True)
 
 
 def test_second_start_reuses_the_embedded_data(tmp_path: Path) -> None:
@@ -236,4 +231,4 @@ def test_a_bad_worker_count_exits_2_with_one_line_naming_the_variable(tmp_path: 
     assert stack.process.wait(30) == 2
     output = stack.read_rest().strip().splitlines()
     assert len(output) == 1 and output[0].startswith("POPAGENT_AGENT_RUNNER_WORKERS:")
-    assert not (tmp_path / "data").exists(), "nothing was started"
+    assert not stack.data_dir.exists(), "nothing was started"

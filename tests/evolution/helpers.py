@@ -25,10 +25,16 @@ def system_text(request: dict[str, Any]) -> str:
 
 
 async def supervisor_system(stack: Stack, client: Any) -> str:
-    """The system text of a fresh plain turn of the supervisor (popagent)."""
+    """The system text of a fresh plain turn of the supervisor (popagent).
+
+    The turn's own request is found by its prompt: the evolution service's reflections and
+    the memory observer call the same model server and may land after it.
+    """
+    prompt = f"what now? ({uuid.uuid4().hex[:8]})"
     stack.models.push(Turn.say("Done."))
-    await chat(client, await new_session(client), "what now?")
-    return system_text(stack.models.requests[-1])
+    await chat(client, await new_session(client), prompt)
+    [request] = [r for r in stack.models.requests if prompt in str(r["messages"])]
+    return system_text(request)
 
 
 def trace_id() -> str:

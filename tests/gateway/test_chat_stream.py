@@ -18,6 +18,7 @@ import pytest
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent_core.errors import NotFound
 from popagent_gateway.errors import DEPENDENCY_TEXTS
+from popagent_gateway.streaming import UIStreamEncoder
 from support.sse import read_sse
 
 from .harness import API_KEY, RPC_TIMEOUT_S, USER_MESSAGE, Harness, batch, start
@@ -149,7 +150,9 @@ async def test_client_disconnect_cancels_the_turn(harness: Harness) -> None:
     [
         ({"id": "s1", "message": USER_MESSAGE, "tools": []}, "extra_forbidden"),
         ({"id": "s1", "message": USER_MESSAGE, "messages": [USER_MESSAGE]}, "extra_forbidden"),
-        ({"id": "s1", "message": {**USER_MESSAGE, "role": "assistant"}}, "literal_error"),
+        # An assistant message is taken only as answers to tool approvals (docs/approvals.md).
+        ({"id": "s1", "message": {**USER_MESSAGE, "role": "assistant"}}, "must answer at least one tool approval"),
+        ({"id": "s1", "message": {**USER_MESSAGE, "role": "system"}}, "union_tag_invalid"),
         ({"id": "", "message": USER_MESSAGE}, "string_too_short"),
         ({"message": USER_MESSAGE}, "missing"),
     ],
@@ -246,3 +249,20 @@ async def test_secret_tool_payloads_are_redacted_before_the_message_leaves_the_g
     assert parts[2]["input"] == {"name": "bank", "ref": "e7"}
     assert parts[2]["output"] == {"name": "bank", "origin": "https://bank.example", "success": True}
     assert parts[0] == USER_MESSAGE["parts"][0]  # type: ignore[index]
+
+
+def test_a_turn_that_begins_again_is_sent_from_its_new_start_to_a_client_ahead_of_its_log() -> None:
+    """A client that got more chunks of a lost attempt than its log kept (the runner died before its
+    last batches reached the log) still gets the whole of the turn's next attempt."""
+    encoder = UIStreamEncoder(first_id=6)
+
+    def delta(text: str) -> pb.TurnEvent:
+        return pb.TurnEvent(text_delta=pb.TextDelta(part_id="p", delta=text))
+
+    lost = encoder.encode(batch(start(), delta("a"), delta("b")))
+    again = encoder.encode(batch(start(), delta("c")))
+    assert lost == b""
+    assert again == (
+        b'id: 3\ndata: {"type":"start","messageId":"a1","messageMetadata":{"turnId":"turn-1","model":"fake/fake-chat"}}'
+        b'\n\nid: 4\ndata: {"type":"text-delta","delta":"c","id":"p"}\n\n'
+    )

@@ -81,6 +81,30 @@ async def test_a_written_record_reads_back_as_the_same_typed_record(repo: AuditR
     assert stored[0].id < stored[1].id
 
 
+async def test_an_ask_row_is_stored_and_reads_back(make_database: DatabaseFactory, tmp_path: Path) -> None:
+    """Migration 0003 lets the outcome check admit `ask` on a table that already holds rows."""
+    dsn = await make_database()
+    for name in ("0001_hook_runs.sql", "0002_hook_runs_signed.sql"):
+        (tmp_path / name).write_text((MIGRATIONS / name).read_text())
+    await migrate(dsn, "hooks", tmp_path)
+    await _insert_directly(dsn, "s1", 1, age=timedelta(0))
+    await migrate(dsn, "hooks", MIGRATIONS)
+    asked = dataclasses.replace(record("s1", 5), outcome=Outcome.ASK, reason="a person confirms purchases")
+    async with open_pool(dsn, "hooks") as pool:
+        repo = AuditRepo(pool)
+        await repo.write([asked])
+        assert [s.run for s in await repo.list_session("s1")][1:] == [asked]
+    conn = await asyncpg.connect(dsn, server_settings={"search_path": "hooks"})
+    try:
+        with pytest.raises(asyncpg.CheckViolationError):
+            await conn.execute(
+                "INSERT INTO popagent_hook_runs (event, handler_id, outcome, duration_ms, event_id, reason, created_at,"
+                " signed) VALUES ('Stop', 'h', 'maybe', 1, 'e', '', now(), true)"
+            )
+    finally:
+        await conn.close()
+
+
 async def test_rows_from_before_optional_secrets_read_as_signed(make_database: DatabaseFactory, tmp_path: Path) -> None:
     """Migration 0002 adds `signed`: older rows had a required secret, so they were signed."""
     dsn = await make_database()

@@ -11,7 +11,7 @@ import pytest
 from hooks.helpers import handler
 
 from popagent_hooks.dispatcher import Decision, Dispatcher, EventInput
-from popagent_hooks_client.events import Event, FailureClass, Outcome
+from popagent_hooks_client.events import Event, FailureClass, Outcome, closed_outcome
 from support.https_receiver import (
     HttpsReceiver,
     ReceivedRequest,
@@ -140,6 +140,109 @@ async def test_stop_continue_ends_the_chain_with_the_reason(
     decision = await dispatcher.dispatch(EventInput(Event.STOP, session_id="s", turn_id="t", detail={"text": "done"}))
     assert (decision.outcome, decision.reason, decision.decided_by) == (Outcome.CONTINUE, "cite your sources", "check")
     assert paths(receiver) == ["/check"]
+
+
+async def test_a_tool_ask_goes_on_and_decides_ask_with_the_first_askers_reason(
+    receiver: HttpsReceiver, dispatcher_for: DispatcherFor
+) -> None:
+    receiver.script("/ask", answer("ask", reason="spends money", additionalContext="from ask"))
+    receiver.script("/quiet", answer("ask"))
+    receiver.script("/after", answer("pass"))
+    dispatcher = dispatcher_for(PreToolUse=[handler(n, receiver.url(f"/{n}")) for n in ("ask", "quiet", "after")])
+    decision = await dispatcher.dispatch(tool_event())
+    assert paths(receiver) == ["/ask", "/quiet", "/after"]
+    assert (decision.outcome, decision.reason, decision.decided_by) == (Outcome.ASK, "spends money", "ask")
+    assert decision.arguments is None and decision.failure_class is None
+    assert decision.additional_context == "from ask"
+    assert [(r.handler_id, r.outcome, r.reason) for r in decision.runs] == [
+        ("ask", Outcome.ASK, "spends money"),
+        ("quiet", Outcome.ASK, ""),
+        ("after", Outcome.PASS, ""),
+    ]
+
+    receiver.script("/quiet", answer("ask"))
+    unexplained = await dispatcher_for(PreToolUse=[handler("quiet", receiver.url("/quiet"))]).dispatch(tool_event())
+    assert (unexplained.outcome, unexplained.reason) == (Outcome.ASK, "hook quiet answered ask")
+
+
+async def test_a_deny_after_an_ask_wins(receiver: HttpsReceiver, dispatcher_for: DispatcherFor) -> None:
+    receiver.script("/ask", answer("ask", reason="check with the user"))
+    receiver.script("/deny", answer("deny", reason="never"))
+    receiver.script("/never", answer("ask"))
+    dispatcher = dispatcher_for(PreToolUse=[handler(n, receiver.url(f"/{n}")) for n in ("ask", "deny", "never")])
+    decision = await dispatcher.dispatch(tool_event())
+    assert paths(receiver) == ["/ask", "/deny"]
+    assert (decision.outcome, decision.reason, decision.decided_by) == (Outcome.DENY, "never", "deny")
+    assert [(r.handler_id, r.outcome) for r in decision.runs] == [("ask", Outcome.ASK), ("deny", Outcome.DENY)]
+
+
+async def test_a_closed_failure_after_an_ask_denies(receiver: HttpsReceiver, dispatcher_for: DispatcherFor) -> None:
+    receiver.script("/ask", answer("ask", reason="check with the user"))
+    dispatcher = dispatcher_for(
+        PreToolUse=[handler("ask", receiver.url("/ask")), handler("down", f"https://127.0.0.1:{closed_port()}/hook")]
+    )
+    decision = await dispatcher.dispatch(tool_event())
+    assert (decision.outcome, decision.failure_class, decision.decided_by) == (
+        Outcome.DENY,
+        FailureClass.TRANSPORT,
+        "down",
+    )
+
+
+@pytest.mark.parametrize("ask_first", [True, False], ids=["ask-then-modify", "modify-then-ask"])
+async def test_an_ask_carries_the_arguments_a_handler_modified(
+    receiver: HttpsReceiver, dispatcher_for: DispatcherFor, ask_first: bool
+) -> None:
+    receiver.script("/ask", answer("ask", reason="confirm the search"))
+    receiver.script("/limit", lambda r: answer("modify", replacement={**r.json()["detail"]["arguments"], "limit": 1}))
+    order = ("ask", "limit") if ask_first else ("limit", "ask")
+    dispatcher = dispatcher_for(PreToolUse=[handler(n, receiver.url(f"/{n}")) for n in order])
+    decision = await dispatcher.dispatch(tool_event())
+    assert (decision.outcome, decision.reason, decision.decided_by) == (Outcome.ASK, "confirm the search", "ask")
+    assert decision.arguments == {"query": "weather", "limit": 1}
+    assert decision.prompt is None
+    assert {(r.handler_id, r.outcome) for r in decision.runs} == {("ask", Outcome.ASK), ("limit", Outcome.MODIFY)}
+    # The handler after a modify sees the modified arguments; an ask changes nothing.
+    seen = [r.json()["detail"]["arguments"] for r in receiver.requests]
+    assert seen[1] == ({"query": "weather", "limit": 3} if ask_first else {"query": "weather", "limit": 1})
+
+
+@pytest.mark.parametrize(
+    "event",
+    [e for e in Event if e is not Event.PRE_TOOL_USE],
+    ids=[e.value for e in Event if e is not Event.PRE_TOOL_USE],
+)
+async def test_only_pre_tool_use_may_ask(receiver: HttpsReceiver, dispatcher_for: DispatcherFor, event: Event) -> None:
+    decision, _ = await _failing_dispatch(
+        receiver, dispatcher_for, lambda r: answer("ask", reason="approve?"), 2000, "", event
+    )
+    # Gates fail closed by default (deny, continue for Stop); observers always fail open.
+    assert decision.outcome is (closed_outcome(event) if event.rules.gate else Outcome.PASS)
+    assert decision.runs[0].failure_class is FailureClass.EVENT_OUTCOME
+    assert decision.runs[0].outcome is not Outcome.ASK
+    assert "outcome ask is not allowed" in decision.runs[0].reason
+
+
+async def test_an_ask_with_a_replacement_is_refused(receiver: HttpsReceiver, dispatcher_for: DispatcherFor) -> None:
+    receiver.script("/ask", answer("ask", reason="approve?", replacement={"query": "other"}))
+    dispatcher = dispatcher_for(PreToolUse=[handler("ask", receiver.url("/ask"))])
+    decision = await dispatcher.dispatch(tool_event())
+    assert (decision.outcome, decision.failure_class, decision.decided_by) == (
+        Outcome.DENY,
+        FailureClass.EVENT_OUTCOME,
+        "ask",
+    )
+    assert decision.arguments is None
+    assert "replacement is only accepted with outcome modify" in decision.reason
+
+
+async def test_an_unknown_outcome_is_malformed_and_the_message_lists_ask(
+    receiver: HttpsReceiver, dispatcher_for: DispatcherFor
+) -> None:
+    receiver.script("/odd", answer("maybe"))
+    decision = await dispatcher_for(PreToolUse=[handler("odd", receiver.url("/odd"))]).dispatch(tool_event())
+    assert (decision.outcome, decision.failure_class) == (Outcome.DENY, FailureClass.MALFORMED_RESPONSE)
+    assert "outcome must be one of pass, deny, modify, continue, ask" in decision.reason
 
 
 async def test_requests_carry_the_envelope_and_a_verifiable_signature(

@@ -29,7 +29,7 @@ from hooks.helpers import (
 from popagent.hooks.v1 import hooks_pb2, hooks_pb2_grpc
 from popagent_core.grpc_client import check_health, open_channel
 from popagent_dev.embedded import free_port
-from popagent_hooks_client.client import HooksClient
+from popagent_hooks_client.client import HookDecision, HooksClient, _decision_from
 from popagent_hooks_client.events import Event, Outcome
 from support.https_receiver import HttpsReceiver, answer, closed_port, make_secret, verify_signature
 from support.waiting import START_WITHIN_S, TEST_WITH_A_START_S, eventually, exited
@@ -202,12 +202,34 @@ async def test_the_client_fails_a_refused_gate_dispatch_closed_and_passes_a_refu
     assert len(receiver.requests_for("/shell")) == 1
 
 
-async def test_gateway_route_lists_the_session_audit_chronologically(
-    hooks_dsn: str, nats_url: str, internal_credentials: Credentials, receiver: HttpsReceiver
-) -> None:
+API_KEY = "k" * 32
+
+
+@contextlib.asynccontextmanager
+async def gateway_http(hooks_port: int, token: str) -> AsyncIterator[httpx.AsyncClient]:
+    """The gateway app in-process, its hooks address pointing at the running hooks service."""
     from popagent_gateway.app import create_app
     from popagent_gateway.settings import Settings as GatewaySettings
 
+    gateway_env = {
+        "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
+        "OBSERVABILITY_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
+        "POPAGENT_API_KEY": API_KEY,
+        "POPAGENT_INTERNAL_TOKEN": token,
+        "POPAGENT_HOOKS_ADDR": f"127.0.0.1:{hooks_port}",
+    }
+    settings = GatewaySettings(**gateway_env)  # type: ignore[arg-type]
+    app = create_app(settings)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as http,
+    ):
+        yield http
+
+
+async def test_gateway_route_lists_the_session_audit_chronologically(
+    hooks_dsn: str, nats_url: str, internal_credentials: Credentials, receiver: HttpsReceiver
+) -> None:
     tokens, callers = internal_credentials
     env = service_env(hooks_dsn, nats_url, callers, receiver, policy_document(receiver))
     async with running_service(env, tokens["agent-runner"]) as (running, channel):
@@ -221,21 +243,9 @@ async def test_gateway_route_lists_the_session_audit_chronologically(
                 target=target,
                 detail={"arguments": {}},
             )
-        gateway_env = {
-            "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
-            "OBSERVABILITY_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
-            "POPAGENT_API_KEY": "k" * 32,
-            "POPAGENT_INTERNAL_TOKEN": tokens["gateway"],
-            "POPAGENT_HOOKS_ADDR": f"127.0.0.1:{running.port}",
-        }
-        settings = GatewaySettings(**gateway_env)  # type: ignore[arg-type]
-        app = create_app(settings)
-        async with (
-            app.router.lifespan_context(app),
-            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as http,
-        ):
-            response = await http.get("/api/sessions/chat-1/hooks", headers={"x-popagent-key": "k" * 32})
-            empty = await http.get("/api/sessions/nobody/hooks", headers={"x-popagent-key": "k" * 32})
+        async with gateway_http(running.port, tokens["gateway"]) as http:
+            response = await http.get("/api/sessions/chat-1/hooks", headers={"x-popagent-key": API_KEY})
+            empty = await http.get("/api/sessions/nobody/hooks", headers={"x-popagent-key": API_KEY})
             unauthorized = await http.get("/api/sessions/chat-1/hooks")
     assert response.status_code == 200, response.text
     runs: list[dict[str, Any]] = response.json()["runs"]
@@ -250,6 +260,67 @@ async def test_gateway_route_lists_the_session_audit_chronologically(
     assert [r["createdAt"] for r in runs] == sorted(r["createdAt"] for r in runs)
     assert empty.status_code == 200 and empty.json() == {"runs": []}
     assert unauthorized.status_code == 401
+
+
+def test_the_client_maps_an_ask_from_the_proto() -> None:
+    assert Outcome.from_proto(hooks_pb2.ASK) is Outcome.ASK and Outcome.ASK.proto == hooks_pb2.ASK
+    asked = _decision_from(
+        hooks_pb2.DispatchResponse(
+            outcome=hooks_pb2.ASK,
+            reason="confirm the purchase",
+            decided_by="approval",
+            modified_arguments_json=b'{"amount": 5}',
+            handlers_run=2,
+            event_id="e-1",
+        )
+    )
+    assert asked == HookDecision(
+        Outcome.ASK,
+        reason="confirm the purchase",
+        arguments={"amount": 5},
+        handlers_run=2,
+        decided_by="approval",
+        event_id="e-1",
+    )
+    unchanged = _decision_from(hooks_pb2.DispatchResponse(outcome=hooks_pb2.ASK, reason="r", decided_by="a"))
+    assert (unchanged.outcome, unchanged.arguments, unchanged.prompt) == (Outcome.ASK, None, None)
+
+
+async def test_an_ask_reaches_the_client_with_the_modified_arguments_and_the_gateway_lists_it(
+    hooks_dsn: str, nats_url: str, internal_credentials: Credentials, receiver: HttpsReceiver
+) -> None:
+    tokens, callers = internal_credentials
+    receiver.script("/approval", answer("ask", reason="a person confirms purchases"))
+    receiver.script("/limit", lambda r: answer("modify", replacement={**r.json()["detail"]["arguments"], "limit": 1}))
+    hooks = document(
+        PreToolUse=[handler("approval", receiver.url("/approval")), handler("limit", receiver.url("/limit"))]
+    )
+    env = service_env(hooks_dsn, nats_url, callers, receiver, hooks)
+    async with running_service(env, tokens["agent-runner"]) as (running, channel):
+        client = HooksClient(hooks_pb2_grpc.HooksServiceStub(channel))
+        decision = await client.dispatch(
+            Event.PRE_TOOL_USE,
+            session_id="chat-ask",
+            turn_id="t1",
+            tool_call_id="c1",
+            target="buy",
+            detail={"arguments": {"item": "book", "limit": 3}},
+        )
+        async with gateway_http(running.port, tokens["gateway"]) as http:
+            response = await http.get("/api/sessions/chat-ask/hooks", headers={"x-popagent-key": API_KEY})
+    assert (decision.outcome, decision.reason, decision.decided_by, decision.failure_class) == (
+        Outcome.ASK,
+        "a person confirms purchases",
+        "approval",
+        "",
+    )
+    assert decision.arguments == {"item": "book", "limit": 1}
+    assert decision.handlers_run == 2
+    assert response.status_code == 200, response.text
+    assert [(r["handlerId"], r["outcome"], r["reason"]) for r in response.json()["runs"]] == [
+        ("approval", "ask", "a person confirms purchases"),
+        ("limit", "modify", ""),
+    ]
 
 
 @dataclass

@@ -19,7 +19,7 @@ from observability.helpers import reading_gateway
 from popagent_agent_runner.llm.prices import ModelPrice, parse_prices
 from popagent_core.span_store import active_stats
 from support.model_gateway import ToolCall, Turn, Usage
-from support.stacks import PRICED_MODEL, PRICES, Stack
+from support.stacks import MODEL, PRICED_MODEL, PRICES, Stack
 from support.tracing import collecting_spans
 from support.waiting import eventually
 
@@ -83,7 +83,12 @@ async def test_no_cost_when_a_model_of_the_turn_is_unpriced(chat_stack: Stack) -
             Turn.say("Done."),
         )
         session = await new_session(client)
-        chunks = await chat(client, session, "delegate it", model=PRICED_MODEL)
+        # The researcher on a model of its own, unpriced (agents inherit the chat's model unless overridden).
+        assert (await client.patch("/api/agents/researcher", json={"model": MODEL})).status_code == 200
+        try:
+            chunks = await chat(client, session, "delegate it", model=PRICED_MODEL)
+        finally:
+            assert (await client.patch("/api/agents/researcher", json={"model": None})).status_code == 200
         models = [request["model"] for request in stack.models.requests[-3:]]
         assert models[0] == PRICED_MODEL and any(m != PRICED_MODEL for m in models)
         assert "costUsd" not in _usage_of_answer(chunks)

@@ -16,6 +16,8 @@ from support.stacks import Stack
 from support.tracing import collecting_spans
 from support.waiting import eventually
 
+RESEARCHER_MODEL = "cx/gpt-5.3-codex-spark"
+
 
 def active_store() -> str:
     """The store this process exports to: the first stack's gateway started the one exporter of the process."""
@@ -193,8 +195,14 @@ async def test_the_assistant_message_names_its_trace_and_usage_rolls_up_per_sess
         Turn.say("Found it."),
         Turn.say("Done."),
     )
-    with collecting_spans():
-        session, chunks = await chat_in_a_new_session(stack, "go")
+    # The researcher on a model of its own (an override the stack's catalog lists), so the rollup splits by model.
+    async with stack.client() as client:
+        assert (await client.patch("/api/agents/researcher", json={"model": RESEARCHER_MODEL})).status_code == 200
+        try:
+            with collecting_spans():
+                session, chunks = await chat_in_a_new_session(stack, "go")
+        finally:
+            assert (await client.patch("/api/agents/researcher", json={"model": None})).status_code == 200
     trace_id = chunks[0]["messageMetadata"]["traceId"]
     stored = await thread_rows(stack, session)
     assert stored[-1][2]["ui"]["metadata"]["traceId"] == trace_id
@@ -213,6 +221,6 @@ async def test_the_assistant_message_names_its_trace_and_usage_rolls_up_per_sess
     rows = await eventually(rollup, until=lambda r: len(r) == 2 and sum(x["calls"] for x in r) == 3)
     assert [(r["agent_id"], r["model"], r["calls"]) for r in rows] == [
         ("popagent", "fake/fake-chat", 2),
-        ("researcher", "cx/gpt-5.3-codex-spark", 1),
+        ("researcher", RESEARCHER_MODEL, 1),
     ]
     assert all(r["input_tokens"] > 0 and r["output_tokens"] > 0 for r in rows)

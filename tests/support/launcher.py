@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +20,36 @@ import psutil
 from popagent_dev.embedded import free_port
 
 
+class DataHome:
+    """The folder a test's launcher keeps its data in (`<home>/data`), under the system temp dir:
+    the embedded PostgreSQL runs as pgserver's unprivileged user, which must reach its data
+    folder, and a pytest tmp_path (under /tmp/pytest-of-<user>, 0700) is out of its reach.
+    Readable by all (0755), as pgserver needs; the secrets in it are 0600 files of their own.
+    Removed, with everything in it, once no `Launched` of it is left (or at exit at the latest)."""
+
+    def __init__(self) -> None:
+        self.path = Path(tempfile.mkdtemp(prefix="popagent-launch-"))
+        self.path.chmod(0o755)
+        weakref.finalize(self, shutil.rmtree, self.path, True)
+
+
+# One home per test folder: a test that starts the launcher again on its tmp_path gets the same data.
+_HOMES: weakref.WeakValueDictionary[Path, DataHome] = weakref.WeakValueDictionary()
+
+
+def home_of(tmp_path: Path) -> DataHome:
+    home = _HOMES.get(tmp_path)
+    if home is None:
+        home = _HOMES[tmp_path] = DataHome()
+    return home
+
+
 class Launched:
-    def __init__(self, process: subprocess.Popen[str], port: int, data_dir: Path) -> None:
+    def __init__(self, process: subprocess.Popen[str], port: int, home: DataHome) -> None:
         self.process = process
         self.url = f"http://127.0.0.1:{port}"
-        self.data_dir = data_dir
+        self.home = home  # kept while this stack is: its data is removed after the last one goes
+        self.data_dir = home.path / "data"
         self.output: list[str] = []
 
     @property
@@ -63,8 +91,11 @@ class Launched:
 
 
 def launch(tmp_path: Path, env: dict[str, str] | None = None) -> Launched:
+    """`make run`'s launcher as a process of its own, its data in the DataHome of `tmp_path` (the
+    same data on a second launch with the same tmp_path), its default workspace under tmp_path."""
     port = free_port()
-    data_dir = tmp_path / "data"
+    home = home_of(tmp_path)
+    data_dir = home.path / "data"
     process = subprocess.Popen(
         [sys.executable, "-m", "popagent_dev.launcher", "--data-dir", str(data_dir), "--port", str(port), "--quiet"],
         stdout=subprocess.PIPE,
@@ -75,7 +106,7 @@ def launch(tmp_path: Path, env: dict[str, str] | None = None) -> Launched:
         # A process group of its own, as a terminal gives it: Ctrl-C is `os.killpg(pid, SIGINT)`.
         start_new_session=True,
     )
-    return Launched(process, port, data_dir)
+    return Launched(process, port, home)
 
 
 def health_of(stack: Launched) -> dict[str, Any]:
@@ -88,13 +119,13 @@ def child_pid(stack: Launched, name: str) -> int:
 
 
 TESTS = Path(__file__).resolve().parents[1]
-SEEDED_CATALOG = ("fake/fake-chat", "cx/gpt-5.3-codex", "cx/gpt-5.3-codex-spark")
+SEEDED_CATALOG = ("fake/fake-chat", "cx/gpt-5.3-codex")
 
 
 def start_model_server(tmp_path: Path, turn: dict[str, object] | None = None) -> tuple[subprocess.Popen[str], str]:
     """The scripted model server as a process of its own, answering every request with `turn`; and its URL."""
     script = tmp_path / "script.json"
-    # The catalog lists the seeded agents' models too, so a chat on `fake/fake-chat` is not refused.
+    # The catalog lists the seeded default (every agent inherits it): a chat with or without `model` is not refused.
     models = [{"id": model, "context_length": 128_000} for model in SEEDED_CATALOG]
     script.write_text(json.dumps({"turns": [turn or {"text": "Launcher task done."}], "loop": True, "models": models}))
     process = subprocess.Popen(

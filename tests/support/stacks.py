@@ -321,10 +321,11 @@ class Stack:
             yield agent_runner_pb2_grpc.AgentRunnerStateServiceStub(channel)
 
     @contextlib.asynccontextmanager
-    async def extra_runner(self) -> AsyncIterator[str]:
-        """Another agent-runner worker over the same database and services; yields its address.
+    async def extra_runner(self, address: str = "") -> AsyncIterator[str]:
+        """Another agent-runner worker over the same database and services (at `address`, else a free
+        port); yields its address. It announces itself, so the gateway sends turns to it too.
         Leaving the block stops it as SIGTERM would (the service's own unwinding)."""
-        address = f"127.0.0.1:{free_port()}"
+        address = address or f"127.0.0.1:{free_port()}"
         async with build_agent_runner(
             AgentRunnerSettings(**{**self.runner_env, "POPAGENT_AGENT_RUNNER_ADDR": address})
         ):

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from popagent.agent_runner.v1 import agent_runner_pb2 as arpb
 from popagent.tasks.v1 import tasks_pb2 as tpb
 from support.https_receiver import answer
 from support.model_gateway import ToolCall, Turn
@@ -146,6 +147,9 @@ async def test_cancelling_a_running_task_aborts_its_turn(stack: Stack) -> None:
 async def test_a_task_turn_gets_the_workspace_tools_in_the_tasks_workspace(stack: Stack) -> None:
     repository = stack.workspace_root / "popagent"
     (repository / "status.txt").write_text("green\n")
+    # The seeded policy asks before a command (docs/approvals.md); this test is about the tools.
+    async with stack.runner_stub() as state:
+        await state.UpdateAgent(arpb.UpdateAgentRequest(id="popagent", tool_approval_json="[]"))
     stack.models.push(
         Turn.call(ToolCall("mastra_workspace_read_file", {"path": "status.txt"}, id="read")),
         Turn.call(ToolCall("mastra_workspace_execute_command", {"command": "echo red > status.txt"}, id="run")),
