@@ -247,7 +247,10 @@ async def test_a_vanished_workspace_directory_is_a_clear_tool_error(stack: Stack
 async def test_health_reports_the_sandbox(stack: Stack) -> None:
     async with stack.client() as client:
         body = (await client.get("/api/health")).json()
-    assert body["components"]["sandbox"] == {"ok": True, "detail": ""}
+    sandbox = body["components"]["sandbox"]
+    assert sandbox["ok"] is True and sandbox["detail"].startswith("commands run with processes ≤ 256"), sandbox
+    # The defaults: 2 GiB a command, 10 GiB a workspace.
+    assert "memory ≤ 2048 MiB a command" in sandbox["detail"] and "workspace disk ≤ 10240 MiB" in sandbox["detail"]
 
 
 async def test_background_processes_are_read_killed_and_end_with_the_turn(stack: Stack) -> None:

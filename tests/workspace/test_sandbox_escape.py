@@ -28,6 +28,7 @@ from popagent_agent_runner.servicers.state import AgentRunnerStateServicer
 from popagent_agent_runner.workspace.sandbox import (
     HEAD_BYTES,
     TAIL_BYTES,
+    CommandGroup,
     Sandbox,
     SandboxProcess,
     SandboxUnavailable,
@@ -321,7 +322,9 @@ async def test_a_command_whose_cgroup_cannot_be_joined_never_runs(
         pytest.skip("no pids cgroup can be made here")
     broken = tmp_path / "not-a-cgroup"
     (broken / "cgroup.procs").mkdir(parents=True)  # writing the PID to it fails
-    monkeypatch.setattr(type(sandbox._cgroups), "make", lambda self, max_processes: broken)
+    monkeypatch.setattr(
+        type(sandbox._cgroups), "make", lambda self, max_processes, memory_bytes=None: CommandGroup((broken,))
+    )
     result = await run(sandbox, repo, "touch ran", 10)
     assert result.exit_code is None and result.killed
     assert not (repo / "ran").exists()
@@ -333,13 +336,13 @@ async def test_a_second_sandbox_leaves_the_fresh_cgroups_of_the_first_alone(sand
     cgroups = sandbox._cgroups
     if cgroups is None or cgroups.base is None:
         pytest.skip("no pids cgroup can be made here")
-    fresh = cgroups.make(8)
+    fresh = cgroups.make(8, 64 * 1024 * 1024)
     assert fresh is not None
     try:
         await asyncio.to_thread(type(cgroups))
-        assert fresh.is_dir()
+        assert all(path.is_dir() for path in fresh.paths)
     finally:
-        type(cgroups).remove(fresh)
+        fresh.remove()
 
 
 async def test_endless_output_is_bounded(sandbox: Sandbox, repo: Path) -> None:
@@ -459,7 +462,7 @@ async def test_the_sandbox_status_rpc_says_why_commands_are_refused() -> None:
 NON_ROOT_BOMB = textwrap.dedent(
     """
     import asyncio, json, os, sys
-    # sandbox.py needs nothing beyond the standard library and popagent_core.processes (standard library only)
+    # sandbox.py needs nothing beyond the standard library, popagent_core.processes and its own workspace modules
     sys.path[:0] = sys.argv[1].split(os.pathsep)
     from pathlib import Path
     from popagent_agent_runner.workspace.sandbox import Sandbox

@@ -62,6 +62,7 @@ from popagent_agent_runner.turn.records import TurnRecords
 from popagent_agent_runner.turn.runner import TurnRunner
 from popagent_agent_runner.turn.tasks import TaskTurns
 from popagent_agent_runner.web.access import web_access
+from popagent_agent_runner.workspace.disk_budget import MIB, DiskBudget
 from popagent_agent_runner.workspace.sandbox import Sandbox
 from popagent_core import subjects
 from popagent_core.db import load_queries
@@ -115,7 +116,11 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
             browser=browser_bridge_pb2_grpc.BrowserBridgeServiceStub(browser_channel),
             q=QUERIES,
         )
-        sandbox = Sandbox(max_processes=settings.sandbox_max_processes)
+        sandbox = Sandbox(
+            max_processes=settings.sandbox_max_processes,
+            memory_bytes=settings.sandbox_memory_mb * MIB,
+            disk_budget=DiskBudget(settings.workspace_disk_mb * MIB),
+        )
         # Unwound after the gRPC server stops: every sandboxed command still running is killed.
         stack.push_async_callback(sandbox.close)
         reason = await sandbox.probe()

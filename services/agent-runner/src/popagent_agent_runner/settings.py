@@ -46,6 +46,11 @@ class Settings(ServiceSettings):
     docs_rerank_model: str = Field(default="", max_length=200, validation_alias="POPAGENT_DOCS_RERANK_MODEL")
     # Workspace shell: the processes one command may run (its default timeout is an agent-runtime setting).
     sandbox_max_processes: int = Field(default=256, ge=8, le=65536, validation_alias="POPAGENT_SANDBOX_MAX_PROCESSES")
+    # The memory one command may use, and how much a workspace's repository folder may hold on disk.
+    sandbox_memory_mb: int = Field(default=2048, ge=64, le=1_048_576, validation_alias="POPAGENT_SANDBOX_MEMORY_MB")
+    workspace_disk_mb: int = Field(
+        default=10_240, ge=1, le=1_073_741_824, validation_alias="POPAGENT_WORKSPACE_DISK_MB"
+    )
 
     # `recall` adds vector search over the original messages with this gateway embedding model; empty: full text only.
     memory_embedding_model: str = Field(default="", max_length=200, validation_alias="POPAGENT_MEMORY_EMBEDDING_MODEL")

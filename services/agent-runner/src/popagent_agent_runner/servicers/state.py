@@ -289,4 +289,8 @@ class AgentRunnerStateServicer(agent_runner_pb2_grpc.AgentRunnerStateServiceServ
         if reason is not None:
             # A failure may have been passing (a probe is cheap): look again before reporting it.
             reason = await self.sandbox.probe()
-        return pb.SandboxStatus(available=reason is None, reason=f"sandbox unavailable: {reason}" if reason else "")
+        return pb.SandboxStatus(
+            available=reason is None,
+            reason=f"sandbox unavailable: {reason}" if reason else "",
+            limits=await self.sandbox.limits(),
+        )

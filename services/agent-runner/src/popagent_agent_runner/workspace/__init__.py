@@ -8,7 +8,8 @@
 | `patterns.py` | RE2 for every regular expression a model or a workspace file wrote (linear time, bounded memory) |
 | `git.py` | host git, with a hardened environment and configuration |
 | `checkout.py` | cloning a repository into the workspace root |
-| `sandbox.py` | commands under bubblewrap: no network, allow-listed environment, bounded output, killed process groups |
+| `sandbox.py` | commands under bubblewrap: no network, allow-listed environment, bounded processes, memory and output, killed process groups |
+| `disk_budget.py` | a workspace's disk budget: its usage measured, the room a command gets, writes refused past it |
 
 A turn holds one repository through `context/hands.py`; the tools themselves (Mastra's registry keys)
 are in `tools/workspace/`.

@@ -42,7 +42,10 @@ on cancellation of the turn and on shutdown. Output is bounded to its first 16 K
 `RLIMIT_NPROC` (which does not bind root). The sandbox's PID 1 is moved into that group while
 bubblewrap builds its mounts, and held at `--block-fd` until it is in: moving a process between
 cgroups waits for an RCU grace period, which then overlaps the
-set-up instead of adding to it, and no command runs before it is counted.
+set-up instead of adding to it, and no command runs before it is counted. Memory is bounded
+by a memory cgroup (the same group under cgroup v2, one in the `memory` hierarchy under v1)
+where one can be made, else, for a command, by `RLIMIT_AS`. A command's workspace has a disk
+budget (`disk_budget.py`): `RLIMIT_FSIZE` at the room left, and a `DiskWatch` while it runs.
 
 Where bubblewrap cannot build the sandbox (not installed, or a container without user
 namespaces), a command is refused with "sandbox unavailable: <reason>": it is never run
@@ -69,6 +72,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from popagent_agent_runner.workspace.disk_budget import DiskBudget, describe
 from popagent_core.processes import process_alive
 
 logger = logging.getLogger(__name__)
@@ -104,6 +108,9 @@ ROOT_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 TMPFS_BYTES = 512 * 1024 * 1024
 KILL_GRACE_S = 2.0
 REPROBE_S = 30.0
+# The disk watch measures at most this often, and spends at most a quarter of the time measuring.
+DISK_WATCH_MIN_S = 0.5
+DISK_WATCH_COST_FACTOR = 4.0
 
 
 class SandboxUnavailable(Exception):
@@ -164,79 +171,149 @@ class CommandResult:
     omitted_bytes: int
     timed_out: bool = False
     killed: bool = False
+    # The kernel killed a process of the command for passing its memory limit (seen with a memory cgroup).
+    memory_exceeded: bool = False
+    # The workspace held more than its disk budget: the command was killed (or found no room to grow files).
+    disk_budget_exceeded: bool = False
 
 
-class _PidsCgroup:
-    """A `pids` cgroup per command, where this process may make one (cgroup v1 `pids` or v2)."""
+@dataclass(frozen=True)
+class CommandGroup:
+    """A command's cgroups: its `pids` group, and the group that bounds its memory (the same
+    group under cgroup v2, one in the `memory` hierarchy under v1; None: none could be made)."""
+
+    paths: tuple[Path, ...]
+    memory: Path | None = None
+
+    def join(self, pid: int) -> None:
+        for path in self.paths:
+            (path / "cgroup.procs").write_text(str(pid))
+
+    def pids(self) -> list[int]:
+        return [int(pid) for pid in (self.paths[0] / "cgroup.procs").read_text().split()]
+
+    def oom_killed(self) -> bool:
+        """Whether the kernel killed a process of the group for passing its memory limit."""
+        if self.memory is None:
+            return False
+        for name in ("memory.events", "memory.oom_control"):  # cgroup v2, v1
+            with contextlib.suppress(OSError, ValueError):
+                for line in (self.memory / name).read_text().splitlines():
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill" and int(value) > 0:
+                        return True
+        return False
+
+    def remove(self) -> bool:
+        """Remove the groups once empty; False while their last processes are still exiting."""
+        removed = True
+        for path in self.paths:
+            try:
+                path.rmdir()
+            except FileNotFoundError:
+                continue
+            except OSError:
+                removed = False
+        return removed
+
+    async def remove_soon(self) -> None:
+        """Remove the groups now, or once their processes are gone (never holding up a result)."""
+        for _ in range(100):
+            if self.remove():
+                return
+            await asyncio.sleep(0.05)
+
+
+def _writable_hierarchy(candidate: Path, limit_file: str) -> bool:
+    """Whether this process can make a group under `candidate` that has `limit_file`."""
+    if not (candidate / "cgroup.procs").exists() or not os.access(candidate, os.W_OK):
+        return False
+    probe = candidate / f"popagent-probe-{uuid.uuid4().hex[:8]}"
+    try:
+        probe.mkdir()
+    except OSError:
+        return False
+    try:
+        return (probe / limit_file).exists()
+    finally:
+        with contextlib.suppress(OSError):
+            probe.rmdir()
+
+
+class _CommandCgroups:
+    """Where this process may make a `pids` group and a memory group per command (cgroup v1 or v2)."""
 
     def __init__(self) -> None:
         self.base: Path | None = None
+        self.memory_base: Path | None = None
         for candidate in (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")):
-            if (candidate / "cgroup.procs").exists() and os.access(candidate, os.W_OK):
-                probe = candidate / f"popagent-probe-{uuid.uuid4().hex[:8]}"
-                try:
-                    probe.mkdir()
-                except OSError:
-                    continue
-                try:
-                    if (probe / "pids.max").exists():
-                        self.base = candidate
-                        break
-                finally:
-                    with contextlib.suppress(OSError):
-                        probe.rmdir()
-        if self.base is not None:
-            self._sweep()
+            if _writable_hierarchy(candidate, "pids.max"):
+                self.base = candidate
+                break
+        for candidate, limit_file in (
+            (Path("/sys/fs/cgroup"), "memory.max"),
+            (Path("/sys/fs/cgroup/memory"), "memory.limit_in_bytes"),
+        ):
+            if _writable_hierarchy(candidate, limit_file):
+                self.memory_base = candidate
+                break
+        for base in {self.base, self.memory_base} - {None}:
+            assert base is not None
+            self._sweep(base)
 
-    # Whether this process has swept its own PID's groups (left by an earlier service with the same PID).
-    _swept_own = False
+    # The hierarchies this process has swept of its own PID's groups (left by an earlier service with the same PID).
+    _swept_own: set[Path] = set()
 
-    def _sweep(self) -> None:
+    @staticmethod
+    def _sweep(base: Path) -> None:
         """Remove the empty groups of services that are gone (rmdir refuses the others). A live
         service's group is empty between its `make` and the move of its sandbox into it: another
         worker or Sandbox starting up then must leave it alone."""
         own = os.getpid()
-        for stale in self.base.glob("popagent-sandbox-*") if self.base is not None else ():
+        for stale in base.glob("popagent-sandbox-*"):
             owner = stale.name.removeprefix("popagent-sandbox-").partition("-")[0]
             if owner.isdigit() and (
-                (int(owner) == own and _PidsCgroup._swept_own) or (int(owner) != own and process_alive(int(owner)))
+                (int(owner) == own and base in _CommandCgroups._swept_own)
+                or (int(owner) != own and process_alive(int(owner)))
             ):
                 continue
             with contextlib.suppress(OSError):
                 stale.rmdir()
-        _PidsCgroup._swept_own = True
+        _CommandCgroups._swept_own.add(base)
 
-    def make(self, max_processes: int) -> Path | None:
+    def make(self, max_processes: int, memory_bytes: int | None = None) -> CommandGroup | None:
+        """The groups of one command: None when no `pids` group can be made (`RLIMIT_NPROC` and
+        `RLIMIT_AS` bind it then); a group without `memory` when only the memory one failed."""
         if self.base is None:
             return None
-        path = self.base / f"popagent-sandbox-{os.getpid()}-{uuid.uuid4().hex}"
+        name = f"popagent-sandbox-{os.getpid()}-{uuid.uuid4().hex}"
+        path = self.base / name
         try:
             path.mkdir()
             (path / "pids.max").write_text(str(max_processes))
         except OSError:
+            CommandGroup((path,)).remove()
             return None
-        return path
-
-    @staticmethod
-    def remove(path: Path | None) -> bool:
-        """Remove an empty group; False while its last processes are still exiting."""
-        if path is None:
-            return True
+        if memory_bytes is None or self.memory_base is None:
+            return CommandGroup((path,))
+        if self.memory_base == self.base:  # cgroup v2: one group holds both limits
+            try:
+                (path / "memory.max").write_text(str(memory_bytes))
+            except OSError:
+                return CommandGroup((path,))
+            with contextlib.suppress(OSError):
+                (path / "memory.swap.max").write_text("0")  # absent without swap accounting
+            return CommandGroup((path,), memory=path)
+        memory = self.memory_base / name
         try:
-            path.rmdir()
-        except FileNotFoundError:
-            return True
+            memory.mkdir()
+            (memory / "memory.limit_in_bytes").write_text(str(memory_bytes))
         except OSError:
-            return False
-        return True
-
-    @staticmethod
-    async def remove_soon(path: Path | None) -> None:
-        """Remove the group now, or once its processes are gone (never holding up a result)."""
-        for _ in range(100):
-            if _PidsCgroup.remove(path):
-                return
-            await asyncio.sleep(0.05)
+            CommandGroup((memory,)).remove()
+            return CommandGroup((path,))
+        with contextlib.suppress(OSError):
+            (memory / "memory.memsw.limit_in_bytes").write_text(str(memory_bytes))
+        return CommandGroup((path, memory), memory=memory)
 
 
 def _system_binds() -> list[str]:
@@ -337,6 +414,39 @@ def _settle(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
+@dataclass
+class DiskWatch:
+    """Kills a command once its workspace holds more than the disk budget (`disk_budget.py`),
+    measuring as often as a measurement's own cost allows, and once more after it ends."""
+
+    budget: DiskBudget
+    # The watch's own descriptor of the repository, closed when the watch ends.
+    root_fd: int
+    key: str
+    exceeded: bool = False
+
+    async def watch(self, process: SandboxProcess) -> None:
+        ended = asyncio.ensure_future(process.proc.wait())
+        interval = DISK_WATCH_MIN_S
+        try:
+            while not ended.done():
+                await asyncio.wait([ended], timeout=interval)
+                began = time.monotonic()
+                used = await self.budget.used(self.root_fd, self.key)
+                interval = max(DISK_WATCH_MIN_S, DISK_WATCH_COST_FACTOR * (time.monotonic() - began))
+                if self.budget.over(used):
+                    self.exceeded = True
+                    if not ended.done():
+                        logger.warning("a command passed its workspace's disk budget; killed", extra={"used": used})
+                        process.kill()
+                    break
+        except Exception:
+            logger.warning("the workspace's disk use could not be measured", exc_info=True)
+        finally:
+            ended.cancel()
+            os.close(self.root_fd)
+
+
 class SandboxProcess:
     """One running sandboxed command; its output is read as it comes."""
 
@@ -347,9 +457,10 @@ class SandboxProcess:
         proc: asyncio.subprocess.Process,
         command: str,
         status_fd: int,
-        cgroup: Path | None,
+        cgroup: CommandGroup | None,
         block_fd: int | None,
         read_output: bool = True,
+        disk_watch: DiskWatch | None = None,
     ) -> None:
         self.sandbox = sandbox
         self.proc = proc
@@ -360,6 +471,8 @@ class SandboxProcess:
         self.cgroup = cgroup
         self.timed_out = False
         self.killed = False
+        self.memory_exceeded = False
+        self.disk_watch = disk_watch
         self.sandbox_started = False
         self.child_pid: int | None = None
         self._status = b""
@@ -368,6 +481,9 @@ class SandboxProcess:
         self._reader = asyncio.create_task(self._read(read_output), name=f"sandbox-output-{proc.pid}")
         self._release = asyncio.create_task(self._join_cgroup(block_fd), name=f"sandbox-cgroup-{proc.pid}")
         self._done = asyncio.create_task(self._finish(), name=f"sandbox-wait-{proc.pid}")
+        self._watch = (
+            asyncio.create_task(disk_watch.watch(self), name=f"sandbox-disk-{proc.pid}") if disk_watch else None
+        )
 
     async def _read(self, read_output: bool) -> None:
         if not read_output:
@@ -395,7 +511,7 @@ class SandboxProcess:
                     loop.remove_reader(self.status_fd)
                 self._read_status()
             if self.child_pid is not None and self.cgroup is not None:
-                await asyncio.to_thread((self.cgroup / "cgroup.procs").write_text, str(self.child_pid))
+                await asyncio.to_thread(self.cgroup.join, self.child_pid)
                 os.write(block_fd, b"x")
                 released = True
         except OSError:
@@ -423,8 +539,12 @@ class SandboxProcess:
         self.sandbox_started = self.child_pid is not None
         if self.killed:
             await asyncio.to_thread(self._kill_remaining)
-        if not _PidsCgroup.remove(self.cgroup):
-            self.sandbox._cleanup(_PidsCgroup.remove_soon(self.cgroup))
+        if self.cgroup is not None:
+            self.memory_exceeded = await asyncio.to_thread(self.cgroup.oom_killed)
+            if not self.cgroup.remove():
+                self.sandbox._cleanup(self.cgroup.remove_soon())
+        if self._watch is not None:
+            await self._watch  # its last measurement, after the command's last write
         self.sandbox._running.discard(self)
         return code
 
@@ -450,7 +570,7 @@ class SandboxProcess:
             pids: list[int] = []
             if self.cgroup is not None:
                 with contextlib.suppress(OSError):
-                    pids = [int(pid) for pid in (self.cgroup / "cgroup.procs").read_text().split()]
+                    pids = self.cgroup.pids()
             elif self.child_pid is not None and process_alive(self.child_pid):
                 pids = [self.child_pid]
             if not pids:
@@ -528,6 +648,8 @@ class SandboxProcess:
             omitted_bytes=self.output.omitted,
             timed_out=self.timed_out,
             killed=self.killed and not self.timed_out,
+            memory_exceeded=self.memory_exceeded,
+            disk_budget_exceeded=self.disk_watch is not None and self.disk_watch.exceeded,
         )
 
 
@@ -537,11 +659,15 @@ class Sandbox:
 
     bwrap: str | None = field(default_factory=lambda: shutil.which("bwrap"))
     max_processes: int = 256
+    # A command's memory (its memory cgroup's limit, else `RLIMIT_AS`); None: unbounded.
+    memory_bytes: int | None = None
+    # How much a workspace's repository folder may hold (`disk_budget.py`).
+    disk_budget: DiskBudget = field(default_factory=lambda: DiskBudget(None))
     extra_read_only: Sequence[str] = ()
     unavailable_reason: str | None = None
     probing: bool = False
     _running: set[SandboxProcess] = field(default_factory=set[SandboxProcess])
-    _cgroups: _PidsCgroup | None = None
+    _cgroups: _CommandCgroups | None = None
     _probed_at: float = 0.0
     _cleanups: set[asyncio.Task[None]] = field(default_factory=set[asyncio.Task[None]])
 
@@ -625,8 +751,26 @@ class Sandbox:
 
     async def start(self, root_fd: int, repository: Path, cwd: Path, command: str) -> SandboxProcess:
         """Start `command` in the sandbox, with the repository (`root_fd`, mounted at `repository`)
-        writable and `cwd` (inside it) as working directory."""
-        return await self._launch(root_fd, repository, cwd, ["/bin/sh", "-c", command], command, _spawn_command)
+        writable and `cwd` (inside it) as working directory, within the memory limit and the
+        workspace's disk budget."""
+        room = await self.disk_budget.room(root_fd, str(repository))
+        watch = DiskWatch(self.disk_budget, os.dup(root_fd), str(repository)) if room is not None else None
+        try:
+            return await self._launch(
+                root_fd,
+                repository,
+                cwd,
+                ["/bin/sh", "-c", command],
+                command,
+                _spawn_command,
+                memory_bytes=self.memory_bytes,
+                file_size_limit=room,
+                disk_watch=watch,
+            )
+        except BaseException:
+            if watch is not None:
+                os.close(watch.root_fd)
+            raise
 
     async def start_server(
         self, root_fd: int, repository: Path, program: Sequence[str], *, read_only: Sequence[str], spawn: Spawn
@@ -645,6 +789,8 @@ class Sandbox:
             writable=False,
             read_only=read_only,
             read_output=False,
+            memory_bytes=self.memory_bytes,
+            memory_rlimit=False,
         )
 
     async def _launch(
@@ -659,16 +805,21 @@ class Sandbox:
         writable: bool = True,
         read_only: Sequence[str] = (),
         read_output: bool = True,
+        memory_bytes: int | None = None,
+        memory_rlimit: bool = True,
+        file_size_limit: int | None = None,
+        disk_watch: DiskWatch | None = None,
     ) -> SandboxProcess:
+        """`memory_rlimit`: without a memory cgroup, bound the address space instead (not for a
+        language server: node's JIT reserves far more address space than it uses)."""
         # A failure may have been passing: look again, at most every REPROBE_S.
         stale = time.monotonic() - self._probed_at >= REPROBE_S
         if self.unavailable_reason is not None and not self.probing and self.bwrap is not None and stale:
             await self.probe()
         if self.unavailable_reason is not None or self.bwrap is None:
             raise SandboxUnavailable(f"sandbox unavailable: {self.unavailable_reason}")
-        if self._cgroups is None:
-            self._cgroups = await asyncio.to_thread(_PidsCgroup)
-        cgroup = await asyncio.to_thread(self._cgroups.make, self.max_processes)
+        cgroups = await self.cgroups()
+        cgroup = await asyncio.to_thread(cgroups.make, self.max_processes, memory_bytes)
         # Limits are applied by a /bin/sh that then execs bubblewrap (same pid, same process
         # group). (A `preexec_fn` would run Python between fork and exec in this threaded
         # process, which is not safe.) The pids cgroup is joined by the sandbox's PID 1 itself,
@@ -679,12 +830,20 @@ class Sandbox:
             # bash spells the process limit -u, dash -p.
             count = int(self.max_processes)
             limits.append(f"{{ ulimit -u {count} 2>/dev/null || ulimit -p {count}; }}")
+        if memory_bytes is not None and memory_rlimit and (cgroup is None or cgroup.memory is None):
+            # In KiB. It bounds address space, not memory used: a program that reserves more
+            # than it touches (a JIT's heap) may fail to start under a limit it would have kept.
+            limits.append(f"ulimit -v {max(1, memory_bytes // 1024)}")
+        if file_size_limit is not None:
+            # In 512-byte blocks (dash, and bash as sh): no file written grows past the room left.
+            limits.append(f"ulimit -f {file_size_limit // 512}")
         limits.append('exec "$@"')
         try:
             with self.command_line(root_fd, repository, cwd, program, writable=writable, read_only=read_only) as line:
                 proc, read_fd, block_write = await self._spawn(line, limits, cgroup, spawn)
         except BaseException:
-            _PidsCgroup.remove(cgroup)
+            if cgroup is not None:
+                cgroup.remove()
             raise
         process = SandboxProcess(
             sandbox=self,
@@ -694,12 +853,13 @@ class Sandbox:
             cgroup=cgroup,
             block_fd=block_write,
             read_output=read_output,
+            disk_watch=disk_watch,
         )
         self._running.add(process)
         return process
 
     async def _spawn(
-        self, line: CommandLine, limits: list[str], cgroup: Path | None, spawn: Spawn
+        self, line: CommandLine, limits: list[str], cgroup: CommandGroup | None, spawn: Spawn
     ) -> tuple[asyncio.subprocess.Process, int, int | None]:
         """bubblewrap started with its status pipe (and, with a cgroup, its block pipe): the
         process, the status pipe's read end and the block pipe's write end."""
@@ -743,6 +903,32 @@ class Sandbox:
                 if attempt == START_ATTEMPTS:
                     raise SandboxUnavailable("sandbox unavailable: bubblewrap kept dying before it started") from None
         raise AssertionError("unreachable")
+
+    async def cgroups(self) -> _CommandCgroups:
+        """Where this process can make a command's cgroups (looked up once)."""
+        if self._cgroups is None:
+            self._cgroups = await asyncio.to_thread(_CommandCgroups)
+        return self._cgroups
+
+    async def limits(self) -> str:
+        """What bounds a command on this machine, in words (`GetSandboxStatus`, /api/health)."""
+        cgroups = await self.cgroups()
+        processes = f"processes ≤ {self.max_processes} (" + (
+            "pids cgroup)" if cgroups.base is not None else "RLIMIT_NPROC, which binds no root service)"
+        )
+        if self.memory_bytes is None:
+            memory = "memory unbounded"
+        elif cgroups.base is not None and cgroups.memory_base is not None:
+            memory = f"memory ≤ {describe(self.memory_bytes)} a command (memory cgroup)"
+        else:
+            memory = f"memory ≤ {describe(self.memory_bytes)} a command (RLIMIT_AS, address space)"
+        budget = self.disk_budget.limit_bytes
+        disk = (
+            "workspace disk unbounded"
+            if budget is None
+            else f"workspace disk ≤ {describe(budget)} (RLIMIT_FSIZE and a watch while commands run)"
+        )
+        return f"{processes}; {memory}; {disk}"
 
     async def probe(self) -> str | None:
         """Run `true` in a sandbox once: None when it works, else why not (also kept as `unavailable_reason`)."""

@@ -95,7 +95,9 @@ async def _sandbox(request: Request) -> ComponentHealthOut:
         raise
     except Exception:
         return ComponentHealthOut(ok=False, detail="sandbox status unknown: agent-runner did not answer")
-    return ComponentHealthOut(ok=status.available, detail=status.reason)
+    if not status.available:
+        return ComponentHealthOut(ok=False, detail=status.reason)
+    return ComponentHealthOut(ok=True, detail=f"commands run with {status.limits}" if status.limits else "")
 
 
 @router.get("/health", response_model=HealthOut, responses={503: {"model": HealthOut}})
@@ -105,7 +107,8 @@ async def health(request: Request) -> JSONResponse:
 
     Model, search and browser outages are deliberately not part of readiness, and neither is
     the workspace shell's sandbox: `sandbox` says whether commands can run ("sandbox
-    unavailable: <reason>" when not), while chat and the file tools work without it.
+    unavailable: <reason>" when not), while chat and the file tools work without it, and
+    when they can, what bounds each (processes, memory, the workspace's disk budget) and how.
     """
     settings = request.app.state.settings
     names = list(request.app.state.channels)

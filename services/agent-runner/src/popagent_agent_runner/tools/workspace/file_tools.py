@@ -54,6 +54,16 @@ async def contained(operation: Callable[P, R], *args: P.args, **kwargs: P.kwargs
         raise ToolFailed(str(exc)) from None
 
 
+async def within_disk_budget(hands: TurnHands, growth: int) -> None:
+    """A write that may add `growth` bytes fails when the workspace would pass its disk budget."""
+    repo = hands.repo()
+    try:
+        with repo.root_fd() as root_fd:
+            await hands.sandbox.disk_budget.make_room(root_fd, str(repo.root), growth)
+    except WorkspaceRefusal as exc:
+        raise ToolFailed(str(exc)) from None
+
+
 async def read_file(
     ctx: RunContext[TurnDeps],
     path: Path,
@@ -91,6 +101,7 @@ async def write_file(
     Prefer mastra_workspace_edit_file for changes to part of a file.
     """
     hands = turn_hands(ctx, write=True)
+    await within_disk_budget(hands, len(content.encode()))
     result = await contained(files.write_file, hands.repo(), path, content, ctx.deps.file_reads)
     ctx.deps.file_reads[result.path] = result.sha256
     return {"path": result.path, "created": result.created, "bytes": result.bytes, "diff": result.diff}
@@ -111,6 +122,8 @@ async def edit_file(
     a miss answers with the closest lines. Answers with the unified diff of the change.
     """
     hands = turn_hands(ctx, write=True)
+    # The most the edit can add: each replacement may grow the file by the difference.
+    await within_disk_budget(hands, max(0, len(new_string.encode()) - len(old_string.encode())))
     result = await contained(
         files.edit_file, hands.repo(), path, old_string, new_string, replace_all, ctx.deps.file_reads
     )

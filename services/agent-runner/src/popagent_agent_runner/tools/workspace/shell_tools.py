@@ -44,6 +44,15 @@ def _result(result: CommandResult, cwd: str) -> dict[str, Any]:
         answer["timedOut"] = True
     if result.killed:
         answer["killed"] = True
+    if result.memory_exceeded:
+        answer["memoryLimitExceeded"] = True
+        answer["note"] = "a process of the command was killed: it passed the command's memory limit"
+    if result.disk_budget_exceeded:
+        answer["diskBudgetExceeded"] = True
+        answer["note"] = (
+            "the workspace holds more than its disk budget: a running command is killed, and no file "
+            "can grow until files are removed"
+        )
     return answer
 
 
@@ -58,8 +67,8 @@ async def execute_command(
 ) -> dict[str, Any]:
     """Run a shell command in the repository, in a sandbox without network access.
 
-    Only the repository (plus /tmp and $HOME, both private and temporary) is writable.
-    Output is cut to its first 16 KiB and last 48 KiB. Use `background: true` for servers or
+    Only the repository (plus /tmp and $HOME, both private and temporary) is writable, within
+    the workspace's disk budget; each command has a memory limit. Output is cut to its first 16 KiB and last 48 KiB. Use `background: true` for servers or
     long jobs, then mastra_workspace_get_process_output and mastra_workspace_kill_process.
     """
     hands = turn_hands(ctx, write=True)
