@@ -7,7 +7,10 @@
   `grep -rn` over the same tree with git's ignored folders excluded, for a pattern that only a
   full scan answers. Target: <= 2x.
 - command: `mastra_workspace_execute_command true` under bubblewrap against a bare `subprocess`
-  `true`. Target: <= 25 ms p50 added.
+  `true`. Target: <= 25 ms p50 added. Also with the service's default memory limit and disk
+  budget (a memory cgroup or RLIMIT_AS, and the workspace measured before and after each
+  command), in the scratch folder and, back to back, in this repository (tens of thousands of
+  files), against the same sandbox without them.
 - memory: the agent-runner service process's peak RSS (a real stack as bench/chat.py starts it:
   gateway, hooks, one agent-runner process, embedded PostgreSQL and NATS, the scripted model
   server) during one chat turn whose model calls `mastra_workspace_execute_command` 20 times in
@@ -41,6 +44,7 @@ import psutil
 
 from popagent_agent_runner.context.hands import Hands
 from popagent_agent_runner.tools.workspace import file_tools, shell_tools
+from popagent_agent_runner.workspace.disk_budget import MIB, DiskBudget
 from popagent_agent_runner.workspace.sandbox import Sandbox
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -121,23 +125,41 @@ async def bench_grep(hands: Any, rounds: int = 5) -> None:
     )
 
 
-async def bench_command(folder: Path, hands: Any, commands: int) -> None:
-    ctx = context(hands)
+async def timed_true(ctx: Any) -> float:
+    started = time.perf_counter()
+    result = await shell_tools.execute_command(ctx, "true")
+    assert result["exitCode"] == 0, result
+    return time.perf_counter() - started
+
+
+async def bench_command(
+    hands: Any, limited: Any, limited_repository: Any, plain_repository: Any, commands: int
+) -> None:
+    ctx, limited_ctx = context(hands), context(limited)
+    repository_ctx, plain_repository_ctx = context(limited_repository), context(plain_repository)
     bare: list[float] = []
     sandboxed: list[float] = []
+    with_limits: list[float] = []
+    repository: list[float] = []
+    plain_repo: list[float] = []
     for _ in range(commands):
         started = time.perf_counter()
         process = await asyncio.create_subprocess_exec("true")
         await process.wait()
         bare.append(time.perf_counter() - started)
-        started = time.perf_counter()
-        result = await shell_tools.execute_command(ctx, "true")
-        sandboxed.append(time.perf_counter() - started)
-        assert result["exitCode"] == 0, result
+        sandboxed.append(await timed_true(ctx))
+        with_limits.append(await timed_true(limited_ctx))
+        plain_repo.append(await timed_true(plain_repository_ctx))
+        repository.append(await timed_true(repository_ctx))
     added = p50_ms(sandboxed) - p50_ms(bare)
     print(
         f"execute_command true: bare subprocess p50 {p50_ms(bare):.1f} ms, under bubblewrap p50 "
         f"{p50_ms(sandboxed):.1f} ms, added {added:.1f} ms (target <= 25 ms) {'OK' if added <= 25 else 'MISS'}"
+    )
+    print(
+        f"execute_command true with the memory limit and disk budget: scratch folder p50 {p50_ms(with_limits):.1f} ms "
+        f"(without {p50_ms(sandboxed):.1f} ms), this repository back to back p50 {p50_ms(repository):.1f} ms "
+        f"(without {p50_ms(plain_repo):.1f} ms)"
     )
 
 
@@ -231,18 +253,28 @@ async def bench_memory() -> None:
 
 async def main(reads: int, commands: int) -> None:
     sandbox = Sandbox()
-    reason = await sandbox.probe()
-    if reason is not None:
-        raise SystemExit(f"sandbox unavailable: {reason}")
+    # The service's defaults (agent-runner settings): 2 GiB a command, 10 GiB a workspace.
+    limited = Sandbox(memory_bytes=2048 * MIB, disk_budget=DiskBudget(10_240 * MIB))
+    for box in (sandbox, limited):
+        reason = await box.probe()
+        if reason is not None:
+            raise SystemExit(f"sandbox unavailable: {reason}")
     folder = Path(tempfile.mkdtemp(prefix="popagent-bench-tools-"))
     try:
         scratch = Hands(folder.parent, sandbox).for_turn("bench", folder.name)
         repository = Hands(REPO_ROOT.parent, sandbox).for_turn("popagent", REPO_ROOT.name)
         await bench_read(folder, scratch, reads)
         await bench_grep(repository)
-        await bench_command(folder, scratch, commands)
+        await bench_command(
+            scratch,
+            Hands(folder.parent, limited).for_turn("bench", folder.name),
+            Hands(REPO_ROOT.parent, limited).for_turn("popagent", REPO_ROOT.name),
+            repository,
+            commands,
+        )
     finally:
         await sandbox.close()
+        await limited.close()
         shutil.rmtree(folder, ignore_errors=True)
     await bench_memory()
 

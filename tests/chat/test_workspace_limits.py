@@ -82,6 +82,8 @@ async def test_the_disk_budget_stops_a_growing_file_and_a_write_into_a_full_work
     # SIGXFSZ stopped `head` at the room left, and then the shell appending to a full workspace
     # (153 = 128 + SIGXFSZ).
     assert big["exitCode"] == 153 and more["exitCode"] == 153, (big, more)
+    assert "diskBudgetExceeded" not in big and more["diskBudgetExceeded"] is True, (big, more)
+    assert more["note"].startswith("the workspace was at its disk budget when the command started"), more
     [refused] = of_type(chunks, "tool-output-error")
     assert refused["toolCallId"] == "w" and "the workspace is at its disk budget" in refused["errorText"], refused
     assert removed["exitCode"] == 0 and "removed" in removed["output"], removed

@@ -92,6 +92,22 @@ class DiskBudget:
     limit_bytes: int | None
     # Per repository folder: when its usage was measured, and what it was plus writes since.
     _known: dict[str, tuple[float, int]] = field(default_factory=dict[str, tuple[float, int]])
+    # Per repository folder: the measurement made after a command ended, still under way.
+    _pending: dict[str, asyncio.Task[int]] = field(default_factory=dict[str, asyncio.Task[int]])
+
+    def measure_soon(self, root_fd: int, key: str) -> None:
+        """Measure after a command ended, without holding up its result (the model reads it
+        meanwhile); the next command or write of the folder waits for it. Takes `root_fd`."""
+
+        async def measure() -> int:
+            try:
+                return await self.used(root_fd, key)
+            finally:
+                os.close(root_fd)
+
+        task = asyncio.create_task(measure(), name=f"disk-budget-{key}")
+        self._pending[key] = task
+        task.add_done_callback(lambda done: self._pending.pop(key, None) if self._pending.get(key) is done else None)
 
     async def used(self, root_fd: int, key: str) -> int:
         """Measure the repository held by `root_fd` now (`key`: its path, for the file tools' reuse)."""
@@ -101,8 +117,11 @@ class DiskBudget:
 
     async def _recent(self, root_fd: int, key: str) -> tuple[float, int]:
         """The usage measured within REUSE_S (plus the file tools' writes since), else measured now.
-        A command's watch measures once more after it ends, so a command that follows another
-        within REUSE_S walks nothing before it starts."""
+        A command's watch has the folder measured once more after it ends (`measure_soon`), so a
+        command that follows another within REUSE_S walks nothing before it starts."""
+        pending = self._pending.get(key)
+        if pending is not None:
+            await asyncio.wait([pending])
         known = self._known.get(key)
         if known is None or time.monotonic() - known[0] >= REUSE_S:
             await self.used(root_fd, key)

@@ -173,8 +173,10 @@ class CommandResult:
     killed: bool = False
     # The kernel killed a process of the command for passing its memory limit (seen with a memory cgroup).
     memory_exceeded: bool = False
-    # The workspace held more than its disk budget: the command was killed (or found no room to grow files).
+    # The workspace passed its disk budget while the command ran: the command was killed.
     disk_budget_exceeded: bool = False
+    # The workspace was at its disk budget when the command started: no file could grow.
+    disk_full: bool = False
 
 
 @dataclass(frozen=True)
@@ -417,12 +419,15 @@ def _settle(future: asyncio.Future[None]) -> None:
 @dataclass
 class DiskWatch:
     """Kills a command once its workspace holds more than the disk budget (`disk_budget.py`),
-    measuring as often as a measurement's own cost allows, and once more after it ends."""
+    measuring while it runs as often as a measurement's own cost allows, and has the folder
+    measured once more after it ends (not holding up its result)."""
 
     budget: DiskBudget
     # The watch's own descriptor of the repository, closed when the watch ends.
     root_fd: int
     key: str
+    # The workspace had no room left when the command started: no file could grow.
+    started_full: bool = False
     exceeded: bool = False
 
     async def watch(self, process: SandboxProcess) -> None:
@@ -431,6 +436,8 @@ class DiskWatch:
         try:
             while not ended.done():
                 await asyncio.wait([ended], timeout=interval)
+                if ended.done():
+                    break
                 began = time.monotonic()
                 used = await self.budget.used(self.root_fd, self.key)
                 interval = max(DISK_WATCH_MIN_S, DISK_WATCH_COST_FACTOR * (time.monotonic() - began))
@@ -444,7 +451,7 @@ class DiskWatch:
             logger.warning("the workspace's disk use could not be measured", exc_info=True)
         finally:
             ended.cancel()
-            os.close(self.root_fd)
+            self.budget.measure_soon(self.root_fd, self.key)
 
 
 class SandboxProcess:
@@ -544,7 +551,7 @@ class SandboxProcess:
             if not self.cgroup.remove():
                 self.sandbox._cleanup(self.cgroup.remove_soon())
         if self._watch is not None:
-            await self._watch  # its last measurement, after the command's last write
+            await self._watch
         self.sandbox._running.discard(self)
         return code
 
@@ -650,6 +657,7 @@ class SandboxProcess:
             killed=self.killed and not self.timed_out,
             memory_exceeded=self.memory_exceeded,
             disk_budget_exceeded=self.disk_watch is not None and self.disk_watch.exceeded,
+            disk_full=self.disk_watch is not None and self.disk_watch.started_full,
         )
 
 
@@ -754,7 +762,7 @@ class Sandbox:
         writable and `cwd` (inside it) as working directory, within the memory limit and the
         workspace's disk budget."""
         room = await self.disk_budget.room(root_fd, str(repository))
-        watch = DiskWatch(self.disk_budget, os.dup(root_fd), str(repository)) if room is not None else None
+        watch = DiskWatch(self.disk_budget, os.dup(root_fd), str(repository), room == 0) if room is not None else None
         try:
             return await self._launch(
                 root_fd,

@@ -49,9 +49,12 @@ def _result(result: CommandResult, cwd: str) -> dict[str, Any]:
         answer["note"] = "a process of the command was killed: it passed the command's memory limit"
     if result.disk_budget_exceeded:
         answer["diskBudgetExceeded"] = True
+        answer["note"] = "killed: the workspace passed its disk budget; remove files before writing more"
+    elif result.disk_full:
+        answer["diskBudgetExceeded"] = True
         answer["note"] = (
-            "the workspace holds more than its disk budget: a running command is killed, and no file "
-            "can grow until files are removed"
+            "the workspace was at its disk budget when the command started: files could be removed "
+            "or truncated, none could grow"
         )
     return answer
 
