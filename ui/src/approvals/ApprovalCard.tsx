@@ -268,7 +268,7 @@ export function ApprovalCard(props: { toolName: string; approvalId: string | und
                   disabled={sending !== null}
                   onClick={() => void answer("approve-session")}
                   data-testid="approval-approve-session"
-                  title={`Approve, and let ${props.toolName} run without asking for the rest of this chat`}
+                  title={`Approve, and let ${props.toolName} run without asking again in this session`}
                 >
                   {sending === "approve-session" ? "Approving…" : "Allow for this session"}
                 </button>
