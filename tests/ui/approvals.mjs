@@ -6,12 +6,7 @@
 //   config: {url, apiKey, outDir, chromium, approvePrompt, approvePath, approveContent, approveAnswer,
 //            denyPrompt, denyPath, denyContent, denyReason, denyAnswer, policyReason}
 // Prints one JSON report on stdout: {steps: [{step, ok, ms, detail}]}; exits 1 when a step failed.
-import { readFileSync } from "node:fs";
-import { createRequire } from "node:module";
-import { check, openDriver } from "./driver.mjs";
-
-const require = createRequire(new URL("../../ui/package.json", import.meta.url));
-const AXE = readFileSync(require.resolve("axe-core/axe.min.js"), "utf8");
+import { check, checkAxe, openDriver } from "./driver.mjs";
 
 const { config, page, step, shot, finish } = await openDriver({ prefix: "approvals", viewport: { width: 1280, height: 900 } });
 const { url } = config;
@@ -19,19 +14,8 @@ const { url } = config;
 const composer = () => page.getByRole("textbox", { name: "Message", exact: true });
 const card = () => page.getByRole("region", { name: /^Approval needed:/ });
 
-/** axe-core's WCAG 2 A/AA checks on what `selector` matches: the violations, named. */
 async function axe(selector) {
-  // Evaluated over the DevTools protocol, which the page's Content-Security-Policy does not govern (an
-  // inline <script> tag would be refused by it, as it should be).
-  if (!(await page.evaluate(() => "axe" in window))) await page.evaluate(AXE);
-  const found = await page.evaluate(async (scope) => {
-    const result = await window.axe.run(
-      { include: [...document.querySelectorAll(scope)].map((element) => element) },
-      { runOnly: { type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"] } },
-    );
-    return result.violations.map((v) => `${v.id}: ${v.nodes.map((n) => n.target.join(" ")).join(", ")}`);
-  }, selector);
-  check(found.length === 0, `axe-core: ${found.join("; ")}`);
+  await checkAxe(page, selector);
 }
 
 async function startChat(text) {

@@ -12,6 +12,7 @@ import { readFileSync, mkdirSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { checkAxe } from "./driver.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const require = createRequire(resolve(here, "../../ui/package.json"));
@@ -321,6 +322,26 @@ try {
     await page.screenshot({ path: resolve(outDir, "markdown-1440.png") });
     await waitSaved();
     return `table ${headers.join("|")}, python block highlighted (${await block.locator(".hljs-keyword").count()} keywords), raw HTML not rendered`;
+  });
+
+  await step("answer accessible in light and dark", ["markdown answer"], async () => {
+    // The answer with its table, highlighted code and message actions, as a mouse user sees it
+    // (the actions are dimmed until hover where a pointer can hover) and in both color schemes.
+    await page.mouse.move(0, 0);
+    await checkAxe(page, '[data-testid="message-assistant"]');
+    await page.emulateMedia({ colorScheme: "dark" });
+    try {
+      await checkAxe(page, '[data-testid="message-assistant"]');
+    } finally {
+      await page.emulateMedia({ colorScheme: "light" });
+    }
+    const codeSize = await assistants()
+      .last()
+      .locator('[data-testid="code-block"] code')
+      .first()
+      .evaluate((code) => parseFloat(getComputedStyle(code).fontSize));
+    check(codeSize >= 12, `code in a block is ${codeSize} px`);
+    return `no violation in light or dark; code at ${codeSize} px`;
   });
 
   await step("feedback and trace link", ["markdown answer"], async () => {
@@ -1170,7 +1191,16 @@ try {
     await result.waitFor({ timeout: 15_000 });
     await item.scrollIntoViewIfNeeded();
     await page.screenshot({ path: resolve(outDir, "task-1440.png") });
-    return `task ${task.id} completed; its result renders as Markdown (a table)`;
+    // The task, its result and its buttons (Delete included) in both color schemes.
+    const selector = `[data-testid="task-item"][data-task-id="${task.id}"]`;
+    await checkAxe(page, selector);
+    await page.emulateMedia({ colorScheme: "dark" });
+    try {
+      await checkAxe(page, selector);
+    } finally {
+      await page.emulateMedia({ colorScheme: "light" });
+    }
+    return `task ${task.id} completed; its result renders as Markdown (a table); no axe violation in light or dark`;
   });
 
   await step("api key changed per browser", ["api key prompt"], async () => {

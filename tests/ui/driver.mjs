@@ -11,9 +11,28 @@ const here = dirname(fileURLToPath(import.meta.url));
 const require = createRequire(resolve(here, "../../ui/package.json"));
 const { chromium } = require("playwright-core");
 
+const AXE = readFileSync(require.resolve("axe-core/axe.min.js"), "utf8");
+
 class StepFailed extends Error {}
 export function check(condition, message) {
   if (!condition) throw new StepFailed(message);
+}
+
+/** axe-core's WCAG 2 A/AA checks on what `selector` matches in `page`: fails the step with the violations, named.
+ * Evaluated over the DevTools protocol, which the page's Content-Security-Policy does not govern (an inline
+ * <script> tag would be refused by it, as it should be). */
+export async function checkAxe(page, selector) {
+  if (!(await page.evaluate(() => "axe" in window))) await page.evaluate(AXE);
+  const found = await page.evaluate(async (scope) => {
+    const result = await window.axe.run(
+      { include: [...document.querySelectorAll(scope)].map((element) => element) },
+      { runOnly: { type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"] } },
+    );
+    // Each node with what axe measured (a contrast's colors and ratio), so a failure says what to change.
+    const node = (n) => `${n.target.join(" ")}${n.any?.[0]?.message ? ` [${n.any[0].message}]` : ""}`;
+    return result.violations.map((v) => `${v.id} (${v.impact}): ${v.nodes.map(node).join(", ")}`);
+  }, selector);
+  check(found.length === 0, `axe-core: ${found.join("; ")}`);
 }
 
 /** The config file named on the command line, a browser page logged in with its apiKey, and the step helpers.

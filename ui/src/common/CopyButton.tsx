@@ -17,10 +17,19 @@ export function CopyButton({ text, label = "Copy", className = "" }: { text: str
       setState("failed");
     }
   };
+  const shown = state === "copied" ? "Copied" : state === "failed" ? "Copy failed" : "Copy";
   return (
-    <button type="button" className={`ghost small copy-button ${className}`} onClick={() => void copy()} aria-label={label} data-testid="copy" data-state={state}>
+    // The name holds the visible word (WCAG 2.5.3): "Copy code", then "Copied" while it says so.
+    <button
+      type="button"
+      className={`ghost small copy-button ${className}`}
+      onClick={() => void copy()}
+      aria-label={state === "idle" ? label : shown}
+      data-testid="copy"
+      data-state={state}
+    >
       <Icon name={state === "copied" ? "check" : "copy"} />
-      <span aria-live="polite">{state === "copied" ? "Copied" : state === "failed" ? "Copy failed" : "Copy"}</span>
+      <span aria-live="polite">{shown}</span>
     </button>
   );
 }
