@@ -10,12 +10,27 @@ import grpc
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
+from popagent_gateway.settings import Settings
 
 API_KEY = "c" * 32
 # POPAGENT_GATEWAY_RPC_TIMEOUT_S of the harness: short, so a test can outlast it, yet long enough for
 # a first call while the suite loads both cores (0.3 s was not, once, in CI).
 RPC_TIMEOUT_S = 1.0
 USER_MESSAGE = {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hello"}]}
+
+
+def offline_settings(api_key: str, **overrides: object) -> Settings:
+    """Gateway settings with nothing behind them (no database answers) and, unless overridden, no
+    built UI: routes a test adds after create_app are not shadowed by the UI at /."""
+    values: dict[str, object] = {
+        "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
+        "OBSERVABILITY_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
+        "POPAGENT_API_KEY": api_key,
+        "POPAGENT_UI_DIR": "/nonexistent/popagent-ui",
+    }
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]
+
 
 Script = Callable[[pb.ChatRequest, grpc.aio.ServicerContext], AsyncIterator[pb.TurnEventBatch]]
 

@@ -12,6 +12,7 @@ from fastapi.routing import APIRoute, RouteContext, iter_route_contexts
 from fastapi.testclient import TestClient
 from opentelemetry.trace import SpanKind
 
+from gateway.harness import offline_settings
 from popagent_core.errors import HTTP_STATUS_BY_GRPC_CODE, NotFound, PopagentError
 from popagent_gateway.app import create_app
 from popagent_gateway.deps import require_api_key
@@ -23,15 +24,7 @@ API_KEY = "k" * 32
 
 
 def make_settings(**overrides: object) -> Settings:
-    values: dict[str, object] = {
-        "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
-        "OBSERVABILITY_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
-        "POPAGENT_API_KEY": API_KEY,
-        # Routes these tests add after create_app must not be shadowed by a built UI at /.
-        "POPAGENT_UI_DIR": "/nonexistent/popagent-ui",
-    }
-    values.update(overrides)
-    return Settings(**values)  # type: ignore[arg-type]
+    return offline_settings(API_KEY, **overrides)
 
 
 def _depends_on(dependant: Dependant, target: object) -> bool:

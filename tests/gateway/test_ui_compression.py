@@ -11,15 +11,17 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from gateway.test_edge import make_settings
+from gateway.harness import offline_settings
 from popagent_gateway.app import create_app
 from popagent_gateway.ui import DEFAULT_UI_DIR, accepted_encodings
+
+API_KEY = "u" * 32
 
 
 @pytest.fixture(scope="module")
 def client() -> TestClient:
     assert (DEFAULT_UI_DIR / "index.html").is_file(), "no UI build: run `make setup`"
-    return TestClient(create_app(make_settings(POPAGENT_UI_DIR=str(DEFAULT_UI_DIR))))
+    return TestClient(create_app(offline_settings(API_KEY, POPAGENT_UI_DIR=str(DEFAULT_UI_DIR))))
 
 
 def main_script() -> str:
@@ -72,7 +74,7 @@ def test_a_file_without_a_compressed_copy_is_sent_as_it_is(tmp_path: Path) -> No
     (tmp_path / "index.html").write_text("<!doctype html><title>popagent</title>")
     (tmp_path / "assets").mkdir()
     (tmp_path / "assets" / "tiny-abc123.js").write_text("export {};\n")
-    with TestClient(create_app(make_settings(POPAGENT_UI_DIR=str(tmp_path)))) as local:
+    with TestClient(create_app(offline_settings(API_KEY, POPAGENT_UI_DIR=str(tmp_path)))) as local:
         headers, body, status = raw_get(local, "/assets/tiny-abc123.js", **{"accept-encoding": "br, gzip"})
     assert status == 200 and body == b"export {};\n" and "content-encoding" not in headers
 
