@@ -904,6 +904,35 @@ try {
     return "chat-1440.png, chat-375.png, chat-375-sessions.png";
   });
 
+  await step("a message sent while scrolled up lands in view", ["streamed text"], async () => {
+    // A short window, so two answers overflow it.
+    await page.setViewportSize({ width: WIDE.width, height: 560 });
+    try {
+      return await sentWhileScrolledUp();
+    } finally {
+      await page.setViewportSize(WIDE);
+    }
+  });
+
+  async function sentWhileScrolledUp() {
+    await newSession("Give me a markdown summary.");
+    await send("Give me a markdown summary once more.");
+    await waitTurnOver();
+    const log = page.getByRole("log", { name: "Conversation" });
+    const room = await log.evaluate((element) => element.scrollHeight - element.clientHeight);
+    check(room > 300, `the conversation scrolls only ${room} px: there is nothing to scroll up from`);
+    // A little above the end, as a reader who glanced back up would be.
+    await log.evaluate((element) => {
+      element.scrollTop = element.scrollHeight - element.clientHeight - 200;
+    });
+    await page.waitForTimeout(200); // the scroll event is handled
+    await send("Give me a markdown summary, the last one.");
+    await waitTurnOver();
+    const gap = await log.evaluate((element) => element.scrollHeight - element.scrollTop - element.clientHeight);
+    check(gap < 80, `the conversation stayed ${gap} px above its end after a message was sent`);
+    return `scrolled 200 px up, sent: the end is in view (${gap} px)`;
+  }
+
   await step("rename and archive", ["api key prompt"], async () => {
     await page.goto(`${url}/#/chat`);
     const id = await newSession("A chat to rename.");
@@ -1023,6 +1052,7 @@ try {
     const error = form.locator('[data-field="cron"] [data-testid="field-error"]');
     check((await error.count()) === 1, `no error beside the cron field; the form says "${await status.innerText()}"`);
     const message = await error.innerText();
+    check(message.includes("0 9 * * 1-5"), `the cron error gives no example: "${message}"`);
     await form.getByLabel(/^Cron/).fill("0 3 * * *");
     await form.getByRole("button", { name: "Create schedule" }).click();
     const item = page.locator('[data-testid="schedule-item"]').filter({ hasText: "Browser test nightly" });
@@ -1200,7 +1230,16 @@ try {
     } finally {
       await page.emulateMedia({ colorScheme: "light" });
     }
-    return `task ${task.id} completed; its result renders as Markdown (a table); no axe violation in light or dark`;
+    // Queued from the form, it says so (not "Saved.").
+    await page.getByText("New task").click();
+    const form = page.locator('form[data-form="TaskCreate"]');
+    await form.getByLabel("Prompt").fill("Say hello from the form.");
+    await form.getByRole("button", { name: "Queue task" }).click();
+    const status = form.locator('[data-testid="submit-status"][data-state="saved"]');
+    await status.waitFor({ timeout: 10_000 });
+    const said = await status.innerText();
+    check(said === "Queued: it runs when a worker is free.", `queueing a task says "${said}"`);
+    return `task ${task.id} completed; its result renders as Markdown (a table); no axe violation in light or dark; the form says "${said}"`;
   });
 
   await step("api key changed per browser", ["api key prompt"], async () => {

@@ -417,8 +417,14 @@ export function Conversation(props: {
     [stop, setMessages, sendMessage],
   );
 
+  // Keep the newest text in view while it streams, unless the reader scrolled up.
+  const scroller = useRef<HTMLDivElement>(null);
+  const stick = useRef(true);
+
   const send = useCallback(
     (text: string) => {
+      // Sending brings the conversation's end into view, wherever the reader had scrolled to.
+      stick.current = true;
       lastError.current = null;
       clearError();
       // Behind this page's own queued messages too, so they keep their order.
@@ -507,9 +513,6 @@ export function Conversation(props: {
     }
   }, [props.firstMessage, send]);
 
-  // Keep the newest text in view while it streams, unless the reader scrolled up.
-  const scroller = useRef<HTMLDivElement>(null);
-  const stick = useRef(true);
   useLayoutEffect(() => {
     const element = scroller.current;
     if (element && stick.current) element.scrollTop = element.scrollHeight;

@@ -221,8 +221,9 @@ export function fieldOfReason(reason: string, names: string[]): string | null {
   return names.find((name) => name.toLowerCase() === first || name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`) === first) ?? null;
 }
 
-/** Runs a save, keeping the server's per-field messages and its reason. */
-export function useSubmit(names: string[] = []) {
+/** Runs a save, keeping the server's per-field messages (in plain words, with the field's
+ * description where one explains the expected form) and its reason. */
+export function useSubmit(names: string[] = [], specs: Record<string, FieldSpec> = {}) {
   const [state, setState] = useState<SubmitState>({ kind: "idle" });
   const [errors, setErrors] = useState<Record<string, string>>({});
   const run = async <T,>(save: () => Promise<T>): Promise<T | undefined> => {
@@ -235,7 +236,11 @@ export function useSubmit(names: string[] = []) {
     } catch (error) {
       if (error instanceof ApiError) {
         const field = Object.keys(error.fields).length ? null : fieldOfReason(error.message, names);
-        setErrors(field ? { [field]: plainMessage(error.message) } : Object.fromEntries(Object.entries(error.fields).map(([name, text]) => [name, plainMessage(text)])));
+        setErrors(
+          field
+            ? { [field]: plainMessage(error.message, specs[field]) }
+            : Object.fromEntries(Object.entries(error.fields).map(([name, text]) => [name, plainMessage(text, specs[name])])),
+        );
         setState({ kind: "failed", reason: error.message });
       } else {
         setState({ kind: "failed", reason: messageOf(error) });
@@ -246,11 +251,12 @@ export function useSubmit(names: string[] = []) {
   return { state, errors, run, setState, setErrors };
 }
 
-export function SubmitStatus({ state, unshown }: { state: SubmitState; unshown?: string[] }) {
+/** `done`: what a finished submit says when it is not a save ("Queued.", "Created."). */
+export function SubmitStatus({ state, unshown, done = "Saved." }: { state: SubmitState; unshown?: string[]; done?: string }) {
   return (
     <span className="submit-status" aria-live="polite" data-testid="submit-status" data-state={state.kind}>
       {state.kind === "saving" ? "Saving…" : null}
-      {state.kind === "saved" ? (state.what ? `Saved: ${state.what}.` : "Saved.") : null}
+      {state.kind === "saved" ? (state.what ? `Saved: ${state.what}.` : done) : null}
       {state.kind === "failed" ? (
         <span className="error-text">
           Not saved: {unshown?.length ? unshown.join("; ") : state.reason}
@@ -288,7 +294,10 @@ export function PatchForm<Out extends object>(props: PatchFormProps<Out>) {
   const specs = missing.length ? orderedFields(props.form, props.exclude, order, Object.fromEntries(missing)) : listed;
   const [value, setValue] = useState(props.value);
   const [draft, setDraft] = useState<Record<string, unknown>>({});
-  const submit = useSubmit(specs.map(([name]) => name));
+  const submit = useSubmit(
+    specs.map(([name]) => name),
+    Object.fromEntries(specs),
+  );
   const current = value as Record<string, unknown>;
   const shown = (name: string) => (name in draft ? draft[name] : current[name]);
   const changed = specs.filter(

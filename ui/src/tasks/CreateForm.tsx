@@ -14,6 +14,8 @@ export function CreateForm(props: {
   form: string;
   title: string;
   submitLabel: string;
+  // What the form says once the server took it ("Queued.", "Created.").
+  doneText: string;
   defaults?: Record<string, unknown>;
   order?: string[];
   exclude?: string[];
@@ -24,7 +26,10 @@ export function CreateForm(props: {
   const formId = useId().replace(/:/g, "");
   const specs = orderedFields(props.form, props.exclude, props.order);
   const [values, setValues] = useState(() => initial(props.form, props.defaults ?? {}));
-  const submit = useSubmit(specs.map(([name]) => name));
+  const submit = useSubmit(
+    specs.map(([name]) => name),
+    Object.fromEntries(specs),
+  );
 
   const onSubmit = async (event: FormEvent) => {
     event.preventDefault();
@@ -60,7 +65,7 @@ export function CreateForm(props: {
         <button type="submit" className="primary" disabled={submit.state.kind === "saving"}>
           {props.submitLabel}
         </button>
-        <SubmitStatus state={submit.state} unshown={unshown} />
+        <SubmitStatus state={submit.state} unshown={unshown} done={props.doneText} />
       </div>
     </form>
   );

@@ -37,7 +37,7 @@ function workspaceSelect(workspaces: WorkspaceOut[]) {
 /** A list's create form in a collapsed card, once the workspaces are known; what it creates reloads the list. */
 function CreateCard(props: {
   summary: string;
-  form: { form: string; title: string; submitLabel: string; order: string[] };
+  form: { form: string; title: string; submitLabel: string; doneText: string; order: string[] };
   workspaces: WorkspaceOut[];
   models: ModelsOut | undefined;
   create: (body: Record<string, unknown>) => Promise<unknown>;
@@ -121,7 +121,7 @@ export function TasksPage(props: { models: ModelsOut | undefined; workspaces: Wo
       >
         <CreateCard
           summary="New task"
-          form={{ form: "TaskCreate", title: "Queue a background task", submitLabel: "Queue task", order: ["prompt", "workspaceId", "model", "maxAttempts"] }}
+          form={{ form: "TaskCreate", title: "Queue a background task", submitLabel: "Queue task", doneText: "Queued: it runs when a worker is free.", order: ["prompt", "workspaceId", "model", "maxAttempts"] }}
           workspaces={props.workspaces}
           models={props.models}
           create={(body) => api.createTask(body as TaskCreate)}
@@ -165,6 +165,7 @@ export function TasksPage(props: { models: ModelsOut | undefined; workspaces: Wo
             form: "ScheduleCreate",
             title: "Create a schedule",
             submitLabel: "Create schedule",
+            doneText: "Created.",
             order: ["name", "cron", "prompt", "workspaceId", "model", "enabled", "maxAttempts"],
           }}
           workspaces={props.workspaces}

@@ -48,7 +48,11 @@ CRON_PATTERN = (
     )
     + "$"
 )
-CRON_DESCRIPTION = "five-field cron expression (minute hour day-of-month month day-of-week), server timezone"
+# A form shows it beside a refused value, so it carries an example.
+CRON_DESCRIPTION = (
+    "five-field cron expression (minute hour day-of-month month day-of-week; e.g. '0 9 * * 1-5' is 09:00 "
+    "on weekdays), server timezone"
+)
 Cron = Annotated[
     str, Field(min_length=9, max_length=MAX_CRON_CHARS, pattern=CRON_PATTERN, description=CRON_DESCRIPTION)
 ]
