@@ -7,14 +7,10 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from chat.helpers import supervisor_asks_nothing
+from chat.helpers import reset_for_chat
 from support.stacks import CHAT_STACK, Stack, StackSpec
 
 
 @pytest.fixture
 async def stack(started_stack: Callable[[StackSpec], Awaitable[Stack]]) -> Stack:
-    chat_stack = await started_stack(CHAT_STACK)
-    chat_stack.reset()
-    async with chat_stack.client() as client:
-        await supervisor_asks_nothing(client)
-    return chat_stack
+    return await reset_for_chat(await started_stack(CHAT_STACK))

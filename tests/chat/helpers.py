@@ -48,6 +48,14 @@ async def supervisor_asks_nothing(client: httpx.AsyncClient) -> None:
     assert emptied.status_code == 200, emptied.text
 
 
+async def reset_for_chat(stack: Stack) -> Stack:
+    """A started stack as each chat test gets it: reset, and the supervisor asking nothing."""
+    stack.reset()
+    async with stack.client() as client:
+        await supervisor_asks_nothing(client)
+    return stack
+
+
 async def new_session(client: httpx.AsyncClient) -> str:
     response = await client.post("/api/sessions", json={"title": "chat test"})
     assert response.status_code == 201, response.text

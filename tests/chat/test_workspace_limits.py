@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from chat.helpers import chat, new_workspace_session, of_type, supervisor_asks_nothing
+from chat.helpers import chat, new_workspace_session, of_type, reset_for_chat
 from support.model_gateway import ToolCall, Turn
 from support.stacks import CHAT_HOOK_PATHS, Stack, StackSpec
 
@@ -31,11 +31,7 @@ LIMITS_STACK = StackSpec(
 
 @pytest.fixture
 async def stack(started_stack: Callable[[StackSpec], Awaitable[Stack]]) -> Stack:
-    limits_stack = await started_stack(LIMITS_STACK)
-    limits_stack.reset()
-    async with limits_stack.client() as client:
-        await supervisor_asks_nothing(client)
-    return limits_stack
+    return await reset_for_chat(await started_stack(LIMITS_STACK))
 
 
 def fresh_folder(stack: Stack) -> tuple[str, Path]:

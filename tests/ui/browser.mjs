@@ -12,7 +12,7 @@ import { readFileSync, mkdirSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { checkAxe } from "./driver.mjs";
+import { checkAxeInBothSchemes } from "./driver.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const require = createRequire(resolve(here, "../../ui/package.json"));
@@ -328,13 +328,7 @@ try {
     // The answer with its table, highlighted code and message actions, as a mouse user sees it
     // (the actions are dimmed until hover where a pointer can hover) and in both color schemes.
     await page.mouse.move(0, 0);
-    await checkAxe(page, '[data-testid="message-assistant"]');
-    await page.emulateMedia({ colorScheme: "dark" });
-    try {
-      await checkAxe(page, '[data-testid="message-assistant"]');
-    } finally {
-      await page.emulateMedia({ colorScheme: "light" });
-    }
+    await checkAxeInBothSchemes(page, '[data-testid="message-assistant"]');
     const codeSize = await assistants()
       .last()
       .locator('[data-testid="code-block"] code')
@@ -1222,14 +1216,7 @@ try {
     await item.scrollIntoViewIfNeeded();
     await page.screenshot({ path: resolve(outDir, "task-1440.png") });
     // The task, its result and its buttons (Delete included) in both color schemes.
-    const selector = `[data-testid="task-item"][data-task-id="${task.id}"]`;
-    await checkAxe(page, selector);
-    await page.emulateMedia({ colorScheme: "dark" });
-    try {
-      await checkAxe(page, selector);
-    } finally {
-      await page.emulateMedia({ colorScheme: "light" });
-    }
+    await checkAxeInBothSchemes(page, `[data-testid="task-item"][data-task-id="${task.id}"]`);
     // Queued from the form, it says so (not "Saved.").
     await page.getByText("New task").click();
     const form = page.locator('form[data-form="TaskCreate"]');

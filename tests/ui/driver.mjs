@@ -35,6 +35,17 @@ export async function checkAxe(page, selector) {
   check(found.length === 0, `axe-core: ${found.join("; ")}`);
 }
 
+/** `checkAxe` in the light and then the dark color scheme (the page is left in light). */
+export async function checkAxeInBothSchemes(page, selector) {
+  await checkAxe(page, selector);
+  await page.emulateMedia({ colorScheme: "dark" });
+  try {
+    await checkAxe(page, selector);
+  } finally {
+    await page.emulateMedia({ colorScheme: "light" });
+  }
+}
+
 /** The config file named on the command line, a browser page logged in with its apiKey, and the step helpers.
  * Screenshots are `<outDir>/<prefix>-<name>.png`; `settleMs` waits after a resize before a shot. */
 export async function openDriver({ prefix, viewport, settleMs = 0 }) {

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from chat.helpers import chat, new_workspace_session, of_type, supervisor_asks_nothing
+from chat.helpers import chat, new_workspace_session, of_type, reset_for_chat
 
 from popagent_agent_runner.workspace.sandbox import CommandResult, Sandbox, SandboxRefused
 from support.model_gateway import ToolCall, Turn
@@ -126,11 +126,7 @@ async def test_a_repository_without_git_runs_commands(sandbox: Sandbox, tmp_path
 @pytest.fixture
 async def stack(started_stack: Callable[[StackSpec], Awaitable[Stack]]) -> Stack:
     """The chat stack (shared with the chat suite), reset for the test."""
-    chat_stack = await started_stack(CHAT_STACK)
-    chat_stack.reset()
-    async with chat_stack.client() as client:
-        await supervisor_asks_nothing(client)
-    return chat_stack
+    return await reset_for_chat(await started_stack(CHAT_STACK))
 
 
 async def test_a_turn_s_shell_cannot_write_git(stack: Stack) -> None:
