@@ -1106,10 +1106,34 @@ try {
   });
 
   await step("autonomy page", ["api key prompt"], async () => {
-    await page.goto(`${url}/#/autonomy`);
-    await page.getByRole("heading", { name: "Signals" }).waitFor({ timeout: 10_000 });
-    await page.locator('[data-testid="revision-list"]').waitFor({ timeout: 10_000 });
-    return "signals and revisions sections shown";
+    const { body: before } = await apiGet("/api/settings/autonomy");
+    const setEvolution = async (on) => {
+      const response = await fetch(`${url}/api/settings/autonomy`, {
+        method: "PATCH",
+        headers: { "x-popagent-key": apiKey, "content-type": "application/json" },
+        body: JSON.stringify({ evolutionEnabled: on }),
+      });
+      check(response.ok, `PATCH /api/settings/autonomy answered ${response.status}`);
+    };
+    try {
+      // Off, the page says so and where to turn it on, instead of a bare "No signals."
+      await setEvolution(false);
+      await page.goto(`${url}/#/autonomy`);
+      await page.getByRole("heading", { name: "Signals" }).waitFor({ timeout: 10_000 });
+      await page.locator('[data-testid="revision-list"]').waitFor({ timeout: 10_000 });
+      const notice = page.getByTestId("evolution-off");
+      await notice.waitFor({ timeout: 10_000 });
+      const said = await notice.innerText();
+      check(said.startsWith("Evolution is off") && (await notice.getByRole("link", { name: "Settings → Autonomy" }).count()) === 1, `the notice reads "${said}"`);
+      await setEvolution(true);
+      await page.reload();
+      await page.getByRole("heading", { name: "Signals" }).waitFor({ timeout: 10_000 });
+      await page.locator('[data-testid="signal-list"]').waitFor({ timeout: 10_000 });
+      check((await page.getByTestId("evolution-off").count()) === 0, "the evolution-off notice shows with evolution on");
+      return `off: "${said}"; on: no notice`;
+    } finally {
+      await setEvolution(before.evolutionEnabled);
+    }
   });
 
   await step("chat remembers its model", ["first-use model pick"], async () => {

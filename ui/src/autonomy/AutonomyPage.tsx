@@ -3,6 +3,7 @@ import { useState } from "react";
 import { ListSection, useActions } from "../common/lists";
 import { stamp } from "../common/stamp";
 import { useLoad } from "../common/useLoad";
+import { api } from "../api/client";
 import type { RevisionOut, SignalOut } from "../api/types";
 import { autonomyApi } from "./api";
 import { contentText, lineDiff } from "./diff";
@@ -106,6 +107,8 @@ export default function AutonomyPage() {
   const [status, setStatus] = useState("");
   const signals = useLoad(["autonomy", "signals", status], () => autonomyApi.signals({ status: status || undefined }));
   const revisions = useLoad(["autonomy", "revisions"], () => autonomyApi.revisions());
+  const settings = useLoad(["settings", "autonomy"], () => api.autonomy());
+  const off = settings.data?.evolutionEnabled === false;
   const { act, banner } = useActions(() => Promise.all([signals.reload(), revisions.reload()]));
   const onAct = (what: string, run: () => Promise<unknown>) => void act(what, run);
 
@@ -116,6 +119,12 @@ export default function AutonomyPage() {
         Failed turns become signals; learning picks code-owned strategies for them and writes overlays or learned
         skills, each an append-only revision you can revert. The autonomy settings switch it on and off.
       </p>
+      {off ? (
+        <p className="banner warn" role="status" data-testid="evolution-off">
+          Evolution is off: failed turns are not recorded as signals and nothing is learned. Turn it on in{" "}
+          <a href="#/settings/autonomy">Settings → Autonomy</a>.
+        </p>
+      ) : null}
       {banner}
       <ListSection
         id="signals"
@@ -123,7 +132,7 @@ export default function AutonomyPage() {
         noun="signals"
         list={signals}
         items={signals.data?.signals}
-        empty="No signals."
+        empty={off ? "No signals: evolution is off." : "No signals: no failed turn since evolution was turned on."}
         testId="signal-list"
         controls={
           <label>
