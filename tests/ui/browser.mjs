@@ -821,13 +821,8 @@ try {
     return `badges ${JSON.stringify(badges)}; after the reload the queued turn ran`;
   });
 
-  await step("double texting: interrupt", ["double texting: enqueue"], async () => {
-    const id = doubleTextSessionId;
-    await page.goto(`${url}/#/chat/${encodeURIComponent(id)}`);
-    await assistants().first().waitFor({ timeout: 15_000 });
-    await pickPolicy("interrupt");
-    await sendFirstAndWaitStreaming("Double text first: to be interrupted.");
-    await send("Double text newer: interrupts the first.");
+  /** The chat is ready again with the newer message's answer last (the interrupting or rolling-back turn's). */
+  async function newerAnswerShown() {
     await page.waitForFunction(
       () => {
         const all = [...document.querySelectorAll('[data-testid="message-assistant"] [data-testid="message-text"]')].map((node) => node.textContent ?? "");
@@ -837,6 +832,16 @@ try {
       null,
       { timeout: 60_000 },
     );
+  }
+
+  await step("double texting: interrupt", ["double texting: enqueue"], async () => {
+    const id = doubleTextSessionId;
+    await page.goto(`${url}/#/chat/${encodeURIComponent(id)}`);
+    await assistants().first().waitFor({ timeout: 15_000 });
+    await pickPolicy("interrupt");
+    await sendFirstAndWaitStreaming("Double text first: to be interrupted.");
+    await send("Double text newer: interrupts the first.");
+    await newerAnswerShown();
     await waitSaved();
     const { session, texts } = await storedTexts(id);
     const tail = texts.slice(-4);
@@ -858,15 +863,7 @@ try {
     const { texts: before } = await storedTexts(id);
     await sendFirstAndWaitStreaming("Double text first: to be rolled back.");
     await send("Double text newer: replaces the first.");
-    await page.waitForFunction(
-      () => {
-        const all = [...document.querySelectorAll('[data-testid="message-assistant"] [data-testid="message-text"]')].map((node) => node.textContent ?? "");
-        const status = document.querySelector('[data-testid="chat-status"]')?.getAttribute("data-status");
-        return all[all.length - 1] === "Answer to the newer message." && status === "ready";
-      },
-      null,
-      { timeout: 60_000 },
-    );
+    await newerAnswerShown();
     await waitSaved();
     const { texts } = await storedTexts(id);
     check(

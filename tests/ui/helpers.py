@@ -72,6 +72,22 @@ def message_text(message: dict[str, Any]) -> str:
     return ""
 
 
+def stack_environment(
+    tmp_path: Path, *, dsn: str, nats_url: str, models_url: str, api_key: str, observability_dsn: str = ""
+) -> dict[str, str]:
+    """What every browser test's stack is started with: its database (and observability database,
+    else the same), NATS, the scripted model gateway, its key, the built UI and a workspace root."""
+    return {
+        "DATABASE_URL": dsn,
+        "OBSERVABILITY_DATABASE_URL": observability_dsn or dsn,
+        "NATS_URL": nats_url,
+        "NINEROUTER_URL": models_url,
+        "POPAGENT_API_KEY": api_key,
+        "POPAGENT_UI_DIR": str(UI_DIST),
+        "POPAGENT_WORKSPACE_ROOT": str(tmp_path / "workspace"),
+    }
+
+
 @contextlib.asynccontextmanager
 async def launched_stack(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, environment: dict[str, str]

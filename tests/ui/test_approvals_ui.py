@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 import pytest
-from ui.helpers import CHROMIUM, OUTPUT, UI_DIST, drive, launched_stack, message_text, prerequisites
+from ui.helpers import CHROMIUM, OUTPUT, drive, launched_stack, message_text, prerequisites, stack_environment
 
 from popagent_dev import embedded
 from popagent_dev.launcher import Stack
@@ -90,15 +90,9 @@ async def stack(
     repository = tmp_path / "workspace" / "popagent"
     repository.mkdir(parents=True)
     async with ModelGateway(respond, models=CATALOG) as models:
-        environment = {
-            "DATABASE_URL": dsn,
-            "OBSERVABILITY_DATABASE_URL": dsn,
-            "NATS_URL": nats_server.url,
-            "NINEROUTER_URL": models.url,
-            "POPAGENT_API_KEY": API_KEY,
-            "POPAGENT_UI_DIR": str(UI_DIST),
-            "POPAGENT_WORKSPACE_ROOT": str(tmp_path / "workspace"),
-        }
+        environment = stack_environment(
+            tmp_path, dsn=dsn, nats_url=nats_server.url, models_url=models.url, api_key=API_KEY
+        )
         async with launched_stack(tmp_path, monkeypatch, environment) as running:
             yield running, models, repository
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import httpx
 import pytest
-from ui.helpers import OUTPUT, UI_DIST, drive, launched_stack, message_text, prerequisites
+from ui.helpers import OUTPUT, drive, launched_stack, message_text, prerequisites, stack_environment
 
 from popagent_dev import embedded
 from popagent_dev.launcher import Stack
@@ -244,16 +244,10 @@ async def stack(
         pages.pages[GUIDE_PATH] = Page(body=GUIDE)
         guide_url[:] = [pages.url(GUIDE_PATH)]
         environment = {
-            "DATABASE_URL": dsn,
-            "OBSERVABILITY_DATABASE_URL": dsn,
-            "NATS_URL": nats_server.url,
-            "NINEROUTER_URL": models.url,
+            **stack_environment(tmp_path, dsn=dsn, nats_url=nats_server.url, models_url=models.url, api_key=API_KEY),
             "SEARXNG_URL": searxng.base,
             # The guide page is on 127.0.0.1.
             "POPAGENT_WEB_FETCH_ALLOW_PRIVATE_ADDRESSES": "true",
-            "POPAGENT_API_KEY": API_KEY,
-            "POPAGENT_UI_DIR": str(UI_DIST),
-            "POPAGENT_WORKSPACE_ROOT": str(tmp_path / "workspace"),
             "POPAGENT_HOOKS": _hooks_document(receiver),
             "POPAGENT_HOOK_ALLOWED_HOSTS": "127.0.0.1",
             "POPAGENT_HOOK_ALLOW_PRIVATE_ADDRESSES": "true",

@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 import pytest
-from ui.helpers import CHROMIUM, OUTPUT, REPO, drive, launched_stack, prerequisites
+from ui.helpers import CHROMIUM, OUTPUT, drive, launched_stack, prerequisites, stack_environment
 
 from popagent_core.topology import SERVICE_NAMES
 from popagent_dev import embedded
@@ -90,13 +90,14 @@ async def stack(
             },
         }
         environment = {
-            "DATABASE_URL": dsn,
-            "OBSERVABILITY_DATABASE_URL": observability_dsn,
-            "NATS_URL": nats_server.url,
-            "NINEROUTER_URL": models.url,
-            "POPAGENT_API_KEY": API_KEY,
-            "POPAGENT_UI_DIR": str(REPO / "ui" / "dist"),
-            "POPAGENT_WORKSPACE_ROOT": str(tmp_path / "workspace"),
+            **stack_environment(
+                tmp_path,
+                dsn=dsn,
+                nats_url=nats_server.url,
+                models_url=models.url,
+                api_key=API_KEY,
+                observability_dsn=observability_dsn,
+            ),
             "POPAGENT_HOOKS": json.dumps(hooks),
             "POPAGENT_HOOK_ALLOWED_HOSTS": "127.0.0.1",
             "POPAGENT_HOOK_ALLOW_PRIVATE_ADDRESSES": "true",
