@@ -2,7 +2,7 @@
 
 Files are served as the build's precompressed copies (`ui/scripts/precompress.mjs` writes a
 `.br` and a `.gz` beside each compressible file) to clients that accept them, so the main
-script crosses the network at about a fifth of its size and nothing is compressed per request.
+script crosses the network at about a quarter of its size and nothing is compressed per request.
 The build's hashed assets (`assets/<name>-<hash>.<ext>`, a new name for new content) may be
 cached for a year; everything else, `index.html` first, is revalidated on each load (its ETag),
 so a new build is picked up at once.
