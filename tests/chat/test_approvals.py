@@ -6,6 +6,7 @@ and an approved call runs exactly once even when the runner that asked is SIGKIL
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import uuid
 from pathlib import Path
@@ -168,6 +169,39 @@ async def test_the_shell_asks_unless_the_command_is_allowed_and_a_denied_command
         assert ran["toolCallId"] == "x1" and "hello" in orjson.dumps(ran["output"]).decode()
         assert "made" not in "".join(orjson.dumps(c).decode() for c in of_type(chunks, "tool-output-available"))
         assert [c["toolCallId"] for c in of_type(chunks, "tool-output-denied")] == ["x2"]
+
+
+async def test_approved_calls_of_one_step_are_asked_and_run_one_at_a_time(stack: Stack) -> None:
+    """Two calls in one model step that both ask: the second asks only once the first is answered, and
+    the approved commands never run at the same time (each prints when it starts and ends)."""
+    timed = "echo start $(date +%s%N); sleep 0.6; echo end $(date +%s%N)"
+    stack.models.push(
+        Turn.call(ToolCall(RUN, {"command": timed}, id="x1"), ToolCall(RUN, {"command": timed}, id="x2")),
+        said("Both ran."),
+    )
+    async with stack.client() as client, supervisor_policy(client, [{"group": "shell", "decision": "ask"}]):
+        session, _ = await workspace(stack, client)
+        assert paused(await chat(client, session, "run both"))
+        [first] = await pending(client, session)
+        await asyncio.sleep(0.5)
+        assert len(await pending(client, session)) == 1, "the second call asked before the first was answered"
+        await answer_approval(client, first["id"], "approve")
+        second = await eventually(
+            lambda: pending(client, session),
+            until=lambda found: any(a["id"] != first["id"] for a in found),
+            what="the second call's approval",
+        )
+        await answer_approval(client, next(a["id"] for a in second if a["id"] != first["id"]), "approve")
+        await eventually(lambda: len(stack.models.requests), until=lambda count: count == 2, what="both results")
+        chunks = await followed(client, session)
+        assert text_of(chunks) == "Both ran."
+    spans = []
+    for result in tool_messages(stack, 1):
+        start, end = (int(re.findall(rf"{mark} (\d{{19}})", result)[0]) for mark in ("start", "end"))
+        spans.append((start, end))
+    assert len(spans) == 2
+    (_, first_end), (second_start, _) = sorted(spans)
+    assert first_end <= second_start, f"the approved calls overlapped: {spans}"
 
 
 async def test_a_delegation_that_asks_starts_no_specialist_until_approved(stack: Stack) -> None:

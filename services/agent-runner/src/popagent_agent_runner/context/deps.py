@@ -88,6 +88,10 @@ class TurnDeps:
     workspace_access: str = "none"
     file_reads: dict[str, str] = field(default_factory=dict[str, str])
     browser_access: str = "none"
+    # Held while a call that waited for a person's approval runs: pydantic-ai validates a step's
+    # calls (where a call asks and waits) one by one but runs them in parallel, so without it two
+    # approved calls of one agent run would run at once (the spec's suspension-capable calls stay sequential).
+    approved_calls: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
     def is_supervisor(self) -> bool:

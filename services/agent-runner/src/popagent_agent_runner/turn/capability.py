@@ -15,7 +15,9 @@ Every agent of a turn (supervisor and specialists) runs with it:
   tool result carrying the reason (the model reads it and carries on), `modify`
   replaces the arguments, which the tool's schema then validates like the model's own;
 - then the approval gate (`approvals/gate.py`): the agent's policy may deny the call or ask a person,
-  as may a `PreToolUse` hook's `ask`; an approved call is claimed before it runs, so it runs once;
+  as may a `PreToolUse` hook's `ask`; an approved call is claimed before it runs, so it runs once,
+  and never beside another approved call of the same agent run (calls that waited for a person
+  run one at a time, as they were asked);
 - a result is made storable as it leaves the tool: NULs and lone surrogates become U+FFFD and
   a result larger than `MAX_TOOL_RESULT_BYTES` is cut, with a marker saying so;
 - `PostToolUse` / `PostToolUseFailure` follow every execution, and at most
@@ -25,6 +27,7 @@ Every agent of a turn (supervisor and specialists) runs with it:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from typing import Any
@@ -295,8 +298,11 @@ class TurnCapability(AbstractCapability[TurnDeps]):
                 approvals = ctx.deps.turn.approvals
                 approval_id = await approvals.claim(call.tool_call_id) if approvals is not None else None
                 try:
-                    async with ctx.deps.tool_slots:
-                        result = storable_result(await handler(args))
+                    async with contextlib.AsyncExitStack() as held:
+                        if approval_id is not None:
+                            await held.enter_async_context(ctx.deps.approved_calls)
+                        async with ctx.deps.tool_slots:
+                            result = storable_result(await handler(args))
                 except Exception as exc:
                     _storable_failure(exc)
                     span.set_attribute("popagent.tool.outcome", "failure")
