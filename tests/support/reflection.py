@@ -21,6 +21,8 @@ REFLECTION_MARK = "You review failures of one AI agent"
 class ReflectionRequest:
     agent_id: str
     signals: list[dict[str, Any]]
+    # The whole user prompt (the agent, its recent outcome rate, the signals' data block).
+    prompt: str = ""
 
     @property
     def ids(self) -> list[str]:
@@ -35,7 +37,7 @@ def parse(body: Body) -> ReflectionRequest:
     prompt = next(m["content"] for m in reversed(body["messages"]) if m["role"] == "user")
     agent_id = prompt.split("Agent: ", 1)[1].split("\n", 1)[0].strip()
     cases = prompt.split("\n<signals>\n", 1)[1].rsplit("\n</signals>", 1)[0]
-    return ReflectionRequest(agent_id, json.loads(cases))
+    return ReflectionRequest(agent_id, json.loads(cases), prompt)
 
 
 def proposal(*selections: tuple[str, list[str]], **extra: Any) -> str:

@@ -1,8 +1,10 @@
 """Turn and task outcomes (popagent.agent_runner.turn.completed) in, signals out.
 
 Chat turns and task turns run through the same turn runner and publish the same event,
-so one durable JetStream consumer sees both. Only failures of a class the agent's own
-behaviour can change become signals; a provider outage or a shutdown teaches nothing.
+so one durable JetStream consumer sees both; a turn publishes one event per agent run (the
+supervisor's and each delegation's). Every outcome is counted for its agent (the rate a
+reflection reads); only failures of a class the agent's own behaviour can change become
+signals, since a provider outage or a shutdown teaches nothing.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from nats.aio.msg import Msg
 
 from popagent.events.v1 import events_pb2
 from popagent_core.secret_text import redact_secrets
-from popagent_evolution.signals import NewSignal, SignalRepo
+from popagent_evolution.signals import NewSignal, Outcome, SignalRepo
 
 logger = logging.getLogger(__name__)
 
@@ -55,21 +57,30 @@ def signal_from(event_id: str, event: events_pb2.TurnCompleted) -> NewSignal | N
     )
 
 
-def _signal_of(msg: Msg) -> NewSignal | None:
+def outcome_from(event_id: str, event: events_pb2.TurnCompleted) -> Outcome | None:
+    """The outcome an event reports, or None (an agent id no agent can have)."""
+    if not _AGENT.match(event.agent_id):
+        return None
+    return Outcome(event_id=event_id, agent_id=event.agent_id, succeeded=event.kind == "outcome")
+
+
+def _event_of(msg: Msg) -> tuple[str, events_pb2.TurnCompleted] | None:
     try:
         event = events_pb2.TurnCompleted.FromString(msg.data)
     except DecodeError:
         logger.warning("outcome event that is no TurnCompleted dropped", extra={"subject": msg.subject})
         return None
     event_id = (msg.headers or {}).get("Nats-Msg-Id", "") or f"seq-{msg.metadata.sequence.stream}"
-    return signal_from(event_id[:128], event)
+    return event_id[:128], event
 
 
 def outcome_handler(repo: SignalRepo, *, max_attempts: int, delay_s: float) -> Callable[[list[Msg]], Awaitable[None]]:
-    """The batch handler of the outcome consumer: every fetched event's signal in one insert."""
+    """The batch handler of the outcome consumer: every fetched event's outcome, then its signal, in one insert each."""
 
     async def handle(messages: list[Msg]) -> None:
-        found = [signal for signal in map(_signal_of, messages) if signal is not None]
+        events = [decoded for decoded in map(_event_of, messages) if decoded is not None]
+        await repo.record_outcomes([o for o in (outcome_from(*e) for e in events) if o is not None])
+        found = [signal for signal in (signal_from(*e) for e in events) if signal is not None]
         stored = await repo.ingest_many(found, max_attempts=max_attempts, delay_s=delay_s)
         if stored:
             logger.info("signals recorded", extra={"signals": stored, "events": len(messages)})

@@ -1,4 +1,5 @@
-"""One learning attempt for one agent's claimed signals: reflect on the configured model, then apply."""
+"""One learning attempt for one agent's claimed signals: reflect on the configured model (with the agent's
+recent success rate), then apply."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ class Learner:
             # No model call while learning is off; apply rechecks under the row lock and ignores them.
             reflection = Reflection(selections=[])
         else:
-            reflection = await self.reflector.reflect(await self.default_model(), agent_id, signals)
+            rate = await self.store.signals.outcome_rate(agent_id)
+            reflection = await self.reflector.reflect(await self.default_model(), agent_id, signals, rate)
         outcome = await self.store.apply(agent_id, signals, reflection)
         logger.info(
             "learning attempt applied",

@@ -29,6 +29,20 @@ FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text
 ON CONFLICT (trace_id, agent_id, failure_class) DO NOTHING
 RETURNING id
 
+-- name: insert_outcomes
+-- A batch of outcomes ($1..$3 parallel arrays), each event once however often it is delivered.
+INSERT INTO popagent_evolution_outcomes (event_id, agent_id, succeeded)
+SELECT * FROM unnest($1::text[], $2::text[], $3::boolean[])
+ON CONFLICT (event_id) DO NOTHING
+
+-- name: outcome_rate
+SELECT count(*) FILTER (WHERE succeeded) AS succeeded, count(*) FILTER (WHERE NOT succeeded) AS failed
+FROM popagent_evolution_outcomes
+WHERE agent_id = $1 AND recorded_at > now() - make_interval(days => $2)
+
+-- name: prune_outcomes
+DELETE FROM popagent_evolution_outcomes WHERE recorded_at < now() - make_interval(days => $1)
+
 -- name: recover_abandoned_claims
 -- Claims older than the claim timeout belong to a worker that died or hung: their attempt
 -- counts, and the signal is due again at once (or dead-lettered when attempts are spent).

@@ -1,4 +1,5 @@
-"""Evolution signals (popagent_evolution_signals): ingest, claim, settle, and the user's ignore and retry.
+"""Evolution signals (popagent_evolution_signals): ingest, claim, settle, and the user's ignore and retry;
+and every agent run's outcome (popagent_evolution_outcomes), counted so a reflection sees the agent's rate.
 
 A signal is one failure of one agent in one trace, with bounded, redacted Goal/Failure
 evidence. Workers claim due signals with `FOR UPDATE SKIP LOCKED`; the attempt number is
@@ -22,6 +23,8 @@ from popagent_core.errors import Conflict, NotFound
 QUERIES = load_queries(Path(__file__).parent / "queries.sql")
 STATUSES = ("pending", "claimed", "applied", "dismissed", "ignored", "dead_letter")
 MAX_LIST = 200
+# How far back an agent's outcome rate looks; older outcomes are deleted.
+OUTCOME_WINDOW_DAYS = 7
 
 Conn = asyncpg.Connection | PoolConnectionProxy
 
@@ -36,6 +39,24 @@ class NewSignal:
     failure_class: str
     goal: str
     evidence: str
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One agent run's outcome as its event arrived."""
+
+    event_id: str
+    agent_id: str
+    succeeded: bool
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeRate:
+    """An agent's outcomes over the last `days` days."""
+
+    succeeded: int
+    failed: int
+    days: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +109,27 @@ class SignalRepo:
         with wrap_db_errors():
             rows = await self.pool.fetch(QUERIES["insert_signals"], *columns, max_attempts, delay_s)
         return len(rows)
+
+    async def record_outcomes(self, outcomes: list[Outcome]) -> None:
+        if not outcomes:
+            return
+        with wrap_db_errors():
+            await self.pool.execute(
+                QUERIES["insert_outcomes"],
+                [o.event_id for o in outcomes],
+                [o.agent_id for o in outcomes],
+                [o.succeeded for o in outcomes],
+            )
+
+    async def outcome_rate(self, agent_id: str) -> OutcomeRate:
+        with wrap_db_errors():
+            row = await self.pool.fetchrow(QUERIES["outcome_rate"], agent_id, OUTCOME_WINDOW_DAYS)
+        assert row is not None
+        return OutcomeRate(succeeded=row["succeeded"], failed=row["failed"], days=OUTCOME_WINDOW_DAYS)
+
+    async def prune_outcomes(self) -> None:
+        with wrap_db_errors():
+            await self.pool.execute(QUERIES["prune_outcomes"], OUTCOME_WINDOW_DAYS)
 
     async def recover_abandoned(self, claim_timeout_s: float) -> int:
         with wrap_db_errors():

@@ -1,4 +1,5 @@
-"""The periodic evolution worker: recover abandoned claims, claim due signals, learn from them.
+"""The periodic evolution worker: recover abandoned claims, claim due signals, learn from them
+(and, once an hour, delete outcomes past the rate's window).
 
 Every run first returns abandoned claims (a worker that died or hung), then claims due
 signals with `FOR UPDATE SKIP LOCKED`, so any number of evolution processes share the work
@@ -23,6 +24,8 @@ from popagent_evolution.signals import SignalRecord, SignalRepo
 logger = logging.getLogger(__name__)
 
 MAX_ERROR_CHARS = 1000
+# Old outcomes go at most this often: the delete is cheap, but not worth a statement every pass.
+PRUNE_EVERY_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,7 @@ class EvolutionWorker:
         self.name = name
         self._task: asyncio.Task[None] | None = None
         self._transition = asyncio.Lock()
+        self._pruned_at: float | None = None
 
     @property
     def running(self) -> bool:
@@ -66,6 +70,10 @@ class EvolutionWorker:
 
     async def run_once(self) -> int:
         """One pass: recover, claim one batch, learn from it; the number of signals claimed."""
+        now = asyncio.get_running_loop().time()
+        if self._pruned_at is None or now - self._pruned_at >= PRUNE_EVERY_S:
+            await self.signals.prune_outcomes()
+            self._pruned_at = now
         recovered = await self.signals.recover_abandoned(self.config.claim_timeout_s)
         if recovered:
             logger.warning("abandoned claims recovered", extra={"signals": recovered})

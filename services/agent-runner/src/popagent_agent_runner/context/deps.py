@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 from pydantic_ai.messages import ModelResponse
 from pydantic_ai.usage import RunUsage
 
+from popagent.events.v1 import events_pb2
 from popagent_agent_runner.context.events import TurnOutput
 from popagent_agent_runner.context.hands import TurnHands
 from popagent_agent_runner.context.hooks import TurnHooks
@@ -48,6 +49,9 @@ class TurnContext:
     # The process's SearXNG client and page fetcher (webSearch, webFetch).
     web: WebAccess
     specialist_runs: list[SpecialistRun] = field(default_factory=list[SpecialistRun])
+    # The outcome of each delegation that ran (succeeded or failed), published with the turn's own:
+    # a specialist's failure is the specialist's evidence, not the supervisor's.
+    specialist_outcomes: list[events_pb2.TurnCompleted] = field(default_factory=list[events_pb2.TurnCompleted])
     # Usage of the specialists; the supervisor's own is on its run result.
     specialist_usage: RunUsage = field(default_factory=RunUsage)
     # The turn's repository and the background processes its agents started.

@@ -352,11 +352,12 @@ class ThreadStore:
         assistant_ui: dict[str, Any],
         messages: Sequence[ModelMessage],
         specialist_runs: Sequence[SpecialistRun],
-        outcome: events_pb2.TurnCompleted | None,
+        outcomes: Sequence[events_pb2.TurnCompleted],
         fence: TurnFence | None = None,
     ) -> None:
         """Store the turn's user and assistant messages (and specialist threads), with its
-        outcome event when it has one (a complete answer), replacing `begin_turn`'s placeholder.
+        outcome events when it has them (a complete answer: the supervisor's and each delegation's),
+        replacing `begin_turn`'s placeholder.
         With `fence` (turn id, runner id), only while that runner still holds the turn's record
         (FailedPrecondition otherwise: another runner took the turn over).
 
@@ -378,7 +379,7 @@ class ThreadStore:
                 assistant_ui=assistant_ui,
                 messages=messages,
                 specialist_runs=specialist_runs,
-                outcome=outcome,
+                outcomes=outcomes,
                 fence=fence,
             )
 
@@ -392,7 +393,7 @@ class ThreadStore:
         assistant_ui: dict[str, Any],
         messages: Sequence[ModelMessage],
         specialist_runs: Sequence[SpecialistRun],
-        outcome: events_pb2.TurnCompleted | None,
+        outcomes: Sequence[events_pb2.TurnCompleted],
         fence: TurnFence | None = None,
     ) -> None:
         self._drop(session_id)
@@ -451,17 +452,18 @@ class ThreadStore:
                         [prompt, answer],
                         [None, None],
                     )
-                if outcome is not None:
+                for outcome in outcomes:
                     await enqueue_event(conn, subjects.TURN_COMPLETED, outcome.SerializeToString())
         if kept is not None:
             size = base.history_bytes + len(user_content) + len(assistant_content)
             self._keep(session_id, kept, [*base.history, *stored_user, *stored_answer], size)
 
-    async def publish_outcome(self, outcome: events_pb2.TurnCompleted) -> None:
-        """The outcome of a turn that stored nothing (a failure, a refusal)."""
+    async def publish_outcomes(self, outcomes: Sequence[events_pb2.TurnCompleted]) -> None:
+        """The outcomes of a turn that stored nothing (a failure, a refusal)."""
         with wrap_db_errors():
             async with self.pool.acquire() as conn, conn.transaction():
-                await enqueue_event(conn, subjects.TURN_COMPLETED, outcome.SerializeToString())
+                for outcome in outcomes:
+                    await enqueue_event(conn, subjects.TURN_COMPLETED, outcome.SerializeToString())
 
     async def messages(self, thread_id: str) -> list[tuple[str, str, dict[str, Any]]]:
         """(id, role, content) of a thread's stored rows, oldest first."""

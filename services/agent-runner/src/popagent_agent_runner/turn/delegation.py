@@ -38,6 +38,7 @@ from popagent_agent_runner.llm.model import DROP_TEXT, classify_model_error, is_
 from popagent_agent_runner.memory.threads import SpecialistRun
 from popagent_agent_runner.state.profiles import AgentProfile
 from popagent_agent_runner.turn.agent_runs import agent_run_span, run_agent
+from popagent_agent_runner.turn.evidence import outcome_event
 from popagent_core.telemetry import TRACER
 from popagent_hooks_client.events import Event, Outcome
 
@@ -237,6 +238,18 @@ class Delegation:
                 "delegation failed", extra={"agent": agent_id, "error_class": failure.error_class, "error": str(exc)}
             )
             activity.finish("failed", errorClass=failure.error_class, error=bounded(failure.message, 500))
+            turn.specialist_outcomes.append(
+                outcome_event(
+                    turn_id=turn.turn_id,
+                    trace_id=turn.trace_id,
+                    session_id=turn.session_id,
+                    agent_id=agent_id,
+                    kind="failure",
+                    goal=brief,
+                    text=failure.message,
+                    failure_class=failure.error_class,
+                )
+            )
             await turn.hooks.observe(
                 Event.SUBAGENT_STOP,
                 target=agent_id,
@@ -248,6 +261,17 @@ class Delegation:
             turn.specialist_usage.incr(usage)
 
         turn.specialist_runs.append(SpecialistRun(thread_id, agent_id, result.all_messages()))
+        turn.specialist_outcomes.append(
+            outcome_event(
+                turn_id=turn.turn_id,
+                trace_id=turn.trace_id,
+                session_id=turn.session_id,
+                agent_id=agent_id,
+                kind="outcome",
+                goal=brief,
+                text=result.output or "(no text)",
+            )
+        )
         text = result.output
         truncated = len(text) > snapshot.delegation_result_max_chars
         if truncated:

@@ -82,7 +82,7 @@ from popagent_agent_runner.state.sessions import SessionStarts
 from popagent_agent_runner.turn.agent_runs import StepProgress, ToolEvents, agent_run_span, run_agent
 from popagent_agent_runner.turn.agents_factory import AgentFactory
 from popagent_agent_runner.turn.capability import arguments_object, jsonable
-from popagent_agent_runner.turn.evidence import EVIDENCE_CHARS, GOAL_CHARS, evidence
+from popagent_agent_runner.turn.evidence import outcome_event
 from popagent_agent_runner.turn.failure_texts import (
     PROMPT_NOT_STORED_TEXT,
     failure_message,
@@ -761,7 +761,7 @@ class TurnRunner:
                 assistant_ui=assistant_ui,
                 messages=messages,
                 specialist_runs=[],
-                outcome=None,
+                outcomes=(),
                 fence=prepared.fence,
             )
         except PopagentError as exc:
@@ -792,7 +792,10 @@ class TurnRunner:
         )
         assistant_ui = output.ui_message()  # ends the open text part, so it comes before `text()`
         answer = output.text()
-        outcome = self._outcome(context, prompt.text, "outcome", answer or "(no text)", "")
+        outcomes = [
+            self._outcome(context, prompt.text, "outcome", answer or "(no text)", ""),
+            *context.specialist_outcomes,
+        ]
         delay, deadline = 0.25, asyncio.get_running_loop().time() + COMMIT_RETRY_S
         while True:
             try:
@@ -804,7 +807,7 @@ class TurnRunner:
                     assistant_ui=assistant_ui,
                     messages=run.new_messages,
                     specialist_runs=context.specialist_runs,
-                    outcome=outcome,
+                    outcomes=outcomes,
                     fence=prepared.fence,
                 )
                 break
@@ -871,21 +874,25 @@ class TurnRunner:
             )
 
     def _outcome(
-        self, context: TurnContext, goal: str, kind: str, text: str, failure_class: str
+        self, context: TurnContext, goal: str, kind: Literal["outcome", "failure"], text: str, failure_class: str
     ) -> events_pb2.TurnCompleted:
-        return events_pb2.TurnCompleted(
+        return outcome_event(
             turn_id=context.turn_id,
             trace_id=context.trace_id,
             session_id=context.session_id,
             agent_id=SUPERVISOR_ID,
             kind=kind,
-            goal=evidence(goal, GOAL_CHARS),
-            evidence=evidence(text, EVIDENCE_CHARS),
+            goal=goal,
+            text=text,
             failure_class=failure_class,
         )
 
-    async def _publish(self, context: TurnContext, goal: str, kind: str, text: str, failure_class: str) -> None:
-        await self.threads.publish_outcome(self._outcome(context, goal, kind, text, failure_class))
+    async def _publish(
+        self, context: TurnContext, goal: str, kind: Literal["outcome", "failure"], text: str, failure_class: str
+    ) -> None:
+        """The supervisor's outcome of a turn that stored no answer, with the delegations' that ran."""
+        specialists, context.specialist_outcomes = context.specialist_outcomes, []
+        await self.threads.publish_outcomes([self._outcome(context, goal, kind, text, failure_class), *specialists])
 
     async def _publish_failure(self, context: TurnContext, goal: str, failure_class: str, text: str) -> None:
         # Evidence of a failure is best effort: the turn already failed and said so.
