@@ -32,7 +32,8 @@ RETURNING id
 -- name: insert_outcomes
 -- A batch of outcomes ($1..$3 parallel arrays), each event once however often it is delivered.
 INSERT INTO popagent_evolution_outcomes (event_id, agent_id, succeeded)
-SELECT * FROM unnest($1::text[], $2::text[], $3::boolean[])
+SELECT n.event_id, n.agent_id, n.succeeded
+FROM unnest($1::text[], $2::text[], $3::boolean[]) AS n(event_id, agent_id, succeeded)
 ON CONFLICT (event_id) DO NOTHING
 
 -- name: outcome_rate
