@@ -166,6 +166,7 @@ async def run() -> None:
                 "POPAGENT_INTERNAL_TOKEN": tokens["tasks"],
                 "POPAGENT_TASKS_ADDR": address,
                 "POPAGENT_TASKS_HOOKS_ENABLED": "false",
+                "POPAGENT_TASKS_BROWSER_CLOSE_ENABLED": "false",
                 "POPAGENT_TASKS_CONCURRENCY": "32",
                 "POPAGENT_TASKS_CLAIM_BATCH": "32",
                 "POPAGENT_LOG_LEVEL": "WARNING",

@@ -183,6 +183,41 @@ async def test_a_patch_that_disables_the_browser_refuses_the_call_in_flight(stac
     assert "disabled in browser settings" in (refused.value.details() or "")
 
 
+async def test_a_tasks_browser_tab_is_closed_when_the_task_ends(stack: Stack, site: LoginSite) -> None:
+    """The tasks service's browser-close observer: the tab a task's turn opened is gone once the task
+    is done, while a chat session's tab stays open past its turn."""
+    stack.models.push(
+        Turn.call(ToolCall(NAV, {"operation": "browser_navigate", "arguments": {"url": site.url("/login")}}, id="t-n")),
+        Turn.say("Visited."),
+    )
+    task_id = await stack.create_task("visit the login page")
+    task = await stack.wait_task(task_id, "completed", "failed", "dead-letter")
+    assert task.status == "completed", task
+    [result] = [m["content"] for m in stack.models.requests[-1]["messages"] if m["role"] == "tool"]
+    assert "Page URL: " + site.url("/login") in result
+    async with stack.client() as client:
+
+        async def browser_sessions() -> list[str]:
+            listed = await client.get("/api/browser/sessions")
+            assert listed.status_code == 200, listed.text
+            return [s["sessionId"] for s in listed.json()["sessions"]]
+
+        await eventually(
+            browser_sessions, until=lambda ids: f"task-{task_id}" not in ids, what="the task's tab closed"
+        )
+        # A chat turn's tab outlives the turn (the user may look at it, or take over).
+        session = await new_session(client)
+        stack.models.push(
+            Turn.call(
+                ToolCall(NAV, {"operation": "browser_navigate", "arguments": {"url": site.url("/login")}}, id="c-n")
+            ),
+            Turn.say("Visited."),
+        )
+        await chat(client, session, "visit the login page")
+        assert session in await browser_sessions()
+        assert (await client.delete(f"/api/browser/sessions/{session}")).status_code in (200, 204)
+
+
 async def test_a_trusted_self_update_turn_gets_no_browser_tools(stack: Stack) -> None:
     stack.models.push(Turn.say("user task done"), Turn.say("self-update done"))
     for source in ("user", "self-update"):

@@ -459,6 +459,8 @@ async def start_stack(
                 POPAGENT_HOOKS_ADDR=addresses["hooks"],
                 POPAGENT_AGENT_RUNNER_ADDR=addresses["agent-runner"],
                 POPAGENT_TASKS_EXECUTOR="popagent_tasks.agent_runner_executor:executor",
+                POPAGENT_BROWSER_BRIDGE_ADDR=addresses["browser-bridge"],
+                POPAGENT_TASKS_BROWSER_CLOSE_ENABLED=str("browser-bridge" in spec.services).lower(),
                 # Deliberately slow: the worker must not use these when agent-runner answers.
                 POPAGENT_TASKS_RETRY_BASE_S="60",
                 POPAGENT_TASKS_RETRY_CAP_S="120",

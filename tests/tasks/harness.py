@@ -55,6 +55,8 @@ def tasks_env(dsn: str, nats_url: str, callers: str, **extra: str) -> dict[str, 
         "POPAGENT_INTERNAL_CALLERS": callers,
         "POPAGENT_TASKS_ADDR": f"127.0.0.1:{free_port()}",
         "POPAGENT_TASKS_HOOKS_ENABLED": "false",
+        # No browser-bridge runs beside these workers.
+        "POPAGENT_TASKS_BROWSER_CLOSE_ENABLED": "false",
         **extra,
     }
 

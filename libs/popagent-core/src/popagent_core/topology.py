@@ -101,7 +101,8 @@ CALLERS: dict[str, frozenset[str]] = {
     "hooks": frozenset({"gateway", "agent-runner", "tasks"}),
     "secrets": frozenset({"gateway", "browser-bridge"}),
     "evolution": frozenset({"gateway", "agent-runner"}),
-    "browser-bridge": frozenset({"gateway", "agent-runner"}),
+    # tasks closes a task's browser tab when the task ends (its browser-close observer).
+    "browser-bridge": frozenset({"gateway", "agent-runner", "tasks"}),
     "tasks": frozenset({"gateway"}),
     "agent-runner": frozenset({"gateway", "tasks", "evolution"}),
 }

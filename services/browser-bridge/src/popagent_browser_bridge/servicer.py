@@ -18,6 +18,9 @@ MAX_ARGUMENTS_BYTES = 256 * 1024
 # The tools run in agent-runner's turns; the browser routes are the gateway's.
 TOOL_CALLERS = frozenset({"agent-runner"})
 ROUTE_CALLERS = frozenset({"gateway"})
+# A session's tab is closed by the gateway's route, by agent-runner when the session is deleted
+# and by tasks when a task ends; nothing else opens or reads a tab through this call.
+CLOSE_CALLERS = frozenset({"gateway", "agent-runner", "tasks"})
 
 
 def _require(allowed: frozenset[str], action: str) -> None:
@@ -70,6 +73,7 @@ class BrowserBridgeServicer(browser_bridge_pb2_grpc.BrowserBridgeServiceServicer
     async def CloseSession(
         self, request: browser_bridge_pb2.CloseSessionRequest, context: grpc.aio.ServicerContext
     ) -> browser_bridge_pb2.CloseSessionResponse:
+        _require(CLOSE_CALLERS, "close a browser session")
         return browser_bridge_pb2.CloseSessionResponse(closed=await self.navigator.close_session(request.session_id))
 
 

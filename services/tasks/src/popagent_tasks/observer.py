@@ -3,6 +3,10 @@
 Observers are best effort. The runtime calls them only after the state they report is
 committed and swallows (logs) whatever they raise, so no observer can delay a
 transition into a different one or report a state the database does not hold.
+
+The observers: `HooksObserver` (the `TaskStart`/`TaskStop` hooks) and `BrowserCloseObserver`
+(a task's browser tab is closed once the task has ended). Anything else that must follow a
+task's end (a channel posting its result) is one more `LifecycleObserver` in `Observers`.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from popagent.browser_bridge.v1 import browser_bridge_pb2, browser_bridge_pb2_grpc
 from popagent_hooks_client.client import HooksClient
 from popagent_hooks_client.events import Event
 from popagent_tasks.model import Task, truncate
@@ -49,11 +54,13 @@ class TaskLifecycle:
     parent_task_id: str
     turn_id: str
     trace_id: str
+    # The session its turns run in (`Task.thread_id`: its own, or one made for the task).
+    thread_id: str
 
     @classmethod
     def of(cls, task: Task) -> TaskLifecycle:
         """The lifecycle of the task's current attempt."""
-        return cls(**task.attempt_fields(), kind=task.kind.value, source=task.source.value)
+        return cls(**task.attempt_fields(), kind=task.kind.value, source=task.source.value, thread_id=task.thread_id)
 
     def detail(self) -> dict[str, Any]:
         return {
@@ -128,6 +135,35 @@ class HooksObserver:
             model=event.task.model,
             detail=event.detail(),
         )
+
+
+# A task has ended for good: no attempt follows these.
+FINAL_STATUSES = frozenset({StopStatus.COMPLETED, StopStatus.DEAD_LETTER, StopStatus.CANCELLED})
+CLOSE_TIMEOUT_S = 10.0
+
+
+class BrowserCloseObserver:
+    """Closes the browser tab (and its popups) of a task's session once the task has ended.
+
+    Not after a failed attempt that will be retried (the next attempt may go on where it
+    was), nor after an interruption (the attempt's turn may still be running).
+    """
+
+    def __init__(self, bridge: browser_bridge_pb2_grpc.BrowserBridgeServiceStub) -> None:
+        self.bridge = bridge
+
+    async def task_started(self, event: TaskStarted) -> None:
+        return None
+
+    async def task_stopped(self, event: TaskStopped) -> None:
+        ended = event.status in FINAL_STATUSES or (event.status == StopStatus.FAILED and not event.will_retry)
+        if not ended:
+            return
+        closed = await self.bridge.CloseSession(
+            browser_bridge_pb2.CloseSessionRequest(session_id=event.task.thread_id), timeout=CLOSE_TIMEOUT_S
+        )
+        if closed.closed:
+            logger.info("task's browser tab closed", extra={"task_id": event.task.task_id})
 
 
 class Observers:

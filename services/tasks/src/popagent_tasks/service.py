@@ -16,6 +16,7 @@ from pathlib import Path
 
 from nats.aio.msg import Msg
 
+from popagent.browser_bridge.v1 import browser_bridge_pb2_grpc
 from popagent.events.v1 import events_pb2
 from popagent.hooks.v1 import hooks_pb2_grpc
 from popagent.tasks.v1 import tasks_pb2_grpc
@@ -25,7 +26,7 @@ from popagent_core.lifecycle import background_task
 from popagent_core.service import service_kernel
 from popagent_hooks_client.client import HooksClient
 from popagent_tasks.executor import Executor, load_executor
-from popagent_tasks.observer import HooksObserver, LifecycleObserver, Observers
+from popagent_tasks.observer import BrowserCloseObserver, HooksObserver, LifecycleObserver, Observers
 from popagent_tasks.repo import TaskRepo
 from popagent_tasks.schedules import Scheduler, backfill_schedules
 from popagent_tasks.servicer import TasksServicer
@@ -70,6 +71,11 @@ async def build(
         if settings.hooks_enabled:
             channel = await stack.enter_async_context(open_channel(settings.hooks_address, settings.internal_token))
             observers.append(HooksObserver(HooksClient(hooks_pb2_grpc.HooksServiceStub(channel))))
+        if settings.browser_close_enabled:
+            bridge = await stack.enter_async_context(
+                open_channel(settings.browser_bridge_address, settings.internal_token)
+            )
+            observers.append(BrowserCloseObserver(browser_bridge_pb2_grpc.BrowserBridgeServiceStub(bridge)))
         observers.extend(extra_observers)
 
         scheduler: Scheduler | None = None

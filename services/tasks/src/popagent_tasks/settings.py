@@ -21,13 +21,17 @@ def _env(name: str) -> str:
 class Settings(ServiceSettings):
     grpc_address: str = grpc_address_field("tasks")
     hooks_address: str = grpc_address_field("hooks")
-    # TaskStart/TaskStop go to the hooks service; off only where no hooks service runs.
     # Where the agent-runner executor runs task turns (one address, or its workers as a list of
     # IPv4:port, spread round robin); empty: no agent-runner is configured.
     agent_runner_address: DialAddressesOrNone = Field(
         default="", validation_alias=AliasChoices("POPAGENT_AGENT_RUNNER_ADDR")
     )
+    # TaskStart/TaskStop go to the hooks service; off only where no hooks service runs.
     hooks_enabled: bool = Field(default=True, validation_alias=_env("HOOKS_ENABLED"))
+    # A task's browser tab is closed through browser-bridge when the task ends; off only where no
+    # browser-bridge runs.
+    browser_bridge_address: str = grpc_address_field("browser-bridge")
+    browser_close_enabled: bool = Field(default=True, validation_alias=_env("BROWSER_CLOSE_ENABLED"))
 
     # `module:attribute` of the executor factory. Empty: this process runs no worker
     # (the API, scheduler and recovery still run; tasks wait for a worker).
