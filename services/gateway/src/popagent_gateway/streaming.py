@@ -13,8 +13,10 @@ knows (`Ai5Approvals`). Only the rendering differs; the turn and its stored mess
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
 
 import grpc
 import orjson
@@ -31,6 +33,12 @@ UI_STREAM_HEADERS = {
     "x-accel-buffering": "no",
 }
 DONE = b"data: [DONE]\n\n"
+# An SSE comment, which every event-stream parser (the AI SDK's included) skips: sent when a stream
+# has been quiet this long, so no proxy or load balancer between here and the client that closes an
+# idle connection (nginx's `proxy_read_timeout`, a cloud load balancer's idle timeout: 60 s by
+# default) closes a turn whose model, or whose tool, is silent for minutes.
+HEARTBEAT = b": keep-alive\n\n"
+HEARTBEAT_S = 15.0
 AI_SDK_VERSION = 6
 
 
@@ -252,7 +260,35 @@ Batches = AsyncIterator[agent_runner_pb2.TurnEventBatch]
 Followed = tuple[grpc.aio.Call, Batches, agent_runner_pb2.TurnEventBatch | None]
 
 
-async def sse_body(
+async def with_heartbeats(
+    body: AsyncGenerator[bytes, None], interval_s: float = HEARTBEAT_S
+) -> AsyncGenerator[bytes, None]:
+    """`body`, with a `HEARTBEAT` after every `interval_s` in which it yielded nothing. Closing this
+    generator (the client went away) cancels the read in flight and closes `body`."""
+    nxt: asyncio.Future[bytes] | None = None
+    try:
+        while True:
+            if nxt is None:
+                nxt = asyncio.ensure_future(anext(body))
+            done, _ = await asyncio.wait((nxt,), timeout=interval_s)
+            if not done:
+                yield HEARTBEAT
+                continue
+            read, nxt = nxt, None
+            try:
+                data = read.result()
+            except StopAsyncIteration:
+                return
+            yield data
+    finally:
+        if nxt is not None:
+            nxt.cancel()
+            with contextlib.suppress(BaseException):
+                await nxt
+        await body.aclose()
+
+
+def sse_body(
     first: agent_runner_pb2.TurnEventBatch,
     rest: Batches,
     call: grpc.aio.Call,
@@ -263,6 +299,32 @@ async def sse_body(
     resume: Callable[[], Awaitable[Followed | None]] | None = None,
     ai_sdk: int = AI_SDK_VERSION,
 ) -> AsyncIterator[bytes]:
+    """The SSE body of a turn (`_turn_chunks`), kept alive through quiet stretches (`with_heartbeats`)."""
+    return with_heartbeats(
+        _turn_chunks(
+            first,
+            rest,
+            call,
+            first_id=first_id,
+            after_approvals=after_approvals,
+            pending=pending,
+            resume=resume,
+            ai_sdk=ai_sdk,
+        )
+    )
+
+
+async def _turn_chunks(
+    first: agent_runner_pb2.TurnEventBatch,
+    rest: Batches,
+    call: grpc.aio.Call,
+    *,
+    first_id: int = 0,
+    after_approvals: Iterable[str] = (),
+    pending: PendingCheck | None = None,
+    resume: Callable[[], Awaitable[Followed | None]] | None = None,
+    ai_sdk: int = AI_SDK_VERSION,
+) -> AsyncGenerator[bytes, None]:
     """The SSE body: the already-read first batch, every later batch, then [DONE]; chunks
     numbered below `first_id` left out (a resumed stream), and with `after_approvals` everything up to
     those approvals' requests but the `start` (the client that answered them has it). With `pending`, the
