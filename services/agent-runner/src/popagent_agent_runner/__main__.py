@@ -1,6 +1,8 @@
-"""`python -m popagent_agent_runner`: run the agent-runner service until SIGTERM."""
+"""`python -m popagent_agent_runner`: run the agent-runner service until SIGTERM.
+`python -m popagent_agent_runner repair [--dry-run]`: reconcile orphaned rows (`repair.py`)."""
 
 import os
+import sys
 
 # The sandbox forks and execs bubblewrap from this gRPC process. gRPC core's fork handlers run in
 # that child between fork and exec, where they can crash it while other threads are inside gRPC;
@@ -13,4 +15,9 @@ from popagent_core.lifecycle import run
 from popagent_core.settings import load_settings
 
 if __name__ == "__main__":
-    run("agent-runner", build, load_settings(Settings, "agent-runner"))
+    if sys.argv[1:2] == ["repair"]:
+        from popagent_agent_runner.repair import main
+
+        main(sys.argv[2:])
+    else:
+        run("agent-runner", build, load_settings(Settings, "agent-runner"))

@@ -38,7 +38,7 @@ from popagent_agent_runner.memory.observational.memory import ObservationalMemor
 from popagent_agent_runner.memory.observational.recall import HistorySearch
 from popagent_agent_runner.memory.observational.store import ObservationStore
 from popagent_agent_runner.memory.observational.windows import ContextWindows
-from popagent_agent_runner.memory.threads import ThreadStore
+from popagent_agent_runner.memory.threads import USER_RESOURCE, ThreadStore
 from popagent_agent_runner.servicers.chat import ChatServicer
 from popagent_agent_runner.servicers.documents import DocumentsServicer
 from popagent_agent_runner.servicers.memory import SessionMemoryServicer
@@ -48,6 +48,7 @@ from popagent_agent_runner.servicers.tasks import TaskServicer
 from popagent_agent_runner.settings import Settings
 from popagent_agent_runner.state import settings_rules
 from popagent_agent_runner.state.agents import AgentStore
+from popagent_agent_runner.state.orphans import OrphanRepair
 from popagent_agent_runner.state.sessions import SessionDeleter, SessionStarts, SessionStore
 from popagent_agent_runner.state.settings_store import ChangeFact, SingletonSettings
 from popagent_agent_runner.state.skills import SkillStore
@@ -280,6 +281,7 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
 
         stack.push_async_callback(interrupt_turns)
         await _resume_pending_deletions(deleter, settings.pending_deletion_grace_s)
+        await _remove_orphans(OrphanRepair(pool))
         await _resume_index_runs(docs)
         yield RunningAgentRunner(port, deleter)
 
@@ -320,6 +322,25 @@ async def _resume_pending_deletions(deleter: SessionDeleter, grace_s: float) -> 
         return
     if finished:
         logger.info("pending session deletions finished", extra={"sessions": finished})
+
+
+async def _remove_orphans(repair: OrphanRepair) -> None:
+    try:
+        removed = await repair.sweep(chat_resource=USER_RESOURCE)
+    except PopagentError as exc:
+        logger.warning("orphaned rows not removed", extra={"error": str(exc)})
+        return
+    if not removed.empty:
+        # A session's rows go together; these lost theirs another way (a partial restore, a defect).
+        logger.warning(
+            "orphaned rows removed",
+            extra={
+                "threads": len(removed.threads),
+                "turns": len(removed.turns),
+                "approvals": len(removed.approvals),
+                "grant_sessions": len(removed.grant_sessions),
+            },
+        )
 
 
 async def _resume_index_runs(docs: Documentation) -> None:

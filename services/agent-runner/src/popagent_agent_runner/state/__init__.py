@@ -10,5 +10,6 @@
 | `settings_rules.py` | the bounds every settings field is checked against |
 | `profiles.py` | the agent profiles and runtime settings as one turn reads them |
 | `skills.py` | the agents' user-managed Agent Skills and their SKILL.md form |
-| `queries.sql` | the named queries of all of the above |
+| `orphans.py` | rows a crash or a defect left without their session, found and removed (`orphans.sql`) |
+| `queries.sql` | the named queries of all of the above but `orphans.py` |
 """
