@@ -11,7 +11,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from popagent_core.telemetry import build_provider, tracing_enabled
+from popagent_core.telemetry import NamedStatementSpans, build_provider, tracing_enabled
 
 
 class OtlpReceiver:
@@ -86,7 +86,9 @@ def test_without_the_variables_nothing_is_exported_over_otlp(monkeypatch: pytest
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
     provider = build_provider("tests-otlp")
-    assert provider._active_span_processor._span_processors == ()  # type: ignore[attr-defined]
+    processors = provider._active_span_processor._span_processors  # type: ignore[attr-defined]
+    # Only the one that names statement spans: nothing that exports.
+    assert [type(p) for p in processors] == [NamedStatementSpans]
     provider.shutdown()
 
 

@@ -7,12 +7,14 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from pathlib import Path
 
 import asyncpg
 from chat.helpers import chat_in_a_new_session, thread_rows
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.trace import SpanKind, StatusCode
 
+from popagent_core.db import load_queries
 from popagent_core.span_store import MAX_ATTRIBUTE_CHARS, ROWS_PER_SLICE, SpanStoreProcessor, _rows_yielding, span_row
 from popagent_core.telemetry import TRACER, TRANSACTION_STATEMENTS
 from support.model_gateway import Turn
@@ -34,6 +36,26 @@ async def test_a_transaction_records_its_statements_but_not_begin_and_commit(pg_
     names = [s.name for s in spans.of_trace(trace_id)]
     assert names.count("SELECT") == 2 and "unit-of-work" in names
     assert not {"BEGIN;", "COMMIT;", "BEGIN", "COMMIT"} & set(names)
+
+
+async def test_a_named_querys_span_says_its_name(pg_dsn: str, tmp_path: Path) -> None:
+    """A named query's span is `<operation> <name>`, not `WITH` or `SELECT` for every query alike."""
+    (tmp_path / "q.sql").write_text(
+        "-- name: numbers_below\n-- A common table expression, as the trace list's own query.\n"
+        "WITH n AS (SELECT generate_series(1, $1) AS v) SELECT count(*) FROM n\n\n"
+        "-- name: one\nSELECT 1\n"
+    )
+    queries = load_queries(tmp_path / "q.sql")
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        with collecting_spans() as spans, TRACER.start_as_current_span("unit-of-work") as parent:
+            assert await conn.fetchval(queries["numbers_below"], 3) == 3
+            assert await conn.fetchval(queries["one"]) == 1
+            assert await conn.fetchval("SELECT 2") == 2
+    finally:
+        await conn.close()
+    names = [s.name for s in spans.of_trace(parent.get_span_context().trace_id) if s.name != "unit-of-work"]
+    assert names == ["WITH numbers_below", "SELECT one", "SELECT"]
 
 
 async def test_statements_no_span_could_record_are_not_turned_into_spans(pg_dsn: str) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import re
 import sys
 from collections.abc import Iterator, Mapping
 
@@ -29,7 +30,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, Sampler
@@ -173,6 +174,28 @@ SAMPLER = _NoTransactionStatements(
 )
 
 
+# The name every named query is sent with (`db.load_queries`: a leading `/* name */`).
+_QUERY_NAME = re.compile(r"/\* (\w+) \*/")
+
+
+class NamedStatementSpans(SpanProcessor):
+    """A statement's span says which query it is: `SELECT thread_history`, `WITH list_traces`.
+
+    The asyncpg instrumentation names a statement's span by its first keyword only, so every query
+    that starts with a common table expression was a span named `WITH`, and the rest were all
+    `SELECT`, `INSERT`... Our queries carry their name in a leading comment; it is appended.
+    """
+
+    def on_start(self, span: Span, parent_context: otel_context.Context | None = None) -> None:
+        if span.kind is not SpanKind.CLIENT or span.attributes is None:
+            return
+        statement = span.attributes.get("db.statement")
+        if isinstance(statement, str) and statement.startswith("/* "):
+            named = _QUERY_NAME.match(statement)
+            if named is not None:
+                span.update_name(f"{span.name} {named.group(1)}")
+
+
 def build_provider(
     service: str, *, processors: tuple[SpanProcessor, ...] = (), sampler: Sampler = SAMPLER
 ) -> TracerProvider:
@@ -181,6 +204,7 @@ def build_provider(
     provider = TracerProvider(
         resource=Resource.create({"service.name": f"popagent-{service}"}), sampler=sampler, id_generator=_OwnRandomIds()
     )
+    provider.add_span_processor(NamedStatementSpans())
     for processor in processors:
         provider.add_span_processor(processor)
     if any(os.environ.get(name) for name in _OTLP_VARIABLES):
