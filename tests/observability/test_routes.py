@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -147,6 +148,43 @@ async def test_traces_page_by_cursor_and_failed_turns_filter_by_status(chat_stac
         )
         assert empty.status_code == 200 and empty.json()["traces"] == []
         assert (await client.get("/api/observability/traces", params={"cursor": "nonsense"})).status_code in (400, 422)
+
+
+async def test_the_turns_view_of_traces_agrees_with_the_overview(chat_stack: Stack) -> None:
+    """Traces of plain requests (the UI's polls among them) are no turns: `kind=turns` lists only the
+    turns' traces, and its failed ones are exactly the overview's failed turns, in the same window."""
+    stack = chat_stack
+    async with reading_gateway(stack) as client:
+        since = datetime.now(UTC).isoformat()
+        with collecting_spans():
+            session = await new_session(client)
+            for _ in range(3):
+                assert (await client.get("/api/sessions")).status_code == 200
+            stack.models.push(Turn.say("one"))
+            await chat(client, session, "first")
+            stack.models.push(Turn.fail(400, "bad request upstream"))
+            await chat(client, session, "second")
+        until = (datetime.now(UTC) + timedelta(seconds=1)).isoformat()
+
+        async def listed(**params: Any) -> list[dict[str, Any]]:
+            page = await client.get("/api/observability/traces", params={"since": since, "until": until, **params})
+            assert page.status_code == 200, page.text
+            return list(page.json()["traces"])
+
+        everything = await eventually(
+            lambda: listed(limit=200),
+            until=lambda traces: sum(t["turnStatus"] is not None for t in traces) == 2
+            and sum(t["rootName"] == "GET /api/sessions" for t in traces) == 3,
+            what="the requests' and the turns' traces",
+        )
+        assert all(t["turnStatus"] is None for t in everything if t["rootName"] == "GET /api/sessions")
+        turns = await listed(kind="turns")
+        assert sorted(t["turnStatus"] for t in turns) == ["error", "ok"]
+        assert {t["traceId"] for t in turns} == {t["traceId"] for t in everything if t["turnStatus"] is not None}
+        failed_turns = await listed(kind="turns", status="error")
+        overview = (await client.get("/api/observability/overview", params={"since": since, "until": until})).json()
+        assert (overview["turns"], overview["errors"]) == (len(turns), len(failed_turns)) == (2, 1)
+        assert (await client.get("/api/observability/traces", params={"kind": "spans"})).status_code in (400, 422)
 
 
 async def test_health_says_whether_the_store_answers_and_what_the_gateway_dropped(chat_stack: Stack) -> None:

@@ -58,7 +58,13 @@ class OverviewQuery(WindowQuery):
 class TraceListQuery(WindowQuery):
     session_id: str | None = Field(default=None, alias="sessionId", pattern=ID_PATTERN)
     agent_id: str | None = Field(default=None, alias="agentId", pattern=ID_PATTERN, description="any span of the agent")
-    status: Literal["ok", "error"] | None = Field(default=None, description="error: a span of the trace failed")
+    status: Literal["ok", "error"] | None = Field(
+        default=None, description="error: a span of the trace failed (with kind=turns: the turn itself failed)"
+    )
+    kind: Literal["all", "turns"] = Field(
+        default="all",
+        description="turns: only traces of a chat or task turn (what the overview counts), not of other requests",
+    )
     cursor: str | None = Field(default=None, pattern=KEYSET_CURSOR_PATTERN, description=KEYSET_CURSOR_DESCRIPTION)
     limit: int = Field(default=50, ge=1, le=200)
 
@@ -116,7 +122,10 @@ class TraceSummaryOut(WireModel):
     ended_at: datetime
     duration_ms: float
     span_count: int
-    status: Literal["ok", "error"]
+    status: Literal["ok", "error"] = Field(description="error: a span of the trace failed")
+    turn_status: Literal["ok", "error"] | None = Field(
+        description="the status of the trace's turn (its supervisor run); null: the trace is no turn's"
+    )
     session_id: str | None
     agents: list[str]
     services: list[str]

@@ -61,13 +61,19 @@ ORDER BY 1, 2
 
 -- name: list_traces
 -- Newest first, keyset-paginated on (started_at, trace_id) < ($6, $7). A trace is its spans that
--- started since $1 (the window's start), listed when its first one started before $2.
+-- started since $1 (the window's start), listed when its first one started before $2. With $9, only
+-- traces of a turn (the supervisor's `agent.run` span, as the overview counts turns), and then $5
+-- is that turn's own status, so "failed turns" here are the overview's.
 WITH traces AS (
     SELECT trace_id,
            min(started_at) AS started_at,
            max(ended_at) AS ended_at,
            count(*) AS span_count,
            bool_or(status = 'error') AS failed,
+           bool_or(name = 'agent.run' AND attributes ? 'popagent.turn_id') AS turn,
+           bool_or(
+               name = 'agent.run' AND attributes ? 'popagent.turn_id' AND (status = 'error' OR attributes ? 'error.type')
+           ) AS turn_failed,
            max(session_id) AS session_id,
            coalesce(array_agg(DISTINCT agent_id) FILTER (WHERE agent_id IS NOT NULL), '{}') AS agents,
            array_agg(DISTINCT service) AS services
@@ -76,8 +82,8 @@ WITH traces AS (
     GROUP BY trace_id
     HAVING min(started_at) < $2
 )
-SELECT t.trace_id, t.started_at, t.ended_at, t.span_count, t.failed, t.session_id, t.agents, t.services,
-       root.name AS root_name
+SELECT t.trace_id, t.started_at, t.ended_at, t.span_count, t.failed, t.turn, t.turn_failed, t.session_id,
+       t.agents, t.services, root.name AS root_name
 FROM traces AS t
 CROSS JOIN LATERAL (
     SELECT s.name FROM popagent_spans AS s
@@ -87,7 +93,8 @@ CROSS JOIN LATERAL (
 ) AS root
 WHERE ($3::text IS NULL OR t.session_id = $3)
   AND ($4::text IS NULL OR $4 = ANY (t.agents))
-  AND ($5::boolean IS NULL OR t.failed = $5)
+  AND (NOT $9::boolean OR t.turn)
+  AND ($5::boolean IS NULL OR (CASE WHEN $9::boolean THEN t.turn_failed ELSE t.failed END) = $5)
   AND ($6::timestamptz IS NULL OR (t.started_at, t.trace_id) < ($6, $7::text))
 ORDER BY t.started_at DESC, t.trace_id DESC
 LIMIT $8

@@ -72,6 +72,8 @@ class TraceFilter:
     session_id: str | None = None
     agent_id: str | None = None
     failed: bool | None = None
+    # Only traces of a turn; `failed` is then the turn's own status.
+    turns_only: bool = False
     # Keyset cursor: the last listed trace's start and id.
     before: tuple[datetime, str] | None = None
     limit: int = 50
@@ -198,6 +200,7 @@ class ObservabilityStore:
                 before_at,
                 before_id,
                 where.limit,
+                where.turns_only,
             )
         return [
             TraceSummaryOut.model_validate(
@@ -205,6 +208,7 @@ class ObservabilityStore:
                     row,
                     duration_ms=(row["ended_at"] - row["started_at"]).total_seconds() * 1000,
                     status="error" if row["failed"] else "ok",
+                    turn_status=None if not row["turn"] else "error" if row["turn_failed"] else "ok",
                     agents=sorted(row["agents"]),
                     services=sorted(row["services"]),
                 )

@@ -139,6 +139,7 @@ async def list_traces(request: Request, query: Annotated[TraceListQuery, Query()
             session_id=query.session_id,
             agent_id=query.agent_id,
             failed=None if query.status is None else query.status == "error",
+            turns_only=query.kind == "turns",
             before=_keyset_cursor(query.cursor),
             limit=query.limit + 1,
         )
