@@ -202,9 +202,7 @@ async def test_a_tasks_browser_tab_is_closed_when_the_task_ends(stack: Stack, si
             assert listed.status_code == 200, listed.text
             return [s["sessionId"] for s in listed.json()["sessions"]]
 
-        await eventually(
-            browser_sessions, until=lambda ids: f"task-{task_id}" not in ids, what="the task's tab closed"
-        )
+        await eventually(browser_sessions, until=lambda ids: f"task-{task_id}" not in ids, what="the task's tab closed")
         # A chat turn's tab outlives the turn (the user may look at it, or take over).
         session = await new_session(client)
         stack.models.push(

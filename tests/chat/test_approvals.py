@@ -186,12 +186,13 @@ async def test_approved_calls_of_one_step_are_asked_and_run_one_at_a_time(stack:
         await asyncio.sleep(0.5)
         assert len(await pending(client, session)) == 1, "the second call asked before the first was answered"
         await answer_approval(client, first["id"], "approve")
-        second = await eventually(
-            lambda: pending(client, session),
-            until=lambda found: any(a["id"] != first["id"] for a in found),
-            what="the second call's approval",
-        )
-        await answer_approval(client, next(a["id"] for a in second if a["id"] != first["id"]), "approve")
+
+        async def the_second() -> str | None:
+            return next((a["id"] for a in await pending(client, session) if a["id"] != first["id"]), None)
+
+        second = await eventually(the_second, what="the second call's approval")
+        assert second is not None
+        await answer_approval(client, second, "approve")
         await eventually(lambda: len(stack.models.requests), until=lambda count: count == 2, what="both results")
         chunks = await followed(client, session)
         assert text_of(chunks) == "Both ran."

@@ -58,9 +58,11 @@ async def test_a_failed_delegation_is_the_specialists_signal_and_reflection_read
         async def researcher_signals() -> list[dict[str, Any]]:
             return [s for s in await signals(client, "researcher") if s["traceId"] == trace]
 
-        [signal] = await eventually(
-            researcher_signals, until=lambda rows: [r["status"] for r in rows] == ["applied"], what="the signal"
-        )
+        async def applied() -> list[str]:
+            return [s["status"] for s in await researcher_signals()]
+
+        await eventually(applied, until=lambda statuses: statuses == ["applied"], what="the applied signal")
+        [signal] = await researcher_signals()
         assert (signal["agentId"], signal["failureClass"]) == ("researcher", "rejected")
         assert signal["goal"] == "Find the changelog."
         assert not [s for s in await signals(client, "popagent") if s["traceId"] == trace]

@@ -171,12 +171,17 @@ async def test_the_turns_view_of_traces_agrees_with_the_overview(chat_stack: Sta
             assert page.status_code == 200, page.text
             return list(page.json()["traces"])
 
-        everything = await eventually(
-            lambda: listed(limit=200),
-            until=lambda traces: sum(t["turnStatus"] is not None for t in traces) == 2
-            and sum(t["rootName"] == "GET /api/sessions" for t in traces) == 3,
-            what="the requests' and the turns' traces",
-        )
+        def all_in(traces: list[dict[str, Any]]) -> bool:
+            return (
+                sum(t["turnStatus"] is not None for t in traces) == 2
+                and sum(t["rootName"] == "GET /api/sessions" for t in traces) == 3
+            )
+
+        async def everything_listed() -> bool:
+            return all_in(await listed(limit=200))
+
+        await eventually(everything_listed, what="the requests' and the turns' traces")
+        everything = await listed(limit=200)
         assert all(t["turnStatus"] is None for t in everything if t["rootName"] == "GET /api/sessions")
         turns = await listed(kind="turns")
         assert sorted(t["turnStatus"] for t in turns) == ["error", "ok"]

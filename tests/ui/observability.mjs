@@ -47,6 +47,37 @@ await step("overview", [], async () => {
   return `${turns} turns, ${failed} failed, cost ${cost}`;
 });
 
+await step("overview figures link to the turns they count", ["overview"], async () => {
+  const fresh = await context.newPage();
+  try {
+    await fresh.goto(`${url}/#/observability`);
+    const failedStat = fresh.locator("a.obs-stat-link").filter({ hasText: /Failed turns$/ });
+    await failedStat.waitFor();
+    const failed = Number(await failedStat.locator(".obs-stat-value").innerText());
+    await failedStat.click();
+    await fresh.waitForURL(/#\/observability\/traces\?.*kind=turns.*status=error|#\/observability\/traces\?.*status=error.*kind=turns/);
+    const table = fresh.getByRole("table", { name: "Traces" });
+    await fresh.waitForFunction(() => !document.querySelector('table[aria-label="Traces"][aria-busy]'));
+    await table.locator(`a[href$="${failedTraceId}"]`).waitFor();
+    const rows = await table.locator("tbody tr").count();
+    check(rows === failed, `the overview counts ${failed} failed turns, the traces list shows ${rows}`);
+    check((await table.locator(".badge.bad").count()) === rows, "a listed turn is not marked failed");
+    // A session id is a link to that session's traces.
+    const sessionLink = table.locator('a[href*="sessionId="]').first();
+    check(/^#\/observability\/traces\?sessionId=/.test((await sessionLink.getAttribute("href")) ?? ""), "a session id is no link to its traces");
+    // The UI's own requests (this page's polls among them) are no turns: "every request" shows them.
+    const filters = fresh.getByRole("form", { name: "Trace filters" });
+    check((await filters.getByLabel("Show").inputValue()) === "turns", "the traces list does not show turns by default");
+    await filters.getByLabel("Status").selectOption("");
+    await filters.getByLabel("Show").selectOption("all");
+    await filters.getByRole("button", { name: "Apply" }).click();
+    await table.locator("td.mono", { hasText: /^GET \/api\// }).first().waitFor();
+    return `${failed} failed turns, listed alike`;
+  } finally {
+    await fresh.close();
+  }
+});
+
 await step("traces filtered by session and status", ["overview"], async () => {
   await page.getByRole("navigation", { name: "Observability" }).getByRole("link", { name: "Traces" }).click();
   const filters = page.getByRole("form", { name: "Trace filters" });

@@ -201,6 +201,7 @@ async def test_observability_pages_in_a_real_browser(stack: tuple[Stack, HttpsRe
     )
     assert steps == [
         "overview",
+        "overview figures link to the turns they count",
         "traces filtered by session and status",
         "traces paged",
         "waterfall from the list",

@@ -4,7 +4,10 @@ import { useEffect, useState } from "react";
 import { browserApi } from "./api";
 import "./browser.css";
 
+// The screencast's pace while the session has a tab; without one, whether a tab opened is asked
+// less often. Nothing is asked while the page is hidden (each poll is a request, and a trace).
 const POLL_MS = 1500;
+const IDLE_POLL_MS = 10_000;
 
 export function BrowserPanel({ sessionId }: { sessionId: string }) {
   const [hasTab, setHasTab] = useState(false);
@@ -16,13 +19,16 @@ export function BrowserPanel({ sessionId }: { sessionId: string }) {
   useEffect(() => {
     let live = true;
     let url = "";
+    let timer = 0;
     const tick = async () => {
+      if (document.visibilityState === "hidden") return;
       try {
         const listed = await browserApi.sessions();
         const mine = listed.sessions.find((s) => s.sessionId === sessionId);
         if (!live) return;
         setHasTab(Boolean(mine));
         setTakenOver(Boolean(mine?.takenOver));
+        schedule(mine ? POLL_MS : IDLE_POLL_MS);
         if (!mine || !open) return;
         const blob = await browserApi.screenshot(sessionId);
         if (!live) return;
@@ -35,11 +41,23 @@ export function BrowserPanel({ sessionId }: { sessionId: string }) {
         if (live) setError(reason instanceof Error ? reason.message : String(reason));
       }
     };
+    let every = 0;
+    const schedule = (ms: number) => {
+      if (!live || ms === every) return;
+      every = ms;
+      window.clearInterval(timer);
+      timer = window.setInterval(() => void tick(), ms);
+    };
+    const onVisible = () => {
+      if (document.visibilityState === "visible") void tick();
+    };
     void tick();
-    const timer = window.setInterval(() => void tick(), POLL_MS);
+    schedule(POLL_MS);
+    document.addEventListener("visibilitychange", onVisible);
     return () => {
       live = false;
       window.clearInterval(timer);
+      document.removeEventListener("visibilitychange", onVisible);
       if (url) URL.revokeObjectURL(url);
     };
   }, [sessionId, open]);

@@ -41,12 +41,20 @@ function buckets(overview: OverviewOut) {
   return { x, turnYs: [turns, failed], latencyYs: [p50, p95] };
 }
 
-function Stat(props: { label: string; value: string; tone?: string }) {
-  return (
-    <div className={`obs-stat${props.tone ? ` ${props.tone}` : ""}`}>
+function Stat(props: { label: string; value: string; tone?: string; href?: string }) {
+  const body = (
+    <>
       <div className="obs-stat-value">{props.value}</div>
       <div className="obs-stat-label">{props.label}</div>
-    </div>
+    </>
+  );
+  const className = `obs-stat${props.tone ? ` ${props.tone}` : ""}`;
+  return props.href ? (
+    <a className={`${className} obs-stat-link`} href={props.href}>
+      {body}
+    </a>
+  ) : (
+    <div className={className}>{body}</div>
   );
 }
 
@@ -92,6 +100,8 @@ function Health(props: { health: ObservabilityHealthOut | undefined; error: Erro
 
 export function Overview() {
   const [window, setWindow] = useState<Window>(DEFAULT_WINDOW);
+  // The traces a figure links to cover the same window (a preset; a custom range is not carried over).
+  const linkedWindow = window.preset === "custom" ? undefined : window.preset;
   const overview = useLoad(["observability", "overview", window], () => obsApi.overview(windowParams(window)));
   const health = useLoad(["observability", "health"], obsApi.health);
   const data = overview.data;
@@ -112,8 +122,13 @@ export function Overview() {
       {data && chart ? (
         <>
           <div className="obs-stats" aria-label="Figures of the window">
-            <Stat label="Turns" value={String(data.turns)} />
-            <Stat label="Failed turns" value={String(data.errors)} tone={data.errors ? "bad" : undefined} />
+            <Stat label="Turns" value={String(data.turns)} href={tracesHref({ kind: "turns", window: linkedWindow })} />
+            <Stat
+              label="Failed turns"
+              value={String(data.errors)}
+              tone={data.errors ? "bad" : undefined}
+              href={tracesHref({ kind: "turns", status: "error", window: linkedWindow })}
+            />
             <Stat label="Latency p50" value={ms(data.latencyP50Ms)} />
             <Stat label="Latency p95" value={ms(data.latencyP95Ms)} />
             <Stat label="First token p50" value={ms(data.firstTokenP50Ms)} />
@@ -133,7 +148,7 @@ export function Overview() {
                 <tr key={`${t.model}/${t.agentId}`}>
                   <td className="mono">{t.model || "—"}</td>
                   <td>
-                    <a href={tracesHref({ agentId: t.agentId })}>{t.agentId || "—"}</a>
+                    <a href={tracesHref({ agentId: t.agentId, window: linkedWindow })}>{t.agentId || "—"}</a>
                   </td>
                   <td className="num">{t.calls}</td>
                   <td className="num">{count(t.inputTokens)}</td>

@@ -1,9 +1,9 @@
 import { useLoad } from "../common/useLoad";
 import { stamp } from "../common/stamp";
 import { obsApi } from "./api";
-import { traceHref } from "./routes";
+import { traceHref, tracesHref } from "./routes";
 import { Table } from "./Table";
-import { ms, windowParams } from "./time";
+import { ms, windowOfParam, windowParams } from "./time";
 import { FilterForm, Pager, SelectFilter, TextFilter, usePagedFilter } from "./paging";
 
 const PAGE = 25;
@@ -14,17 +14,20 @@ function pageSize(params: URLSearchParams): number {
   return Number.isInteger(asked) && asked >= 1 && asked <= 200 ? asked : PAGE;
 }
 
-type Filters = { sessionId: string; agentId: string; status: string };
+type Filters = { sessionId: string; agentId: string; status: string; kind: "turns" | "all" };
 
-/** The traces list: filters by session, status, agent and time; pages by the API's cursor. */
+/** The traces list: filters by session, status, agent and time; pages by the API's cursor. By default
+ * only the turns' traces, as the overview counts them; "every request" adds the rest (the UI's own
+ * polling among them). */
 export function Traces(props: { params: URLSearchParams }) {
   const limit = pageSize(props.params);
   const initial: Filters = {
     sessionId: props.params.get("sessionId") ?? "",
     agentId: props.params.get("agentId") ?? "",
     status: props.params.get("status") ?? "",
+    kind: props.params.get("kind") === "all" ? "all" : "turns",
   };
-  const paged = usePagedFilter<Filters>(initial);
+  const paged = usePagedFilter<Filters>(initial, windowOfParam(props.params.get("window")));
   const { draft, setDraft, filters, window, cursor } = paged;
   const list = useLoad(
     ["observability", "traces", filters, window, cursor, limit],
@@ -34,6 +37,7 @@ export function Traces(props: { params: URLSearchParams }) {
         sessionId: filters.sessionId.trim() || undefined,
         agentId: filters.agentId.trim() || undefined,
         status: filters.status || undefined,
+        kind: filters.kind,
         cursor,
         limit,
       }),
@@ -55,6 +59,15 @@ export function Traces(props: { params: URLSearchParams }) {
           value={draft.agentId}
           placeholder="e.g. supervisor"
           onChange={(value) => setDraft({ ...draft, agentId: value })}
+        />
+        <SelectFilter
+          label="Show"
+          value={draft.kind}
+          options={[
+            ["turns", "Turns"],
+            ["all", "Every request"],
+          ]}
+          onChange={(value) => setDraft({ ...draft, kind: value === "all" ? "all" : "turns" })}
         />
         <SelectFilter
           label="Status"
@@ -79,12 +92,29 @@ export function Traces(props: { params: URLSearchParams }) {
               </a>
             </td>
             <td className="mono">{t.rootName}</td>
-            <td>{t.status === "error" ? <span className="badge bad">failed</span> : <span className="badge ok">ok</span>}</td>
+            <td>{statusBadge(filters.kind === "turns" ? (t.turnStatus ?? t.status) : t.status)}</td>
             <td className="num">{ms(t.durationMs)}</td>
             <td className="num">{t.spanCount}</td>
-            <td>{t.agents.join(", ") || "—"}</td>
+            <td>
+              {t.agents.length
+                ? t.agents.map((agent, index) => (
+                    <span key={agent}>
+                      {index ? ", " : ""}
+                      <a href={tracesHref({ agentId: agent, kind: filters.kind })}>{agent}</a>
+                    </span>
+                  ))
+                : "—"}
+            </td>
             <td className="obs-wrap">{t.services.join(", ")}</td>
-            <td className="mono obs-wrap">{t.sessionId ?? "—"}</td>
+            <td className="mono obs-wrap">
+              {t.sessionId ? (
+                <a href={tracesHref({ sessionId: t.sessionId, kind: filters.kind })} title="This session's traces">
+                  {t.sessionId}
+                </a>
+              ) : (
+                "—"
+              )}
+            </td>
           </tr>
         ))}
         empty={list.loading ? null : "No trace matches."}
@@ -92,4 +122,8 @@ export function Traces(props: { params: URLSearchParams }) {
       <Pager paged={paged} next={next} />
     </div>
   );
+}
+
+function statusBadge(status: string) {
+  return status === "error" ? <span className="badge bad">failed</span> : <span className="badge ok">ok</span>;
 }

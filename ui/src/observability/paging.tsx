@@ -6,10 +6,10 @@ import { WindowPicker } from "./WindowPicker";
 /** A filter form's state with keyset pages: the draft being edited, the filters applied, the time window and
  * the cursors of the pages before the one shown (Newer pops one). Applying filters or a window starts again
  * at the first page. */
-export function usePagedFilter<F>(initial: F) {
+export function usePagedFilter<F>(initial: F, initialWindow: Window = DEFAULT_WINDOW) {
   const [draft, setDraft] = useState<F>(initial);
   const [filters, setFilters] = useState<F>(initial);
-  const [window, setWindowState] = useState<Window>(DEFAULT_WINDOW);
+  const [window, setWindowState] = useState<Window>(initialWindow);
   const [cursors, setCursors] = useState<string[]>([]);
   return {
     draft,

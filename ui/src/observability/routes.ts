@@ -1,6 +1,7 @@
 // The observability pages' hash routes, under #/observability (see ../route.ts):
 //   #/observability                    overview
-//   #/observability/traces?<filters>   the traces list (sessionId, agentId, status; limit: rows a page)
+//   #/observability/traces?<filters>   the traces list (sessionId, agentId, status, kind: turns | all,
+//                                      window: a preset such as 24h; limit: rows a page)
 //   #/observability/traces/<traceId>   one trace's waterfall
 //   #/observability/logs?<filters>     stored logs (service, level, traceId, window)
 // Light on purpose: the chat imports `traceHref` without loading the pages themselves.

@@ -11,6 +11,11 @@ export type Window = { preset: string; from: string; to: string };
 
 export const DEFAULT_WINDOW: Window = { preset: "24h", from: "", to: "" };
 
+/** The window a link names by its preset (`?window=7d`), else the default. */
+export function windowOfParam(preset: string | null): Window {
+  return preset && PRESETS.some((p) => p.id === preset) ? { preset, from: "", to: "" } : DEFAULT_WINDOW;
+}
+
 /** The window as the API's since/until (ISO with a zone); a custom range from datetime-local inputs. */
 export function windowParams(window: Window, now: number = Date.now()): { since?: string; until?: string } {
   if (window.preset === "custom") {
