@@ -190,6 +190,25 @@ async def test_archive_and_restore_are_reversible_display_state(client: httpx.As
     assert session["id"] in {s["id"] for s in (await client.get("/api/sessions")).json()["sessions"]}
 
 
+async def test_archiving_fires_no_session_end_and_only_deletion_does(
+    client: httpx.AsyncClient, api_stack: Stack
+) -> None:
+    # Archiving is reversible display state: the session has not ended (docs/hooks.md, SessionEnd).
+    sid = (await create(client))["id"]
+    url = f"/api/sessions/{sid}"
+
+    def session_ends() -> int:
+        return sum(sid in request.body.decode() for request in api_stack.receiver.requests_for(SESSION_END_PATH))
+
+    assert (await client.patch(url, json={"archived": True})).status_code == 200
+    assert (await client.patch(url, json={"archived": False})).status_code == 200
+    assert (await client.patch(url, json={"archived": True})).status_code == 200
+    assert session_ends() == 0
+    # The same receiver sees SessionEnd when the session really ends, so the zero above is not a deaf hook.
+    assert (await client.delete(url)).status_code == 204
+    assert session_ends() == 1
+
+
 async def test_missing_sessions_answer_404(client: httpx.AsyncClient) -> None:
     missing = f"/api/sessions/{new_id()}"
     assert (await client.get(missing)).status_code == 404
