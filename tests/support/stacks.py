@@ -268,6 +268,8 @@ class Stack:
     running_tasks: RunningTasks | None
     runner_env: dict[str, Any] = field(default_factory=dict[str, Any])  # the first agent-runner worker's settings
     evolution_env: dict[str, Any] = field(default_factory=dict[str, Any])  # empty without evolution
+    # The stack's evolution process-equivalent (its learning worker can be stopped and started).
+    evolution_running: RunningEvolution | None = None
 
     @property
     def url(self) -> str:
@@ -330,6 +332,18 @@ class Stack:
             AgentRunnerSettings(**{**self.runner_env, "POPAGENT_AGENT_RUNNER_ADDR": address})
         ):
             yield address
+
+    @contextlib.asynccontextmanager
+    async def learning_paused(self) -> AsyncIterator[None]:
+        """The stack's learning worker stopped for the block (signals are still ingested, none is
+        claimed), then started again."""
+        worker = self.evolution_running.worker if self.evolution_running is not None else None
+        assert worker is not None, f"the {self.spec.name} stack runs no evolution worker"
+        await worker.stop()
+        try:
+            yield
+        finally:
+            await worker.start()
 
     @contextlib.asynccontextmanager
     async def extra_evolution(self, **overrides: Any) -> AsyncIterator[RunningEvolution]:
@@ -402,6 +416,7 @@ async def start_stack(
             serve_hooks(common, tokens["hooks"], addresses["hooks"], receiver, spec.hook_paths)
         )
         evolution_env: dict[str, Any] = {}
+        evolution_running: RunningEvolution | None = None
         if "evolution" in spec.services:
             evolution_env = settings_of(
                 "evolution",
@@ -411,7 +426,7 @@ async def start_stack(
                 NINEROUTER_API_KEY=MODELS_API_KEY,
                 **spec.evolution,
             )
-            await stack.enter_async_context(build_evolution(EvolutionSettings(**evolution_env)))
+            evolution_running = await stack.enter_async_context(build_evolution(EvolutionSettings(**evolution_env)))
         if "secrets" in spec.services:
             secrets_settings = settings_of(
                 "secrets",
@@ -513,4 +528,5 @@ async def start_stack(
             running_tasks=running_tasks,
             runner_env=runner_env,
             evolution_env=evolution_env,
+            evolution_running=evolution_running,
         )
