@@ -16,6 +16,7 @@ from chat.helpers import chat, new_session
 
 from memory.harness import Conversations
 from memory.longmem import build
+from memory.stack_helpers import memory_settings
 from popagent_agent_runner.llm.embeddings import GatewayRetrieval
 from popagent_agent_runner.memory.observational import QUERIES as MEMORY_QUERIES
 from popagent_agent_runner.memory.observational.recall import HistorySearch
@@ -147,3 +148,33 @@ async def test_the_supervisor_recalls_an_exact_quote_through_the_stack(stack: St
     messages = orjson.loads(result["content"])["messages"]
     assert [m["text"] for m in messages] == [f"My spare key{tag} is under the third flowerpot."]
     assert messages[0]["sessionId"] == session and messages[0]["date"].startswith(str(dt.date.today().year))
+
+
+async def test_the_retrieval_scope_setting_decides_what_recall_searches_through_the_stack(stack: Stack) -> None:
+    tag = uuid.uuid4().hex[:6]
+    fact = f"My bike{tag} lock opens with 3141."
+
+    def recalled() -> list[dict[str, str]]:
+        # The newest tool result: the history carries the earlier turns' recalls too.
+        result = [m for m in stack.models.requests[-1]["messages"] if m["role"] == "tool"][-1]
+        return orjson.loads(result["content"])["messages"]
+
+    async with stack.client() as client:
+        assert (await client.get("/api/settings/memory")).json()["retrievalScope"] == "thread"
+        told = await new_session(client)
+        stack.models.push(Turn.say("Noted."))
+        await chat(client, told, fact)
+        asking = await new_session(client)
+        # `thread`, the default: only this conversation, which never mentioned the bike.
+        stack.models.push(Turn.call(ToolCall("recall", {"query": f"bike{tag}"})), Turn.say("I do not know."))
+        await chat(client, asking, "What opens my bike lock?")
+        assert recalled() == []
+        # `resource`: every conversation of the user, so the other session's message is found.
+        async with memory_settings(client, retrievalScope="resource"):
+            stack.models.push(Turn.call(ToolCall("recall", {"query": f"bike{tag}"})), Turn.say("3141."))
+            await chat(client, asking, "What opens my bike lock?")
+            assert [(m["text"], m["sessionId"]) for m in recalled()] == [(fact, told)]
+        # And back: the change applies on the next turn both ways.
+        stack.models.push(Turn.call(ToolCall("recall", {"query": f"bike{tag}"})), Turn.say("I do not know."))
+        await chat(client, asking, "What opens my bike lock?")
+        assert recalled() == []

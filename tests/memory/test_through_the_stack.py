@@ -10,6 +10,7 @@ from memory.stack_helpers import LONG, OBSERVE_IN_TURN, memory_settings
 from popagent_agent_runner.memory.observational.layout import PREAMBLE
 from popagent_agent_runner.memory.observational.tokens import count_messages
 from support.memory_agents import is_observer, memory_agents
+from support.model_gateway import ToolCall, Turn
 from support.stacks import Stack
 
 
@@ -81,3 +82,27 @@ async def test_a_turn_stores_its_messages_with_their_token_counts(stack: Stack) 
     assert [row["role"] for row in rows] == ["user", "assistant"]
     for row in rows:
         assert row["tokens"] == count_messages(ModelMessagesTypeAdapter.validate_json(row["model"])) > 0
+
+
+async def test_a_chat_is_the_users_memory_thread_named_by_its_id_and_a_delegation_a_child_thread(
+    stack: Stack,
+) -> None:
+    # The chat id is the memory thread's id, on the single user's resource (`popagent-user`, what
+    # recall's `resource` scope browses); a specialist's run is a thread of its own under it.
+    stack.models.push(
+        Turn.call(ToolCall("researcher", {"brief": "Find the time."}, id="call-d")),
+        Turn.say("It is noon."),
+        Turn.say("Noon."),
+    )
+    async with stack.client() as client:
+        session = await new_session(client)
+        await chat(client, session, "what time is it?")
+    async with stack.db() as db:
+        threads = await db.fetch(
+            "SELECT id, resource_id, parent_id FROM popagent_threads WHERE id = $1 OR parent_id = $1 ORDER BY parent_id NULLS FIRST",
+            session,
+        )
+    [chat_thread, specialist_thread] = [tuple(row) for row in threads]
+    assert chat_thread == (session, "popagent-user", None)
+    assert specialist_thread[1:] == ("popagent-specialist:researcher", session)
+    assert specialist_thread[0] != session
