@@ -87,3 +87,26 @@ async def test_a_turn_with_a_delegation_a_tool_and_hooks_is_one_trace(chat_stack
     queries = [s for s in in_trace if (s.attributes or {}).get("db.system") == "postgresql"]
     assert queries and not any(s.name.startswith("--") for s in queries)
     assert any(str((s.attributes or {}).get("db.statement", "")).startswith("/* turn_prelude */") for s in queries)
+
+
+async def test_a_specialists_run_span_names_its_own_thread_not_the_chats(chat_stack: Stack) -> None:
+    # A specialist works on a thread of its own (stored as a child of the chat's); its `agent.run`
+    # span carries that thread's id, so a trace leads to the specialist's stored messages.
+    stack = chat_stack
+    script_a_delegated_tool_call(stack)
+    with collecting_spans() as spans:
+        async with stack.client() as client:
+            session = await new_session(client)
+            chunks = await chat(client, session, "what time is it?")
+        request = await eventually(lambda: chat_request_span(spans), what="the chat request span")
+        in_trace = spans.of_trace(request.context.trace_id)  # type: ignore[union-attr]
+    runs = {str(s.attributes["gen_ai.agent.id"]): s for s in in_trace if s.name == "agent.run"}  # type: ignore[index]
+    activity = [c["data"] for c in chunks if isinstance(c, dict) and c["type"] == "data-agentActivity"][-1]
+    specialist_thread = activity["threadId"]
+    assert runs["popagent"].attributes["popagent.thread_id"] == session  # type: ignore[index]
+    assert runs["researcher"].attributes["popagent.thread_id"] == specialist_thread != session  # type: ignore[index]
+    async with stack.db() as db:
+        stored = await db.fetchrow(
+            "SELECT resource_id, parent_id FROM popagent_threads WHERE id = $1", specialist_thread
+        )
+    assert stored is not None and tuple(stored) == ("popagent-specialist:researcher", session)
