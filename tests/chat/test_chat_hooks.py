@@ -218,3 +218,61 @@ async def test_every_hook_request_of_a_turn_carries_its_turn_and_session_ids(sta
     assert seen[0] == ("/session-start", None, session)
     assert [path for path, _, _ in seen[1:]] == ["/prompt", "/pre-tool", "/post-tool", "/stop"]
     assert {(t, s) for _, t, s in seen[1:]} == {(turn_id, session)}
+
+
+async def test_hook_calls_emit_no_hooks_even_when_the_handlers_fail(stack: Stack) -> None:
+    # Hook calls never emit hooks (docs/hooks.md): not as tool calls of their own, and a handler that
+    # fails is logged and audited, never reported as a PostToolUseFailure or StopFailure.
+    stack.receiver.script("/session-start", Reply(status=200, raw_body=b"not json"))
+    stack.receiver.script("/post-tool", Reply(status=500, raw_body=b"{}"))
+    stack.receiver.script("/subagent-stop", Reply(status=500, raw_body=b"{}"))
+    stack.models.push(
+        Turn.call(ToolCall("researcher", {"brief": "Find the time."}, id="c-d")),
+        Turn.call(ToolCall("getTime", {}, id="c-t")),
+        Turn.say("It is noon."),
+        Turn.say("Noon."),
+    )
+    session, chunks = await chat_in_a_new_session(stack, "what time is it?")
+    assert text_of(chunks) == "Noon."
+    received = [(r.path, r.json()) for r in stack.receiver.requests]
+    # Exactly the dispatches of the turn's own steps, each once, in order.
+    assert [path for path, _ in received] == [
+        "/session-start",
+        "/prompt",
+        "/pre-tool",
+        "/subagent-start",
+        "/pre-tool",
+        "/post-tool",
+        "/subagent-stop",
+        "/post-tool",
+        "/stop",
+    ]
+    assert [(body["toolCallId"], body["detail"]["toolName"]) for path, body in received if path == "/pre-tool"] == [
+        ("c-d", "researcher"),
+        ("c-t", "getTime"),
+    ]
+    # No event names a hook call: nothing the hooks service sent is the subject of another dispatch.
+    assert not any(stack.receiver.url("/") in str(body) for _, body in received)
+    async with stack.client() as client:
+        runs = (await client.get(f"/api/sessions/{session}/hooks")).json()["runs"]
+    assert sorted(run["event"] for run in runs) == sorted(
+        [
+            "SessionStart",
+            "UserPromptSubmit",
+            "PreToolUse",
+            "SubagentStart",
+            "PreToolUse",
+            "PostToolUse",
+            "SubagentStop",
+            "PostToolUse",
+            "Stop",
+        ]
+    )
+    # The failures are audited as what they are, on the events whose handlers failed (failing open).
+    failed = sorted((run["event"], run["failureClass"]) for run in runs if run["failureClass"])
+    assert failed == [
+        ("PostToolUse", "transport"),
+        ("PostToolUse", "transport"),
+        ("SessionStart", "malformed_response"),
+        ("SubagentStop", "transport"),
+    ]
