@@ -29,7 +29,11 @@ async def test_a_specialist_runs_within_its_own_step_ceiling_with_the_last_step_
             Turn.say("The researcher says it is noon.", chunk_size=100),
         )
         _, chunks = await chat_in_a_new_session(stack, "what time is it?")
-    _, specialist_first, specialist_last, supervisor_last = stack.models.requests
+    supervisor_first, specialist_first, specialist_last, supervisor_last = stack.models.requests
+    # The supervisor cannot raise a specialist's ceiling: its delegation tool takes a brief and nothing else.
+    [delegate] = [t["function"] for t in supervisor_first["tools"] if t["function"]["name"] == "researcher"]
+    assert list(delegate["parameters"]["properties"]) == ["brief"]
+    assert delegate["parameters"].get("additionalProperties") is False
     assert "getTime" in [tool["function"]["name"] for tool in specialist_first["tools"]]
     # The specialist's ceiling (2), not the supervisor's (10): its second step offers no tools and says why.
     assert "tools" not in specialist_last
