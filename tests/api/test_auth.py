@@ -15,6 +15,7 @@ ROUTES = [
     ("PUT", "/api/sessions/s1"),
     ("PATCH", "/api/sessions/s1"),
     ("DELETE", "/api/sessions/s1"),
+    ("GET", "/api/sessions/s1/export"),
     ("GET", "/api/sessions/s1/memory"),
     ("POST", "/api/sessions/s1/turns/t1/cancel"),
     ("GET", "/api/sessions/s1/approval-grants"),

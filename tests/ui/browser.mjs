@@ -281,6 +281,24 @@ try {
     return `${pieces.length + 1} pieces, composer fixed at y=${[...tops][0]}`;
   });
 
+  await step("chat exported", ["streamed text"], async () => {
+    const menu = page.locator("details.export-menu");
+    await menu.locator("summary").click();
+    const [markdown] = await Promise.all([
+      page.waitForEvent("download"),
+      menu.getByRole("button", { name: "Markdown (.md)" }).click(),
+    ]);
+    check(markdown.suggestedFilename().endsWith(".md"), `the download is named ${markdown.suggestedFilename()}`);
+    const text = readFileSync(await markdown.path(), "utf8");
+    check(text.includes("## User") && text.includes("Hello popagent, stream me an answer."), "the export lacks the question");
+    check(text.includes("## popagent") && text.includes("Hello from the scripted model"), "the export lacks the answer");
+    const [json] = await Promise.all([page.waitForEvent("download"), menu.getByRole("button", { name: "JSON (.json)" }).click()]);
+    const session = JSON.parse(readFileSync(await json.path(), "utf8"));
+    check(session.id === chatSessionId && session.messages.length >= 2, "the JSON export is not this session");
+    await menu.locator("summary").click();
+    return `${markdown.suggestedFilename()} (${text.length} characters) and ${json.suggestedFilename()}`;
+  });
+
   await step("empty new chat not persisted", ["streamed text"], async () => {
     const { body: before } = await apiGet("/api/sessions");
     await page.getByRole("button", { name: "New chat" }).click();

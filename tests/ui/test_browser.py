@@ -284,6 +284,7 @@ async def test_the_web_ui_in_a_real_browser(stack: tuple[Stack, ModelGateway, Ht
         "first-use model pick",
         "model picker",
         "empty new chat not persisted",
+        "chat exported",
         "markdown answer",
         "feedback and trace link",
         "failure then retry",

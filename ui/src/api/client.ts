@@ -111,6 +111,16 @@ export const api = {
   patchSession: (id: string, body: T.SessionPatch) =>
     unwrap(http.PATCH("/api/sessions/{session_id}", { ...session(id), body })),
   deleteSession: (id: string) => done(http.DELETE("/api/sessions/{session_id}", session(id))),
+  /** The session as a download: its file and the name the server gives it. */
+  async exportSession(id: string, format: "markdown" | "json"): Promise<{ file: Blob; name: string }> {
+    const answer = await http.GET("/api/sessions/{session_id}/export", {
+      params: { path: { session_id: id }, query: { format } },
+      parseAs: "blob",
+    });
+    const file = (await unwrap(Promise.resolve(answer as Answer<Blob>))) as Blob;
+    const named = /filename="([^"]+)"/.exec(answer.response.headers.get("content-disposition") ?? "");
+    return { file, name: named?.[1] ?? `chat.${format === "json" ? "json" : "md"}` };
+  },
   hooks: (id: string) => unwrap(http.GET("/api/sessions/{session_id}/hooks", session(id))),
   cancelTurn: (id: string, turnId: string) =>
     unwrap(

@@ -1,3 +1,4 @@
+import { ExportMenu } from "./ExportMenu";
 import { useChat } from "@ai-sdk/react";
 import { generateId, lastAssistantMessageIsCompleteWithApprovalResponses, type UIMessage } from "ai";
 import { useCallback, useEffect, useLayoutEffect, useMemo, useRef, useState } from "react";
@@ -594,6 +595,7 @@ export function Conversation(props: {
         >
           Hook timeline
         </button>
+        <ExportMenu sessionId={session.id} />
       </div>
       <ModelNotice models={props.models} value={model} onFix={props.onFixModels} />
       {conflict ? (

@@ -1,4 +1,4 @@
-"""/api/sessions: list, create, load, optimistic save, rename/archive and permanent delete.
+"""/api/sessions: list, create, load, export, optimistic save, rename/archive and permanent delete.
 
 Answers are serialized straight from the service's messages: the stored AI SDK UI
 messages travel as one JSON blob and are spliced into the answer without re-parsing.
@@ -7,7 +7,7 @@ messages travel as one JSON blob and are spliced into the answer without re-pars
 from __future__ import annotations
 
 import uuid
-from typing import Annotated
+from typing import Annotated, Literal
 
 import orjson
 from fastapi import APIRouter, Path, Query, Request, Response
@@ -29,6 +29,7 @@ from popagent_gateway.dto.sessions import (
     UIMessage,
     summary_dict,
 )
+from popagent_gateway.export import attachment, file_name, markdown_of
 from popagent_gateway.wire import json_response
 
 router = APIRouter(tags=["sessions"])
@@ -86,6 +87,34 @@ async def get_session(session_id: SessionId, runner: AgentRunnerStateStub) -> Re
     """Load a session: metadata, revision and its AI SDK UI messages."""
     session = await runner.GetSession(pb.GetSessionRequest(id=session_id))
     return Response(session_json(session), media_type="application/json")
+
+
+@router.get(
+    "/sessions/{session_id}/export",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "The session as a file to download",
+            "content": {"text/markdown": {"schema": {"type": "string"}}, "application/json": {}},
+        }
+    },
+)
+async def export_session(
+    session_id: SessionId,
+    runner: AgentRunnerStateStub,
+    format: Annotated[
+        Literal["markdown", "json"], Query(description="markdown: the conversation; json: the session")
+    ] = "markdown",
+) -> Response:
+    """Download a session: the conversation as Markdown, or the whole session as JSON (what GET answers)."""
+    session = await runner.GetSession(pb.GetSessionRequest(id=session_id))
+    body = session_json(session)
+    if format == "json":
+        name, media_type = file_name(summary_dict(session), "json"), "application/json"
+    else:
+        body = markdown_of(orjson.loads(body)).encode()
+        name, media_type = file_name(summary_dict(session), "md"), "text/markdown; charset=utf-8"
+    return Response(body, media_type=media_type, headers={"content-disposition": attachment(name)})
 
 
 @router.put(
