@@ -1179,6 +1179,23 @@ try {
     return `session ${id} reopened on ${other}; picker offers ${options.join(", ")}`;
   });
 
+  await step("a search finds a word inside a message", ["streamed text"], async () => {
+    await page.goto(`${url}/#/chat`);
+    const search = page.locator('[data-testid="session-search"]');
+    await search.fill("stream me");
+    const matches = page.locator('[data-testid="message-matches"]');
+    const hit = matches.locator("a.message-match").filter({ hasText: "Hello popagent" }).first();
+    await hit.waitFor({ timeout: 10_000 });
+    const marked = await hit.locator("mark").allInnerTexts();
+    // English stemming: "stream" finds "streams" and "streaming" too.
+    check(marked.some((word) => word.toLowerCase().startsWith("stream")), `the excerpt marks ${JSON.stringify(marked)}`);
+    await hit.click();
+    await page.waitForFunction((id) => location.hash === `#/chat/${encodeURIComponent(id)}`, chatSessionId, { timeout: 10_000 });
+    await assistants().first().waitFor({ timeout: 15_000 });
+    await search.fill("");
+    return `"stream me" found in ${await matches.count()} list, marked ${marked.join(", ")}`;
+  });
+
   await step("sessions grouped and searchable", ["rename and archive"], async () => {
     await page.goto(`${url}/#/chat`);
     const today = page.locator('[data-testid="session-group"][data-group="Today"]');

@@ -294,6 +294,7 @@ async def test_the_web_ui_in_a_real_browser(stack: tuple[Stack, ModelGateway, Ht
         "api key changed per browser",
         "chat remembers its model",
         "sessions grouped and searchable",
+        "a search finds a word inside a message",
         "narrow picker shows the model",
         "unsaved changes warning",
         "task page readable",

@@ -111,6 +111,7 @@ export const api = {
   patchSession: (id: string, body: T.SessionPatch) =>
     unwrap(http.PATCH("/api/sessions/{session_id}", { ...session(id), body })),
   deleteSession: (id: string) => done(http.DELETE("/api/sessions/{session_id}", session(id))),
+  searchMessages: (q: string, limit = 20) => unwrap(http.GET("/api/search/messages", { params: { query: { q, limit } } })),
   /** The session as a download: its file and the name the server gives it. */
   async exportSession(id: string, format: "markdown" | "json"): Promise<{ file: Blob; name: string }> {
     const answer = await http.GET("/api/sessions/{session_id}/export", {

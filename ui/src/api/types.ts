@@ -8,6 +8,7 @@ export type ErrorOut = S["ErrorOut"];
 export type ModelsOut = S["ModelsOut"];
 export type UnlistedModelOut = S["UnlistedModelOut"];
 export type SessionSummary = S["SessionSummary"];
+export type MessageMatchOut = S["MessageMatchOut"];
 export type SessionOut = S["SessionOut"];
 export type SessionListOut = S["SessionListOut"];
 export type SessionCreate = S["SessionCreate"];

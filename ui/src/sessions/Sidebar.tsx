@@ -2,7 +2,7 @@ import * as Menu from "@radix-ui/react-dropdown-menu";
 import { useEffect, useId, useMemo, useRef, useState, type FormEvent } from "react";
 import { api } from "../api/client";
 import { usePendingApprovals } from "../approvals/pending";
-import type { SessionSummary, WorkspaceOut } from "../api/types";
+import type { MessageMatchOut, SessionSummary, WorkspaceOut } from "../api/types";
 import { ErrorText, LoadError } from "../common/ErrorText";
 import { useConfirm } from "../common/confirm";
 import { Icon } from "../common/Icon";
@@ -139,7 +139,7 @@ export function Sidebar(props: {
         <input
           id={searchId}
           type="search"
-          placeholder="Search chats by title"
+          placeholder="Search chats and messages"
           value={search}
           onChange={(event) => setSearch(event.target.value)}
           data-testid="session-search"
@@ -148,6 +148,7 @@ export function Sidebar(props: {
       <div className="session-list" data-testid="session-list" data-archived={props.archived}>
         {props.sessions?.length === 0 ? <p className="muted empty-list">{props.archived ? "No archived chats." : "No chats yet."}</p> : null}
         {props.sessions?.length && !groups.length ? <p className="muted empty-list">No chat title contains “{search.trim()}”.</p> : null}
+        <MessageMatches query={search} onNavigate={props.onNavigate} />
         {groups.map((group) => (
           <section key={group.label} className="session-group" aria-label={group.label} data-testid="session-group" data-group={group.label}>
             <h3 className="session-group-label">{group.label}</h3>
@@ -287,5 +288,68 @@ function SessionItem(props: {
         </Menu.Root>
       )}
     </li>
+  );
+}
+
+// Searching the messages waits for a pause in typing, and for a query worth sending.
+const SEARCH_PAUSE_MS = 300;
+const MIN_SEARCH_CHARS = 2;
+
+/** The words between << and >> of a search excerpt, marked. */
+function Excerpt({ text }: { text: string }) {
+  return (
+    <>
+      {text.split(/(<<.*?>>)/).map((piece, index) =>
+        piece.startsWith("<<") && piece.endsWith(">>") ? <mark key={index}>{piece.slice(2, -2)}</mark> : piece,
+      )}
+    </>
+  );
+}
+
+/** Messages of any chat whose text matches the search (full text, on the server), each a link to its chat. */
+function MessageMatches(props: { query: string; onNavigate: () => void }) {
+  const query = props.query.trim();
+  const [found, setFound] = useState<{ query: string; matches: MessageMatchOut[] } | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  useEffect(() => {
+    if (query.length < MIN_SEARCH_CHARS) {
+      setFound(null);
+      return;
+    }
+    let live = true;
+    const timer = window.setTimeout(() => {
+      api
+        .searchMessages(query)
+        .then((answer) => live && (setFound({ query, matches: answer.matches }), setError(null)))
+        .catch((caught: unknown) => live && setError(`Could not search the messages: ${messageOf(caught)}`));
+    }, SEARCH_PAUSE_MS);
+    return () => {
+      live = false;
+      window.clearTimeout(timer);
+    };
+  }, [query]);
+  if (query.length < MIN_SEARCH_CHARS) return null;
+  return (
+    <section className="session-group message-matches" aria-label="In messages" data-testid="message-matches">
+      <h3 className="session-group-label">In messages</h3>
+      <ErrorText error={error} small />
+      {found && found.query === query && !found.matches.length ? <p className="muted empty-list">No message mentions “{query}”.</p> : null}
+      <ul>
+        {(found?.matches ?? []).map((match) => (
+          <li key={`${match.sessionId}/${match.messageId}`}>
+            <a href={href({ page: "chat", sessionId: match.sessionId })} onClick={props.onNavigate} className="message-match">
+              <span className="message-match-title">
+                {match.title || "Untitled chat"}
+                {match.archived ? <span className="badge">archived</span> : null}
+              </span>
+              <span className="message-match-excerpt">
+                {match.role === "user" ? "You: " : "popagent: "}
+                <Excerpt text={match.excerpt} />
+              </span>
+            </a>
+          </li>
+        ))}
+      </ul>
+    </section>
   );
 }

@@ -27,6 +27,9 @@ from popagent_core.errors import InvalidArgument
 from popagent_core.redaction import redact_ui_message
 
 MAX_MESSAGES_BYTES = 8 * 1024 * 1024 - 64 * 1024
+# A message search: its query text and how many matches one answer carries.
+MAX_SEARCH_CHARS = 500
+MAX_SEARCH_RESULTS = 100
 
 
 def _time(value: dt.datetime | None) -> str:
@@ -96,6 +99,19 @@ class AgentRunnerStateServicer(agent_runner_pb2_grpc.AgentRunnerStateServiceServ
     ) -> pb.ListSessionsResponse:
         found = await self.sessions.list(archived=request.archived, workspace_id=request.workspace_id)
         return pb.ListSessionsResponse(sessions=[session_message(session) for session in found])
+
+    async def SearchMessages(
+        self, request: pb.SearchMessagesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SearchMessagesResponse:
+        query = request.query.strip()
+        if not query or len(query) > MAX_SEARCH_CHARS:
+            raise InvalidArgument(f"q must be 1 to {MAX_SEARCH_CHARS} characters")
+        if not 1 <= request.limit <= MAX_SEARCH_RESULTS:
+            raise InvalidArgument(f"limit must be 1 to {MAX_SEARCH_RESULTS}")
+        found = await self.sessions.search_messages(query, request.limit)
+        return pb.SearchMessagesResponse(
+            matches=[message_of(pb.MessageMatch, match, archived=match.archived_at is not None) for match in found]
+        )
 
     async def CreateSession(self, request: pb.CreateSessionRequest, context: grpc.aio.ServicerContext) -> pb.Session:
         session = await self.sessions.create(request.id, request.title, request.workspace_id)

@@ -11,6 +11,26 @@ WHERE deleting_at IS NULL
 ORDER BY updated_at DESC, id
 LIMIT $3
 
+-- name: search_messages
+-- The chat messages matching a web-search-style query ($1: words, "phrases", -excluded, or), best
+-- first, at most $2, each with a short excerpt marking the matches. It reads the messages' own
+-- full-text column (`search`, migration 0121, which `recall` reads too: English stemming, so
+-- "zebras" finds "zebra"). Only chat sessions' threads (not a task's, not a specialist's),
+-- archived ones included.
+SELECT s.id AS session_id, s.title, s.archived_at, s.updated_at, m.id AS message_id, m.role, m.created_at,
+       ts_headline(
+           'english',
+           (SELECT coalesce(string_agg(part #>> '{}', ' '), '')
+            FROM jsonb_path_query(m.content, '$.ui.parts[*] ? (@.type == "text").text') AS part),
+           q.query,
+           'MaxFragments=1, MaxWords=24, MinWords=8, StartSel=<<, StopSel=>>'
+       ) AS excerpt
+FROM websearch_to_tsquery('english', $1) AS q(query)
+JOIN popagent_thread_messages AS m ON m.search @@ q.query
+JOIN popagent_sessions AS s ON s.id = m.thread_id AND s.deleting_at IS NULL AND s.task_id IS NULL
+ORDER BY ts_rank(m.search, q.query) DESC, m.created_at DESC
+LIMIT $2
+
 -- name: create_session
 INSERT INTO popagent_sessions (id, title, workspace_id, task_id)
 VALUES ($1, $2, $3, $4)

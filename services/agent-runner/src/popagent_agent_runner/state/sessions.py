@@ -81,6 +81,20 @@ def _session(row: asyncpg.Record) -> SessionRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class MessageMatch:
+    """A chat message a search found, with an excerpt whose matches are between << and >>."""
+
+    session_id: str
+    title: str
+    archived_at: datetime | None
+    updated_at: datetime
+    message_id: str
+    role: str
+    created_at: datetime
+    excerpt: str
+
+
+@dataclass(frozen=True, slots=True)
 class SaveResult:
     saved: SessionRecord | None
     # The current server copy (with messages) when the revision was stale.
@@ -98,6 +112,12 @@ class SessionStore:
         with wrap_db_errors():
             rows = await self.pool.fetch(self.q["list_sessions"], archived, workspace_id, LIST_LIMIT)
         return [_session(row) for row in rows]
+
+    async def search_messages(self, query: str, limit: int) -> list[MessageMatch]:
+        """Chat messages matching `query` (web-search syntax), best first."""
+        with wrap_db_errors():
+            rows = await self.pool.fetch(self.q["search_messages"], query, limit)
+        return [record_of(MessageMatch, row) for row in rows]
 
     async def create(self, session_id: str, title: str, workspace_id: str, *, task_id: str = "") -> SessionRecord:
         """A chat session, or with `task_id` the thread of that background task."""

@@ -84,6 +84,34 @@ class RevisionConflictOut(WireModel):
     session: SessionOut
 
 
+class MessageSearchQuery(BaseModel):
+    """Query of GET /api/search/messages; unknown parameters are refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    q: str = Field(
+        min_length=1,
+        max_length=500,
+        description='words (every one must appear), "a phrase", -excluded, or: the web-search syntax',
+    )
+    limit: int = Field(default=20, ge=1, le=100)
+
+
+class MessageMatchOut(WireModel):
+    session_id: str
+    title: str
+    archived: bool
+    updated_at: str
+    message_id: str
+    role: str
+    created_at: str
+    excerpt: str = Field(description="a short piece of the message around the matches, each between << and >>")
+
+
+class MessageSearchOut(WireModel):
+    matches: list[MessageMatchOut]
+
+
 class SessionListQuery(BaseModel):
     """Query of GET /api/sessions; unknown parameters are refused."""
 

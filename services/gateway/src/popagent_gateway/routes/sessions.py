@@ -1,4 +1,5 @@
-"""/api/sessions: list, create, load, export, optimistic save, rename/archive and permanent delete.
+"""/api/sessions: list, create, load, export, optimistic save, rename/archive and permanent delete;
+/api/search/messages: full-text search over what the chats said.
 
 Answers are serialized straight from the service's messages: the stored AI SDK UI
 messages travel as one JSON blob and are spliced into the answer without re-parsing.
@@ -18,6 +19,8 @@ from popagent.agent_runner.v1 import agent_runner_pb2_grpc
 from popagent_gateway.deps import AgentRunnerStateStub, on_session_runner
 from popagent_gateway.dto.sessions import (
     ID_PATTERN,
+    MessageSearchOut,
+    MessageSearchQuery,
     RevisionConflictOut,
     SessionCreate,
     SessionListOut,
@@ -65,6 +68,29 @@ async def list_sessions(runner: AgentRunnerStateStub, query: Annotated[SessionLi
         pb.ListSessionsRequest(archived=query.archived, workspace_id=query.workspace_id or "")
     )
     return json_response({"sessions": [summary_dict(s) for s in response.sessions]})
+
+
+@router.get("/search/messages", response_model=MessageSearchOut)
+async def search_messages(runner: AgentRunnerStateStub, query: Annotated[MessageSearchQuery, Query()]) -> Response:
+    """Chat messages whose text matches `q`, best first, each with its session and an excerpt."""
+    found = await runner.SearchMessages(pb.SearchMessagesRequest(query=query.q, limit=query.limit))
+    return json_response(
+        {
+            "matches": [
+                {
+                    "sessionId": m.session_id,
+                    "title": m.title,
+                    "archived": m.archived,
+                    "updatedAt": m.updated_at,
+                    "messageId": m.message_id,
+                    "role": m.role,
+                    "createdAt": m.created_at,
+                    "excerpt": m.excerpt,
+                }
+                for m in found.matches
+            ]
+        }
+    )
 
 
 @router.post("/sessions", response_model=SessionSummary, status_code=201)
