@@ -3,7 +3,8 @@ the task's prompt, so one executor serves in-process tests and worker processes 
 
 A prompt is a `;`-separated script, run in order:
   ok                   return "ok" (the default when nothing else returned)
-  effect               insert (task_id, attempt, pid) into public.task_effects
+  effect               insert (task_id, attempt, pid) into public.task_effects; a database
+                       that is unreachable or cuts the session fails it as TaskFailure(database)
   fail:<class>         raise TaskFailure(<class>)
   fail-below:<n>:<cls> raise TaskFailure(<cls>) while the attempt number is below n
   raise                raise RuntimeError (an unknown failure)
@@ -71,13 +72,7 @@ class ScriptedExecutor:
             if op == "ok":
                 result = "ok"
             elif op == "effect":
-                pool = await self._effects_pool()
-                await pool.execute(
-                    "INSERT INTO public.task_effects (task_id, attempt, pid) VALUES ($1, $2, $3)",
-                    attempt.task_id,
-                    attempt.attempt,
-                    os.getpid(),
-                )
+                await self._insert_effect(attempt)
             elif op == "fail":
                 raise TaskFailure(ErrorClass(arg), f"scripted {arg} failure")
             elif op == "fail-below":
@@ -105,6 +100,20 @@ class ScriptedExecutor:
             else:
                 raise ValueError(f"unknown script step {step!r}")
         return result
+
+    async def _insert_effect(self, attempt: Attempt) -> None:
+        try:
+            pool = await self._effects_pool()
+            await pool.execute(
+                "INSERT INTO public.task_effects (task_id, attempt, pid) VALUES ($1, $2, $3)",
+                attempt.task_id,
+                attempt.attempt,
+                os.getpid(),
+            )
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+            # What the real executor reports for a storage outage (StorageError -> database): the
+            # worker releases the attempt to the queue instead of failing a user task for good.
+            raise TaskFailure(ErrorClass.DATABASE, f"effect not written: {type(exc).__name__}") from exc
 
     async def aclose(self) -> None:
         if self._pool is not None:
