@@ -3,11 +3,9 @@ letter and remediation, timeouts, and best-effort observers."""
 
 from __future__ import annotations
 
-from datetime import datetime
-
 import pytest
 
-from popagent_tasks.model import RELEASED, TRANSIENT, ErrorClass
+from popagent_tasks.model import RELEASED, TRANSIENT, Backoff, ErrorClass
 from popagent_tasks.observer import TaskStarted, TaskStopped
 from support.waiting import eventually
 from tasks.executors import ScriptedExecutor
@@ -153,33 +151,44 @@ async def test_a_transient_failure_that_clears_completes_on_a_later_attempt(harn
 
 
 async def test_five_failures_dead_letter_with_five_errors_and_bounded_backoff(harness: Harness) -> None:
-    """RELIABILITY #5: each delay lies in [0, min(cap, base * 2**n)]; five errors recorded.
+    """RELIABILITY #5 under a controlled clock: each retry's delay lies in [ceiling/2, ceiling],
+    ceiling = min(cap, base * 2**(n-1)) (model.Backoff); after 5 failures dead-letter, 5 errors.
 
-    A delay is read from durable records, not by catching the row while it is queued: a
-    retry's queued window is as short as the delay, shorter than a poll on a loaded machine.
+    The delays are long (base 100 s, cap 500 s, reached by the fourth); the test moves each due
+    time to now itself once it has read it, so no delay is waited out and each one is read from
+    the queued row, from the two timestamps the failing statement wrote.
     """
-    worker = harness.worker()
+    backoff = Backoff(100.0, 500.0)
+    worker = harness.worker(backoff=backoff)
     await worker.start()
     task_id = await harness.create("fail:provider", source="self-update", max_attempts=5)
 
+    delays = []
+    for attempt in range(1, 5):
+        row = await eventually(
+            lambda: harness.row(task_id),
+            until=lambda r, a=attempt: (r["status"], r["attempt_count"]) == ("queued", a),
+            within=10,
+            interval=0.02,
+        )
+        delays.append((row["next_attempt_at"] - row["finished_at"]).total_seconds())
+        await harness.pool.execute(
+            "UPDATE popagent_agent_tasks SET next_attempt_at = clock_timestamp() WHERE id = $1", task_id
+        )
+        worker.wake()
     row = await harness.wait_status(task_id, "dead-letter")
 
+    ceilings = [backoff.ceiling(attempt) for attempt in range(1, 5)]
+    assert ceilings == [100.0, 200.0, 400.0, 500.0]
+    # Two clock_timestamp() calls of one statement are microseconds apart.
+    for delay, ceiling in zip(delays, ceilings, strict=True):
+        assert ceiling / 2 - 0.001 <= delay <= ceiling + 0.001, (delays, ceilings)
     assert row["attempt_count"] == 5
     errors = [p for p in await harness.progress(task_id) if p["kind"] in ("retry_scheduled", "dead_letter")]
-    assert len(errors) == 5
+    assert [(p["attempt"], p["kind"]) for p in errors] == [(n, "retry_scheduled") for n in range(1, 5)] + [
+        (5, "dead_letter")
+    ]
     assert all("(provider)" in p["message"] for p in errors)
-    # The failure's progress row is written in the transaction that set next_attempt_at, just after it.
-    failed_at = {p["attempt"]: p["created_at"] for p in errors if p["kind"] == "retry_scheduled"}
-    next_attempt_at = {
-        e.task.attempt: datetime.fromisoformat(e.extra["nextAttemptAt"])
-        for e in harness.recorder.for_task(task_id)
-        if isinstance(e, TaskStopped) and e.will_retry
-    }
-    assert sorted(failed_at) == sorted(next_attempt_at) == [1, 2, 3, 4]
-    base, cap = worker.config.backoff.base_s, worker.config.backoff.cap_s
-    for attempt in range(1, 5):
-        delay = (next_attempt_at[attempt] - failed_at[attempt]).total_seconds()
-        assert 0 <= delay <= min(cap, base * 2**attempt) + 0.005, (attempt, delay)
 
 
 async def test_remediation_tasks_never_create_remediation(harness: Harness) -> None:
