@@ -10,7 +10,7 @@ import random
 import signal
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import asyncpg
@@ -238,3 +238,48 @@ async def test_three_scheduler_replicas_materialize_each_tick_exactly_once(repo:
     assert schedule["next_run_at"] == first.replace(year=first.year + 50)
     with contextlib.suppress(Exception):
         victim.stop()
+
+
+@pytest.mark.timeout(90)
+async def test_a_ticking_scheduler_replica_killed_mid_run_misses_and_doubles_no_tick(
+    repo: TaskRepo, spawn: Spawn
+) -> None:
+    """RELIABILITY #7 with a kill while ticking: one replica ticks alone first (the leader by
+    construction), two more join and tick too, then the first is SIGKILLed just as a tick falls
+    due. A seconds-field cron (written to the table; the API takes minute crons) ticks every second."""
+    first = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=4)
+    schedule_id = await repo.pool.fetchval(
+        "INSERT INTO popagent_agent_schedules (source, workspace_id, name, prompt, model, session_id, cron,"
+        " timezone, next_run_at, enabled, max_attempts)"
+        " VALUES ('user', 'ws-7', 'every second', 'ok', 'm/x', 's-7', '* * * * * *', 'UTC', $1, true, 1)"
+        " RETURNING id",
+        first,
+    )
+
+    async def materialized() -> int:
+        return await repo.pool.fetchval("SELECT count(*) FROM popagent_agent_tasks WHERE schedule_id = $1", schedule_id)
+
+    leader = spawn(POPAGENT_TASKS_TIMEZONE="UTC")
+    await leader.wait_ready()
+    await eventually(materialized, until=lambda n: n >= 2, within=20, interval=0.05)
+    followers = [spawn(POPAGENT_TASKS_TIMEZONE="UTC") for _ in range(2)]
+    for follower in followers:
+        await follower.wait_ready()
+    joined = await materialized()
+    await eventually(materialized, until=lambda n: n >= joined + 2, within=20, interval=0.05)
+    await asyncio.sleep(1 - datetime.now(UTC).microsecond / 1e6)  # the next tick falls due now
+    leader.signal(signal.SIGKILL)
+    killed_after = await materialized()
+
+    # Four more ticks for the survivors to take (however long the start took on a loaded machine).
+    last = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=4)
+    await eventually(lambda: datetime.now(UTC) > last + timedelta(seconds=1.5), within=30, interval=0.1)
+    await repo.pool.execute("UPDATE popagent_agent_schedules SET enabled = false WHERE id = $1", schedule_id)
+
+    ticks = int((last - first).total_seconds()) + 1
+    assert killed_after >= 4 and ticks >= killed_after + 4
+    rows = await repo.pool.fetch(
+        "SELECT tick FROM popagent_agent_tasks WHERE schedule_id = $1 AND tick <= $2 ORDER BY tick", schedule_id, last
+    )
+    assert [r["tick"] for r in rows] == [first + timedelta(seconds=i) for i in range(ticks)]
+    assert [w.process.poll() for w in followers] == [None, None]
