@@ -1,6 +1,6 @@
 """Several worker processes over one real PostgreSQL: exactly-once under contention,
-SIGKILL and SIGSTOP of a worker mid-task, graceful SIGTERM, severed database sessions,
-and cron uniqueness across scheduler replicas."""
+SIGKILL and SIGSTOP of a worker mid-task, graceful SIGTERM, severed database sessions, a
+PostgreSQL restart, and cron uniqueness across scheduler replicas."""
 
 from __future__ import annotations
 
@@ -17,10 +17,12 @@ import asyncpg
 import pytest
 
 from popagent_core.db import open_pool
+from popagent_core.migrate import migrate
+from popagent_dev.embedded import StoppablePostgres, ensure_database, stoppable_postgres
 from popagent_tasks.repo import TaskRepo
 from support.waiting import eventually
 from tasks.executors import EFFECTS_TABLE
-from tasks.harness import FAST_ENV, tasks_env
+from tasks.harness import FAST_ENV, TASKS_MIGRATIONS, tasks_env
 from tasks.processes import WorkerProcess
 
 pytestmark = pytest.mark.xdist_group("tasks-processes")
@@ -283,3 +285,76 @@ async def test_a_ticking_scheduler_replica_killed_mid_run_misses_and_doubles_no_
     )
     assert [r["tick"] for r in rows] == [first + timedelta(seconds=i) for i in range(ticks)]
     assert [w.process.poll() for w in followers] == [None, None]
+
+
+@pytest.fixture
+async def restartable_database() -> AsyncIterator[tuple[StoppablePostgres, str]]:
+    """A migrated tasks database on a PostgreSQL of its own, which the test may restart."""
+    with stoppable_postgres() as postgres:
+        dsn = await ensure_database(postgres.dsn, "popagent_tasks_restart")
+        await migrate(dsn, "tasks", TASKS_MIGRATIONS["tasks"])
+        yield postgres, dsn
+
+
+@pytest.mark.timeout(120)
+async def test_a_postgres_restart_mid_soak_reruns_interrupted_attempts_fenced_and_loses_nothing(
+    restartable_database: tuple[StoppablePostgres, str],
+    nats_url: str,
+    internal_credentials: tuple[dict[str, str], str],
+    tmp_path: Path,
+) -> None:
+    """RELIABILITY #8: the workers' sessions severed, then PostgreSQL restarted while attempts run.
+    Those attempts' effects cannot be written (a database failure: released, run again as a new
+    attempt); nothing is lost, no (task, attempt) runs twice, each rerun has its error recorded."""
+    postgres, dsn = restartable_database
+    _, callers = internal_credentials
+    env = tasks_env(dsn, nats_url, callers, **{**FAST_ENV, "POPAGENT_TASKS_CONCURRENCY": "8"})
+    workers = [WorkerProcess(env, tmp_path / f"worker-{i}.log") for i in range(2)]
+    try:
+        async with open_pool(dsn, "tasks", max_size=4) as pool:
+            await pool.execute(EFFECTS_TABLE)
+            for worker in workers:
+                await worker.wait_ready()
+            database = await pool.fetchval("SELECT current_database()")
+            # The effect comes after a pause, so an attempt running at the stop writes it during the outage.
+            await TaskRepo(pool).create_tasks(
+                ["hang:0.3;effect"] * 120, source="user", workspace_id="ws-1", max_attempts=10
+            )
+            await eventually(lambda: counts(pool), until=lambda c: c.get("completed", 0) >= 20, within=30)
+            severed = await pool.fetch(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = $1 AND application_name = 'popagent-tasks'",
+                database,
+            )
+            running = (await counts(pool)).get("running", 0)
+            postgres.stop()
+            await asyncio.sleep(2)
+            postgres.start()
+            await pool.expire_connections()  # its sessions died with the server
+            await wait_all(pool, 120, within=60)
+
+            reruns = await pool.fetch(
+                "SELECT t.id, t.attempt_count, array_agg(e.attempt ORDER BY e.attempt) AS effect_attempts,"
+                " (SELECT count(*) FROM popagent_agent_task_progress p WHERE p.task_id = t.id"
+                "  AND p.kind = 'recovered') AS errors"
+                " FROM popagent_agent_tasks t JOIN public.task_effects e ON e.task_id = t.id"
+                " GROUP BY t.id HAVING t.attempt_count > 1"
+            )
+            assert await pool.fetchval("SELECT count(DISTINCT task_id) FROM public.task_effects") == 120
+            duplicated = await pool.fetchval(
+                "SELECT count(*) FROM (SELECT 1 FROM public.task_effects GROUP BY task_id, attempt HAVING count(*) > 1) d"
+            )
+        assert [w.process.poll() for w in workers] == [None, None], "a worker died of the outage"
+    finally:
+        for worker in workers:
+            worker.stop()
+
+    assert severed and running > 0, "the faults came when no attempt was in flight"
+    assert len(reruns) >= running, "an attempt in flight at the stop was not run again"
+    assert duplicated == 0
+    for rerun in reruns:
+        # Every rerun is a new attempt (its effect carries the new number); each attempt before the
+        # one that completed ended with a recorded error.
+        assert rerun["effect_attempts"][-1] == rerun["attempt_count"], rerun
+        assert len(set(rerun["effect_attempts"])) == len(rerun["effect_attempts"]), rerun
+        assert rerun["errors"] == rerun["attempt_count"] - 1, rerun
