@@ -110,7 +110,8 @@ class ScriptedExecutor:
                 attempt.attempt,
                 os.getpid(),
             )
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+        # (InternalClientError: what asyncpg raises on a session the server cut mid-statement.)
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError, OSError) as exc:
             # What the real executor reports for a storage outage (StorageError -> database): the
             # worker releases the attempt to the queue instead of failing a user task for good.
             raise TaskFailure(ErrorClass.DATABASE, f"effect not written: {type(exc).__name__}") from exc

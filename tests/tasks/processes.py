@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from popagent_dev import embedded
 from support.waiting import eventually
 
 TESTS_DIR = Path(__file__).resolve().parents[1]
@@ -21,7 +22,8 @@ class WorkerProcess:
         pythonpath = os.pathsep.join(filter(None, [str(TESTS_DIR), base.get("PYTHONPATH", "")]))
         self._log_file = log.open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "popagent_tasks", "worker", "--executor", executor],
+            # Dies with whatever started it (a benchmark stopped with Ctrl-C leaves no worker behind).
+            embedded.orphan_safe([sys.executable, "-m", "popagent_tasks", "worker", "--executor", executor]),
             env={**base, **env, "PYTHONPATH": pythonpath},
             stdout=self._log_file,
             stderr=self._log_file,
