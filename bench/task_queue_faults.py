@@ -183,9 +183,10 @@ async def effects_of(pool: asyncpg.Pool) -> Effects:
 
 
 def timing_env(args: argparse.Namespace) -> dict[str, str]:
-    """Worker timing for the fault rows: recovery in seconds, not the production 20 s + 5 s."""
+    """Worker timing for the fault rows: recovery in seconds, not the production 20 s + 5 s; the
+    heartbeat every tenth of its timeout, as in production (2 s of 20 s)."""
     return {
-        "POPAGENT_TASKS_HEARTBEAT_INTERVAL_S": str(args.heartbeat_timeout_s / 5),
+        "POPAGENT_TASKS_HEARTBEAT_INTERVAL_S": str(args.heartbeat_timeout_s / 10),
         "POPAGENT_TASKS_HEARTBEAT_TIMEOUT_S": str(args.heartbeat_timeout_s),
         "POPAGENT_TASKS_SWEEP_INTERVAL_S": str(args.sweep_interval_s),
         "POPAGENT_TASKS_POLL_INTERVAL_S": "0.5",
@@ -473,6 +474,8 @@ async def row_6(servers_: Servers, args: argparse.Namespace, report: Report, run
             async with open_pool(dsn, "tasks", max_size=4) as pool:
                 latencies, extra_attempts, extra_effects = await cancel_all(pool, prompt, n, hang_s)
         worst = max(latencies)
+        # A worker hears of a cancel through its next heartbeat; it settles an executor that ignores
+        # the abort right after abort_ack: heartbeat interval + abort_ack, under the row's bar.
         bar = f"<= {bar_s:g} s" + ("" if variant == "cooperative" else " (abort ack + sweep)")
         report.add(6, f"{variant}: cancel -> cancelled, max of {n}", f"{worst:.2f} s", bar, worst <= bar_s)
         report.add(
@@ -532,9 +535,10 @@ async def ticking_replicas(pool: asyncpg.Pool, replicas: Fleet, ticks: int, rng:
     [leader] = await replicas.start(1)
     await eventually(lambda: pool.fetchval(materialized, schedule_id), until=lambda c: c >= 3, within=30, interval=0.1)
     await replicas.start(2)
-    before = await pool.fetchval(materialized, schedule_id)
+    # Mid-run, and after the joined replicas ticked too.
+    kill_at = max(await pool.fetchval(materialized, schedule_id) + 3, ticks // 2)
     await eventually(
-        lambda: pool.fetchval(materialized, schedule_id), until=lambda c: c >= before + 3, within=30, interval=0.1
+        lambda: pool.fetchval(materialized, schedule_id), until=lambda c: c >= kill_at, within=ticks + 30, interval=0.1
     )
     # Killed as the next tick falls due, when every replica is about to take it.
     now = datetime.now(UTC)
@@ -607,7 +611,8 @@ async def row_8(servers_: Servers, args: argparse.Namespace, report: Report, run
         await workers.start(workers_n)
         async with open_pool(dsn, "tasks", max_size=4) as pool:
             began_at = await pool.fetchval("SELECT clock_timestamp()")
-            async with paced_enqueuer(pool, "hang:0.05;effect", n, rate, max_attempts=10) as created:
+            # The effect comes after a pause: an attempt running at the stop writes it during the outage.
+            async with paced_enqueuer(pool, "hang:0.3;effect", n, rate, max_attempts=10) as created:
                 soak_s = n / rate
                 await asyncio.sleep(soak_s * 0.25)
                 for _ in range(3):
@@ -628,9 +633,13 @@ async def row_8(servers_: Servers, args: argparse.Namespace, report: Report, run
                 up_at = time.monotonic()
                 up_clock = await database_clock_once_up(pool)
                 await eventually(lambda: len(created) == n, within=soak_s + 120, interval=0.5)
-            await wait_terminal(pool, n, within=120)
+            final = await wait_terminal(pool, n, within=120)
             effects = await effects_of(pool)
             timeline = await completions_per_s(pool, began_at)
+            not_completed = await pool.fetch(
+                "SELECT status, last_error_class, left(last_error, 120) AS error, attempt_count, count(*) AS n"
+                " FROM popagent_agent_tasks WHERE kind = 'task' AND status <> 'completed' GROUP BY 1, 2, 3, 4"
+            )
     transition_retries = sum(p.log_text().count("task transition failed; retrying") for p in workers.processes)
     up_second = int((up_clock - began_at).total_seconds())
     back_s = next(
@@ -639,7 +648,11 @@ async def row_8(servers_: Servers, args: argparse.Namespace, report: Report, run
     note(
         f"{terminated} sessions terminated; {running} attempts running when PostgreSQL stopped"
         f" ({up_at - stopped_at:.1f} s down); {transition_retries} transitions retried through it;"
-        f" {effects.reexecuted} tasks ran again"
+        f" {effects.reexecuted} tasks ran again; final states {final}"
+        + "".join(
+            f"; {r['n']} {r['status']} (attempt {r['attempt_count']}, {r['last_error_class']}: {r['error']})"
+            for r in not_completed
+        )
     )
     report.add(
         8, "faults that hit attempts in flight (tasks re-executed)", effects.reexecuted, ">= 1", effects.reexecuted >= 1

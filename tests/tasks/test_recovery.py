@@ -57,7 +57,8 @@ async def test_cancelling_a_queued_task_is_immediate_and_it_never_runs(harness: 
 
 async def test_an_executor_that_ignores_cancel_keeps_its_slot_until_it_settles(harness: Harness) -> None:
     executor = ScriptedExecutor()
-    worker = harness.worker(executor, concurrency=1)
+    # The cancel reaches the worker with its next heartbeat (0.1 s), well inside the bound (2 s).
+    worker = harness.worker(executor, concurrency=1, abort_ack_s=1.0, sweep_interval_s=1.0)
     await worker.start()
     stubborn = await harness.create("release:stubborn", source="self-update")
     await harness.wait_status(stubborn, "running")
