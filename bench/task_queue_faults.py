@@ -316,6 +316,7 @@ async def row_2(servers_: Servers, args: argparse.Namespace, report: Report, run
             recovered_after: list[float] = []
             terminal_after: list[float] = []
             orphaned_again = 0
+            slowest = (0.0, 0.0, 0.0)
             for kill, task_id, attempt in orphaned:
                 recovered_at = await pool.fetchval(
                     "SELECT min(created_at) FROM popagent_agent_task_progress"
@@ -324,17 +325,21 @@ async def row_2(servers_: Servers, args: argparse.Namespace, report: Report, run
                     attempt,
                 )
                 recovered_after.append((recovered_at - kill.at).total_seconds() if recovered_at else float("inf"))
-                final_attempt, finished_at = await pool.fetchrow(
-                    "SELECT attempt_count, finished_at FROM popagent_agent_tasks WHERE id = $1", task_id
+                final_attempt, started_at, finished_at = await pool.fetchrow(
+                    "SELECT attempt_count, started_at, finished_at FROM popagent_agent_tasks WHERE id = $1", task_id
                 )
                 if final_attempt == attempt + 1:
                     terminal_after.append((finished_at - kill.at).total_seconds())
+                    # Where the time of the slowest went: requeue, the rerun's claim, its end.
+                    if terminal_after[-1] == max(terminal_after):
+                        slowest = (recovered_after[-1], (started_at - kill.at).total_seconds(), terminal_after[-1])
                 else:  # its rerun's worker was killed too: that kill's own figures count it
                     orphaned_again += 1
     horizon = args.heartbeat_timeout_s + args.sweep_interval_s
     note(
         f"{len(kills)} kills, {len(orphaned)} attempts orphaned by them ({orphaned_again} of whose reruns"
-        f" were orphaned again); final states {final}"
+        f" were orphaned again); final states {final}; the slowest orphan: requeued +{slowest[0]:.2f} s,"
+        f" rerun claimed +{slowest[1]:.2f} s, terminal +{slowest[2]:.2f} s after the kill"
     )
     report.add(
         2,
@@ -538,7 +543,7 @@ class TickFigures:
 
 
 async def ticking_replicas(pool: asyncpg.Pool, replicas: Fleet, ticks: int, rng: random.Random) -> TickFigures:
-    """Shared with the CI test's shape: one replica ticks alone first (the leader by construction),
+    """The CI test's shape at full scale: one replica ticks alone first (the leader by construction),
     two more join and tick, the first is SIGKILLed just as a tick falls due."""
     first = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=8)
     schedule_id = await pool.fetchval(
