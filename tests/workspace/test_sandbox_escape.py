@@ -300,9 +300,11 @@ async def test_a_fork_bomb_is_held(sandbox: Sandbox, repo: Path) -> None:
     sampler = asyncio.create_task(sample())
     started = time.monotonic()
     try:
-        # The shell waits by exec, not by forking a `sleep` the full process table could refuse (it would
-        # then end before the timeout); python keeps the marker in its command line.
-        command = f"bomb() {{ bomb | bomb & }}; bomb; exec python3 -c 'import time; time.sleep(30)' {marker}"
+        # The bomb goes off in a subshell forked while the table is still empty, and the shell then waits
+        # by exec: a shell that forked itself once the table was full would fail that fork and end before
+        # the timeout (bash gives up after a few retries, sooner or later with the machine's load).
+        # python keeps the marker in its command line.
+        command = f"(bomb() {{ bomb | bomb & }}; bomb) & exec python3 -c 'import time; time.sleep(30)' {marker}"
         result = await run(sandbox, repo, command, 3)
     finally:
         sampler.cancel()
@@ -471,8 +473,8 @@ NON_ROOT_BOMB = textwrap.dedent(
         box = Sandbox(max_processes=32)
         reason = await box.probe()
         repo = Path(sys.argv[2])
-        # exec: a forked `sleep` could be refused once the bomb fills the process limit, ending it early.
-        result = await box.run(os.open(repo, os.O_RDONLY), repo, repo, "bomb() { bomb | bomb & }; bomb; exec sleep 30", 3)
+        # The bomb in a subshell forked first, then exec: the shell never forks once the limit is full.
+        result = await box.run(os.open(repo, os.O_RDONLY), repo, repo, "(bomb() { bomb | bomb & }; bomb) & exec sleep 30", 3)
         seen = {"reason": reason, "timedOut": result.timed_out, "cannotFork": "Cannot fork" in result.output}
         print(json.dumps({**seen, "outputTail": result.output[-400:]}))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, model_validator
 
 from popagent_gateway.dto import WireInput, WireModel
 
@@ -13,6 +13,16 @@ ApprovalState = Literal["pending", "approved", "denied", "expired"]
 
 class ApprovalRule(WireInput):
     """One rule of an agent's tool approval policy; the strictest rule that applies decides."""
+
+    # The schema says what the validator below checks: exactly one of tool and group is given.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "oneOf": [
+                {"required": ["tool"], "properties": {"tool": {"type": "string"}}},
+                {"required": ["group"], "properties": {"group": {"type": "string"}}},
+            ]
+        }
+    )
 
     tool: Annotated[str, Field(min_length=1, max_length=200)] | None = Field(
         default=None, description="a tool registry key (exactly one of tool or group)"
@@ -26,6 +36,12 @@ class ApprovalRule(WireInput):
         description="argument name -> regular expression: the rule does not apply when every named argument "
         "is a string the expression matches in full",
     )
+
+    @model_validator(mode="after")
+    def _one_target(self) -> ApprovalRule:
+        if (self.tool is None) == (self.group is None):
+            raise ValueError("a rule names exactly one of tool or group")
+        return self
 
 
 class ApprovalRuleOut(WireModel):
