@@ -106,7 +106,16 @@ def make_channel(address: str, token: str, *, unary_timeout_s: float | None = No
     return grpc.aio.insecure_channel(
         target,
         interceptors=interceptors,
-        options=[("grpc.max_receive_message_length", 8 * 1024 * 1024), *options],
+        options=[
+            ("grpc.max_receive_message_length", 8 * 1024 * 1024),
+            # No bandwidth-delay probing: on loopback it grows a stream's receive window to megabytes,
+            # and a server stream the caller reads slowly (a chat turn to a slow SSE client) then
+            # piles up ~4.4 MiB in the caller instead of holding its producer back (RELIABILITY row
+            # 12, tests/gateway/test_slow_and_vanished_clients.py). The fixed 64 KiB window is no
+            # limit between the services' processes, loopback or LAN.
+            ("grpc.http2.bdp_probe", 0),
+            *options,
+        ],
     )
 
 
