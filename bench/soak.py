@@ -39,16 +39,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,6 +56,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the benchmarks' shared `bench.helpers` (`python -P` leaves bench/ off the path)
 sys.path.insert(0, str(REPO / "tests"))  # tests/support: the launcher as tests start it, the canary
 
+from bench.helpers.launched_stack import children, keep_draining, model_server, tasks_database  # noqa: E402
 from support.canary import CANARY, find_canary  # noqa: E402
 from support.launcher import Launched, launch  # noqa: E402
 
@@ -95,43 +91,6 @@ class Findings:
         form = find_canary(data)
         if form is not None:
             self.leaks.setdefault(where, form)
-
-
-@contextlib.contextmanager
-def model_server(chunks: int, chunk_delay_ms: float) -> Iterator[str]:
-    """The URL of bench/helpers/soak_model.py running as a process of its own."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
-    command = [sys.executable, "-m", "bench.helpers.soak_model", "--chunks", str(chunks)]
-    command += ["--chunk-delay-ms", str(chunk_delay_ms), "--marker", FAILURE_MARKER]
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        if not line.startswith("model gateway listening on "):
-            raise RuntimeError(f"model server did not start: {line!r}")
-        yield line.removeprefix("model gateway listening on ").strip()
-    finally:
-        process.terminate()
-        process.wait(10)
-
-
-def drain(stack: Launched) -> None:
-    """Keep reading the launcher's output (its pipe must never fill), into `stack.output`."""
-    assert stack.process.stdout is not None
-    for line in stack.process.stdout:
-        stack.output.append(line)
-
-
-def children(stack: Launched) -> dict[str, dict[str, int]]:
-    state = json.loads((stack.data_dir / "supervisor.json").read_text())
-    return state["children"]
-
-
-def environment_of(pid: int, name: str) -> str:
-    for item in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
-        if item.startswith(name.encode() + b"="):
-            return item.split(b"=", 1)[1].decode()
-    raise KeyError(name)
 
 
 async def one_task(client: httpx.AsyncClient, findings: Findings, number: int, failure_every: int) -> None:
@@ -277,16 +236,18 @@ def _terminal_sql() -> str:
 async def run(args: argparse.Namespace) -> None:
     seconds = args.hours * 3600 if args.hours else args.minutes * 60
     findings = Findings()
-    with tempfile.TemporaryDirectory(prefix="popagent-bench-soak-") as tmp, model_server(50, 20.0) as model_url:
+    with (
+        tempfile.TemporaryDirectory(prefix="popagent-bench-soak-") as tmp,
+        model_server(50, 20.0, FAILURE_MARKER) as model_url,
+    ):
         env = {"NINEROUTER_URL": model_url}
         if args.runner_workers:
             env["POPAGENT_AGENT_RUNNER_WORKERS"] = str(args.runner_workers)
         stack = launch(Path(tmp), env)
         try:
             await asyncio.to_thread(stack.wait_running, 300)
-            threading.Thread(target=drain, args=(stack,), daemon=True).start()
-            tasks_pid = children(stack)["tasks"]["pid"]
-            dsn = environment_of(tasks_pid, "DATABASE_URL")
+            keep_draining(stack)
+            dsn = tasks_database(stack)
             async with (
                 asyncpg.create_pool(dsn, min_size=1, max_size=2, server_settings={"search_path": "tasks"}) as pool,
                 httpx.AsyncClient(base_url=stack.url, headers={"x-popagent-key": stack.api_key}, timeout=120) as client,

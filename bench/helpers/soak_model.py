@@ -2,10 +2,13 @@
 and an HTTP 400 to a turn whose newest user message starts with the failure marker.
 
     python -m bench.helpers.soak_model --port N --chunks 50 --chunk-delay-ms 20 --marker INJECT-FAILURE
+        [--long-marker LONG-ANSWER --long-chunks 9000]
 
 (the repository root and tests/ on PYTHONPATH). A 400 is a request error the model client does not
 retry, so the turn, and the task attempt running it, fails once for every marked prompt. A
 remediation task quotes the failed task's prompt after its own text, so it is answered normally.
+A prompt starting with the long marker gets `--long-chunks` chunks at the same pace (a stream that
+outlasts a slow reader's window, bench/slow_clients.py).
 """
 
 from __future__ import annotations
@@ -55,13 +58,18 @@ def main() -> None:
     parser.add_argument("--chunk-delay-ms", type=float, default=20.0)
     parser.add_argument("--marker", default="INJECT-FAILURE")
     parser.add_argument("--api-key", default=None)
+    parser.add_argument("--long-marker", default="LONG-ANSWER", help="a prompt starting with it gets the long answer")
+    parser.add_argument("--long-chunks", type=int, default=0, help="chunks of the long answer (0: the usual answer)")
     args = parser.parse_args()
     text = "".join(f"{n % 1000:03d} " for n in range(args.chunks))
+    long_text = "".join(f"{n % 1000:03d} " for n in range(args.long_chunks or args.chunks))
 
     def respond(body: dict[str, Any]) -> Turn:
-        if newest_user_text(body).lstrip().startswith(args.marker):
+        prompt = newest_user_text(body).lstrip()
+        if prompt.startswith(args.marker):
             return Turn.fail(400, "injected task failure")
-        return Turn.say(text, chunk_size=4, chunk_delay_s=args.chunk_delay_ms / 1000)
+        answer = long_text if prompt.startswith(args.long_marker) else text
+        return Turn.say(answer, chunk_size=4, chunk_delay_s=args.chunk_delay_ms / 1000)
 
     gateway = ModelGateway(
         respond,
