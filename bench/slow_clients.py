@@ -19,7 +19,12 @@ bench/helpers/soak_model.py as its own process producing `--producer-per-s` chun
   without instrumenting it.
 
     .venv/bin/python -P bench/slow_clients.py [--slow 20] [--slow-seconds 60] [--slow-events-per-s 1]
-        [--producer-per-s 100] [--disconnects 1000] [--rounds 6]
+        [--producer-per-s 100] [--disconnects 1000] [--rounds 6] [--no-continue-on-disconnect]
+
+`--slow 0` runs the disconnects alone. A vanished client's turn runs on to its end by default
+(agent-runtime continueOnDisconnect), so the runner's handles 5 s after the last reset are those
+turns; the bench then waits for them and prints when the runner is back to its baseline, and
+`--no-continue-on-disconnect` turns the setting off first (each vanished client's turn is cancelled).
 """
 
 from __future__ import annotations
@@ -181,11 +186,24 @@ async def run(args: argparse.Namespace) -> None:
 
 
 async def measure(args: argparse.Namespace, url: str, pids: dict[str, int]) -> None:
-    gateway, runner = pids["gateway"], pids["agent-runner-1"]
     sessions = await new_sessions(url, 10 + args.slow)
     normal, slow_sessions = sessions[:10], sessions[10:]
     await normal_chats(url, normal, 1)  # warm up
     baseline = await normal_chats(url, normal, args.rounds)
+    if args.slow:
+        await slow_consumers(args, url, pids, normal, slow_sessions, baseline)
+    await vanished_clients(args, url, pids)
+
+
+async def slow_consumers(
+    args: argparse.Namespace,
+    url: str,
+    pids: dict[str, int],
+    normal: list[str],
+    slow_sessions: list[str],
+    baseline: list[tuple[float, float]],
+) -> None:
+    gateway, runner = pids["gateway"], pids["agent-runner-1"]
     before = rss_mib(gateway), rss_mib(runner)
     stop = asyncio.Event()
     window_started = time.perf_counter()
@@ -221,9 +239,20 @@ async def measure(args: argparse.Namespace, url: str, pids: dict[str, int]) -> N
             f"readers ({load / base:.2f}x; target <= 2x: {verdict})"
         )
 
+
+async def vanished_clients(args: argparse.Namespace, url: str, pids: dict[str, int]) -> None:
+    gateway, runner = pids["gateway"], pids["agent-runner-1"]
     await asyncio.sleep(2)
-    start_handles = handles(gateway), handles(runner)
+    if not args.continue_on_disconnect:
+        async with httpx.AsyncClient(base_url=url, headers=HEADERS, timeout=30) as client:
+            changed = await client.patch("/api/settings/agent-runtime", json={"continueOnDisconnect": False})
+            changed.raise_for_status()
     resets = await new_sessions(url, min(args.disconnects, 100))
+    # One batch first, so the pools a load of 100 turns opens (database connections, keep-alive
+    # connections to the model) are in the baseline: handles that stay after it are not leaks.
+    await asyncio.gather(*(reset_after_first_text(url, session) for session in resets), return_exceptions=True)
+    await asyncio.sleep(10)
+    start_handles = handles(gateway), handles(runner)
     started = time.perf_counter()
     for offset in range(0, args.disconnects, 100):
         batch = range(offset, min(offset + 100, args.disconnects))
@@ -243,7 +272,21 @@ async def measure(args: argparse.Namespace, url: str, pids: dict[str, int]) -> N
             f"  {name:13} fds {fds0} -> {fds1}, threads {threads0} -> {threads1} 5 s later "
             f"(target: at most baseline + 5: {verdict})"
         )
-    print(f"  per-chat medians while loaded: {statistics.median(t[0] for t in loaded) * 1000:.1f} ms to first token")
+    # A vanished client's turn runs on to its end (agent-runtime continueOnDisconnect, on by default):
+    # the runner's handles are the turns still running, not leaked, until those end.
+    waited = 5.0
+    while waited < 120 and not all(
+        now[0] - then[0] <= 5 and now[1] - then[1] <= 5
+        for now, then in zip((handles(gateway), handles(runner)), start_handles, strict=True)
+    ):
+        await asyncio.sleep(1)
+        waited += 1
+    fds_now, threads_now = handles(runner)
+    setting = "on: the vanished clients' turns ran on" if args.continue_on_disconnect else "off"
+    print(
+        f"  agent-runner  fds {fds_now}, threads {threads_now} {waited:.0f} s after the last reset "
+        f"(continueOnDisconnect {setting})"
+    )
 
 
 def main() -> None:
@@ -257,6 +300,12 @@ def main() -> None:
     parser.add_argument("--producer-per-s", type=float, default=100.0, help="chunks a second the model streams")
     parser.add_argument("--slow-seconds", type=float, default=60.0, help="how long the slow readers read")
     parser.add_argument("--slow-events-per-s", type=float, default=1.0, help="SSE events a slow reader takes a second")
+    parser.add_argument(
+        "--no-continue-on-disconnect",
+        dest="continue_on_disconnect",
+        action="store_false",
+        help="turn the agent-runtime setting off before the disconnects: a vanished client's turn is cancelled",
+    )
     uvloop.run(run(parser.parse_args()))
 
 
