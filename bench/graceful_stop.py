@@ -45,7 +45,7 @@ import uvloop
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the benchmarks' shared `bench.helpers` (`python -P` leaves bench/ off the path)
-sys.path.insert(0, str(REPO / "tests"))  # tests/support: the launcher as tests start it
+sys.path.append(str(REPO / "tests"))  # last, so no test folder shadows a module: tests/support
 
 from bench.helpers.launched_stack import children, keep_draining, model_server  # noqa: E402
 from support.launcher import launch  # noqa: E402
