@@ -16,7 +16,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterable, Callable, Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 from pydantic_ai import Agent, RunContext, Tool, ToolFailed
@@ -238,18 +238,7 @@ class Delegation:
                 "delegation failed", extra={"agent": agent_id, "error_class": failure.error_class, "error": str(exc)}
             )
             activity.finish("failed", errorClass=failure.error_class, error=bounded(failure.message, 500))
-            turn.specialist_outcomes.append(
-                outcome_event(
-                    turn_id=turn.turn_id,
-                    trace_id=turn.trace_id,
-                    session_id=turn.session_id,
-                    agent_id=agent_id,
-                    kind="failure",
-                    goal=brief,
-                    text=failure.message,
-                    failure_class=failure.error_class,
-                )
-            )
+            _record_outcome(turn, agent_id, brief, "failure", failure.message, failure.error_class)
             await turn.hooks.observe(
                 Event.SUBAGENT_STOP,
                 target=agent_id,
@@ -261,17 +250,7 @@ class Delegation:
             turn.specialist_usage.incr(usage)
 
         turn.specialist_runs.append(SpecialistRun(thread_id, agent_id, result.all_messages()))
-        turn.specialist_outcomes.append(
-            outcome_event(
-                turn_id=turn.turn_id,
-                trace_id=turn.trace_id,
-                session_id=turn.session_id,
-                agent_id=agent_id,
-                kind="outcome",
-                goal=brief,
-                text=result.output or "(no text)",
-            )
-        )
+        _record_outcome(turn, agent_id, brief, "outcome", result.output or "(no text)")
         text = result.output
         truncated = len(text) > snapshot.delegation_result_max_chars
         if truncated:
@@ -294,3 +273,26 @@ class Delegation:
             detail={"status": "completed", "response": bounded(text), "truncated": truncated},
         )
         return text
+
+
+def _record_outcome(
+    turn: TurnContext,
+    agent_id: str,
+    brief: str,
+    kind: Literal["outcome", "failure"],
+    text: str,
+    failure_class: str = "",
+) -> None:
+    """The delegation's own outcome, published with the turn's: learning reaches the specialist it ran."""
+    turn.specialist_outcomes.append(
+        outcome_event(
+            turn_id=turn.turn_id,
+            trace_id=turn.trace_id,
+            session_id=turn.session_id,
+            agent_id=agent_id,
+            kind=kind,
+            goal=brief,
+            text=text,
+            failure_class=failure_class,
+        )
+    )
