@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from popagent_gateway.dto import WireInput, WireModel
 
@@ -24,10 +25,11 @@ class ApprovalRule(WireInput):
         }
     )
 
-    tool: Annotated[str, Field(min_length=1, max_length=200)] | None = Field(
+    # Absent, never null (a request body refuses null): the schema leaves null out.
+    tool: Annotated[str, Field(min_length=1, max_length=200)] | SkipJsonSchema[None] = Field(
         default=None, description="a tool registry key (exactly one of tool or group)"
     )
-    group: Literal["workspace-write", "shell", "browser", "secrets", "delegation"] | None = Field(
+    group: Literal["workspace-write", "shell", "browser", "secrets", "delegation"] | SkipJsonSchema[None] = Field(
         default=None, description="a tool group (exactly one of tool or group)"
     )
     decision: Literal["allow", "ask", "deny"]
