@@ -293,6 +293,10 @@ class Stack:
 
     def client(self, **kwargs: Any) -> httpx.AsyncClient:
         headers = {"x-popagent-key": API_KEY, **kwargs.pop("headers", {})}
+        # An idle connection is dropped well before the gateway closes it (its idle timeout, 5 s): with
+        # httpx's default expiry of the same 5 s, a request sent on a connection the server was just
+        # closing failed with a ReadError.
+        kwargs.setdefault("limits", httpx.Limits(keepalive_expiry=2.0))
         return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=30.0, **kwargs)
 
     def reset(self) -> None:
