@@ -286,9 +286,7 @@ def _record_outcome(
     """The delegation's own outcome, published with the turn's: learning reaches the specialist it ran."""
     turn.specialist_outcomes.append(
         outcome_event(
-            turn_id=turn.turn_id,
-            trace_id=turn.trace_id,
-            session_id=turn.session_id,
+            turn,
             agent_id=agent_id,
             kind=kind,
             goal=brief,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from popagent.events.v1 import events_pb2
+from popagent_agent_runner.context.deps import TurnContext
 from popagent_agent_runner.context.hooks import bounded
 from popagent_core.secret_text import redact_secrets
 
@@ -22,21 +23,19 @@ def evidence(text: str, limit: int) -> str:
 
 
 def outcome_event(
+    turn: TurnContext,
     *,
-    turn_id: str,
-    trace_id: str,
-    session_id: str,
     agent_id: str,
     kind: Literal["outcome", "failure"],
     goal: str,
     text: str,
     failure_class: str = "",
 ) -> events_pb2.TurnCompleted:
-    """The outcome of one agent run of a turn (the supervisor's, or a specialist's delegation) for evolution."""
+    """The outcome of one agent run of `turn` (the supervisor's, or a specialist's delegation) for evolution."""
     return events_pb2.TurnCompleted(
-        turn_id=turn_id,
-        trace_id=trace_id,
-        session_id=session_id,
+        turn_id=turn.turn_id,
+        trace_id=turn.trace_id,
+        session_id=turn.session_id,
         agent_id=agent_id,
         kind=kind,
         goal=evidence(goal, GOAL_CHARS),

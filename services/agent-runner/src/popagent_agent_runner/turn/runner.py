@@ -877,9 +877,7 @@ class TurnRunner:
         self, context: TurnContext, goal: str, kind: Literal["outcome", "failure"], text: str, failure_class: str
     ) -> events_pb2.TurnCompleted:
         return outcome_event(
-            turn_id=context.turn_id,
-            trace_id=context.trace_id,
-            session_id=context.session_id,
+            context,
             agent_id=SUPERVISOR_ID,
             kind=kind,
             goal=goal,
