@@ -25,9 +25,12 @@ MEMBER_PYPROJECTS := pyproject.toml $(wildcard libs/*/pyproject.toml services/*/
 run: setup
 	$(VPY) -m popagent_dev.launcher
 
+# A crashed worker ends the run (--max-worker-restart=0) and the summary names the test it ran:
+# xdist 3.8's loadgroup scheduler puts a replaced worker's finished groups back on the queue as
+# empty work, and the run then waits forever at its end (pytest-xdist #1378).
 test: setup
 	@npm --prefix ui run --silent size
-	$(VPY) -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+	$(VPY) -m pytest -n 2 --dist loadgroup --max-worker-restart=0 $(PYTEST_ARGS)
 
 test-fast: setup
 	$(VPY) -m pytest -x $(PYTEST_ARGS)
