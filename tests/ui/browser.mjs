@@ -1285,6 +1285,43 @@ try {
     return `task ${task.id} completed; its result renders as Markdown (a table); no axe violation in light or dark; the form says "${said}"`;
   });
 
+  await step("long task result collapsed", ["api key prompt"], async () => {
+    const created = await fetch(`${url}/api/tasks`, {
+      method: "POST",
+      headers: { "x-popagent-key": apiKey, "content-type": "application/json" },
+      body: JSON.stringify({ prompt: "Give me a long result, one line per item.", workspaceId: "popagent" }),
+    });
+    check(created.status === 201 || created.status === 200, `POST /api/tasks answered ${created.status}`);
+    const task = await created.json();
+    await page.goto(`${url}/#/tasks`);
+    const item = page.locator(`[data-testid="task-item"][data-task-id="${task.id}"]`);
+    await item.waitFor({ timeout: 15_000 });
+    await page.waitForFunction(
+      (id) => document.querySelector(`[data-testid="task-item"][data-task-id="${id}"]`)?.getAttribute("data-status") === "completed",
+      task.id,
+      { timeout: 60_000 },
+    );
+    const text = item.locator('[data-testid="task-result-text"]');
+    await text.locator('[data-testid="markdown"]').waitFor({ timeout: 15_000 });
+    const toggle = item.getByRole("button", { name: "Show all" });
+    check((await toggle.getAttribute("aria-expanded")) === "false", "the collapsed result's button is not aria-expanded=false");
+    check((await toggle.getAttribute("aria-controls")) === (await text.getAttribute("id")), "the button does not control the result");
+    const collapsed = await text.innerText();
+    check(collapsed.includes("Line 6 of the long result") && !collapsed.includes("Line 7 "), `collapsed, the result shows "${collapsed}"`);
+    const shortHeight = (await text.boundingBox())?.height ?? 0;
+    await checkAxeInBothSchemes(page, `[data-testid="task-item"][data-task-id="${task.id}"]`);
+    await toggle.click();
+    const less = item.getByRole("button", { name: "Show less" });
+    check((await less.getAttribute("aria-expanded")) === "true", "the expanded result's button is not aria-expanded=true");
+    const expanded = await text.innerText();
+    check(expanded.includes("Line 30 of the long result"), `expanded, the result ends "${expanded.slice(-80)}"`);
+    const fullHeight = (await text.boundingBox())?.height ?? 0;
+    check(fullHeight > shortHeight * 3, `expanded ${fullHeight} px tall, collapsed ${shortHeight} px`);
+    await less.click();
+    check(!(await text.innerText()).includes("Line 7 "), "Show less did not collapse the result again");
+    return `6 of 30 lines (${Math.round(shortHeight)} px) until "Show all" (${Math.round(fullHeight)} px); "Show less" collapses it; no axe violation`;
+  });
+
   await step("api key changed per browser", ["api key prompt"], async () => {
     await page.goto(`${url}/#/settings/this-browser`);
     const form = page.locator('form[data-form="ApiKey"]');

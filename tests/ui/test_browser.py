@@ -15,7 +15,8 @@ activity, double texting (a message queued while an answer streams, shown queued
 in order; queued turns listed after a reload and cancelled; interrupt and rollback), a chat that
 reopens on its model, sessions grouped by date and searched by title
 with actions in a menu, rename/archive/delete, settings (errors in words, Save only when
-changed, the unsaved-edit warning), a paused schedule, long-term memories, and the 375 px
+changed, the unsaved-edit warning), a paused schedule, a long task result shown collapsed,
+long-term memories, and the 375 px
 layout (the picker shows the model, no page scrolls sideways). Screenshots of each step go to
 tests/output/ui/.
 
@@ -95,6 +96,8 @@ def add(a, b):
 
 Inline <b>raw html</b> is dropped, and **bold** renders.
 """
+# A task's result long enough to be shown collapsed on the tasks page (its first lines).
+LONG_RESULT = "\n".join(f"- Line {n} of the long result." for n in range(1, 31))
 # The "fail once" prompt: the model refuses the first request, then answers (the UI's Retry).
 fail_once = {"armed": True}
 # The page server's guide URL, once it listens (the scripted model fetches it).
@@ -171,6 +174,8 @@ def respond(body: dict[str, Any]) -> Turn:
         if after_tool:
             return Turn.say("Noted: you like green tea.", **pieces)
         return Turn.call(ToolCall("remember", {"content": "The user likes green tea."}))
+    if "long result" in prompt.lower():
+        return Turn.say(LONG_RESULT, chunk_size=40, chunk_delay_s=0.01)
     if "markdown" in prompt.lower():
         return Turn.say(MARKDOWN, **pieces)
     if "fail once" in prompt.lower():
@@ -298,6 +303,7 @@ async def test_the_web_ui_in_a_real_browser(stack: tuple[Stack, ModelGateway, Ht
         "narrow picker shows the model",
         "unsaved changes warning",
         "task page readable",
+        "long task result collapsed",
         "streamed text",
         "delegation",
         "stop",

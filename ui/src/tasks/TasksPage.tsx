@@ -179,6 +179,47 @@ export function TasksPage(props: { models: ModelsOut | undefined; workspaces: Wo
   );
 }
 
+// A long result shows its first lines until asked: a once-a-minute schedule's answers would
+// otherwise fill the page. A little more than that is shown whole (the button would hide little).
+const PREVIEW_LINES = 6;
+const PREVIEW_CHARS = 400;
+
+/** The start of a long result (up to PREVIEW_LINES lines, PREVIEW_CHARS characters); `null` for a short one. */
+export function previewOf(text: string): string | null {
+  const whole = text.trimEnd();
+  const lines = whole.split("\n");
+  if (lines.length <= PREVIEW_LINES + 2 && whole.length <= PREVIEW_CHARS * 1.5) return null;
+  let preview = lines.slice(0, PREVIEW_LINES).join("\n");
+  if (preview.length > PREVIEW_CHARS) {
+    const space = preview.lastIndexOf(" ", PREVIEW_CHARS);
+    preview = `${preview.slice(0, space > PREVIEW_CHARS / 2 ? space : PREVIEW_CHARS).trimEnd()} …`;
+  }
+  return preview;
+}
+
+function TaskResult(props: { text: string }) {
+  const id = useId();
+  const [expanded, setExpanded] = useState(false);
+  const preview = previewOf(props.text);
+  const shown = preview !== null && !expanded ? preview : props.text;
+  return (
+    <div className="task-result" data-testid="task-result">
+      <span className="tool-label">Result</span>
+      <div id={id} data-testid="task-result-text" data-collapsed={shown !== props.text}>
+        <Suspense fallback={<p className="pre-line">{shown}</p>}>
+          {/* A cut preview may end inside a code block or emphasis: closed as a streamed answer is. */}
+          <Markdown text={shown} streaming={shown !== props.text} />
+        </Suspense>
+      </div>
+      {preview !== null ? (
+        <button type="button" className="small ghost" aria-expanded={expanded} aria-controls={id} onClick={() => setExpanded((open) => !open)}>
+          {expanded ? "Show less" : "Show all"}
+        </button>
+      ) : null}
+    </div>
+  );
+}
+
 function TaskItem(props: {
   task: TaskOut;
   onCancel: () => void;
@@ -226,14 +267,7 @@ function TaskItem(props: {
           {task.lastError}
         </p>
       ) : null}
-      {task.outcome ? (
-        <div className="task-result" data-testid="task-result">
-          <span className="tool-label">Result</span>
-          <Suspense fallback={<p className="pre-line">{task.outcome}</p>}>
-            <Markdown text={task.outcome} streaming={false} />
-          </Suspense>
-        </div>
-      ) : null}
+      {task.outcome ? <TaskResult text={task.outcome} /> : null}
       {task.resolution ? <p className="small-text">Resolved: {task.resolution}</p> : null}
       {task.progress.length ? (
         <p className="small-text task-latest" data-testid="task-latest-progress">
