@@ -1322,6 +1322,52 @@ try {
     return `6 of 30 lines (${Math.round(shortHeight)} px) until "Show all" (${Math.round(fullHeight)} px); "Show less" collapses it; no axe violation`;
   });
 
+  await step("theme toggle", ["api key prompt"], async () => {
+    await page.emulateMedia({ colorScheme: "light" });
+    await page.goto(`${url}/#/chat`);
+    const picker = page.getByRole("combobox", { name: "Theme" });
+    await picker.waitFor({ timeout: 10_000 });
+    const background = () => page.evaluate(() => getComputedStyle(document.body).backgroundColor);
+    const theme = () => page.evaluate(() => document.documentElement.getAttribute("data-theme"));
+    check((await picker.inputValue()) === "system", `the picker starts at "${await picker.inputValue()}"`);
+    const light = await background();
+    await picker.selectOption("dark");
+    const dark = await background();
+    check((await theme()) === "dark", `data-theme is ${await theme()} after picking Dark`);
+    // styles.css's dark --bg (#15161a) and light one (#f7f7f8).
+    check(light === "rgb(247, 247, 248)" && dark === "rgb(21, 22, 26)", `the background is ${light}, then ${dark} after picking Dark`);
+    const stored = await page.evaluate(() => localStorage.getItem("popagent.theme"));
+    check(stored === "dark", `localStorage keeps ${stored}`);
+    await checkAxeInBothSchemes(page, ".topbar");
+    await page.screenshot({ path: resolve(outDir, "chat-dark-1440.png") });
+    await page.reload();
+    await picker.waitFor({ timeout: 10_000 });
+    check((await picker.inputValue()) === "dark" && (await background()) === dark, "a reload lost the dark theme");
+    // Applied before the first paint: with the app's script refused, the page is dark all the same.
+    const appScript = /\/assets\/index-[^/]*\.js$/;
+    await page.route(appScript, (route) => route.abort());
+    try {
+      await page.reload();
+      await page.waitForLoadState("load");
+      check((await theme()) === "dark" && (await background()) === dark, "without the app's script, the reload is not dark");
+    } finally {
+      await page.unroute(appScript);
+    }
+    await page.reload();
+    await picker.waitFor({ timeout: 10_000 });
+    // A picked scheme wins over the system's; System follows it.
+    await page.emulateMedia({ colorScheme: "dark" });
+    await picker.selectOption("light");
+    check((await background()) === light, "Light under a dark system is not light");
+    await picker.selectOption("system");
+    check((await theme()) === null && (await background()) === dark, "System under a dark system is not dark");
+    await page.emulateMedia({ colorScheme: "light" });
+    check((await background()) === light, "System under a light system is not light");
+    const forgotten = await page.evaluate(() => localStorage.getItem("popagent.theme"));
+    check(forgotten === null, `System leaves ${forgotten} in localStorage`);
+    return `Dark (${dark}) kept through a reload and set before the app runs; Light and System follow; back to System (${light})`;
+  });
+
   await step("api key changed per browser", ["api key prompt"], async () => {
     await page.goto(`${url}/#/settings/this-browser`);
     const form = page.locator('form[data-form="ApiKey"]');

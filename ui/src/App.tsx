@@ -8,6 +8,7 @@ import { ApiKeyDialog } from "./common/ApiKeyDialog";
 import { useConfirm } from "./common/confirm";
 import { clearUnsaved, hasUnsaved } from "./common/unsaved";
 import { Icon } from "./common/Icon";
+import { ThemePicker } from "./common/ThemePicker";
 import { useLoad } from "./common/useLoad";
 import { PAGES } from "./pages";
 import { pageIdOf, useRoute } from "./route";
@@ -121,6 +122,7 @@ export function App() {
             </a>
           ))}
         </nav>
+        <ThemePicker />
       </header>
       <div className="layout">
         {route.page === "chat" ? (

@@ -16,6 +16,7 @@ const PATHS = {
   trace: "M4 6h10M4 12h16M4 18h7",
   more: "M5 12h.01M12 12h.01M19 12h.01",
   search: "M11 18a7 7 0 1 0 0-14 7 7 0 0 0 0 14zM21 21l-5-5",
+  theme: "M12 3a9 9 0 1 0 0 18 9 9 0 0 0 0-18zM12 3v18M12 8l5-4M12 13l8-6M12 18l8-6",
 } as const;
 
 export type IconName = keyof typeof PATHS;
