@@ -1368,6 +1368,57 @@ try {
     return `Dark (${dark}) kept through a reload and set before the app runs; Light and System follow; back to System (${light})`;
   });
 
+  await step("shortcuts sheet", ["api key prompt"], async () => {
+    await page.goto(`${url}/#/chat`);
+    const newChat = page.getByRole("button", { name: "New chat" });
+    await newChat.waitFor({ timeout: 10_000 });
+    const focusedId = () => page.evaluate(() => document.activeElement?.id ?? "");
+    const sheet = page.getByRole("dialog", { name: "Keyboard shortcuts" });
+    await newChat.focus();
+    await page.keyboard.press("?");
+    await sheet.waitFor({ timeout: 5_000 });
+    check((await sheet.getAttribute("aria-modal")) === "true", "the sheet is not aria-modal");
+    check(await sheet.getByRole("heading", { name: "Keyboard shortcuts" }).isVisible(), "the sheet has no heading");
+    const listed = await sheet.locator('[data-testid="shortcut-list"]').innerText();
+    for (const row of ["Focus the message box", "Start a new chat", "Search chats", "Send the message"]) {
+      check(listed.includes(row), `the sheet does not list "${row}"`);
+    }
+    await checkAxeInBothSchemes(page, '[role="dialog"]');
+    await page.keyboard.press("Escape");
+    await sheet.waitFor({ state: "hidden", timeout: 5_000 });
+    check(await newChat.evaluate((node) => node === document.activeElement), "Escape did not give focus back to where it was");
+    await page.keyboard.press("Shift+Slash");
+    await sheet.waitFor({ timeout: 5_000 });
+    await sheet.getByRole("button", { name: "Close" }).click();
+    await sheet.waitFor({ state: "hidden", timeout: 5_000 });
+    // "/" focuses the message box; there "?" is a character, not the sheet.
+    await newChat.focus();
+    await page.keyboard.press("/");
+    check((await focusedId()) === "composer-input", `"/" focused #${await focusedId()}`);
+    await page.keyboard.press("?");
+    check(!(await sheet.isVisible()) && (await composer().inputValue()) === "?", "typing ? in the message box opened the sheet");
+    await composer().fill("");
+    await page.keyboard.press("Control+k");
+    check((await focusedId()) === "chat-search", `Ctrl+K focused #${await focusedId()}`);
+    await page.goto(`${url}/#/tasks`);
+    await page.locator("main h1").first().waitFor({ timeout: 10_000 });
+    await page.keyboard.press("Control+Shift+O");
+    await page.waitForFunction(() => location.hash === "#/chat" && document.activeElement?.id === "composer-input", null, { timeout: 5_000 });
+    // From another page, and on a phone where the search is in the closed drawer.
+    await page.setViewportSize(NARROW);
+    try {
+      await page.goto(`${url}/#/tasks`);
+      await page.locator("main h1").first().waitFor({ timeout: 10_000 });
+      await page.keyboard.press("Control+k");
+      await page.waitForFunction(() => location.hash === "#/chat" && document.activeElement?.id === "chat-search", null, { timeout: 5_000 });
+      const drawer = await page.getByRole("button", { name: "Hide chats" }).getAttribute("aria-expanded");
+      check(drawer === "true", `the drawer holding the search is not open (aria-expanded ${drawer})`);
+    } finally {
+      await page.setViewportSize(WIDE);
+    }
+    return `? opens the sheet (Escape and Close close it, focus given back); / focuses the message box; Ctrl+K the chat search (from the tasks page on a phone too, drawer opened); Ctrl+Shift+O a new chat from the tasks page`;
+  });
+
   await step("api key changed per browser", ["api key prompt"], async () => {
     await page.goto(`${url}/#/settings/this-browser`);
     const form = page.locator('form[data-form="ApiKey"]');

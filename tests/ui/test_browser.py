@@ -17,7 +17,7 @@ reopens on its model, sessions grouped by date and searched by title
 with actions in a menu, rename/archive/delete, settings (errors in words, Save only when
 changed, the unsaved-edit warning), a paused schedule, a long task result shown collapsed,
 long-term memories, the theme picker (dark kept through a reload, set before the app's script
-runs), and the 375 px
+runs), the keyboard shortcuts sheet and its shortcuts, and the 375 px
 layout (the picker shows the model, no page scrolls sideways). Screenshots of each step go to
 tests/output/ui/.
 
@@ -306,6 +306,7 @@ async def test_the_web_ui_in_a_real_browser(stack: tuple[Stack, ModelGateway, Ht
         "task page readable",
         "long task result collapsed",
         "theme toggle",
+        "shortcuts sheet",
         "streamed text",
         "delegation",
         "stop",

@@ -9,9 +9,10 @@ import { useConfirm } from "./common/confirm";
 import { clearUnsaved, hasUnsaved } from "./common/unsaved";
 import { Icon } from "./common/Icon";
 import { ThemePicker } from "./common/ThemePicker";
+import { ShortcutsSheet, shortcutOf } from "./common/shortcuts";
 import { useLoad } from "./common/useLoad";
 import { PAGES } from "./pages";
-import { pageIdOf, useRoute } from "./route";
+import { pageIdOf, parseRoute, useRoute } from "./route";
 import { Sidebar } from "./sessions/Sidebar";
 // Tasks and settings are their own chunks: the chat's first paint does not wait for them.
 const SettingsPage = lazy(() => import("./settings/SettingsPage").then((module) => ({ default: module.SettingsPage })));
@@ -54,29 +55,42 @@ export function App() {
   );
   const main = useRef<HTMLElement>(null);
 
-  // Following a link inside the app with unsaved edits asks first (closing the tab asks too).
+  // Following a link inside the app (or a shortcut's page) with unsaved edits asks first (closing
+  // the tab asks too).
   const [leaveDialog, confirm] = useConfirm();
-  useEffect(() => {
-    const onClick = (event: MouseEvent) => {
-      const link = (event.target as Element | null)?.closest?.("a[href^='#']");
-      const target = link?.getAttribute("href");
+  const leaveTo = useCallback(
+    async (target: string): Promise<boolean> => {
       const unsaved = hasUnsaved();
-      if (!target || target === window.location.hash || !unsaved.length || event.defaultPrevented) return;
-      event.preventDefault();
-      void confirm({
+      if (!unsaved.length) {
+        window.location.hash = target;
+        return true;
+      }
+      return confirm({
         title: "Leave without saving?",
         message: <p>Your changes to {unsaved.join(", ")} are not saved yet. Leave this page and lose them?</p>,
         confirmLabel: "Leave without saving",
         danger: true,
       }).then((leave) => {
-        if (!leave) return;
-        clearUnsaved();
-        window.location.hash = target;
+        if (leave) {
+          clearUnsaved();
+          window.location.hash = target;
+        }
+        return leave;
       });
+    },
+    [confirm],
+  );
+  useEffect(() => {
+    const onClick = (event: MouseEvent) => {
+      const link = (event.target as Element | null)?.closest?.("a[href^='#']");
+      const target = link?.getAttribute("href");
+      if (!target || target === window.location.hash || !hasUnsaved().length || event.defaultPrevented) return;
+      event.preventDefault();
+      void leaveTo(target);
     };
     document.addEventListener("click", onClick, true);
     return () => document.removeEventListener("click", onClick, true);
-  }, [confirm]);
+  }, [leaveTo]);
 
   // Moving to another page puts focus on its main region, as a page load would.
   const page = route.page === "chat" ? `chat:${route.sessionId ?? ""}` : pageIdOf(route);
@@ -89,6 +103,50 @@ export function App() {
     }
     if (route.page !== "chat") main.current?.focus();
   }, [page, route.page]);
+
+  // Keyboard shortcuts (common/shortcuts.tsx lists them in the `?` sheet).
+  const [sheetOpen, setSheetOpen] = useState(false);
+  // Ctrl/⌘+K asked for the chat search: focused once the chat page, and on a narrow screen the
+  // drawer holding it, are shown.
+  const [searchWanted, setSearchWanted] = useState(false);
+  useEffect(() => {
+    const onKey = (event: KeyboardEvent) => {
+      const action = shortcutOf(event);
+      if (!action) return;
+      if (action === "composer") {
+        const composer = document.getElementById("composer-input");
+        if (!composer) return;
+        composer.focus();
+      } else if (action === "sheet") {
+        setSheetOpen(true);
+      } else if (action === "newChat") {
+        setArchived(false);
+        const now = parseRoute(window.location.hash);
+        // A new chat's message box focuses itself when it appears; on the new chat already, this one.
+        if (now.page === "chat" && !now.sessionId) document.getElementById("composer-input")?.focus();
+        else void leaveTo("#/chat");
+      } else if (parseRoute(window.location.hash).page === "chat") {
+        setSearchWanted(true);
+      } else {
+        void leaveTo("#/chat").then((left) => left && setSearchWanted(true));
+      }
+      event.preventDefault();
+    };
+    document.addEventListener("keydown", onKey);
+    return () => document.removeEventListener("keydown", onKey);
+  }, [leaveTo]);
+  useEffect(() => {
+    if (!searchWanted || route.page !== "chat") return;
+    const search = document.getElementById("chat-search");
+    if (!search) return;
+    // Hidden in the closed drawer (narrow screens): open it first, then this runs again.
+    if (getComputedStyle(search).visibility === "hidden") {
+      if (!drawerOpen) setDrawerOpen(true);
+      return;
+    }
+    search.focus();
+    setSearchWanted(false);
+  }, [searchWanted, route.page, drawerOpen]);
 
   // Every sessions list (active, archived, per workspace) is stale after a change.
   const refreshSessions = useCallback(() => void queries.invalidateQueries({ queryKey: ["sessions"] }), [queries]);
@@ -168,6 +226,7 @@ export function App() {
         </main>
       </div>
       <ApiKeyDialog />
+      <ShortcutsSheet open={sheetOpen} onClose={() => setSheetOpen(false)} />
       {leaveDialog}
     </div>
   );

@@ -52,7 +52,8 @@ export function Sidebar(props: {
   onNavigate: () => void;
 }) {
   const filterId = useId();
-  const searchId = useId();
+  // Fixed: App's Ctrl/⌘+K shortcut focuses it.
+  const searchId = "chat-search";
   const [search, setSearch] = useState("");
   const groups = useMemo(() => {
     const needle = search.trim().toLowerCase();
