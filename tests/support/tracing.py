@@ -28,6 +28,7 @@ class _Switch(Sampler):
 
     def __init__(self) -> None:
         self.on = False
+        self.sampler: Sampler = SAMPLER  # what the services sample with while on
         # The (name, kind) of every span the sampler is asked about, while a test listens.
         self.asked: list[tuple[str, SpanKind | None]] | None = None
 
@@ -43,7 +44,7 @@ class _Switch(Sampler):
     ) -> SamplingResult:
         if self.asked is not None:
             self.asked.append((name, kind))
-        sampler = SAMPLER if self.on else ALWAYS_OFF
+        sampler = self.sampler if self.on else ALWAYS_OFF
         return sampler.should_sample(parent_context, trace_id, name, kind, attributes, links, trace_state)
 
     def get_description(self) -> str:
@@ -80,14 +81,15 @@ class Spans:
 
 
 @contextlib.contextmanager
-def collecting_spans() -> Iterator[Spans]:
+def collecting_spans(sampler: Sampler = SAMPLER) -> Iterator[Spans]:
+    """The spans recorded meanwhile, the services sampling with `sampler` (theirs by default)."""
     _install()
     _exporter.clear()
-    _switch.on = True
+    _switch.on, _switch.sampler = True, sampler
     try:
         yield Spans()
     finally:
-        _switch.on = False
+        _switch.on, _switch.sampler = False, SAMPLER
 
 
 @contextlib.contextmanager

@@ -33,7 +33,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.id_generator import IdGenerator
-from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, Sampler
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, Sampler, TraceIdRatioBased
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 TRACER = trace.get_tracer("popagent")
@@ -41,6 +41,9 @@ TRACER = trace.get_tracer("popagent")
 # The standard switch (`OTEL_SDK_DISABLED`), honoured here since the SDK leaves it to the distro.
 _DISABLED_VARIABLE = "OTEL_SDK_DISABLED"
 _OTLP_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+# The standard sampler variables; the SDK reads them only when no sampler is given, and one always is.
+SAMPLER_VARIABLE = "OTEL_TRACES_SAMPLER"
+SAMPLER_ARG_VARIABLE = "OTEL_TRACES_SAMPLER_ARG"
 
 _libraries_instrumented = False
 
@@ -174,6 +177,70 @@ SAMPLER = _NoTransactionStatements(
 )
 
 
+class _RatioOfRoots(Sampler):
+    """A root that starts somewhere (as `_NoParentlessClientSpans`) is kept for a share of trace ids."""
+
+    def __init__(self, ratio: float) -> None:
+        self.ratio = TraceIdRatioBased(ratio)
+
+    def should_sample(self, parent_context, trace_id, name, kind=None, attributes=None, links=None, trace_state=None):  # type: ignore[no-untyped-def]
+        sampler = ALWAYS_OFF if kind is SpanKind.CLIENT else self.ratio
+        return sampler.should_sample(parent_context, trace_id, name, kind, attributes, links, trace_state)
+
+    def get_description(self) -> str:
+        return f"RatioOfRoots{{{self.ratio.rate}}}"
+
+
+def ratio_sampler(ratio: float) -> Sampler:
+    """A share of the traces, decided by the trace id alone: every process that sees a trace id makes
+    the same choice, so a turn is recorded in all its processes or in none, whatever flag a caller
+    sent (an instrumented HTTP client sends "not sampled" for calls it did not record). Under a
+    local parent the parent decides; transaction statements and parentless client spans stay out."""
+    ratio_of_roots = _RatioOfRoots(ratio)
+    return _NoTransactionStatements(
+        ParentBased(
+            root=ratio_of_roots,
+            remote_parent_sampled=TraceIdRatioBased(ratio),
+            remote_parent_not_sampled=ratio_of_roots,
+        )
+    )
+
+
+_SAMPLER_NAMES = (
+    "always_on",
+    "parentbased_always_on",
+    "always_off",
+    "parentbased_always_off",
+    "traceidratio",
+    "parentbased_traceidratio",
+)
+
+
+def sampler_from(environ: Mapping[str, str] = os.environ) -> Sampler:
+    """The sampler `OTEL_TRACES_SAMPLER` (and `_ARG`) ask for; ValueError naming the variable otherwise.
+
+    Unset or `(parentbased_)always_on`: every trace (`SAMPLER`). `(parentbased_)traceidratio` with
+    `OTEL_TRACES_SAMPLER_ARG` in [0, 1] (1 when unset, as the specification says): that share of
+    traces (`ratio_sampler`); `(parentbased_)always_off`: ratio 0. Both spellings of each mean the
+    same here: the decision follows the trace id, so the processes of one turn never disagree.
+    """
+    name = environ.get(SAMPLER_VARIABLE, "").strip().lower()
+    if name not in ("", *_SAMPLER_NAMES):
+        raise ValueError(f"{SAMPLER_VARIABLE}={name!r} is not one of {', '.join(_SAMPLER_NAMES)}")
+    if name in ("", "always_on", "parentbased_always_on"):
+        return SAMPLER
+    if name.endswith("always_off"):
+        return ratio_sampler(0.0)
+    raw = environ.get(SAMPLER_ARG_VARIABLE, "").strip() or "1"
+    try:
+        ratio = float(raw)
+    except ValueError:
+        ratio = -1.0
+    if not 0.0 <= ratio <= 1.0:
+        raise ValueError(f"{SAMPLER_ARG_VARIABLE}={raw!r} must be a number from 0 to 1 (the share of traces kept)")
+    return ratio_sampler(ratio)
+
+
 # The name every named query is sent with (`db.load_queries`: a leading `/* name */`).
 _QUERY_NAME = re.compile(r"/\* (\w+) \*/")
 
@@ -224,7 +291,12 @@ def configure_telemetry(service: str) -> TracerProvider | None:
     """
     if not tracing_enabled():
         return None
-    provider = build_provider(service)
+    try:
+        sampler = sampler_from()
+    except ValueError as error:
+        sys.stderr.write(f"popagent-{service}: bad configuration: {error}\n")
+        raise SystemExit(2) from None
+    provider = build_provider(service, sampler=sampler)
     trace.set_tracer_provider(provider)
     instrument_libraries(httpx="httpx" in sys.modules)
     return provider
