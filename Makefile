@@ -20,7 +20,7 @@ UI_SOURCES := $(shell find ui/src ui/scripts -type f -not -name '*.gen.*' 2>/dev
 GATEWAY_SOURCES := $(shell find services/gateway/src -name '*.py')
 MEMBER_PYPROJECTS := pyproject.toml $(wildcard libs/*/pyproject.toml services/*/pyproject.toml)
 
-.PHONY: run test test-fast lint typecheck protos setup system-deps bench constraints compose-config clean ui
+.PHONY: run test test-fast lint typecheck protos setup system-deps bench bench-smoke constraints compose-config clean ui
 
 run: setup
 	$(VPY) -m popagent_dev.launcher
@@ -93,6 +93,10 @@ $(PROTO_STAMP): $(PROTO_FILES) $(SYNC_STAMP)
 bench: setup
 	# -P: the bench folder is not put on sys.path, so no bench script can shadow a module.
 	for b in bench/*.py; do echo "== $$b"; $(VPY) -P $$b || exit 1; done
+
+# The chat path against the model's own stream, every target printed; fails past twice a target.
+bench-smoke: setup
+	$(VPY) -P bench/chat.py --smoke
 
 # The pin list (no hashes, no download addresses) used by deploy/Dockerfile.
 constraints: $(SYNC_STAMP)

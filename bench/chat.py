@@ -23,7 +23,13 @@ processes' idle background work (and /proc's 10 ms resolution), at fifty they ar
 cost. For the stack, the time to the response head
 (the gateway answers once the runner's first batch, `start`, arrived) is printed as well, traced and
 untraced: whether tracing's cost lies before the runner's turn starts or in it.
-Targets: added time to first token <= 15 ms p50; stack throughput >= 90% of direct.
+Targets (`TARGETS`), each printed with ok or MISSED: unpaced, a turn at most 1.5x direct's at 1 and 20
+chats, and at most +5 ms (1 chat) and +20 ms (20 chats) to the first token; paced, a turn at most
++10 ms at 1 chat, at most 1.10x and +25 ms to the first token at 20 chats.
+
+`--smoke` (`make bench-smoke`, under two minutes): one traced stack per pacing (unpaced, and paced as
+a model that answers after 50 ms and then sends a chunk every 2 ms), 1 and 20 chats against direct,
+every target printed; it exits 1 when a figure is worse than twice its target.
 
 Tracing: the same run starts two pairs of stacks, each pair a traced one, which exports every span
 to its own observability database as in production, and one with `OTEL_SDK_DISABLED=true` (no tracer
@@ -40,9 +46,11 @@ NATS's included) times a turn's chunks.
 Targets for the cost of tracing: time to first token +<= 1 ms p50, stream throughput at most 3 % lower.
 `--untraced-twice` runs the same comparison with every stack untraced (an A/A run): what it
 prints as tracing's cost is the stacks' own difference, the noise a real figure must exceed.
+`--sample-ratio R` has the traced stacks record a share R of the traces (OTEL_TRACES_SAMPLER): with 0,
+what it prints as tracing's cost is what an unsampled turn costs against tracing off.
 
     .venv/bin/python bench/chat.py [--chunks 200] [--chunk-delay-ms 5] [--rounds 4] [--levels 1,50]
-                                   [--runner-workers N] [--untraced-twice]
+                                   [--runner-workers N] [--untraced-twice] [--sample-ratio R]
 """
 
 from __future__ import annotations
@@ -137,10 +145,17 @@ def postmaster_pid(data_dir: Path) -> int:
 
 
 @contextlib.asynccontextmanager
-async def model_server(chunks: int, chunk_delay_s: float) -> AsyncIterator[tuple[str, int]]:
+async def model_server(
+    chunks: int, chunk_delay_s: float, first_byte_delay_s: float = 0.0
+) -> AsyncIterator[tuple[str, int]]:
     """(url, pid) of the scripted server answering one streamed text of `chunks` chunks, forever."""
     text = "".join(f"{n % 1000:03d} " for n in range(chunks))
-    turn = {"text": text, "chunk_size": CHUNK_CHARS, "chunk_delay_s": chunk_delay_s}
+    turn = {
+        "text": text,
+        "chunk_size": CHUNK_CHARS,
+        "chunk_delay_s": chunk_delay_s,
+        "first_byte_delay_s": first_byte_delay_s,
+    }
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as script:
         # The catalog lists the seeded default and the specialists' override too, as 9Router does:
         # the gateway refuses a chat whose agents would run on a model the catalog lacks.
@@ -173,11 +188,18 @@ def runner_address(pid: int) -> str:
 
 @contextlib.asynccontextmanager
 async def stack(
-    data: Path, model_url: str, runner_workers: int, *, tracing: bool = True, runner_env: dict[str, str] | None = None
+    data: Path,
+    model_url: str,
+    runner_workers: int,
+    *,
+    tracing: bool = True,
+    runner_env: dict[str, str] | None = None,
+    sample_ratio: float | None = None,
 ) -> AsyncIterator[tuple[str, dict[str, int]]]:
     """(gateway url, pid by process) of hooks, agent-runner's workers and the gateway on embedded PostgreSQL and
     NATS (their pids too: PostgreSQL's CPU is its server's and its backends'). `tracing=False`: OTEL_SDK_DISABLED.
-    `runner_env`: more settings for every agent-runner worker."""
+    `runner_env`: more settings for every agent-runner worker. `sample_ratio`: the share of traces recorded
+    (OTEL_TRACES_SAMPLER=parentbased_traceidratio), every trace when None."""
     tokens, callers = generate_credentials()
     runners = [f"127.0.0.1:{embedded.free_port()}" for _ in range(runner_workers)]
     addresses = {"hooks": f"127.0.0.1:{embedded.free_port()}"} | {
@@ -193,6 +215,8 @@ async def stack(
         base = {k: v for k, v in os.environ.items() if not k.startswith(("POPAGENT_", "NINEROUTER_", "OTEL_"))}
         if not tracing:
             base["OTEL_SDK_DISABLED"] = "true"
+        elif sample_ratio is not None:
+            base |= {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": str(sample_ratio)}
         base |= {
             "DATABASE_URL": dsn,
             "OBSERVABILITY_DATABASE_URL": observability_dsn,
@@ -387,8 +411,63 @@ def p50_ms(values: list[float]) -> float:
     return statistics.median(values) * 1000
 
 
+# The chat path's targets against direct, by (paced, concurrent chats): (figure, unit, target). "total"
+# is a turn's duration (p50), as a ratio ("x") or as the time added ("ms"); "first token" is the time
+# added to the first text (p50).
+TARGETS: dict[tuple[bool, int], list[tuple[str, str, float]]] = {
+    (False, 1): [("total", "x", 1.5), ("first token", "ms", 5.0)],
+    (False, 20): [("total", "x", 1.5), ("first token", "ms", 20.0)],
+    (True, 1): [("total", "ms", 10.0)],
+    (True, 20): [("total", "x", 1.10), ("first token", "ms", 25.0)],
+}
+
+
+@dataclass
+class Verdict:
+    figure: str
+    value: float
+    target: float
+    unit: str
+
+    @property
+    def ok(self) -> bool:
+        return self.value <= self.target
+
+    @property
+    def past_twice_the_target(self) -> bool:
+        """What the smoke run fails on: a regression, not the distance still to go."""
+        return self.value > 2 * self.target
+
+    def line(self) -> str:
+        sign = "+" if self.unit == "ms" else ""
+        shown = f"{self.value:{sign}.2f} {self.unit}" if self.unit == "ms" else f"{self.value:.2f}x"
+        target = f"{sign}{self.target:g} ms" if self.unit == "ms" else f"{self.target:g}x"
+        return f"  {self.figure:<34} {shown:>11}  (target <= {target}: {'ok' if self.ok else 'MISSED'})"
+
+
+def verdicts(paced: bool, concurrency: int, direct: list[Turn], through: list[Turn]) -> list[Verdict]:
+    """The targets for this pacing and level (none for other levels), judged on the turns' p50s."""
+    pace = "paced" if paced else "unpaced"
+    chats = f"{concurrency} chat{'s' if concurrency > 1 else ''}"
+    found = []
+    for figure, unit, target in TARGETS.get((paced, concurrency), []):
+        if figure == "total":
+            stack_s, direct_s = p50_ms([t.seconds for t in through]), p50_ms([t.seconds for t in direct])
+            value = stack_s / direct_s if unit == "x" else stack_s - direct_s
+        else:
+            value = p50_ms([t.ttft for t in through]) - p50_ms([t.ttft for t in direct])
+        found.append(Verdict(f"{figure}, {chats}, {pace}", value, target, unit))
+    return found
+
+
 async def run(
-    chunks: int, chunk_delay_s: float, rounds: int, levels: list[int], runner_workers: int, same_twice: bool
+    chunks: int,
+    chunk_delay_s: float,
+    rounds: int,
+    levels: list[int],
+    runner_workers: int,
+    same_twice: bool,
+    sample_ratio: float | None,
 ) -> None:
     with tempfile.TemporaryDirectory(prefix="popagent-bench-chat-") as tmp:
         async with contextlib.AsyncExitStack() as stacks:
@@ -397,7 +476,13 @@ async def run(
 
             async def started(name: str, tracing: bool) -> tuple[str, dict[str, int]]:
                 url, pids = await stacks.enter_async_context(
-                    stack(Path(tmp) / name, model_url, runner_workers, tracing=tracing and not same_twice)
+                    stack(
+                        Path(tmp) / name,
+                        model_url,
+                        runner_workers,
+                        tracing=tracing and not same_twice,
+                        sample_ratio=sample_ratio,
+                    )
                 )
                 return url, pids | extra_pids
 
@@ -471,10 +556,10 @@ async def run(
                     for name in order:
                         turn, pids = pairs[block % 2][name]
                         results[name].append(await run_level(turn, concurrency, share, stream_s, pids))
-                report(concurrency, chunks, results)
+                report(concurrency, chunks, results, paced=chunk_delay_s > 0)
 
 
-def report(concurrency: int, chunks: int, results: dict[str, list[Level]]) -> None:
+def report(concurrency: int, chunks: int, results: dict[str, list[Level]], paced: bool) -> None:
     summary: dict[str, dict[str, float]] = {}
     for name, levels in results.items():
         ttfts = [t.ttft for level in levels for t in level.turns]
@@ -501,8 +586,15 @@ def report(concurrency: int, chunks: int, results: dict[str, list[Level]]) -> No
             f"  {name:<8} time to first token p50 {row['ttft_p50']:7.2f} ms  p90 {row['ttft_p90']:7.2f} ms   "
             f"{row['tokens_per_s']:9.0f} tokens/s"
         )
-    print(f"  added time to first token (p50): {added:+.2f} ms  (target <= 15 ms: {'ok' if added <= 15 else 'MISSED'})")
-    print(f"  stack throughput / direct: {ratio:.1%}  (target >= 90%: {'ok' if ratio >= 0.9 else 'MISSED'})")
+    print(f"  added time to first token (p50): {added:+.2f} ms, stack throughput / direct: {ratio:.1%}")
+    direct_turns = [t for level in results["direct"] for t in level.turns]
+    stack_turns = [t for level in results["stack"] for t in level.turns]
+    print(
+        f"  turn p50: direct {p50_ms([t.seconds for t in direct_turns]):.2f} ms,"
+        f" stack {p50_ms([t.seconds for t in stack_turns]):.2f} ms"
+    )
+    for verdict in verdicts(paced, concurrency, direct_turns, stack_turns):
+        print(verdict.line())
     tracing_ttft = through["ttft_p50"] - untraced["ttft_p50"]
     tracing_ratio = through["tokens_per_s"] / untraced["tokens_per_s"]
     print(
@@ -542,6 +634,48 @@ def report(concurrency: int, chunks: int, results: dict[str, list[Level]]) -> No
     print()
 
 
+SMOKE_LEVELS = (1, 20)
+SMOKE_PACING = {False: (0.0, 0.0), True: (0.002, 0.05)}  # paced: (between chunks, before the first), s
+
+
+async def smoke(chunks: int, runner_workers: int) -> list[Verdict]:
+    """Every target at 1 and 20 chats, unpaced and paced, one traced stack each; direct and stack
+    alternate in blocks so a drift of the machine weighs on both."""
+    found: list[Verdict] = []
+    for paced, (chunk_delay_s, first_byte_delay_s) in SMOKE_PACING.items():
+        with tempfile.TemporaryDirectory(prefix="popagent-bench-smoke-") as tmp:
+            async with contextlib.AsyncExitStack() as stacks:
+                model_url, model_pid = await stacks.enter_async_context(
+                    model_server(chunks, chunk_delay_s, first_byte_delay_s)
+                )
+                url, pids = await stacks.enter_async_context(stack(Path(tmp) / "smoke", model_url, runner_workers))
+                pids |= {"model-server": model_pid}
+                async with httpx.AsyncClient(timeout=30) as client:
+                    sessions = []
+                    for _ in range(max(SMOKE_LEVELS)):
+                        created = await client.post(
+                            f"{url}/api/sessions", json={"title": "bench"}, headers={"x-popagent-key": API_KEY}
+                        )
+                        created.raise_for_status()
+                        sessions.append(created.json()["id"])
+                paths = {"direct": direct_turn(model_url), "stack": stack_turn(url, sessions)}
+                stream_s = chunks * chunk_delay_s + first_byte_delay_s
+                for turn in paths.values():
+                    await run_level(turn, max(SMOKE_LEVELS), 2, stream_s, pids)
+                for concurrency in SMOKE_LEVELS:
+                    turns: dict[str, list[Turn]] = {"direct": [], "stack": []}
+                    for block in range(4):
+                        order = ("direct", "stack") if block % 2 == 0 else ("stack", "direct")
+                        for name in order:
+                            each = max(1, 5 // concurrency)
+                            level = await run_level(paths[name], concurrency, each, stream_s, pids)
+                            turns[name] += level.turns
+                    for verdict in verdicts(paced, concurrency, turns["direct"], turns["stack"]):
+                        print(verdict.line(), flush=True)
+                        found.append(verdict)
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--chunks", type=int, default=200, help="chunks of 4 characters per answer")
@@ -556,10 +690,37 @@ def main() -> None:
         action="store_true",
         help="an A/A run: every stack untraced, so the printed cost of tracing is the comparison's own noise",
     )
+    parser.add_argument(
+        "--sample-ratio",
+        type=float,
+        default=None,
+        help="the traced stacks record this share of traces (OTEL_TRACES_SAMPLER_ARG); 0: tracing on, nothing sampled",
+    )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="every target at 1 and 20 chats, unpaced and paced, in under two minutes; exit 1 past twice a target",
+    )
     args = parser.parse_args()
+    if args.smoke:
+        print(f"chat bench, smoke: {args.chunks} chunks of {CHUNK_CHARS} characters per turn, against direct")
+        found = uvloop.run(smoke(args.chunks, args.runner_workers))
+        regressed = [verdict for verdict in found if verdict.past_twice_the_target]
+        if regressed:
+            print(f"worse than twice the target: {', '.join(verdict.figure for verdict in regressed)}")
+            raise SystemExit(1)
+        return
     levels = [int(level) for level in args.levels.split(",")]
     uvloop.run(
-        run(args.chunks, args.chunk_delay_ms / 1000, args.rounds, levels, args.runner_workers, args.untraced_twice)
+        run(
+            args.chunks,
+            args.chunk_delay_ms / 1000,
+            args.rounds,
+            levels,
+            args.runner_workers,
+            args.untraced_twice,
+            args.sample_ratio,
+        )
     )
 
 
