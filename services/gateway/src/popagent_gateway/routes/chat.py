@@ -17,6 +17,7 @@ from pydantic_ai.ui.vercel_ai.request_types import ToolApprovalResponded
 from popagent.agent_runner.v1 import agent_runner_pb2, agent_runner_pb2_grpc
 from popagent_core.errors import FailedPrecondition, InvalidArgument
 from popagent_core.redaction import redact_ui_message
+from popagent_gateway.catalog import ModelCatalog
 from popagent_gateway.configured_models import check_turn_models
 from popagent_gateway.deps import AgentRunnerStateStub, ModelCatalogDep, on_session_runner
 from popagent_gateway.dto import ErrorOut
@@ -110,25 +111,11 @@ async def chat(
     turn's assistant message with answered tool approvals, take the answers and stream the rest of it."""
     if isinstance(body.message, ApprovalResponseMessage):
         return await _answer_approvals(body.id, body.message, request, state, int(ai_sdk))
-    if not body.message.parts or len(body.message.parts) > MAX_PARTS:
-        raise InvalidArgument(f"message must have 1 to {MAX_PARTS} parts")
-    # An unknown model (the request's, the default or an override the turn may use) is refused
-    # (400) before the turn starts; a catalog outage fails open.
-    models = await check_turn_models(catalog, state, body.model)
-    turn = agent_runner_pb2.ChatRequest(
-        session_id=body.id,
-        model=body.model or "",
-        workspace_id=body.workspace_id or "",
-        message_json=redacted_message(body.message).decode(),
-        check_models=models.listed_models is not None,
-        listed_models=models.listed_models or (),
-        double_texting=body.double_texting or "",
-    )
-    started = await _start_turn(request, turn)
+    turn, warning = await turn_request(body, body.message, catalog, state)
+    started = await start_turn(request, turn)
     if isinstance(started, JSONResponse):
         return started
     call, batches, first = started
-    warning = models.warning
     headers = {**UI_STREAM_HEADERS, WARNING_HEADER: warning} if warning else UI_STREAM_HEADERS
 
     # Its runner gone mid-turn (killed, cut off): the stream goes on from the turn's log, through
@@ -144,6 +131,28 @@ async def chat(
         media_type="text/event-stream",
         headers=headers,
     )
+
+
+async def turn_request(
+    body: ChatTurnCreate, message: UserMessage, catalog: ModelCatalog, state: AgentRunnerStateStub
+) -> tuple[agent_runner_pb2.ChatRequest, str | None]:
+    """The new turn's request to agent-runner, with the model catalog's warning (None: nothing to warn
+    of). Shared by POST /api/chat and the MCP `chat` tool, so both refuse the same turns."""
+    if not message.parts or len(message.parts) > MAX_PARTS:
+        raise InvalidArgument(f"message must have 1 to {MAX_PARTS} parts")
+    # An unknown model (the request's, the default or an override the turn may use) is refused
+    # (400) before the turn starts; a catalog outage fails open.
+    models = await check_turn_models(catalog, state, body.model)
+    turn = agent_runner_pb2.ChatRequest(
+        session_id=body.id,
+        model=body.model or "",
+        workspace_id=body.workspace_id or "",
+        message_json=redacted_message(message).decode(),
+        check_models=models.listed_models is not None,
+        listed_models=models.listed_models or (),
+        double_texting=body.double_texting or "",
+    )
+    return turn, models.warning
 
 
 async def _answer_approvals(
@@ -210,7 +219,7 @@ FollowCall = grpc.aio.UnaryStreamCall[agent_runner_pb2.FollowTurnRequest, agent_
 FollowedTurn = tuple[FollowCall, AsyncIterator[agent_runner_pb2.TurnEventBatch], agent_runner_pb2.TurnEventBatch | None]
 
 
-async def _start_turn(
+async def start_turn(
     request: Request, turn: agent_runner_pb2.ChatRequest
 ) -> tuple[TurnCall, AsyncIterator[agent_runner_pb2.TurnEventBatch], agent_runner_pb2.TurnEventBatch] | JSONResponse:
     """The turn's call on the session's agent-runner, with its first batch; the 409 of a refused double text."""

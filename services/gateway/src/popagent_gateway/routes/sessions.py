@@ -96,16 +96,20 @@ async def search_messages(runner: AgentRunnerStateStub, query: Annotated[Message
 @router.post("/sessions", response_model=SessionSummary, status_code=201)
 async def create_session(body: SessionCreate, request: Request) -> Response:
     """Create an empty session (revision 0) in a workspace (default: popagent)."""
+    return json_response(summary_dict(await new_session(body, request)), status_code=201)
+
+
+async def new_session(body: SessionCreate, request: Request) -> pb.Session:
+    """The created session; also the MCP `chat` tool's, for a chat that names none."""
     # The id is chosen here so the creation goes to the worker the session's turns will go to.
     session_id = body.id or str(uuid.uuid4())
     create = pb.CreateSessionRequest(id=session_id, title=body.title, workspace_id=body.workspace_id or "")
-    session = await on_session_runner(
+    return await on_session_runner(
         request,
         session_id,
         agent_runner_pb2_grpc.AgentRunnerStateServiceStub,
         lambda runner: runner.CreateSession(create),
     )
-    return json_response(summary_dict(session), status_code=201)
 
 
 @router.get("/sessions/{session_id}", response_model=SessionOut)
