@@ -1,4 +1,4 @@
-"""ASGI guards in front of the app: the API key on /api, and the body-size bound enforced
+"""ASGI guards in front of the app: the API key on /api and /mcp, and the body-size bound enforced
 while reading (413 before the app sees it)."""
 
 from __future__ import annotations
@@ -22,23 +22,47 @@ async def send_json(send: Send, status: int, payload: dict[str, object]) -> None
 
 
 API_KEY_HEADER_BYTES = API_KEY_HEADER.encode()
+# popagent's MCP server (mcp_server.py): guarded by the same key as /api.
+MCP_PATH = "/mcp"
+
+
+def is_mcp(path: str) -> bool:
+    return path == MCP_PATH or path.startswith(MCP_PATH + "/")
+
+
+def guarded(path: str) -> bool:
+    return path.startswith("/api") or is_mcp(path)
+
+
+def key_admitted(api_key: str, scope: Scope) -> bool:
+    """Whether the request carries the key: as `x-popagent-key`, or on /mcp also as
+    `Authorization: Bearer <key>`, the header MCP clients are configured with."""
+    supplied: list[str] = []
+    for name, value in scope.get("headers", ()):
+        if name == API_KEY_HEADER_BYTES:
+            supplied.append(value.decode("latin-1"))
+        elif name == b"authorization" and is_mcp(scope["path"]):
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            if scheme.lower() == "bearer":
+                supplied.append(token.strip())
+    # No header at all is the empty key, which only an unset key admits.
+    return any(api_key_matches(api_key, key) for key in supplied or [""])
 
 
 class ApiKeyMiddleware:
-    """Refuses /api requests without the key before routing and body parsing, so a
+    """Refuses /api and /mcp requests without the key before routing and body parsing, so a
     keyless request with a malformed body is a 401, never a 422 that reveals the schema.
-    The per-route dependency stays as the inventory-checked second line."""
+    The per-route dependency (on /mcp, its endpoint) stays as the inventory-checked second line."""
 
     def __init__(self, app: ASGIApp, api_key: str) -> None:
         self.app = app
         self.api_key = api_key
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and self.api_key and scope["path"].startswith("/api"):
-            supplied = next((v for k, v in scope.get("headers", ()) if k == API_KEY_HEADER_BYTES), b"")
-            if not api_key_matches(self.api_key, supplied.decode("latin-1")):
-                await send_json(send, 401, {"error": UNAUTHENTICATED_MESSAGE})
-                return
+        guarded_request = scope["type"] == "http" and self.api_key and guarded(scope["path"])
+        if guarded_request and not key_admitted(self.api_key, scope):
+            await send_json(send, 401, {"error": UNAUTHENTICATED_MESSAGE})
+            return
         await self.app(scope, receive, send)
 
 
