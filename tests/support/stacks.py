@@ -231,6 +231,8 @@ API_STACK = StackSpec(
 # settings and learned state the turns read.
 CHAT_STACK = StackSpec("chat", CHAT_HOOK_PATHS, frozenset({"browser-bridge", "evolution", "gateway"}), runner_workers=2)
 TASK_TURN_STACK = StackSpec("task_turns", TASK_HOOK_PATHS, frozenset({"tasks"}), runtime=TASK_RUNTIME)
+# The MCP server at the gateway's /mcp: its tools call agent-runner and the tasks service.
+MCP_STACK = StackSpec("mcp", TASK_HOOK_PATHS, frozenset({"tasks", "gateway"}), runtime=TASK_RUNTIME)
 # The evolution loop: a quick worker, signals due at once, one retry a second apart.
 LEARNING_STACK = StackSpec(
     "learning",

@@ -17,6 +17,7 @@ from popagent_gateway.bounded import ApiKeyMiddleware, BoundedBodyMiddleware, Se
 from popagent_gateway.deps import refuse_unknown_query, require_api_key
 from popagent_gateway.errors import ERROR_RESPONSES, install_error_handlers
 from popagent_gateway.json_bounds import JsonBoundsMiddleware
+from popagent_gateway.mcp_server import mount_mcp
 from popagent_gateway.observability.feedback_events import FeedbackEvents
 from popagent_gateway.observability.store import ObservabilityStore
 from popagent_gateway.openapi_links import install_links
@@ -96,6 +97,8 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
                     nats_url=settings.nats_url,
                 )
             )
+            # Entered last, left first: MCP requests end before the channels they call close.
+            await stack.enter_async_context(app.state.mcp.run())
             if own_process:
                 # The gateway is this process's only job (`python -m popagent_gateway`); an app a
                 # test or a bench hosts leaves its host's collector alone.
@@ -149,7 +152,8 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
         api.include_router(module.router)
     app.include_router(api)
     install_links(app)
-    # Last, so /api routes win over the static files.
+    app.state.mcp = mount_mcp(app, settings.api_key)
+    # Last, so /api and /mcp win over the static files.
     mount_ui(app, settings.ui_dir)
     # One server span per request, its trace context passed on to every RPC the route makes. No
     # spans per ASGI message: a streamed chat answer sends one per chunk. None with tracing off

@@ -1,0 +1,370 @@
+"""popagent as an MCP server at /mcp (streamable HTTP, docs/interop.md).
+
+Each tool is a thin wrapper over what the equivalent /api route calls: the same gRPC stubs, DTOs and
+route helpers, so an MCP client is refused and answered as an HTTP client is. The server is
+stateless (no MCP session kept between requests), as the gateway is: any gateway replica answers any
+request. The API key is checked by `ApiKeyMiddleware` (bounded.py) before a request gets here, and
+again here, as the /api routes' dependency checks it a second time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+import grpc
+import orjson
+from fastapi import FastAPI
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types import ToolAnnotations
+from pydantic import BaseModel, Field, ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from popagent.agent_runner.v1 import agent_runner_pb2 as pb
+from popagent_core.errors import PopagentError
+from popagent_gateway.bounded import MCP_PATH, key_admitted, send_json
+from popagent_gateway.deps import UNAUTHENTICATED_MESSAGE, get_agent_runner_state, get_model_catalog, get_tasks
+from popagent_gateway.dto.chat import ChatTurnCreate, UserMessage
+from popagent_gateway.dto.documents import DocumentSearch
+from popagent_gateway.dto.sessions import ID_PATTERN, SessionCreate, summary_dict
+from popagent_gateway.dto.tasks import MAX_PROMPT_CHARS, TaskCreate
+from popagent_gateway.dto.workspaces import WORKSPACE_ID_PATTERN
+from popagent_gateway.errors import client_message
+from popagent_gateway.export import markdown_of
+from popagent_gateway.routes import agents, chat, documents, sessions, tasks
+
+DEFAULT_WORKSPACE = "popagent"
+
+SessionId = Annotated[str, Field(pattern=ID_PATTERN, max_length=128, description="a session's id")]
+WorkspaceId = Annotated[str, Field(pattern=WORKSPACE_ID_PATTERN, max_length=63, description="a workspace's id")]
+Prompt = Annotated[str, Field(min_length=1, max_length=MAX_PROMPT_CHARS, description="what to ask popagent")]
+Model = Annotated[
+    str | None, Field(min_length=1, max_length=200, description="a model of the catalog; omitted: the default model")
+]
+
+
+@contextlib.contextmanager
+def refusals_as_tool_errors() -> Iterator[None]:
+    """A service's or a DTO's refusal as an MCP tool error (isError) with the text an /api client reads
+    for it, never a crash: the SDK would hide an unexpected exception's text entirely."""
+    try:
+        yield
+    except grpc.aio.AioRpcError as exc:
+        raise ToolError(client_message(exc.code(), exc.details() or "")) from None
+    except PopagentError as exc:
+        raise ToolError(client_message(exc.grpc_code, str(exc))) from None
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in exc.errors())
+        raise ToolError(f"invalid input: {problems}") from None
+
+
+def http_request(ctx: Context) -> Request:
+    """The HTTP request that carried this MCP request: its app holds the gateway's channels."""
+    request = ctx.request_context.request
+    if not isinstance(request, Request):
+        raise ToolError("popagent's MCP tools are served over streamable HTTP only")
+    return request
+
+
+def as_json(value: BaseModel | dict[str, Any]) -> str:
+    """A tool's answer: the JSON the equivalent /api route answers."""
+    data = value.model_dump(mode="json", by_alias=True) if isinstance(value, BaseModel) else value
+    return orjson.dumps(data).decode()
+
+
+async def list_agents(ctx: Context) -> str:
+    """The supervisor and its specialists with their settings and tools (as GET /api/agents)."""
+    request = http_request(ctx)
+    with refusals_as_tool_errors():
+        listed = await agents.list_agents(await get_agent_runner_state(request), await get_model_catalog(request))
+    return as_json(listed)
+
+
+async def list_sessions(
+    ctx: Context,
+    archived: Annotated[bool, Field(description="true: the archived sessions instead of the active ones")] = False,
+    workspace_id: Annotated[WorkspaceId | None, Field(description="only this workspace's sessions")] = None,
+) -> str:
+    """Chat sessions, most recently updated first, at most 200 (as GET /api/sessions)."""
+    runner = await get_agent_runner_state(http_request(ctx))
+    with refusals_as_tool_errors():
+        listed = await runner.ListSessions(pb.ListSessionsRequest(archived=archived, workspace_id=workspace_id or ""))
+    return as_json({"sessions": [summary_dict(session) for session in listed.sessions]})
+
+
+async def session_transcript(ctx: Context, session_id: str) -> str:
+    """The session's conversation as Markdown (what GET /api/sessions/{id}/export answers)."""
+    runner = await get_agent_runner_state(http_request(ctx))
+    with refusals_as_tool_errors():
+        session = await runner.GetSession(pb.GetSessionRequest(id=session_id))
+    return markdown_of(orjson.loads(sessions.session_json(session)))
+
+
+async def get_session(ctx: Context, session_id: SessionId) -> str:
+    """One session's conversation as text (Markdown): every message under who said it, tool calls with
+    their input and output (as GET /api/sessions/{id}, exported as GET /api/sessions/{id}/export does)."""
+    return await session_transcript(ctx, session_id)
+
+
+async def search_docs(
+    ctx: Context,
+    query: Annotated[str, Field(min_length=1, max_length=2000, description="what to look for")],
+    workspace_id: WorkspaceId = DEFAULT_WORKSPACE,
+    k: Annotated[int, Field(ge=1, le=50, description="how many passages at most")] = 5,
+    path_prefix: Annotated[str, Field(max_length=1024, description="only documents whose path starts with this")] = "",
+) -> str:
+    """Search a workspace's documentation (hybrid search): the best passages with their document path,
+    heading path and score (as POST /api/workspaces/{id}/documents/search)."""
+    request = http_request(ctx)
+    with refusals_as_tool_errors():
+        body = DocumentSearch.model_validate({"query": query, "k": k, "pathPrefix": path_prefix})
+        found = await documents.search_documents(workspace_id, body, await documents.get_documents(request))
+    return as_json(found)
+
+
+async def run_task(
+    ctx: Context,
+    prompt: Annotated[Prompt, Field(description="what the task is to do")],
+    workspace_id: WorkspaceId = DEFAULT_WORKSPACE,
+    model: Model = None,
+    session_id: Annotated[
+        SessionId | None, Field(description="run the task's turns in this session; omitted: a thread of its own")
+    ] = None,
+    max_attempts: Annotated[int, Field(ge=1, le=10, description="attempts before the task fails")] = 3,
+) -> str:
+    """Queue a background task; it runs on its own (as POST /api/tasks). Follow it with get_task."""
+    stub = await get_tasks(http_request(ctx))
+    with refusals_as_tool_errors():
+        body = TaskCreate.model_validate(
+            {
+                "prompt": prompt,
+                "workspaceId": workspace_id,
+                "model": model or "",
+                "sessionId": session_id or "",
+                "maxAttempts": max_attempts,
+            }
+        )
+        created = await tasks.create_task(body, stub)
+    return as_json(created)
+
+
+async def get_task(
+    ctx: Context, task_id: Annotated[str, Field(min_length=1, max_length=64, description="the task's id")]
+) -> str:
+    """One background task: its status, attempts, outcome or error (as GET /api/tasks/{id})."""
+    stub = await get_tasks(http_request(ctx))
+    with refusals_as_tool_errors():
+        task = await tasks.get_task(task_id, stub)
+    return as_json(task)
+
+
+@dataclass
+class FollowedTurn:
+    """What a chat turn's events said: its answer, the approvals it waits for, how it ended."""
+
+    turn_id: str = ""
+    # Text parts by id, in the order they began: the answer is all of them.
+    texts: dict[str, str] = field(default_factory=dict[str, str])
+    tool_names: dict[str, str] = field(default_factory=dict[str, str])
+    approvals: list[dict[str, str]] = field(default_factory=list[dict[str, str]])
+    # The approvals requested in the last batch read.
+    requested: list[str] = field(default_factory=list[str])
+    failure: str | None = None
+    received_chars: int = 0
+
+    def read(self, batch: pb.TurnEventBatch) -> str:
+        """Take in one batch; the text it added."""
+        added: list[str] = []
+        self.requested = []
+        for event in batch.events:
+            kind = event.WhichOneof("event")
+            if kind == "start":
+                # The turn begins (again, when another runner took it over): only this attempt answers.
+                self.turn_id, self.texts, self.approvals = event.start.turn_id, {}, []
+            elif kind == "text_delta":
+                part = event.text_delta.part_id
+                self.texts[part] = self.texts.get(part, "") + event.text_delta.delta
+                added.append(event.text_delta.delta)
+            elif kind == "tool_input":
+                self.tool_names[event.tool_input.tool_call_id] = event.tool_input.tool_name
+            elif kind == "approval_request":
+                request = event.approval_request
+                self.approvals.append(
+                    {
+                        "approvalId": request.approval_id,
+                        "toolName": self.tool_names.get(request.tool_call_id, ""),
+                        "reason": request.reason,
+                    }
+                )
+                self.requested.append(request.approval_id)
+            elif kind == "error":
+                self.failure = event.error.message or event.error.error_class
+            elif kind == "abort":
+                self.failure = "the turn was cancelled"
+        text = "".join(added)
+        self.received_chars += len(text)
+        return text
+
+    @property
+    def answer(self) -> str:
+        return "\n\n".join(text.strip() for text in self.texts.values() if text.strip())
+
+
+async def chat_turn(
+    ctx: Context,
+    prompt: Prompt,
+    session_id: Annotated[
+        SessionId | None, Field(description="continue this session; omitted: a new session is created")
+    ] = None,
+    model: Model = None,
+    workspace_id: Annotated[
+        WorkspaceId | None, Field(description="the workspace the turn works in; omitted: the session's")
+    ] = None,
+) -> str:
+    """Ask popagent (its supervisor agent, which may delegate and use tools) and wait for the answer, as a
+    chat in the popagent UI does (POST /api/chat). Text is sent as progress notifications while it
+    arrives. Answers JSON: `sessionId`, `turnId`, `status` ("completed", or "waiting-for-approval" with
+    `approvals`: a tool call waits for a person to approve it in the popagent UI or with POST
+    /api/approvals/{approvalId}; the turn goes on once it is answered) and `answer`, the reply's text."""
+    request = http_request(ctx)
+    state = await get_agent_runner_state(request)
+    with refusals_as_tool_errors():
+        if session_id is None:
+            created = SessionCreate.model_validate({"workspaceId": workspace_id} if workspace_id else {})
+            session_id = (await sessions.new_session(created, request)).id
+        body = ChatTurnCreate.model_validate(
+            {
+                "id": session_id,
+                "model": model,
+                "workspaceId": workspace_id,
+                "message": {
+                    "id": f"mcp-{uuid.uuid4().hex}",
+                    "role": "user",
+                    "parts": [{"type": "text", "text": prompt}],
+                },
+            }
+        )
+        assert isinstance(body.message, UserMessage)  # the role above says so
+        turn, warning = await chat.turn_request(body, body.message, await get_model_catalog(request), state)
+        started = await chat.start_turn(request, turn)
+        if isinstance(started, JSONResponse):
+            refused = orjson.loads(bytes(started.body))
+            raise ToolError(f"{refused['error']} (running turn {refused['runningTurnId']})")
+        call, batches, first = started
+        followed = FollowedTurn()
+        pending = chat.pending_check(state, session_id)
+        waiting = False
+        try:
+            async for batch in first_then_rest(first, batches):
+                added = followed.read(batch)
+                if added:
+                    await ctx.report_progress(followed.received_chars, message=added)
+                if followed.requested and await pending(followed.requested):
+                    # As the chat stream pauses: the turn runs on and waits for the person's answer.
+                    waiting = True
+                    break
+        except grpc.aio.AioRpcError as exc:
+            raise ToolError(
+                f"{client_message(exc.code(), exc.details() or '')} The turn may go on: read session {session_id} "
+                "with get_session later."
+            ) from None
+        finally:
+            call.cancel()
+    if followed.failure is not None:
+        raise ToolError(f"the turn failed: {followed.failure} (session {session_id})")
+    outcome: dict[str, Any] = {
+        "sessionId": session_id,
+        "turnId": followed.turn_id,
+        "status": "waiting-for-approval" if waiting else "completed",
+        "answer": followed.answer,
+    }
+    if waiting:
+        outcome["approvals"] = [a for a in followed.approvals if a["approvalId"] in followed.requested]
+    if warning:
+        outcome["warning"] = warning
+    return as_json(outcome)
+
+
+async def first_then_rest(
+    first: pb.TurnEventBatch, rest: AsyncIterator[pb.TurnEventBatch]
+) -> AsyncIterator[pb.TurnEventBatch]:
+    yield first
+    async for batch in rest:
+        yield batch
+
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+# Starts work that goes on by itself (a turn, a task), which may use the web.
+STARTS_WORK = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=True)
+TOOLS = {
+    "list_agents": (list_agents, READ_ONLY),
+    "list_sessions": (list_sessions, READ_ONLY),
+    "get_session": (get_session, READ_ONLY),
+    "search_docs": (search_docs, READ_ONLY),
+    "run_task": (run_task, STARTS_WORK),
+    "get_task": (get_task, READ_ONLY),
+    "chat": (chat_turn, STARTS_WORK),
+}
+
+
+def build_server() -> MCPServer:
+    server: MCPServer = MCPServer(
+        "popagent",
+        title="popagent",
+        instructions="popagent is a self-hosted AI agent: chat with it (chat), hand it background work "
+        "(run_task, get_task), read its sessions and search its workspaces' documentation.",
+    )
+    for name, (tool, hints) in TOOLS.items():
+        # Unstructured: the answer is the /api route's JSON as text, not wrapped in a `result` object.
+        # The description is the docstring without its indentation.
+        server.add_tool(tool, name=name, description=inspect.getdoc(tool), annotations=hints, structured_output=False)
+    server.resource(
+        "popagent://sessions/{session_id}",
+        name="session",
+        description="a chat session's conversation as Markdown",
+        mime_type="text/markdown",
+    )(session_transcript)
+    return server
+
+
+class McpEndpoint:
+    """The ASGI app at /mcp: the key, then the SDK's streamable HTTP transport."""
+
+    def __init__(self, manager: StreamableHTTPSessionManager, api_key: str) -> None:
+        self.manager = manager
+        self.api_key = api_key
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not key_admitted(self.api_key, scope):
+            await send_json(send, 401, {"error": UNAUTHENTICATED_MESSAGE})
+            return
+        await self.manager.handle_request(scope, receive, send)
+
+
+def mount_mcp(app: FastAPI, api_key: str) -> StreamableHTTPSessionManager:
+    """Route /mcp to a new MCP server; the manager it returns must run (`run()`) in the app's lifespan."""
+    server = build_server()
+    # Stateless: no MCP session lives in this process between requests, so any gateway replica answers
+    # any request, and a tool's progress rides the response stream of the request that called it. No
+    # DNS-rebinding host check (the gateway is reached by any host name): a rebound page cannot send
+    # the API key, and without a key set /api is as open to it.
+    # (The Starlette app this builds is not used: it would be the requests' `app` instead of the
+    # gateway, whose channels the tools call.)
+    server.streamable_http_app(
+        stateless_http=True, transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    )
+    manager = server.session_manager
+    # A plain route, not a mount: /mcp itself answers (a mount redirects it to /mcp/), and it stays out
+    # of the OpenAPI document, which describes /api.
+    app.router.routes.append(Route(MCP_PATH, McpEndpoint(manager, api_key), methods=["GET", "POST", "DELETE"]))
+    return manager
