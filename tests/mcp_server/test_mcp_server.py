@@ -96,6 +96,10 @@ async def test_refusals_are_tool_errors_with_the_reason(stack: Stack) -> None:
         assert unknown_model.is_error and "nobody/no-model" in text_of(unknown_model)
         invalid = await session.call_tool("get_session", {"session_id": "../etc"})
         assert invalid.is_error and "session_id" in text_of(invalid)
+        stack.models.push(Turn.fail(500, "upstream exploded"))
+        failed = await session.call_tool("chat", {"prompt": "hi", "model": MODEL})
+        assert failed.is_error
+        assert "The model provider failed (HTTP 500): upstream exploded." in text_of(failed)
 
 
 INITIALIZE = {
@@ -154,6 +158,10 @@ async def test_a_chat_that_waits_for_an_approval_says_so_with_the_approval_id(st
         assert approval["toolName"] == "getTime"
         listed = (await client.get("/api/approvals", params={"sessionId": outcome["sessionId"]})).json()
         assert [(a["id"], a["state"]) for a in listed["approvals"]] == [(approval["approvalId"], "pending")]
+        # The waiting turn still runs: the session refuses another (its double-texting policy is reject).
+        async with connected(stack, BEARER, MODERN) as session:
+            second = await session.call_tool("chat", {"prompt": "Hello?", "session_id": outcome["sessionId"]})
+        assert second.is_error and f"running turn {outcome['turnId']}" in text_of(second)
         # The turn waited for this answer, and ends with it.
         answered = await client.post(f"/api/approvals/{approval['approvalId']}", json={"decision": "approve"})
         assert answered.status_code == 200, answered.text
