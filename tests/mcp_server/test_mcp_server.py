@@ -92,8 +92,11 @@ async def test_refusals_are_tool_errors_with_the_reason(stack: Stack) -> None:
         assert missing.is_error and "no-such-session" in text_of(missing)
         unknown_task = await session.call_tool("get_task", {"task_id": "no-such-task"})
         assert unknown_task.is_error and "not found" in text_of(unknown_task).lower()
+        before = answer_of(await session.call_tool("list_sessions", {}))["sessions"]
         unknown_model = await session.call_tool("chat", {"prompt": "hi", "model": "nobody/no-model"})
         assert unknown_model.is_error and "nobody/no-model" in text_of(unknown_model)
+        # Refused before it started: no empty session is left behind.
+        assert answer_of(await session.call_tool("list_sessions", {}))["sessions"] == before
         invalid = await session.call_tool("get_session", {"session_id": "../etc"})
         assert invalid.is_error and "session_id" in text_of(invalid)
         stack.models.push(Turn.fail(500, "upstream exploded"))

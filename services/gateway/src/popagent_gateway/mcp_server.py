@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -42,6 +42,7 @@ from popagent_gateway.dto.workspaces import WORKSPACE_ID_PATTERN
 from popagent_gateway.errors import client_message
 from popagent_gateway.export import markdown_of
 from popagent_gateway.routes import agents, chat, documents, sessions, tasks
+from popagent_gateway.streaming import PendingCheck
 
 DEFAULT_WORKSPACE = "popagent"
 
@@ -238,10 +239,9 @@ async def chat_turn(
     /api/approvals/{approvalId}; the turn goes on once it is answered) and `answer`, the reply's text."""
     request = http_request(ctx)
     state = await get_agent_runner_state(request)
+    new = session_id is None
+    session_id = session_id or str(uuid.uuid4())
     with refusals_as_tool_errors():
-        if session_id is None:
-            created = SessionCreate.model_validate({"workspaceId": workspace_id} if workspace_id else {})
-            session_id = (await sessions.new_session(created, request)).id
         body = ChatTurnCreate.model_validate(
             {
                 "id": session_id,
@@ -256,30 +256,15 @@ async def chat_turn(
         )
         assert isinstance(body.message, UserMessage)  # the role above says so
         turn, warning = await chat.turn_request(body, body.message, await get_model_catalog(request), state)
+        if new:
+            # Only once the turn passed its checks: a refused chat leaves no empty session behind.
+            created = {"id": session_id, **({"workspaceId": workspace_id} if workspace_id else {})}
+            await sessions.new_session(SessionCreate.model_validate(created), request)
         started = await chat.start_turn(request, turn)
         if isinstance(started, JSONResponse):
             refused = orjson.loads(bytes(started.body))
             raise ToolError(f"{refused['error']} (running turn {refused['runningTurnId']})")
-        call, batches, first = started
-        followed = FollowedTurn()
-        pending = chat.pending_check(state, session_id)
-        waiting = False
-        try:
-            async for batch in first_then_rest(first, batches):
-                added = followed.read(batch)
-                if added:
-                    await ctx.report_progress(followed.received_chars, message=added)
-                if followed.requested and await pending(followed.requested):
-                    # As the chat stream pauses: the turn runs on and waits for the person's answer.
-                    waiting = True
-                    break
-        except grpc.aio.AioRpcError as exc:
-            raise ToolError(
-                f"{client_message(exc.code(), exc.details() or '')} The turn may go on: read session {session_id} "
-                "with get_session later."
-            ) from None
-        finally:
-            call.cancel()
+        followed, waiting = await follow_turn(ctx, started, chat.pending_check(state, session_id), session_id)
     if followed.failure is not None:
         raise ToolError(f"the turn failed: {followed.failure} (session {session_id})")
     outcome: dict[str, Any] = {
@@ -295,12 +280,35 @@ async def chat_turn(
     return as_json(outcome)
 
 
-async def first_then_rest(
-    first: pb.TurnEventBatch, rest: AsyncIterator[pb.TurnEventBatch]
-) -> AsyncIterator[pb.TurnEventBatch]:
-    yield first
-    async for batch in rest:
-        yield batch
+async def follow_turn(
+    ctx: Context, started: chat.StartedTurn, pending: PendingCheck, session_id: str
+) -> tuple[FollowedTurn, bool]:
+    """The turn read to its end, or until it waits for an approval (then True), its text sent as progress.
+    The call is cancelled either way, which detaches from the turn as a closed chat stream does."""
+    call, batches, first = started
+    followed = FollowedTurn()
+    try:
+        if await read_batch(ctx, followed, first, pending):
+            return followed, True
+        async for batch in batches:
+            if await read_batch(ctx, followed, batch, pending):
+                return followed, True
+        return followed, False
+    except grpc.aio.AioRpcError as exc:
+        raise ToolError(
+            f"{client_message(exc.code(), exc.details() or '')} The turn may go on: read session {session_id} "
+            "with get_session later."
+        ) from None
+    finally:
+        call.cancel()
+
+
+async def read_batch(ctx: Context, followed: FollowedTurn, batch: pb.TurnEventBatch, pending: PendingCheck) -> bool:
+    """Take in one batch; whether the turn now waits for an approval it requested, as the chat stream pauses."""
+    added = followed.read(batch)
+    if added:
+        await ctx.report_progress(followed.received_chars, message=added)
+    return bool(followed.requested) and await pending(followed.requested)
 
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)

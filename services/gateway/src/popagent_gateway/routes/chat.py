@@ -219,14 +219,14 @@ FollowCall = grpc.aio.UnaryStreamCall[agent_runner_pb2.FollowTurnRequest, agent_
 FollowedTurn = tuple[FollowCall, AsyncIterator[agent_runner_pb2.TurnEventBatch], agent_runner_pb2.TurnEventBatch | None]
 
 
-async def start_turn(
-    request: Request, turn: agent_runner_pb2.ChatRequest
-) -> tuple[TurnCall, AsyncIterator[agent_runner_pb2.TurnEventBatch], agent_runner_pb2.TurnEventBatch] | JSONResponse:
+# A started turn: its call, its batches and the first of them (already read).
+StartedTurn = tuple[TurnCall, AsyncIterator[agent_runner_pb2.TurnEventBatch], agent_runner_pb2.TurnEventBatch]
+
+
+async def start_turn(request: Request, turn: agent_runner_pb2.ChatRequest) -> StartedTurn | JSONResponse:
     """The turn's call on the session's agent-runner, with its first batch; the 409 of a refused double text."""
 
-    async def start(
-        runner: agent_runner_pb2_grpc.AgentRunnerServiceStub,
-    ) -> tuple[TurnCall, AsyncIterator[agent_runner_pb2.TurnEventBatch], agent_runner_pb2.TurnEventBatch]:
+    async def start(runner: agent_runner_pb2_grpc.AgentRunnerServiceStub) -> StartedTurn:
         # No deadline (POPAGENT_GATEWAY_RPC_TIMEOUT_S covers unary calls only): a turn streams for as
         # long as it works. A client that goes away detaches (sse_body cancels the call); the turn
         # runs on unless the agent-runtime setting continueOnDisconnect is off.
