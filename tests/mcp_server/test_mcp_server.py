@@ -3,6 +3,8 @@ stack with the gateway, agent-runner, the tasks service and the scripted model."
 
 from __future__ import annotations
 
+import uuid
+
 import httpx
 import pytest
 
@@ -173,3 +175,19 @@ async def test_a_chat_that_waits_for_an_approval_says_so_with_the_approval_id(st
             return (await client.get(f"/api/sessions/{outcome['sessionId']}/export")).text
 
         await eventually(transcript, until=lambda text: "It is noon." in text, within=20.0, what="the answer")
+
+
+async def test_search_docs_finds_an_added_document(stack: Stack) -> None:
+    path = f"runbooks/backup-{uuid.uuid4().hex[:8]}.md"
+    async with stack.client() as client:
+        added = await client.post(
+            "/api/workspaces/popagent/documents",
+            json={"path": path, "content": "# Backup\n\n## Restore\n\nRestore the database with pg_restore."},
+        )
+        assert added.status_code == 201, added.text
+    async with connected(stack, BEARER, MODERN) as session:
+        found = answer_of(await session.call_tool("search_docs", {"query": "how do I restore with pg_restore"}))
+        unknown = await session.call_tool("search_docs", {"query": "x", "workspace_id": "no-such-workspace"})
+    [hit, *_] = found["hits"]
+    assert (hit["path"], hit["headingPath"], hit["documentId"]) == (path, ["Backup", "Restore"], added.json()["id"])
+    assert unknown.is_error and "no-such-workspace" in text_of(unknown)
