@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from evolution.helpers import agent_id, autonomy, publish_failure, settled_signals, trace_id
+from support.model_gateway import Turn
 from support.reflection import ReflectionRequest, reflection_responder
 from support.stacks import Stack
 
@@ -48,7 +49,10 @@ async def test_ignore_and_retry_follow_the_signal_status(stack: Stack) -> None:
     async with stack.client() as client, autonomy(client, evolutionEnabled=True):
         await publish_failure(stack, agent, trace_id())
         [dead] = await settled_signals(client, agent, 1, "dead_letter")
-        assert dead["attempts"] == 2 and dead["lastError"]
+        assert dead["attempts"] == 2
+        # In words, not as the library's exception.
+        assert dead["lastError"].startswith("the reflection model's answer could not be used ("), dead["lastError"]
+        assert "UnexpectedModelBehavior" not in dead["lastError"]
         ignored = await client.post(f"/api/autonomy/signals/{dead['id']}/ignore")
         assert ignored.status_code == 200 and ignored.json()["status"] == "ignored"
         assert (await client.post(f"/api/autonomy/signals/{dead['id']}/ignore")).status_code == 409
@@ -65,3 +69,12 @@ async def test_ignore_and_retry_follow_the_signal_status(stack: Stack) -> None:
         # Back to pending from attempt zero: claimed and failed twice more.
         [again_dead] = await settled_signals(client, other, 1, "dead_letter")
         assert again_dead["attempts"] == 2
+
+
+async def test_a_model_gateway_refusing_the_reflection_is_said_in_words(stack: Stack) -> None:
+    agent = agent_id()
+    stack.models.responder = lambda body: Turn.fail(403, "model gateway: this key may not use the model")
+    async with stack.client() as client, autonomy(client, evolutionEnabled=True):
+        await publish_failure(stack, agent, trace_id())
+        [dead] = await settled_signals(client, agent, 1, "dead_letter")
+    assert dead["lastError"].startswith("the model gateway answered HTTP 403 for model "), dead["lastError"]

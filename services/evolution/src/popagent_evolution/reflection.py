@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
-from popagent_core.errors import InvalidArgument
+from popagent_core.errors import FailedPrecondition, InvalidArgument, Unavailable
 from popagent_evolution.signals import OutcomeRate, SignalRecord
 from popagent_evolution.strategies import MAX_LESSON_CHARS, Strategy, clip
 
@@ -174,7 +174,25 @@ class Reflector:
     async def reflect(
         self, model: str, agent_id: str, signals: list[SignalRecord], rate: OutcomeRate | None = None
     ) -> Reflection:
-        """The validated proposal for `signals` (claimed signals of `agent_id`)."""
-        async with self._agent(model).run_stream(reflection_prompt(agent_id, signals, rate)) as result:
-            reflection = await result.get_output()
+        """The validated proposal for `signals` (claimed signals of `agent_id`). A failure of the model
+        is said in plain words (the signal's last error, shown on the Autonomy page), never as the
+        library's exception."""
+        from pydantic_ai.exceptions import (
+            ModelAPIError,
+            ModelConnectionError,
+            ModelHTTPError,
+            UnexpectedModelBehavior,
+        )
+
+        try:
+            async with self._agent(model).run_stream(reflection_prompt(agent_id, signals, rate)) as result:
+                reflection = await result.get_output()
+        except UnexpectedModelBehavior as exc:
+            raise FailedPrecondition(f"the reflection model's answer could not be used ({exc.message})") from exc
+        except ModelHTTPError as exc:
+            raise Unavailable(f"the model gateway answered HTTP {exc.status_code} for model {model}") from exc
+        except ModelConnectionError as exc:
+            raise Unavailable(f"the model gateway did not answer for model {model}") from exc
+        except ModelAPIError as exc:
+            raise Unavailable(f"the model gateway refused the reflection for model {model}") from exc
         return checked(reflection, signals)
