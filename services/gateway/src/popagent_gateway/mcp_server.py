@@ -13,7 +13,6 @@ import contextlib
 import inspect
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import grpc
@@ -24,25 +23,22 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import ToolAnnotations
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
-from popagent_core.errors import PopagentError
 from popagent_gateway.bounded import MCP_PATH, key_admitted, send_json
+from popagent_gateway.chat_turns import FollowedTurn, follow_turn, refusal_text, start_chat_turn
 from popagent_gateway.deps import UNAUTHENTICATED_MESSAGE, get_agent_runner_state, get_model_catalog, get_tasks
-from popagent_gateway.dto.chat import ChatTurnCreate, UserMessage
 from popagent_gateway.dto.documents import DocumentSearch
-from popagent_gateway.dto.sessions import ID_PATTERN, SessionCreate, summary_dict
+from popagent_gateway.dto.sessions import ID_PATTERN, summary_dict
 from popagent_gateway.dto.tasks import MAX_PROMPT_CHARS, TaskCreate
 from popagent_gateway.dto.workspaces import WORKSPACE_ID_PATTERN
 from popagent_gateway.errors import client_message
 from popagent_gateway.export import markdown_of
 from popagent_gateway.routes import agents, chat, documents, sessions, tasks
-from popagent_gateway.streaming import PendingCheck
 
 DEFAULT_WORKSPACE = "popagent"
 
@@ -60,13 +56,11 @@ def refusals_as_tool_errors() -> Iterator[None]:
     for it, never a crash: the SDK would hide an unexpected exception's text entirely."""
     try:
         yield
-    except grpc.aio.AioRpcError as exc:
-        raise ToolError(client_message(exc.code(), exc.details() or "")) from None
-    except PopagentError as exc:
-        raise ToolError(client_message(exc.grpc_code, str(exc))) from None
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in exc.errors())
-        raise ToolError(f"invalid input: {problems}") from None
+    except Exception as exc:
+        text = refusal_text(exc)
+        if text is None:
+            raise
+        raise ToolError(text) from None
 
 
 def http_request(ctx: Context) -> Request:
@@ -169,58 +163,6 @@ async def get_task(
     return as_json(task)
 
 
-@dataclass
-class FollowedTurn:
-    """What a chat turn's events said: its answer, the approvals it waits for, how it ended."""
-
-    turn_id: str = ""
-    # Text parts by id, in the order they began: the answer is all of them.
-    texts: dict[str, str] = field(default_factory=dict[str, str])
-    tool_names: dict[str, str] = field(default_factory=dict[str, str])
-    approvals: list[dict[str, str]] = field(default_factory=list[dict[str, str]])
-    # The approvals requested in the last batch read.
-    requested: list[str] = field(default_factory=list[str])
-    failure: str | None = None
-    received_chars: int = 0
-
-    def read(self, batch: pb.TurnEventBatch) -> str:
-        """Take in one batch; the text it added."""
-        added: list[str] = []
-        self.requested = []
-        for event in batch.events:
-            kind = event.WhichOneof("event")
-            if kind == "start":
-                # The turn begins (again, when another runner took it over): only this attempt answers.
-                self.turn_id, self.texts, self.approvals = event.start.turn_id, {}, []
-            elif kind == "text_delta":
-                part = event.text_delta.part_id
-                self.texts[part] = self.texts.get(part, "") + event.text_delta.delta
-                added.append(event.text_delta.delta)
-            elif kind == "tool_input":
-                self.tool_names[event.tool_input.tool_call_id] = event.tool_input.tool_name
-            elif kind == "approval_request":
-                request = event.approval_request
-                self.approvals.append(
-                    {
-                        "approvalId": request.approval_id,
-                        "toolName": self.tool_names.get(request.tool_call_id, ""),
-                        "reason": request.reason,
-                    }
-                )
-                self.requested.append(request.approval_id)
-            elif kind == "error":
-                self.failure = event.error.message or event.error.error_class
-            elif kind == "abort":
-                self.failure = "the turn was cancelled"
-        text = "".join(added)
-        self.received_chars += len(text)
-        return text
-
-    @property
-    def answer(self) -> str:
-        return "\n\n".join(text.strip() for text in self.texts.values() if text.strip())
-
-
 async def chat_turn(
     ctx: Context,
     prompt: Prompt,
@@ -241,30 +183,28 @@ async def chat_turn(
     state = await get_agent_runner_state(request)
     new = session_id is None
     session_id = session_id or str(uuid.uuid4())
+
+    async def report(followed: FollowedTurn, added: str) -> None:
+        await ctx.report_progress(followed.received_chars, message=added)
+
+    followed = FollowedTurn()
     with refusals_as_tool_errors():
-        body = ChatTurnCreate.model_validate(
-            {
-                "id": session_id,
-                "model": model,
-                "workspaceId": workspace_id,
-                "message": {
-                    "id": f"mcp-{uuid.uuid4().hex}",
-                    "role": "user",
-                    "parts": [{"type": "text", "text": prompt}],
-                },
-            }
+        started, warning = await start_chat_turn(
+            request,
+            prompt,
+            session_id=session_id,
+            create_session=new,
+            model=model,
+            workspace_id=workspace_id,
+            message_id_prefix="mcp",
         )
-        assert isinstance(body.message, UserMessage)  # the role above says so
-        turn, warning = await chat.turn_request(body, body.message, await get_model_catalog(request), state)
-        if new:
-            # Only once the turn passed its checks: a refused chat leaves no empty session behind.
-            created = {"id": session_id, **({"workspaceId": workspace_id} if workspace_id else {})}
-            await sessions.new_session(SessionCreate.model_validate(created), request)
-        started = await chat.start_turn(request, turn)
-        if isinstance(started, JSONResponse):
-            refused = orjson.loads(bytes(started.body))
-            raise ToolError(f"{refused['error']} (running turn {refused['runningTurnId']})")
-        followed, waiting = await follow_turn(ctx, started, chat.pending_check(state, session_id), session_id)
+        try:
+            waiting = await follow_turn(started, chat.pending_check(state, session_id), report, followed)
+        except grpc.aio.AioRpcError as exc:
+            raise ToolError(
+                f"{client_message(exc.code(), exc.details() or '')} The turn may go on: read session "
+                f"{session_id} with get_session later."
+            ) from None
     if followed.failure is not None:
         raise ToolError(f"the turn failed: {followed.failure} (session {session_id})")
     outcome: dict[str, Any] = {
@@ -274,41 +214,10 @@ async def chat_turn(
         "answer": followed.answer,
     }
     if waiting:
-        outcome["approvals"] = [a for a in followed.approvals if a["approvalId"] in followed.requested]
+        outcome["approvals"] = followed.waiting_approvals
     if warning:
         outcome["warning"] = warning
     return as_json(outcome)
-
-
-async def follow_turn(
-    ctx: Context, started: chat.StartedTurn, pending: PendingCheck, session_id: str
-) -> tuple[FollowedTurn, bool]:
-    """The turn read to its end, or until it waits for an approval (then True), its text sent as progress.
-    The call is cancelled either way, which detaches from the turn as a closed chat stream does."""
-    call, batches, first = started
-    followed = FollowedTurn()
-    try:
-        if await read_batch(ctx, followed, first, pending):
-            return followed, True
-        async for batch in batches:
-            if await read_batch(ctx, followed, batch, pending):
-                return followed, True
-        return followed, False
-    except grpc.aio.AioRpcError as exc:
-        raise ToolError(
-            f"{client_message(exc.code(), exc.details() or '')} The turn may go on: read session {session_id} "
-            "with get_session later."
-        ) from None
-    finally:
-        call.cancel()
-
-
-async def read_batch(ctx: Context, followed: FollowedTurn, batch: pb.TurnEventBatch, pending: PendingCheck) -> bool:
-    """Take in one batch; whether the turn now waits for an approval it requested, as the chat stream pauses."""
-    added = followed.read(batch)
-    if added:
-        await ctx.report_progress(followed.received_chars, message=added)
-    return bool(followed.requested) and await pending(followed.requested)
 
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
