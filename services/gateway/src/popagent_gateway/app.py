@@ -13,6 +13,7 @@ from popagent_core.grpc_client import make_channel, open_channel
 from popagent_core.lifecycle import settle_heap
 from popagent_core.span_store import secret_values, span_store_export
 from popagent_core.telemetry import tracing_enabled
+from popagent_gateway.a2a_agent import mount_a2a
 from popagent_gateway.bounded import ApiKeyMiddleware, BoundedBodyMiddleware, SecurityHeadersMiddleware
 from popagent_gateway.deps import refuse_unknown_query, require_api_key
 from popagent_gateway.errors import ERROR_RESPONSES, install_error_handlers
@@ -97,8 +98,9 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
                     nats_url=settings.nats_url,
                 )
             )
-            # Entered last, left first: MCP requests end before the channels they call close.
+            # Entered last, left first: MCP requests and A2A tasks end before the channels they call close.
             await stack.enter_async_context(app.state.mcp.run())
+            stack.push_async_callback(app.state.a2a.aclose)
             if own_process:
                 # The gateway is this process's only job (`python -m popagent_gateway`); an app a
                 # test or a bench hosts leaves its host's collector alone.
@@ -153,7 +155,8 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
     app.include_router(api)
     install_links(app)
     app.state.mcp = mount_mcp(app, settings.api_key)
-    # Last, so /api and /mcp win over the static files.
+    app.state.a2a = mount_a2a(app, settings)
+    # Last, so /api, /mcp, /a2a and the agent card win over the static files.
     mount_ui(app, settings.ui_dir)
     # One server span per request, its trace context passed on to every RPC the route makes. No
     # spans per ASGI message: a streamed chat answer sends one per chunk. None with tracing off

@@ -1,4 +1,4 @@
-"""ASGI guards in front of the app: the API key on /api and /mcp, and the body-size bound enforced
+"""ASGI guards in front of the app: the API key on /api, /mcp and /a2a, and the body-size bound enforced
 while reading (413 before the app sees it)."""
 
 from __future__ import annotations
@@ -22,26 +22,33 @@ async def send_json(send: Send, status: int, payload: dict[str, object]) -> None
 
 
 API_KEY_HEADER_BYTES = API_KEY_HEADER.encode()
-# popagent's MCP server (mcp_server.py): guarded by the same key as /api.
+# popagent's MCP server (mcp_server.py) and its A2A endpoint (a2a_agent.py; its card, at
+# /.well-known/agent-card.json, is public): guarded by the same key as /api.
 MCP_PATH = "/mcp"
+A2A_PATH = "/a2a"
 
 
-def is_mcp(path: str) -> bool:
-    return path == MCP_PATH or path.startswith(MCP_PATH + "/")
+def _at(path: str, endpoint: str) -> bool:
+    return path == endpoint or path.startswith(endpoint + "/")
+
+
+def takes_bearer(path: str) -> bool:
+    """The endpoints whose clients (MCP's, A2A's) are configured with `Authorization: Bearer`."""
+    return _at(path, MCP_PATH) or _at(path, A2A_PATH)
 
 
 def guarded(path: str) -> bool:
-    return path.startswith("/api") or is_mcp(path)
+    return path.startswith("/api") or takes_bearer(path)
 
 
 def key_admitted(api_key: str, scope: Scope) -> bool:
-    """Whether the request carries the key: as `x-popagent-key`, or on /mcp also as
-    `Authorization: Bearer <key>`, the header MCP clients are configured with."""
+    """Whether the request carries the key: as `x-popagent-key`, or on /mcp and /a2a also as
+    `Authorization: Bearer <key>`, the header MCP and A2A clients are configured with."""
     supplied: list[str] = []
     for name, value in scope.get("headers", ()):
         if name == API_KEY_HEADER_BYTES:
             supplied.append(value.decode("latin-1"))
-        elif name == b"authorization" and is_mcp(scope["path"]):
+        elif name == b"authorization" and takes_bearer(scope["path"]):
             scheme, _, token = value.decode("latin-1").partition(" ")
             if scheme.lower() == "bearer":
                 supplied.append(token.strip())
@@ -50,9 +57,9 @@ def key_admitted(api_key: str, scope: Scope) -> bool:
 
 
 class ApiKeyMiddleware:
-    """Refuses /api and /mcp requests without the key before routing and body parsing, so a
+    """Refuses /api, /mcp and /a2a requests without the key before routing and body parsing, so a
     keyless request with a malformed body is a 401, never a 422 that reveals the schema.
-    The per-route dependency (on /mcp, its endpoint) stays as the inventory-checked second line."""
+    The per-route dependency (on /mcp and /a2a, their endpoints) stays as the inventory-checked second line."""
 
     def __init__(self, app: ASGIApp, api_key: str) -> None:
         self.app = app

@@ -49,6 +49,10 @@ class Settings(ProcessSettings):
     # which runs that CDN's code on the page that holds the API key. Off unless asked for;
     # /openapi.json is always served.
     docs_enabled: bool = Field(default=False, validation_alias="POPAGENT_GATEWAY_DOCS")
+    # The gateway's address as its clients reach it (e.g. https://agent.example.com), where a proxy in
+    # between changes the scheme, host or path: the A2A agent card names its endpoint under it. Unset:
+    # the card names the address the card itself was fetched at.
+    public_url: str = Field(default="", validation_alias="POPAGENT_PUBLIC_URL")
     # The model gateway (9Router or any OpenAI-compatible server), e.g. http://127.0.0.1:20128/v1.
     # Unset: /api/models answers an empty catalog with a warning and model checks fail open.
     ninerouter_url: str = Field(default="", validation_alias="NINEROUTER_URL")
@@ -82,6 +86,12 @@ class Settings(ProcessSettings):
         if value and not value.startswith(("http://", "https://")):
             raise ValueError("must be an http:// or https:// URL")
         return value
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, value: str) -> str:
+        # Without its trailing slash: endpoint paths are appended to it.
+        return cls._http_url(value).rstrip("/")
 
     @field_validator("api_key")
     @classmethod
