@@ -119,6 +119,26 @@ async def test_cancelling_a_task_cancels_its_turn(stack: Stack, version: str) ->
     assert await eventually(status, until=lambda s: s != "running", within=10.0) == "cancelled"
 
 
+async def test_a_turn_cancelled_through_the_api_ends_its_task_canceled(stack: Stack) -> None:
+    stack.models.push(Turn.say("word " * 200, chunk_size=5, chunk_delay_s=0.1))
+    async with connected(stack, VERSIONS[0], BEARER) as client, stack.client() as api:
+        events = client.send_message(message_to("Write a long essay."))
+        session = ""
+        async for event in events:
+            if event.HasField("artifact_update"):
+                session = event.artifact_update.context_id
+                break
+        assert session, "no piece of the answer arrived"
+        async with stack.db() as conn:
+            turn_id = await conn.fetchval(
+                "SELECT id FROM popagent_turns WHERE session_id = $1 AND status = 'running'", session
+            )
+        cancelled = await api.post(f"/api/sessions/{session}/turns/{turn_id}/cancel")
+        assert cancelled.status_code == 200, cancelled.text
+        rest = [event async for event in events]
+    assert rest[-1].status_update.status.state == TaskState.TASK_STATE_CANCELED
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 async def test_a_second_client_resubscribes_to_a_running_task_and_sees_it_complete(stack: Stack, version: str) -> None:
     reply = "one two three four five six seven eight nine ten"

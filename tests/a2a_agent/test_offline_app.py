@@ -4,12 +4,15 @@ key, which the key middleware checks on its own before anything behind it runs."
 
 from __future__ import annotations
 
+import uuid
+
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 from gateway.harness import offline_settings
 from starlette.types import Receive, Scope, Send
 
+from popagent_gateway.a2a_agent import session_of
 from popagent_gateway.app import create_app
 from popagent_gateway.bounded import ApiKeyMiddleware
 
@@ -81,3 +84,12 @@ async def test_the_key_middleware_admits_a2a_with_the_key_and_leaves_the_card_pu
     assert await status("/a2a", {"authorization": f"Bearer {KEY}"}) == 200
     assert await status(CARD, {}) == 200
     assert await status("/a2ax", {}) == 200
+
+
+def test_a_context_is_its_own_session_id_where_it_can_be_else_a_fixed_uuid_of_it() -> None:
+    assert session_of("3f0c8a1e-2b8f-4a4e-9d2c-8e6f1f0f2a11") == "3f0c8a1e-2b8f-4a4e-9d2c-8e6f1f0f2a11"
+    assert session_of("ctx.42:a_b-c") == "ctx.42:a_b-c"
+    mapped = session_of("a context/with spaces")
+    assert mapped == session_of("a context/with spaces") != session_of("another context")
+    assert str(uuid.UUID(mapped)) == mapped
+    assert str(uuid.UUID(session_of("x" * 129))) == session_of("x" * 129)
