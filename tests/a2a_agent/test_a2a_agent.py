@@ -186,6 +186,12 @@ async def test_refusals_are_failed_tasks_with_the_reason_an_api_client_reads(sta
         async with stack.client() as api:
             assert (await api.get(f"/api/sessions/{unknown.context_id}")).status_code == 404
 
+        too_long = message_to("hi")
+        too_long.metadata.update({"workspaceId": "w" * 200})
+        invalid = the_task(await sent(client, too_long))
+        assert invalid.status.state == TaskState.TASK_STATE_FAILED
+        assert status_text(invalid).startswith("invalid input: workspaceId:"), status_text(invalid)
+
         stack.models.push(Turn.fail(500, "upstream exploded"))
         failed = the_task(await sent(client, message_to("hi")))
     assert failed.status.state == TaskState.TASK_STATE_FAILED
