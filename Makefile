@@ -27,10 +27,11 @@ run: setup
 
 # A crashed worker ends the run (--max-worker-restart=0) and the summary names the test it ran:
 # xdist 3.8's loadgroup scheduler puts a replaced worker's finished groups back on the queue as
-# empty work, and the run then waits forever at its end (pytest-xdist #1378).
+# empty work, and the run then waits forever at its end (pytest-xdist #1378). popagent_dev.suite
+# runs such a run once more, whole; a failed test or a second crash fails.
 test: setup
 	@npm --prefix ui run --silent size
-	$(VPY) -m pytest -n 2 --dist loadgroup --max-worker-restart=0 $(PYTEST_ARGS)
+	$(VPY) -m popagent_dev.suite -n 2 --dist loadgroup --max-worker-restart=0 $(PYTEST_ARGS)
 
 test-fast: setup
 	$(VPY) -m pytest -x $(PYTEST_ARGS)
