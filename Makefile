@@ -11,6 +11,7 @@ PROTO_OUT := libs/popagent-protos/src
 PROTO_STAMP := libs/popagent-protos/.stamp
 SYNC_STAMP := $(VENV)/.synced
 NODE_TEST_DEPS := tests/ai_sdk/node_modules/.package-lock.json
+MCP_CLIENT_TS_DEPS := tests/mcp_client_ts/node_modules/.package-lock.json
 LANGUAGE_SERVERS := services/agent-runner/language-servers/node_modules/.package-lock.json
 BROWSER_PEER_DEPS := tests/browser_peer/node_modules/.package-lock.json
 UI_DEPS := ui/node_modules/.package-lock.json
@@ -44,7 +45,7 @@ lint: setup
 	$(VENV)/bin/pyright
 	PYTHONPATH=tests $(VENV)/bin/lint-imports
 
-setup: system-deps $(SYNC_STAMP) $(PROTO_STAMP) $(NODE_TEST_DEPS) $(LANGUAGE_SERVERS) $(BROWSER_PEER_DEPS) $(UI_BUILD)
+setup: system-deps $(SYNC_STAMP) $(PROTO_STAMP) $(NODE_TEST_DEPS) $(MCP_CLIENT_TS_DEPS) $(LANGUAGE_SERVERS) $(BROWSER_PEER_DEPS) $(UI_BUILD)
 	@# The project's own modules (editable installs) too; only changed files are compiled again.
 	@$(VPY) -m compileall -q -j 0 libs services >/dev/null
 
@@ -60,6 +61,10 @@ $(UI_BUILD): $(UI_DEPS) $(SYNC_STAMP) $(PROTO_STAMP) $(UI_SOURCES) $(GATEWAY_SOU
 # The real AI SDK client the stream tests drive (pinned by its package-lock.json).
 $(NODE_TEST_DEPS): tests/ai_sdk/package.json tests/ai_sdk/package-lock.json
 	npm ci --prefix tests/ai_sdk --no-audit --no-fund --loglevel=error
+
+# The official MCP TypeScript SDK client the MCP server tests drive /mcp with (pinned likewise).
+$(MCP_CLIENT_TS_DEPS): tests/mcp_client_ts/package.json tests/mcp_client_ts/package-lock.json
+	npm ci --prefix tests/mcp_client_ts --no-audit --no-fund --loglevel=error
 
 # typescript-language-server and typescript 6.x, which mastra_workspace_lsp_inspect starts (pinned, never
 # fetched at run time; the Python server, basedpyright, is a PyPI dependency of agent-runner).
@@ -108,4 +113,4 @@ compose-config:
 	$(COMPOSE) -f deploy/compose.yaml --env-file $(if $(wildcard deploy/.env),deploy/.env,deploy/.env.example) config -q
 
 clean:
-	rm -rf $(VENV) $(PROTO_OUT)/popagent $(PROTO_STAMP) ui/node_modules ui/dist tests/ai_sdk/node_modules services/agent-runner/language-servers/node_modules tests/browser_peer/node_modules
+	rm -rf $(VENV) $(PROTO_OUT)/popagent $(PROTO_STAMP) ui/node_modules ui/dist tests/ai_sdk/node_modules tests/mcp_client_ts/node_modules services/agent-runner/language-servers/node_modules tests/browser_peer/node_modules
