@@ -8,13 +8,12 @@ import uuid
 import httpx
 import pytest
 
-from mcp_server.helpers import HANDSHAKE, MODERN, answer_of, connected, text_of
+from mcp_server.helpers import BEARER, HANDSHAKE, MODERN, answer_of, connected, text_of
 from support.model_gateway import ToolCall, Turn
 from support.stacks import API_KEY, MODEL, SPECIALISTS, Stack
 from support.waiting import eventually
 
 TOOLS = {"list_agents", "list_sessions", "get_session", "search_docs", "run_task", "get_task", "chat"}
-BEARER = {"authorization": f"Bearer {API_KEY}"}
 
 
 @pytest.mark.parametrize("revision", [HANDSHAKE, MODERN])

@@ -13,32 +13,36 @@ import contextlib
 import inspect
 import uuid
 from collections.abc import Iterator
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, cast
 
 import grpc
 import orjson
 from fastapi import FastAPI
+from mcp.server.elicitation import render_elicitation_schema
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp_types import ToolAnnotations
+from mcp_types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequiredResult, ToolAnnotations
 from pydantic import BaseModel, Field
 from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
+from popagent.agent_runner.v1 import agent_runner_pb2_grpc
 from popagent_gateway.bounded import MCP_PATH, key_admitted, send_json
 from popagent_gateway.chat_turns import FollowedTurn, follow_turn, refusal_text, start_chat_turn
 from popagent_gateway.deps import UNAUTHENTICATED_MESSAGE, get_agent_runner_state, get_model_catalog, get_tasks
+from popagent_gateway.dto.approvals import ApprovalAnswer
 from popagent_gateway.dto.documents import DocumentSearch
 from popagent_gateway.dto.sessions import ID_PATTERN, summary_dict
 from popagent_gateway.dto.tasks import MAX_PROMPT_CHARS, TaskCreate
 from popagent_gateway.dto.workspaces import WORKSPACE_ID_PATTERN
 from popagent_gateway.errors import client_message
 from popagent_gateway.export import markdown_of
-from popagent_gateway.routes import agents, chat, documents, sessions, tasks
+from popagent_gateway.routes import agents, approvals, chat, documents, sessions, tasks
+from popagent_gateway.streaming import PendingCheck
 
 DEFAULT_WORKSPACE = "popagent"
 
@@ -173,20 +177,21 @@ async def chat_turn(
     workspace_id: Annotated[
         WorkspaceId | None, Field(description="the workspace the turn works in; omitted: the session's")
     ] = None,
-) -> str:
+) -> str | InputRequiredResult:
     """Ask popagent (its supervisor agent, which may delegate and use tools) and wait for the answer, as a
     chat in the popagent UI does (POST /api/chat). Text is sent as progress notifications while it
     arrives. Answers JSON: `sessionId`, `turnId`, `status` ("completed", or "waiting-for-approval" with
     `approvals`: a tool call waits for a person to approve it in the popagent UI or with POST
-    /api/approvals/{approvalId}; the turn goes on once it is answered) and `answer`, the reply's text."""
+    /api/approvals/{approvalId}; the turn goes on once it is answered) and `answer`, the reply's text.
+    A client that can answer elicitations (protocol 2026-07-28) is asked for the approval instead, and
+    the turn goes on to its answer."""
+    if ctx.request_state is not None:
+        # The same call again, carrying the answers to the approvals it asked (approval_questions).
+        return await go_on_with_answers(ctx, AskedApprovals.model_validate_json(ctx.request_state))
     request = http_request(ctx)
     state = await get_agent_runner_state(request)
     new = session_id is None
     session_id = session_id or str(uuid.uuid4())
-
-    async def report(followed: FollowedTurn, added: str) -> None:
-        await ctx.report_progress(followed.received_chars, message=added)
-
     followed = FollowedTurn()
     with refusals_as_tool_errors():
         started, warning = await start_chat_turn(
@@ -198,13 +203,37 @@ async def chat_turn(
             workspace_id=workspace_id,
             message_id_prefix="mcp",
         )
-        try:
-            waiting = await follow_turn(started, chat.pending_check(state, session_id), report, followed)
-        except grpc.aio.AioRpcError as exc:
-            raise ToolError(
-                f"{client_message(exc.code(), exc.details() or '')} The turn may go on: read session "
-                f"{session_id} with get_session later."
-            ) from None
+        waiting = await follow_with_progress(ctx, started, chat.pending_check(state, session_id), session_id, followed)
+    return turn_outcome(ctx, followed, waiting, session_id, AskedApprovals(session_id=session_id), warning)
+
+
+async def follow_with_progress(
+    ctx: Context, started: chat.StartedTurn, pending: PendingCheck, session_id: str, followed: FollowedTurn
+) -> bool:
+    """follow_turn with the turn's text sent as progress; a broken stream is a tool error (the turn may go on)."""
+
+    async def report(followed: FollowedTurn, added: str) -> None:
+        await ctx.report_progress(followed.received_chars, message=added)
+
+    try:
+        return await follow_turn(started, pending, report, followed)
+    except grpc.aio.AioRpcError as exc:
+        raise ToolError(
+            f"{client_message(exc.code(), exc.details() or '')} The turn may go on: read session "
+            f"{session_id} with get_session later."
+        ) from None
+
+
+def turn_outcome(
+    ctx: Context,
+    followed: FollowedTurn,
+    waiting: bool,
+    session_id: str,
+    asked: AskedApprovals,
+    warning: str | None = None,
+) -> str | InputRequiredResult:
+    """The chat tool's answer once the turn ended or waits: the approvals it waits for are asked through
+    the client when it can answer them (and was not asked them yet), else listed in the answer."""
     if followed.failure is not None:
         raise ToolError(f"the turn failed: {followed.failure} (session {session_id})")
     outcome: dict[str, Any] = {
@@ -215,9 +244,94 @@ async def chat_turn(
     }
     if waiting:
         outcome["approvals"] = followed.waiting_approvals
+        unasked = [a for a in followed.waiting_approvals if a["approvalId"] not in asked.approval_ids]
+        if unasked and can_elicit(ctx):
+            return approval_questions(unasked, asked)
     if warning:
         outcome["warning"] = warning
     return as_json(outcome)
+
+
+class ApprovalQuestion(BaseModel):
+    """The form a waiting tool call is asked with: POST /api/approvals/{approvalId}'s choices."""
+
+    decision: Literal["allow", "allow for this session", "deny"] = Field(
+        description="allow the call once, allow the tool for the rest of the session, or deny it"
+    )
+    reason: str = Field(default="", max_length=2000, description="for a denial: what the model is told")
+
+
+APPROVAL_SCHEMA = render_elicitation_schema(ApprovalQuestion)
+DECISIONS: dict[str, Literal["approve", "approve-session", "deny"]] = {
+    "allow": "approve",
+    "allow for this session": "approve-session",
+    "deny": "deny",
+}
+
+
+class AskedApprovals(BaseModel):
+    """What a call that asked for approvals carries to its next round (`requestState`). The SDK seals it
+    with a key of this process (its default), so that round must reach this gateway process."""
+
+    session_id: str
+    approval_ids: list[str] = Field(default_factory=list[str])
+
+
+def can_elicit(ctx: Context) -> bool:
+    """Whether this call can ask its client: one that declared form elicitation (a bare `elicitation: {}`
+    declares form, as before modes existed). Only a 2026-07-28 request carries its client's capabilities:
+    those of a handshake-era client were declared on its `initialize` request, which a stateless server
+    does not keep, and at those revisions asking would be a request to the client, which the stateless
+    transport has no channel for (the SDK raises NoBackChannelError). Those clients get the approval ids."""
+    capabilities = ctx.client_capabilities
+    elicitation = capabilities.elicitation if capabilities is not None else None
+    return elicitation is not None and (elicitation.form is not None or elicitation.url is None)
+
+
+def approval_questions(waiting: list[dict[str, str]], asked: AskedApprovals) -> InputRequiredResult:
+    """Ask the client about each waiting tool call, keyed by its approval id."""
+    questions: dict[str, ElicitRequest] = {}
+    for approval in waiting:
+        tool, reason = approval["toolName"], approval["reason"]
+        message = f"Allow {tool} ({reason})?" if reason else f"Allow {tool}?"
+        form = ElicitRequestFormParams(message=message, requested_schema=APPROVAL_SCHEMA)
+        questions[approval["approvalId"]] = ElicitRequest(params=form)
+    state = AskedApprovals(session_id=asked.session_id, approval_ids=[*asked.approval_ids, *questions])
+    return InputRequiredResult(input_requests=dict(questions), request_state=state.model_dump_json())
+
+
+async def go_on_with_answers(ctx: Context, asked: AskedApprovals) -> str | InputRequiredResult:
+    """Answer the approvals the client accepted to answer, as POST /api/approvals/{approvalId} does, and
+    follow the session's turn on. One declined or dismissed stays waiting (it is not asked again)."""
+    request = http_request(ctx)
+    state = await get_agent_runner_state(request)
+    followed = FollowedTurn()
+    with refusals_as_tool_errors():
+        for approval_id, response in (ctx.input_responses or {}).items():
+            # Only what this call asked (the sealed state says which): the client names the keys.
+            if approval_id in asked.approval_ids and isinstance(response, ElicitResult) and response.action == "accept":
+                await answer_approval(approval_id, ApprovalQuestion.model_validate(response.content or {}), state)
+        call, batches, first = await chat.followed_turn(request, asked.session_id)
+        if first is None:
+            raise ToolError(f"no turn runs on session {asked.session_id} any more: read it with get_session")
+        # follow_turn reads a followed turn as a started one: it only reads the batches and cancels the call.
+        followed_turn = cast(chat.StartedTurn, (call, batches, first))
+        pending = chat.pending_check(state, asked.session_id)
+        waiting = await follow_with_progress(ctx, followed_turn, pending, asked.session_id, followed)
+    return turn_outcome(ctx, followed, waiting, asked.session_id, asked)
+
+
+async def answer_approval(
+    approval_id: str, question: ApprovalQuestion, state: agent_runner_pb2_grpc.AgentRunnerStateServiceStub
+) -> None:
+    """The route's answer; one answered already elsewhere (the UI, the API) keeps its first answer."""
+    try:
+        await approvals.answer_approval(
+            approval_id, ApprovalAnswer(decision=DECISIONS[question.decision], reason=question.reason), state
+        )
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() is not grpc.StatusCode.FAILED_PRECONDITION:
+            raise
 
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
