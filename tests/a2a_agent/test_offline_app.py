@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import uuid
 
-import httpx
 import pytest
 from fastapi.testclient import TestClient
-from gateway.harness import offline_settings
-from starlette.types import Receive, Scope, Send
+from gateway.harness import key_guard_status, offline_settings
 
 from popagent_gateway.a2a_agent import session_of
 from popagent_gateway.app import create_app
-from popagent_gateway.bounded import ApiKeyMiddleware
 
 KEY = "offline-a2a-key-" + "o" * 16
 CARD = "/.well-known/agent-card.json"
@@ -58,32 +55,21 @@ def test_a_configured_public_url_names_the_endpoint() -> None:
     assert interface_urls(card) == {"https://agent.example.com/popagent/a2a"}
 
 
-async def reached(scope: Scope, receive: Receive, send: Send) -> None:
-    await send({"type": "http.response.start", "status": 200, "headers": []})
-    await send({"type": "http.response.body", "body": b"reached"})
-
-
-async def status(path: str, headers: dict[str, str]) -> int:
-    transport = httpx.ASGITransport(app=ApiKeyMiddleware(reached, api_key=KEY))
-    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
-        return (await client.post(path, headers=headers)).status_code
-
-
 @pytest.mark.parametrize(
     "headers",
     [{}, {"x-popagent-key": KEY[:-1]}, {"authorization": f"Bearer {KEY[:-1]}"}, {"authorization": KEY}],
     ids=["none", "wrong-header", "wrong-bearer", "no-scheme"],
 )
 async def test_the_key_middleware_refuses_a2a_without_the_key(headers: dict[str, str]) -> None:
-    assert await status("/a2a", headers) == 401
-    assert await status("/a2a/", headers) == 401
+    assert await key_guard_status(KEY, "/a2a", headers) == 401
+    assert await key_guard_status(KEY, "/a2a/", headers) == 401
 
 
 async def test_the_key_middleware_admits_a2a_with_the_key_and_leaves_the_card_public() -> None:
-    assert await status("/a2a", {"x-popagent-key": KEY}) == 200
-    assert await status("/a2a", {"authorization": f"Bearer {KEY}"}) == 200
-    assert await status(CARD, {}) == 200
-    assert await status("/a2ax", {}) == 200
+    assert await key_guard_status(KEY, "/a2a", {"x-popagent-key": KEY}) == 200
+    assert await key_guard_status(KEY, "/a2a", {"authorization": f"Bearer {KEY}"}) == 200
+    assert await key_guard_status(KEY, CARD, {}) == 200
+    assert await key_guard_status(KEY, "/a2ax", {}) == 200
 
 
 def test_a_context_is_its_own_session_id_where_it_can_be_else_a_fixed_uuid_of_it() -> None:

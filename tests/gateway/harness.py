@@ -7,9 +7,12 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 import grpc
+import httpx
+from starlette.types import Receive, Scope, Send
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
+from popagent_gateway.bounded import ApiKeyMiddleware
 from popagent_gateway.settings import Settings
 
 API_KEY = "c" * 32
@@ -96,3 +99,15 @@ def batch(*events: pb.TurnEvent) -> pb.TurnEventBatch:
 
 def start(turn_id: str = "turn-1") -> pb.TurnEvent:
     return pb.TurnEvent(start=pb.TurnStart(turn_id=turn_id, message_id="a1", model="fake/fake-chat"))
+
+
+async def _reached(scope: Scope, receive: Receive, send: Send) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"reached"})
+
+
+async def key_guard_status(key: str, path: str, headers: dict[str, str]) -> int:
+    """What `ApiKeyMiddleware` alone answers a POST to `path` with (200: it let the request through)."""
+    transport = httpx.ASGITransport(app=ApiKeyMiddleware(_reached, api_key=key))
+    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
+        return (await client.post(path, headers=headers)).status_code
