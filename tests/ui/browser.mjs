@@ -1249,11 +1249,12 @@ try {
     return `"${shown.value}" in ${Math.round(shown.width)}px (text ${Math.round(textWidth)}px); no page scrolls sideways`;
   });
 
-  await step("task page readable", ["api key prompt"], async () => {
+  // A task queued through the API, shown completed on the tasks page: the task and its item there.
+  async function completedTask(prompt) {
     const created = await fetch(`${url}/api/tasks`, {
       method: "POST",
       headers: { "x-popagent-key": apiKey, "content-type": "application/json" },
-      body: JSON.stringify({ prompt: "Give me a markdown summary of the tools.", workspaceId: "popagent" }),
+      body: JSON.stringify({ prompt, workspaceId: "popagent" }),
     });
     check(created.status === 201 || created.status === 200, `POST /api/tasks answered ${created.status}`);
     const task = await created.json();
@@ -1265,6 +1266,11 @@ try {
       task.id,
       { timeout: 60_000 },
     );
+    return { task, item };
+  }
+
+  await step("task page readable", ["api key prompt"], async () => {
+    const { task, item } = await completedTask("Give me a markdown summary of the tools.");
     const prompt = await item.locator(".task-prompt").innerText();
     check(prompt.includes("markdown summary of the tools"), `the task shows its prompt as "${prompt}"`);
     const result = item.locator('[data-testid="task-result"] [data-testid="markdown"] table');
@@ -1286,21 +1292,7 @@ try {
   });
 
   await step("long task result collapsed", ["api key prompt"], async () => {
-    const created = await fetch(`${url}/api/tasks`, {
-      method: "POST",
-      headers: { "x-popagent-key": apiKey, "content-type": "application/json" },
-      body: JSON.stringify({ prompt: "Give me a long result, one line per item.", workspaceId: "popagent" }),
-    });
-    check(created.status === 201 || created.status === 200, `POST /api/tasks answered ${created.status}`);
-    const task = await created.json();
-    await page.goto(`${url}/#/tasks`);
-    const item = page.locator(`[data-testid="task-item"][data-task-id="${task.id}"]`);
-    await item.waitFor({ timeout: 15_000 });
-    await page.waitForFunction(
-      (id) => document.querySelector(`[data-testid="task-item"][data-task-id="${id}"]`)?.getAttribute("data-status") === "completed",
-      task.id,
-      { timeout: 60_000 },
-    );
+    const { task, item } = await completedTask("Give me a long result, one line per item.");
     const text = item.locator('[data-testid="task-result-text"]');
     await text.locator('[data-testid="markdown"]').waitFor({ timeout: 15_000 });
     const toggle = item.getByRole("button", { name: "Show all" });
