@@ -43,7 +43,7 @@ from popagent.browser_bridge.v1 import (  # noqa: E402
     navigator_pb2_grpc,
 )
 from popagent.secrets.v1 import secrets_pb2, secrets_pb2_grpc  # noqa: E402
-from popagent_core.auth import generate_credentials  # noqa: E402
+from popagent_core.credentials import generate_credentials  # noqa: E402
 from popagent_core.grpc_client import check_health, open_channel  # noqa: E402
 from popagent_dev import embedded  # noqa: E402
 from popagent_dev.embedded import free_port  # noqa: E402

@@ -75,7 +75,7 @@ import orjson
 import psutil
 import uvloop
 
-from popagent_core.auth import generate_credentials
+from popagent_core.credentials import generate_credentials
 from popagent_core.grpc_client import check_health, open_channel
 from popagent_dev import embedded
 from popagent_dev.embedded import ensure_database

@@ -27,7 +27,7 @@ import uvloop
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
-from popagent_core.auth import generate_credentials
+from popagent_core.credentials import generate_credentials
 from popagent_core.grpc_client import check_health, open_channel
 from popagent_dev import embedded
 from popagent_dev.embedded import ensure_database

@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from hooks.helpers import RecordingAuth  # noqa: E402
 
 from popagent.hooks.v1 import hooks_pb2_grpc  # noqa: E402
-from popagent_core.auth import generate_credentials  # noqa: E402
+from popagent_core.credentials import generate_credentials  # noqa: E402
 from popagent_core.grpc_client import check_health  # noqa: E402
 from popagent_dev import embedded  # noqa: E402
 from popagent_hooks_client.client import HooksClient  # noqa: E402

@@ -44,7 +44,7 @@ import uvloop  # noqa: E402
 
 from bench.helpers.databases import emptied_database  # noqa: E402
 from popagent.tasks.v1 import tasks_pb2, tasks_pb2_grpc  # noqa: E402
-from popagent_core.auth import generate_credentials  # noqa: E402
+from popagent_core.credentials import generate_credentials  # noqa: E402
 from popagent_core.db import open_pool  # noqa: E402
 from popagent_core.grpc_client import check_health, open_channel  # noqa: E402
 from popagent_core.migrate import migrate  # noqa: E402

@@ -22,7 +22,7 @@ from tasks.harness import tasks_env
 from tasks.processes import WorkerProcess
 
 from bench.helpers.databases import emptied_database
-from popagent_core.auth import generate_credentials
+from popagent_core.credentials import generate_credentials
 from popagent_core.migrate import migrate
 from popagent_dev import embedded
 from popagent_dev.embedded import StoppablePostgres, stoppable_postgres

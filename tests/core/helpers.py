@@ -11,7 +11,7 @@ from nats.js.api import RawStreamMsg
 from nats.js.errors import NotFoundError
 
 from popagent_core import subjects
-from popagent_core.auth import generate_credentials
+from popagent_core.credentials import generate_credentials
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

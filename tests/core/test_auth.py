@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from popagent_core.auth import CallerRegistry, generate_credentials, token_digest
+from popagent_core.auth import CallerRegistry
+from popagent_core.credentials import generate_credentials, token_digest
 from popagent_core.errors import ConfigurationError, Unauthenticated
 from popagent_core.topology import SERVICE_NAMES
 

@@ -13,7 +13,8 @@ import pytest
 
 from popagent.evolution.v1 import evolution_pb2, evolution_pb2_grpc
 from popagent_core import errors
-from popagent_core.auth import CallerRegistry, caller_var, generate_credentials
+from popagent_core.auth import CallerRegistry, caller_var
+from popagent_core.credentials import generate_credentials
 from popagent_core.grpc_client import check_health, map_rpc_errors, open_channel
 from popagent_core.grpc_server import create_server, running
 from popagent_core.log import JsonFormatter, request_id_var

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from popagent_core import subjects, topology
-from popagent_core.auth import generate_credentials
+from popagent_core.credentials import generate_credentials
 from popagent_gateway.settings import Settings as GatewaySettings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -74,6 +74,12 @@ def test_stack_starts_reports_health_and_ctrl_c_leaves_no_process(tmp_path: Path
         assert len(runners) == 2
         embedded_pg = postgres_of(stack.data_dir)
         assert embedded_pg is not None and embedded_pg.is_running()
+        # The launcher only supervises: none of the services' native libraries is loaded in it
+        # (gRPC, the database driver, pydantic), nor is the readiness probe left running.
+        launcher_libraries = Path(f"/proc/{stack.process.pid}/maps").read_text()
+        for library in ("grpc/_cython/cygrpc", "asyncpg/protocol", "pydantic_core/_pydantic_core"):
+            assert library not in launcher_libraries, library
+        assert "popagent_dev.readiness" not in names
 
         # Ctrl-C in a terminal signals the whole foreground group: only the launcher must act on it.
         os.killpg(stack.process.pid, signal.SIGINT)

@@ -26,7 +26,7 @@ from nats.aio.client import Client as NatsClient
 from nats.errors import Error as NatsError
 
 from popagent_core import subjects
-from popagent_core.bus import inbox_prefix
+from popagent_core.subjects import inbox_prefix
 from popagent_core.topology import CALLERS, CREDENTIAL_NAME, SECRET_VARIABLES, SERVICE_NAMES
 from popagent_dev.embedded import NATS_CONSUMERS
 from popagent_dev.launcher import NATS_PASSWORDS

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from popagent_core.auth import generate_credentials
+from popagent_core.credentials import generate_credentials
 from popagent_dev.embedded import free_port, terminate
 from support.waiting import START_WITHIN_S, TEST_WITH_A_START_S, eventually
 

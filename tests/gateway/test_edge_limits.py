@@ -19,7 +19,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from popagent_core.auth import generate_credentials
+from popagent_core.credentials import generate_credentials
 from popagent_core.settings import load_settings
 from popagent_dev.embedded import free_port, terminate
 from popagent_gateway.app import create_app

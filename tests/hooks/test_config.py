@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from hooks.helpers import ALLOWED, SPEC_EXAMPLE, config_of, handler
 
-from popagent_core.auth import generate_credentials
+from popagent_core.credentials import generate_credentials
 from popagent_core.settings import load_settings
 from popagent_hooks.config import DEFAULT_TIMEOUT_MS, HooksConfigError, parse_hooks_config
 from popagent_hooks.settings import Settings

@@ -15,7 +15,7 @@ import grpc
 from secrets_support import outbox_drained, process_env, secrets_stub
 
 from popagent.secrets.v1 import secrets_pb2
-from popagent_core.auth import generate_credentials
+from popagent_core.credentials import generate_credentials
 from popagent_core.db import open_pool
 from popagent_core.settings import load_settings
 from popagent_dev.embedded import free_port

@@ -10,7 +10,7 @@ import sys
 import pytest
 from secrets_support import new_key, process_env
 
-from popagent_core.auth import generate_credentials
+from popagent_core.credentials import generate_credentials
 
 # Valid for everything but the key under test, so the only complaint is about the key.
 _, CALLERS = generate_credentials()

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from popagent_agent_runner.settings import Settings
 from popagent_agent_runner.web.searxng import MAX_RESULTS, MAX_SNIPPET_CHARS, SearchQuery, SearxngClient
-from popagent_core.auth import generate_credentials
+from popagent_core.credentials import generate_credentials
 from popagent_core.errors import Unavailable
 from popagent_core.settings import describe_validation_error
 from popagent_dev.embedded import free_port

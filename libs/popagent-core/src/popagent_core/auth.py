@@ -10,26 +10,13 @@ only browser-bridge holds.
 from __future__ import annotations
 
 import contextvars
-import hashlib
 import hmac
 import json
-import secrets
 
+from popagent_core.credentials import token_digest
 from popagent_core.errors import ConfigurationError, Unauthenticated
-from popagent_core.topology import SERVICE_NAMES
 
 caller_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("caller", default=None)
-
-
-def token_digest(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def generate_credentials(callers: tuple[str, ...] = SERVICE_NAMES) -> tuple[dict[str, str], str]:
-    """Fresh tokens for each caller (by default every service) and the JSON digest map every server is given."""
-    tokens = {name: f"{name}.{secrets.token_urlsafe(32)}" for name in callers}
-    digests = json.dumps({name: token_digest(token) for name, token in tokens.items()}, sort_keys=True)
-    return tokens, digests
 
 
 class CallerRegistry:

@@ -101,12 +101,6 @@ class BrokerLog:
         self.down_since = None
 
 
-def inbox_prefix(name: str) -> str:
-    """The prefix of client `name`'s reply subjects (`_INBOX.<name>.…`): a service's NATS user may
-    subscribe to its own replies only, never to another service's (popagent_dev.embedded)."""
-    return f"_INBOX.{name}"
-
-
 def without_credentials(url: str) -> str:
     """`url` (one or several, comma-separated) with any user and password removed, for messages."""
     shown = []
@@ -129,7 +123,7 @@ async def connect(url: str, *, name: str, connect_timeout_s: float = 20.0) -> As
             nc = await nats.connect(
                 url.split(","),
                 name=f"popagent-{name}",
-                inbox_prefix=inbox_prefix(name),
+                inbox_prefix=subjects.inbox_prefix(name),
                 allow_reconnect=True,
                 max_reconnect_attempts=-1,
                 reconnect_time_wait=0.5,

@@ -25,6 +25,13 @@ NEGATIVE_FEEDBACK_GIVEN = "popagent.observability.feedback.given"
 # autonomy change) changed: agent runs re-read it.
 LEARNING_CHANGED = "popagent.evolution.learning.changed"
 
+
+def inbox_prefix(name: str) -> str:
+    """The prefix of client `name`'s reply subjects (`_INBOX.<name>.…`): a service's NATS user may
+    subscribe to its own replies only, never to another service's (popagent_dev.embedded)."""
+    return f"_INBOX.{name}"
+
+
 # Chat turns' logs (every batch a turn streams, for followers): one subject per turn in a stream of
 # its own, written and read by agent-runner only. Not facts: no owner stream captures them.
 TURN_LOG_STREAM = "POPAGENT_TURN_LOG"

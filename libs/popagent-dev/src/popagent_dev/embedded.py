@@ -8,6 +8,7 @@ service, allowed only the subjects that service uses.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import json
@@ -26,12 +27,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
-import asyncpg
 from platformdirs.api import RuntimeDirWarning
 
 from popagent_core import subjects
-from popagent_core.bus import inbox_prefix
 from popagent_core.processes import process_alive
+from popagent_core.subjects import inbox_prefix
 from popagent_core.topology import SERVICES, Service
 
 # pgserver computes a runtime dir at import; on a headless root shell XDG_RUNTIME_DIR is
@@ -321,14 +321,27 @@ def with_database(dsn: str, database: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, f"/{database}", parts.query, parts.fragment))
 
 
+# Quoted by psql itself (:'name' a literal, %I an identifier), whatever the name holds.
+CREATE_DATABASE_IF_MISSING = """
+SELECT format('CREATE DATABASE %I', :'name')
+WHERE NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = :'name') \\gexec
+"""
+
+
 async def ensure_database(admin_dsn: str, name: str) -> str:
-    """The DSN of database `name` on the server behind `admin_dsn`, created when it does not exist."""
-    conn = await asyncpg.connect(admin_dsn)
-    try:
-        if not await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name):
-            await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
+    """The DSN of database `name` on the embedded server behind `admin_dsn`, created when it does
+    not exist. Through the psql that ships with the server rather than a driver: the launcher
+    calls this, and it stays a small process that imports no database client."""
+    psql = await asyncio.create_subprocess_exec(
+        str(POSTGRES_BIN_PATH / "psql"),
+        *("--no-psqlrc", "--quiet", "--set", "ON_ERROR_STOP=1", "--set", f"name={name}", admin_dsn),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, errors = await psql.communicate(CREATE_DATABASE_IF_MISSING.encode())
+    if psql.returncode != 0:
+        raise RuntimeError(f"could not create database {name!r}: {errors.decode(errors='replace').strip()}")
     return with_database(admin_dsn, name)
 
 

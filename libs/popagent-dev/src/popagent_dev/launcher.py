@@ -33,6 +33,7 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import http.client
 import json
 import os
 import secrets
@@ -45,10 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from popagent_core.auth import generate_credentials
-from popagent_core.grpc_client import check_health, open_channel
+from popagent_core.credentials import generate_credentials
 from popagent_core.topology import (
     CALLERS,
     CREDENTIAL_NAME,
@@ -315,7 +313,7 @@ class Stack:
                 await self._spawn(worker, service, dict(env, **{runner.address_variable: address}))
                 listening[worker] = address
         self.write_state()
-        await asyncio.gather(*(self._wait_grpc(name, address, deadline) for name, address in listening.items()))
+        await self._wait_grpc(listening, deadline)
         self.url = f"http://127.0.0.1:{self.config.gateway_port}"
         await self._wait_http(deadline)
         self._supervisor = asyncio.create_task(self._supervise(), name="supervisor")
@@ -402,7 +400,7 @@ class Stack:
         address = child.env.get(child.service.address_variable, "") if child.service.grpc_port is not None else ""
         if address:
             with contextlib.suppress(StackError, OSError):
-                await self._wait_grpc(child.name, address, time.monotonic() + 60, replacement)
+                await self._wait_grpc({child.name: address}, time.monotonic() + 60, replacement)
         if replacement.process.returncode is None and self.children.get(child.name) is replacement:
             replacement.state = "running"
             self.write_state()
@@ -448,28 +446,63 @@ class Stack:
             if child.process.returncode is not None:
                 raise StackError(self.crash_report(child))
 
-    async def _wait_grpc(self, name: str, address: str, deadline: float, child: Child | None = None) -> None:
-        async with open_channel(address, "") as channel:
-            while not await check_health(channel, timeout_s=0.5):
+    async def _wait_grpc(self, listening: Mapping[str, str], deadline: float, child: Child | None = None) -> None:
+        """Until each server of `listening` (child name -> address) reports SERVING, checked by the
+        readiness probe (popagent_dev.readiness, a process of its own: the launcher loads no gRPC)."""
+        probe = await asyncio.create_subprocess_exec(
+            *embedded.orphan_safe([sys.executable, "-m", "popagent_dev.readiness", *listening.values()]),
+            env={name: value for name, value in os.environ.items() if inherited(name)},
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        assert probe.stdout is not None and probe.stderr is not None
+        waiting = {address: name for name, address in listening.items()}
+        try:
+            while waiting:
+                try:
+                    line = await asyncio.wait_for(probe.stdout.readline(), 0.1)
+                except TimeoutError:
+                    line = None
+                if line:
+                    waiting.pop(line.decode().removeprefix("ready ").strip(), None)
+                    continue
+                if line == b"":
+                    errors = (await probe.stderr.read()).decode(errors="replace").strip()
+                    raise StackError(
+                        f"the readiness probe exited before {', '.join(waiting.values())} was ready: {errors}"
+                    )
                 if child is None:
                     self._check_alive()
                 elif child.process.returncode is not None:
                     raise StackError(self.crash_report(child))
                 if time.monotonic() > deadline:
-                    raise StackError(f"service {name} did not become healthy in time")
-                await asyncio.sleep(0.05)
+                    raise StackError(f"service {', '.join(waiting.values())} did not become healthy in time")
+        finally:
+            if probe.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    probe.kill()
+            await probe.wait()
+
+    def _health_status(self) -> int | None:
+        """The gateway's /api/health status, None when it does not answer (yet). The standard
+        library's client: this runs a few times at start, and httpx would stay loaded for good."""
+        connection = http.client.HTTPConnection("127.0.0.1", self.config.gateway_port, timeout=2.0)
+        try:
+            connection.request("GET", "/api/health", headers={"x-popagent-key": self.api_key})
+            return connection.getresponse().status
+        except (OSError, http.client.HTTPException):
+            return None
+        finally:
+            connection.close()
 
     async def _wait_http(self, deadline: float) -> None:
-        async with httpx.AsyncClient(timeout=2.0) as client:
-            while True:
-                self._check_alive()
-                with contextlib.suppress(httpx.HTTPError):
-                    response = await client.get(f"{self.url}/api/health", headers={"x-popagent-key": self.api_key})
-                    if response.status_code == 200:
-                        return
-                if time.monotonic() > deadline:
-                    raise StackError("gateway /api/health did not answer 200 in time")
-                await asyncio.sleep(0.05)
+        while True:
+            self._check_alive()
+            if await asyncio.to_thread(self._health_status) == 200:
+                return
+            if time.monotonic() > deadline:
+                raise StackError("gateway /api/health did not answer 200 in time")
+            await asyncio.sleep(0.05)
 
     async def stop_children(self, timeout_s: float = 10.0) -> None:
         """SIGTERM every child (gateway first), wait, SIGKILL whatever is left."""

@@ -164,6 +164,6 @@ def nats_server(tmp_path: Path) -> Iterator[embedded.NatsProcess]:
 @pytest.fixture(scope="session")
 def internal_credentials() -> tuple[dict[str, str], str]:
     """(tokens by caller, POPAGENT_INTERNAL_CALLERS json) for tests that start services."""
-    from popagent_core.auth import generate_credentials
+    from popagent_core.credentials import generate_credentials
 
     return generate_credentials()

@@ -23,8 +23,9 @@ from nats.aio.client import Client as NatsClient
 from nats.errors import Error as NatsError
 
 from popagent_core import subjects
-from popagent_core.bus import ensure_streams, inbox_prefix
+from popagent_core.bus import ensure_streams
 from popagent_core.errors import Unavailable
+from popagent_core.subjects import inbox_prefix
 from popagent_core.telemetry import inject_headers
 
 CONNECT_TIMEOUT_S = 2.0
