@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import grpc
@@ -38,20 +39,17 @@ from a2a.types.a2a_pb2 import (
     TaskState,
 )
 from a2a.utils.constants import (
-    AGENT_CARD_WELL_KNOWN_PATH,
     PROTOCOL_VERSION_0_3,
     PROTOCOL_VERSION_1_0,
     TransportProtocol,
 )
 from a2a.utils.errors import TaskNotCancelableError
-from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
-from popagent_gateway.bounded import A2A_PATH, key_admitted
+from popagent_gateway.bounded import A2A_PATH
 from popagent_gateway.chat_turns import FollowedTurn, follow_turn, refusal_text, start_chat_turn
-from popagent_gateway.deps import API_KEY_HEADER, UNAUTHENTICATED_MESSAGE, get_agent_runner_state
+from popagent_gateway.deps import API_KEY_HEADER, get_agent_runner_state
 from popagent_gateway.dto.sessions import ID_PATTERN
 from popagent_gateway.errors import client_message
 from popagent_gateway.routes import chat
@@ -274,8 +272,17 @@ def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def mount_a2a(app: FastAPI, settings: Settings) -> DefaultRequestHandler:
-    """Route the card and /a2a; the handler it returns must be closed (`aclose()`) when the app stops."""
+@dataclass
+class A2aEndpoints:
+    """The SDK's request handler, which must be closed (`aclose()`) when the app stops, and the two
+    endpoints the gateway routes to (interop.py)."""
+
+    handler: DefaultRequestHandler
+    answer: Callable[[Request], Awaitable[Response]]
+    card: Callable[[Request], Awaitable[Response]]
+
+
+def a2a_endpoints(settings: Settings) -> A2aEndpoints:
     keyed = bool(settings.api_key)
     configured = f"{settings.public_url}{A2A_PATH}" if settings.public_url else ""
     # The handler reads its card for capabilities only; the card served names the endpoint as below.
@@ -285,22 +292,11 @@ def mount_a2a(app: FastAPI, settings: Settings) -> DefaultRequestHandler:
         agent_card=agent_card(configured or f"http://{settings.host}:{settings.port}{A2A_PATH}", keyed=keyed),
     )
 
-    async def card(request: Request) -> JSONResponse:
+    async def card(request: Request) -> Response:
         # The endpoint as the client reached the card, unless the public URL is configured (a proxy
         # in between that changes the host or the scheme).
         a2a_url = configured or str(request.url_for("a2a"))
         return JSONResponse(agent_card_to_dict(agent_card(a2a_url, keyed=keyed)))
 
     [jsonrpc] = create_jsonrpc_routes(handler, A2A_PATH, context_builder=RequestInContext(), enable_v0_3_compat=True)
-    answer = jsonrpc.endpoint
-
-    async def endpoint(request: Request) -> Response:
-        # The key again, as /api's dependency and /mcp's endpoint check it: `ApiKeyMiddleware` first.
-        if not key_admitted(settings.api_key, request.scope):
-            return JSONResponse({"error": UNAUTHENTICATED_MESSAGE}, status_code=401)
-        return await answer(request)
-
-    # Plain routes, as /mcp: out of the OpenAPI document, which describes /api.
-    app.router.routes.append(Route(A2A_PATH, endpoint, methods=["POST"], name="a2a"))
-    app.router.routes.append(Route(AGENT_CARD_WELL_KNOWN_PATH, card, methods=["GET"]))
-    return handler
+    return A2aEndpoints(handler, jsonrpc.endpoint, card)

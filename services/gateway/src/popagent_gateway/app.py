@@ -13,12 +13,11 @@ from popagent_core.grpc_client import make_channel, open_channel
 from popagent_core.lifecycle import settle_heap
 from popagent_core.span_store import secret_values, span_store_export
 from popagent_core.telemetry import tracing_enabled
-from popagent_gateway.a2a_agent import mount_a2a
 from popagent_gateway.bounded import ApiKeyMiddleware, BoundedBodyMiddleware, SecurityHeadersMiddleware
 from popagent_gateway.deps import refuse_unknown_query, require_api_key
 from popagent_gateway.errors import ERROR_RESPONSES, install_error_handlers
+from popagent_gateway.interop import mount_interop
 from popagent_gateway.json_bounds import JsonBoundsMiddleware
-from popagent_gateway.mcp_server import mount_mcp
 from popagent_gateway.observability.feedback_events import FeedbackEvents
 from popagent_gateway.observability.store import ObservabilityStore
 from popagent_gateway.openapi_links import install_links
@@ -99,7 +98,7 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
                 )
             )
             # Entered last, left first: MCP requests and A2A tasks end before the channels they call close.
-            await stack.enter_async_context(app.state.mcp.run())
+            stack.push_async_callback(app.state.mcp.aclose)
             stack.push_async_callback(app.state.a2a.aclose)
             if own_process:
                 # The gateway is this process's only job (`python -m popagent_gateway`); an app a
@@ -154,8 +153,7 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
         api.include_router(module.router)
     app.include_router(api)
     install_links(app)
-    app.state.mcp = mount_mcp(app, settings.api_key)
-    app.state.a2a = mount_a2a(app, settings)
+    app.state.mcp, app.state.a2a = mount_interop(app, settings)
     # Last, so /api, /mcp, /a2a and the agent card win over the static files.
     mount_ui(app, settings.ui_dir)
     # One server span per request, its trace context passed on to every RPC the route makes. No

@@ -22,10 +22,11 @@ async def send_json(send: Send, status: int, payload: dict[str, object]) -> None
 
 
 API_KEY_HEADER_BYTES = API_KEY_HEADER.encode()
-# popagent's MCP server (mcp_server.py) and its A2A endpoint (a2a_agent.py; its card, at
-# /.well-known/agent-card.json, is public): guarded by the same key as /api.
+# popagent's MCP server (mcp_server.py) and its A2A endpoint (a2a_agent.py; its card, at the path
+# A2A names, is public): guarded by the same key as /api.
 MCP_PATH = "/mcp"
 A2A_PATH = "/a2a"
+AGENT_CARD_PATH = "/.well-known/agent-card.json"
 
 
 def _at(path: str, endpoint: str) -> bool:

@@ -17,7 +17,6 @@ from typing import Annotated, Any, Literal, cast
 
 import grpc
 import orjson
-from fastapi import FastAPI
 from mcp.server.elicitation import render_elicitation_schema
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -26,14 +25,11 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequiredResult, ToolAnnotations
 from pydantic import BaseModel, Field
 from starlette.requests import Request
-from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
-from popagent_gateway.bounded import MCP_PATH, key_admitted, send_json
 from popagent_gateway.chat_turns import FollowedTurn, follow_turn, refusal_text, start_chat_turn
-from popagent_gateway.deps import UNAUTHENTICATED_MESSAGE, get_agent_runner_state, get_model_catalog, get_tasks
+from popagent_gateway.deps import get_agent_runner_state, get_model_catalog, get_tasks
 from popagent_gateway.dto.approvals import ApprovalAnswer
 from popagent_gateway.dto.documents import DocumentSearch
 from popagent_gateway.dto.sessions import ID_PATTERN, summary_dict
@@ -368,34 +364,17 @@ def build_server() -> MCPServer:
     return server
 
 
-class McpEndpoint:
-    """The ASGI app at /mcp: the key, then the SDK's streamable HTTP transport."""
+def session_manager() -> StreamableHTTPSessionManager:
+    """The streamable HTTP transport of a new MCP server; it must run (`run()`) while it answers.
 
-    def __init__(self, manager: StreamableHTTPSessionManager, api_key: str) -> None:
-        self.manager = manager
-        self.api_key = api_key
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not key_admitted(self.api_key, scope):
-            await send_json(send, 401, {"error": UNAUTHENTICATED_MESSAGE})
-            return
-        await self.manager.handle_request(scope, receive, send)
-
-
-def mount_mcp(app: FastAPI, api_key: str) -> StreamableHTTPSessionManager:
-    """Route /mcp to a new MCP server; the manager it returns must run (`run()`) in the app's lifespan."""
+    Stateless: no MCP session lives in this process between requests, so any gateway replica answers
+    any request, and a tool's progress rides the response stream of the request that called it. No
+    DNS-rebinding host check (the gateway is reached by any host name): a rebound page cannot send
+    the API key, and without a key set /api is as open to it. (The Starlette app this builds is not
+    used: it would be the requests' `app` instead of the gateway, whose channels the tools call.)
+    """
     server = build_server()
-    # Stateless: no MCP session lives in this process between requests, so any gateway replica answers
-    # any request, and a tool's progress rides the response stream of the request that called it. No
-    # DNS-rebinding host check (the gateway is reached by any host name): a rebound page cannot send
-    # the API key, and without a key set /api is as open to it.
-    # (The Starlette app this builds is not used: it would be the requests' `app` instead of the
-    # gateway, whose channels the tools call.)
     server.streamable_http_app(
         stateless_http=True, transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False)
     )
-    manager = server.session_manager
-    # A plain route, not a mount: /mcp itself answers (a mount redirects it to /mcp/), and it stays out
-    # of the OpenAPI document, which describes /api.
-    app.router.routes.append(Route(MCP_PATH, McpEndpoint(manager, api_key), methods=["GET", "POST", "DELETE"]))
-    return manager
+    return server.session_manager
