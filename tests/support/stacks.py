@@ -214,6 +214,8 @@ class StackSpec:
     runner_settings: Mapping[str, str] = field(default_factory=dict[str, str])  # more agent-runner environment
     bridge_env: Mapping[str, str] = field(default_factory=dict[str, str])  # browser-bridge settings (its socket)
     evolution: Mapping[str, Any] = field(default_factory=dict[str, Any])  # evolution's own variables
+    # Lifecycle observers the tasks service runs after its own (popagent_tasks.observer.OBSERVERS).
+    task_observers: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = self.services - OPTIONAL_SERVICES
@@ -487,7 +489,9 @@ async def start_stack(
                 POPAGENT_TASKS_RETRY_CAP_S="120",
                 POPAGENT_TASKS_SWEEP_INTERVAL_S="0.5",
             )
-            running_tasks = await stack.enter_async_context(build_tasks(TasksSettings(**tasks_settings)))
+            running_tasks = await stack.enter_async_context(
+                build_tasks(TasksSettings(**tasks_settings), extra_observers=spec.task_observers)
+            )
             # As evolution: a caller other than the gateway may create self-update tasks.
             tasks_channel = await stack.enter_async_context(open_channel(addresses["tasks"], tokens["evolution"]))
             task_stub = tasks_pb2_grpc.TasksServiceStub(tasks_channel)

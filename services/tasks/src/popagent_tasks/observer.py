@@ -5,21 +5,26 @@ committed and swallows (logs) whatever they raise, so no observer can delay a
 transition into a different one or report a state the database does not hold.
 
 The observers: `HooksObserver` (the `TaskStart`/`TaskStop` hooks) and `BrowserCloseObserver`
-(a task's browser tab is closed once the task has ended). Anything else that must follow a
-task's end (a channel posting its result) is one more `LifecycleObserver` in `Observers`.
+(a task's browser tabs are closed once the task has ended). Each is a class with an `open`
+that returns it, or None when its setting turns it off; `OBSERVERS` lists them in the order
+they run. Anything else that must follow a task's end is one more such class in that list.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 from popagent.browser_bridge.v1 import browser_bridge_pb2, browser_bridge_pb2_grpc
+from popagent.hooks.v1 import hooks_pb2_grpc
+from popagent_core.grpc_client import open_channel
 from popagent_hooks_client.client import HooksClient
 from popagent_hooks_client.events import Event
 from popagent_tasks.model import Task, truncate
+from popagent_tasks.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -111,11 +116,27 @@ class LifecycleObserver(Protocol):
     async def task_stopped(self, event: TaskStopped) -> None: ...
 
 
+class ObserverKind(Protocol):
+    """An observer class as the service builds it: `open` connects what it needs (channels
+    entered on `stack`, closed with the service) and returns the observer, or None when its
+    setting turns it off."""
+
+    @classmethod
+    async def open(cls, settings: Settings, stack: contextlib.AsyncExitStack) -> LifecycleObserver | None: ...
+
+
 class HooksObserver:
     """Dispatches `TaskStart`/`TaskStop` through the hooks service (no RPC when no handler matches)."""
 
     def __init__(self, client: HooksClient) -> None:
         self.client = client
+
+    @classmethod
+    async def open(cls, settings: Settings, stack: contextlib.AsyncExitStack) -> Self | None:
+        if not settings.hooks_enabled:
+            return None
+        channel = await stack.enter_async_context(open_channel(settings.hooks_address, settings.internal_token))
+        return cls(HooksClient(hooks_pb2_grpc.HooksServiceStub(channel)))
 
     async def task_started(self, event: TaskStarted) -> None:
         detail = event.task.detail() | {"prompt": truncate(event.prompt, PROMPT_DETAIL_CHARS)}
@@ -143,14 +164,26 @@ CLOSE_TIMEOUT_S = 10.0
 
 
 class BrowserCloseObserver:
-    """Closes the browser tab (and its popups) of a task's session once the task has ended.
+    """Closes every browser tab (popups included) of a task's session once the task has ended.
 
-    Not after a failed attempt that will be retried (the next attempt may go on where it
-    was), nor after an interruption (the attempt's turn may still be running).
+    browser-bridge owns each tab by the chat session whose turn opened it; a task's turns (and
+    the specialists they delegate to) browse as the task's thread (`Task.thread_id`), so closing
+    that session closes the task's tabs. Not after a failed attempt that will be retried (the
+    next attempt may go on where it was), nor after an interruption (the attempt's turn may
+    still be running).
     """
 
     def __init__(self, bridge: browser_bridge_pb2_grpc.BrowserBridgeServiceStub) -> None:
         self.bridge = bridge
+
+    @classmethod
+    async def open(cls, settings: Settings, stack: contextlib.AsyncExitStack) -> Self | None:
+        if not settings.browser_close_enabled:
+            return None
+        channel = await stack.enter_async_context(
+            open_channel(settings.browser_bridge_address, settings.internal_token)
+        )
+        return cls(browser_bridge_pb2_grpc.BrowserBridgeServiceStub(channel))
 
     async def task_started(self, event: TaskStarted) -> None:
         return None
@@ -166,8 +199,21 @@ class BrowserCloseObserver:
             logger.info("task's browser tab closed", extra={"task_id": event.task.task_id})
 
 
+# Every observer the service runs, in this order, each after the transition it reports is committed.
+OBSERVERS: tuple[type[ObserverKind], ...] = (HooksObserver, BrowserCloseObserver)
+
+
+async def open_observers(settings: Settings, stack: contextlib.AsyncExitStack) -> list[LifecycleObserver]:
+    """The observers `settings` turns on, connected for as long as `stack` is open."""
+    opened = [await kind.open(settings, stack) for kind in OBSERVERS]
+    return [observer for observer in opened if observer is not None]
+
+
 class Observers:
-    """Fans one event out to every observer; each failure is logged and goes no further."""
+    """Fans one event out to every observer; each failure is logged and goes no further.
+
+    Nothing an observer does or raises reaches the task: the transition is committed before
+    they run, and the worker writes nothing after them."""
 
     def __init__(self, observers: Sequence[LifecycleObserver]) -> None:
         self.observers = tuple(observers)

@@ -16,17 +16,13 @@ from pathlib import Path
 
 from nats.aio.msg import Msg
 
-from popagent.browser_bridge.v1 import browser_bridge_pb2_grpc
 from popagent.events.v1 import events_pb2
-from popagent.hooks.v1 import hooks_pb2_grpc
 from popagent.tasks.v1 import tasks_pb2_grpc
 from popagent_core import subjects
-from popagent_core.grpc_client import open_channel
 from popagent_core.lifecycle import background_task
 from popagent_core.service import service_kernel
-from popagent_hooks_client.client import HooksClient
 from popagent_tasks.executor import Executor, load_executor
-from popagent_tasks.observer import BrowserCloseObserver, HooksObserver, LifecycleObserver, Observers
+from popagent_tasks.observer import LifecycleObserver, Observers, open_observers
 from popagent_tasks.repo import TaskRepo
 from popagent_tasks.schedules import Scheduler, backfill_schedules
 from popagent_tasks.servicer import TasksServicer
@@ -54,7 +50,8 @@ async def build(
     executor: Executor | None = None,
     extra_observers: tuple[LifecycleObserver, ...] = (),
 ) -> AsyncIterator[RunningTasks]:
-    """The tasks service. `executor` overrides POPAGENT_TASKS_EXECUTOR (tests pass their own)."""
+    """The tasks service. `executor` overrides POPAGENT_TASKS_EXECUTOR (tests pass their own);
+    `extra_observers` run after the service's own (`observer.OBSERVERS`)."""
     async with (
         service_kernel("tasks", settings, MIGRATIONS, pool_max_size=settings.pool_max_size) as kernel,
         contextlib.AsyncExitStack() as stack,
@@ -67,16 +64,7 @@ async def build(
         repo = TaskRepo(kernel.pool, wake=publish_wake)
         await backfill_schedules(kernel.pool, settings.timezone)
 
-        observers: list[LifecycleObserver] = []
-        if settings.hooks_enabled:
-            channel = await stack.enter_async_context(open_channel(settings.hooks_address, settings.internal_token))
-            observers.append(HooksObserver(HooksClient(hooks_pb2_grpc.HooksServiceStub(channel))))
-        if settings.browser_close_enabled:
-            bridge = await stack.enter_async_context(
-                open_channel(settings.browser_bridge_address, settings.internal_token)
-            )
-            observers.append(BrowserCloseObserver(browser_bridge_pb2_grpc.BrowserBridgeServiceStub(bridge)))
-        observers.extend(extra_observers)
+        observers = [*await open_observers(settings, stack), *extra_observers]
 
         scheduler: Scheduler | None = None
         if settings.scheduler_enabled:
