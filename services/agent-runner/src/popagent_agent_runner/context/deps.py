@@ -66,6 +66,10 @@ class TurnContext:
     message_id: str = ""
     # The approval gate bound to this turn; None: no policy is applied and no hook can ask.
     approvals: TurnApprovals | None = None
+    # Held while a call that waited for a person's approval runs, whichever agent run made it: the
+    # spec's suspension-capable calls stay sequential in the whole turn, so the supervisor's approved
+    # call and an approved call of a specialist it delegated to in the same step never overlap.
+    approved_calls: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def model_for(self, profile: AgentProfile) -> str:
         return profile.model or self.route
@@ -92,9 +96,10 @@ class TurnDeps:
     workspace_access: str = "none"
     file_reads: dict[str, str] = field(default_factory=dict[str, str])
     browser_access: str = "none"
-    # Held while a call that waited for a person's approval runs: pydantic-ai validates a step's
-    # calls (where a call asks and waits) one by one but runs them in parallel, so without it two
-    # approved calls of one agent run would run at once (the spec's suspension-capable calls stay sequential).
+    # Held while an approved call of this run runs inside an approved call of the run that delegated
+    # to it (which holds the turn's lock, `TurnContext.approved_calls`, for as long as the specialist
+    # runs): pydantic-ai validates a step's calls (where a call asks and waits) one by one but runs
+    # them in parallel, so without it two such calls of one specialist would run at once.
     approved_calls: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property

@@ -16,8 +16,10 @@ Every agent of a turn (supervisor and specialists) runs with it:
   replaces the arguments, which the tool's schema then validates like the model's own;
 - then the approval gate (`approvals/gate.py`): the agent's policy may deny the call or ask a person,
   as may a `PreToolUse` hook's `ask`; an approved call is claimed before it runs, so it runs once,
-  and never beside another approved call of the same agent run (calls that waited for a person
-  run one at a time, as they were asked);
+  and never beside another approved call of the same turn, whichever agent made it (calls that
+  waited for a person run one at a time, as they were asked; an approved delegation holds the
+  turn-wide lock for its whole specialist run, whose own approved calls then go one at a time
+  within it);
 - a result is made storable as it leaves the tool: NULs and lone surrogates become U+FFFD and
   a result larger than `MAX_TOOL_RESULT_BYTES` is cut, with a marker saying so;
 - `PostToolUse` / `PostToolUseFailure` follow every execution, and at most
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 import logging
 from typing import Any
@@ -56,6 +59,24 @@ from popagent_core.telemetry import TRACER
 from popagent_hooks_client.events import Event, Outcome
 
 logger = logging.getLogger(__name__)
+
+# Set (in the task running it, and so in every run it starts) while an approved call holds its turn's
+# `approved_calls`: a specialist an approved delegation runs must not wait for the lock its caller holds.
+_IN_APPROVED_CALL: contextvars.ContextVar[bool] = contextvars.ContextVar("in_approved_call", default=False)
+
+
+async def _approved_turn(deps: TurnDeps, held: contextlib.AsyncExitStack) -> None:
+    """Wait until no other approved call of the turn runs, and hold that until `held` closes.
+
+    Inside an approved call (a delegation's specialist), the call that contains this one holds the
+    turn's lock already; the specialist's approved calls go one at a time with its run's own lock."""
+    if _IN_APPROVED_CALL.get():
+        await held.enter_async_context(deps.approved_calls)
+        return
+    await held.enter_async_context(deps.turn.approved_calls)
+    token = _IN_APPROVED_CALL.set(True)
+    held.callback(_IN_APPROVED_CALL.reset, token)
+
 
 KIB = 1024
 # A call's input and its output each travel as one event: in a gRPC stream message (8 MiB), in
@@ -299,10 +320,12 @@ class TurnCapability(AbstractCapability[TurnDeps]):
                 approval_id = await approvals.claim(call.tool_call_id) if approvals is not None else None
                 try:
                     async with contextlib.AsyncExitStack() as held:
+                        # The run's slot first, then the turn-wide lock: a call holding that lock
+                        # never waits for a slot another run's call holds while waiting for the lock.
+                        await held.enter_async_context(ctx.deps.tool_slots)
                         if approval_id is not None:
-                            await held.enter_async_context(ctx.deps.approved_calls)
-                        async with ctx.deps.tool_slots:
-                            result = storable_result(await handler(args))
+                            await _approved_turn(ctx.deps, held)
+                        result = storable_result(await handler(args))
                 except Exception as exc:
                     _storable_failure(exc)
                     span.set_attribute("popagent.tool.outcome", "failure")
