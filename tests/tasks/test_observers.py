@@ -124,6 +124,27 @@ async def test_a_tasks_tabs_are_closed_after_it_completes_and_after_it_fails(sta
     await assert_tabs_closed(stack, failed)
 
 
+async def test_a_task_on_a_chat_session_leaves_that_chats_tabs_open(stack: Stack, site: LoginSite) -> None:
+    """The tabs of a task that ran on a chat session are the chat's (the user may have taken one over)."""
+    async with stack.client() as client:
+        created = await client.post("/api/sessions", json={"title": "browsing chat"})
+        assert created.status_code in (200, 201), created.text
+        session_id = created.json()["id"]
+        stack.models.push(
+            Turn.call(
+                ToolCall(NAV, {"operation": "browser_navigate", "arguments": {"url": site.url("/login")}}, id="n")
+            ),
+            Turn.say("Visited."),
+        )
+        task_id = await stack.create_task("visit the login page", session_id=session_id)
+        task = await stack.wait_task(task_id, *TERMINAL)
+        stack.models.reset()
+        assert (task.status, task.thread_id) == ("completed", session_id), task
+        # The task's TaskStop observers have run (wait_task): the chat's tab is still there.
+        assert session_id in await browser_sessions(stack)
+        (await client.delete(f"/api/sessions/{session_id}")).raise_for_status()
+
+
 async def test_an_observer_that_raises_changes_nothing_durable(stack: Stack, site: LoginSite) -> None:
     RAISING.fail = True
     completed = await run_browsing_task(stack, site, Turn.say("Visited."))

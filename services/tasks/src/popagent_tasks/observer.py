@@ -170,7 +170,8 @@ class BrowserCloseObserver:
     the specialists they delegate to) browse as the task's thread (`Task.thread_id`), so closing
     that session closes the task's tabs. Not after a failed attempt that will be retried (the
     next attempt may go on where it was), nor after an interruption (the attempt's turn may
-    still be running).
+    still be running). Not for a task that ran on a chat session: its tabs are that chat's, which
+    the user may be looking at or have taken over, and they close with the chat session.
     """
 
     def __init__(self, bridge: browser_bridge_pb2_grpc.BrowserBridgeServiceStub) -> None:
@@ -190,7 +191,7 @@ class BrowserCloseObserver:
 
     async def task_stopped(self, event: TaskStopped) -> None:
         ended = event.status in FINAL_STATUSES or (event.status == StopStatus.FAILED and not event.will_retry)
-        if not ended:
+        if not ended or event.task.session_id:
             return
         closed = await self.bridge.CloseSession(
             browser_bridge_pb2.CloseSessionRequest(session_id=event.task.thread_id), timeout=CLOSE_TIMEOUT_S
