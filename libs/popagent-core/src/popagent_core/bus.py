@@ -147,14 +147,19 @@ async def connect(url: str, *, name: str, connect_timeout_s: float = 20.0) -> As
             await nc.close()
 
 
-async def ensure_streams(js: JetStreamContext, owners: tuple[str, ...] = subjects.OWNERS) -> None:
-    """Create (or update) the JetStream stream of each owner. Idempotent."""
+async def ensure_streams(
+    js: JetStreamContext, owners: tuple[str, ...] = subjects.OWNERS, *, replicas: int = 1
+) -> None:
+    """Create (or update) the JetStream stream of each owner, stored on `replicas` servers of a
+    NATS cluster (POPAGENT_NATS_STREAM_REPLICAS; 1 on a single server). Idempotent; an update
+    also changes an existing stream's replica count."""
     for owner in owners:
         config = StreamConfig(
             name=subjects.stream_name(owner),
             subjects=subjects.stream_subjects(owner),
             duplicate_window=120.0,
             max_age=7 * 24 * 3600.0,
+            num_replicas=replicas,
         )
         try:
             await js.stream_info(config.name)  # type: ignore[arg-type]
@@ -195,9 +200,12 @@ class OutboxRelay:
         coalesce_s: float = 0.02,
         max_backoff_s: float = 5.0,
         retention_s: float = 24 * 3600,
+        stream_replicas: int = 1,
     ) -> None:
         self.pool = pool
         self.js = js
+        # Used when the relay has to recreate its stream (a broker back without its store).
+        self.stream_replicas = stream_replicas
         self.batch_size = batch_size
         self.poll_interval_s = poll_interval_s
         # Woken by a commit, the relay waits this long first, so the events other transactions
@@ -241,7 +249,9 @@ class OutboxRelay:
                     if isinstance(exc, (NoRespondersError, NoStreamResponseError)):
                         # No stream answers for the subject: the broker came back without its
                         # store. Recreate the owner's stream so the retry can land.
-                        await ensure_streams(self.js, (subjects.owner_of(row["subject"]),))
+                        await ensure_streams(
+                            self.js, (subjects.owner_of(row["subject"]),), replicas=self.stream_replicas
+                        )
                     break
                 published.append(row["id"])
             if published:

@@ -109,6 +109,45 @@ async def migrate(dsn: str, schema: str, migrations_dir: Path, *, kernel: bool =
     return MigrationReport(applied, data_applied)
 
 
+async def pending(dsn: str, schema: str, migrations_dir: Path, *, kernel: bool = True) -> list[str]:
+    """The migration files of `schema` not applied yet (`scope/name`), changing nothing.
+
+    Raises MigrationChecksumMismatch as `migrate` would: an applied file was edited since."""
+    check_schema_name(schema)
+    conn = await asyncpg.connect(dsn, server_settings={"application_name": f"popagent-migrate-check-{schema}"})
+    try:
+        ledgers = [
+            (
+                SCHEMA_LEDGER,
+                "popagent_schema_migrations",
+                "kernel",
+                read_migrations(KERNEL_MIGRATIONS) if kernel else [],
+            )
+        ]
+        ledgers.append((SCHEMA_LEDGER, "popagent_schema_migrations", "service", read_migrations(migrations_dir)))
+        if kernel:
+            ledgers.append(
+                (DATA_LEDGER, "popagent_data_migrations", "service", read_migrations(migrations_dir / "data"))
+            )
+        waiting = []
+        for ledger, table, scope, files in ledgers:
+            done: dict[str, str] = {}
+            if await conn.fetchval(MIGRATE_QUERIES["ledger_exists"], f'"{schema}".{table}'):
+                # The schema was checked above; the ledger queries name their table unqualified.
+                await conn.execute(f'SET search_path TO "{schema}", public')
+                done = {row["name"]: row["checksum"] for row in await conn.fetch(ledger.applied, scope)}
+            for migration in files:
+                if migration.name not in done:
+                    waiting.append(f"{scope}/{migration.name}")
+                elif done[migration.name] != migration.checksum:
+                    raise MigrationChecksumMismatch(
+                        f"migration {schema}/{scope}/{migration.name} was changed after it was applied"
+                    )
+        return waiting
+    finally:
+        await conn.close()
+
+
 async def _apply(conn: asyncpg.Connection, scope: str, files: list[MigrationFile], ledger: Ledger) -> list[str]:
     rows = await conn.fetch(ledger.applied, scope)
     done = {row["name"]: row["checksum"] for row in rows}

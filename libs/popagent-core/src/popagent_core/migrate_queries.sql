@@ -24,3 +24,6 @@ SELECT name, checksum FROM popagent_data_migrations WHERE scope = $1
 
 -- name: record_data_migration
 INSERT INTO popagent_data_migrations (scope, name, checksum) VALUES ($1, $2, $3)
+
+-- name: ledger_exists
+SELECT to_regclass($1) IS NOT NULL

@@ -68,7 +68,7 @@ async def service_kernel(
         nc = await stack.enter_async_context(bus.connect(settings.nats_url, name=service))
         js = nc.jetstream()
         if spec.subjects_owner is not None:
-            await bus.ensure_streams(js, (spec.subjects_owner,))
+            await bus.ensure_streams(js, (spec.subjects_owner,), replicas=settings.nats_stream_replicas)
         await stack.enter_async_context(
             span_store_export(
                 settings.observability_database_url,
@@ -78,7 +78,7 @@ async def service_kernel(
                 retention=settings.observability_retention,
             )
         )
-        relay = bus.OutboxRelay(pool, js)
+        relay = bus.OutboxRelay(pool, js, stream_replicas=settings.nats_stream_replicas)
         await stack.enter_async_context(background_task(relay.run, name=f"{service}-outbox"))
         server, health_servicer = grpc_server.create_server(callers)
         yield Kernel(service, pool, nc, js, server, health_servicer, relay)

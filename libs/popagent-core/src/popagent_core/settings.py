@@ -94,6 +94,10 @@ class ProcessSettings(BaseSettings):
         default=1_000_000, ge=100, le=1_000_000_000, validation_alias="POPAGENT_OBSERVABILITY_MAX_ROWS"
     )
     log_level: str = Field(default="INFO", validation_alias="POPAGENT_LOG_LEVEL")
+    # On how many servers of a NATS cluster each JetStream stream this process creates is stored
+    # (its own facts' stream; agent-runner's turn log too): 3 on a cluster of 3 keeps every stream
+    # through the loss of one server. A single server stores only 1 (it refuses more).
+    nats_stream_replicas: int = Field(default=1, ge=1, le=5, validation_alias="POPAGENT_NATS_STREAM_REPLICAS")
     # This process's own credential for calling other services (internal gRPC auth).
     internal_token: str = Field(default="", validation_alias="POPAGENT_INTERNAL_TOKEN", repr=False)
 
