@@ -244,7 +244,7 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
             ),
         )
         turn_log = TurnLog(kernel.nats)
-        await turn_log.ensure_stream()
+        await turn_log.ensure_stream(replicas=settings.nats_stream_replicas)
         if released := await records.release_own():
             logger.info("turns this runner ran before it restarted are taken over", extra={"turns": released})
         control = TurnControl(kernel.nats, runner_id=records.runner_id)

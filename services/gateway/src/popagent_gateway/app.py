@@ -67,7 +67,9 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
             # does not keep the gateway from starting.
             app.state.observability_store = ObservabilityStore(settings.observability_database_url)
             stack.push_async_callback(app.state.observability_store.close)
-            app.state.feedback_events = FeedbackEvents(settings.nats_url, ack_timeout_s=settings.rpc_timeout_s)
+            app.state.feedback_events = FeedbackEvents(
+                settings.nats_url, ack_timeout_s=settings.rpc_timeout_s, stream_replicas=settings.nats_stream_replicas
+            )
             stack.push_async_callback(app.state.feedback_events.close)
 
             # Every unary call gets the one deadline (POPAGENT_GATEWAY_RPC_TIMEOUT_S) unless it sets its own;

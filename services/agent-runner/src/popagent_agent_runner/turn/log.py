@@ -53,8 +53,8 @@ class TurnLog:
         # One warning per outage, not one per batch.
         self._failing = False
 
-    async def ensure_stream(self) -> None:
-        """Create (or update) the log's stream. Idempotent."""
+    async def ensure_stream(self, *, replicas: int = 1) -> None:
+        """Create (or update) the log's stream, on `replicas` servers of a NATS cluster. Idempotent."""
         config = StreamConfig(
             name=STREAM,
             subjects=[f"{SUBJECT_PREFIX}.*"],
@@ -63,6 +63,7 @@ class TurnLog:
             discard=DiscardPolicy.OLD,
             storage=StorageType.FILE,
             duplicate_window=0,
+            num_replicas=replicas,
         )
         try:
             await self.js.stream_info(STREAM)

@@ -32,9 +32,10 @@ CONNECT_TIMEOUT_S = 2.0
 
 
 class FeedbackEvents:
-    def __init__(self, nats_url: str, *, ack_timeout_s: float) -> None:
+    def __init__(self, nats_url: str, *, ack_timeout_s: float, stream_replicas: int = 1) -> None:
         self.nats_url = nats_url
         self.ack_timeout_s = ack_timeout_s
+        self.stream_replicas = stream_replicas
         self._client: NatsClient | None = None
         self._connecting = asyncio.Lock()
 
@@ -52,7 +53,9 @@ class FeedbackEvents:
                     reconnect_time_wait=0.5,
                 )
                 try:
-                    await ensure_streams(client.jetstream(timeout=self.ack_timeout_s), ("observability",))
+                    await ensure_streams(
+                        client.jetstream(timeout=self.ack_timeout_s), ("observability",), replicas=self.stream_replicas
+                    )
                 except BaseException:
                     await client.close()
                     raise
