@@ -15,6 +15,16 @@ NATS password of its own (the users of deploy/nats/nats.conf).
 prints the NATS users and their subject permissions (`popagent_dev.embedded.nats_authorization`,
 the same `make run` gives its NATS), each password read from the NATS container's environment.
 
+    .venv/bin/python deploy/make-env.py kubernetes DIR [--database-url URL --observability-database-url URL]
+
+writes the env files the Kubernetes overlays build their Secrets from (deploy/kubernetes), one per
+process: `<service>.env` for each service with exactly the credentials
+`popagent_core.topology.SECRET_VARIABLES` gives it, `migrate.env` (the two database URLs),
+`nats.env` (every NATS user's password), `searxng.env` and, without database URLs (the
+single-node overlay's own PostgreSQL), `postgres.env`. NINEROUTER_API_KEY and POPAGENT_HOOKS are
+taken from this command's environment when set. Existing files are never overwritten: a new
+POPAGENT_SECRET_KEY would make the stored secrets unreadable.
+
 Values are written unquoted on one line and contain no `$`, `#`, quote or space where a
 compose .env parser would read them specially (the JSON of POPAGENT_INTERNAL_CALLERS has
 quotes inside, never at the start).
@@ -22,15 +32,17 @@ quotes inside, never at the start).
 
 from __future__ import annotations
 
+import argparse
 import base64
 import json
+import os
 import secrets
 import sys
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from popagent_core.auth import generate_credentials
-from popagent_core.topology import CALLERS, SERVICE_NAMES
+from popagent_core.topology import CALLERS, SECRET_VARIABLES, SERVICE_NAMES
 
 TEMPLATE = Path(__file__).resolve().with_name(".env.example")
 DATABASE_URL_VARIABLES = ("DATABASE_URL", "OBSERVABILITY_DATABASE_URL")
@@ -122,9 +134,87 @@ def render(template: str, values: dict[str, str]) -> str:
     return "\n".join(out) + "\n"
 
 
+# The NATS servers of deploy/kubernetes/base/nats.yaml: a client lists all three, so it fails over
+# to another at once.
+KUBERNETES_NATS_SERVERS = tuple(f"nats-{number}.nats-headless:4222" for number in range(3))
+KUBERNETES_POSTGRES = "postgres:5432"
+# What the user may give through this command's environment, for the processes that hold it.
+FROM_ENVIRONMENT = ("NINEROUTER_API_KEY", "POPAGENT_HOOKS")
+
+
+def kubernetes_env_files(database_url: str, observability_database_url: str) -> dict[str, dict[str, str]]:
+    """Every Secret's content, by the file name it is read from (without `.env`)."""
+    values = fresh_secrets()
+    files: dict[str, dict[str, str]] = {}
+    if not database_url:
+        password = values["POSTGRES_PASSWORD"]
+        database_url = f"postgresql://popagent:{password}@{KUBERNETES_POSTGRES}/popagent"
+        observability_database_url = f"postgresql://popagent:{password}@{KUBERNETES_POSTGRES}/popagent_observability"
+        files["postgres"] = {"POSTGRES_PASSWORD": password}
+    for service in SERVICE_NAMES:
+        nats_password = values[nats_password_variable(service)]
+        own = {
+            "DATABASE_URL": database_url,
+            "OBSERVABILITY_DATABASE_URL": observability_database_url,
+            "NATS_URL": ",".join(f"nats://{service}:{nats_password}@{server}" for server in KUBERNETES_NATS_SERVERS),
+            "POPAGENT_INTERNAL_TOKEN": values[token_variable(service)],
+            "POPAGENT_INTERNAL_CALLERS": values.get(callers_variable(service), ""),
+            "POPAGENT_API_KEY": values["POPAGENT_API_KEY"],
+            "POPAGENT_SECRET_KEY": values["POPAGENT_SECRET_KEY"],
+            "POPAGENT_SECRET_PREVIOUS_KEYS": "",
+            **{variable: os.environ.get(variable, "") for variable in FROM_ENVIRONMENT},
+        }
+        unknown = sorted(set(SECRET_VARIABLES) - set(own))
+        if unknown:
+            raise SystemExit(f"make-env: no value for {', '.join(unknown)} (popagent_core.topology.SECRET_VARIABLES)")
+        files[service] = {
+            variable: own[variable] for variable in SECRET_VARIABLES if service in SECRET_VARIABLES[variable]
+        }
+    files["migrate"] = {"DATABASE_URL": database_url, "OBSERVABILITY_DATABASE_URL": observability_database_url}
+    files["nats"] = {
+        nats_password_variable(service): values[nats_password_variable(service)] for service in SERVICE_NAMES
+    }
+    files["searxng"] = {"SEARXNG_SECRET": values["SEARXNG_SECRET"]}
+    return files
+
+
+def write_kubernetes(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="make-env.py kubernetes")
+    parser.add_argument("directory", type=Path, help="the overlay's secrets/ folder")
+    parser.add_argument(
+        "--database-url", default="", help="the application PostgreSQL (default: the single-node overlay's)"
+    )
+    parser.add_argument("--observability-database-url", default="", help="the observability PostgreSQL")
+    args = parser.parse_args(argv)
+    if bool(args.database_url) != bool(args.observability_database_url):
+        raise SystemExit("make-env: give both --database-url and --observability-database-url, or neither")
+    for url in (args.database_url, args.observability_database_url):
+        if url and not url.startswith(("postgresql://", "postgres://")):
+            raise SystemExit("make-env: a database URL must be a postgresql:// URL")
+    files = kubernetes_env_files(args.database_url, args.observability_database_url)
+    if any("\n" in value for content in files.values() for value in content.values()):
+        raise SystemExit("make-env: POPAGENT_HOOKS must be one line (an env file holds one line per variable)")
+    directory: Path = args.directory
+    directory.mkdir(parents=True, exist_ok=True)
+    existing = sorted(name for name in files if (directory / f"{name}.env").exists())
+    if existing:
+        raise SystemExit(
+            f"make-env: {', '.join(f'{name}.env' for name in existing)} already in {directory}; "
+            "a new POPAGENT_SECRET_KEY would make the stored secrets unreadable, so nothing was written"
+        )
+    for name, content in files.items():
+        text = "".join(f"{variable}={value}\n" for variable, value in content.items())
+        with os.fdopen(os.open(directory / f"{name}.env", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as file:
+            file.write(text)
+    sys.stdout.write(f"wrote {', '.join(f'{name}.env' for name in files)} to {directory}\n")
+
+
 def main() -> None:
     if sys.argv[1:] == ["nats-conf"]:
         sys.stdout.write(nats_conf())
+        return
+    if sys.argv[1:2] == ["kubernetes"]:
+        write_kubernetes(sys.argv[2:])
         return
     sys.stdout.write(render(TEMPLATE.read_text(), fresh_secrets()))
 
