@@ -147,9 +147,7 @@ async def connect(url: str, *, name: str, connect_timeout_s: float = 20.0) -> As
             await nc.close()
 
 
-async def ensure_streams(
-    js: JetStreamContext, owners: tuple[str, ...] = subjects.OWNERS, *, replicas: int = 1
-) -> None:
+async def ensure_streams(js: JetStreamContext, owners: tuple[str, ...] = subjects.OWNERS, *, replicas: int = 1) -> None:
     """Create (or update) the JetStream stream of each owner, stored on `replicas` servers of a
     NATS cluster (POPAGENT_NATS_STREAM_REPLICAS; 1 on a single server). Idempotent; an update
     also changes an existing stream's replica count."""

@@ -109,7 +109,10 @@ async def wait_all(found: list[Target], timeout_s: float, interval_s: float) -> 
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m popagent_core.migrate_all", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m popagent_core.migrate_all",
+        description="Migrate every schema of the stack, or wait until none is pending.",
+    )
     parser.add_argument("--wait", action="store_true", help="apply nothing; wait until no migration is pending")
     parser.add_argument("--timeout-s", type=float, default=600.0)
     parser.add_argument("--interval-s", type=float, default=2.0)
