@@ -114,6 +114,8 @@ async def until_clustered(create: object) -> None:
             await asyncio.sleep(0.5)
 
 
+# A cluster's election and a server's stop take seconds; room for a loaded CI machine.
+@pytest.mark.timeout(150)
 async def test_streams_are_stored_on_all_three_servers(cluster: Cluster, connect: object) -> None:
     tasks = await connect(cluster.url("tasks"), "tasks")  # type: ignore[operator]
     js = tasks.jetstream(timeout=5)
@@ -141,6 +143,7 @@ async def test_streams_are_stored_on_all_three_servers(cluster: Cluster, connect
     assert ack.stream == subjects.stream_name("tasks")
 
 
+@pytest.mark.timeout(150)
 async def test_a_stream_of_one_replica_is_moved_to_three(cluster: Cluster, connect: object) -> None:
     hooks = await connect(cluster.url("hooks"), "hooks")  # type: ignore[operator]
     js = hooks.jetstream(timeout=5)
