@@ -752,3 +752,12 @@ def test_the_gateway_probe_sends_the_api_key_and_needs_a_200(raw: dict[str, Any]
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+def test_the_tasks_container_runs_attempts_in_agent_runner_as_make_run_does(services: dict[str, Any]) -> None:
+    """Without an executor a tasks process takes and schedules tasks but runs none of them."""
+    executor = environment(services["tasks"])["POPAGENT_TASKS_EXECUTOR"]
+    launcher = (REPO_ROOT / "libs/popagent-dev/src/popagent_dev/launcher.py").read_text()
+    assert f'"{executor}"' in launcher
+    module, _, attribute = executor.partition(":")
+    assert callable(getattr(importlib.import_module(module), attribute))

@@ -148,6 +148,15 @@ def test_grpc_services_are_probed_on_grpc_health_and_the_gateway_on_api_health(r
     assert gateway["livenessProbe"] == {"tcpSocket": {"port": "http"}, "periodSeconds": 10, "failureThreshold": 3}
 
 
+def test_the_tasks_workers_run_attempts_in_agent_runner_as_make_run_does(rendered: Rendered) -> None:
+    """Without an executor a tasks process takes and schedules tasks but runs none of them."""
+    env = {entry["name"]: entry.get("value") for entry in main_container(rendered, "tasks")["env"]}
+    executor = env["POPAGENT_TASKS_EXECUTOR"]
+    assert f'"{executor}"' in (REPO_ROOT / "libs/popagent-dev/src/popagent_dev/launcher.py").read_text()
+    module, _, attribute = executor.partition(":")
+    assert callable(getattr(importlib.import_module(module), attribute))
+
+
 def test_every_workload_has_a_disruption_budget_and_the_two_busy_tiers_scale(rendered: Rendered) -> None:
     budgets = rendered.of_kind("PodDisruptionBudget")
     for item in rendered.workloads():
