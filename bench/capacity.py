@@ -46,7 +46,7 @@ sys.path.insert(0, str(REPO))  # the benchmarks' shared `bench.helpers` (`python
 sys.path.append(str(REPO / "tests"))  # last, so no test folder shadows a module: tests/support
 
 from bench.helpers.launched_stack import children, environment_of, keep_draining, model_server  # noqa: E402
-from popagent_core import bus, subjects, topology  # noqa: E402
+from popagent_core import subjects, topology  # noqa: E402
 from support.launcher import Launched, launch  # noqa: E402
 
 SESSION_TURNS = 20
@@ -79,7 +79,7 @@ async def stream_counts(stack: Launched) -> dict[str, tuple[int, int]]:
     for service in topology.SERVICES:
         pid = children(stack)[service.name]["pid"]
         url = environment_of(pid, "NATS_URL")
-        client = await nats.connect(url, name=service.name, inbox_prefix=bus.inbox_prefix(service.name))
+        client = await nats.connect(url, name=service.name, inbox_prefix=subjects.inbox_prefix(service.name))
         try:
             js = client.jetstream(timeout=5)
             streams = [subjects.stream_name(service.subjects_owner)] if service.subjects_owner else []

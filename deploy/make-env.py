@@ -41,7 +41,7 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from popagent_core.auth import generate_credentials
+from popagent_core.credentials import generate_credentials
 from popagent_core.topology import CALLERS, SECRET_VARIABLES, SERVICE_NAMES
 
 TEMPLATE = Path(__file__).resolve().with_name(".env.example")

@@ -92,7 +92,7 @@ async def connect() -> AsyncIterator[object]:
     clients: list[NatsClient] = []
 
     async def open_client(url: str, name: str) -> NatsClient:
-        client = await nats.connect(url, name=name, inbox_prefix=bus.inbox_prefix(name), connect_timeout=2)
+        client = await nats.connect(url, name=name, inbox_prefix=subjects.inbox_prefix(name), connect_timeout=2)
         clients.append(client)
         return client
 
