@@ -31,6 +31,15 @@ ROUTES = [
     ("PATCH", "/api/settings/autonomy"),
     ("GET", "/api/settings/browser"),
     ("PATCH", "/api/settings/browser"),
+    ("GET", "/api/browser/profiles"),
+    ("POST", "/api/browser/profiles"),
+    ("PUT", "/api/browser/profiles/work/policy"),
+    ("DELETE", "/api/browser/profiles/work"),
+    ("GET", "/api/browser/sessions/s1/profile"),
+    ("PUT", "/api/browser/sessions/s1/profile"),
+    ("DELETE", "/api/browser/sessions/s1/profile"),
+    ("GET", "/api/browser/sessions/s1/recordings"),
+    ("GET", "/api/browser/sessions/s1/recordings/1"),
     ("GET", "/api/agents"),
     ("PATCH", "/api/agents/researcher"),
     ("GET", "/api/agents/researcher/skills"),
@@ -84,6 +93,8 @@ def test_the_inventory_above_covers_every_route_of_these_resources() -> None:
     covered = {(m, p.replace("/documents/d1", "/documents/{document_id}")) for m, p in covered}
     covered = {(m, p.replace("/approval-grants/getTime", "/approval-grants/{tool_name}")) for m, p in covered}
     covered = {(m, p.replace("/api/approvals/a1", "/api/approvals/{approval_id}")) for m, p in covered}
+    covered = {(m, p.replace("/profiles/work", "/profiles/{name}")) for m, p in covered}
+    covered = {(m, p.replace("/recordings/1", "/recordings/{seq}")) for m, p in covered}
     covered = {(m, p.split("?", 1)[0]) for m, p in covered}
     paths = document()["paths"]
     assert isinstance(paths, dict)
@@ -95,6 +106,9 @@ def test_the_inventory_above_covers_every_route_of_these_resources() -> None:
         "/api/agents",
         "/api/workspaces",
         "/api/approvals",
+        "/api/browser/profiles",
+        "/api/browser/sessions/{session_id}/profile",
+        "/api/browser/sessions/{session_id}/recordings",
     )
     expected = {
         (method.upper(), path)

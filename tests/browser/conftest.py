@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 from chat.helpers import supervisor_asks_nothing
 
-from browser.helpers import BASE, BROWSER_STACK
+from browser.helpers import BASE, BROWSER_STACK, CookieSite
 from support.browser_peer import BrowserPeer, LoginSite, browser_peer
 from support.stacks import Stack, StackSpec
 
@@ -17,6 +17,12 @@ from support.stacks import Stack, StackSpec
 @pytest.fixture(scope="session")
 async def site() -> AsyncIterator[LoginSite]:
     async with LoginSite() as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+async def cookie_site() -> AsyncIterator[CookieSite]:
+    async with CookieSite() as running:
         yield running
 
 

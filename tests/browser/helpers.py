@@ -3,10 +3,13 @@ the canary secret bound to the test site's login origin."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import dataclasses
 import json
 import re
 import tempfile
+import urllib.parse
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +18,7 @@ import orjson
 
 from popagent.browser_bridge.v1 import navigator_pb2, navigator_pb2_grpc
 from popagent_core.grpc_client import open_channel
+from popagent_dev.embedded import free_port
 from support.browser_peer import LoginSite
 from support.canary import CANARY
 from support.stacks import CHAT_HOOK_PATHS, Stack, StackSpec
@@ -116,3 +120,64 @@ async def tabs_of(b: Bridge) -> list[tuple[int, bool, str]]:
     """The session's tab list as the model sees it: (index, current, url)."""
     text = await b.text("browser_tabs", action="list")
     return [(int(i), bool(current), url) for i, current, url in TAB.findall(text)]
+
+
+@dataclasses.dataclass
+class CookieSite:
+    """A plain HTTP server on one loopback port, reached under any host name (chromium maps every
+    name to 127.0.0.1), so `allowed.test`, `blocked.test` and `other.test` are three origins:
+    `/set?v=X` sets the cookie `pa=X`, `/show` shows the cookies it was sent, `/redirect?to=URL`
+    answers 302 to URL, `/page` is a page with a link. Every request's Host is noted."""
+
+    port: int = dataclasses.field(default_factory=free_port)
+    hosts: list[str] = dataclasses.field(default_factory=list[str])
+    _server: asyncio.Server | None = None
+
+    def url(self, host: str, path: str) -> str:
+        return f"http://{host}:{self.port}{path}"
+
+    def origin(self, host: str) -> str:
+        return f"http://{host}:{self.port}"
+
+    async def __aenter__(self) -> CookieSite:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)).decode("latin-1")
+            lines = head.split("\r\n")
+            target = lines[0].split(" ")[1]
+            headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
+            self.hosts.append(headers.get("host", "").split(":")[0])
+            path, _, query = target.partition("?")
+            params = dict(urllib.parse.parse_qsl(query))
+            extra: list[str] = []
+            status = "200 OK"
+            if path == "/set":
+                extra.append(f"Set-Cookie: pa={params.get('v', '')}; Path=/; Max-Age=3600")
+                body = f"<title>Set</title><p>set {params.get('v', '')}</p>"
+            elif path == "/show":
+                body = f"<title>Show</title><p>cookies: [{headers.get('cookie', '')}]</p>"
+            elif path == "/redirect":
+                status = "302 Found"
+                extra.append(f"Location: {params.get('to', '/page')}")
+                body = ""
+            elif path == "/page":
+                body = '<title>Page</title><p>hello</p><a href="/show">Show cookies</a>'
+            else:
+                status, body = "404 Not Found", "<p>not found</p>"
+            payload = body.encode()
+            response = [f"HTTP/1.1 {status}", "Content-Type: text/html", "Connection: close", *extra]
+            response.append(f"Content-Length: {len(payload)}")
+            writer.write(("\r\n".join(response) + "\r\n\r\n").encode() + payload)
+            await writer.drain()
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError, IndexError):
+            pass
+        finally:
+            writer.close()

@@ -80,23 +80,24 @@ async def test_the_routes_show_health_sessions_screenshots_and_takeover(stack: S
             assert health["reachable"] is True and health["serverName"] == "Playwright"
             assert health["toolCount"] >= 20 and health["lastError"] == ""
             listed = (await client.get("/api/browser/sessions")).json()["sessions"]
-            assert {"sessionId": session, "takenOver": False} in listed
+            assert {"sessionId": session, "takenOver": False, "profile": None} in listed
             shot = await client.get(f"/api/browser/sessions/{session}/screenshot")
             assert shot.status_code == 200 and shot.headers["content-type"] == "image/png"
             assert shot.content.startswith(b"\x89PNG")
 
             held = await client.post(f"/api/browser/sessions/{session}/takeover")
-            assert held.json() == {"sessionId": session, "takenOver": True}
+            assert held.json() == {"sessionId": session, "takenOver": True, "profile": None}
             with pytest.raises(grpc.aio.AioRpcError) as paused:
                 await b.op("browser_snapshot")
             assert "the user has taken over this browser session" in (paused.value.details() or "")
             released = await client.delete(f"/api/browser/sessions/{session}/takeover")
-            assert released.json() == {"sessionId": session, "takenOver": False}
+            assert released.json() == {"sessionId": session, "takenOver": False, "profile": None}
             assert "Sign in" in await b.text("browser_snapshot")
 
-            for path in ("/api/browser/profiles", f"/api/browser/sessions/{session}/recordings"):
-                answer = await client.get(path)
-                assert answer.status_code == 501 and "Playwright" in answer.json()["error"]
+            # Served for real (tests/browser/test_browser_profiles.py has the rest).
+            assert (await client.get("/api/browser/profiles")).status_code == 200
+            recording = (await client.get(f"/api/browser/sessions/{session}/recordings")).json()
+            assert recording["frames"][0]["operation"] == "browser_navigate"
             assert (await client.get("/api/browser/health", headers={"x-popagent-key": "wrong"})).status_code == 401
 
             # Deleting the chat session closes its tab (CloseSession, best effort, is wired).

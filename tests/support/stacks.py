@@ -447,6 +447,7 @@ async def start_stack(
                 "browser-bridge",
                 POPAGENT_BROWSER_BRIDGE_ADDR=addresses["browser-bridge"],
                 POPAGENT_SECRETS_ADDR=addresses["secrets"],
+                POPAGENT_BROWSER_PROFILES_DIR=str(base / "browser-profiles"),
                 **spec.bridge_env,
             )
             await stack.enter_async_context(build_browser_bridge(BrowserBridgeSettings(**bridge_settings)))

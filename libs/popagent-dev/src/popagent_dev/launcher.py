@@ -277,6 +277,10 @@ class Stack:
         settings[runner.address_variable] = ",".join(runner_addresses)
         settings["POPAGENT_GATEWAY_PORT"] = str(self.config.gateway_port)
         settings["POPAGENT_SUPERVISOR_STATE"] = str(self.state_path)
+        # browser-bridge keeps each browser profile's state in a directory of its own here.
+        settings["POPAGENT_BROWSER_PROFILES_DIR"] = environ.get("POPAGENT_BROWSER_PROFILES_DIR") or str(
+            self.config.data_dir / "browser-profiles"
+        )
         # The tasks worker runs each attempt as an agent turn in agent-runner (POPAGENT_AGENT_RUNNER_ADDR above).
         settings["POPAGENT_TASKS_EXECUTOR"] = (
             environ.get("POPAGENT_TASKS_EXECUTOR") or "popagent_tasks.agent_runner_executor:executor"

@@ -12,6 +12,10 @@
   filling a stored secret is refused: that is what `useBrowserSecret` is for.
 - The global setting is checked before and after each call, so a PATCH that disables the browser
   refuses the calls in flight; a user's takeover pauses the agent's calls for that session.
+- A session using a browser profile (`profiles.py`) gets that profile's navigator: its network
+  policy refuses a navigation to a refused origin before the call, and a page that lands on one
+  (a redirect, a link, a script) is blanked after it; the profile's browser state is saved after
+  each call. Each operation the agent runs is recorded with a screenshot when a recorder is set.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import jsonschema
 import jsonschema.exceptions
@@ -32,7 +36,8 @@ import jsonschema.validators
 from mcp import types
 
 from popagent_browser_bridge.bifrost import BifrostClient
-from popagent_browser_bridge.repo import BrowserSettings, TabOwnerRepo, TakeoverRepo
+from popagent_browser_bridge.policy import OriginPolicy
+from popagent_browser_bridge.repo import BrowserSettings, RecordingRepo, TabOwnerRepo, TakeoverRepo
 from popagent_browser_bridge.scrub import Scrubber, SecretValues
 from popagent_browser_bridge.tabs import (
     RELEASED,
@@ -80,6 +85,18 @@ REF = re.compile(r"(?:f[0-9]{1,4})?e[0-9]{1,6}")
 MAX_IMAGE_BYTES = 2 * 1024 * 1024
 MAX_TEXT_CHARS = 200_000
 PAUSED = "paused: the user has taken over this browser session; try again after they release it"
+# The page a result shows (`### Page` section of every result that touched one).
+PAGE_URL = re.compile(r"^- Page URL: (\S+)", re.MULTILINE)
+# Operations that only read what the tab shows: no recording frame of their own.
+UNRECORDED = frozenset({"browser_snapshot", "browser_take_screenshot", "browser_console_messages"})
+
+
+class ProfileState(Protocol):
+    """Where a profile's browser state (Playwright storage state: cookies, local storage) is kept."""
+
+    def read(self) -> dict[str, Any] | None: ...
+
+    def write(self, state: dict[str, Any]) -> None: ...
 
 
 def required_access(operation: str) -> Access:
@@ -134,6 +151,13 @@ class Navigator:
     _generation: int = -1
     _positional_ids: int = 0
     _validators: dict[str, tuple[types.Tool, Any]] = field(default_factory=dict[str, tuple[types.Tool, Any]])
+    # The browser profile this navigator serves (None: the shared default context): its network
+    # policy (replaced when the profile's policy changes) and its saved browser state.
+    policy: OriginPolicy | None = None
+    state: ProfileState | None = None
+    # Each operation's frame (None: nothing is recorded).
+    recordings: RecordingRepo | None = None
+    _restored_generation: int = -1
 
     async def load_takeovers(self) -> None:
         if self.takeover_store is not None:
@@ -211,9 +235,21 @@ class Navigator:
             value in scrubber.values for value in _typed_texts(operation, arguments)
         ):
             raise PermissionDenied("that text is a stored secret: use useBrowserSecret to fill it")
-        return await self._call(session_id, operation, arguments, scrubber)
+        target = _requested_url(operation, arguments)
+        refusal = self.policy.refusal(target) if self.policy is not None and target is not None else None
+        if refusal is not None:
+            raise PermissionDenied(refusal)
+        return await self._call(session_id, operation, arguments, scrubber, record=operation not in UNRECORDED)
 
-    async def _call(self, session_id: str, operation: str, arguments: dict[str, Any], scrubber: Scrubber) -> Outcome:
+    async def _call(
+        self,
+        session_id: str,
+        operation: str,
+        arguments: dict[str, Any],
+        scrubber: Scrubber,
+        *,
+        record: bool = False,
+    ) -> Outcome:
         if session_id in self.takeovers:
             raise FailedPrecondition(PAUSED)
         async with self._lock:
@@ -235,6 +271,11 @@ class Navigator:
                 await self._focus(session_id)
                 result = await self.client.call(operation, arguments)
                 await self._observe(operation, result, session_id)
+            result = await self._enforce_policy(result)
+            if self.state is not None:
+                await self._save_state()
+            if record and self.recordings is not None:
+                await self._record(session_id, operation, arguments, result, scrubber)
             book = self._book
         # A PATCH that disabled the browser while this call ran: its answer is not delivered.
         self.gate.require()
@@ -249,8 +290,81 @@ class Navigator:
             self._generation = self.client.generation
             self._book = None
             await self._sync(initial=True)
+            if self.state is not None and self._restored_generation != self.client.generation:
+                await self._restore_state()
+                self._restored_generation = self.client.generation
         assert self._book is not None
         return self._book
+
+    # -- profiles: policy, state, recording ----------------------------------------------------
+
+    async def _enforce_policy(self, result: types.CallToolResult) -> types.CallToolResult:
+        """A page the call left on a refused origin (a redirect, a link, a script) is blanked, and
+        the agent is told so instead of being shown it."""
+        if self.policy is None:
+            return result
+        landed = PAGE_URL.findall(_text_of(result))
+        refusal = next((r for url in landed if (r := self.policy.refusal(url)) is not None), None)
+        if refusal is None:
+            return result
+        await self._checked("browser_navigate", {"url": "about:blank"})
+        return types.CallToolResult(
+            content=[
+                types.TextContent(
+                    type="text",
+                    text=f"### Error\nStopped: the page went where it may not: {refusal}. The tab was blanked.",
+                )
+            ],
+            is_error=True,
+        )
+
+    async def _run_code_answer(self, code: str) -> Any:
+        if RUN_CODE not in self.client.tools:
+            raise Unavailable(f"browser profiles need a browser server that offers {RUN_CODE}")
+        answer = _result_json(_outcome(await self._checked(RUN_CODE, {"code": code}), Scrubber(frozenset())))
+        return answer
+
+    async def _restore_state(self) -> None:
+        """Put the profile's saved state into the fresh browser context of its MCP session."""
+        assert self.state is not None
+        saved = self.state.read()
+        if saved is not None:
+            await self._run_code_answer(RESTORE_STATE.replace("__STATE__", json.dumps(saved)))
+
+    async def _save_state(self) -> None:
+        assert self.state is not None
+        answer = await self._run_code_answer(SAVE_STATE)
+        try:
+            state = json.loads(answer) if isinstance(answer, str) else None
+        except ValueError:
+            state = None
+        if not isinstance(state, dict):
+            raise Unavailable("the browser answered no storage state to the bridge")
+        self.state.write(state)
+
+    async def _record(
+        self,
+        session_id: str,
+        operation: str,
+        arguments: dict[str, Any],
+        result: types.CallToolResult,
+        scrubber: Scrubber,
+    ) -> None:
+        """One frame: the session's page after the operation, with the operation and its scrubbed arguments."""
+        assert self.recordings is not None
+        book = self._book
+        if book is None or book.server_current is None:
+            return
+        shown = next((t for t in book.tabs if t.id == book.server_current), None)
+        if shown is None or shown.owner != session_id:
+            return
+        shot = await self.client.call("browser_take_screenshot", {"type": "png", "scale": "css"})
+        png = next((base64.b64decode(i.data) for i in shot.content if isinstance(i, types.ImageContent)), None)
+        if png is None:
+            return
+        await self.recordings.add(
+            session_id, operation, scrubber.scrub(json.dumps(arguments)), bool(result.is_error), png
+        )
 
     async def _sync(
         self,
@@ -540,6 +654,38 @@ FILL_FUNCTION = """(element) => {
   element.dispatchEvent(new Event("change", { bubbles: true }));
   return { frame, top, filled: true };
 }"""
+
+
+# The profile's saved state into a fresh context: cookies at once; local storage by an init script
+# that fills each saved origin's items on that origin's pages (as Playwright's storageState does).
+RESTORE_STATE = """async (page) => {
+  const state = __STATE__;
+  const context = page.context();
+  if (Array.isArray(state.cookies) && state.cookies.length) await context.addCookies(state.cookies);
+  const origins = Array.isArray(state.origins) ? state.origins : [];
+  if (origins.length) {
+    await context.addInitScript((saved) => {
+      for (const entry of saved) {
+        if (entry.origin !== window.origin || !Array.isArray(entry.localStorage)) continue;
+        for (const item of entry.localStorage) {
+          if (window.localStorage.getItem(item.name) === null) window.localStorage.setItem(item.name, item.value);
+        }
+      }
+    }, origins);
+  }
+  return "restored";
+}"""
+SAVE_STATE = """async (page) => JSON.stringify(await page.context().storageState())"""
+
+
+def _requested_url(operation: str, arguments: dict[str, Any]) -> str | None:
+    """The URL an operation asks the browser to load, if it names one."""
+    url = arguments.get("url")
+    if not isinstance(url, str):
+        return None
+    if operation == "browser_navigate" or (operation == "browser_tabs" and arguments.get("action") == "new"):
+        return url
+    return None
 
 
 def _typed_texts(operation: str, arguments: dict[str, Any]) -> Iterable[str]:

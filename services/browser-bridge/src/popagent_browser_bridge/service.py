@@ -11,7 +11,8 @@ from popagent.browser_bridge.v1 import browser_bridge_pb2_grpc, navigator_pb2_gr
 from popagent.secrets.v1 import secrets_pb2_grpc
 from popagent_browser_bridge.bifrost import BifrostClient
 from popagent_browser_bridge.navigator import BrowserGate, Navigator
-from popagent_browser_bridge.repo import BrowserSettingsRepo, TabOwnerRepo, TakeoverRepo
+from popagent_browser_bridge.profiles import Browsers
+from popagent_browser_bridge.repo import BrowserSettingsRepo, ProfileRepo, RecordingRepo, TabOwnerRepo, TakeoverRepo
 from popagent_browser_bridge.scrub import SecretValues
 from popagent_browser_bridge.servicer import BrowserBridgeServicer, BrowserNavigatorServicer
 from popagent_browser_bridge.settings import Settings
@@ -23,6 +24,7 @@ from popagent_core.service import service_kernel
 logger = logging.getLogger(__name__)
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+PROFILE_CONNECT_WAIT_S = 15.0
 
 
 @contextlib.asynccontextmanager
@@ -51,25 +53,48 @@ async def build(settings: Settings) -> AsyncIterator[Navigator]:
                 # The runners' copies expire on their own within a minute.
                 logger.warning("browser settings change not announced", extra={"error": str(exc)})
 
-        client = BifrostClient(
-            settings.browser_socket,
-            settings.browser_mcp_url,
-            call_timeout_s=settings.browser_call_timeout_s,
-            connect_wait_s=settings.browser_connect_wait_s,
-        )
+        def new_client(connect_wait_s: float = settings.browser_connect_wait_s) -> BifrostClient:
+            return BifrostClient(
+                settings.browser_socket,
+                settings.browser_mcp_url,
+                call_timeout_s=settings.browser_call_timeout_s,
+                connect_wait_s=connect_wait_s,
+            )
+
+        client = new_client()
         gate = BrowserGate()
         gate.apply(await repo.get())
+        recordings = RecordingRepo(
+            kernel.pool,
+            max_frames=settings.browser_recording_max_frames,
+            max_bytes=settings.browser_recording_max_bytes,
+        )
         navigator = Navigator(
-            client, secrets, gate, takeover_store=TakeoverRepo(kernel.pool), tab_store=TabOwnerRepo(kernel.pool)
+            client,
+            secrets,
+            gate,
+            takeover_store=TakeoverRepo(kernel.pool),
+            tab_store=TabOwnerRepo(kernel.pool),
+            recordings=recordings,
         )
         await navigator.load_takeovers()
         client.on_new_session = _forget_tabs(navigator)
         await stack.enter_async_context(background_task(client.run, name="browser-bridge-bifrost"))
+        browsers = Browsers(
+            navigator,
+            ProfileRepo(kernel.pool),
+            recordings,
+            settings.browser_profiles_dir,
+            # A profile's MCP session opens on its session's first call: that call waits for it.
+            lambda: new_client(max(settings.browser_connect_wait_s, PROFILE_CONNECT_WAIT_S)),
+        )
+        await browsers.load()
+        stack.push_async_callback(browsers.close)
         browser_bridge_pb2_grpc.add_BrowserBridgeServiceServicer_to_server(
-            BrowserBridgeServicer(repo, navigator, settings_changed), kernel.server
+            BrowserBridgeServicer(repo, browsers, settings_changed), kernel.server
         )
         navigator_pb2_grpc.add_BrowserNavigatorServiceServicer_to_server(
-            BrowserNavigatorServicer(navigator), kernel.server
+            BrowserNavigatorServicer(browsers), kernel.server
         )
         async with kernel.serving(settings.grpc_address):
             yield navigator

@@ -9,10 +9,10 @@ from typing import Any
 import grpc
 
 from popagent.browser_bridge.v1 import browser_bridge_pb2, browser_bridge_pb2_grpc, navigator_pb2, navigator_pb2_grpc
-from popagent_browser_bridge.navigator import Navigator
-from popagent_browser_bridge.repo import BrowserSettings, BrowserSettingsRepo
+from popagent_browser_bridge.profiles import Browsers
+from popagent_browser_bridge.repo import BrowserProfile, BrowserSettings, BrowserSettingsRepo
 from popagent_core.auth import caller_var
-from popagent_core.errors import InvalidArgument, PermissionDenied
+from popagent_core.errors import FailedPrecondition, InvalidArgument, PermissionDenied
 
 MAX_ARGUMENTS_BYTES = 256 * 1024
 # The tools run in agent-runner's turns; the browser routes are the gateway's.
@@ -37,15 +37,26 @@ def _message(settings: BrowserSettings) -> browser_bridge_pb2.BrowserSettings:
     )
 
 
+def _profile(profile: BrowserProfile) -> browser_bridge_pb2.BrowserProfile:
+    return browser_bridge_pb2.BrowserProfile(
+        name=profile.name,
+        allowed_origins=profile.allowed_origins,
+        blocked_origins=profile.blocked_origins,
+        session_id=profile.session_id or "",
+        created_at=profile.created_at.isoformat(),
+    )
+
+
 class BrowserBridgeServicer(browser_bridge_pb2_grpc.BrowserBridgeServiceServicer):
     def __init__(
         self,
         settings: BrowserSettingsRepo,
-        navigator: Navigator,
+        browsers: Browsers,
         changed: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.settings = settings
-        self.navigator = navigator
+        self.browsers = browsers
+        self.navigator = browsers.default
         # Says a committed change to the runners' cached copies before the update is answered.
         self.changed = changed
 
@@ -74,7 +85,86 @@ class BrowserBridgeServicer(browser_bridge_pb2_grpc.BrowserBridgeServiceServicer
         self, request: browser_bridge_pb2.CloseSessionRequest, context: grpc.aio.ServicerContext
     ) -> browser_bridge_pb2.CloseSessionResponse:
         _require(CLOSE_CALLERS, "close a browser session")
-        return browser_bridge_pb2.CloseSessionResponse(closed=await self.navigator.close_session(request.session_id))
+        closed = await self.browsers.close_session(request.session_id, deleted=request.session_deleted)
+        return browser_bridge_pb2.CloseSessionResponse(closed=closed)
+
+    async def ListProfiles(
+        self, request: browser_bridge_pb2.ListProfilesRequest, context: grpc.aio.ServicerContext
+    ) -> browser_bridge_pb2.ListProfilesResponse:
+        _require(ROUTE_CALLERS, "list browser profiles")
+        return browser_bridge_pb2.ListProfilesResponse(profiles=[_profile(p) for p in await self.browsers.repo.list()])
+
+    async def CreateProfile(
+        self, request: browser_bridge_pb2.CreateProfileRequest, context: grpc.aio.ServicerContext
+    ) -> browser_bridge_pb2.BrowserProfile:
+        _require(ROUTE_CALLERS, "create browser profiles")
+        return _profile(
+            await self.browsers.create(request.name, list(request.allowed_origins), list(request.blocked_origins))
+        )
+
+    async def UpdateProfilePolicy(
+        self, request: browser_bridge_pb2.UpdateProfilePolicyRequest, context: grpc.aio.ServicerContext
+    ) -> browser_bridge_pb2.BrowserProfile:
+        _require(ROUTE_CALLERS, "change browser profiles")
+        return _profile(
+            await self.browsers.update_policy(
+                request.name, list(request.allowed_origins), list(request.blocked_origins)
+            )
+        )
+
+    async def DeleteProfile(
+        self, request: browser_bridge_pb2.DeleteProfileRequest, context: grpc.aio.ServicerContext
+    ) -> browser_bridge_pb2.DeleteProfileResponse:
+        _require(ROUTE_CALLERS, "delete browser profiles")
+        await self.browsers.delete(request.name)
+        return browser_bridge_pb2.DeleteProfileResponse()
+
+    async def GetSessionProfile(
+        self, request: browser_bridge_pb2.GetSessionProfileRequest, context: grpc.aio.ServicerContext
+    ) -> browser_bridge_pb2.SessionProfile:
+        _require(ROUTE_CALLERS, "read a session's browser profile")
+        return browser_bridge_pb2.SessionProfile(
+            session_id=request.session_id, profile=self.browsers.bindings.get(request.session_id, "")
+        )
+
+    async def SetSessionProfile(
+        self, request: browser_bridge_pb2.SetSessionProfileRequest, context: grpc.aio.ServicerContext
+    ) -> browser_bridge_pb2.SessionProfile:
+        _require(ROUTE_CALLERS, "choose a session's browser profile")
+        await self.browsers.choose(request.session_id, request.profile)
+        return browser_bridge_pb2.SessionProfile(
+            session_id=request.session_id, profile=self.browsers.bindings.get(request.session_id, "")
+        )
+
+    async def ListRecording(
+        self, request: browser_bridge_pb2.ListRecordingRequest, context: grpc.aio.ServicerContext
+    ) -> browser_bridge_pb2.Recording:
+        _require(ROUTE_CALLERS, "read browser recordings")
+        recordings = self.browsers.recordings
+        return browser_bridge_pb2.Recording(
+            session_id=request.session_id,
+            frames=[
+                browser_bridge_pb2.RecordingFrame(
+                    seq=frame.seq,
+                    taken_at=frame.taken_at.isoformat(),
+                    operation=frame.operation,
+                    arguments_json=frame.arguments_json,
+                    bytes=frame.bytes,
+                    is_error=frame.is_error,
+                )
+                for frame in await recordings.frames(request.session_id)
+            ],
+            max_frames=recordings.max_frames,
+            max_bytes=recordings.max_bytes,
+        )
+
+    async def GetRecordingFrame(
+        self, request: browser_bridge_pb2.GetRecordingFrameRequest, context: grpc.aio.ServicerContext
+    ) -> browser_bridge_pb2.RecordingFrameImage:
+        _require(ROUTE_CALLERS, "read browser recordings")
+        return browser_bridge_pb2.RecordingFrameImage(
+            png=await self.browsers.recordings.image(request.session_id, request.seq)
+        )
 
 
 def _arguments(raw: str) -> dict[str, Any]:
@@ -90,14 +180,16 @@ def _arguments(raw: str) -> dict[str, Any]:
 
 
 class BrowserNavigatorServicer(navigator_pb2_grpc.BrowserNavigatorServiceServicer):
-    def __init__(self, navigator: Navigator) -> None:
-        self.navigator = navigator
+    def __init__(self, browsers: Browsers) -> None:
+        self.browsers = browsers
+        self.navigator = browsers.default
 
     async def Navigate(
         self, request: navigator_pb2.NavigateRequest, context: grpc.aio.ServicerContext
     ) -> navigator_pb2.NavigateResponse:
         _require(TOOL_CALLERS, "run browser operations")
-        outcome = await self.navigator.navigate(
+        navigator = await self.browsers.navigator_for(request.session_id)
+        outcome = await navigator.navigate(
             request.session_id, request.browser_access, request.operation, _arguments(request.arguments_json)
         )
         return navigator_pb2.NavigateResponse(
@@ -112,7 +204,8 @@ class BrowserNavigatorServicer(navigator_pb2_grpc.BrowserNavigatorServiceService
         self, request: navigator_pb2.UseSecretRequest, context: grpc.aio.ServicerContext
     ) -> navigator_pb2.UseSecretResponse:
         _require(TOOL_CALLERS, "fill browser secrets")
-        origin, success = await self.navigator.use_secret(
+        navigator = await self.browsers.navigator_for(request.session_id)
+        origin, success = await navigator.use_secret(
             request.session_id, request.browser_access, request.resource_id, request.name, request.element
         )
         return navigator_pb2.UseSecretResponse(name=request.name, origin=origin, success=success)
@@ -133,20 +226,27 @@ class BrowserNavigatorServicer(navigator_pb2_grpc.BrowserNavigatorServiceService
         )
 
     def _session(self, session_id: str) -> navigator_pb2.BrowserSession:
-        return navigator_pb2.BrowserSession(session_id=session_id, taken_over=session_id in self.navigator.takeovers)
+        return navigator_pb2.BrowserSession(
+            session_id=session_id,
+            taken_over=session_id in self.navigator.takeovers,
+            profile=self.browsers.bindings.get(session_id, ""),
+        )
 
     async def ListSessions(
         self, request: navigator_pb2.ListSessionsRequest, context: grpc.aio.ServicerContext
     ) -> navigator_pb2.ListSessionsResponse:
         return navigator_pb2.ListSessionsResponse(
-            sessions=[self._session(s) for s in await self.navigator.list_sessions()]
+            sessions=[self._session(s) for s in await self.browsers.list_sessions()]
         )
 
     async def Screenshot(
         self, request: navigator_pb2.ScreenshotRequest, context: grpc.aio.ServicerContext
     ) -> navigator_pb2.ScreenshotResponse:
         _require(ROUTE_CALLERS, "take browser screenshots")
-        return navigator_pb2.ScreenshotResponse(png=await self.navigator.screenshot(request.session_id))
+        navigator = self.browsers.open_navigator(request.session_id)
+        if navigator is None:
+            raise FailedPrecondition(f"chat session {request.session_id} has no browser tab")
+        return navigator_pb2.ScreenshotResponse(png=await navigator.screenshot(request.session_id))
 
     async def SetTakeover(
         self, request: navigator_pb2.SetTakeoverRequest, context: grpc.aio.ServicerContext

@@ -23,3 +23,15 @@ class Settings(ServiceSettings):
     )
     # How long a call waits for a reconnect in progress before it answers "unavailable".
     browser_connect_wait_s: float = Field(default=3.0, ge=0, le=60, validation_alias="POPAGENT_BROWSER_CONNECT_WAIT_S")
+    # Where each browser profile keeps its browser state (one directory per profile); unset: no profiles.
+    browser_profiles_dir: Path | None = Field(default=None, validation_alias="POPAGENT_BROWSER_PROFILES_DIR")
+    # A chat session's recording keeps at most this many frames and bytes of screenshots (oldest dropped).
+    browser_recording_max_frames: int = Field(
+        default=200, ge=1, le=10_000, validation_alias="POPAGENT_BROWSER_RECORDING_MAX_FRAMES"
+    )
+    browser_recording_max_bytes: int = Field(
+        default=32 * 1024 * 1024,
+        ge=64 * 1024,
+        le=1024 * 1024 * 1024,
+        validation_alias="POPAGENT_BROWSER_RECORDING_MAX_BYTES",
+    )

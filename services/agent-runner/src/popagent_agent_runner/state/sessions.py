@@ -290,7 +290,8 @@ class SessionDeleter:
         try:
             with map_rpc_errors():
                 await self.browser.CloseSession(
-                    browser_bridge_pb2.CloseSessionRequest(session_id=session_id), timeout=BROWSER_CLOSE_TIMEOUT_S
+                    browser_bridge_pb2.CloseSessionRequest(session_id=session_id, session_deleted=True),
+                    timeout=BROWSER_CLOSE_TIMEOUT_S,
                 )
         except PopagentError as exc:
             logger.warning("browser session close failed", extra={"session_id": session_id, "code": exc.grpc_code.name})

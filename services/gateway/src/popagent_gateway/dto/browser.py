@@ -1,8 +1,16 @@
-"""/api/browser: the BifrOSt connection's health, the chat sessions' browser tabs, takeover."""
+"""/api/browser: the BifrOSt connection's health, the chat sessions' browser tabs, takeover,
+browser profiles and their network policy, and the sessions' recordings."""
 
 from __future__ import annotations
 
-from popagent_gateway.dto import WireModel
+from typing import Annotated
+
+from pydantic import Field
+
+from popagent_gateway.dto import WireInput, WireModel
+from popagent_gateway.dto.secrets import HOST_PORT_PATTERN, MAX_ORIGIN_CHARS, ORIGIN_REGEX
+
+HTTP_ORIGIN_PATTERN = rf"^https?://{HOST_PORT_PATTERN}$"
 
 
 class BrowserHealthOut(WireModel):
@@ -23,6 +31,7 @@ class BrowserSessionOut(WireModel):
     session_id: str
     # A user holds the session's browser: the agent's browser operations are paused.
     taken_over: bool
+    profile: str | None = Field(description="the browser profile the session uses; null: none")
 
 
 class BrowserSessionsOut(WireModel):
@@ -31,3 +40,81 @@ class BrowserSessionsOut(WireModel):
 
 class BrowserSessionClosedOut(WireModel):
     closed: bool
+
+
+# browser-bridge's own rule for a profile name (it is the name of the profile's directory).
+PROFILE_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+MAX_POLICY_ORIGINS = 200
+ProfileName = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=63,
+        pattern=PROFILE_NAME_PATTERN,
+        description="1-63 lower-case letters, digits, '-' or '_', starting with a letter or digit",
+    ),
+]
+HttpOrigin = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_ORIGIN_CHARS,
+        pattern=HTTP_ORIGIN_PATTERN,
+        description="an http or https origin, scheme://host[:port], e.g. https://example.com",
+    ),
+]
+Origins = Annotated[list[HttpOrigin], Field(max_length=MAX_POLICY_ORIGINS)]
+
+
+class BrowserProfileOut(WireModel):
+    name: str
+    allowed_origins: list[str] = Field(
+        description="the origins the profile's tabs may load; empty: every origin that is not blocked"
+    )
+    blocked_origins: list[str] = Field(description="origins the profile's tabs may never load (checked first)")
+    session_id: str | None = Field(description="the chat session using the profile now; null: none")
+    created_at: str
+
+
+class BrowserProfileListOut(WireModel):
+    profiles: list[BrowserProfileOut]
+
+
+class BrowserProfileCreate(WireInput):
+    model_config = ORIGIN_REGEX
+
+    name: ProfileName
+    allowed_origins: Origins = []
+    blocked_origins: Origins = []
+
+
+class BrowserProfilePolicy(WireInput):
+    model_config = ORIGIN_REGEX
+
+    allowed_origins: Origins
+    blocked_origins: Origins
+
+
+class BrowserSessionProfileChoice(WireInput):
+    profile: ProfileName
+
+
+class BrowserSessionProfileOut(WireModel):
+    session_id: str
+    profile: str | None = Field(description="the browser profile the session uses; null: none")
+
+
+class BrowserRecordingFrameOut(WireModel):
+    seq: int = Field(description="the frame's number in the session, from 1; GET …/recordings/{seq} is its PNG")
+    taken_at: str
+    operation: str
+    arguments_json: str = Field(description="the operation's arguments as JSON, scrubbed of stored secret values")
+    bytes: int
+    is_error: bool
+
+
+class BrowserRecordingOut(WireModel):
+    session_id: str
+    frames: list[BrowserRecordingFrameOut]
+    max_frames: int = Field(description="the bound on frames kept per session (oldest dropped)")
+    max_bytes: int = Field(description="the bound on screenshot bytes kept per session (oldest dropped)")

@@ -31,9 +31,9 @@ _LABEL = r"(?!..--)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _TOP_LABEL = r"(?!..--)[A-Za-z](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
 _PORT = r"(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
-ORIGIN_PATTERN = (
-    rf"^https://(?=[^:]{{1,253}}(?::|$))(?:(?:{_LABEL}\.)*{_TOP_LABEL}|{_OCTET}(?:\.{_OCTET}){{3}})(?::{_PORT})?$"
-)
+# The host and optional port of an origin, after its scheme.
+HOST_PORT_PATTERN = rf"(?=[^:]{{1,253}}(?::|$))(?:(?:{_LABEL}\.)*{_TOP_LABEL}|{_OCTET}(?:\.{_OCTET}){{3}})(?::{_PORT})?"
+ORIGIN_PATTERN = rf"^https://{HOST_PORT_PATTERN}$"
 ORIGIN_DESCRIPTION = "an exact https origin, https://host[:port], e.g. https://example.com"
 
 ResourceId = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS, pattern=RESOURCE_ID_PATTERN)]

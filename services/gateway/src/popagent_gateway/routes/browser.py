@@ -1,8 +1,8 @@
-"""/api/browser/*: health, the chat sessions' browser tabs, the screencast and takeover.
+"""/api/browser/*: health, the chat sessions' browser tabs, the screencast and takeover, browser
+profiles with their network policy, and each session's recording.
 
-Everything comes from browser-bridge, which holds the one MCP session with the BifrOSt server.
-The bridge knows no MCP operation that lists browser profiles or recordings, so those two routes
-answer 501 with the reason (naming the connected server), never invented data.
+Everything comes from browser-bridge, which holds the MCP sessions with the BifrOSt server and
+keeps the profiles and recordings in its own tables.
 """
 
 from __future__ import annotations
@@ -10,21 +10,27 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Request, Response
-from fastapi.responses import JSONResponse
 
 from popagent.browser_bridge.v1 import browser_bridge_pb2 as bridge_pb
 from popagent.browser_bridge.v1 import navigator_pb2 as pb
 from popagent.browser_bridge.v1 import navigator_pb2_grpc
 from popagent_gateway.deps import BrowserBridgeStub, cached_stub
-from popagent_gateway.dto import ErrorOut
 from popagent_gateway.dto.browser import (
     BrowserHealthOut,
+    BrowserProfileCreate,
+    BrowserProfileListOut,
+    BrowserProfileOut,
+    BrowserProfilePolicy,
+    BrowserRecordingFrameOut,
+    BrowserRecordingOut,
     BrowserSessionClosedOut,
     BrowserSessionOut,
+    BrowserSessionProfileChoice,
+    BrowserSessionProfileOut,
     BrowserSessionsOut,
+    ProfileName,
 )
 from popagent_gateway.dto.sessions import ID_PATTERN
-from popagent_gateway.errors import error_body
 from popagent_gateway.wire import from_message
 
 router = APIRouter(prefix="/browser", tags=["browser"])
@@ -44,7 +50,9 @@ NavigatorStub = Annotated[navigator_pb2_grpc.BrowserNavigatorServiceStub, Depend
 
 
 def _session(session: pb.BrowserSession) -> BrowserSessionOut:
-    return BrowserSessionOut(session_id=session.session_id, taken_over=session.taken_over)
+    return BrowserSessionOut(
+        session_id=session.session_id, taken_over=session.taken_over, profile=session.profile or None
+    )
 
 
 @router.get("/health", response_model=BrowserHealthOut)
@@ -94,33 +102,130 @@ async def release(session_id: SessionId, navigator: NavigatorStub) -> BrowserSes
     return _session(released.session)
 
 
-async def _not_exposed(navigator: NavigatorStub, what: str) -> JSONResponse:
-    health = await navigator.GetHealth(pb.GetHealthRequest())
-    if not health.reachable:
-        reason = f"the browser server is unavailable ({health.last_error or 'not connected'}), so no {what} are known"
-    else:
-        reason = (
-            f"the connected browser server ({health.server_name} {health.server_version}) exposes no {what} "
-            f"among its {health.tool_count} tools"
+# -- profiles ------------------------------------------------------------------------------------
+
+ProfilePath = Annotated[ProfileName, Path(description="the profile's name")]
+
+
+def _profile(profile: bridge_pb.BrowserProfile) -> BrowserProfileOut:
+    return BrowserProfileOut(
+        name=profile.name,
+        allowed_origins=list(profile.allowed_origins),
+        blocked_origins=list(profile.blocked_origins),
+        session_id=profile.session_id or None,
+        created_at=profile.created_at,
+    )
+
+
+@router.get("/profiles", response_model=BrowserProfileListOut)
+async def list_profiles(bridge: BrowserBridgeStub) -> BrowserProfileListOut:
+    """The browser profiles, each with its network policy and the chat session using it."""
+    listed = await bridge.ListProfiles(bridge_pb.ListProfilesRequest())
+    return BrowserProfileListOut(profiles=[_profile(p) for p in listed.profiles])
+
+
+@router.post("/profiles", response_model=BrowserProfileOut, status_code=201)
+async def create_profile(body: BrowserProfileCreate, bridge: BrowserBridgeStub) -> BrowserProfileOut:
+    """A new profile: an empty browser state in a directory of its own, and its network policy."""
+    created = await bridge.CreateProfile(
+        bridge_pb.CreateProfileRequest(
+            name=body.name, allowed_origins=body.allowed_origins, blocked_origins=body.blocked_origins
         )
-    return JSONResponse(error_body(reason), status_code=501)
+    )
+    return _profile(created)
+
+
+@router.put("/profiles/{name}/policy", response_model=BrowserProfileOut)
+async def set_profile_policy(
+    name: ProfilePath, body: BrowserProfilePolicy, bridge: BrowserBridgeStub
+) -> BrowserProfileOut:
+    """Replace a profile's allowed and blocked origins; the next browser operation obeys them."""
+    updated = await bridge.UpdateProfilePolicy(
+        bridge_pb.UpdateProfilePolicyRequest(
+            name=name, allowed_origins=body.allowed_origins, blocked_origins=body.blocked_origins
+        )
+    )
+    return _profile(updated)
+
+
+@router.delete("/profiles/{name}", status_code=204, response_class=Response)
+async def delete_profile(name: ProfilePath, bridge: BrowserBridgeStub) -> Response:
+    """Delete a profile and its browser state; 409 while a chat session uses it."""
+    await bridge.DeleteProfile(bridge_pb.DeleteProfileRequest(name=name))
+    return Response(status_code=204)
+
+
+def _session_profile(chosen: bridge_pb.SessionProfile) -> BrowserSessionProfileOut:
+    return BrowserSessionProfileOut(session_id=chosen.session_id, profile=chosen.profile or None)
+
+
+@router.get("/sessions/{session_id}/profile", response_model=BrowserSessionProfileOut)
+async def session_profile(session_id: SessionId, bridge: BrowserBridgeStub) -> BrowserSessionProfileOut:
+    """The browser profile a chat session uses (null: the shared default browser context)."""
+    return _session_profile(await bridge.GetSessionProfile(bridge_pb.GetSessionProfileRequest(session_id=session_id)))
+
+
+@router.put("/sessions/{session_id}/profile", response_model=BrowserSessionProfileOut)
+async def choose_session_profile(
+    session_id: SessionId, body: BrowserSessionProfileChoice, bridge: BrowserBridgeStub
+) -> BrowserSessionProfileOut:
+    """Use a profile for a chat session's browser. 409 when another session uses it, or while this
+    session has browser tabs open (close them first)."""
+    chosen = await bridge.SetSessionProfile(
+        bridge_pb.SetSessionProfileRequest(session_id=session_id, profile=body.profile), timeout=SCREENSHOT_TIMEOUT_S
+    )
+    return _session_profile(chosen)
+
+
+@router.delete("/sessions/{session_id}/profile", response_model=BrowserSessionProfileOut)
+async def release_session_profile(session_id: SessionId, bridge: BrowserBridgeStub) -> BrowserSessionProfileOut:
+    """Release a chat session's profile (409 while the session has browser tabs open)."""
+    released = await bridge.SetSessionProfile(
+        bridge_pb.SetSessionProfileRequest(session_id=session_id), timeout=SCREENSHOT_TIMEOUT_S
+    )
+    return _session_profile(released)
+
+
+# -- recordings ----------------------------------------------------------------------------------
+
+
+@router.get("/sessions/{session_id}/recordings", response_model=BrowserRecordingOut)
+async def browser_recordings(session_id: SessionId, bridge: BrowserBridgeStub) -> BrowserRecordingOut:
+    """A chat session's recording: one frame per browser operation the agent ran (its name, its
+    scrubbed arguments, a screenshot after it), oldest first, bounded per session."""
+    recording = await bridge.ListRecording(bridge_pb.ListRecordingRequest(session_id=session_id))
+    return BrowserRecordingOut(
+        session_id=recording.session_id,
+        frames=[
+            BrowserRecordingFrameOut(
+                seq=f.seq,
+                taken_at=f.taken_at,
+                operation=f.operation,
+                arguments_json=f.arguments_json,
+                bytes=f.bytes,
+                is_error=f.is_error,
+            )
+            for f in recording.frames
+        ],
+        max_frames=recording.max_frames,
+        max_bytes=recording.max_bytes,
+    )
 
 
 @router.get(
-    "/profiles",
-    status_code=501,
-    responses={501: {"model": ErrorOut, "description": "The server exposes no profiles"}},
+    "/sessions/{session_id}/recordings/{seq}",
+    response_class=Response,
+    responses={200: {"content": {"image/png": {}}, "description": "The frame's screenshot as PNG"}},
 )
-async def browser_profiles(navigator: NavigatorStub) -> JSONResponse:
-    """Browser profiles: 501 with the reason (no profile operation is known to the bridge)."""
-    return await _not_exposed(navigator, "browser profiles")
-
-
-@router.get(
-    "/sessions/{session_id}/recordings",
-    status_code=501,
-    responses={501: {"model": ErrorOut, "description": "The server exposes no recordings"}},
-)
-async def browser_recordings(session_id: SessionId, navigator: NavigatorStub) -> JSONResponse:
-    """Recordings of a chat session's browser: 501 with the reason (no recording operation is known)."""
-    return await _not_exposed(navigator, "recordings")
+async def browser_recording_frame(
+    session_id: SessionId,
+    seq: Annotated[int, Path(ge=1, le=2**62, description="the frame's number")],
+    bridge: BrowserBridgeStub,
+) -> Response:
+    """One frame's screenshot, as a PNG download."""
+    frame = await bridge.GetRecordingFrame(bridge_pb.GetRecordingFrameRequest(session_id=session_id, seq=seq))
+    return Response(
+        frame.png,
+        media_type="image/png",
+        headers={"Content-Disposition": f'attachment; filename="{session_id}-{seq}.png"'},
+    )
