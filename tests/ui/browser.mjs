@@ -1120,6 +1120,63 @@ try {
     return "seeded skills listed; a pasted SKILL.md imported, then deleted";
   });
 
+  await step("browser profile panel", ["api key prompt"], async () => {
+    const call = async (method, path, body) => {
+      const response = await fetch(`${url}${path}`, {
+        method,
+        headers: { "x-popagent-key": apiKey, "content-type": "application/json" },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+      const text = await response.text();
+      return { status: response.status, body: text ? JSON.parse(text) : null };
+    };
+    const { body: before } = await apiGet("/api/settings/browser");
+    const sessions = [];
+    try {
+      check((await call("PATCH", "/api/settings/browser", { enabled: true })).status === 200, "the browser could not be enabled");
+      const created = await call("POST", "/api/browser/profiles", { name: "ui-work" });
+      check(created.status === 201, `POST /api/browser/profiles answered ${created.status}`);
+      for (const title of ["browser profile", "browser profile 2"]) {
+        const made = await call("POST", "/api/sessions", { title });
+        check(made.status === 201, `POST /api/sessions answered ${made.status}`);
+        sessions.push(made.body.id);
+      }
+      await page.goto(`${url}/#/chat/${encodeURIComponent(sessions[0])}`);
+      const panel = page.getByTestId("browser-panel");
+      await panel.waitFor({ timeout: 10_000 });
+      const select = panel.getByTestId("browser-profile").locator("select");
+      await select.selectOption("ui-work");
+      let chosen = null;
+      for (let i = 0; i < 50 && chosen !== "ui-work"; i++) {
+        chosen = (await apiGet(`/api/browser/sessions/${sessions[0]}/profile`)).body.profile;
+        if (chosen !== "ui-work") await page.waitForTimeout(100);
+      }
+      check(chosen === "ui-work", `the session's profile is ${chosen}`);
+      const empty = (await panel.getByTestId("browser-recording").innerText()).trim();
+      check(empty === "No recorded browser steps yet.", `the recording reads "${empty}"`);
+      await page.screenshot({ path: resolve(outDir, "browser-profile-1440.png") });
+      await page.reload();
+      await page.getByTestId("browser-panel").waitFor({ timeout: 10_000 });
+      await page.waitForFunction(
+        () => document.querySelector('[data-testid="browser-profile"] select')?.value === "ui-work",
+        null,
+        { timeout: 10_000 },
+      );
+      // Another chat cannot pick the profile this one uses.
+      await page.goto(`${url}/#/chat/${encodeURIComponent(sessions[1])}`);
+      const other = page.getByTestId("browser-panel").getByTestId("browser-profile").locator('option[value="ui-work"]');
+      await other.waitFor({ state: "attached", timeout: 10_000 });
+      check(await other.isDisabled(), "a profile in use by another chat can be picked");
+      const label = (await other.innerText()).trim();
+      check(label.includes("in use by another chat"), `the option reads "${label}"`);
+      return `profile chosen and kept through a reload; shown in use to the other chat ("${label}")`;
+    } finally {
+      for (const id of sessions) await call("DELETE", `/api/sessions/${id}`);
+      await call("DELETE", "/api/browser/profiles/ui-work");
+      await call("PATCH", "/api/settings/browser", { enabled: before.enabled });
+    }
+  });
+
   await step("autonomy page", ["api key prompt"], async () => {
     const { body: before } = await apiGet("/api/settings/autonomy");
     const setEvolution = async (on) => {

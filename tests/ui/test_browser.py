@@ -322,6 +322,7 @@ async def test_the_web_ui_in_a_real_browser(stack: tuple[Stack, ModelGateway, Ht
         "long-term memories",
         "skills editor",
         "autonomy page",
+        "browser profile panel",
         "double texting: enqueue",
         "double texting: queued through a reload and cancelled",
         "double texting: interrupt",

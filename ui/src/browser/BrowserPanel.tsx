@@ -1,7 +1,11 @@
-// The browser beside the chat: the session's current page (a screenshot polled as the screencast)
-// and takeover/release. While the user holds takeover, the agent's browser operations pause.
+// The browser beside the chat: the session's current page (a screenshot polled as the screencast),
+// takeover/release, the session's browser profile and its recording. While the user holds
+// takeover, the agent's browser operations pause. Shown while the browser is enabled or the session
+// has a tab, a profile or a recording.
 import { useEffect, useState } from "react";
+import type { BrowserRecordingFrameOut } from "../api/types";
 import { browserApi } from "./api";
+import { SessionProfile, SessionRecording } from "./SessionBrowserDetails";
 import "./browser.css";
 
 // The screencast's pace while the session has a tab; without one, whether a tab opened is asked
@@ -15,6 +19,20 @@ export function BrowserPanel({ sessionId }: { sessionId: string }) {
   const [image, setImage] = useState("");
   const [error, setError] = useState("");
   const [open, setOpen] = useState(true);
+  const [enabled, setEnabled] = useState(false);
+  const [profile, setProfile] = useState<string | null>(null);
+  const [frames, setFrames] = useState<BrowserRecordingFrameOut[]>([]);
+
+  useEffect(() => {
+    let live = true;
+    browserApi.health().then(
+      (health) => live && setEnabled(health.enabled),
+      () => undefined,
+    );
+    return () => {
+      live = false;
+    };
+  }, []);
 
   useEffect(() => {
     let live = true;
@@ -29,7 +47,11 @@ export function BrowserPanel({ sessionId }: { sessionId: string }) {
         setHasTab(Boolean(mine));
         setTakenOver(Boolean(mine?.takenOver));
         schedule(mine ? POLL_MS : IDLE_POLL_MS);
-        if (!mine || !open) return;
+        if (!open) return;
+        const recording = await browserApi.recording(sessionId);
+        if (!live) return;
+        setFrames(recording.frames);
+        if (!mine) return;
         const blob = await browserApi.screenshot(sessionId);
         if (!live) return;
         const next = URL.createObjectURL(blob);
@@ -62,7 +84,7 @@ export function BrowserPanel({ sessionId }: { sessionId: string }) {
     };
   }, [sessionId, open]);
 
-  if (!hasTab && !error) return null;
+  if (!hasTab && !error && !enabled && profile === null && frames.length === 0) return null;
   const toggle = async () => {
     try {
       const answer = takenOver ? await browserApi.release(sessionId) : await browserApi.takeOver(sessionId);
@@ -86,6 +108,8 @@ export function BrowserPanel({ sessionId }: { sessionId: string }) {
       {takenOver ? <p className="muted">You hold this browser: the agent's browser operations are paused.</p> : null}
       {error ? <p className="error-text" role="alert">{error}</p> : null}
       {open && image ? <img className="browser-screen" src={image} alt="The chat session's current browser page" /> : null}
+      {open ? <SessionProfile sessionId={sessionId} onChange={setProfile} /> : null}
+      {open ? <SessionRecording sessionId={sessionId} frames={frames} /> : null}
     </aside>
   );
 }

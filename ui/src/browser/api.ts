@@ -11,4 +11,19 @@ export const browserApi = {
   /** The current page as a PNG blob. */
   screenshot: (sessionId: string) =>
     unwrap(http.GET("/api/browser/sessions/{session_id}/screenshot", { ...session(sessionId), parseAs: "blob" })),
+  profiles: () => unwrap(http.GET("/api/browser/profiles")),
+  sessionProfile: (sessionId: string) => unwrap(http.GET("/api/browser/sessions/{session_id}/profile", session(sessionId))),
+  chooseProfile: (sessionId: string, profile: string) =>
+    unwrap(http.PUT("/api/browser/sessions/{session_id}/profile", { ...session(sessionId), body: { profile } })),
+  releaseProfile: (sessionId: string) =>
+    unwrap(http.DELETE("/api/browser/sessions/{session_id}/profile", session(sessionId))),
+  recording: (sessionId: string) => unwrap(http.GET("/api/browser/sessions/{session_id}/recordings", session(sessionId))),
+  /** One recording frame's screenshot as a PNG blob. */
+  frame: (sessionId: string, seq: number) =>
+    unwrap(
+      http.GET("/api/browser/sessions/{session_id}/recordings/{seq}", {
+        params: { path: { session_id: sessionId, seq } },
+        parseAs: "blob",
+      }),
+    ),
 };
