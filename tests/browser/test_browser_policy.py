@@ -1,6 +1,7 @@
 """A browser profile's network policy, enforced by browser-bridge against a real HTTP server: a
 navigation the agent asks for to a blocked (or not allowed) origin is refused before the browser
-moves, and a page that a redirect or a link takes to such an origin is stopped and blanked."""
+moves, and a redirect or a link to such an origin is stopped inside the browser before its request
+is sent (the server never sees it), the tab blanked and the agent told why."""
 
 from __future__ import annotations
 
@@ -56,6 +57,8 @@ async def test_blocked_origins_are_refused_before_navigation_and_stopped_on_redi
             assert "cookies:" not in text
             snapshot = await b.text("browser_snapshot")
             assert "about:blank" in snapshot and "cookies:" not in snapshot
+            # The redirected request itself never left the browser.
+            assert "blocked.test" not in cookie_site.hosts
 
             # The policy is replaced at once: an allow-list admits only its origins.
             allowed = cookie_site.origin("allowed.test")
@@ -82,6 +85,8 @@ async def test_blocked_origins_are_refused_before_navigation_and_stopped_on_redi
             clicked = await b.op("browser_click", target=link)
             assert clicked.is_error and "other.test" in "\n".join(p.text for p in clicked.content)
             assert "about:blank" in await b.text("browser_snapshot")
+            # Neither the redirect nor the link reached a refused origin's server.
+            assert "blocked.test" not in cookie_site.hosts and "other.test" not in cookie_site.hosts
 
         bad = await client.put(
             f"/api/browser/profiles/{name}/policy",

@@ -13,8 +13,9 @@
 - The global setting is checked before and after each call, so a PATCH that disables the browser
   refuses the calls in flight; a user's takeover pauses the agent's calls for that session.
 - A session using a browser profile (`profiles.py`) gets that profile's navigator: its network
-  policy refuses a navigation to a refused origin before the call, and a page that lands on one
-  (a redirect, a link, a script) is blanked after it; the profile's browser state is saved after
+  policy refuses a navigation to a refused origin before the call, a guard in the browser context
+  fails every document request to one (each redirect leg included) before it is sent, and a tab
+  left on a refused origin is blanked after the call; the profile's browser state is saved after
   each call. Each operation the agent runs is recorded with a screenshot when a recorder is set.
 """
 
@@ -158,6 +159,8 @@ class Navigator:
     # Each operation's frame (None: nothing is recorded).
     recordings: RecordingRepo | None = None
     _restored_generation: int = -1
+    # The policy the browser context's request guard holds, and in which MCP session.
+    _guarded: tuple[int, OriginPolicy] | None = None
 
     async def load_takeovers(self) -> None:
         if self.takeover_store is not None:
@@ -256,6 +259,8 @@ class Navigator:
             self.gate.require()
             if session_id in self.takeovers:
                 raise FailedPrecondition(PAUSED)
+            if self.policy is not None:
+                await self._guard_requests(self.policy)
             if operation == "browser_tabs":
                 result = await self._tabs(session_id, arguments)
             elif operation == "browser_close":
@@ -299,24 +304,52 @@ class Navigator:
     # -- profiles: policy, state, recording ----------------------------------------------------
 
     async def _enforce_policy(self, result: types.CallToolResult) -> types.CallToolResult:
-        """A page the call left on a refused origin (a redirect, a link, a script) is blanked, and
-        the agent is told so instead of being shown it."""
+        """When the guard stopped a request (a redirect leg, a link to a refused origin) or the page
+        the call left is on a refused origin, the tab is blanked and the agent is told why instead
+        of being shown the page."""
         if self.policy is None:
             return result
-        landed = PAGE_URL.findall(_text_of(result))
-        refusal = next((r for url in landed if (r := self.policy.refusal(url)) is not None), None)
-        if refusal is None:
+        text = _text_of(result)
+        landed: list[str] = PAGE_URL.findall(text)
+        # A navigation the guard stopped answers an error, or (a click) leaves Chromium's error page.
+        error_page = [url for url in landed if url.startswith(ERROR_PAGE)]
+        stopped = await self._stopped_requests() if BLOCKED_BY_GUARD in text or error_page else []
+        if stopped:
+            landed = [url for url in landed if url not in error_page]
+        reasons = list(dict.fromkeys(r for url in [*stopped, *landed] if (r := self.policy.refusal(url)) is not None))
+        if not reasons:
             return result
         await self._checked("browser_navigate", {"url": "about:blank"})
+        how = "the browser never sent the request" if stopped else "the page went there"
         return types.CallToolResult(
             content=[
                 types.TextContent(
-                    type="text",
-                    text=f"### Error\nStopped: the page went where it may not: {refusal}. The tab was blanked.",
+                    type="text", text=f"### Error\nStopped: {'; '.join(reasons)} ({how}). The tab was blanked."
                 )
             ],
             is_error=True,
         )
+
+    async def _stopped_requests(self) -> list[str]:
+        """The URLs the request guard stopped since it was last asked (the list is emptied)."""
+        answer = await self._run_code_answer(STOPPED_REQUESTS)
+        try:
+            urls = json.loads(answer) if isinstance(answer, str) else None
+        except ValueError:
+            urls = None
+        return [url for url in urls if isinstance(url, str)] if isinstance(urls, list) else []
+
+    async def _guard_requests(self, policy: OriginPolicy) -> None:
+        """Have the context fail every document request (each redirect leg included) to an origin
+        the policy refuses, before it leaves the browser; set again when the policy changes."""
+        await self._tab_book()
+        if self._guarded == (self.client.generation, policy):
+            return
+        rules = {"allowed": sorted(policy.allowed), "blocked": sorted(policy.blocked)}
+        answer = await self._run_code_answer(GUARD_REQUESTS.replace("__POLICY__", json.dumps(rules)))
+        if answer != "guarded":
+            raise Unavailable(f"the browser did not set the network policy's request guard: {str(answer)[:200]}")
+        self._guarded = (self.client.generation, policy)
 
     async def _run_code_answer(self, code: str) -> Any:
         if RUN_CODE not in self.client.tools:
@@ -676,6 +709,57 @@ RESTORE_STATE = """async (page) => {
   return "restored";
 }"""
 SAVE_STATE = """async (page) => JSON.stringify(await page.context().storageState())"""
+STOPPED_REQUESTS = """async (page) => {
+  const context = page.context();
+  const stopped = context.__popagentStopped || [];
+  context.__popagentStopped = [];
+  return JSON.stringify(stopped);
+}"""
+# What a navigation the request guard stopped answers.
+BLOCKED_BY_GUARD = "ERR_BLOCKED_BY_CLIENT"
+ERROR_PAGE = "chrome-error:"
+# The network policy inside the browser: each page of the context (those opened later too) gets a
+# CDP session pausing every document request, main frame and frames, at the request stage, where
+# Chromium reports each redirect leg as a request of its own; one to a refused origin fails with
+# ERR_BLOCKED_BY_CLIENT before it is sent. The same rule as policy.py; the context keeps the
+# current rules, so a policy change replaces them for pages already guarded.
+GUARD_REQUESTS = """async (page) => {
+  const context = page.context();
+  context.__popagentPolicy = __POLICY__;
+  const refused = (href) => {
+    if (href === "about:blank") return false;
+    const rules = context.__popagentPolicy;
+    let url;
+    try { url = new URL(href); } catch { return rules.allowed.length > 0; }
+    if (url.protocol !== "http:" && url.protocol !== "https:") return rules.allowed.length > 0;
+    const origin = url.origin;
+    if (rules.blocked.includes(origin)) return true;
+    return rules.allowed.length > 0 && !rules.allowed.includes(origin);
+  };
+  const guard = async (p) => {
+    if (p.__popagentGuard) return;
+    p.__popagentGuard = true;
+    const cdp = await context.newCDPSession(p);
+    cdp.on("Fetch.requestPaused", (event) => {
+      const stop = refused(event.request.url);
+      if (stop) {
+        const stopped = (context.__popagentStopped = context.__popagentStopped || []);
+        if (stopped.length < 20) stopped.push(event.request.url);
+      }
+      const reply = stop
+        ? cdp.send("Fetch.failRequest", { requestId: event.requestId, errorReason: "BlockedByClient" })
+        : cdp.send("Fetch.continueRequest", { requestId: event.requestId });
+      reply.catch(() => {});
+    });
+    await cdp.send("Fetch.enable", { patterns: [{ urlPattern: "*", resourceType: "Document", requestStage: "Request" }] });
+  };
+  if (!context.__popagentGuarding) {
+    context.__popagentGuarding = true;
+    context.on("page", (p) => { guard(p).catch(() => {}); });
+  }
+  for (const p of context.pages()) await guard(p);
+  return "guarded";
+}"""
 
 
 def _requested_url(operation: str, arguments: dict[str, Any]) -> str | None:
