@@ -59,6 +59,12 @@ ROUTES = [
     ("GET", "/api/workspaces/popagent/documents/index"),
     ("POST", "/api/workspaces/popagent/documents/index"),
     ("POST", "/api/workspaces/popagent/documents/search"),
+    ("GET", "/api/mcp-servers"),
+    ("POST", "/api/mcp-servers"),
+    ("GET", "/api/mcp-servers/m1"),
+    ("PATCH", "/api/mcp-servers/m1"),
+    ("DELETE", "/api/mcp-servers/m1"),
+    ("POST", "/api/mcp-servers/m1/test"),
 ]
 BAD_KEYS = [{}, {"x-popagent-key": ""}, {"x-popagent-key": API_KEY[:-1]}, {"x-popagent-key": API_KEY.upper()}]
 
@@ -95,6 +101,7 @@ def test_the_inventory_above_covers_every_route_of_these_resources() -> None:
     covered = {(m, p.replace("/api/approvals/a1", "/api/approvals/{approval_id}")) for m, p in covered}
     covered = {(m, p.replace("/profiles/work", "/profiles/{name}")) for m, p in covered}
     covered = {(m, p.replace("/recordings/1", "/recordings/{seq}")) for m, p in covered}
+    covered = {(m, p.replace("/api/mcp-servers/m1", "/api/mcp-servers/{server_id}")) for m, p in covered}
     covered = {(m, p.split("?", 1)[0]) for m, p in covered}
     paths = document()["paths"]
     assert isinstance(paths, dict)
@@ -109,6 +116,7 @@ def test_the_inventory_above_covers_every_route_of_these_resources() -> None:
         "/api/browser/profiles",
         "/api/browser/sessions/{session_id}/profile",
         "/api/browser/sessions/{session_id}/recordings",
+        "/api/mcp-servers",
     )
     expected = {
         (method.upper(), path)

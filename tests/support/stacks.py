@@ -235,6 +235,15 @@ CHAT_STACK = StackSpec("chat", CHAT_HOOK_PATHS, frozenset({"browser-bridge", "ev
 TASK_TURN_STACK = StackSpec("task_turns", TASK_HOOK_PATHS, frozenset({"tasks"}), runtime=TASK_RUNTIME)
 # The MCP server at the gateway's /mcp: its tools call agent-runner and the tasks service.
 MCP_STACK = StackSpec("mcp", TASK_HOOK_PATHS, frozenset({"tasks", "gateway"}), runtime=TASK_RUNTIME)
+# Users' MCP servers as agent tools: their tokens in the secrets service, a PreToolUse handler for
+# every tool of the server named `guarded` (`mcp__guarded__.*`) and a short call timeout.
+MCP_TOOLS_HOOK_PATHS: HookPaths = {**CHAT_HOOK_PATHS, "PreToolUse": ("/pre-tool", ["mcp__guarded__.*"])}
+MCP_TOOLS_STACK = StackSpec(
+    "mcp_tools",
+    MCP_TOOLS_HOOK_PATHS,
+    frozenset({"secrets", "gateway"}),
+    runner_settings={"POPAGENT_MCP_CALL_TIMEOUT_S": "4", "POPAGENT_MCP_CONNECT_WAIT_S": "3"},
+)
 # The evolution loop: a quick worker, signals due at once, one retry a second apart.
 LEARNING_STACK = StackSpec(
     "learning",
@@ -459,6 +468,7 @@ async def start_stack(
                 POPAGENT_HOOKS_ADDR=addresses["hooks"],
                 POPAGENT_BROWSER_BRIDGE_ADDR=addresses["browser-bridge"],
                 POPAGENT_EVOLUTION_ADDR=addresses["evolution"],
+                POPAGENT_SECRETS_ADDR=addresses["secrets"],
                 POPAGENT_WORKSPACE_ROOT=str(workspace_root),
                 NINEROUTER_URL=models.url,
                 NINEROUTER_API_KEY=MODELS_API_KEY,

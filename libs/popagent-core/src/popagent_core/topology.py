@@ -99,7 +99,8 @@ CREDENTIAL_NAME = re.compile(
 # any other service is refused there (read from each service's `open_channel` calls).
 CALLERS: dict[str, frozenset[str]] = {
     "hooks": frozenset({"gateway", "agent-runner", "tasks"}),
-    "secrets": frozenset({"gateway", "browser-bridge"}),
+    # agent-runner keeps the bearer tokens of users' MCP servers there.
+    "secrets": frozenset({"gateway", "browser-bridge", "agent-runner"}),
     "evolution": frozenset({"gateway", "agent-runner"}),
     # tasks closes a task's browser tab when the task ends (its browser-close observer).
     "browser-bridge": frozenset({"gateway", "agent-runner", "tasks"}),

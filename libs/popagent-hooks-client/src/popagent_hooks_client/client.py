@@ -30,7 +30,7 @@ import orjson
 from popagent.hooks.v1 import hooks_pb2, hooks_pb2_grpc
 from popagent_core.errors import DeadlineExceeded, PopagentError, Unavailable
 from popagent_core.grpc_client import map_rpc_errors
-from popagent_hooks_client.events import Event, FailureClass, Outcome, closed_outcome
+from popagent_hooks_client.events import Event, FailureClass, Outcome, closed_outcome, matcher_applies
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class HandlerSummary:
     fail_closed: bool
 
     def matches(self, target: str) -> bool:
-        return not self.matchers or target in self.matchers
+        return matcher_applies(self.matchers, target)
 
 
 @dataclass(frozen=True)

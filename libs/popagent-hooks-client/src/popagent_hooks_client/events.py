@@ -7,6 +7,7 @@ rules cannot drift apart.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 
 from popagent.hooks.v1 import hooks_pb2
@@ -127,3 +128,17 @@ RULES: dict[Event, EventRules] = {
 def closed_outcome(event: Event) -> Outcome:
     """The decision a fail-closed failure produces: deny a gate, or refuse `Stop` completion."""
     return Outcome.CONTINUE if event is Event.STOP else Outcome.DENY
+
+
+# `mcp__<server>__.*`: every tool of one of the users' MCP servers (Claude Code's matcher for a
+# server; the only pattern a matcher takes, every other key is exact).
+MCP_SERVER_MATCHER = re.compile(r"^mcp__[a-z][a-z0-9]*(?:_[a-z0-9]+)*__\.\*$")
+
+
+def matcher_applies(keys: frozenset[str], target: str) -> bool:
+    """Whether a handler with these matcher keys (empty or None-like: all) runs for `target`."""
+    if not keys or target in keys:
+        return True
+    return target.startswith("mcp__") and any(
+        key.endswith("__.*") and target.startswith(key[:-2]) for key in keys if MCP_SERVER_MATCHER.match(key)
+    )

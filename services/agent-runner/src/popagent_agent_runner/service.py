@@ -14,11 +14,18 @@ from pathlib import Path
 
 import httpx
 
-from popagent.agent_runner.v1 import agent_runner_pb2_grpc, documents_pb2_grpc, memory_pb2_grpc, skills_pb2_grpc
+from popagent.agent_runner.v1 import (
+    agent_runner_pb2_grpc,
+    documents_pb2_grpc,
+    mcp_servers_pb2_grpc,
+    memory_pb2_grpc,
+    skills_pb2_grpc,
+)
 from popagent.browser_bridge.v1 import browser_bridge_pb2_grpc, navigator_pb2_grpc
 from popagent.events.v1 import events_pb2
 from popagent.evolution.v1 import learning_pb2_grpc
 from popagent.hooks.v1 import hooks_pb2_grpc
+from popagent.secrets.v1 import secrets_pb2_grpc
 from popagent_agent_runner.approvals.gate import ApprovalGate
 from popagent_agent_runner.approvals.store import ApprovalStore
 from popagent_agent_runner.browser.access import BrowserAccessPoint
@@ -30,6 +37,9 @@ from popagent_agent_runner.llm.model import LeanModels
 from popagent_agent_runner.llm.transport import LeanTransport
 from popagent_agent_runner.lsp.languages import ServerCatalog
 from popagent_agent_runner.lsp.manager import LanguageServers
+from popagent_agent_runner.mcp.store import McpServerStore
+from popagent_agent_runner.mcp.tokens import SecretTokens
+from popagent_agent_runner.mcp.toolbox import McpToolbox
 from popagent_agent_runner.memory import LONG_TERM_QUERIES, THREAD_QUERIES
 from popagent_agent_runner.memory.long_term import MemoryStore
 from popagent_agent_runner.memory.observational import QUERIES as OBSERVATIONAL_QUERIES
@@ -41,6 +51,7 @@ from popagent_agent_runner.memory.observational.windows import ContextWindows
 from popagent_agent_runner.memory.threads import USER_RESOURCE, ThreadStore
 from popagent_agent_runner.servicers.chat import ChatServicer
 from popagent_agent_runner.servicers.documents import DocumentsServicer
+from popagent_agent_runner.servicers.mcp_servers import McpServersServicer
 from popagent_agent_runner.servicers.memory import SessionMemoryServicer
 from popagent_agent_runner.servicers.skills import AgentRunnerSkillsServicer
 from popagent_agent_runner.servicers.state import AgentRunnerStateServicer
@@ -105,6 +116,9 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
             open_channel(settings.evolution_address, settings.internal_token)
         )
         evolution = learning_pb2_grpc.EvolutionLearningServiceStub(evolution_channel)
+        secrets_channel = await stack.enter_async_context(
+            open_channel(settings.secrets_address, settings.internal_token)
+        )
         learned = LearnedCache(evolution)
         await stack.enter_async_context(invalidated_on_change(learned, kernel.nats))
         pool = kernel.pool
@@ -140,6 +154,18 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
         )
         stack.push_async_callback(servers.close)
         hands = Hands(settings.workspace_root, sandbox, lsp=servers)
+        # Users' MCP servers: their connections (stdio servers in the sandbox) close before the sandbox.
+        mcp_tokens = SecretTokens(secrets_pb2_grpc.SecretsServiceStub(secrets_channel))
+        mcp_store = McpServerStore(pool, mcp_tokens)
+        mcp = McpToolbox(
+            mcp_store,
+            mcp_tokens,
+            sandbox,
+            call_timeout_s=settings.mcp_call_timeout_s,
+            connect_wait_s=settings.mcp_connect_wait_s,
+            list_timeout_s=settings.mcp_list_timeout_s,
+        )
+        stack.push_async_callback(mcp.close)
         sessions = SessionStore(pool, workspaces, QUERIES)
         starts = SessionStarts(hooks)
         records = TurnRecords(pool, runner_id=runner_name(settings.grpc_address), lease_s=settings.turn_lease_s)
@@ -170,6 +196,9 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
             sandbox=sandbox,
         )
         agent_runner_pb2_grpc.add_AgentRunnerStateServiceServicer_to_server(servicer, kernel.server)
+        mcp_servers_pb2_grpc.add_AgentRunnerMcpServiceServicer_to_server(
+            McpServersServicer(mcp_store, mcp), kernel.server
+        )
         skills_pb2_grpc.add_AgentRunnerSkillsServiceServicer_to_server(
             AgentRunnerSkillsServicer(SkillStore(pool, QUERIES), learned, evolution), kernel.server
         )
@@ -236,6 +265,7 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
             hands=hands,
             approvals=ApprovalGate(approvals, timeout_s=settings.approval_timeout_s),
             browser=browser,
+            mcp=mcp,
             learned=learned,
             docs=docs,
             observational=observational,

@@ -16,6 +16,8 @@ class Settings(ServiceSettings):
     browser_bridge_address: str = grpc_address_field("browser-bridge")
     # Learned overlays and skills come from evolution (cached; see learned.py).
     evolution_address: str = grpc_address_field("evolution")
+    # The bearer tokens of users' MCP servers are kept there (mcp/tokens.py).
+    secrets_address: str = grpc_address_field("secrets")
     # Database connections per worker (opened as needed). Every turn holds one several times before
     # its first token (prelude, storing the prompt) and after it: a pool of 10 makes the prelude wait at
     # a hundred concurrent turns (bench/resilience.py shows it). PostgreSQL's default of
@@ -72,6 +74,11 @@ class Settings(ServiceSettings):
     approval_timeout_s: float = Field(
         default=86400.0, ge=1, le=30 * 86400, validation_alias="POPAGENT_APPROVAL_TIMEOUT_S"
     )
+    # Users' MCP servers (mcp/): one tool call's deadline, how long a call waits for a reconnect before it
+    # fails, and how long a turn waits for a server's tool list before it uses the last one.
+    mcp_call_timeout_s: float = Field(default=60.0, gt=0, le=3600, validation_alias="POPAGENT_MCP_CALL_TIMEOUT_S")
+    mcp_connect_wait_s: float = Field(default=5.0, ge=0, le=120, validation_alias="POPAGENT_MCP_CONNECT_WAIT_S")
+    mcp_list_timeout_s: float = Field(default=5.0, gt=0, le=120, validation_alias="POPAGENT_MCP_LIST_TIMEOUT_S")
     # The address gateways dial this runner at, announced with its presence (docs/turns.md, Routing).
     # Empty: its listen address with the port it got (this host's name when it listens on every interface).
     advertise_address: str = Field(default="", validation_alias="POPAGENT_AGENT_RUNNER_ADVERTISE_ADDR")

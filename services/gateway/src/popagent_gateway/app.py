@@ -30,6 +30,7 @@ from popagent_gateway.routes import (
     documents,
     health,
     hooks,
+    mcp_servers,
     memories,
     memory_view,
     models,
@@ -151,6 +152,7 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
         secrets,
         observability,
         browser,
+        mcp_servers,
     ):
         api.include_router(module.router)
     app.include_router(api)

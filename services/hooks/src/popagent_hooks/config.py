@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from popagent_core.errors import ConfigurationError
-from popagent_hooks_client.events import Event, MatcherKind
+from popagent_hooks_client.events import MCP_SERVER_MATCHER, Event, MatcherKind, matcher_applies
 
 DEFAULT_TIMEOUT_MS = 2000
 MAX_TIMEOUT_MS = 30_000
@@ -45,7 +45,8 @@ class HandlerConfig:
     id: str
     event: Event
     url: str
-    # None matches every target; otherwise exact registry keys / specialist ids.
+    # None matches every target; otherwise exact registry keys / specialist ids, or `mcp__<server>__.*`
+    # for every tool of one of the users' MCP servers.
     matcher: frozenset[str] | None
     timeout_ms: int
     fail_closed: bool
@@ -57,7 +58,7 @@ class HandlerConfig:
         return self.secret is not None
 
     def matches(self, target: str) -> bool:
-        return self.matcher is None or target in self.matcher
+        return self.matcher is None or matcher_applies(self.matcher, target)
 
 
 @dataclass(frozen=True)
@@ -259,8 +260,12 @@ def _check_matcher(value: Any, present: bool, event: Event, path: str) -> frozen
     pattern = _TOOL_KEY if kind is MatcherKind.TOOL else _SPECIALIST_ID
     what = "a tool registry key such as getTime" if kind is MatcherKind.TOOL else "a specialist id"
     for index, key in enumerate(value):
+        if isinstance(key, str) and kind is MatcherKind.TOOL and MCP_SERVER_MATCHER.match(key):
+            continue
         if not isinstance(key, str) or not pattern.match(key):
-            raise _fail(f"{path}[{index}]", f"must be {what} (exact, no wildcards)")
+            raise _fail(
+                f"{path}[{index}]", f"must be {what} (exact, no wildcards but mcp__<server>__.* for an MCP server)"
+            )
     if len(set(value)) != len(value):
         raise _fail(path, "lists a key twice")
     return frozenset(value)

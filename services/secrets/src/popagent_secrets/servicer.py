@@ -1,9 +1,11 @@
 """SecretsService: who may call what, then proto <-> store.
 
-Plaintext leaves only through ResolveSecret and only to browser-bridge, which proves
-who it is with its own internal credential (the kernel interceptor authenticates it
-and sets `caller_var`). Management RPCs answer the gateway (the authenticated
-`/api/secrets` edge) only: agents have no tool that creates, changes or reads values.
+Plaintext leaves only through ResolveSecret, to browser-bridge, and ResolveToken, to
+agent-runner for the bearer tokens of users' MCP servers (resource `mcp-servers`); each proves
+who it is with its own internal credential (the kernel interceptor authenticates it and sets
+`caller_var`). Management RPCs answer the gateway (the authenticated `/api/secrets` edge),
+and agent-runner for the `mcp-servers` resource only (it stores a server's token as
+/api/mcp-servers hands it over): agents have no tool that creates, changes or reads values.
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ from popagent_secrets.store import SecretStore
 
 RESOLVER = "browser-bridge"
 MANAGERS = frozenset({"gateway"})
+# The MCP servers' bearer tokens, named by server id: agent-runner stores, deletes and resolves
+# these, and no other resource.
+TOKEN_RESOURCE = "mcp-servers"
+TOKEN_KEEPER = "agent-runner"
 # Listing shows names and bindings only; the runner and the bridge may read it (the
 # browser issue's `useBrowserSecret` needs to know which secrets exist).
 READERS = frozenset({"gateway", "agent-runner", "browser-bridge"})
@@ -47,7 +53,8 @@ class SecretsServicer(secrets_pb2_grpc.SecretsServiceServicer):
     async def PutSecret(
         self, request: secrets_pb2.PutSecretRequest, context: grpc.aio.ServicerContext
     ) -> secrets_pb2.PutSecretResponse:
-        _require(MANAGERS, "store secrets")
+        if not (caller_var.get() == TOKEN_KEEPER and request.resource_id == TOKEN_RESOURCE):
+            _require(MANAGERS, "store secrets")
         stored = await self.store.put(request.resource_id, request.name, request.value)
         return secrets_pb2.PutSecretResponse(secret=_info(stored.info), created=stored.created)
 
@@ -61,6 +68,9 @@ class SecretsServicer(secrets_pb2_grpc.SecretsServiceServicer):
     async def DeleteSecret(
         self, request: secrets_pb2.DeleteSecretRequest, context: grpc.aio.ServicerContext
     ) -> secrets_pb2.DeleteSecretResponse:
+        if caller_var.get() == TOKEN_KEEPER:
+            await self.store.delete(request.id, only_resource=TOKEN_RESOURCE)
+            return secrets_pb2.DeleteSecretResponse()
         _require(MANAGERS, "delete secrets")
         await self.store.delete(request.id)
         return secrets_pb2.DeleteSecretResponse()
@@ -85,3 +95,12 @@ class SecretsServicer(secrets_pb2_grpc.SecretsServiceServicer):
             raise PermissionDenied("only browser-bridge may resolve secrets")
         value = await self.store.resolve(request.resource_id, request.name, request.origin)
         return secrets_pb2.ResolveSecretResponse(value=value)
+
+    async def ResolveToken(
+        self, request: secrets_pb2.ResolveTokenRequest, context: grpc.aio.ServicerContext
+    ) -> secrets_pb2.ResolveSecretResponse:
+        if caller_var.get() != TOKEN_KEEPER or request.resource_id != TOKEN_RESOURCE:
+            raise PermissionDenied(f"only {TOKEN_KEEPER} may resolve tokens, and only of {TOKEN_RESOURCE}")
+        return secrets_pb2.ResolveSecretResponse(
+            value=await self.store.resolve_token(request.resource_id, request.name)
+        )

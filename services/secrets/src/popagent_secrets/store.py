@@ -113,12 +113,13 @@ class SecretStore:
             for r in rows
         ]
 
-    async def delete(self, secret_id: str) -> None:
-        """Delete the secret and, with it, every origin binding of it."""
+    async def delete(self, secret_id: str, *, only_resource: str | None = None) -> None:
+        """Delete the secret and, with it, every origin binding of it; with `only_resource`, only a
+        secret of that resource (another is not found)."""
         key = check_secret_id(secret_id)
         with wrap_db_errors():
             async with self.pool.acquire() as conn, conn.transaction():
-                deleted = await conn.fetchrow(QUERIES["delete_secret"], key)
+                deleted = await conn.fetchrow(QUERIES["delete_secret"], key, only_resource)
                 if deleted is None:
                     raise NotFound(f"secret {secret_id} not found")
                 resource_id, name = deleted["resource_id"], deleted["name"]
@@ -182,6 +183,20 @@ class SecretStore:
             raise NotFound(f"secret {resource_id}/{name} not found")
         if not row["bound"]:
             raise PermissionDenied(f"origin {canonical} is not bound to secret {resource_id}/{name}")
+        return self._open(row, resource_id, name, canonical)
+
+    async def resolve_token(self, resource_id: str, name: str) -> str:
+        """The plaintext of a token that is sent, never filled into a page: no origin binding applies.
+        Callers gate who may ask, and for which resource."""
+        check_resource_id(resource_id)
+        check_name(name)
+        with wrap_db_errors():
+            row = await self.pool.fetchrow(QUERIES["resolve_secret"], resource_id, name, "")
+        if row is None:
+            raise NotFound(f"secret {resource_id}/{name} not found")
+        return self._open(row, resource_id, name, "")
+
+    def _open(self, row: asyncpg.Record, resource_id: str, name: str, canonical: str) -> str:
         sealed = Sealed(row["key_id"], bytes(row["nonce"]), bytes(row["ciphertext"]))
         try:
             plaintext = self.keyring.open(sealed, resource_id, name)

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from popagent_agent_runner.approvals.gate import TurnApprovals
     from popagent_agent_runner.browser.access import TurnBrowser
     from popagent_agent_runner.docs.documents import Documentation
+    from popagent_agent_runner.mcp.toolbox import TurnMcp
     from popagent_agent_runner.memory.observational.recall import HistorySearch
     from popagent_agent_runner.web.access import WebAccess
 
@@ -70,6 +71,8 @@ class TurnContext:
     # spec's suspension-capable calls stay sequential in the whole turn, so the supervisor's approved
     # call and an approved call of a specialist it delegated to in the same step never overlap.
     approved_calls: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # The users' MCP servers' tools each agent gets this turn (mcp/toolbox.py); None: none.
+    mcp: TurnMcp | None = None
 
     def model_for(self, profile: AgentProfile) -> str:
         return profile.model or self.route

@@ -31,6 +31,11 @@ def _members(turn: TurnContext, profile: AgentProfile) -> list[str]:
     return [name for name in profile.tools if name not in BROWSER_TOOLS]
 
 
+def _mcp_tools(turn: TurnContext, profile: AgentProfile) -> list[Tool[TurnDeps]]:
+    """The tools of the users' MCP servers granted to this agent, as this turn listed them."""
+    return turn.mcp.tools_for(profile.id) if turn.mcp is not None else []
+
+
 async def final_step_feedback(ctx: RunContext[TurnDeps]) -> str:
     """On the step reserved for the answer (tools withdrawn), the persisted feedback says so."""
     if ctx.run_step >= ctx.deps.max_steps:
@@ -75,6 +80,7 @@ class AgentFactory:
             self.registry.tools_for(_members(turn, profile))
             + self.registry.workspace_tools(profile.workspace_access)
             + self.registry.skill_tools(profile.skills)
+            + _mcp_tools(turn, profile)
             + self.delegation.tools(turn)
         )
         return self._agent(turn, profile, tools)
@@ -97,6 +103,7 @@ class AgentFactory:
             self.registry.tools_for(_members(turn, profile))
             + self.registry.workspace_tools(profile.workspace_access)
             + self.registry.skill_tools(profile.skills)
+            + _mcp_tools(turn, profile)
         )
         return self._agent(turn, profile, tools)
 

@@ -67,6 +67,7 @@ from popagent_agent_runner.docs.documents import Documentation
 from popagent_agent_runner.failures import TurnFailure
 from popagent_agent_runner.llm.model import classify_model_error, is_estimated, streaming_to
 from popagent_agent_runner.llm.prices import counting_cost, turn_cost
+from popagent_agent_runner.mcp.toolbox import McpToolbox, TurnMcp
 from popagent_agent_runner.memory.long_term import (
     MEMORIES_BEFORE_TURN_LIMIT,
     MemoryStore,
@@ -274,6 +275,7 @@ class TurnRunner:
         hands: Hands | None = None,
         approvals: ApprovalGate | None = None,
         browser: BrowserAccessPoint | None = None,
+        mcp: McpToolbox | None = None,
         learned: LearnedCache | None = None,
         docs: Documentation | None = None,
         observational: ObservationalMemory | None = None,
@@ -283,6 +285,8 @@ class TurnRunner:
         # applied (the service always has one; some tests build a runner without).
         self.approvals = approvals
         self.browser = browser
+        # Users' MCP servers, whose tools the agents granted them get (read at each turn's start).
+        self.mcp = mcp
         # Evolution's learned overlays and skills, composed into every agent resolution.
         self.learned = learned
         self.history_search = history_search
@@ -349,6 +353,11 @@ class TurnRunner:
         browser_reading = (
             asyncio.create_task(self.browser.for_turn()) if self.browser is not None and not turn.self_update else None
         )
+        mcp_reading = (
+            asyncio.create_task(self.mcp.for_turn(list(prepared.state.profiles)))
+            if self.mcp is not None and not turn.self_update
+            else None
+        )
         context = TurnContext(
             session_id=turn.session_id,
             turn_id=turn.turn_id,
@@ -380,8 +389,8 @@ class TurnRunner:
         try:
             with counting_cost():
                 if progress is not None:
-                    return await self._go_on(prepared, context, record, progress, browser_reading)
-                return await self._turn(prepared, context, record, browser_reading)
+                    return await self._go_on(prepared, context, record, progress, browser_reading, mcp_reading)
+                return await self._turn(prepared, context, record, browser_reading, mcp_reading)
         except asyncio.CancelledError:
             if record.beginning is not None:
                 # A user cancelled it, its client went away or the service stops: what was streamed
@@ -429,6 +438,8 @@ class TurnRunner:
         finally:
             if browser_reading is not None and not browser_reading.done():
                 browser_reading.cancel()
+            if mcp_reading is not None and not mcp_reading.done():
+                mcp_reading.cancel()
             if self.observational is not None:
                 # However the turn ended: background memory work no longer waits for it.
                 self.observational.turn_ended(context.session_id)
@@ -442,6 +453,7 @@ class TurnRunner:
         context: TurnContext,
         record: _Record,
         browser_reading: asyncio.Task[TurnBrowser] | None = None,
+        mcp_reading: asyncio.Task[TurnMcp] | None = None,
     ) -> TurnEnd:
         """The turn's steps: gate the prompt, store it, run the supervisor until `Stop` lets it stop, commit."""
         if prepared.input.session_start and self.starts.first_resume(context.session_id):
@@ -468,6 +480,8 @@ class TurnRunner:
         memory = await self._memory(prepared, context, prompt)
         if browser_reading is not None:
             context.browser = await browser_reading
+        if mcp_reading is not None:
+            context.mcp = await mcp_reading
         run = await self._run_while_storing_prompt(prepared, context, prompt, record.beginning, memory)
         if isinstance(run, TurnEnd):
             await self._store_end(prepared, context, record, {"failure": run.message, "errorClass": run.error_class})
@@ -490,6 +504,7 @@ class TurnRunner:
         record: _Record,
         progress: TurnProgress,
         browser_reading: asyncio.Task[TurnBrowser] | None = None,
+        mcp_reading: asyncio.Task[TurnMcp] | None = None,
     ) -> TurnEnd:
         """A turn taken over from a runner that died: its prompt passed its gate and is stored, and its
         model responses and tool results up to its last stored step are not redone. A step whose calls
@@ -517,6 +532,8 @@ class TurnRunner:
         memory = await self._memory(prepared, context, prompt)
         if browser_reading is not None:
             context.browser = await browser_reading
+        if mcp_reading is not None:
+            context.mcp = await mcp_reading
         run = await self._run_until_stopped(prepared, context, prompt, memory, carried=messages, deferred=deferred)
         if isinstance(run, TurnEnd):
             await self._store_end(prepared, context, record, {"failure": run.message, "errorClass": run.error_class})

@@ -10,7 +10,8 @@ Every command runs as
 
 and a language server (`lsp/session.py`) under the same confinement, with the repository
 read-only, its own program's folders read-only and JSON-RPC over its stdin and stdout
-(`start_server`): one builder (`Sandbox.command_line`) makes both command lines.
+(`start_server`): one builder (`Sandbox.command_line`) makes both command lines. A user's stdio
+MCP server (`mcp/stdio.py`, `start_tool_server`) runs under it too, in a folder of its own.
 
 Why each flag (docs/decisions/sandbox-flags.md):
 - `--unshare-all` gives new network, PID, IPC, UTS and cgroup namespaces: the only network is
@@ -796,6 +797,24 @@ class Sandbox:
             spawn,
             writable=False,
             read_only=read_only,
+            read_output=False,
+            memory_bytes=self.memory_bytes,
+            memory_rlimit=False,
+        )
+
+    async def start_tool_server(
+        self, root_fd: int, folder: Path, program: Sequence[str], *, spawn: Spawn
+    ) -> SandboxProcess:
+        """Start a user's MCP server (stdio, `mcp/stdio.py`) in the sandbox: `folder` (held by `root_fd`)
+        is its only writable folder and its working directory; `spawn` starts the command line with
+        stdin and stdout as the server's JSON-RPC stream. No network, no service environment."""
+        return await self._launch(
+            root_fd,
+            folder,
+            folder,
+            program,
+            " ".join(program),
+            spawn,
             read_output=False,
             memory_bytes=self.memory_bytes,
             memory_rlimit=False,

@@ -1,0 +1,83 @@
+"""AgentRunnerMcpService: the users' MCP servers; proto <-> McpServerStore, and a connection test."""
+
+from __future__ import annotations
+
+import grpc
+
+from popagent.agent_runner.v1 import mcp_servers_pb2 as pb
+from popagent.agent_runner.v1 import mcp_servers_pb2_grpc
+from popagent_agent_runner.mcp.store import Grant, McpServerChanges, McpServerRecord, McpServerStore
+from popagent_agent_runner.mcp.toolbox import McpToolbox
+from popagent_agent_runner.servicers.messages import message_of
+
+
+def server_message(server: McpServerRecord) -> pb.McpServer:
+    return message_of(
+        pb.McpServer,
+        server,
+        agents=[pb.McpAgentGrant(agent_id=grant.agent_id, tools=list(grant.tools)) for grant in server.agents],
+    )
+
+
+def _changes(fields: pb.McpServerFields) -> McpServerChanges:
+    def optional(name: str) -> object:
+        return getattr(fields, name) if fields.HasField(name) else None
+
+    return McpServerChanges(
+        name=optional("name"),  # type: ignore[arg-type]
+        transport=optional("transport"),  # type: ignore[arg-type]
+        url=optional("url"),  # type: ignore[arg-type]
+        token=optional("token"),  # type: ignore[arg-type]
+        command=optional("command"),  # type: ignore[arg-type]
+        args=list(fields.args.values) if fields.HasField("args") else None,
+        enabled=optional("enabled"),  # type: ignore[arg-type]
+        agents=[Grant(grant.agent_id, tuple(grant.tools)) for grant in fields.agents.grants]
+        if fields.HasField("agents")
+        else None,
+        allowed_hosts=list(fields.allowed_hosts),
+    )
+
+
+class McpServersServicer(mcp_servers_pb2_grpc.AgentRunnerMcpServiceServicer):
+    def __init__(self, store: McpServerStore, toolbox: McpToolbox) -> None:
+        self.store = store
+        self.toolbox = toolbox
+
+    async def ListMcpServers(
+        self, request: pb.ListMcpServersRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListMcpServersResponse:
+        return pb.ListMcpServersResponse(servers=[server_message(server) for server in await self.store.list()])
+
+    async def GetMcpServer(self, request: pb.GetMcpServerRequest, context: grpc.aio.ServicerContext) -> pb.McpServer:
+        return server_message(await self.store.get(request.id))
+
+    async def CreateMcpServer(
+        self, request: pb.CreateMcpServerRequest, context: grpc.aio.ServicerContext
+    ) -> pb.McpServer:
+        return server_message(await self.store.create(_changes(request.fields)))
+
+    async def UpdateMcpServer(
+        self, request: pb.UpdateMcpServerRequest, context: grpc.aio.ServicerContext
+    ) -> pb.McpServer:
+        return server_message(await self.store.update(request.id, _changes(request.fields)))
+
+    async def DeleteMcpServer(
+        self, request: pb.DeleteMcpServerRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteMcpServerResponse:
+        await self.store.delete(request.id)
+        return pb.DeleteMcpServerResponse()
+
+    async def TestMcpServer(
+        self, request: pb.TestMcpServerRequest, context: grpc.aio.ServicerContext
+    ) -> pb.TestMcpServerResponse:
+        tested = await self.toolbox.test(await self.store.get(request.id))
+        return pb.TestMcpServerResponse(
+            ok=tested.ok,
+            error=tested.error,
+            server_name=tested.server_name,
+            server_version=tested.server_version,
+            tools=[
+                pb.McpToolInfo(name=tool.name, description=tool.description, model_name=tool.model_name)
+                for tool in tested.tools
+            ],
+        )

@@ -1,0 +1,113 @@
+"""Users' MCP servers (popagent_mcp_servers): their tools reach the agents granted them as mcp__<name>__<tool>.
+
+A bearer token goes in with a create or an update and never comes back: answers say `tokenSet` only.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+from pydantic.json_schema import SkipJsonSchema
+
+from popagent_gateway.dto import PatchModel, WireInput, WireModel
+from popagent_gateway.dto.agents import AGENT_ID_PATTERN
+
+SERVER_NAME_PATTERN = r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$"
+SERVER_ID_PATTERN = r"^mcp-[0-9a-f]{32}$"
+ServerName = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=32,
+        pattern=SERVER_NAME_PATTERN,
+        description="lowercase letters and digits, words joined by single underscores; the model sees "
+        "the server's tools as mcp__<name>__<tool>",
+    ),
+]
+Transport = Literal["http", "stdio"]
+Url = Annotated[str, Field(min_length=1, max_length=2000, pattern=r"^https?://[^\s/?#]+(/\S*)?$")]
+Token = Annotated[
+    str,
+    Field(
+        max_length=8000,
+        pattern=r"^\S*$",
+        description="a bearer token sent as `Authorization: Bearer`; stored in the secrets service, never "
+        "returned; an empty string removes the stored one",
+    ),
+]
+Command = Annotated[str, Field(min_length=1, max_length=1000, pattern=r"^[^\x00]*\S[^\x00]*$")]
+Args = Annotated[list[Annotated[str, Field(max_length=8000, pattern=r"^[^\x00]*$")]], Field(max_length=64)]
+ToolName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[^\x00]+$")]
+AllowedHosts = Annotated[
+    list[Annotated[str, Field(min_length=1, max_length=253)]],
+    Field(
+        max_length=50,
+        description="not supported: a stdio server runs in the sandbox, which has no network; "
+        "any host listed is refused with 400",
+    ),
+]
+
+
+class McpAgentGrantIn(WireInput):
+    agent_id: str = Field(pattern=AGENT_ID_PATTERN, max_length=63)
+    tools: Annotated[list[ToolName], Field(max_length=200)] = Field(
+        default_factory=list[str], description="the server's tools this agent gets; empty: all of them"
+    )
+
+
+class McpAgentGrantOut(WireModel):
+    agent_id: str
+    tools: list[str] = Field(description="the server's tools this agent gets; empty: all of them")
+
+
+class McpServerOut(WireModel):
+    id: str
+    name: str
+    transport: Transport
+    url: str = Field(description="the streamable HTTP endpoint (http servers)")
+    token_set: bool = Field(description="whether a bearer token is stored (the token itself is never returned)")
+    command: str = Field(description="the program run in the sandbox (stdio servers)")
+    args: list[str]
+    enabled: bool
+    agents: list[McpAgentGrantOut] = Field(description="the agents that get the server's tools")
+    created_at: str
+    updated_at: str
+
+
+class McpServerListOut(WireModel):
+    servers: list[McpServerOut]
+
+
+class _McpServerFields(WireInput):
+    url: Url | SkipJsonSchema[None] = None
+    token: Token | SkipJsonSchema[None] = None
+    command: Command | SkipJsonSchema[None] = None
+    args: Args | SkipJsonSchema[None] = None
+    enabled: bool | SkipJsonSchema[None] = None
+    agents: Annotated[list[McpAgentGrantIn], Field(max_length=100)] | SkipJsonSchema[None] = None
+    allowed_hosts: AllowedHosts | SkipJsonSchema[None] = None
+
+
+class McpServerCreate(_McpServerFields):
+    name: ServerName
+    transport: Transport
+
+
+class McpServerPatch(_McpServerFields, PatchModel):
+    name: ServerName | SkipJsonSchema[None] = None
+    transport: Transport | SkipJsonSchema[None] = None
+
+
+class McpToolOut(WireModel):
+    name: str
+    description: str
+    model_name: str = Field(description="mcp__<server>__<tool> as the model sees it; empty when it cannot be offered")
+
+
+class McpServerTestOut(WireModel):
+    ok: bool
+    error: str = Field(description="why the connection or the listing failed (ok false)")
+    server_name: str
+    server_version: str
+    tools: list[McpToolOut]
