@@ -154,6 +154,38 @@ async def test_only_the_gateway_manages_secrets(secrets_service, caller: str) ->
     assert [(s.name, list(s.origins)) for s in listed.secrets] == [("github", [])]
 
 
+async def test_agent_runner_keeps_only_the_mcp_server_tokens(secrets_service) -> None:
+    """agent-runner stores, resolves and deletes secrets of `mcp-servers` (its MCP servers' bearer
+    tokens), and no other; no other caller resolves those tokens."""
+    async with secrets_service.stub("gateway") as gw:
+        other = await put(gw, R, "github", "v")
+    async with secrets_service.stub("agent-runner") as runner:
+        stored = await runner.PutSecret(
+            secrets_pb2.PutSecretRequest(resource_id="mcp-servers", name="mcp-1", value="bearer-value")
+        )
+        resolved = await runner.ResolveToken(secrets_pb2.ResolveTokenRequest(resource_id="mcp-servers", name="mcp-1"))
+        assert resolved.value == "bearer-value"
+        refused = [
+            runner.ResolveToken(secrets_pb2.ResolveTokenRequest(resource_id=R, name="github")),
+            runner.DeleteSecret(secrets_pb2.DeleteSecretRequest(id=other.id)),
+            runner.PutSecret(secrets_pb2.PutSecretRequest(resource_id=R, name="github", value="x")),
+        ]
+        for call in refused:
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await call
+            assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    for caller in ("gateway", "browser-bridge", "hooks"):
+        async with secrets_service.stub(caller) as stub:
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await stub.ResolveToken(secrets_pb2.ResolveTokenRequest(resource_id="mcp-servers", name="mcp-1"))
+            assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    async with secrets_service.stub("agent-runner") as runner:
+        await runner.DeleteSecret(secrets_pb2.DeleteSecretRequest(id=stored.secret.id))
+    async with secrets_service.stub("gateway") as gw:
+        listed = await gw.ListSecrets(secrets_pb2.ListSecretsRequest())
+    assert [s.name for s in listed.secrets] == ["github"]
+
+
 LOOK_ALIKES = [
     "https://example.com.evil.com",
     "https://example.com@evil.com",

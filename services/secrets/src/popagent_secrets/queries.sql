@@ -80,3 +80,6 @@ RETURNING name
 
 -- name: count_stale_secrets
 SELECT count(*) FROM popagent_secrets WHERE key_id <> $1
+
+-- name: secret_resource
+SELECT resource_id FROM popagent_secrets WHERE id = $1
