@@ -1177,6 +1177,32 @@ try {
     }
   });
 
+  await step("mcp servers page", ["api key prompt"], async () => {
+    await page.goto(`${url}/#/mcp`);
+    const list = page.locator('[data-testid="mcp-server-list"]');
+    await list.waitFor({ timeout: 10_000 });
+    await page.getByRole("button", { name: "Add server" }).click();
+    const form = page.getByRole("form", { name: "New MCP server" });
+    await form.getByLabel("Name").fill("ui_remote");
+    // Nothing listens on port 9: the test must say why it could not connect.
+    await form.getByLabel("URL").fill("http://127.0.0.1:9/mcp");
+    const token = "ui-walk-token-never-shown";
+    await form.getByLabel("Bearer token (optional)").fill(token);
+    await form.getByRole("button", { name: "Add server" }).click();
+    const item = list.locator("li").filter({ hasText: "ui_remote" });
+    await item.waitFor({ timeout: 10_000 });
+    check((await item.innerText()).includes("token set"), "the card does not say a token is set");
+    await item.getByRole("button", { name: "Test" }).click();
+    const status = item.getByRole("status");
+    await status.waitFor({ timeout: 30_000 });
+    const said = await status.innerText();
+    check(said.startsWith("Connection failed:"), `the test reads "${said}"`);
+    check(!(await page.content()).includes(token), "the page shows the token");
+    await item.getByRole("button", { name: "Delete" }).click();
+    await item.waitFor({ state: "detached" });
+    return `added with a token (shown only as set), tested: "${said.slice(0, 80)}", deleted`;
+  });
+
   await step("autonomy page", ["api key prompt"], async () => {
     const { body: before } = await apiGet("/api/settings/autonomy");
     const setEvolution = async (on) => {

@@ -321,6 +321,7 @@ async def test_the_web_ui_in_a_real_browser(stack: tuple[Stack, ModelGateway, Ht
         "schedule with a cron error and the server's next runs",
         "long-term memories",
         "skills editor",
+        "mcp servers page",
         "autonomy page",
         "browser profile panel",
         "double texting: enqueue",

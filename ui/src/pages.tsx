@@ -14,6 +14,7 @@ const AutonomyPage = lazy(() => import("./autonomy/AutonomyPage"));
 const SkillsPage = lazy(() => import("./skills/SkillsPage"));
 const DocumentsPage = lazy(() => import("./documents/DocumentsPage"));
 const SessionMemoryPage = lazy(() => import("./memory/SessionMemoryPage"));
+const McpServersPage = lazy(() => import("./mcp/McpServersPage"));
 
 export type PageContext = {
   rest: string | null;
@@ -33,6 +34,7 @@ export const PAGES: PageDef[] = [
   { id: "tasks", label: "Tasks" },
   { id: "skills", label: "Skills", render: ({ rest }) => <SkillsPage agentId={rest ? decodeURIComponent(rest) : null} /> },
   { id: "autonomy", label: "Autonomy", render: () => <AutonomyPage /> },
+  { id: "mcp", label: "MCP", render: () => <McpServersPage /> },
   { id: "settings", label: "Settings" },
   { id: "observability", label: "Observability", render: ({ rest }) => <ObservabilityPage path={rest ?? ""} /> },
   {

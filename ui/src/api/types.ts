@@ -63,3 +63,7 @@ export type OverviewOut = S["OverviewOut"];
 export type SpanOut = S["SpanOut"];
 export type LogOut = S["LogOut"];
 export type ObservabilityHealthOut = S["ObservabilityHealthOut"];
+export type McpServerOut = S["McpServerOut"];
+export type McpServerCreate = S["McpServerCreate"];
+export type McpServerPatch = S["McpServerPatch"];
+export type McpServerTestOut = S["McpServerTestOut"];
