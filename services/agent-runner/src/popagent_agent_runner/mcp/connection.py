@@ -234,9 +234,12 @@ class ServerConnection:
 
     async def list_tools(self, timeout_s: float) -> list[types.Tool]:
         """The server's tools as it lists them now; the last list when it cannot answer in time."""
+        async def listing() -> types.ListToolsResult:
+            return await (await self.session()).list_tools()
+
         try:
-            session = await self.session()
-            listed = await asyncio.wait_for(session.list_tools(), timeout_s)
+            # The wait for a (re)connect included: a turn never waits longer than this for a server.
+            listed = await asyncio.wait_for(listing(), timeout_s)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -203,12 +203,13 @@ class McpToolbox:
     async def test(self, server: McpServerRecord) -> ServerTest:
         """Connect as a turn would (a connection of its own) and list the server's tools."""
         spec = _spec(server)
+        listed: ServerTest | None = None
         try:
             async with opened(
                 spec, tokens=self.tokens, sandbox=self.sandbox, call_timeout_s=self.call_timeout_s
             ) as connected:
-                listed = await asyncio.wait_for(connected.session.list_tools(), self.list_timeout_s)
-                return ServerTest(
+                tools = (await asyncio.wait_for(connected.session.list_tools(), self.list_timeout_s)).tools
+                listed = ServerTest(
                     ok=True,
                     server_name=connected.server_name,
                     server_version=connected.server_version,
@@ -218,13 +219,18 @@ class McpToolbox:
                             (tool.description or "")[:MAX_DESCRIPTION_CHARS],
                             model_tool_name(spec.name, tool.name) or "",
                         )
-                        for tool in listed.tools
+                        for tool in tools
                     ),
                 )
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            return ServerTest(ok=False, error=describe(exc))
+            if listed is None:
+                return ServerTest(ok=False, error=describe(exc))
+            # The tools were listed; only closing the connection failed (a server gone meanwhile).
+            logger.info("MCP server test: closing the connection failed", extra={"error": describe(exc)})
+        assert listed is not None
+        return listed
 
     async def close(self) -> None:
         connections = list(self._connections.values())
