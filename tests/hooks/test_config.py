@@ -81,6 +81,12 @@ REFUSALS: list[tuple[str, str | dict[str, Any], str]] = [
     ("matcher not a list", with_handler(matcher="remember"), f"{H}.matcher must be a non-empty list"),
     ("hyphenated createTool id", with_handler(matcher=["get-time"]), f"{H}.matcher[0] must be a tool registry key"),
     ("wildcard matcher", with_handler(matcher=["remember", "*"]), f"{H}.matcher[1] must be a tool registry key"),
+    (
+        "wildcard beyond one MCP server",
+        with_handler(matcher=["mcp__.*"]),
+        f"{H}.matcher[0] must be a tool registry key",
+    ),
+    ("pattern other than .*", with_handler(matcher=["mcp__srv__ec.*"]), f"{H}.matcher[0] must be a tool registry key"),
     ("duplicate matcher key", with_handler(matcher=["remember", "remember"]), f"{H}.matcher lists a key twice"),
     ("timeout above 30 s", with_handler(timeoutMs=30_001), f"{H}.timeoutMs must be an integer from 1 to 30000"),
     ("timeout zero", with_handler(timeoutMs=0), f"{H}.timeoutMs must be an integer"),
@@ -154,6 +160,14 @@ def test_matching_is_by_exact_key_in_declaration_order() -> None:
     assert [h.id for h in config.matching(Event.PRE_TOOL_USE, "Remember")] == ["all"]
     assert [h.id for h in config.matching(Event.PRE_TOOL_USE, "remember ")] == ["all"]
     assert config.matching(Event.POST_TOOL_USE, "remember") == []
+
+
+def test_an_mcp_server_matcher_matches_every_tool_of_that_server_only() -> None:
+    config = config_of(PreToolUse=[handler("issues", URL, matcher=["mcp__issues__.*", "getTime"])])
+    for target in ("mcp__issues__close", "mcp__issues__search_all", "getTime"):
+        assert [h.id for h in config.matching(Event.PRE_TOOL_USE, target)] == ["issues"], target
+    for target in ("mcp__issues_old__close", "mcp__issue__close", "mcp__other__close", "issues", "mcp__issues"):
+        assert config.matching(Event.PRE_TOOL_USE, target) == [], target
 
 
 def test_the_spec_example_without_a_secret_is_an_unsigned_handler() -> None:
