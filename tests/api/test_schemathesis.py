@@ -78,6 +78,12 @@ expected-statuses = ["400", "401", "403", "404", "405", "406", "409", "413", "41
 include-name-regex = '^PATCH /api/settings/(agent-runtime|memory)$'
 checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404", "409", "422", "429", "5xx"]
 
+# An MCP server's change is checked against the stored server (a url for a stdio server, a
+# transport switched without its url or command): 400 naming the field.
+[[operations]]
+include-name-regex = '^PATCH /api/mcp-servers/[{{]server_id[}}]$'
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "409", "429", "5xx"]
+
 # A skillMd is a document (YAML front matter, then Markdown): 400 saying what does not parse.
 [[operations]]
 include-name-regex = '^(POST|PATCH) /api/agents/[{{]agent_id[}}]/skills'

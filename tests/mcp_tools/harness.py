@@ -87,7 +87,7 @@ async def serving_peer(token: str = "") -> AsyncIterator[Peer]:
 @contextlib.asynccontextmanager
 async def added_server(client: httpx.AsyncClient, **body: Any) -> AsyncIterator[dict[str, Any]]:
     """A server added through the API (granted to the supervisor unless `agents` says otherwise), deleted after."""
-    body.setdefault("agents", [{"agentId": "popagent"}])
+    body.setdefault("agents", {"popagent": {}})
     created = await client.post("/api/mcp-servers", json=body)
     assert created.status_code == 201, created.text
     server = created.json()

@@ -17,7 +17,7 @@ async def test_a_server_is_created_listed_changed_tested_and_deleted_and_its_tok
         body = {"name": "remote", "transport": "http", "url": peer.url, "token": TOKEN}
         async with added_server(client, **body) as server:
             assert server["tokenSet"] is True and server["transport"] == "http" and server["url"] == peer.url
-            assert server["agents"] == [{"agentId": "popagent", "tools": []}]
+            assert server["agents"] == {"popagent": {"tools": []}}
             listed = await client.get("/api/mcp-servers")
             fetched = await client.get(f"/api/mcp-servers/{server['id']}")
             assert [s["id"] for s in listed.json()["servers"]] == [server["id"]]
@@ -40,9 +40,9 @@ async def test_a_server_is_created_listed_changed_tested_and_deleted_and_its_tok
             assert refused["ok"] is False and "401" in refused["error"], refused
             # Removing the token removes the secret.
             cleared = await client.patch(
-                f"/api/mcp-servers/{server['id']}", json={"token": "", "agents": [], "enabled": False}
+                f"/api/mcp-servers/{server['id']}", json={"token": "", "agents": {}, "enabled": False}
             )
-            assert cleared.json()["tokenSet"] is False and cleared.json()["agents"] == []
+            assert cleared.json()["tokenSet"] is False and cleared.json()["agents"] == {}
             assert cleared.json()["enabled"] is False
             gone = await client.get("/api/secrets", params={"resourceId": "mcp-servers"})
             assert gone.json()["secrets"] == []
@@ -67,23 +67,19 @@ async def test_bad_servers_are_refused_with_the_reason(stack: Stack) -> None:
         cases = [
             ({"name": "Bad-Name", "transport": "http", "url": "http://127.0.0.1:9/mcp"}, 422, "name"),
             ({"name": "two__parts", "transport": "http", "url": "http://127.0.0.1:9/mcp"}, 422, "name"),
-            ({"name": "nourl", "transport": "http"}, 400, "url is required"),
-            ({"name": "nocmd", "transport": "stdio"}, 400, "command is required"),
-            ({"name": "mixed", "transport": "stdio", "command": "python", "url": "http://x/mcp"}, 400, "url is for"),
-            ({"name": "tok", "transport": "stdio", "command": "python", "token": "t"}, 400, "token is for http"),
+            ({"name": "nourl", "transport": "http"}, 422, "url"),
+            ({"name": "nocmd", "transport": "stdio"}, 422, "command"),
+            ({"name": "mixed", "transport": "stdio", "command": "python", "url": "http://x/mcp"}, 422, "url"),
+            ({"name": "tok", "transport": "stdio", "command": "python", "token": "t"}, 422, "token"),
+            ({"name": "sp", "transport": "http", "url": "http://x/mcp", "token": "a b"}, 422, "token"),
             (
                 {"name": "net", "transport": "stdio", "command": "python", "allowedHosts": ["example.com"]},
-                400,
+                422,
                 "allowedHosts is not supported",
             ),
             (
-                {
-                    "name": "who",
-                    "transport": "http",
-                    "url": "http://127.0.0.1:9/mcp",
-                    "agents": [{"agentId": "nobody"}],
-                },
-                400,
+                {"name": "who", "transport": "http", "url": "http://127.0.0.1:9/mcp", "agents": {"nobody": {}}},
+                404,
                 "no agent 'nobody'",
             ),
         ]
@@ -91,7 +87,17 @@ async def test_bad_servers_are_refused_with_the_reason(stack: Stack) -> None:
             answer = await client.post("/api/mcp-servers", json=body)
             assert answer.status_code == status, (body, answer.text)
             assert reason in answer.text, (body, answer.text)
-        async with added_server(client, name="local", transport="stdio", command="python", args=["-c", STDIO_SERVER]):
+        async with added_server(
+            client, name="local", transport="stdio", command="python", args=["-c", STDIO_SERVER]
+        ) as made:
+            # Checked against the stored server: a url or a token for a stdio server, a transport without its field.
+            for patch, reason in (
+                ({"url": "http://127.0.0.1:9/mcp"}, "url is for http servers"),
+                ({"token": "abc"}, "a token is for http servers"),
+                ({"transport": "http"}, "url is required"),
+            ):
+                refused = await client.patch(f"/api/mcp-servers/{made['id']}", json=patch)
+                assert refused.status_code == 400 and reason in refused.text, (patch, refused.text)
             again = await client.post("/api/mcp-servers", json={"name": "local", "transport": "stdio", "command": "x"})
             assert again.status_code == 409 and "named 'local'" in again.text
         assert (await client.get("/api/mcp-servers/mcp-" + "0" * 32)).status_code == 404

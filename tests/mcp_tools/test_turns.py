@@ -175,7 +175,7 @@ async def test_a_tool_the_server_adds_is_offered_from_the_next_turn(stack: Stack
     async with (
         stack.client() as client,
         serving_peer() as peer,
-        added_server(client, name="remote", transport="http", url=peer.url, agents=[{"agentId": "popagent"}]),
+        added_server(client, name="remote", transport="http", url=peer.url, agents={"popagent": {}}),
     ):
         session = await new_session(client)
         stack.models.push(Turn.call(ToolCall("mcp__remote__grow", {}, id="g1")), Turn.say("Grown."))
@@ -190,9 +190,7 @@ async def test_an_agent_gets_only_the_tools_its_grant_names(stack: Stack) -> Non
     async with (
         stack.client() as client,
         serving_peer() as peer,
-        added_server(
-            client, name="remote", transport="http", url=peer.url, agents=[{"agentId": "popagent", "tools": ["echo"]}]
-        ),
+        added_server(client, name="remote", transport="http", url=peer.url, agents={"popagent": {"tools": ["echo"]}}),
     ):
         session = await new_session(client)
         stack.models.push(Turn.say("Fine."))

@@ -21,7 +21,7 @@ function AddServerForm(props: { agentIds: string[]; onAdded: () => Promise<void>
     event.preventDefault();
     setSaving(true);
     setError(null);
-    const agents = draft.agents.map((agentId) => ({ agentId }));
+    const agents = Object.fromEntries(draft.agents.map((agentId) => [agentId, {}]));
     try {
       if (draft.transport === "http") {
         await mcpServersApi.create({
@@ -153,7 +153,9 @@ function ServerCard(props: { server: McpServerOut; onChanged: () => Promise<void
         {server.transport === "http" ? server.url : [server.command, ...server.args].join(" ").slice(0, 200)}
       </p>
       <p className="small-text">
-        Agents: {server.agents.length ? server.agents.map((grant) => grant.agentId + (grant.tools.length ? ` (${grant.tools.join(", ")})` : "")).join(", ") : "none"}
+        Agents: {Object.keys(server.agents).length
+          ? Object.entries(server.agents).map(([agentId, grant]) => agentId + (grant.tools?.length ? ` (${grant.tools.join(", ")})` : "")).join(", ")
+          : "none"}
       </p>
       <div className="task-actions">
         <button type="button" className="ghost small" disabled={testing} onClick={() => void test()}>{testing ? "Testing…" : "Test"}</button>

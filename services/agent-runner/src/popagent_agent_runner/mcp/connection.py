@@ -234,6 +234,7 @@ class ServerConnection:
 
     async def list_tools(self, timeout_s: float) -> list[types.Tool]:
         """The server's tools as it lists them now; the last list when it cannot answer in time."""
+
         async def listing() -> types.ListToolsResult:
             return await (await self.session()).list_tools()
 

@@ -15,8 +15,9 @@ from typing import Any
 import mcp_types as types
 from pydantic_ai import BinaryContent, ToolFailed
 
+# As a browser screenshot (browser-bridge's bound): what the turn's events and stored message carry.
 MAX_IMAGE_BYTES = 2 * 1024 * 1024
-MAX_IMAGES_BYTES = 4 * 1024 * 1024
+MAX_IMAGES_BYTES = 2 * 1024 * 1024
 # A text resource's text in the summary (the summary as a whole is bounded by the turn).
 MAX_RESOURCE_TEXT_CHARS = 64 * 1024
 

@@ -34,6 +34,8 @@ MAX_ARG_CHARS = 8000
 MAX_GRANTS = 100
 MAX_GRANT_TOOLS = 200
 MAX_TOOL_NAME_CHARS = 128
+# What an HTTP header carries as a bearer token: printable ASCII, no spaces.
+_TOKEN = re.compile(r"^[\x21-\x7e]*$")
 _URL = re.compile(r"^https?://[^\s/?#]+(/[^\s]*)?$")
 NO_ALLOWED_HOSTS = (
     "allowedHosts is not supported: a stdio server runs in the sandbox, which has no network at all, "
@@ -121,7 +123,7 @@ def _checked(current: McpServerRecord | None, changes: McpServerChanges) -> McpS
     name = changes.name if changes.name is not None else (current.name if current else None)
     if name is None:
         raise InvalidArgument("name is required")
-    if len(name) > MAX_NAME_CHARS or not SERVER_NAME.match(name):
+    if len(name) > MAX_NAME_CHARS or not SERVER_NAME.fullmatch(name):
         raise InvalidArgument(
             f"name must be 1 to {MAX_NAME_CHARS} lowercase letters and digits, words joined by single "
             "underscores, starting with a letter (the model sees mcp__<name>__<tool>)"
@@ -138,12 +140,12 @@ def _checked(current: McpServerRecord | None, changes: McpServerChanges) -> McpS
     if transport == "http":
         if not url:
             raise InvalidArgument("url is required for an http server")
-        if len(url) > MAX_URL_CHARS or not _URL.match(url):
+        if len(url) > MAX_URL_CHARS or not _URL.fullmatch(url):
             raise InvalidArgument(f"url must be an http(s) URL of at most {MAX_URL_CHARS} characters")
         if command or args:
             raise InvalidArgument("command and args are for stdio servers; an http server has a url")
     else:
-        if not command.strip():
+        if not command:
             raise InvalidArgument("command is required for a stdio server")
         if len(command) > MAX_COMMAND_CHARS:
             raise InvalidArgument(f"command must be at most {MAX_COMMAND_CHARS} characters")
@@ -158,8 +160,8 @@ def _checked(current: McpServerRecord | None, changes: McpServerChanges) -> McpS
     for arg in args:
         _no_nul("args", arg)
     if changes.token is not None:
-        if len(changes.token) > MAX_TOKEN_CHARS or any(ch.isspace() for ch in changes.token):
-            raise InvalidArgument(f"token must be at most {MAX_TOKEN_CHARS} characters without whitespace")
+        if len(changes.token) > MAX_TOKEN_CHARS or not _TOKEN.fullmatch(changes.token):
+            raise InvalidArgument(f"token must be at most {MAX_TOKEN_CHARS} printable ASCII characters, no spaces")
         token_set = bool(changes.token)
     else:
         token_set = bool(current and current.token_set and transport == "http")
@@ -283,4 +285,4 @@ class McpServerStore:
             try:
                 await conn.execute(QUERIES["insert_grant"], server.id, grant.agent_id, list(grant.tools))
             except asyncpg.ForeignKeyViolationError:
-                raise InvalidArgument(f"agents: no agent {grant.agent_id!r}") from None
+                raise NotFound(f"agents: no agent {grant.agent_id!r}") from None

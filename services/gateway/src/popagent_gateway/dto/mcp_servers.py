@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 from pydantic.json_schema import SkipJsonSchema
 
 from popagent_gateway.dto import PatchModel, WireInput, WireModel
@@ -25,52 +25,67 @@ ServerName = Annotated[
         "the server's tools as mcp__<name>__<tool>",
     ),
 ]
-Transport = Literal["http", "stdio"]
 Url = Annotated[str, Field(min_length=1, max_length=2000, pattern=r"^https?://[^\s/?#]+(/\S*)?$")]
 Token = Annotated[
     str,
     Field(
         max_length=8000,
-        pattern=r"^\S*$",
-        description="a bearer token sent as `Authorization: Bearer`; stored in the secrets service, never "
-        "returned; an empty string removes the stored one",
+        pattern=r"^[\x21-\x7e]*$",
+        description="a bearer token (printable ASCII) sent as `Authorization: Bearer`; stored in the secrets "
+        "service, never returned; an empty string removes the stored one",
     ),
 ]
-Command = Annotated[str, Field(min_length=1, max_length=1000, pattern=r"^[^\x00]*\S[^\x00]*$")]
+Command = Annotated[str, Field(min_length=1, max_length=1000, pattern=r"^[^\x00]*[^\x00\s][^\x00]*$")]
 Args = Annotated[list[Annotated[str, Field(max_length=8000, pattern=r"^[^\x00]*$")]], Field(max_length=64)]
 ToolName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[^\x00]+$")]
+AgentId = Annotated[str, Field(pattern=AGENT_ID_PATTERN, max_length=63)]
+NO_ALLOWED_HOSTS = (
+    "allowedHosts is not supported: a stdio server runs in the sandbox, which has no network at all, and "
+    "per-host allowances cannot be enforced there; leave it empty"
+)
+
+
+def _no_allowed_hosts(hosts: list[str]) -> list[str]:
+    if hosts:
+        raise ValueError(NO_ALLOWED_HOSTS)
+    return hosts
+
+
 AllowedHosts = Annotated[
-    list[Annotated[str, Field(min_length=1, max_length=253)]],
-    Field(
-        max_length=50,
-        description="not supported: a stdio server runs in the sandbox, which has no network; "
-        "any host listed is refused with 400",
-    ),
+    list[str],
+    BeforeValidator(lambda hosts: _no_allowed_hosts(hosts) if isinstance(hosts, list) else hosts),
+    Field(max_length=0, description=NO_ALLOWED_HOSTS),
 ]
 
 
-class McpAgentGrantIn(WireInput):
-    agent_id: str = Field(pattern=AGENT_ID_PATTERN, max_length=63)
+class McpAgentGrant(WireModel):
     tools: Annotated[list[ToolName], Field(max_length=200)] = Field(
         default_factory=list[str], description="the server's tools this agent gets; empty: all of them"
     )
 
 
-class McpAgentGrantOut(WireModel):
-    agent_id: str
-    tools: list[str] = Field(description="the server's tools this agent gets; empty: all of them")
+class McpAgentGrantIn(WireInput):
+    tools: Annotated[list[ToolName], Field(max_length=200)] = Field(
+        default_factory=list[str], description="the server's tools this agent gets; empty: all of them"
+    )
+
+
+Grants = Annotated[
+    dict[AgentId, McpAgentGrantIn],
+    Field(max_length=100, description="agent id -> the grant: which agents get the server's tools"),
+]
 
 
 class McpServerOut(WireModel):
     id: str
     name: str
-    transport: Transport
+    transport: Literal["http", "stdio"]
     url: str = Field(description="the streamable HTTP endpoint (http servers)")
     token_set: bool = Field(description="whether a bearer token is stored (the token itself is never returned)")
     command: str = Field(description="the program run in the sandbox (stdio servers)")
     args: list[str]
     enabled: bool
-    agents: list[McpAgentGrantOut] = Field(description="the agents that get the server's tools")
+    agents: dict[str, McpAgentGrant] = Field(description="agent id -> its grant: the agents that get the tools")
     created_at: str
     updated_at: str
 
@@ -79,24 +94,40 @@ class McpServerListOut(WireModel):
     servers: list[McpServerOut]
 
 
-class _McpServerFields(WireInput):
+class McpHttpServerCreate(WireInput):
+    name: ServerName
+    transport: Literal["http"]
+    url: Url
+    token: Token | SkipJsonSchema[None] = None
+    enabled: bool | SkipJsonSchema[None] = None
+    agents: Grants | SkipJsonSchema[None] = None
+
+
+class McpStdioServerCreate(WireInput):
+    name: ServerName
+    transport: Literal["stdio"]
+    command: Command
+    args: Args | SkipJsonSchema[None] = None
+    allowed_hosts: AllowedHosts | SkipJsonSchema[None] = None
+    enabled: bool | SkipJsonSchema[None] = None
+    agents: Grants | SkipJsonSchema[None] = None
+
+
+McpServerCreate = McpHttpServerCreate | McpStdioServerCreate
+
+
+class McpServerPatch(PatchModel):
+    """Checked against the stored server too (a url for a stdio server is 400 naming it)."""
+
+    name: ServerName | SkipJsonSchema[None] = None
+    transport: Literal["http", "stdio"] | SkipJsonSchema[None] = None
     url: Url | SkipJsonSchema[None] = None
     token: Token | SkipJsonSchema[None] = None
     command: Command | SkipJsonSchema[None] = None
     args: Args | SkipJsonSchema[None] = None
-    enabled: bool | SkipJsonSchema[None] = None
-    agents: Annotated[list[McpAgentGrantIn], Field(max_length=100)] | SkipJsonSchema[None] = None
     allowed_hosts: AllowedHosts | SkipJsonSchema[None] = None
-
-
-class McpServerCreate(_McpServerFields):
-    name: ServerName
-    transport: Transport
-
-
-class McpServerPatch(_McpServerFields, PatchModel):
-    name: ServerName | SkipJsonSchema[None] = None
-    transport: Transport | SkipJsonSchema[None] = None
+    enabled: bool | SkipJsonSchema[None] = None
+    agents: Grants | SkipJsonSchema[None] = None
 
 
 class McpToolOut(WireModel):

@@ -14,11 +14,13 @@ from popagent.agent_runner.v1 import mcp_servers_pb2 as pb
 from popagent_gateway.deps import AgentRunnerMcpStub
 from popagent_gateway.dto.mcp_servers import (
     SERVER_ID_PATTERN,
+    McpHttpServerCreate,
     McpServerCreate,
     McpServerListOut,
     McpServerOut,
     McpServerPatch,
     McpServerTestOut,
+    McpStdioServerCreate,
 )
 from popagent_gateway.wire import from_message
 
@@ -27,7 +29,7 @@ router = APIRouter(prefix="/mcp-servers", tags=["mcp-servers"])
 ServerId = Annotated[str, Path(min_length=36, max_length=36, pattern=SERVER_ID_PATTERN)]
 
 
-def _fields(body: McpServerCreate | McpServerPatch) -> pb.McpServerFields:
+def _fields(body: McpHttpServerCreate | McpStdioServerCreate | McpServerPatch) -> pb.McpServerFields:
     fields = pb.McpServerFields()
     for name in body.model_fields_set:
         value = getattr(body, name)
@@ -37,7 +39,9 @@ def _fields(body: McpServerCreate | McpServerPatch) -> pb.McpServerFields:
             fields.args.values.extend(value)
             fields.args.SetInParent()
         elif name == "agents":
-            fields.agents.grants.extend(pb.McpAgentGrant(agent_id=g.agent_id, tools=g.tools) for g in value)
+            fields.agents.grants.extend(
+                pb.McpAgentGrant(agent_id=agent_id, tools=grant.tools) for agent_id, grant in value.items()
+            )
             fields.agents.SetInParent()
         elif name == "allowed_hosts":
             fields.allowed_hosts.extend(value)
@@ -46,30 +50,36 @@ def _fields(body: McpServerCreate | McpServerPatch) -> pb.McpServerFields:
     return fields
 
 
+def _out(server: pb.McpServer) -> McpServerOut:
+    grants = {grant.agent_id: {"tools": list(grant.tools)} for grant in server.agents}
+    fields = {name: getattr(server, name) for name in McpServerOut.model_fields if name != "agents"}
+    return McpServerOut.model_validate({**fields, "args": list(server.args), "agents": grants})
+
+
 @router.get("", response_model=McpServerListOut)
 async def list_mcp_servers(stub: AgentRunnerMcpStub) -> McpServerListOut:
     """Every MCP server, by name, with the agents that get its tools (never a token)."""
     response = await stub.ListMcpServers(pb.ListMcpServersRequest())
-    return McpServerListOut(servers=[from_message(McpServerOut, server) for server in response.servers])
+    return McpServerListOut(servers=[_out(server) for server in response.servers])
 
 
 @router.post("", response_model=McpServerOut, status_code=201)
 async def create_mcp_server(body: McpServerCreate, stub: AgentRunnerMcpStub) -> McpServerOut:
     """Add a server: `http` (a streamable HTTP url, an optional bearer token) or `stdio` (a command
     run in the sandbox); a name in use is 409."""
-    return from_message(McpServerOut, await stub.CreateMcpServer(pb.CreateMcpServerRequest(fields=_fields(body))))
+    return _out(await stub.CreateMcpServer(pb.CreateMcpServerRequest(fields=_fields(body))))
 
 
 @router.get("/{server_id}", response_model=McpServerOut)
 async def get_mcp_server(server_id: ServerId, stub: AgentRunnerMcpStub) -> McpServerOut:
-    return from_message(McpServerOut, await stub.GetMcpServer(pb.GetMcpServerRequest(id=server_id)))
+    return _out(await stub.GetMcpServer(pb.GetMcpServerRequest(id=server_id)))
 
 
 @router.patch("/{server_id}", response_model=McpServerOut)
 async def update_mcp_server(server_id: ServerId, body: McpServerPatch, stub: AgentRunnerMcpStub) -> McpServerOut:
     """Change the fields sent; `agents` replaces the grants; a `token` of "" removes the stored one."""
     request = pb.UpdateMcpServerRequest(id=server_id, fields=_fields(body))
-    return from_message(McpServerOut, await stub.UpdateMcpServer(request))
+    return _out(await stub.UpdateMcpServer(request))
 
 
 @router.delete("/{server_id}", status_code=204, response_class=Response)
