@@ -101,6 +101,8 @@ class McpToolbox:
         self.connect_wait_s = connect_wait_s
         self.list_timeout_s = list_timeout_s
         self._connections: dict[str, ServerConnection] = {}
+        # Connections being closed (a replaced or idle one), held until they are.
+        self._closing: set[asyncio.Task[None]] = set()
         # Tools kept while what the model sees of them is unchanged, so the turn's agents are reused.
         self._tools: dict[tuple[str, str, str, str, str], Tool[Any]] = {}
 
@@ -109,7 +111,7 @@ class McpToolbox:
         if current is not None and current.spec == spec:
             return current
         if current is not None:
-            asyncio.get_running_loop().create_task(current.close())
+            self._close_later(current)
         fresh = self._connections[spec.id] = ServerConnection(
             spec,
             tokens=self.tokens,
@@ -124,7 +126,19 @@ class McpToolbox:
         for server_id, connection in list(self._connections.items()):
             if now - connection.used_at > IDLE_CLOSE_S:
                 del self._connections[server_id]
-                asyncio.get_running_loop().create_task(connection.close())
+                self._close_later(connection)
+
+    def forget(self, server_id: str) -> None:
+        """Close this worker's connection to a deleted or changed server now (other workers close
+        theirs on their next turn that reads the change, or when idle)."""
+        connection = self._connections.pop(server_id, None)
+        if connection is not None:
+            self._close_later(connection)
+
+    def _close_later(self, connection: ServerConnection) -> None:
+        task = asyncio.get_running_loop().create_task(connection.close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     async def for_turn(self, agent_ids: Sequence[str]) -> TurnMcp:
         """The MCP tools each of `agent_ids` gets this turn (none when the servers cannot be read)."""
@@ -238,3 +252,5 @@ class McpToolbox:
         for connection in connections:
             with contextlib.suppress(Exception):
                 await connection.close()
+        if self._closing:
+            await asyncio.wait(set(self._closing), timeout=5)

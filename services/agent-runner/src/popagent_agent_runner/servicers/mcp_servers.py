@@ -59,12 +59,15 @@ class McpServersServicer(mcp_servers_pb2_grpc.AgentRunnerMcpServiceServicer):
     async def UpdateMcpServer(
         self, request: pb.UpdateMcpServerRequest, context: grpc.aio.ServicerContext
     ) -> pb.McpServer:
-        return server_message(await self.store.update(request.id, _changes(request.fields)))
+        updated = await self.store.update(request.id, _changes(request.fields))
+        self.toolbox.forget(request.id)
+        return server_message(updated)
 
     async def DeleteMcpServer(
         self, request: pb.DeleteMcpServerRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteMcpServerResponse:
         await self.store.delete(request.id)
+        self.toolbox.forget(request.id)
         return pb.DeleteMcpServerResponse()
 
     async def TestMcpServer(
