@@ -197,3 +197,25 @@ async def test_an_agent_gets_only_the_tools_its_grant_names(stack: Stack) -> Non
         await chat(client, session, "hi")
     mcp_tools = [name for name in offered_tools(stack.models.requests[0]) if name.startswith("mcp__")]
     assert mcp_tools == ["mcp__remote__echo"]
+
+
+async def test_a_call_the_server_never_answers_fails_at_the_call_timeout_and_the_next_call_works(stack: Stack) -> None:
+    stack.models.push(
+        Turn.call(ToolCall("mcp__remote__slow", {"seconds": 60}, id="h1")),
+        Turn.call(ToolCall("mcp__remote__echo", {"text": "still here"}, id="h2")),
+        Turn.say("Recovered."),
+    )
+    async with (
+        stack.client() as client,
+        serving_peer() as peer,
+        added_server(client, name="remote", transport="http", url=peer.url),
+    ):
+        session = await new_session(client)
+        started = time.monotonic()
+        chunks = await chat(client, session, "wait for it")
+        took = time.monotonic() - started
+    assert text_of(chunks) == "Recovered."
+    assert CALL_TIMEOUT_S <= took < CALL_TIMEOUT_S + 10, took
+    [timed_out] = tool_results(stack.models.requests[1])
+    assert "mcp__remote__slow failed" in timed_out and "slept" not in timed_out, timed_out
+    assert any("echo: still here" in result for result in tool_results(stack.models.requests[2]))
