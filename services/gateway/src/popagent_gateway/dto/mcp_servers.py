@@ -72,7 +72,13 @@ class McpAgentGrantIn(WireInput):
 
 Grants = Annotated[
     dict[AgentId, McpAgentGrantIn],
-    Field(max_length=100, description="agent id -> the grant: which agents get the server's tools"),
+    Field(
+        max_length=100,
+        description="agent id -> the grant: which agents get the server's tools",
+        # pydantic states the key pattern as patternProperties, which admits any other key: say that
+        # no other key is taken, as validation refuses one.
+        json_schema_extra={"additionalProperties": False},
+    ),
 ]
 
 
