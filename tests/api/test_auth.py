@@ -20,6 +20,10 @@ ROUTES = [
     ("GET", "/api/sessions/s1/memory"),
     ("POST", "/api/sessions/s1/turns/t1/cancel"),
     ("GET", "/api/sessions/s1/approval-grants"),
+    ("POST", "/api/sessions/s1/attachments"),
+    ("GET", "/api/sessions/s1/attachments"),
+    ("GET", "/api/sessions/s1/attachments/att-00000000000000000000000000000000"),
+    ("POST", "/api/sessions/s1/attachments/att-00000000000000000000000000000000/copy-to-workspace"),
     ("DELETE", "/api/sessions/s1/approval-grants/getTime"),
     ("GET", "/api/approvals"),
     ("POST", "/api/approvals/a1"),
@@ -102,6 +106,8 @@ def test_the_inventory_above_covers_every_route_of_these_resources() -> None:
     covered = {(m, p.replace("/profiles/work", "/profiles/{name}")) for m, p in covered}
     covered = {(m, p.replace("/recordings/1", "/recordings/{seq}")) for m, p in covered}
     covered = {(m, p.replace("/api/mcp-servers/m1", "/api/mcp-servers/{server_id}")) for m, p in covered}
+    attachment = "/attachments/att-00000000000000000000000000000000"
+    covered = {(m, p.replace(attachment, "/attachments/{attachment_id}")) for m, p in covered}
     covered = {(m, p.split("?", 1)[0]) for m, p in covered}
     paths = document()["paths"]
     assert isinstance(paths, dict)

@@ -16,6 +16,7 @@ import httpx
 
 from popagent.agent_runner.v1 import (
     agent_runner_pb2_grpc,
+    attachments_pb2_grpc,
     documents_pb2_grpc,
     mcp_servers_pb2_grpc,
     memory_pb2_grpc,
@@ -28,6 +29,7 @@ from popagent.hooks.v1 import hooks_pb2_grpc
 from popagent.secrets.v1 import secrets_pb2_grpc
 from popagent_agent_runner.approvals.gate import ApprovalGate
 from popagent_agent_runner.approvals.store import ApprovalStore
+from popagent_agent_runner.attachments.store import AttachmentStore
 from popagent_agent_runner.browser.access import BrowserAccessPoint
 from popagent_agent_runner.browser.access import invalidated_on_change as browser_settings_invalidated_on_change
 from popagent_agent_runner.context.hands import Hands
@@ -49,6 +51,7 @@ from popagent_agent_runner.memory.observational.recall import HistorySearch
 from popagent_agent_runner.memory.observational.store import ObservationStore
 from popagent_agent_runner.memory.observational.windows import ContextWindows
 from popagent_agent_runner.memory.threads import USER_RESOURCE, ThreadStore
+from popagent_agent_runner.servicers.attachments import AttachmentsServicer
 from popagent_agent_runner.servicers.chat import ChatServicer
 from popagent_agent_runner.servicers.documents import DocumentsServicer
 from popagent_agent_runner.servicers.mcp_servers import McpServersServicer
@@ -170,12 +173,17 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
         starts = SessionStarts(hooks)
         records = TurnRecords(pool, runner_id=runner_name(settings.grpc_address), lease_s=settings.turn_lease_s)
         approvals = ApprovalStore(pool)
+        agents = AgentStore(pool, QUERIES, KNOWN_TOOLS)
+        attachments = AttachmentStore(
+            pool, sessions=sessions, workspaces=workspaces, agents=agents, workspace_root=settings.workspace_root
+        )
+        attachments_pb2_grpc.add_AttachmentsServiceServicer_to_server(AttachmentsServicer(attachments), kernel.server)
         servicer = AgentRunnerStateServicer(
             sessions=sessions,
             turns=records,
             approvals=approvals,
             deleter=deleter,
-            agents=AgentStore(pool, QUERIES, KNOWN_TOOLS),
+            agents=agents,
             workspaces=workspaces,
             runtime_settings=SingletonSettings(
                 pool=pool,
@@ -272,6 +280,7 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
             history_search=HistorySearch(
                 pool, OBSERVATIONAL_QUERIES, retrieval=retrieval, embedding_model=settings.memory_embedding_model
             ),
+            attachments=attachments,
         )
         turn_log = TurnLog(kernel.nats)
         await turn_log.ensure_stream(replicas=settings.nats_stream_replicas)

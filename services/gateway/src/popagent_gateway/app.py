@@ -15,6 +15,7 @@ from popagent_core.span_store import secret_values, span_store_export
 from popagent_core.telemetry import tracing_enabled
 from popagent_gateway.bounded import ApiKeyMiddleware, BoundedBodyMiddleware, SecurityHeadersMiddleware
 from popagent_gateway.deps import refuse_unknown_query, require_api_key
+from popagent_gateway.dto.attachments import ATTACHMENT_UPLOAD_PATH, MAX_ATTACHMENT_BYTES
 from popagent_gateway.errors import ERROR_RESPONSES, install_error_handlers
 from popagent_gateway.interop import mount_interop
 from popagent_gateway.json_bounds import JsonBoundsMiddleware
@@ -24,6 +25,7 @@ from popagent_gateway.openapi_links import install_links
 from popagent_gateway.routes import (
     agents,
     approvals,
+    attachments,
     autonomy,
     browser,
     chat,
@@ -120,7 +122,12 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
     # Added last = outermost: the key is checked before the body is read at all, the body is
     # capped while it is read, then checked for JSON no service could store (422 naming the field).
     app.add_middleware(JsonBoundsMiddleware)
-    app.add_middleware(BoundedBodyMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BoundedBodyMiddleware,
+        max_bytes=settings.max_body_bytes,
+        upload_path=ATTACHMENT_UPLOAD_PATH,
+        upload_max_bytes=MAX_ATTACHMENT_BYTES,
+    )
     app.add_middleware(ApiKeyMiddleware, api_key=settings.api_key)
     # Outermost: the refusals above carry the headers too.
     docs_paths = frozenset(path for path in (docs_url, redoc_url) if path is not None)
@@ -153,6 +160,7 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
         observability,
         browser,
         mcp_servers,
+        attachments,
     ):
         api.include_router(module.router)
     app.include_router(api)

@@ -3,6 +3,8 @@ while reading (413 before the app sees it)."""
 
 from __future__ import annotations
 
+import re
+
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -81,17 +83,25 @@ class BodyTooLarge(Exception):
 class BoundedBodyMiddleware:
     """Refuses bodies over `max_bytes`: by Content-Length up front, or as the stream exceeds it."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, upload_path: re.Pattern[str], upload_max_bytes: int) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        # An upload route's body is a file (an attachment), bounded by its own limit, never by less than the default.
+        self.upload_path = upload_path
+        self.upload_max_bytes = max(upload_max_bytes, max_bytes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        max_bytes = (
+            self.upload_max_bytes
+            if scope["method"] == "POST" and self.upload_path.fullmatch(scope["path"])
+            else self.max_bytes
+        )
         for name, value in scope.get("headers", ()):
-            if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
-                await self._reject(send)
+            if name == b"content-length" and value.isdigit() and int(value) > max_bytes:
+                await self._reject(send, max_bytes)
                 return
         seen = 0
         started = False
@@ -101,7 +111,7 @@ class BoundedBodyMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
+                if seen > max_bytes:
                     raise BodyTooLarge
             return message
 
@@ -115,10 +125,10 @@ class BoundedBodyMiddleware:
             await self.app(scope, bounded_receive, tracking_send)
         except BodyTooLarge:
             if not started:
-                await self._reject(send)
+                await self._reject(send, max_bytes)
 
-    async def _reject(self, send: Send) -> None:
-        await send_json(send, 413, {"error": f"request body exceeds {self.max_bytes} bytes"})
+    async def _reject(self, send: Send, max_bytes: int) -> None:
+        await send_json(send, 413, {"error": f"request body exceeds {max_bytes} bytes"})
 
 
 # The built UI (ui/dist) is same-origin modules and styles only. Its scripts hold the API key

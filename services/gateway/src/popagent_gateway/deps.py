@@ -16,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.security import APIKeyHeader
 from pydantic import BaseModel
 
-from popagent.agent_runner.v1 import agent_runner_pb2_grpc, mcp_servers_pb2_grpc, skills_pb2_grpc
+from popagent.agent_runner.v1 import agent_runner_pb2_grpc, attachments_pb2_grpc, mcp_servers_pb2_grpc, skills_pb2_grpc
 from popagent.browser_bridge.v1 import browser_bridge_pb2_grpc
 from popagent.evolution.v1 import evolution_pb2_grpc, learning_pb2_grpc
 from popagent.hooks.v1 import hooks_pb2_grpc
@@ -165,6 +165,10 @@ async def get_agent_runner_mcp(request: Request) -> mcp_servers_pb2_grpc.AgentRu
     return cached_stub(request, "agent-runner", mcp_servers_pb2_grpc.AgentRunnerMcpServiceStub)
 
 
+async def get_agent_runner_attachments(request: Request) -> attachments_pb2_grpc.AttachmentsServiceStub:
+    return cached_stub(request, "agent-runner", attachments_pb2_grpc.AttachmentsServiceStub)
+
+
 async def get_model_catalog(request: Request) -> ModelCatalog:
     """The app's one model catalog cache, made on first use from the settings."""
     state = request.app.state
@@ -206,6 +210,9 @@ AgentRunnerStub = Annotated[agent_runner_pb2_grpc.AgentRunnerServiceStub, Depend
 AgentRunnerStateStub = Annotated[agent_runner_pb2_grpc.AgentRunnerStateServiceStub, Depends(get_agent_runner_state)]
 AgentRunnerMcpStub = Annotated[mcp_servers_pb2_grpc.AgentRunnerMcpServiceStub, Depends(get_agent_runner_mcp)]
 AgentRunnerSkillsStub = Annotated[skills_pb2_grpc.AgentRunnerSkillsServiceStub, Depends(get_agent_runner_skills)]
+AgentRunnerAttachmentsStub = Annotated[
+    attachments_pb2_grpc.AttachmentsServiceStub, Depends(get_agent_runner_attachments)
+]
 ModelCatalogDep = Annotated[ModelCatalog, Depends(get_model_catalog)]
 HooksStub = Annotated[hooks_pb2_grpc.HooksServiceStub, Depends(get_hooks)]
 SecretsStub = Annotated[secrets_pb2_grpc.SecretsServiceStub, Depends(get_secrets)]

@@ -58,6 +58,8 @@ from pydantic_ai.usage import RunUsage, UsageLimits
 
 from popagent.events.v1 import events_pb2
 from popagent_agent_runner.approvals.gate import INTERRUPTED_APPROVED_TEXT, ApprovalGate
+from popagent_agent_runner.attachments.prompt import load_attachments
+from popagent_agent_runner.attachments.store import AttachmentStore
 from popagent_agent_runner.browser.access import BrowserAccessPoint, TurnBrowser
 from popagent_agent_runner.context.deps import SUPERVISOR_ID, TurnContext, TurnDeps
 from popagent_agent_runner.context.events import TurnOutput, usage_metadata
@@ -280,7 +282,10 @@ class TurnRunner:
         docs: Documentation | None = None,
         observational: ObservationalMemory | None = None,
         history_search: HistorySearch | None = None,
+        attachments: AttachmentStore | None = None,
     ) -> None:
+        # The session's stored attachments, loaded into the prompt; None: file parts name none (tasks' tests).
+        self.attachments = attachments
         # The gate tool calls pass after their hooks; None: the agents' approval policies are not
         # applied (the service always has one; some tests build a runner without).
         self.approvals = approvals
@@ -321,6 +326,9 @@ class TurnRunner:
             raise ConfigurationError(f"agent profile {SUPERVISOR_ID!r} is missing")
         if self.learned is not None:
             state = dataclasses.replace(state, profiles=compose(state.profiles, await self.learned.get()))
+        if self.attachments is not None:
+            files = await load_attachments(self.attachments, turn.session_id, turn.message.ui["parts"])
+            turn = dataclasses.replace(turn, message=turn.message.with_files(files))
         if len(turn.message.text) > MAX_PROMPT_CHARS:
             raise InvalidArgument(f"the message text must be at most {MAX_PROMPT_CHARS} characters")
         if turn.listed_models is not None:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 from pydantic_ai.messages import BinaryContent, DocumentUrl, ImageUrl, UserContent
 
+from popagent_agent_runner.attachments.prompt import model_parts
+from popagent_agent_runner.attachments.store import LoadedAttachment
 from popagent_core.errors import InvalidArgument
 
 MAX_ID_CHARS = 128
@@ -27,6 +31,8 @@ class UserMessage:
     # How many file parts it carries.
     attachments: int
     ui: dict[str, Any]
+    # The stored attachments its file parts name, by url (`with_files`, once the turn has loaded them).
+    files: Mapping[str, LoadedAttachment] = field(default_factory=dict[str, LoadedAttachment])
 
     @classmethod
     def parse(cls, message_json: str) -> UserMessage:
@@ -72,10 +78,13 @@ class UserMessage:
             parts.append(part)
         if not replaced:
             parts.insert(0, {"type": "text", "text": text})
-        return self._of({**self.ui, "parts": parts})
+        return dataclasses.replace(self._of({**self.ui, "parts": parts}), files=self.files)
+
+    def with_files(self, files: Mapping[str, LoadedAttachment]) -> UserMessage:
+        return dataclasses.replace(self, files=files)
 
     def model_content(self) -> str | list[UserContent]:
-        """The model-side prompt: text parts and file attachments (data URLs or http(s) URLs).
+        """The model-side prompt: text parts and file attachments (stored attachments, data URLs or http(s) URLs).
 
         Text alone is one string, as a model request usually carries it.
         """
@@ -87,7 +96,9 @@ class UserMessage:
             elif kind == "file" and isinstance(part.get("url"), str):
                 url: str = part["url"]
                 media_type = str(part.get("mediaType") or "")
-                if url.startswith("data:"):
+                if url in self.files:
+                    content.extend(model_parts(self.files[url]))
+                elif url.startswith("data:"):
                     content.append(BinaryContent.from_data_uri(url))
                 elif url.startswith(("https://", "http://")):
                     content.append(ImageUrl(url=url) if media_type.startswith("image/") else DocumentUrl(url=url))

@@ -308,6 +308,22 @@ def write_file(repo: Repository, raw: str, content: str, read_hashes: Mapping[st
         )
 
 
+@refusing_os_errors
+def create_file(repo: Repository, raw: str, data: bytes) -> str:
+    """A new file holding `data` (a user's attachment copied in): never over an existing path.
+
+    Contained as every write is (no link followed, `.git` read-only, the disk budget's size bound)."""
+    if len(data) > MAX_FILE_BYTES:
+        raise WorkspaceRefusal(f"the file is {len(data)} bytes, more than the {MAX_FILE_BYTES} a write takes")
+    _refuse_git(split_relative(raw), "write")
+    with repo.entry(raw, create_dirs=True) as entry:
+        _writable_entry(entry, "write")
+        if entry.st is not None:
+            raise WorkspaceRefusal(f"{entry.path} already exists; choose another path")
+        _atomic_write(entry, data)
+        return entry.path
+
+
 @dataclass(frozen=True)
 class EditResult:
     path: str
