@@ -78,7 +78,9 @@ page.on("response", (response) => {
   if (new URL(response.url()).pathname === "/api/chat") chatStatuses.push(response.status());
 });
 page.on("request", (request) => {
-  if (!request.url().startsWith(url) && !request.url().startsWith("data:")) outsideRequests.push(request.url());
+  // A blob: URL of this origin is bytes the page already fetched from the server (an attachment's thumbnail).
+  const local = request.url().startsWith("data:") || request.url().startsWith(`blob:${url}/`);
+  if (!request.url().startsWith(url) && !local) outsideRequests.push(request.url());
 });
 
 async function step(name, needs, run) {
@@ -297,6 +299,51 @@ try {
     check(session.id === chatSessionId && session.messages.length >= 2, "the JSON export is not this session");
     await menu.locator("summary").click();
     return `${markdown.suggestedFilename()} (${text.length} characters) and ${json.suggestedFilename()}`;
+  });
+
+  await step("file attached", ["streamed text"], async () => {
+    // A 1x1 PNG and a CSV, chosen with the attach button: uploaded at once, shown as chips before sending.
+    const png = Buffer.from(
+      "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC",
+      "base64",
+    );
+    await page.locator('[data-testid="attach-input"]').setInputFiles([
+      { name: "rainfall.csv", mimeType: "text/csv", buffer: Buffer.from("city,days\nOslo,12\nBergen,31\nBodo,20\n") },
+      { name: "pixel.png", mimeType: "image/png", buffer: png },
+      { name: "stray.txt", mimeType: "text/plain", buffer: Buffer.from("to be removed") },
+    ]);
+    const chips = page.locator('[data-testid="attachment-chip"]');
+    await page.waitForFunction(() => document.querySelectorAll('[data-testid="attachment-chip"]').length === 3, null, { timeout: 15_000 });
+    await page.getByRole("button", { name: "Remove stray.txt" }).click();
+    check((await chips.count()) === 2, "removing a chip left it attached");
+    await send("Which city in the attached file is the wettest?");
+    await waitTurnOver();
+    const answer = (await assistants().last().innerText()).trim();
+    check(answer.includes("From rainfall.csv: Bergen is the wettest, with 31 days"), `the model did not read the file: "${answer.slice(0, 120)}"`);
+    check((await chips.count()) === 0, "the chips stayed after sending");
+    // The sent message shows its files: the image as a thumbnail, each with download and copy actions.
+    const sent = page.locator('[data-testid^="message-user"]').last();
+    await sent.locator('[data-testid="attachment"][data-filename="rainfall.csv"]').waitFor({ timeout: 10_000 });
+    const thumb = sent.locator('[data-testid="attachment"][data-filename="pixel.png"] img.attachment-thumb');
+    await thumb.waitFor({ timeout: 10_000 });
+    check((await thumb.getAttribute("src"))?.startsWith("blob:"), "the thumbnail is not the downloaded image");
+    check((await sent.locator('[data-filename="stray.txt"]').count()) === 0, "the removed file was sent");
+    const [download] = await Promise.all([
+      page.waitForEvent("download"),
+      sent.locator('[data-filename="rainfall.csv"]').getByRole("button", { name: "Download" }).click(),
+    ]);
+    check(readFileSync(await download.path(), "utf8").includes("Bergen,31"), "the download is not the attached file");
+    await sent.locator('[data-filename="rainfall.csv"] [data-testid="copy-to-workspace"]').click();
+    const note = sent.locator('[data-filename="rainfall.csv"] .attachment-note');
+    await page.waitForFunction(
+      () => /Copied to|Not copied/.test(document.querySelector('[data-filename="rainfall.csv"] .attachment-note')?.textContent ?? ""),
+      null,
+      { timeout: 10_000 },
+    );
+    const { body: stored } = await apiGet(`/api/sessions/${encodeURIComponent(chatSessionId)}`);
+    const files = stored.messages.flatMap((message) => message.parts.filter((part) => part.type === "file"));
+    check(files.map((file) => file.filename).join(",") === "rainfall.csv,pixel.png", `stored file parts: ${JSON.stringify(files)}`);
+    return `answer "${answer.slice(0, 60)}", copy: ${(await note.innerText()).trim()}`;
   });
 
   await step("empty new chat not persisted", ["streamed text"], async () => {

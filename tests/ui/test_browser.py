@@ -160,6 +160,13 @@ def respond(body: dict[str, Any]) -> Turn:
     pieces = {"chunk_size": 3, "chunk_delay_s": 0.02}
     if not delegation:
         return Turn.say("Researcher notes: the answer is 42.", **pieces)
+    if '<attachment name="rainfall.csv" type="text/csv">' in prompt:
+        # The attached file's text reached the model, delimited with its name: answer from it.
+        wettest = max(
+            (line.split(",") for line in prompt.split("\n") if line.count(",") == 1 and line.split(",")[1].isdigit()),
+            key=lambda row: int(row[1]),
+        )
+        return Turn.say(f"From rainfall.csv: {wettest[0]} is the wettest, with {wettest[1]} days of rain.", **pieces)
     if prompt.startswith("Double text first"):
         return Turn.say(FIRST_ANSWER, chunk_size=4, chunk_delay_s=0.04)
     if prompt.startswith("Double text newer"):
@@ -291,6 +298,7 @@ async def test_the_web_ui_in_a_real_browser(stack: tuple[Stack, ModelGateway, Ht
         "model picker",
         "empty new chat not persisted",
         "chat exported",
+        "file attached",
         "markdown answer",
         "feedback and trace link",
         "failure then retry",

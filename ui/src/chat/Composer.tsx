@@ -1,16 +1,21 @@
+import type { FileUIPart } from "ai";
 import { useEffect, useRef, useState, type FormEvent, type KeyboardEvent } from "react";
+import { AttachmentPicker } from "./attachments";
 
 /** The message box: Enter sends, Shift+Enter adds a line; Send and Stop share one place and size,
- * or, when a message may be sent while a turn runs (`sendWhileBusy`), stand side by side. */
+ * or, when a message may be sent while a turn runs (`sendWhileBusy`), stand side by side. With a session,
+ * files can be attached (uploaded to it at once; sent with the message while no turn runs). */
 export function Composer(props: {
   busy: boolean;
   sendWhileBusy?: boolean;
   disabled?: boolean;
-  onSend: (text: string) => void;
+  onSend: (text: string, files: FileUIPart[]) => void;
+  sessionId?: string;
   onStop: () => void;
   placeholder?: string;
 }) {
   const [text, setText] = useState("");
+  const [files, setFiles] = useState<FileUIPart[]>([]);
   const box = useRef<HTMLTextAreaElement>(null);
 
   useEffect(() => {
@@ -19,9 +24,10 @@ export function Composer(props: {
 
   const send = () => {
     const value = text.trim();
-    if (!value || (props.busy && !props.sendWhileBusy) || props.disabled) return;
-    props.onSend(value);
+    if ((!value && !files.length) || (props.busy && (files.length || !props.sendWhileBusy)) || props.disabled) return;
+    props.onSend(value, files);
     setText("");
+    setFiles([]);
     box.current?.focus();
   };
 
@@ -46,6 +52,9 @@ export function Composer(props: {
       <label htmlFor="composer-input" className="visually-hidden">
         Message
       </label>
+      {props.sessionId ? (
+        <AttachmentPicker sessionId={props.sessionId} files={files} onChange={setFiles} disabled={props.disabled} />
+      ) : null}
       <textarea
         id="composer-input"
         ref={box}
@@ -66,7 +75,7 @@ export function Composer(props: {
           Stop
         </button>
       ) : (
-        <button type="submit" className="composer-button primary" disabled={!text.trim() || props.disabled} data-testid="send">
+        <button type="submit" className="composer-button primary" disabled={(!text.trim() && !files.length) || props.disabled} data-testid="send">
           Send
         </button>
       )}

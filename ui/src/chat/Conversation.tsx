@@ -1,6 +1,6 @@
 import { ExportMenu } from "./ExportMenu";
 import { useChat } from "@ai-sdk/react";
-import { generateId, lastAssistantMessageIsCompleteWithApprovalResponses, type UIMessage } from "ai";
+import { generateId, lastAssistantMessageIsCompleteWithApprovalResponses, type FileUIPart, type UIMessage } from "ai";
 import { useCallback, useEffect, useLayoutEffect, useMemo, useRef, useState } from "react";
 import { authedFetch } from "../api/auth";
 import { ApprovalSession } from "../approvals/ApprovalCard";
@@ -423,7 +423,7 @@ export function Conversation(props: {
   const stick = useRef(true);
 
   const send = useCallback(
-    (text: string) => {
+    (text: string, files: FileUIPart[] = []) => {
       // Sending brings the conversation's end into view, wherever the reader had scrolled to.
       stick.current = true;
       lastError.current = null;
@@ -431,6 +431,7 @@ export function Conversation(props: {
       // Behind this page's own queued messages too, so they keep their order.
       if (policy === "enqueue" && (busy || queuedRef.current.some((turn) => turn.own))) void enqueue(text);
       else if (busy && (policy === "interrupt" || policy === "rollback")) void interruptWith(text, policy);
+      else if (files.length) void sendMessage(text ? { text, files } : { files });
       else void sendMessage({ text });
     },
     [sendMessage, clearError, busy, policy, enqueue, interruptWith],
@@ -700,7 +701,13 @@ export function Conversation(props: {
           {saveState.kind === "saving" ? "saving…" : saveState.kind === "saved" ? "saved" : saveState.kind === "failed" ? `not saved: ${saveState.reason}` : ""}
         </span>
       </div>
-      <Composer busy={busy} sendWhileBusy={policy !== "reject"} onSend={send} onStop={() => void stopTurn()} />
+      <Composer
+        busy={busy}
+        sendWhileBusy={policy !== "reject"}
+        onSend={send}
+        onStop={() => void stopTurn()}
+        sessionId={session.id}
+      />
     </div>
     </ApprovalSession.Provider>
   );

@@ -1,11 +1,13 @@
 import {
   isDataUIPart,
+  isFileUIPart,
   isReasoningUIPart,
   isTextUIPart,
   isToolUIPart,
   type UIMessage,
 } from "ai";
 import { Suspense, lazy } from "react";
+import { AttachmentView } from "./attachments";
 import { record } from "./meta";
 import { Readable, ToolCall } from "./toolViews";
 
@@ -128,6 +130,7 @@ export function MessageParts({ message, streaming }: { message: UIMessage; strea
           );
         }
         if (isToolUIPart(part)) return <ToolCall key={key} part={part} />;
+        if (isFileUIPart(part)) return <AttachmentView key={key} part={part} />;
         if (isDataUIPart(part) && part.type === "data-agentActivity") return <AgentActivity key={key} data={part.data} />;
         return null;
       })}

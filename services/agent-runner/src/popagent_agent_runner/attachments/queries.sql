@@ -7,9 +7,6 @@ WHERE s.id = $2 AND s.deleting_at IS NULL
   AND (SELECT count(*) FROM popagent_session_attachments a WHERE a.session_id = s.id) < $7
 RETURNING id, session_id, filename, media_type, size, created_at
 
--- name: session_attachment_count
-SELECT count(*) FROM popagent_session_attachments WHERE session_id = $1
-
 -- name: list_attachments
 SELECT id, session_id, filename, media_type, size, created_at
 FROM popagent_session_attachments

@@ -1,0 +1,180 @@
+// Files attached to chat messages: uploaded to the session before the message is sent (the message's
+// file parts name them by their download route), shown on the sent message, copied into the workspace.
+import type { FileUIPart } from "ai";
+import { useEffect, useState } from "react";
+import { authedFetch } from "../api/auth";
+import { reasonOf } from "../api/client";
+
+/** What the gateway keeps (docs/attachments.md): the same limits the server enforces, checked first here. */
+export const MAX_ATTACHMENT_BYTES = 4 * 1024 * 1024;
+export const MAX_ATTACHMENTS_PER_MESSAGE = 8;
+const ACCEPT = "image/png,image/jpeg,image/gif,image/webp,application/pdf,text/*,.md,.csv,.json,.txt,.py,.ts,.tsx,.js,.go,.rs,.java,.c,.h,.cpp,.yaml,.yml,.toml,.sql,.sh";
+
+type Stored = { id: string; filename: string; mediaType: string; size: number; url: string };
+
+async function failure(response: Response, what: string): Promise<Error> {
+  const body: unknown = await response.json().catch(() => null);
+  return new Error(`${what}: ${reasonOf(response.status, body, response.statusText)}`);
+}
+
+export async function uploadAttachment(sessionId: string, file: File): Promise<FileUIPart> {
+  if (file.size > MAX_ATTACHMENT_BYTES) throw new Error(`${file.name} is larger than 4 MiB`);
+  const response = await authedFetch(
+    `/api/sessions/${encodeURIComponent(sessionId)}/attachments?filename=${encodeURIComponent(file.name || "pasted")}`,
+    { method: "POST", body: file, headers: { "content-type": "application/octet-stream" } },
+  );
+  if (!response.ok) throw await failure(response, `${file.name} was not attached`);
+  const stored = (await response.json()) as Stored;
+  return { type: "file", mediaType: stored.mediaType, filename: stored.filename, url: stored.url };
+}
+
+/** A stored attachment's bytes as a blob: URL (an <img> or a link cannot send the API key itself). */
+function useBlobUrl(url: string, wanted: boolean): string | null {
+  const [blob, setBlob] = useState<string | null>(null);
+  useEffect(() => {
+    if (!wanted) return;
+    let made: string | null = null;
+    let live = true;
+    void authedFetch(url).then(async (response) => {
+      if (!response.ok || !live) return;
+      made = URL.createObjectURL(await response.blob());
+      setBlob(made);
+    });
+    return () => {
+      live = false;
+      if (made) URL.revokeObjectURL(made);
+    };
+  }, [url, wanted]);
+  return blob;
+}
+
+function isStored(url: string): boolean {
+  return url.startsWith("/api/sessions/");
+}
+
+async function download(part: FileUIPart) {
+  const response = await authedFetch(part.url);
+  if (!response.ok) throw await failure(response, "download failed");
+  const link = document.createElement("a");
+  link.href = URL.createObjectURL(await response.blob());
+  link.download = part.filename ?? "attachment";
+  link.click();
+  setTimeout(() => URL.revokeObjectURL(link.href), 1000);
+}
+
+/** A file part of a sent message: a thumbnail for an image, else a chip; download, and copy into the workspace. */
+export function AttachmentView({ part }: { part: FileUIPart }) {
+  const stored = isStored(part.url);
+  const image = part.mediaType.startsWith("image/");
+  const thumbnail = useBlobUrl(part.url, stored && image);
+  const [note, setNote] = useState<string | null>(null);
+  const name = part.filename ?? "attachment";
+  const copy = async () => {
+    setNote("copying…");
+    const response = await authedFetch(`${part.url}/copy-to-workspace`, {
+      method: "POST",
+      body: "{}",
+      headers: { "content-type": "application/json" },
+    });
+    if (!response.ok) {
+      setNote((await failure(response, "Not copied")).message);
+      return;
+    }
+    const copied = (await response.json()) as { workspaceId: string; path: string };
+    setNote(`Copied to ${copied.path} in ${copied.workspaceId}`);
+  };
+  return (
+    <div className="attachment" data-testid="attachment" data-filename={name}>
+      {image && thumbnail ? <img className="attachment-thumb" src={thumbnail} alt={name} /> : null}
+      <span className="attachment-name">{name}</span>
+      <span className="muted">{part.mediaType}</span>
+      {stored ? (
+        <>
+          <button type="button" className="link-button" onClick={() => void download(part).catch((e: Error) => setNote(e.message))}>
+            Download
+          </button>
+          <button type="button" className="link-button" data-testid="copy-to-workspace" onClick={() => void copy()}>
+            Copy to workspace
+          </button>
+        </>
+      ) : null}
+      {note ? (
+        <span className="attachment-note" role="status">
+          {note}
+        </span>
+      ) : null}
+    </div>
+  );
+}
+
+/** The attach button and the chips of files attached to the message being written. */
+export function AttachmentPicker(props: {
+  sessionId: string;
+  files: FileUIPart[];
+  onChange: (files: FileUIPart[]) => void;
+  disabled?: boolean;
+}) {
+  const [uploading, setUploading] = useState(0);
+  const [error, setError] = useState<string | null>(null);
+  const add = async (picked: File[]) => {
+    setError(null);
+    const room = MAX_ATTACHMENTS_PER_MESSAGE - props.files.length;
+    if (picked.length > room) setError(`A message takes at most ${MAX_ATTACHMENTS_PER_MESSAGE} files`);
+    const added: FileUIPart[] = [];
+    setUploading((count) => count + Math.min(picked.length, room));
+    for (const file of picked.slice(0, Math.max(room, 0))) {
+      try {
+        added.push(await uploadAttachment(props.sessionId, file));
+      } catch (caught) {
+        setError((caught as Error).message);
+      } finally {
+        setUploading((count) => count - 1);
+      }
+    }
+    props.onChange([...props.files, ...added]);
+  };
+  return (
+    <div className="attachment-picker">
+      <label className={`composer-attach${props.disabled ? " disabled" : ""}`} title="Attach files (images, PDF, text; 4 MiB each)">
+        <span aria-hidden="true">📎</span>
+        <span className="visually-hidden">Attach files</span>
+        <input
+          type="file"
+          multiple
+          accept={ACCEPT}
+          data-testid="attach-input"
+          className="visually-hidden"
+          disabled={props.disabled}
+          onChange={(event) => {
+            const picked = Array.from(event.target.files ?? []);
+            event.target.value = "";
+            void add(picked);
+          }}
+        />
+      </label>
+      {props.files.length || uploading || error ? (
+        <ul className="attachment-chips" aria-label="Attached files">
+          {props.files.map((file, index) => (
+            <li key={file.url} className="attachment-chip" data-testid="attachment-chip">
+              <span>{file.filename}</span>
+              <button
+                type="button"
+                className="link-button"
+                aria-label={`Remove ${file.filename ?? "file"}`}
+                onClick={() => props.onChange(props.files.filter((_, at) => at !== index))}
+              >
+                ×
+              </button>
+            </li>
+          ))}
+          {uploading ? <li className="muted">uploading…</li> : null}
+          {error ? (
+            <li className="error-text" role="alert">
+              {error}
+            </li>
+          ) : null}
+        </ul>
+      ) : null}
+    </div>
+  );
+}
