@@ -205,3 +205,13 @@ async def test_copy_into_the_workspace_needs_write_access_and_never_overwrites(s
             assert not (stack.workspace_root / "escape.md").exists()
         finally:
             await client.patch("/api/agents/popagent", json={"workspaceAccess": before})
+
+
+async def test_a_session_holds_at_most_a_hundred_attachments(stack: Stack) -> None:
+    async with stack.client() as client:
+        session = await new_session(client)
+        for index in range(100):
+            await uploaded(client, session, f"n{index}.txt", b"x")
+        refused = await upload(client, session, "one-more.txt", b"x")
+        assert refused.status_code == 429
+        assert "at most 100 attachments" in refused.json()["error"]
