@@ -346,6 +346,31 @@ try {
     return `answer "${answer.slice(0, 60)}", copy: ${(await note.innerText()).trim()}`;
   });
 
+  await step("file attached to a new chat", ["file attached"], async () => {
+    // The first attachment creates the chat's session; the first message carries the file.
+    await page.getByRole("button", { name: "New chat" }).click();
+    await page.waitForFunction(() => location.hash === "#/chat", null, { timeout: 10_000 });
+    await page.locator('[data-testid="attach-input"]').setInputFiles([
+      { name: "rainfall.csv", mimeType: "text/csv", buffer: Buffer.from("city,days\nLima,1\nCali,40\n") },
+    ]);
+    await page.locator('[data-testid="attachment-chip"]').waitFor({ timeout: 15_000 });
+    await send("Which city in the attached file is the wettest?");
+    await page.waitForFunction(
+      (first) => /#\/chat\/.+/.test(location.hash) && location.hash !== `#/chat/${encodeURIComponent(first)}`,
+      chatSessionId,
+      { timeout: 15_000 },
+    );
+    await assistants().first().waitFor({ timeout: 15_000 });
+    await waitTurnOver();
+    const answer = (await assistants().last().innerText()).trim();
+    check(answer.includes("From rainfall.csv: Cali is the wettest, with 40 days"), `the model did not read the file: "${answer.slice(0, 120)}"`);
+    await page.locator('[data-testid^="message-user"] [data-testid="attachment"][data-filename="rainfall.csv"]').waitFor();
+    const opened = new URL(page.url()).hash;
+    await page.goto(`${url}/#/chat/${encodeURIComponent(chatSessionId)}`);
+    await assistants().first().waitFor({ timeout: 15_000 });
+    return `answer "${answer.slice(0, 60)}" in ${opened}`;
+  });
+
   await step("empty new chat not persisted", ["streamed text"], async () => {
     const { body: before } = await apiGet("/api/sessions");
     await page.getByRole("button", { name: "New chat" }).click();

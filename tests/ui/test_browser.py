@@ -299,6 +299,7 @@ async def test_the_web_ui_in_a_real_browser(stack: tuple[Stack, ModelGateway, Ht
         "empty new chat not persisted",
         "chat exported",
         "file attached",
+        "file attached to a new chat",
         "markdown answer",
         "feedback and trace link",
         "failure then retry",

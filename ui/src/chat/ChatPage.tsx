@@ -1,16 +1,18 @@
-import { useEffect, useState } from "react";
+import type { FileUIPart } from "ai";
+import { useEffect, useRef, useState } from "react";
 import { ApiError, api } from "../api/client";
 import type { ModelsOut, SessionSummary, WorkspaceOut } from "../api/types";
 import { ErrorText } from "../common/ErrorText";
 import { messageOf, useLoad } from "../common/useLoad";
 import { navigate } from "../route";
+import type { FirstMessage } from "./attachments";
 import { Composer } from "./Composer";
 import { Conversation } from "./Conversation";
 import { ModelNotice, ModelPicker, type ModelFix } from "./ModelPicker";
 import { rememberModel } from "./models";
 
-// The first message typed before a session existed, handed to the new session's view.
-const firstMessages = new Map<string, string>();
+// The first message typed before a session existed (with the files attached to it), handed to the new session's view.
+const firstMessages = new Map<string, FirstMessage>();
 
 type Shared = {
   models: ModelsOut | undefined;
@@ -30,11 +32,17 @@ function NewChat(props: Shared & { workspaceId: string; workspaces: WorkspaceOut
   const [busy, setBusy] = useState(false);
   // The repository the new session's agents work in: the sidebar's filter, else the default.
   const [workspace, setWorkspace] = useState(props.workspaceId);
-  const start = async (text: string) => {
+  // Attaching a file needs the session: the first attachment creates it (the message is not sent yet).
+  const created = useRef<Promise<SessionSummary> | null>(null);
+  const createSession = () => {
+    created.current ??= api.createSession({ title: "", ...(workspace ? { workspaceId: workspace } : {}) });
+    return created.current;
+  };
+  const start = async (text: string, files: FileUIPart[]) => {
     setBusy(true);
     try {
-      const session = await api.createSession({ title: "", ...(workspace ? { workspaceId: workspace } : {}) });
-      firstMessages.set(session.id, text);
+      const session = await createSession();
+      firstMessages.set(session.id, { text, files });
       rememberModel(session.id, props.model);
       props.onSessionsChanged(session);
       navigate({ page: "chat", sessionId: session.id });
@@ -49,7 +57,12 @@ function NewChat(props: Shared & { workspaceId: string; workspaces: WorkspaceOut
         <ModelPicker models={props.models} value={props.model} onChange={props.onModelChange} />
         <label className="workspace-pick">
           <span>Workspace</span>
-          <select data-testid="new-session-workspace" value={workspace} onChange={(event) => setWorkspace(event.target.value)} disabled={busy}>
+          <select
+            data-testid="new-session-workspace"
+            value={workspace}
+            onChange={(event) => setWorkspace(event.target.value)}
+            disabled={busy || created.current !== null}
+          >
             <option value="">default (popagent)</option>
             {props.workspaces.map((item) => (
               <option key={item.id} value={item.id}>
@@ -69,7 +82,13 @@ function NewChat(props: Shared & { workspaceId: string; workspaces: WorkspaceOut
         </div>
       </div>
       <div className="status-row" />
-      <Composer busy={false} disabled={busy} onSend={(text) => void start(text)} onStop={() => undefined} />
+      <Composer
+        busy={false}
+        disabled={busy}
+        onSend={(text, files) => void start(text, files)}
+        onStop={() => undefined}
+        attachTo={async () => (await createSession()).id}
+      />
     </div>
   );
 }

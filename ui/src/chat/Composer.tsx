@@ -1,6 +1,6 @@
 import type { FileUIPart } from "ai";
-import { useEffect, useRef, useState, type FormEvent, type KeyboardEvent } from "react";
-import { AttachmentPicker } from "./attachments";
+import { useEffect, useRef, useState, type ClipboardEvent, type DragEvent, type FormEvent, type KeyboardEvent } from "react";
+import { AttachmentPicker, useAttachments } from "./attachments";
 
 /** The message box: Enter sends, Shift+Enter adds a line; Send and Stop share one place and size,
  * or, when a message may be sent while a turn runs (`sendWhileBusy`), stand side by side. With a session,
@@ -10,12 +10,14 @@ export function Composer(props: {
   sendWhileBusy?: boolean;
   disabled?: boolean;
   onSend: (text: string, files: FileUIPart[]) => void;
-  sessionId?: string;
+  // The session files are uploaded to (a new chat creates it on the first attachment); absent: no attaching.
+  attachTo?: () => Promise<string>;
   onStop: () => void;
   placeholder?: string;
 }) {
   const [text, setText] = useState("");
-  const [files, setFiles] = useState<FileUIPart[]>([]);
+  const attachments = useAttachments(props.attachTo);
+  const files = attachments.files;
   const box = useRef<HTMLTextAreaElement>(null);
 
   useEffect(() => {
@@ -24,10 +26,12 @@ export function Composer(props: {
 
   const send = () => {
     const value = text.trim();
-    if ((!value && !files.length) || (props.busy && (files.length || !props.sendWhileBusy)) || props.disabled) return;
+    // A file still uploading would be left out: the message waits for it.
+    if ((!value && !files.length) || attachments.uploading || (props.busy && (files.length || !props.sendWhileBusy))) return;
+    if (props.disabled) return;
     props.onSend(value, files);
     setText("");
-    setFiles([]);
+    attachments.clear();
     box.current?.focus();
   };
 
@@ -41,6 +45,18 @@ export function Composer(props: {
     }
   };
 
+  // A pasted or dropped file is attached as a picked one is (text pastes stay text).
+  const onPaste = (event: ClipboardEvent<HTMLTextAreaElement>) => {
+    if (!props.attachTo || !event.clipboardData.files.length) return;
+    event.preventDefault();
+    void attachments.add(Array.from(event.clipboardData.files));
+  };
+  const onDrop = (event: DragEvent<HTMLFormElement>) => {
+    if (!props.attachTo || !event.dataTransfer.files.length) return;
+    event.preventDefault();
+    void attachments.add(Array.from(event.dataTransfer.files));
+  };
+
   const onSubmit = (event: FormEvent) => {
     event.preventDefault();
     if (props.busy && !props.sendWhileBusy) props.onStop();
@@ -48,12 +64,20 @@ export function Composer(props: {
   };
 
   return (
-    <form className="composer" onSubmit={onSubmit} aria-label="Send a message">
+    <form
+      className="composer"
+      onSubmit={onSubmit}
+      aria-label="Send a message"
+      onDragOver={(event) => {
+        if (props.attachTo && event.dataTransfer.types.includes("Files")) event.preventDefault();
+      }}
+      onDrop={onDrop}
+    >
       <label htmlFor="composer-input" className="visually-hidden">
         Message
       </label>
-      {props.sessionId ? (
-        <AttachmentPicker sessionId={props.sessionId} files={files} onChange={setFiles} disabled={props.disabled} />
+      {props.attachTo ? (
+        <AttachmentPicker attachments={attachments} disabled={props.disabled} />
       ) : null}
       <textarea
         id="composer-input"
@@ -63,6 +87,7 @@ export function Composer(props: {
         placeholder={props.placeholder ?? "Message popagent (Enter to send, Shift+Enter for a new line)"}
         onChange={(event) => setText(event.target.value)}
         onKeyDown={onKeyDown}
+        onPaste={onPaste}
         disabled={props.disabled}
       />
       {props.busy && props.sendWhileBusy ? (
@@ -75,7 +100,8 @@ export function Composer(props: {
           Stop
         </button>
       ) : (
-        <button type="submit" className="composer-button primary" disabled={(!text.trim() && !files.length) || props.disabled} data-testid="send">
+        <button type="submit" className="composer-button primary" disabled={(!text.trim() && !files.length) || attachments.uploading > 0 || props.disabled}
+          data-testid="send">
           Send
         </button>
       )}

@@ -11,6 +11,7 @@ import { api, ApiError } from "../api/client";
 import type { ChatTurnCreate, HookRunOut, ModelsOut, SessionOut, SessionSummary, StoredMessage } from "../api/types";
 import { Icon } from "../common/Icon";
 import { messageOf } from "../common/useLoad";
+import type { FirstMessage } from "./attachments";
 import { Composer } from "./Composer";
 import {
   AdoptingTransport,
@@ -57,7 +58,7 @@ export function Conversation(props: {
   model: string;
   onModelChange: (model: string) => void;
   onFixModels: (fix: ModelFix) => Promise<void>;
-  firstMessage?: string;
+  firstMessage?: FirstMessage;
   onSaved: (session: SessionSummary) => void;
 }) {
   const { session, model } = props;
@@ -507,11 +508,13 @@ export function Conversation(props: {
     [sendMessage, clearError],
   );
 
+  const attachTo = useCallback(async () => session.id, [session.id]);
+
   const firstSent = useRef(false);
   useEffect(() => {
     if (props.firstMessage && !firstSent.current) {
       firstSent.current = true;
-      send(props.firstMessage);
+      send(props.firstMessage.text, props.firstMessage.files);
     }
   }, [props.firstMessage, send]);
 
@@ -706,7 +709,7 @@ export function Conversation(props: {
         sendWhileBusy={policy !== "reject"}
         onSend={send}
         onStop={() => void stopTurn()}
-        sessionId={session.id}
+        attachTo={attachTo}
       />
     </div>
     </ApprovalSession.Provider>

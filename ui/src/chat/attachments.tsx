@@ -10,6 +10,9 @@ export const MAX_ATTACHMENT_BYTES = 4 * 1024 * 1024;
 export const MAX_ATTACHMENTS_PER_MESSAGE = 8;
 const ACCEPT = "image/png,image/jpeg,image/gif,image/webp,application/pdf,text/*,.md,.csv,.json,.txt,.py,.ts,.tsx,.js,.go,.rs,.java,.c,.h,.cpp,.yaml,.yml,.toml,.sql,.sh";
 
+/** A new chat's first message, typed (and its files attached) before the chat's view opened. */
+export type FirstMessage = { text: string; files: FileUIPart[] };
+
 type Stored = { id: string; filename: string; mediaType: string; size: number; url: string };
 
 async function failure(response: Response, what: string): Promise<Error> {
@@ -107,32 +110,41 @@ export function AttachmentView({ part }: { part: FileUIPart }) {
   );
 }
 
-/** The attach button and the chips of files attached to the message being written. */
-export function AttachmentPicker(props: {
-  sessionId: string;
-  files: FileUIPart[];
-  onChange: (files: FileUIPart[]) => void;
-  disabled?: boolean;
-}) {
+/** The files attached to the message being written: added by the button, a paste or a drop, each
+ * uploaded at once; removed by their chip. */
+export function useAttachments(attachTo: (() => Promise<string>) | undefined) {
+  const [files, setFiles] = useState<FileUIPart[]>([]);
   const [uploading, setUploading] = useState(0);
   const [error, setError] = useState<string | null>(null);
   const add = async (picked: File[]) => {
+    if (!attachTo || !picked.length) return;
     setError(null);
-    const room = MAX_ATTACHMENTS_PER_MESSAGE - props.files.length;
+    const room = MAX_ATTACHMENTS_PER_MESSAGE - files.length - uploading;
     if (picked.length > room) setError(`A message takes at most ${MAX_ATTACHMENTS_PER_MESSAGE} files`);
-    const added: FileUIPart[] = [];
-    setUploading((count) => count + Math.min(picked.length, room));
-    for (const file of picked.slice(0, Math.max(room, 0))) {
+    const taken = picked.slice(0, Math.max(room, 0));
+    setUploading((count) => count + taken.length);
+    for (const file of taken) {
       try {
-        added.push(await uploadAttachment(props.sessionId, file));
+        const part = await uploadAttachment(await attachTo(), file);
+        setFiles((current) => [...current, part]);
       } catch (caught) {
         setError((caught as Error).message);
       } finally {
         setUploading((count) => count - 1);
       }
     }
-    props.onChange([...props.files, ...added]);
   };
+  const remove = (url: string) => setFiles((current) => current.filter((file) => file.url !== url));
+  const clear = () => {
+    setFiles([]);
+    setError(null);
+  };
+  return { files, uploading, error, add, remove, clear };
+}
+
+/** The attach button and the chips of files attached to the message being written. */
+export function AttachmentPicker(props: { attachments: ReturnType<typeof useAttachments>; disabled?: boolean }) {
+  const { files, uploading, error, add, remove } = props.attachments;
   return (
     <div className="attachment-picker">
       <label className={`composer-attach${props.disabled ? " disabled" : ""}`} title="Attach files (images, PDF, text; 4 MiB each)">
@@ -152,16 +164,16 @@ export function AttachmentPicker(props: {
           }}
         />
       </label>
-      {props.files.length || uploading || error ? (
+      {files.length || uploading || error ? (
         <ul className="attachment-chips" aria-label="Attached files">
-          {props.files.map((file, index) => (
+          {files.map((file) => (
             <li key={file.url} className="attachment-chip" data-testid="attachment-chip">
               <span>{file.filename}</span>
               <button
                 type="button"
                 className="link-button"
                 aria-label={`Remove ${file.filename ?? "file"}`}
-                onClick={() => props.onChange(props.files.filter((_, at) => at !== index))}
+                onClick={() => remove(file.url)}
               >
                 ×
               </button>

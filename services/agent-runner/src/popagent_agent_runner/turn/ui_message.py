@@ -32,7 +32,7 @@ class UserMessage:
     attachments: int
     ui: dict[str, Any]
     # The stored attachments its file parts name, by url (`with_files`, once the turn has loaded them).
-    files: Mapping[str, LoadedAttachment] = field(default_factory=dict[str, LoadedAttachment])
+    files: Mapping[str, LoadedAttachment] = field(default_factory=dict[str, LoadedAttachment], compare=False)
 
     @classmethod
     def parse(cls, message_json: str) -> UserMessage:
