@@ -70,7 +70,7 @@ max-steps = {steps}
 [checks.negative_data_rejection]
 expected-statuses = ["400", "401", "403", "404", "405", "406", "409", "413", "415", "422", "428", "429", "5xx"]
 
-# The two rules JSON Schema cannot state, each where it applies (everything else any check
+# The rules JSON Schema cannot state, each where it applies (everything else any check
 # finds is declared in the document). Comparisons between fields, made against the stored
 # row (a retry cap at least the retry base, a heartbeat timeout above its interval, shared
 # budgets without async buffering): 422 naming the field.
@@ -87,6 +87,12 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403",
 # A skillMd is a document (YAML front matter, then Markdown): 400 saying what does not parse.
 [[operations]]
 include-name-regex = '^(POST|PATCH) /api/agents/[{{]agent_id[}}]/skills'
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "409", "429", "5xx"]
+
+# An attachment is typed by its bytes (a binary other than an image or PDF is refused), and its
+# name must leave a name once control characters and any folder are taken off: 400 saying which.
+[[operations]]
+include-name-regex = '^POST /api/sessions/[{{]session_id[}}]/attachments$'
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "409", "429", "5xx"]
 """
 

@@ -46,7 +46,7 @@ def attachment_out(message: pb.Attachment) -> AttachmentOut:
         "requestBody": {
             "required": True,
             "description": f"the file's bytes (at most {MAX_ATTACHMENT_BYTES}); its type is sniffed from them",
-            "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+            "content": {"application/octet-stream": {"schema": {"type": "string", "minLength": 1}}},
         }
     },
     responses={404: {"model": ErrorOut, "description": "Unknown session"}},
