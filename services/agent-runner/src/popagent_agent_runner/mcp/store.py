@@ -214,20 +214,7 @@ class McpServerStore:
         server = _checked(None, changes)
         async with self.pool.acquire() as conn, conn.transaction():
             with wrap_db_errors():
-                try:
-                    await conn.execute(
-                        QUERIES["insert_server"],
-                        server.id,
-                        server.name,
-                        server.transport,
-                        server.url,
-                        server.token_set,
-                        server.command,
-                        list(server.args),
-                        server.enabled,
-                    )
-                except asyncpg.UniqueViolationError:
-                    raise AlreadyExists(f"an MCP server named {server.name!r} exists already") from None
+                await _write_row(conn, QUERIES["insert_server"], server)
                 await self._grant(conn, server)
             # Stored before the row commits: a failed store leaves no server claiming a token.
             if changes.token:
@@ -241,20 +228,7 @@ class McpServerStore:
             with wrap_db_errors():
                 if await conn.fetchrow(QUERIES["lock_server"], server_id) is None:
                     raise NotFound(f"MCP server {server_id!r} not found")
-                try:
-                    await conn.execute(
-                        QUERIES["update_server"],
-                        server.id,
-                        server.name,
-                        server.transport,
-                        server.url,
-                        server.token_set,
-                        server.command,
-                        list(server.args),
-                        server.enabled,
-                    )
-                except asyncpg.UniqueViolationError:
-                    raise AlreadyExists(f"an MCP server named {server.name!r} exists already") from None
+                await _write_row(conn, QUERIES["update_server"], server)
                 if changes.agents is not None:
                     await conn.execute(QUERIES["delete_grants"], server.id)
                     await self._grant(conn, server)
@@ -286,3 +260,21 @@ class McpServerStore:
                 await conn.execute(QUERIES["insert_grant"], server.id, grant.agent_id, list(grant.tools))
             except asyncpg.ForeignKeyViolationError:
                 raise NotFound(f"agents: no agent {grant.agent_id!r}") from None
+
+
+async def _write_row(conn: asyncpg.pool.PoolConnectionProxy, query: str, server: McpServerRecord) -> None:
+    """Insert or update (`query`) the server's row; a name another server has is AlreadyExists."""
+    try:
+        await conn.execute(
+            query,
+            server.id,
+            server.name,
+            server.transport,
+            server.url,
+            server.token_set,
+            server.command,
+            list(server.args),
+            server.enabled,
+        )
+    except asyncpg.UniqueViolationError:
+        raise AlreadyExists(f"an MCP server named {server.name!r} exists already") from None
