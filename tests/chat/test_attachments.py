@@ -13,6 +13,8 @@ from typing import Any
 import httpx
 
 from chat.helpers import chat, new_session, new_workspace_session, text_of
+from popagent_agent_runner.attachments import sniff
+from popagent_gateway.dto.attachments import ATTACHMENT_MEDIA_TYPES
 from support.model_gateway import Turn
 from support.stacks import Stack
 
@@ -215,3 +217,9 @@ async def test_a_session_holds_at_most_a_hundred_attachments(stack: Stack) -> No
         refused = await upload(client, session, "one-more.txt", b"x")
         assert refused.status_code == 429
         assert "at most 100 attachments" in refused.json()["error"]
+
+
+def test_the_download_route_documents_every_type_a_file_is_sniffed_as() -> None:
+    sniffed = {media_type for _, media_type in sniff.IMAGE_SIGNATURES}
+    sniffed |= {"image/webp", sniff.PDF, sniff.PLAIN, *sniff.TEXT_TYPES.values()}
+    assert set(ATTACHMENT_MEDIA_TYPES) == sniffed

@@ -126,7 +126,9 @@ def test_each_child_holds_only_the_credentials_its_service_is_given(stack: Launc
     assert environments["secrets"]["POPAGENT_SECRET_KEY"] == secret_key
     assert environments["gateway"]["POPAGENT_API_KEY"] == stack.api_key
     assert "POPAGENT_INTERNAL_CALLERS" not in environments["gateway"]
-    assert set(json.loads(environments["secrets"]["POPAGENT_INTERNAL_CALLERS"])) == {"gateway", "browser-bridge"}
+    # agent-runner for the bearer tokens of users' MCP servers only (the secrets service limits it).
+    secrets_callers = {"gateway", "browser-bridge", "agent-runner"}
+    assert set(json.loads(environments["secrets"]["POPAGENT_INTERNAL_CALLERS"])) == secrets_callers
 
 
 def test_the_infrastructure_the_launcher_starts_inherits_no_credential(stack: Launched) -> None:

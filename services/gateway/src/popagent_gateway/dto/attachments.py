@@ -10,6 +10,18 @@ from popagent_gateway.dto import WireInput, WireModel
 
 # agent-runner's bound of one file (attachments/store.py); the upload route's body may be this large.
 MAX_ATTACHMENT_BYTES = 4 * 1024 * 1024
+# Every type agent-runner's sniffing gives a stored file (attachments/sniff.py), which a download is served as.
+ATTACHMENT_MEDIA_TYPES = (
+    "image/png",
+    "image/jpeg",
+    "image/gif",
+    "image/webp",
+    "application/pdf",
+    "text/plain",
+    "text/csv",
+    "text/markdown",
+    "application/json",
+)
 ATTACHMENT_UPLOAD_PATH = re.compile(r"/api/sessions/[^/]+/attachments")
 
 

@@ -13,6 +13,7 @@ from popagent_core.errors import InvalidArgument
 from popagent_gateway.deps import AgentRunnerAttachmentsStub
 from popagent_gateway.dto import ErrorOut
 from popagent_gateway.dto.attachments import (
+    ATTACHMENT_MEDIA_TYPES,
     MAX_ATTACHMENT_BYTES,
     AttachmentCopy,
     AttachmentCopyOut,
@@ -81,7 +82,10 @@ async def list_attachments(session_id: SessionId, stub: AgentRunnerAttachmentsSt
     "/{session_id}/attachments/{attachment_id}",
     response_class=Response,
     responses={
-        200: {"description": "The file, always as a download", "content": {"application/octet-stream": {}}},
+        200: {
+            "description": "The file, always as a download, as the type its bytes were sniffed as",
+            "content": {media_type: {} for media_type in ATTACHMENT_MEDIA_TYPES},
+        },
         404: {"model": ErrorOut, "description": "Unknown session or attachment"},
     },
 )
