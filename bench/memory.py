@@ -21,7 +21,9 @@ first token at turns 296-300 against turns 1-5 (median, each path against itself
 cost excluding model time: what an observing turn spends in observational memory beyond the
 Observer/Reflector calls themselves, and what every other turn spends in it; and, in the async
 conversation, the time to first token (p50) of the probes with a background observation in flight
-from their start to their first text against those with none, their ratio against the 1.10 target.
+from their start to their first text against those with none, their ratio against the 1.10 target;
+and the time to read the full-replay thread's messages as background observation reads an
+unobserved tail (`ObservationStore.raw`), parsed on every read against from the parsed-message cache.
 
     .venv/bin/python bench/memory.py [--turns 300] [--observer-ms 50] [--think-ms 10]
 """
@@ -45,6 +47,11 @@ import asyncpg  # noqa: E402
 from memory.harness import Conversations, TurnRecord, request_tokens, settings  # noqa: E402
 
 from bench.helpers.databases import emptied_database  # noqa: E402
+from popagent_agent_runner.memory.observational.store import (  # noqa: E402
+    PARSED_MESSAGES_MAX_CHARS,
+    ObservationStore,
+    ParsedMessages,
+)
 from popagent_agent_runner.service import MIGRATIONS  # noqa: E402
 from popagent_core.migrate import migrate  # noqa: E402
 from popagent_dev import embedded  # noqa: E402
@@ -131,7 +138,11 @@ async def run(turns: int, observer_ms: float, think_ms: float) -> None:
                 )
                 om = await conversation(harness, OM_MODEL, turns, om_settings)
                 model_s = timed.seconds
-                replay = await conversation(harness, REPLAY_MODEL, turns, settings(enabled=False))
+                replay_chat = await harness.new(REPLAY_MODEL)
+                for n in range(1, turns + 1):
+                    await replay_chat.turn(prompt(n), settings(enabled=False))
+                replay = replay_chat.turns
+                cold, cached = await raw_reads(harness.memory.store, replay_chat.thread_id)
                 gateway.responder = slow_observer(observer_ms / 1000)
                 async_settings = settings(
                     **{
@@ -169,6 +180,11 @@ async def run(turns: int, observer_ms: float, think_ms: float) -> None:
         f"{bookkeeping / max(1, len(observing)) * 1000:.1f} ms each beyond {model_s / max(1, len(observing)) * 1000:.1f} ms "
         f"in Observer/Reflector calls; other turns {median_ms([r.context_s for r in quiet]):.1f} ms median in memory"
     )
+    print(
+        f"reading a thread's {turns * 2} unobserved messages (ObservationStore.raw, median of {READS} reads): "
+        f"parsed each time {median_ms(cold):.2f} ms, from the parsed-message cache {median_ms(cached):.2f} ms "
+        f"({statistics.median(cold) / statistics.median(cached):.1f}x)"
+    )
     if during and alone:
         ratio = statistics.median(during) / statistics.median(alone)
         print(
@@ -178,6 +194,25 @@ async def run(turns: int, observer_ms: float, think_ms: float) -> None:
         )
     else:
         print(f"async observation: no comparison ({len(during)} probes in flight, {len(alone)} without)")
+
+
+READS = 15
+
+
+async def raw_reads(store: ObservationStore, thread_id: str) -> tuple[list[float], list[float]]:
+    """Times of reading the whole thread as background observation reads its unobserved tail:
+    with the messages parsed on every read (a cache emptied before each), and from the cache."""
+    cold: list[float] = []
+    cached: list[float] = []
+    for _ in range(READS):
+        store.parsed = ParsedMessages(PARSED_MESSAGES_MAX_CHARS)
+        started = time.perf_counter()
+        await store.raw(thread_id, 0)
+        cold.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        await store.raw(thread_id, 0)
+        cached.append(time.perf_counter() - started)
+    return cold, cached
 
 
 def _quiet(record: TurnRecord) -> bool:

@@ -8,6 +8,8 @@ the cursor checks, under the cursor's row lock, that no other writer moved it me
 
 from __future__ import annotations
 
+import collections
+import copy
 import dataclasses
 import datetime as dt
 from collections.abc import Mapping, Sequence
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
-from pydantic_ai.messages import ModelMessagesTypeAdapter
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
 from popagent_agent_runner.memory.observational.observer import RawMessage
 from popagent_agent_runner.memory.observational.tokens import count_messages, count_text
@@ -115,10 +117,49 @@ class FinishedTurn:
     active_log_tokens: int
 
 
+class ParsedMessages:
+    """Stored model messages parsed once per process, keyed by the stored JSON itself.
+
+    Background observation reads the unobserved tail of a thread again after every turn once
+    buffering has started, and validating each message with pydantic was most of what a long
+    thread's turn cost the runner besides the model. Keyed by content rather than by message id,
+    so a message rewritten in place (an edit, a rolled-back turn) can never be served stale.
+    Each read gets its own message objects (their parts are shared): pydantic-ai stamps run
+    metadata on history messages, which must not reach the next reader.
+    """
+
+    def __init__(self, max_chars: int) -> None:
+        self.max_chars = max_chars
+        self._parsed: collections.OrderedDict[str, list[ModelMessage]] = collections.OrderedDict()
+        self._chars = 0
+
+    def parse(self, stored: str) -> list[ModelMessage]:
+        parsed = self._parsed.get(stored)
+        if parsed is None:
+            parsed = ModelMessagesTypeAdapter.validate_json(stored)
+            if len(stored) <= self.max_chars:
+                self._parsed[stored] = parsed
+                self._chars += len(stored)
+                while self._chars > self.max_chars:
+                    evicted, _ = self._parsed.popitem(last=False)
+                    self._chars -= len(evicted)
+        else:
+            self._parsed.move_to_end(stored)
+        return [copy.copy(message) for message in parsed]
+
+    def __len__(self) -> int:
+        return len(self._parsed)
+
+
+# A few active threads' unobserved tails (the observation threshold bounds each one).
+PARSED_MESSAGES_MAX_CHARS = 2_000_000
+
+
 class ObservationStore:
     def __init__(self, pool: asyncpg.Pool, queries: Mapping[str, str]) -> None:
         self.pool = pool
         self.q = queries
+        self.parsed = ParsedMessages(PARSED_MESSAGES_MAX_CHARS)
 
     # -- reading ----------------------------------------------------------------
 
@@ -151,7 +192,7 @@ class ObservationStore:
         messages: list[RawMessage] = []
         uncounted: list[tuple[int, int]] = []
         for row in rows:
-            parsed = ModelMessagesTypeAdapter.validate_json(row["model"] or "[]")
+            parsed = self.parsed.parse(row["model"] or "[]")
             tokens = row["tokens"]
             if tokens is None:
                 tokens = count_messages(parsed)
