@@ -5,6 +5,7 @@ is sent (the server never sees it), the tab blanked and the agent told why."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import grpc
@@ -13,6 +14,7 @@ from chat.helpers import new_session
 
 from browser.helpers import CookieSite, bridge
 from support.stacks import Stack
+from support.waiting import eventually
 
 pytestmark = pytest.mark.xdist_group("browser")
 
@@ -106,3 +108,51 @@ async def test_a_session_without_a_profile_has_no_policy(stack: Stack, cookie_si
     async with bridge(stack, session) as b:
         await b.op("browser_navigate", url=cookie_site.url("blocked.test", "/page"))
         assert "hello" in await b.text("browser_snapshot")
+
+
+async def test_a_pages_own_requests_and_its_popups_are_held_to_the_policy(
+    stack: Stack, cookie_site: CookieSite
+) -> None:
+    # Not only what the agent navigates to: an image, a script's fetch and a popup the page opens
+    # by itself never reach a blocked origin's server either.
+    name = f"policy-{uuid.uuid4().hex[:8]}"
+    async with stack.client() as client:
+        created = await client.post(
+            "/api/browser/profiles", json={"name": name, "blockedOrigins": [cookie_site.origin("blocked.test")]}
+        )
+        assert created.status_code == 201, created.text
+        session = await new_session(client)
+        (await client.put(f"/api/browser/sessions/{session}/profile", json={"profile": name})).raise_for_status()
+        async with bridge(stack, session) as b:
+            await b.op("browser_navigate", url=cookie_site.url("allowed.test", "/page"))
+            cookie_site.hosts.clear()
+            blocked, allowed = cookie_site.url("blocked.test", "/show"), cookie_site.url("allowed.test", "/show")
+            loads = await b.text(
+                "browser_evaluate",
+                function=f"""async () => {{
+                  const image = (src) => new Promise((done) => {{
+                    const img = new Image();
+                    img.onload = img.onerror = () => done(src);
+                    img.src = src;
+                  }});
+                  const fetched = (url) => fetch(url, {{ mode: "no-cors" }}).then(() => "sent", () => "refused");
+                  await image({blocked + "?img"!r});
+                  await image({allowed + "?img"!r});
+                  return [await fetched({blocked + "?fetch"!r}), await fetched({allowed + "?fetch"!r})].join(",");
+                }}""",
+            )
+            assert '"refused,sent"' in loads
+            # Each request of the page finished (refused or answered) before the script returned.
+            assert cookie_site.hosts == ["allowed.test", "allowed.test"]
+
+            await b.op(
+                "browser_evaluate",
+                function=f"() => {{ window.open({blocked + '?popup'!r}); window.open({allowed + '?popup'!r}); }}",
+            )
+            # The blocked popup was opened first: by the time the allowed one's request arrived,
+            # the blocked one's would have too.
+            await eventually(
+                lambda: asyncio.sleep(0, result=list(cookie_site.hosts)), until=lambda hosts: len(hosts) >= 3, within=30
+            )
+            assert cookie_site.hosts[2:] == ["allowed.test"]
+        await client.delete(f"/api/sessions/{session}")

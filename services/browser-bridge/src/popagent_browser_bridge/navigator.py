@@ -14,7 +14,7 @@
   refuses the calls in flight; a user's takeover pauses the agent's calls for that session.
 - A session using a browser profile (`profiles.py`) gets that profile's navigator: its network
   policy refuses a navigation to a refused origin before the call, a guard in the browser context
-  fails every document request to one (each redirect leg included) before it is sent, and a tab
+  fails every request to one (each redirect leg, a page's resources and popups included) before it is sent, and a tab
   left on a refused origin is blanked after the call; the profile's browser state is saved after
   each call. Each operation the agent runs is recorded with a screenshot when a recorder is set.
 """
@@ -719,10 +719,13 @@ STOPPED_REQUESTS = """async (page) => {
 BLOCKED_BY_GUARD = "ERR_BLOCKED_BY_CLIENT"
 ERROR_PAGE = "chrome-error:"
 # The network policy inside the browser: each page of the context (those opened later too) gets a
-# CDP session pausing every document request, main frame and frames, at the request stage, where
-# Chromium reports each redirect leg as a request of its own; one to a refused origin fails with
-# ERR_BLOCKED_BY_CLIENT before it is sent. The same rule as policy.py; the context keeps the
-# current rules, so a policy change replaces them for pages already guarded.
+# CDP session pausing every request (documents, frames, images, scripts, fetches) at the request
+# stage, where Chromium reports each redirect leg as a request of its own; one to a refused origin
+# fails with ERR_BLOCKED_BY_CLIENT before it is sent. A context route refuses the same: Playwright's
+# routes never see redirect legs, but they are in place before a popup's first request, which can
+# leave before the popup is announced and gets its CDP session. Only documents refused are reported
+# to the agent (a page's blocked image is not its navigation failing). The same rule as policy.py;
+# the context keeps the current rules, so a policy change replaces them for pages already guarded.
 GUARD_REQUESTS = """async (page) => {
   const context = page.context();
   context.__popagentPolicy = __POLICY__;
@@ -742,7 +745,7 @@ GUARD_REQUESTS = """async (page) => {
     const cdp = await context.newCDPSession(p);
     cdp.on("Fetch.requestPaused", (event) => {
       const stop = refused(event.request.url);
-      if (stop) {
+      if (stop && event.resourceType === "Document") {
         const stopped = (context.__popagentStopped = context.__popagentStopped || []);
         if (stopped.length < 20) stopped.push(event.request.url);
       }
@@ -751,11 +754,22 @@ GUARD_REQUESTS = """async (page) => {
         : cdp.send("Fetch.continueRequest", { requestId: event.requestId });
       reply.catch(() => {});
     });
-    await cdp.send("Fetch.enable", { patterns: [{ urlPattern: "*", resourceType: "Document", requestStage: "Request" }] });
+    await cdp.send("Fetch.enable", { patterns: [{ urlPattern: "*", requestStage: "Request" }] });
   };
   if (!context.__popagentGuarding) {
     context.__popagentGuarding = true;
     context.on("page", (p) => { guard(p).catch(() => {}); });
+    // A popup's first request can leave before its page is announced (and guarded); the
+    // context's routes are in place before any page of it sends anything.
+    await context.route("**/*", (route) => {
+      const request = route.request();
+      if (!refused(request.url())) return route.fallback();
+      if (request.isNavigationRequest()) {
+        const stopped = (context.__popagentStopped = context.__popagentStopped || []);
+        if (stopped.length < 20) stopped.push(request.url());
+      }
+      return route.abort("blockedbyclient");
+    });
   }
   for (const p of context.pages()) await guard(p);
   return "guarded";
