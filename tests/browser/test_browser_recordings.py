@@ -6,17 +6,22 @@ from __future__ import annotations
 
 import contextlib
 import json
+import uuid
 from collections.abc import AsyncIterator
 
 import asyncpg
+import nats
 import pytest
 from chat.helpers import new_session
 
 from browser.helpers import CookieSite, bind_canary, bridge
+from popagent.events.v1 import events_pb2
 from popagent_browser_bridge.repo import RecordingRepo
+from popagent_core import subjects
 from support.browser_peer import LoginSite
 from support.canary import CANARY
 from support.stacks import Stack
+from support.waiting import eventually
 
 pytestmark = pytest.mark.xdist_group("browser")
 
@@ -92,3 +97,36 @@ async def test_a_recording_keeps_the_newest_frames_within_its_count_and_byte_bou
         await by_count.delete("bounded-count")
         await by_bytes.delete("bounded-bytes")
         assert await by_count.frames("bounded-count") == []
+
+
+async def test_a_deletion_the_bridge_missed_reaches_it_through_the_durable_event(
+    stack: Stack, cookie_site: CookieSite
+) -> None:
+    # agent-runner tells browser-bridge at once over gRPC when a session is deleted; a bridge that
+    # was down then reads the session-deleted fact from JetStream. The test publishes that fact
+    # as agent-runner's outbox does, without the direct call.
+    name = f"missed-{uuid.uuid4().hex[:8]}"
+    async with stack.client() as client:
+        (await client.post("/api/browser/profiles", json={"name": name})).raise_for_status()
+        session = await new_session(client)
+        (await client.put(f"/api/browser/sessions/{session}/profile", json={"profile": name})).raise_for_status()
+        async with bridge(stack, session) as b:
+            await b.op("browser_navigate", url=cookie_site.url("missed.test", "/page"))
+        assert len((await client.get(f"/api/browser/sessions/{session}/recordings")).json()["frames"]) == 1
+
+        nc = await nats.connect(stack.nats_url)
+        try:
+            js = nc.jetstream()
+            payload = events_pb2.SessionDeleted(session_id=session, workspace_id="w").SerializeToString()
+            await js.publish(subjects.SESSION_DELETED, payload, headers={"Nats-Msg-Id": f"deleted-{session}"})
+        finally:
+            await nc.close()
+
+        async def state() -> tuple[int, str | None]:
+            frames = (await client.get(f"/api/browser/sessions/{session}/recordings")).json()["frames"]
+            [profile] = [p for p in (await client.get("/api/browser/profiles")).json()["profiles"] if p["name"] == name]
+            return len(frames), profile["sessionId"]
+
+        await eventually(state, until=lambda seen: seen == (0, None), within=30, what="the recording and profile to go")
+        assert (await client.delete(f"/api/browser/profiles/{name}")).status_code in (200, 204)
+        await client.delete(f"/api/sessions/{session}")

@@ -100,11 +100,13 @@ def test_the_nats_permissions_cover_what_each_service_subscribes_to(service: str
 
 
 def test_the_nats_consumers_are_the_services_durables() -> None:
+    from popagent_browser_bridge.service import SESSION_DELETED_DURABLE as BRIDGE_DURABLE
     from popagent_evolution.ingest import DURABLE as EVOLUTION_DURABLE
     from popagent_hooks.service import SESSION_DELETED_DURABLE
 
     assert embedded.NATS_CONSUMERS["hooks"] == ((subjects.SESSION_DELETED, SESSION_DELETED_DURABLE),)
     assert embedded.NATS_CONSUMERS["evolution"] == ((subjects.TURN_COMPLETED, EVOLUTION_DURABLE),)
+    assert embedded.NATS_CONSUMERS["browser-bridge"] == ((subjects.SESSION_DELETED, BRIDGE_DURABLE),)
 
 
 def test_a_service_publishes_only_its_own_facts() -> None:

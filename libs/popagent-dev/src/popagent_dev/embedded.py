@@ -395,6 +395,7 @@ NATS_LISTENS: dict[str, tuple[str, ...]] = {
 }
 NATS_CONSUMERS: dict[str, tuple[tuple[str, str], ...]] = {
     "hooks": ((subjects.SESSION_DELETED, "hooks-session-deleted"),),
+    "browser-bridge": ((subjects.SESSION_DELETED, "browser-bridge-session-deleted"),),
     "evolution": ((subjects.TURN_COMPLETED, "evolution-signals"),),
 }
 

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from google.protobuf.message import DecodeError
+from nats.aio.msg import Msg
+
 from popagent.browser_bridge.v1 import browser_bridge_pb2_grpc, navigator_pb2_grpc
+from popagent.events.v1 import events_pb2
 from popagent.secrets.v1 import secrets_pb2_grpc
 from popagent_browser_bridge.bifrost import BifrostClient
 from popagent_browser_bridge.navigator import BrowserGate, Navigator
@@ -16,7 +21,7 @@ from popagent_browser_bridge.repo import BrowserSettingsRepo, ProfileRepo, Recor
 from popagent_browser_bridge.scrub import SecretValues
 from popagent_browser_bridge.servicer import BrowserBridgeServicer, BrowserNavigatorServicer
 from popagent_browser_bridge.settings import Settings
-from popagent_core import subjects
+from popagent_core import bus, subjects
 from popagent_core.grpc_client import open_channel
 from popagent_core.lifecycle import background_task
 from popagent_core.service import service_kernel
@@ -25,6 +30,20 @@ logger = logging.getLogger(__name__)
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 PROFILE_CONNECT_WAIT_S = 15.0
+SESSION_DELETED_DURABLE = "browser-bridge-session-deleted"
+
+
+async def _on_session_deleted(browsers: Browsers, msg: Msg) -> None:
+    """A deleted session's tabs, recording and profile choice go. agent-runner asks for that at
+    once over gRPC; the durable event is what reaches a browser-bridge that was down then."""
+    try:
+        event = events_pb2.SessionDeleted.FromString(msg.data)
+    except DecodeError:
+        # Redelivery cannot fix a payload that does not parse: log it and let it be acked.
+        logger.warning("undecodable session-deleted event dropped", extra={"subject": msg.subject})
+        return
+    if event.session_id:
+        await browsers.close_session(event.session_id, deleted=True)
 
 
 @contextlib.asynccontextmanager
@@ -90,6 +109,14 @@ async def build(settings: Settings) -> AsyncIterator[Navigator]:
         )
         await browsers.load()
         stack.push_async_callback(browsers.close)
+        consumer = functools.partial(
+            bus.consume,
+            kernel.js,
+            subject=subjects.SESSION_DELETED,
+            durable=SESSION_DELETED_DURABLE,
+            handler=functools.partial(_on_session_deleted, browsers),
+        )
+        await stack.enter_async_context(background_task(consumer, name="browser-bridge-session-deleted"))
         browser_bridge_pb2_grpc.add_BrowserBridgeServiceServicer_to_server(
             BrowserBridgeServicer(repo, browsers, settings_changed), kernel.server
         )
