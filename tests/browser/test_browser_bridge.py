@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import uuid
 from collections.abc import AsyncIterator
@@ -226,3 +227,40 @@ async def test_a_trusted_self_update_turn_gets_no_browser_tools(stack: Stack) ->
     user_tools, self_update_tools = (set(_tool_names(request)) for request in stack.models.requests[-2:])
     assert {NAV, "useBrowserSecret"} <= user_tools
     assert not {NAV, "useBrowserSecret"} & self_update_tools
+
+
+async def test_the_user_s_input_reaches_a_held_page_and_a_closed_tab_answers_404(stack: Stack, site: LoginSite) -> None:
+    """The panel's takeover: a click at a point of the screenshot focuses the field there, typed text
+    and a key land in it; without takeover the input is refused (409); once the tab is gone the
+    screenshot and the input answer 404 saying so, not that a service is down."""
+    session = f"input-{uuid.uuid4().hex[:8]}"
+    field = "() => JSON.stringify(document.querySelector('#user').getBoundingClientRect())"
+    async with stack.client() as client, bridge(stack, session) as b:
+        await b.op("browser_navigate", url=site.url("/login"))
+        box = json.loads(
+            json.loads((await b.text("browser_evaluate", function=field)).split("### Result")[1].split("###")[0])
+        )
+        click = {"click": {"x": box["x"] + 5, "y": box["y"] + box["height"] / 2}}
+        route = f"/api/browser/sessions/{session}/input"
+        refused = await client.post(route, json=click)
+        assert refused.status_code == 409 and "take over this browser session first" in refused.json()["error"]
+        assert (await client.post(f"/api/browser/sessions/{session}/takeover")).status_code == 200
+        assert (await client.post(route, json=click)).status_code == 204
+        assert (await client.post(route, json={"text": "ada"})).status_code == 204
+        assert (await client.post(route, json={"key": "Backspace"})).status_code == 204
+        assert (await client.post(route, json={"text": "m"})).status_code == 204
+        both = await client.post(route, json={"text": "x", "key": "Enter"})
+        assert both.status_code == 422
+        assert (await client.post(route, json={"key": "Enter; rm"})).status_code == 422
+        assert (await client.delete(f"/api/browser/sessions/{session}/takeover")).status_code == 200
+        typed = await b.text("browser_evaluate", function="() => document.querySelector('#user').value")
+        assert '"adm"' in typed
+
+        assert (await client.delete(f"/api/browser/sessions/{session}")).json() == {"closed": True}
+        shot = await client.get(f"/api/browser/sessions/{session}/screenshot")
+        assert shot.status_code == 404, shot.text
+        assert "has no browser tab now: it was closed, or the browser restarted" in shot.json()["error"]
+        assert (await client.post(f"/api/browser/sessions/{session}/takeover")).status_code == 200
+        gone = await client.post(route, json=click)
+        assert gone.status_code == 404 and "has no browser tab now" in gone.json()["error"]
+        await client.delete(f"/api/browser/sessions/{session}/takeover")

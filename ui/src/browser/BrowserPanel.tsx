@@ -1,8 +1,10 @@
 // The browser beside the chat: the session's current page (a screenshot polled as the screencast),
 // takeover/release, the session's browser profile and its recording. While the user holds
-// takeover, the agent's browser operations pause. Shown while the browser is enabled or the session
-// has a tab, a profile or a recording.
-import { useEffect, useState } from "react";
+// takeover, the agent's browser operations pause and the screenshot takes the user's clicks and
+// keys (forwarded to the page: POST /api/browser/sessions/{id}/input). A tab that goes away says so.
+// Shown while the browser is enabled or the session has a tab, a profile or a recording.
+import { useEffect, useRef, useState, type KeyboardEvent, type MouseEvent } from "react";
+import { ApiError } from "../api/client";
 import type { BrowserRecordingFrameOut } from "../api/types";
 import { browserApi } from "./api";
 import { SessionProfile, SessionRecording } from "./SessionBrowserDetails";
@@ -12,6 +14,18 @@ import "./browser.css";
 // less often. Nothing is asked while the page is hidden (each poll is a request, and a trace).
 const POLL_MS = 1500;
 const IDLE_POLL_MS = 10_000;
+// Keys forwarded by name; other single characters are typed as text.
+const NAMED_KEYS = new Set([
+  "Enter", "Tab", "Backspace", "Delete", "Escape", "Home", "End", "PageUp", "PageDown",
+  "ArrowUp", "ArrowDown", "ArrowLeft", "ArrowRight",
+]);
+const TAB_GONE =
+  "This chat's browser tab is gone: it was closed, or the browser restarted. The agent opens a new one at its next browser step.";
+
+function reasonOf(reason: unknown): string {
+  if (reason instanceof ApiError && reason.status === 404) return TAB_GONE;
+  return reason instanceof Error ? reason.message : String(reason);
+}
 
 export function BrowserPanel({ sessionId }: { sessionId: string }) {
   const [hasTab, setHasTab] = useState(false);
@@ -22,6 +36,11 @@ export function BrowserPanel({ sessionId }: { sessionId: string }) {
   const [enabled, setEnabled] = useState(false);
   const [profile, setProfile] = useState<string | null>(null);
   const [frames, setFrames] = useState<BrowserRecordingFrameOut[]>([]);
+  const [gone, setGone] = useState(false);
+  const [refresh, setRefresh] = useState(0);
+  const hadTab = useRef(false);
+  // The user's inputs go one after another, in the order they were made.
+  const inputs = useRef<Promise<void>>(Promise.resolve());
 
   useEffect(() => {
     let live = true;
@@ -46,6 +65,10 @@ export function BrowserPanel({ sessionId }: { sessionId: string }) {
         if (!live) return;
         setHasTab(Boolean(mine));
         setTakenOver(Boolean(mine?.takenOver));
+        // A tab this panel showed is no longer listed: closed, or the browser restarted.
+        if (mine) hadTab.current = true;
+        setGone(!mine && hadTab.current);
+        if (!mine) setImage("");
         schedule(mine ? POLL_MS : IDLE_POLL_MS);
         if (!open) return;
         const recording = await browserApi.recording(sessionId);
@@ -60,7 +83,7 @@ export function BrowserPanel({ sessionId }: { sessionId: string }) {
         setImage(next);
         setError("");
       } catch (reason) {
-        if (live) setError(reason instanceof Error ? reason.message : String(reason));
+        if (live) setError(reasonOf(reason));
       }
     };
     let every = 0;
@@ -82,9 +105,44 @@ export function BrowserPanel({ sessionId }: { sessionId: string }) {
       document.removeEventListener("visibilitychange", onVisible);
       if (url) URL.revokeObjectURL(url);
     };
-  }, [sessionId, open]);
+  }, [sessionId, open, refresh]);
 
-  if (!hasTab && !error && !enabled && profile === null && frames.length === 0) return null;
+  useEffect(() => {
+    hadTab.current = false;
+    setGone(false);
+  }, [sessionId]);
+
+  if (!hasTab && !gone && !error && !enabled && profile === null && frames.length === 0) return null;
+  const send = (body: Parameters<typeof browserApi.input>[1]) => {
+    inputs.current = inputs.current.then(async () => {
+      try {
+        await browserApi.input(sessionId, body);
+        setError("");
+        setRefresh((n) => n + 1);
+      } catch (reason) {
+        setError(reasonOf(reason));
+      }
+    });
+  };
+  const click = (event: MouseEvent<HTMLImageElement>) => {
+    const shown = event.currentTarget;
+    const box = shown.getBoundingClientRect();
+    // The screenshot is taken at CSS scale: its natural size is the page's viewport.
+    const x = ((event.clientX - box.left) * shown.naturalWidth) / box.width;
+    const y = ((event.clientY - box.top) * shown.naturalHeight) / box.height;
+    shown.focus();
+    send({ click: { x: Math.max(0, x), y: Math.max(0, y) } });
+  };
+  const key = (event: KeyboardEvent<HTMLImageElement>) => {
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    if (NAMED_KEYS.has(event.key)) {
+      event.preventDefault();
+      send({ key: event.key });
+    } else if (event.key.length === 1) {
+      event.preventDefault();
+      send({ text: event.key });
+    }
+  };
   const toggle = async () => {
     try {
       const answer = takenOver ? await browserApi.release(sessionId) : await browserApi.takeOver(sessionId);
@@ -105,9 +163,31 @@ export function BrowserPanel({ sessionId }: { sessionId: string }) {
           </button>
         ) : null}
       </div>
-      {takenOver ? <p className="muted">You hold this browser: the agent's browser operations are paused.</p> : null}
-      {error ? <p className="error-text" role="alert">{error}</p> : null}
-      {open && image ? <img className="browser-screen" src={image} alt="The chat session's current browser page" /> : null}
+      {takenOver ? (
+        <p className="muted">
+          You hold this browser: the agent's browser operations are paused. Click the page and type to use it.
+        </p>
+      ) : null}
+      {gone && !hasTab ? (
+        <p className="warn-text" role="status" data-testid="browser-gone">
+          {TAB_GONE}
+        </p>
+      ) : null}
+      {error ? <p className="error-text" role="alert" data-testid="browser-error">{error}</p> : null}
+      {open && image && takenOver ? (
+        // A held page takes the user's clicks and keys; the screenshot is what they act on.
+        <img
+          className="browser-screen interactive"
+          src={image}
+          alt="The chat session's browser page: click to click there, type to type into it"
+          tabIndex={0}
+          onClick={click}
+          onKeyDown={key}
+          data-testid="browser-screen"
+        />
+      ) : open && image ? (
+        <img className="browser-screen" src={image} alt="The chat session's current browser page" data-testid="browser-screen" />
+      ) : null}
       {open ? <SessionProfile sessionId={sessionId} onChange={setProfile} /> : null}
       {open ? <SessionRecording sessionId={sessionId} frames={frames} /> : null}
     </aside>

@@ -8,6 +8,9 @@ export const browserApi = {
   sessions: () => unwrap(http.GET("/api/browser/sessions")),
   takeOver: (sessionId: string) => unwrap(http.POST("/api/browser/sessions/{session_id}/takeover", session(sessionId))),
   release: (sessionId: string) => unwrap(http.DELETE("/api/browser/sessions/{session_id}/takeover", session(sessionId))),
+  /** The user's click (CSS pixels of the page), text or key on the page they hold. */
+  input: (sessionId: string, body: { click: { x: number; y: number } } | { text: string } | { key: string }) =>
+    unwrap(http.POST("/api/browser/sessions/{session_id}/input", { ...session(sessionId), body })),
   /** The current page as a PNG blob. */
   screenshot: (sessionId: string) =>
     unwrap(http.GET("/api/browser/sessions/{session_id}/screenshot", { ...session(sessionId), parseAs: "blob" })),

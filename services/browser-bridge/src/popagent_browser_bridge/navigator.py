@@ -50,7 +50,7 @@ from popagent_browser_bridge.tabs import (
     present,
     tags_function,
 )
-from popagent_core.errors import FailedPrecondition, InvalidArgument, PermissionDenied, Unavailable
+from popagent_core.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, Unavailable
 
 Access = Literal["read-only", "interactive", "code"]
 ACCESS_RANK = {"none": 0, "read-only": 1, "interactive": 2}
@@ -88,6 +88,20 @@ MAX_TEXT_CHARS = 200_000
 PAUSED = "paused: the user has taken over this browser session; try again after they release it"
 # The page a result shows (`### Page` section of every result that touched one).
 PAGE_URL = re.compile(r"^- Page URL: (\S+)", re.MULTILINE)
+# A session whose tab went away (closed in the browser, or the browser server restarted without
+# keeping its pages): what the screencast and the user's input are answered.
+TAB_GONE = (
+    "chat session {session_id} has no browser tab now: it was closed, or the browser restarted; "
+    "the agent opens a new one at its next browser step"
+)
+NOT_HELD = "take over this browser session first: the user's input is only forwarded while they hold it"
+# Keys the user may press on a held page: a printable character or one of the named keys.
+KEY_NAME = re.compile(
+    r"[^\x00-\x1f\x7f]|F[1-9]|F1[0-2]|Enter|Tab|Backspace|Delete|Escape|Space|Home|End|PageUp|PageDown"
+    r"|Arrow(?:Up|Down|Left|Right)"
+)
+MAX_TYPED_CHARS = 4000
+MAX_COORDINATE = 100_000.0
 # Operations that only read what the tab shows: no recording frame of their own.
 UNRECORDED = frozenset({"browser_snapshot", "browser_take_screenshot", "browser_console_messages"})
 
@@ -483,7 +497,8 @@ class Navigator:
         for attempt in range(2):
             index = book.index(tab.id)
             if index is None:
-                raise Unavailable("this session's tab was closed in the browser; try again")
+                book.current.pop(tab.owner or "", None)
+                raise NotFound(TAB_GONE.format(session_id=tab.owner))
             result = await self._checked("browser_tabs", {"action": "select", "index": index})
             listed = listed_tabs("browser_tabs", _text_of(result))
             if listed is not None and listed[0] == len(book.tabs):
@@ -627,13 +642,37 @@ class Navigator:
         self.gate.require()
         async with self._lock:
             if session_id not in self.sessions:
-                raise FailedPrecondition(f"chat session {session_id} has no browser tab")
+                raise NotFound(TAB_GONE.format(session_id=session_id))
             await self._focus(session_id)
             result = await self.client.call("browser_take_screenshot", {"type": "png", "scale": "css"})
         for item in result.content:
             if isinstance(item, types.ImageContent):
                 return base64.b64decode(item.data)
         raise Unavailable(f"the browser answered no image: {_text_of(result)[:300]}")
+
+    async def interact(self, session_id: str, user_input: UserInput) -> None:
+        """The user's own click, text or key on the session's page, while they hold it (takeover):
+        the agent's calls are paused then, so the page is theirs. The bridge writes the code that
+        runs (the input is data in it), under the profile's network policy as the agent's calls are."""
+        self.gate.require()
+        code = USER_INPUT.replace("__INPUT__", json.dumps(user_input.as_json()))
+        async with self._lock:
+            if session_id not in self.takeovers:
+                raise FailedPrecondition(NOT_HELD)
+            if session_id not in self.sessions:
+                raise NotFound(TAB_GONE.format(session_id=session_id))
+            if RUN_CODE not in self.client.tools:
+                raise FailedPrecondition(f"the browser server does not offer {RUN_CODE}, which forwarding input needs")
+            if self.policy is not None:
+                await self._guard_requests(self.policy)
+            await self._focus(session_id)
+            result = await self._checked(RUN_CODE, {"code": code})
+            if user_input.click is not None:
+                # A click may open a popup: it is this session's.
+                await self._sync(appeared_for=session_id)
+            await self._enforce_policy(result)
+            if self.state is not None:
+                await self._save_state()
 
     async def use_secret(
         self, session_id: str, access: str, resource_id: str, name: str, element: str
@@ -686,6 +725,41 @@ FILL_FUNCTION = """(element) => {
   element.dispatchEvent(new Event("input", { bubbles: true }));
   element.dispatchEvent(new Event("change", { bubbles: true }));
   return { frame, top, filled: true };
+}"""
+
+
+@dataclass(frozen=True, slots=True)
+class UserInput:
+    """One input of the user on a held page: a click at CSS pixels of the viewport, text, or a key."""
+
+    click: tuple[float, float] | None = None
+    text: str | None = None
+    key: str | None = None
+
+    def __post_init__(self) -> None:
+        given = [v for v in (self.click, self.text, self.key) if v is not None]
+        if len(given) != 1:
+            raise InvalidArgument("give exactly one of a click, text or a key")
+        if self.click is not None and not all(0 <= c <= MAX_COORDINATE for c in self.click):
+            raise InvalidArgument(f"a click's x and y are CSS pixels from 0 to {MAX_COORDINATE:.0f}")
+        if self.text is not None and not 0 < len(self.text) <= MAX_TYPED_CHARS:
+            raise InvalidArgument(f"typed text must be 1 to {MAX_TYPED_CHARS} characters")
+        if self.key is not None and not KEY_NAME.fullmatch(self.key):
+            raise InvalidArgument(f"unknown key {self.key[:40]!r}: a character, or Enter, Tab, Backspace, an arrow…")
+
+    def as_json(self) -> dict[str, Any]:
+        if self.click is not None:
+            return {"click": {"x": self.click[0], "y": self.click[1]}}
+        return {"text": self.text} if self.text is not None else {"key": self.key}
+
+
+# The user's input on the page (the bridge's code; the input is JSON data in it).
+USER_INPUT = """async (page) => {
+  const input = __INPUT__;
+  if (input.click) await page.mouse.click(input.click.x, input.click.y);
+  else if (input.text !== undefined) await page.keyboard.type(input.text);
+  else await page.keyboard.press(input.key === " " ? "Space" : input.key);
+  return "done";
 }"""
 
 

@@ -9,10 +9,11 @@ from typing import Any
 import grpc
 
 from popagent.browser_bridge.v1 import browser_bridge_pb2, browser_bridge_pb2_grpc, navigator_pb2, navigator_pb2_grpc
+from popagent_browser_bridge.navigator import TAB_GONE, UserInput
 from popagent_browser_bridge.profiles import Browsers
 from popagent_browser_bridge.repo import BrowserProfile, BrowserSettings, BrowserSettingsRepo
 from popagent_core.auth import caller_var
-from popagent_core.errors import FailedPrecondition, InvalidArgument, PermissionDenied
+from popagent_core.errors import InvalidArgument, NotFound, PermissionDenied
 
 MAX_ARGUMENTS_BYTES = 256 * 1024
 # The tools run in agent-runner's turns; the browser routes are the gateway's.
@@ -245,8 +246,24 @@ class BrowserNavigatorServicer(navigator_pb2_grpc.BrowserNavigatorServiceService
         _require(ROUTE_CALLERS, "take browser screenshots")
         navigator = self.browsers.open_navigator(request.session_id)
         if navigator is None:
-            raise FailedPrecondition(f"chat session {request.session_id} has no browser tab")
+            raise NotFound(TAB_GONE.format(session_id=request.session_id))
         return navigator_pb2.ScreenshotResponse(png=await navigator.screenshot(request.session_id))
+
+    async def Interact(
+        self, request: navigator_pb2.InteractRequest, context: grpc.aio.ServicerContext
+    ) -> navigator_pb2.InteractResponse:
+        _require(ROUTE_CALLERS, "forward input to browser sessions")
+        which = request.WhichOneof("input")
+        user_input = UserInput(
+            click=(request.click.x, request.click.y) if which == "click" else None,
+            text=request.text if which == "text" else None,
+            key=request.key if which == "key" else None,
+        )
+        navigator = self.browsers.open_navigator(request.session_id)
+        if navigator is None:
+            raise NotFound(TAB_GONE.format(session_id=request.session_id))
+        await navigator.interact(request.session_id, user_input)
+        return navigator_pb2.InteractResponse()
 
     async def SetTakeover(
         self, request: navigator_pb2.SetTakeoverRequest, context: grpc.aio.ServicerContext

@@ -3,9 +3,9 @@ browser profiles and their network policy, and the sessions' recordings."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from popagent_gateway.dto import WireInput, WireModel
 from popagent_gateway.dto.secrets import HOST_PORT_PATTERN, MAX_ORIGIN_CHARS, ORIGIN_REGEX
@@ -32,6 +32,47 @@ class BrowserSessionOut(WireModel):
     # A user holds the session's browser: the agent's browser operations are paused.
     taken_over: bool
     profile: str | None = Field(description="the browser profile the session uses; null: none")
+
+
+# The viewport of a page is at most this many CSS pixels each way (browser-bridge's own bound).
+MAX_INPUT_COORDINATE = 100_000
+MAX_TYPED_CHARS = 4000
+KEY_PATTERN = (
+    r"^([^\x00-\x1f\x7f]|F[1-9]|F1[0-2]|Enter|Tab|Backspace|Delete|Escape|Space|Home|End|PageUp|PageDown"
+    r"|Arrow(Up|Down|Left|Right))$"
+)
+
+
+class BrowserClick(WireInput):
+    x: float = Field(ge=0, le=MAX_INPUT_COORDINATE, description="CSS pixels from the page's left edge")
+    y: float = Field(ge=0, le=MAX_INPUT_COORDINATE, description="CSS pixels from the page's top edge")
+
+
+class BrowserInput(WireInput):
+    """One input of the user on a held page: exactly one of a click, text or a key."""
+
+    SCHEMA_RULES: ClassVar[dict[str, Any]] = {
+        "oneOf": [{"required": ["click"]}, {"required": ["text"]}, {"required": ["key"]}]
+    }
+
+    click: BrowserClick | None = Field(default=None, description="a click at a point of the screenshot")
+    text: str | None = Field(
+        default=None, min_length=1, max_length=MAX_TYPED_CHARS, description="typed into what has the focus"
+    )
+    key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=10,
+        pattern=KEY_PATTERN,
+        description="one character, or Enter, Tab, Backspace, Delete, Escape, Space, Home, End, PageUp, "
+        "PageDown, ArrowUp/Down/Left/Right, F1-F12",
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> BrowserInput:
+        if sum(value is not None for value in (self.click, self.text, self.key)) != 1:
+            raise ValueError("give exactly one of click, text or key")
+        return self
 
 
 class BrowserSessionsOut(WireModel):

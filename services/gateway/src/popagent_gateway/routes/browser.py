@@ -17,6 +17,7 @@ from popagent.browser_bridge.v1 import navigator_pb2_grpc
 from popagent_gateway.deps import BrowserBridgeStub, cached_stub
 from popagent_gateway.dto.browser import (
     BrowserHealthOut,
+    BrowserInput,
     BrowserProfileCreate,
     BrowserProfileListOut,
     BrowserProfileOut,
@@ -100,6 +101,21 @@ async def release(session_id: SessionId, navigator: NavigatorStub) -> BrowserSes
     """Give a chat session's browser back to the agent."""
     released = await navigator.SetTakeover(pb.SetTakeoverRequest(session_id=session_id, held=False))
     return _session(released.session)
+
+
+@router.post("/sessions/{session_id}/input", status_code=204, response_class=Response)
+async def browser_input(session_id: SessionId, body: BrowserInput, navigator: NavigatorStub) -> Response:
+    """The user's click (at CSS pixels of the screenshot), typed text or key on a chat session's page,
+    while they hold it (409 otherwise: take over first). 404 when the session's tab is gone."""
+    request = pb.InteractRequest(session_id=session_id)
+    if body.click is not None:
+        request.click.x, request.click.y = body.click.x, body.click.y
+    elif body.key is not None:
+        request.key = body.key
+    elif body.text is not None:
+        request.text = body.text
+    await navigator.Interact(request, timeout=SCREENSHOT_TIMEOUT_S)
+    return Response(status_code=204)
 
 
 # -- profiles ------------------------------------------------------------------------------------
