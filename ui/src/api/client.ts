@@ -123,6 +123,13 @@ export const api = {
     return { file, name: named?.[1] ?? `chat.${format === "json" ? "json" : "md"}` };
   },
   hooks: (id: string) => unwrap(http.GET("/api/sessions/{session_id}/hooks", session(id))),
+  /** Show another version of an edited user message; the session as it is then. */
+  showMessageVersion: (id: string, messageId: string, version: number) =>
+    unwrap(
+      http.POST("/api/sessions/{session_id}/messages/{message_id}/versions/{version}", {
+        params: { path: { session_id: id, message_id: messageId, version } },
+      }),
+    ),
   cancelTurn: (id: string, turnId: string) =>
     unwrap(
       http.POST("/api/sessions/{session_id}/turns/{turn_id}/cancel", {

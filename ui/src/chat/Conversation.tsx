@@ -187,6 +187,10 @@ export function Conversation(props: {
 
   const finishes = useRef(0);
   const lastError = useRef<string | null>(null);
+  // The versions of edited user messages (< 2/3 >), as the server keeps them; read again after an edit's turn.
+  const [versions, setVersions] = useState(() => session.messageVersions);
+  const versionsStale = useRef(false);
+  const [versionError, setVersionError] = useState<string | null>(null);
   const setMessagesRef = useRef<(messages: UIMessage[]) => void>(() => undefined);
   const chat = useChat<UIMessage>({
     id: session.id,
@@ -209,6 +213,13 @@ export function Conversation(props: {
     },
     onFinish: ({ message, messages, isAbort, isError }) => {
       finishes.current += 1;
+      if (versionsStale.current) {
+        versionsStale.current = false;
+        void api
+          .session(session.id)
+          .then((server) => setVersions(server.messageVersions))
+          .catch(() => undefined);
+      }
       if (handover.current && isAbort) {
         // Stopped here for a message that interrupts the turn: the server cancels it and keeps
         // (interrupt, marked cancelled) or drops (rollback) what it said; nothing is saved from here.
@@ -499,14 +510,35 @@ export function Conversation(props: {
     clearError();
     void regenerate();
   }, [regenerate, clearError]);
+  // An edit of any user message re-posts it with its id and new text: the server keeps the branch it
+  // leaves as a version of that message, and the chat goes on from the edit.
   const edit = useCallback(
     (messageId: string, text: string) => {
       lastError.current = null;
       clearError();
+      versionsStale.current = true;
       void sendMessage({ text, messageId });
     },
     [sendMessage, clearError],
   );
+  const showVersion = useCallback(
+    async (messageId: string, version: number) => {
+      setVersionError(null);
+      try {
+        const server = await api.showMessageVersion(session.id, messageId, version);
+        setMessagesRef.current(server.messages as unknown as UIMessage[]);
+        revision.current = server.revision;
+        title.current = server.title;
+        setVersions(server.messageVersions);
+        props.onSaved(server);
+      } catch (caught) {
+        setVersionError(`Versions: ${messageOf(caught)}`);
+      }
+    },
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+    [session.id],
+  );
+  const versionsOf = useMemo(() => new Map(versions.map((entry) => [entry.messageId, entry])), [versions]);
 
   const attachTo = useCallback(async () => session.id, [session.id]);
 
@@ -643,7 +675,7 @@ export function Conversation(props: {
           {messages.length === 0 ? <p className="empty muted">Ask popagent anything to start.</p> : null}
           {messages.map((message, index) => {
             const last = index === messages.length - 1;
-            const lastUser = message.role === "user" && !messages.slice(index + 1).some((item) => item.role === "user");
+            const shown = message.role === "user" ? versionsOf.get(message.id) : undefined;
             return (
               <Message
                 key={message.id}
@@ -652,7 +684,10 @@ export function Conversation(props: {
                 busy={busy}
                 streaming={busy && last && message.role === "assistant"}
                 {...(last && message.role === "assistant" ? { onRetry: retry } : {})}
-                {...(lastUser ? { onEdit: (text: string) => edit(message.id, text) } : {})}
+                {...(message.role === "user" ? { onEdit: (text: string) => edit(message.id, text) } : {})}
+                {...(shown
+                  ? { versions: { shown: shown.shown, count: shown.versions, onShow: (n: number) => void showVersion(message.id, n) } }
+                  : {})}
               />
             );
           })}
@@ -664,6 +699,11 @@ export function Conversation(props: {
             </p>
           ) : null}
           <QueuedTurns turns={queued} onCancel={(turn) => void cancelQueued(turn)} />
+          {versionError ? (
+            <p className="error-text" role="alert" data-testid="version-error">
+              {versionError}
+            </p>
+          ) : null}
           {queueError ? (
             <p className="error-text" role="alert" data-testid="queue-error">
               {queueError}

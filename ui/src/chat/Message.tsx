@@ -14,8 +14,10 @@ import { traceHref } from "./traceLink";
 export type MessageActions = {
   /** The last assistant message: run its turn again (the same user message id). */
   onRetry?: () => void;
-  /** The last user message: send it again with new text (the same id). */
+  /** A user message: send it again with new text (the same id); the branch it leaves is kept as a version. */
   onEdit?: (text: string) => void;
+  /** An edited user message: which of its versions is shown, and showing another. */
+  versions?: { shown: number; count: number; onShow: (version: number) => void };
 };
 
 /** One message: its parts, how its turn ended, and its actions (copy, retry, edit, feedback, trace). */
@@ -83,6 +85,7 @@ export function Message(props: { message: UIMessage; sessionId: string; streamin
               {formatTokens(usage.input)} in · {formatTokens(usage.output)} out
             </span>
           ) : null}
+          {props.versions ? <Versions {...props.versions} busy={props.busy} /> : null}
           <span className="message-actions" data-testid="message-actions">
             {text ? <CopyButton text={text} label={message.role === "user" ? "Copy message" : "Copy answer"} /> : null}
             {props.onRetry && !failure ? (
@@ -106,6 +109,35 @@ export function Message(props: { message: UIMessage; sessionId: string; streamin
         </footer>
       ) : null}
     </article>
+  );
+}
+
+/** `< 2/3 >`: the versions of an edited message, each a branch of the chat from it on. */
+function Versions(props: { shown: number; count: number; onShow: (version: number) => void; busy: boolean }) {
+  return (
+    <span className="message-versions" role="group" aria-label="Versions of this message" data-testid="message-versions">
+      <button
+        type="button"
+        className="ghost small"
+        aria-label="Previous version"
+        disabled={props.busy || props.shown <= 1}
+        onClick={() => props.onShow(props.shown - 1)}
+      >
+        ‹
+      </button>
+      <span data-testid="message-version">
+        {props.shown}/{props.count}
+      </span>
+      <button
+        type="button"
+        className="ghost small"
+        aria-label="Next version"
+        disabled={props.busy || props.shown >= props.count}
+        onClick={() => props.onShow(props.shown + 1)}
+      >
+        ›
+      </button>
+    </span>
   );
 }
 

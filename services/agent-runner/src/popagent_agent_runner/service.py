@@ -178,8 +178,11 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
             pool, sessions=sessions, workspaces=workspaces, agents=agents, workspace_root=settings.workspace_root
         )
         attachments_pb2_grpc.add_AttachmentsServiceServicer_to_server(AttachmentsServicer(attachments), kernel.server)
+        # One store for the turns and the state routes: a version switch drops the cached history it replaces.
+        threads = ThreadStore(pool, THREAD_QUERIES)
         servicer = AgentRunnerStateServicer(
             sessions=sessions,
+            threads=threads,
             turns=records,
             approvals=approvals,
             deleter=deleter,
@@ -264,7 +267,7 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
         observational = ObservationalMemory(store=observation_store, model_for=models.get, windows=windows)
         stack.push_async_callback(observational.aclose)
         runner = TurnRunner(
-            threads=ThreadStore(pool, THREAD_QUERIES),
+            threads=threads,
             memories=memories,
             hooks=hooks,
             factory=AgentFactory(models, ToolRegistry()),

@@ -51,6 +51,15 @@ from popagent_core.telemetry import statements_span
 SPECIALIST_RESOURCE = "popagent-specialist"
 
 
+@dataclass(frozen=True, slots=True)
+class MessageVersions:
+    """A user message's versions (each edit is one): how many, and the number of the one shown."""
+
+    message_id: str
+    versions: int
+    shown: int
+
+
 # Threads whose parsed history this process keeps (the sessions it served last), bounded in count
 # and in the size of their stored JSON (a rough measure of the parsed copies; issue 23, finding 2).
 HISTORY_CACHE_SIZE = 256
@@ -277,10 +286,93 @@ class ThreadStore:
             if index is None:
                 listed.append(message)
             elif message["role"] == "user":
+                if listed[index].get("parts") != message.get("parts"):
+                    # An edit, not a retry of the same prompt: the branch it leaves is kept as a version.
+                    await self._keep_version(conn, session_id, message["id"], listed[index:])
                 listed[index:] = [message]
             else:
                 listed[index] = message
         await conn.execute(self.q["store_session_messages"], session_id, orjson.dumps(listed).decode(), len(listed))
+
+    async def _keep_version(
+        self,
+        conn: asyncpg.Connection | PoolConnectionProxy,
+        session_id: str,
+        message_id: str,
+        branch: list[dict[str, Any]],
+    ) -> None:
+        """Keep the branch an edit of `message_id` leaves (its UI messages and thread rows), and
+        number the edit as the message's next version, the one shown."""
+        rows = await self._branch_rows(conn, session_id, message_id)
+        ui, thread = orjson.dumps(branch).decode(), orjson.dumps(rows).decode()
+        if await conn.fetchval(self.q["keep_shown_version"], session_id, message_id, ui, thread) is None:
+            await conn.execute(self.q["keep_first_version"], session_id, message_id, ui, thread)
+        await conn.fetchval(self.q["add_shown_version"], session_id, message_id)
+
+    async def _branch_rows(
+        self, conn: asyncpg.Connection | PoolConnectionProxy, session_id: str, message_id: str
+    ) -> list[dict[str, Any]]:
+        rows = await conn.fetch(self.q["thread_rows_from"], session_id, message_id)
+        return [
+            {"id": r["id"], "role": r["role"], "content": orjson.loads(r["content"]), "tokens": r["tokens"]}
+            for r in rows
+        ]
+
+    async def message_versions(self, session_id: str) -> list[MessageVersions]:
+        """The session's messages that have versions: how many, and which one is shown."""
+        with wrap_db_errors():
+            rows = await self.pool.fetch(self.q["message_versions"], session_id)
+        return [MessageVersions(r["message_id"], r["versions"], r["shown"]) for r in rows]
+
+    async def show_version(self, session_id: str, message_id: str, version: int) -> None:
+        """Show version `version` of user message `message_id`: the session's UI messages and the
+        thread from that message on become that branch's, and the branch shown until now is kept.
+        Refused while a turn runs or waits on the session (it would write into the branch left)."""
+        self._drop(session_id)
+        with wrap_db_errors(), statements_span("show_version"):
+            async with self.pool.acquire() as conn, conn.transaction():
+                row = await conn.fetchrow(self.q["session_messages_for_turn"], session_id)
+                if row is None:
+                    raise NotFound(f"session {session_id!r} not found")
+                if await conn.fetchval(self.q["session_turn_in_progress"], session_id):
+                    raise FailedPrecondition("a turn runs or waits on this chat: switch versions once it has ended")
+                listed: list[dict[str, Any]] = orjson.loads(row["messages"])
+                index = next((i for i, m in enumerate(listed) if m.get("id") == message_id), None)
+                if index is None:
+                    raise NotFound(f"message {message_id!r} is not in the chat as shown")
+                wanted = await conn.fetchrow(self.q["message_version"], session_id, message_id, version)
+                if wanted is None:
+                    raise NotFound(f"message {message_id!r} has no version {version}")
+                if wanted["ui_messages"] is None:
+                    return  # already shown
+                rows = await self._branch_rows(conn, session_id, message_id)
+                await conn.fetchval(
+                    self.q["keep_shown_version"],
+                    session_id,
+                    message_id,
+                    orjson.dumps(listed[index:]).decode(),
+                    orjson.dumps(rows).decode(),
+                )
+                await conn.execute(self.q["show_message_version"], session_id, message_id, version)
+                branch: list[dict[str, Any]] = orjson.loads(wanted["ui_messages"])
+                shown = [*listed[:index], *branch]
+                await conn.execute(
+                    self.q["store_session_messages"], session_id, orjson.dumps(shown).decode(), len(shown)
+                )
+                stored = await conn.fetchrow(self.q["thread_version_and_seq"], session_id, message_id)
+                if stored["message_seq"] is not None:
+                    await conn.execute(self.q["delete_thread_messages_from"], session_id, stored["message_seq"])
+                thread: list[dict[str, Any]] = orjson.loads(wanted["thread_rows"])
+                if thread:
+                    await conn.execute(self.q["upsert_thread"], session_id, USER_RESOURCE, None)
+                    await conn.execute(
+                        self.q["insert_thread_messages"],
+                        session_id,
+                        [r["id"] for r in thread],
+                        [r["role"] for r in thread],
+                        [orjson.dumps(r["content"]).decode() for r in thread],
+                        [r["tokens"] for r in thread],
+                    )
 
     async def begin_turn(
         self,

@@ -230,3 +230,54 @@ WHERE thread_id = $1 AND seq >= (SELECT seq FROM popagent_thread_messages WHERE 
 -- A chat turn's commit goes through only while its record is this runner's and running (a runner
 -- whose turn another took over stores nothing); the row stays locked until the commit.
 SELECT true FROM popagent_turns WHERE id = $1 AND runner_id = $2 AND status = 'running' FOR UPDATE
+
+-- Versions of an edited user message --------------------------------------------------------
+
+-- name: thread_rows_from
+-- The thread's rows from message $2 on (none when it is not stored), oldest first.
+SELECT id, role, content::text AS content, tokens
+FROM popagent_thread_messages
+WHERE thread_id = $1 AND seq >= (SELECT seq FROM popagent_thread_messages WHERE thread_id = $1 AND id = $2)
+ORDER BY seq
+
+-- name: keep_shown_version
+-- The branch of message $2 shown until now ($3 UI messages, $4 thread rows) is kept; its number
+-- (no row: the message had no versions yet).
+UPDATE popagent_message_versions SET ui_messages = $3::jsonb, thread_rows = $4::jsonb
+WHERE session_id = $1 AND message_id = $2 AND ui_messages IS NULL
+RETURNING version
+
+-- name: keep_first_version
+-- The branch of message $2 before its first edit, kept as version 1.
+INSERT INTO popagent_message_versions (session_id, message_id, version, ui_messages, thread_rows)
+VALUES ($1, $2, 1, $3::jsonb, $4::jsonb)
+
+-- name: add_shown_version
+-- The edit of message $2: its next version, the one shown. Its number.
+INSERT INTO popagent_message_versions (session_id, message_id, version)
+SELECT $1, $2, max(version) + 1 FROM popagent_message_versions WHERE session_id = $1 AND message_id = $2
+RETURNING version
+
+-- name: message_versions
+-- Each message of session $1 with versions: how many, and which is shown.
+SELECT message_id, count(*)::integer AS versions, max(version) FILTER (WHERE ui_messages IS NULL) AS shown
+FROM popagent_message_versions WHERE session_id = $1
+GROUP BY message_id
+
+-- name: message_version
+-- Version $3 of message $2: its stored branch (NULL while it is the one shown). No row: no such version.
+SELECT ui_messages::text AS ui_messages, thread_rows::text AS thread_rows
+FROM popagent_message_versions WHERE session_id = $1 AND message_id = $2 AND version = $3
+
+-- name: show_message_version
+-- Version $3 of message $2 becomes the shown one (after keep_shown_version kept the other).
+UPDATE popagent_message_versions SET ui_messages = NULL, thread_rows = NULL
+WHERE session_id = $1 AND message_id = $2 AND version = $3
+
+-- name: delete_thread_messages_from
+-- The thread's rows from seq $2 on (a branch switched away from).
+DELETE FROM popagent_thread_messages WHERE thread_id = $1 AND seq >= $2
+
+-- name: session_turn_in_progress
+-- Whether a turn runs or waits on the session (a branch switch waits for none).
+SELECT EXISTS (SELECT 1 FROM popagent_turns WHERE session_id = $1 AND status IN ('queued', 'running'))

@@ -13,6 +13,7 @@ from google.protobuf.message import Message
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
 from popagent_agent_runner.approvals.store import Approval, ApprovalState, ApprovalStore, Scope
+from popagent_agent_runner.memory.threads import ThreadStore
 from popagent_agent_runner.servicers.messages import message_of
 from popagent_agent_runner.servicers.session_reads import readable_messages
 from popagent_agent_runner.state.agents import AgentChanges, AgentRecord, AgentStore
@@ -81,6 +82,8 @@ def _violations(found: list[Violation]) -> list[pb.FieldViolation]:
 @dataclass(kw_only=True, eq=False)
 class AgentRunnerStateServicer(agent_runner_pb2_grpc.AgentRunnerStateServiceServicer):
     sessions: SessionStore
+    # The sessions' threads: the versions of edited messages.
+    threads: ThreadStore
     # The sessions' queued turns, shown with a session.
     turns: TurnRecords
     deleter: SessionDeleter
@@ -130,7 +133,18 @@ class AgentRunnerStateServicer(agent_runner_pb2_grpc.AgentRunnerStateServiceServ
             )
             for turn in await self.turns.queued(session.id)
         )
+        message.message_versions.extend(
+            message_of(pb.MessageVersions, versions) for versions in await self.threads.message_versions(session.id)
+        )
         return message
+
+    async def ShowMessageVersion(
+        self, request: pb.ShowMessageVersionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Session:
+        if request.version < 1:
+            raise InvalidArgument("version must be 1 or more")
+        await self.threads.show_version(request.session_id, request.message_id, request.version)
+        return await self._full_session(await self.sessions.get(request.session_id))
 
     async def SaveSession(
         self, request: pb.SaveSessionRequest, context: grpc.aio.ServicerContext

@@ -69,10 +69,19 @@ class QueuedTurnOut(WireModel):
     queued_at: str
 
 
+class MessageVersionsOut(WireModel):
+    """A user message edited at least once: each edit is a version, a branch of the chat from that message on."""
+
+    message_id: str
+    versions: int = Field(description="how many versions the message has (2 or more)")
+    shown: int = Field(description="the number, from 1, of the version shown in `messages`")
+
+
 class SessionOut(SessionSummary):
     messages: list[UIMessage]
     # Oldest first; they run in this order, and each can be cancelled like a running turn.
     queued_turns: list[QueuedTurnOut]
+    message_versions: list[MessageVersionsOut]
 
 
 class SessionListOut(WireModel):

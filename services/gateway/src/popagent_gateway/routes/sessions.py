@@ -54,7 +54,19 @@ def session_json(session: pb.Session) -> bytes:
         % (orjson.dumps(turn.turn_id), turn.message_json.encode(), orjson.dumps(turn.queued_at))
         for turn in session.queued_turns
     )
-    return head[:-1] + b',"messages":' + (session.messages_json or b"[]") + b',"queuedTurns":[' + queued + b"]}"
+    versions = orjson.dumps(
+        [{"messageId": v.message_id, "versions": v.versions, "shown": v.shown} for v in session.message_versions]
+    )
+    return (
+        head[:-1]
+        + b',"messages":'
+        + (session.messages_json or b"[]")
+        + b',"queuedTurns":['
+        + queued
+        + b'],"messageVersions":'
+        + versions
+        + b"}"
+    )
 
 
 def _messages_json(messages: list[UIMessage]) -> bytes:
@@ -116,6 +128,21 @@ async def new_session(body: SessionCreate, request: Request) -> pb.Session:
 async def get_session(session_id: SessionId, runner: AgentRunnerStateStub) -> Response:
     """Load a session: metadata, revision and its AI SDK UI messages."""
     session = await runner.GetSession(pb.GetSessionRequest(id=session_id))
+    return Response(session_json(session), media_type="application/json")
+
+
+@router.post("/sessions/{session_id}/messages/{message_id}/versions/{version}", response_model=SessionOut)
+async def show_message_version(
+    session_id: SessionId,
+    message_id: Annotated[str, Path(min_length=1, max_length=200, description="the edited user message")],
+    version: Annotated[int, Path(ge=1, le=10_000, description="the version to show, from 1")],
+    runner: AgentRunnerStateStub,
+) -> Response:
+    """Show another version of an edited user message: the chat from that message on becomes that
+    version's branch (the one shown until now is kept). 409 while a turn runs or waits on the chat."""
+    session = await runner.ShowMessageVersion(
+        pb.ShowMessageVersionRequest(session_id=session_id, message_id=message_id, version=version)
+    )
     return Response(session_json(session), media_type="application/json")
 
 
