@@ -16,6 +16,7 @@ ROUTES = [
     ("PATCH", "/api/sessions/s1"),
     ("DELETE", "/api/sessions/s1"),
     ("GET", "/api/sessions/s1/export"),
+    ("POST", "/api/sessions/s1/messages/m1/versions/1"),
     ("GET", "/api/search/messages?q=x"),
     ("GET", "/api/sessions/s1/memory"),
     ("POST", "/api/sessions/s1/turns/t1/cancel"),
@@ -43,6 +44,7 @@ ROUTES = [
     ("PUT", "/api/browser/sessions/s1/profile"),
     ("DELETE", "/api/browser/sessions/s1/profile"),
     ("GET", "/api/browser/sessions/s1/recordings"),
+    ("POST", "/api/browser/sessions/s1/input"),
     ("GET", "/api/browser/sessions/s1/recordings/1"),
     ("GET", "/api/agents"),
     ("PATCH", "/api/agents/researcher"),
@@ -105,6 +107,9 @@ def test_the_inventory_above_covers_every_route_of_these_resources() -> None:
     covered = {(m, p.replace("/api/approvals/a1", "/api/approvals/{approval_id}")) for m, p in covered}
     covered = {(m, p.replace("/profiles/work", "/profiles/{name}")) for m, p in covered}
     covered = {(m, p.replace("/recordings/1", "/recordings/{seq}")) for m, p in covered}
+    covered = {
+        (m, p.replace("/messages/m1/versions/1", "/messages/{message_id}/versions/{version}")) for m, p in covered
+    }
     covered = {(m, p.replace("/api/mcp-servers/m1", "/api/mcp-servers/{server_id}")) for m, p in covered}
     attachment = "/attachments/att-00000000000000000000000000000000"
     covered = {(m, p.replace(attachment, "/attachments/{attachment_id}")) for m, p in covered}
@@ -122,6 +127,7 @@ def test_the_inventory_above_covers_every_route_of_these_resources() -> None:
         "/api/browser/profiles",
         "/api/browser/sessions/{session_id}/profile",
         "/api/browser/sessions/{session_id}/recordings",
+        "/api/browser/sessions/{session_id}/input",
         "/api/mcp-servers",
     )
     expected = {

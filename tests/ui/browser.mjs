@@ -531,6 +531,62 @@ try {
     return "edited in place, answered, stored once in place of the original";
   });
 
+  await step("message versions", ["streamed text"], async () => {
+    try {
+      return await messageVersions();
+    } finally {
+      // The steps after this one go on in the main chat.
+      await page.goto(`${url}/#/chat/${encodeURIComponent(chatSessionId)}`);
+      await assistants().first().waitFor({ timeout: 15_000 }).catch(() => undefined);
+    }
+  });
+
+
+  async function messageVersions() {
+    const sessionId = await newSession("Versions: the first question.");
+    await send("Versions: a follow-up question.");
+    await waitTurnOver();
+    await waitSaved();
+    const users = () => page.locator('[data-testid="message-user"]');
+    const first = () => users().first();
+    check((await users().count()) === 2, `${await users().count()} user messages before the edit`);
+    // Any user message can be edited, not only the last one.
+    await first().hover();
+    await first().getByRole("button", { name: "Edit and resend" }).click();
+    await first().getByRole("textbox", { name: "Edited message" }).fill("The edited question: versions.");
+    await first().getByRole("button", { name: "Send" }).click();
+    await waitTurnOver();
+    const version = () => first().getByTestId("message-version");
+    await page.waitForFunction(() => document.querySelector('[data-testid="message-version"]')?.textContent === "2/2", null, { timeout: 15_000 });
+    check((await users().count()) === 1, `the edit left ${await users().count()} user messages (its branch starts at the edit)`);
+    check((await assistants().last().innerText()).includes("Answer to the edited question."), "the edit was not answered");
+    await page.screenshot({ path: resolve(outDir, "versions-2-of-2-1440.png") });
+    // Back to the first version: the original question and everything that followed it.
+    await first().getByRole("button", { name: "Previous version" }).click();
+    await page.waitForFunction(() => document.querySelector('[data-testid="message-version"]')?.textContent === "1/2", null, { timeout: 15_000 });
+    const original = async () => (await users().allInnerTexts()).join(" | ");
+    check((await users().count()) === 2 && (await original()).includes("Versions: a follow-up question."), `version 1 shows: ${await original()}`);
+    await page.screenshot({ path: resolve(outDir, "versions-1-of-2-1440.png") });
+    // Kept on the server: a reload shows the same version, and the model's history is that branch's.
+    await page.reload();
+    await version().waitFor({ timeout: 15_000 });
+    check((await version().innerText()) === "1/2", `after a reload the version shown is ${await version().innerText()}`);
+    check((await users().count()) === 2, `after a reload ${await users().count()} user messages`);
+    const { body: stored } = await apiGet(`/api/sessions/${encodeURIComponent(sessionId)}`);
+    const kept = stored.messageVersions.find((entry) => entry.messageId === stored.messages[0].id);
+    check(kept && kept.versions === 2 && kept.shown === 1, `the server keeps ${JSON.stringify(stored.messageVersions)}`);
+    await first().hover();
+    await first().getByRole("button", { name: "Next version" }).click();
+    await page.waitForFunction(() => document.querySelector('[data-testid="message-version"]')?.textContent === "2/2", null, { timeout: 15_000 });
+    check((await first().innerText()).includes("The edited question: versions."), "version 2 does not show the edit");
+    // The branch goes on from the version shown.
+    await send("Versions: after switching back.");
+    await waitTurnOver();
+    await waitSaved();
+    check((await users().count()) === 2, `the branch has ${await users().count()} user messages after one more turn`);
+    return "edit of the first message became version 2/2; 1/2 shows the original branch, kept through a reload; 2/2 goes on";
+    }
+
   await step("generic tool view", ["streamed text"], async () => {
     await send("Please remember that I like green tea.");
     await waitTurnOver();
@@ -1245,6 +1301,104 @@ try {
     } finally {
       for (const id of sessions) await call("DELETE", `/api/sessions/${id}`);
       await call("DELETE", "/api/browser/profiles/ui-work");
+      await call("PATCH", "/api/settings/browser", { enabled: before.enabled });
+    }
+  });
+
+  await step("browser panel beside the chat with takeover input", ["first-use model pick"], async () => {
+    const call = async (method, path, body) => {
+      const response = await fetch(`${url}${path}`, {
+        method,
+        headers: { "x-popagent-key": apiKey, "content-type": "application/json" },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+      const text = await response.text();
+      return { status: response.status, body: text ? JSON.parse(text) : null };
+    };
+    const { body: before } = await apiGet("/api/settings/browser");
+    // The seeded supervisor does not list the browser tool: it is given it for this step.
+    const supervisor = (await apiGet("/api/agents")).body.agents.find((agent) => agent.id === "popagent");
+    let sessionId = null;
+    try {
+      check((await call("PATCH", "/api/settings/browser", { enabled: true })).status === 200, "the browser could not be enabled");
+      const tools = [...supervisor.tools, "bifrostNavigator"];
+      check((await call("PATCH", "/api/agents/popagent", { tools })).status === 200, "the supervisor could not be given bifrostNavigator");
+      await page.setViewportSize(WIDE);
+      sessionId = await newSession("Open the form page, please.");
+      const panel = page.getByTestId("browser-panel");
+      const screen = panel.getByTestId("browser-screen");
+      await screen.waitFor({ timeout: 20_000 });
+      await page.waitForFunction(() => document.querySelector('[data-testid="browser-screen"]')?.naturalWidth > 0, null, { timeout: 10_000 });
+
+      // Beside the chat, not over it: the conversation keeps most of the width, the composer and the
+      // panel's buttons do not overlap, and the Take over button is what a click at its centre hits.
+      const conversation = await page.locator(".conversation").boundingBox();
+      const box = await panel.boundingBox();
+      const composerBox = await page.locator(".composer").boundingBox();
+      const takeOver = panel.getByRole("button", { name: "Take over" });
+      const buttonBox = await takeOver.boundingBox();
+      check(conversation.width >= 600, `the conversation is ${Math.round(conversation.width)} px wide beside the panel`);
+      check(box.x >= conversation.x + conversation.width - 1, `the panel (x ${box.x}) overlaps the conversation (to ${conversation.x + conversation.width})`);
+      check(box.height >= 400, `the panel is ${Math.round(box.height)} px high`);
+      check(composerBox.x + composerBox.width <= box.x + 1, "the composer reaches under the panel");
+      const textareaBox = await composer().boundingBox();
+      check(textareaBox.width >= 400, `the message box is ${Math.round(textareaBox.width)} px wide`);
+      const hit = await page.evaluate(([x, y]) => document.elementFromPoint(x, y)?.textContent?.trim(), [buttonBox.x + buttonBox.width / 2, buttonBox.y + buttonBox.height / 2]);
+      check(hit === "Take over", `a click on Take over lands on "${hit}"`);
+      // The composer still sends while the panel is open.
+      await composer().fill("typed beside the browser panel");
+      check((await composer().inputValue()) === "typed beside the browser panel", "the message box does not take text");
+      await composer().fill("");
+      await page.screenshot({ path: resolve(outDir, "browser-panel-1440.png") });
+
+      // Take over: the screenshot takes clicks and keys, forwarded to the page.
+      // What the panel posts and what the server answers (the page's form receiving "hello" is checked by
+      // test_browser.py on the page server's side).
+      const answers = [];
+      const onAnswer = async (response) => {
+        const path = new URL(response.url()).pathname;
+        if (path.startsWith(`/api/browser/sessions/${sessionId}/`) && response.request().method() === "POST") {
+          answers.push(`${path.split("/").pop()} ${response.status()} ${response.status() >= 400 ? await response.text().catch(() => "") : ""}`.trim());
+        }
+      };
+      page.on("response", onAnswer);
+      await takeOver.click();
+      await panel.getByRole("button", { name: "Release to the agent" }).waitFor({ timeout: 10_000 });
+      const held = panel.locator('[data-testid="browser-screen"].interactive');
+      await held.waitFor({ timeout: 10_000 });
+      const shown = await held.boundingBox();
+      const natural = await held.evaluate((img) => img.naturalWidth);
+      const scale = shown.width / natural;
+      // The form's field is at (20, 20), 300 x 40 CSS pixels of the page.
+      await page.mouse.click(shown.x + 60 * scale, shown.y + 40 * scale);
+      await page.keyboard.type("hello");
+      await page.keyboard.press("Enter");
+      const deadline = Date.now() + 15_000;
+      while (answers.filter((a) => a.startsWith("input")).length < 7 && Date.now() < deadline) await page.waitForTimeout(100);
+      page.off("response", onAnswer);
+      const forwarded = answers.filter((a) => a.startsWith("input"));
+      check(forwarded.length === 7 && forwarded.every((a) => a === "input 204"), `the panel's input: ${answers.join("; ")}`);
+      await page.waitForFunction(() => !document.querySelector('[data-testid="browser-error"]'), null, { timeout: 10_000 }).catch(() => undefined);
+      const failure = await panel.getByTestId("browser-error").count();
+      check(!failure, `the panel shows: ${failure ? await panel.getByTestId("browser-error").innerText() : ""} (${answers.join("; ")})`);
+      await page.screenshot({ path: resolve(outDir, "browser-panel-takeover-1440.png") });
+      await panel.getByRole("button", { name: "Release to the agent" }).click();
+      await takeOver.waitFor({ timeout: 10_000 });
+
+      // The tab goes away (closed here, as a restarted browser would lose it): the panel says so in its
+      // own words, and the API answers 404 with the reason, not that a service is down.
+      check((await call("DELETE", `/api/browser/sessions/${sessionId}`)).body?.closed === true, "the tab was not closed");
+      const gone = panel.getByTestId("browser-gone");
+      await gone.waitFor({ timeout: 15_000 });
+      const said = (await gone.innerText()).trim();
+      check(/browser tab is gone/.test(said) && !/unavailable/i.test(said), `the panel says "${said}"`);
+      const shot = await call("GET", `/api/browser/sessions/${sessionId}/screenshot`);
+      check(shot.status === 404 && /has no browser tab now/.test(shot.body?.error ?? ""), `the screenshot answered ${shot.status} ${JSON.stringify(shot.body)}`);
+      await page.screenshot({ path: resolve(outDir, "browser-panel-gone-1440.png") });
+      return `conversation ${Math.round(conversation.width)} px beside a ${Math.round(box.width)} px panel; click, "hello" and Enter forwarded; a closed tab says "${said}"`;
+    } finally {
+      if (sessionId) await call("DELETE", `/api/sessions/${sessionId}`);
+      await call("PATCH", "/api/agents/popagent", { tools: supervisor.tools });
       await call("PATCH", "/api/settings/browser", { enabled: before.enabled });
     }
   });

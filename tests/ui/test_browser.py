@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ from ui.helpers import OUTPUT, drive, launched_stack, message_text, prerequisite
 
 from popagent_dev import embedded
 from popagent_dev.launcher import Stack
+from support.browser_peer import browser_peer
 from support.https_receiver import HttpsReceiver, answer, make_secret
 from support.model_gateway import ModelGateway, ModelInfo, ToolCall, Turn
 from support.web_standins import Page, PageServer, SearxngStandIn, searxng_result
@@ -97,6 +99,13 @@ def add(a, b):
 
 Inline <b>raw html</b> is dropped, and **bold** renders.
 """
+# The browser panel's page: a field at a known place of the viewport, and a form that reports what was typed.
+FORM_PATH = "/form.html"
+FORM_SENT_PATH = "/form-sent"
+FORM = b"""<html><head><title>Name form</title></head><body style="margin:0">
+<form action="/form-sent" method="get"><input name="name" aria-label="Name"
+style="position:absolute;left:20px;top:20px;width:300px;height:40px;font-size:20px"></form></body></html>"""
+form_url: list[str] = []
 # A task's result long enough to be shown collapsed on the tasks page (its first lines).
 LONG_RESULT = "\n".join(f"- Line {n} of the long result." for n in range(1, 31))
 # The "fail once" prompt: the model refuses the first request, then answers (the UI's Retry).
@@ -173,6 +182,12 @@ def respond(body: dict[str, Any]) -> Turn:
         return Turn.say(NEWER_ANSWER, **pieces)
     if prompt.startswith("Double text"):
         return Turn.say(SECOND_ANSWER, **pieces)
+    if "open the form page" in prompt.lower():
+        if after_tool:
+            return Turn.say("The form page is open in the browser.", **pieces)
+        return Turn.call(
+            ToolCall("bifrostNavigator", {"operation": "browser_navigate", "arguments": {"url": form_url[0]}})
+        )
     if "delegate" in prompt.lower():
         if after_tool:
             return Turn.say("The researcher says the answer is 42.", **pieces)
@@ -239,7 +254,7 @@ def _hooks_document(receiver: HttpsReceiver) -> str:
 @pytest.fixture
 async def stack(
     tmp_path: Path, make_database: Any, nats_server: embedded.NatsProcess, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[tuple[Stack, ModelGateway, HttpsReceiver]]:
+) -> AsyncIterator[tuple[Stack, ModelGateway, HttpsReceiver, PageServer]]:
     missing = prerequisites()
     assert not missing, "the browser test needs: " + "; ".join(missing)
     dsn = await make_database()
@@ -251,11 +266,16 @@ async def stack(
         ModelGateway(respond, models=CATALOG) as models,
         SearxngStandIn() as searxng,
         PageServer() as pages,
+        # A short path: a Unix socket's path is limited to about 100 bytes.
+        browser_peer(Path(tempfile.mkdtemp(prefix="pa-ui-browser-"))) as peer,
     ):
         receiver.script(DENY_PATH, answer("deny", reason=DENY_REASON))
         searxng.results = SEARCH_RESULTS
         pages.pages[GUIDE_PATH] = Page(body=GUIDE)
         guide_url[:] = [pages.url(GUIDE_PATH)]
+        pages.pages[FORM_PATH] = Page(body=FORM)
+        pages.pages[FORM_SENT_PATH] = Page(body=b"<html><body><p>Sent.</p></body></html>")
+        form_url[:] = [pages.url(FORM_PATH)]
         environment = {
             **stack_environment(tmp_path, dsn=dsn, nats_url=nats_server.url, models_url=models.url, api_key=API_KEY),
             "SEARXNG_URL": searxng.base,
@@ -265,6 +285,8 @@ async def stack(
             "POPAGENT_HOOK_ALLOWED_HOSTS": "127.0.0.1",
             "POPAGENT_HOOK_ALLOW_PRIVATE_ADDRESSES": "true",
             "POPAGENT_HOOK_CA_FILE": str(receiver.ca_file),
+            # The real MCP browser server (@playwright/mcp and Chromium) behind the BifrOSt socket.
+            "POPAGENT_BROWSER_SOCKET": str(peer.socket_path),
         }
         async with launched_stack(tmp_path, monkeypatch, environment) as running:
             # The walk-through runs the tests with the shell unasked (the seeded policy asks first:
@@ -272,11 +294,13 @@ async def stack(
             async with httpx.AsyncClient(base_url=running.url, headers={"x-popagent-key": API_KEY}) as client:
                 emptied = await client.patch("/api/agents/popagent", json={"toolApproval": []})
                 assert emptied.status_code == 200, emptied.text
-            yield running, models, receiver
+            yield running, models, receiver, pages
 
 
-async def test_the_web_ui_in_a_real_browser(stack: tuple[Stack, ModelGateway, HttpsReceiver], tmp_path: Path) -> None:
-    running, models, receiver = stack
+async def test_the_web_ui_in_a_real_browser(
+    stack: tuple[Stack, ModelGateway, HttpsReceiver, PageServer], tmp_path: Path
+) -> None:
+    running, models, receiver, pages = stack
     # POPAGENT_UI_STEPS="api key prompt,first-use model pick,...": run only these steps (and check
     # only their names), for working on one step; unset: every step.
     only = [name.strip() for name in os.environ.get("POPAGENT_UI_STEPS", "").split(",") if name.strip()]
@@ -305,6 +329,7 @@ async def test_the_web_ui_in_a_real_browser(stack: tuple[Stack, ModelGateway, Ht
         "failure then retry",
         "refused turn kept",
         "edit and resend",
+        "message versions",
         "generic tool view",
         "api key changed per browser",
         "chat remembers its model",
@@ -333,12 +358,17 @@ async def test_the_web_ui_in_a_real_browser(stack: tuple[Stack, ModelGateway, Ht
         "mcp servers page",
         "autonomy page",
         "browser profile panel",
+        "browser panel beside the chat with takeover input",
         "double texting: enqueue",
         "double texting: queued through a reload and cancelled",
         "double texting: interrupt",
         "double texting: rollback",
     ):
         assert expected in names or (only and expected not in only)
+    if "browser panel beside the chat with takeover input" in names:
+        # What the user typed on the held page reached the page: its form was sent with it.
+        sent = [seen.query for seen in pages.requests if seen.path == FORM_SENT_PATH]
+        assert {"name": "hello"} in sent, sent
     if only:
         assert not set(only) - set(names), f"steps not run: {sorted(set(only) - set(names))}"
         return
