@@ -29,6 +29,8 @@ export function App() {
   const [archived, setArchived] = useState(false);
   const sessions = useLoad(["sessions", archived, workspaceId], () => api.sessions(archived, workspaceId || undefined));
   const [drawerOpen, setDrawerOpen] = useState(false);
+  // Narrow screens: the pages are a menu under a button (every name readable, none cut).
+  const [navOpen, setNavOpen] = useState(false);
   // The model for new turns: the persisted default until the user picks another (for this tab);
   // a listed model when the model gateway does not offer the default (the notice asks to save one).
   const [model, setModel] = useState("");
@@ -173,9 +175,33 @@ export function App() {
         <a href="#/chat" className="brand">
           popagent
         </a>
-        <nav className="main-nav" aria-label="Main">
+        <button
+          type="button"
+          className="nav-toggle"
+          aria-expanded={navOpen}
+          aria-controls="main-nav"
+          onClick={() => setNavOpen((open) => !open)}
+          onKeyDown={(event) => {
+            if (event.key === "Escape") setNavOpen(false);
+          }}
+        >
+          Pages
+        </button>
+        <nav
+          id="main-nav"
+          className={`main-nav${navOpen ? " open" : ""}`}
+          aria-label="Main"
+          onKeyDown={(event) => {
+            if (event.key === "Escape") setNavOpen(false);
+          }}
+        >
           {PAGES.map((entry) => (
-            <a key={entry.id} href={`#/${entry.id}`} aria-current={pageIdOf(route) === entry.id ? "page" : undefined}>
+            <a
+              key={entry.id}
+              href={`#/${entry.id}`}
+              aria-current={pageIdOf(route) === entry.id ? "page" : undefined}
+              onClick={() => setNavOpen(false)}
+            >
               {entry.label}
             </a>
           ))}
