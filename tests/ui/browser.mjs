@@ -12,7 +12,7 @@ import { readFileSync, mkdirSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { checkAxeInBothSchemes } from "./driver.mjs";
+import { checkAxeInBothSchemes, checkPageAxeInBothThemes } from "./driver.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const require = createRequire(resolve(here, "../../ui/package.json"));
@@ -24,6 +24,7 @@ mkdirSync(outDir, { recursive: true });
 
 const WIDE = { width: 1440, height: 900 };
 const NARROW = { width: 375, height: 812 };
+const PHONE = { width: 390, height: 844 };
 
 const report = [];
 const passed = new Set();
@@ -1718,6 +1719,93 @@ try {
       await page.setViewportSize(WIDE);
     }
     return `? opens the sheet (Escape and Close close it, focus given back); / focuses the message box; Ctrl+K the chat search (from the tasks page on a phone too, drawer opened); Ctrl+Shift+O a new chat from the tasks page`;
+  });
+
+  await step("phone size: navigation, settings tabs, traces table", ["api key prompt"], async () => {
+    await page.setViewportSize(PHONE);
+    try {
+      await page.goto(`${url}/#/chat`);
+      const toggle = page.getByRole("button", { name: "Pages" });
+      await toggle.waitFor({ timeout: 10_000 });
+      const nav = page.getByRole("navigation", { name: "Main" });
+      check(!(await nav.isVisible()), "the page links show before the Pages menu is opened");
+      await toggle.click();
+      check((await toggle.getAttribute("aria-expanded")) === "true", "the Pages button does not say it is open");
+      const links = nav.getByRole("link");
+      const count = await links.count();
+      check(count >= 6, `the menu lists ${count} pages`);
+      for (let i = 0; i < count; i++) {
+        const link = links.nth(i);
+        const box = await link.boundingBox();
+        const cut = await link.evaluate((node) => node.scrollWidth > node.clientWidth + 1);
+        check(box && box.x >= 0 && box.x + box.width <= PHONE.width && box.y + box.height <= PHONE.height, `"${await link.innerText()}" is outside the screen: ${JSON.stringify(box)}`);
+        check(!cut, `"${await link.innerText()}" is cut`);
+      }
+      await page.screenshot({ path: resolve(outDir, "phone-nav-390.png") });
+      await nav.getByRole("link", { name: "Settings" }).click();
+      await page.waitForFunction(() => location.hash.startsWith("#/settings"));
+      check(!(await nav.isVisible()), "the menu stays open after picking a page");
+
+      // The settings sections: one row that scrolls sideways, not rows of wrapped tabs.
+      const tabs = page.getByRole("navigation", { name: "Settings sections" });
+      await tabs.waitFor({ timeout: 10_000 });
+      const row = await tabs.evaluate((node) => {
+        const tops = new Set([...node.querySelectorAll("a")].map((a) => Math.round(a.getBoundingClientRect().top)));
+        return { rows: tops.size, scrolls: node.scrollWidth > node.clientWidth, overflow: getComputedStyle(node).overflowX, right: node.getBoundingClientRect().right };
+      });
+      check(row.rows === 1, `the settings tabs take ${row.rows} rows`);
+      check(!row.scrolls || row.overflow === "auto", `the settings tabs overflow without scrolling (${row.overflow})`);
+      check(row.right <= PHONE.width, `the settings tabs end at ${row.right}px`);
+      await page.screenshot({ path: resolve(outDir, "phone-settings-390.png") });
+
+      // The traces table scrolls inside its frame; the page itself does not scroll sideways.
+      await page.goto(`${url}/#/observability/traces`);
+      const table = page.locator(".obs-table").first();
+      await table.waitFor({ timeout: 20_000 });
+      await page.waitForFunction(() => document.querySelectorAll(".obs-table tbody tr").length > 0, null, { timeout: 20_000 });
+      const frame = await table.evaluate((node) => {
+        const wrap = node.parentElement;
+        const before = wrap.scrollLeft;
+        wrap.scrollLeft = 10_000;
+        const moved = wrap.scrollLeft - before;
+        const lastHead = [...node.querySelectorAll("thead th")].pop().getBoundingClientRect();
+        const box = wrap.getBoundingClientRect();
+        wrap.scrollLeft = 0;
+        return { overflow: getComputedStyle(wrap).overflowX, scrolls: wrap.scrollWidth > wrap.clientWidth, moved, right: box.right, lastRight: lastHead.right };
+      });
+      check(frame.right <= PHONE.width, `the traces table's frame ends at ${frame.right}px`);
+      check(!frame.scrolls || (frame.overflow === "auto" && frame.moved > 0), `the traces table is cut: ${JSON.stringify(frame)}`);
+      check(frame.lastRight <= frame.right + 1, `scrolled to the end, the last column ends at ${frame.lastRight}px past ${frame.right}px`);
+      const over = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+      check(over <= 0, `the traces page is ${over}px wider than the phone`);
+      await page.screenshot({ path: resolve(outDir, "phone-traces-390.png") });
+      return `${count} pages in the menu, settings tabs in one row (${row.scrolls ? "scrolling" : "fitting"}), traces table scrolls ${frame.moved}px`;
+    } finally {
+      await page.setViewportSize(WIDE);
+    }
+  });
+
+  await step("pages accessible in light and dark", ["streamed text"], async () => {
+    await page.setViewportSize(WIDE);
+    const pages = [
+      ["chat", `#/chat/${encodeURIComponent(chatSessionId)}`, '[data-testid="message-assistant"]'],
+      ["settings", "#/settings/agent-runtime", "main form, main .tabs"],
+      ["tasks", "#/tasks", "main h1, main h2"],
+      ["observability", "#/observability", "main h1, main h2"],
+      ["traces", "#/observability/traces", ".obs-table tbody tr"],
+    ];
+    for (const [name, hash, ready] of pages) {
+      await page.goto(`${url}/${hash}`);
+      await page.locator(ready).first().waitFor({ timeout: 20_000 });
+      await page.waitForTimeout(300);
+      try {
+        await checkPageAxeInBothThemes(page, "body");
+      } catch (error) {
+        throw new StepFailed(`${name}: ${error.message}`);
+      }
+      await page.screenshot({ path: resolve(outDir, `axe-${name}-1440.png`) });
+    }
+    return `no serious or critical axe-core violation on ${pages.map(([name]) => name).join(", ")}, light and dark`;
   });
 
   await step("api key changed per browser", ["api key prompt"], async () => {

@@ -21,18 +21,42 @@ export function check(condition, message) {
 /** axe-core's WCAG 2 A/AA checks on what `selector` matches in `page`: fails the step with the violations, named.
  * Evaluated over the DevTools protocol, which the page's Content-Security-Policy does not govern (an inline
  * <script> tag would be refused by it, as it should be). */
-export async function checkAxe(page, selector) {
+export async function checkAxe(page, selector, { impacts = null } = {}) {
   if (!(await page.evaluate(() => "axe" in window))) await page.evaluate(AXE);
-  const found = await page.evaluate(async (scope) => {
+  const found = await page.evaluate(async ([scope, kept]) => {
     const result = await window.axe.run(
       { include: [...document.querySelectorAll(scope)].map((element) => element) },
       { runOnly: { type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"] } },
     );
     // Each node with what axe measured (a contrast's colors and ratio), so a failure says what to change.
     const node = (n) => `${n.target.join(" ")}${n.any?.[0]?.message ? ` [${n.any[0].message}]` : ""}`;
-    return result.violations.map((v) => `${v.id} (${v.impact}): ${v.nodes.map(node).join(", ")}`);
-  }, selector);
+    return result.violations
+      .filter((v) => !kept || kept.includes(v.impact))
+      .map((v) => `${v.id} (${v.impact}): ${v.nodes.map(node).join(", ")}`);
+  }, [selector, impacts]);
   check(found.length === 0, `axe-core: ${found.join("; ")}`);
+}
+
+/** `checkAxe` on a whole page (`selector`) under the app's own Light and then Dark theme (`data-theme`,
+ * as the header's Theme picker sets it), keeping only serious and critical violations; the page's
+ * theme attribute is put back after. */
+export async function checkPageAxeInBothThemes(page, selector) {
+  const before = await page.evaluate(() => document.documentElement.getAttribute("data-theme"));
+  try {
+    for (const theme of ["light", "dark"]) {
+      await page.evaluate((value) => document.documentElement.setAttribute("data-theme", value), theme);
+      try {
+        await checkAxe(page, selector, { impacts: ["serious", "critical"] });
+      } catch (error) {
+        throw new StepFailed(`${theme}: ${error.message}`);
+      }
+    }
+  } finally {
+    await page.evaluate((value) => {
+      if (value === null) document.documentElement.removeAttribute("data-theme");
+      else document.documentElement.setAttribute("data-theme", value);
+    }, before);
+  }
 }
 
 /** `checkAxe` in the light and then the dark color scheme (the page is left in light). */

@@ -17,8 +17,13 @@ reopens on its model, sessions grouped by date and searched by title
 with actions in a menu, rename/archive/delete, settings (errors in words, Save only when
 changed, the unsaved-edit warning), a paused schedule, a long task result shown collapsed,
 long-term memories, the theme picker (dark kept through a reload, set before the app's script
-runs), the keyboard shortcuts sheet and its shortcuts, and the 375 px
-layout (the picker shows the model, no page scrolls sideways). Screenshots of each step go to
+runs), the keyboard shortcuts sheet and its shortcuts, the 375 px
+layout (the picker shows the model, no page scrolls sideways), message versions (an edit of the
+first message, switching back and forth, kept through a reload), the browser panel beside the chat
+at 1440 px with takeover input reaching the page (the real MCP browser server, `@playwright/mcp`
+with Chromium, behind the BifrOSt socket) and a gone tab's own message, the phone size (390 x 844:
+the Pages menu, settings tabs in one row, the traces table scrolling in its frame), and axe-core on
+the chat, settings, tasks and observability pages in the Light and the Dark theme. Screenshots of each step go to
 tests/output/ui/.
 
 Needs: `npm ci --prefix ui && npm --prefix ui run build` (make test does both) and
@@ -332,6 +337,8 @@ async def test_the_web_ui_in_a_real_browser(
         "message versions",
         "generic tool view",
         "api key changed per browser",
+        "phone size: navigation, settings tabs, traces table",
+        "pages accessible in light and dark",
         "chat remembers its model",
         "sessions grouped and searchable",
         "a search finds a word inside a message",
