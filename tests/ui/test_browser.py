@@ -306,9 +306,9 @@ async def test_the_web_ui_in_a_real_browser(
     stack: tuple[Stack, ModelGateway, HttpsReceiver, PageServer], tmp_path: Path
 ) -> None:
     running, models, receiver, pages = stack
-    # POPAGENT_UI_STEPS="api key prompt,first-use model pick,...": run only these steps (and check
+    # POPAGENT_TEST_UI_STEPS="api key prompt,first-use model pick,...": run only these steps (and check
     # only their names), for working on one step; unset: every step.
-    only = [name.strip() for name in os.environ.get("POPAGENT_UI_STEPS", "").split(",") if name.strip()]
+    only = [name.strip() for name in os.environ.get("POPAGENT_TEST_UI_STEPS", "").split(",") if name.strip()]
     names = await drive(
         DRIVER,
         tmp_path / "browser.json",
