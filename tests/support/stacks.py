@@ -499,6 +499,9 @@ async def start_stack(
                 POPAGENT_TASKS_RETRY_BASE_S="60",
                 POPAGENT_TASKS_RETRY_CAP_S="120",
                 POPAGENT_TASKS_SWEEP_INTERVAL_S="0.5",
+                POPAGENT_EVOLUTION_ADDR=addresses["evolution"],
+                # The self-update scheduler reads the autonomy settings from evolution.
+                POPAGENT_TASKS_SELF_UPDATE_SCHEDULER_ENABLED=str("evolution" in spec.services).lower(),
             )
             running_tasks = await stack.enter_async_context(
                 build_tasks(TasksSettings(**tasks_settings), extra_observers=spec.task_observers)

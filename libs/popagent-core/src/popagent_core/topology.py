@@ -101,7 +101,8 @@ CALLERS: dict[str, frozenset[str]] = {
     "hooks": frozenset({"gateway", "agent-runner", "tasks"}),
     # agent-runner keeps the bearer tokens of users' MCP servers there.
     "secrets": frozenset({"gateway", "browser-bridge", "agent-runner"}),
-    "evolution": frozenset({"gateway", "agent-runner"}),
+    # tasks reads the autonomy settings (its self-update scheduler).
+    "evolution": frozenset({"gateway", "agent-runner", "tasks"}),
     # tasks closes a task's browser tab when the task ends (its browser-close observer).
     "browser-bridge": frozenset({"gateway", "agent-runner", "tasks"}),
     "tasks": frozenset({"gateway"}),

@@ -40,6 +40,8 @@ class TurnFailure(enum.StrEnum):
     # Not the turn's fault: agent-runner is shutting down; the database was unreachable.
     SHUTDOWN = "shutdown"
     STORAGE = "storage"
+    # A self-update attempt that its containment refused (never retried).
+    CONTAINMENT = "containment"
 
     @property
     def proto(self) -> pb.TurnFailureClass:
@@ -67,4 +69,5 @@ PROTO: dict[TurnFailure, pb.TurnFailureClass] = {
     TurnFailure.DEADLINE: pb.TURN_FAILURE_DEADLINE,
     TurnFailure.SHUTDOWN: pb.TURN_FAILURE_SHUTDOWN,
     TurnFailure.STORAGE: pb.TURN_FAILURE_STORAGE,
+    TurnFailure.CONTAINMENT: pb.TURN_FAILURE_CONTAINMENT,
 }

@@ -75,6 +75,7 @@ from popagent_agent_runner.turn.log import TurnLog
 from popagent_agent_runner.turn.peers import RunnerPresence, TurnControl
 from popagent_agent_runner.turn.records import TurnRecords
 from popagent_agent_runner.turn.runner import TurnRunner
+from popagent_agent_runner.turn.self_update import SelfUpdate
 from popagent_agent_runner.turn.tasks import TaskTurns
 from popagent_agent_runner.web.access import web_access
 from popagent_agent_runner.workspace.disk_budget import MIB, DiskBudget
@@ -293,7 +294,9 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
         chat_turns = ChatTurns(runner=runner, records=records, log=turn_log, control=control)
         chat = ChatServicer(turns=chat_turns, memories=memories)
         await stack.enter_async_context(control.serving(chat_turns.cancel_here))
-        task_turns = TaskTurns(runner, sessions, records, turn_log)
+        task_turns = TaskTurns(
+            runner, sessions, records, turn_log, SelfUpdate(workspaces, agents, settings.workspace_root)
+        )
         leases = asyncio.create_task(
             records.keep_leases(lambda: [*chat_turns.held_turn_ids(), *task_turns.running_turn_ids()]),
             name="turn-leases",

@@ -83,6 +83,7 @@ CLASS_BY_TURN_FAILURE: dict[pb.TurnFailureClass, ErrorClass] = {
     # Not failures of the task: the worker releases these attempts to the queue (model.RELEASED).
     pb.TURN_FAILURE_SHUTDOWN: ErrorClass.SHUTDOWN,
     pb.TURN_FAILURE_STORAGE: ErrorClass.DATABASE,
+    pb.TURN_FAILURE_CONTAINMENT: ErrorClass.CONTAINMENT,
 }
 
 

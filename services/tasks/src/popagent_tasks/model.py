@@ -259,6 +259,19 @@ class ScheduleFields:
     max_attempts: int
 
 
+@dataclass(frozen=True)
+class SelfUpdateSlot:
+    """The one system schedule a workspace should have while self-update may run there."""
+
+    workspace_id: str
+    name: str
+    prompt: str
+    cron: str
+    # The first run after now, for a new row or a changed cron (an unchanged row keeps its own).
+    next_run_at: datetime | None
+    max_attempts: int
+
+
 def truncate(text: str, limit: int) -> str:
     """At most `limit` characters, marking the cut."""
     if len(text) <= limit:

@@ -373,3 +373,41 @@ UPDATE popagent_agent_schedules SET
     timezone = COALESCE(timezone, $2), next_run_at = COALESCE(next_run_at, $3), enabled = enabled AND $4,
     updated_at = clock_timestamp()
 WHERE id = $1
+
+-- name: schedule_source
+-- Which owner a schedule id belongs to (NULL: none); tells a system row's refusal from a missing row.
+SELECT source FROM popagent_agent_schedules WHERE id = $1
+
+-- name: lock_self_update_reconcile
+-- Reconcilers run one at a time across every replica; the partial unique index still owns the slot.
+SELECT pg_advisory_xact_lock(hashtext('popagent.tasks'), hashtext('self-update-reconcile'))
+
+-- name: list_self_update_schedules
+SELECT id, source, workspace_id, name, prompt, model, session_id, cron, timezone, next_run_at, enabled,
+    max_attempts, last_tick, created_at, updated_at
+FROM popagent_agent_schedules WHERE source = 'self-update'
+ORDER BY workspace_id
+FOR UPDATE
+
+-- name: upsert_self_update_schedule
+-- $1 workspace, $2 name, $3 prompt, $4 cron, $5 timezone, $6 next run, $7 max attempts. The slot is the
+-- partial unique index: a second writer lands on the same row. The next run is kept unless the cron changed.
+INSERT INTO popagent_agent_schedules
+    (source, workspace_id, name, prompt, model, session_id, cron, timezone, next_run_at, enabled, max_attempts)
+VALUES ('self-update', $1, $2, $3, '', '', $4, $5, $6, true, $7)
+ON CONFLICT (workspace_id) WHERE source = 'self-update' DO UPDATE SET
+    name = EXCLUDED.name,
+    prompt = EXCLUDED.prompt,
+    cron = EXCLUDED.cron,
+    timezone = CASE WHEN popagent_agent_schedules.cron = EXCLUDED.cron AND popagent_agent_schedules.enabled
+        THEN popagent_agent_schedules.timezone ELSE EXCLUDED.timezone END,
+    next_run_at = CASE WHEN popagent_agent_schedules.cron = EXCLUDED.cron AND popagent_agent_schedules.enabled
+        THEN popagent_agent_schedules.next_run_at ELSE EXCLUDED.next_run_at END,
+    enabled = true,
+    max_attempts = EXCLUDED.max_attempts,
+    updated_at = clock_timestamp()
+RETURNING id, source, workspace_id, name, prompt, model, session_id, cron, timezone, next_run_at, enabled,
+    max_attempts, last_tick, created_at, updated_at
+
+-- name: delete_self_update_schedule
+DELETE FROM popagent_agent_schedules WHERE id = $1 AND source = 'self-update' RETURNING id

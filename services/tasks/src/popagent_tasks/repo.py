@@ -21,7 +21,7 @@ from asyncpg.pool import PoolConnectionProxy
 from popagent.events.v1 import events_pb2
 from popagent_core import bus, subjects
 from popagent_core.db import load_queries, record_of, wrap_db_errors
-from popagent_core.errors import Conflict, FailedPrecondition, NotFound
+from popagent_core.errors import Conflict, FailedPrecondition, NotFound, PermissionDenied
 from popagent_tasks.model import (
     MAX_ERROR_CHARS,
     MAX_OUTCOME_CHARS,
@@ -29,6 +29,7 @@ from popagent_tasks.model import (
     Kind,
     Schedule,
     ScheduleFields,
+    SelfUpdateSlot,
     Source,
     Status,
     Task,
@@ -391,6 +392,7 @@ class TaskRepo:
             async with self.pool.acquire() as conn, conn.transaction():
                 current = await conn.fetchrow(QUERIES["lock_user_schedule"], key)
                 if current is None:
+                    await _refuse_system_schedule(conn, key, "changed")
                     raise ScheduleNotFound()
                 fields = change(_schedule(current))
                 row = await conn.fetchrow(QUERIES["update_schedule"], key, *_schedule_args(fields))
@@ -400,22 +402,62 @@ class TaskRepo:
         key = parse_id(schedule_id, ScheduleNotFound)
         with wrap_db_errors():
             if await self.pool.fetchval(QUERIES["delete_schedule"], key) is None:
+                await _refuse_system_schedule(self.pool, key, "deleted")
                 raise ScheduleNotFound()
 
+    async def reconcile_self_update(self, desired: Sequence[SelfUpdateSlot], timezone: str) -> list[Schedule]:
+        """Make the system schedules exactly `desired` (one per workspace), in one transaction under
+        an advisory lock: concurrent reconcilers on any replica run one after another, and the
+        partial unique index makes a second insert for a workspace land on the same row."""
+        wanted = {slot.workspace_id: slot for slot in desired}
+        kept: list[Schedule] = []
+        with wrap_db_errors():
+            async with self.pool.acquire() as conn, conn.transaction():
+                await conn.execute(QUERIES["lock_self_update_reconcile"])
+                for row in await conn.fetch(QUERIES["list_self_update_schedules"]):
+                    if row["workspace_id"] not in wanted:
+                        await conn.execute(QUERIES["delete_self_update_schedule"], row["id"])
+                for slot in wanted.values():
+                    row = await conn.fetchrow(
+                        QUERIES["upsert_self_update_schedule"],
+                        slot.workspace_id,
+                        slot.name,
+                        slot.prompt,
+                        slot.cron,
+                        timezone,
+                        slot.next_run_at,
+                        slot.max_attempts,
+                    )
+                    kept.append(_schedule(row))
+        return kept
+
     async def materialize_due(
-        self, ticks_for: Callable[[Schedule], tuple[list[datetime], datetime | None]], limit: int
+        self,
+        ticks_for: Callable[[Schedule], tuple[list[datetime], datetime | None]],
+        limit: int,
+        self_update_allowed: Callable[[], Awaitable[bool]] | None = None,
     ) -> int:
         """Materialize due ticks of up to `limit` schedules; returns how many tasks were created.
 
         Each due schedule stays locked (SKIP LOCKED for other replicas) while its ticks are
-        inserted and its next run advanced; the wake-up goes out only after the commit.
+        inserted and its next run advanced; the wake-up goes out only after the commit. A
+        self-update schedule's ticks become tasks only when `self_update_allowed` answers yes,
+        asked while the row is locked (no answer: none), so turning self-update off stops new
+        work before the next reconcile removes the schedule; its skipped ticks are not replayed.
         """
         created = 0
+        allowed: bool | None = None
         with wrap_db_errors():
             async with self.pool.acquire() as conn, conn.transaction():
                 for row in await conn.fetch(QUERIES["lock_due_schedules"], limit):
                     schedule = _schedule(row)
                     ticks, next_run_at = ticks_for(schedule)
+                    if ticks and schedule.source is Source.SELF_UPDATE:
+                        if allowed is None:
+                            allowed = self_update_allowed is not None and await self_update_allowed()
+                        if not allowed:
+                            await conn.execute(QUERIES["advance_schedule"], schedule.id, next_run_at, ticks[-1])
+                            continue
                     if ticks:
                         inserted = await conn.fetch(QUERIES["materialize_ticks"], schedule.id, ticks)
                         created += len(inserted)
@@ -438,6 +480,15 @@ class TaskRepo:
     async def next_schedule_due(self) -> datetime | None:
         with wrap_db_errors():
             return await self.pool.fetchval(QUERIES["next_schedule_due"])
+
+
+async def _refuse_system_schedule(conn: Conn | asyncpg.Pool, key: uuid.UUID, verb: str) -> None:
+    """A system row is not missing: say whose it is and where it is changed."""
+    if await conn.fetchval(QUERIES["schedule_source"], key) == Source.SELF_UPDATE:
+        raise PermissionDenied(
+            f"schedule {key} is the self-update scheduler's and cannot be {verb} here; "
+            "it follows the autonomy settings (PUT /api/settings/autonomy)"
+        )
 
 
 async def _enqueue_fact(conn: Conn, task_id: uuid.UUID) -> None:

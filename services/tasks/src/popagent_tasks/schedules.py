@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -115,8 +116,17 @@ def _ticks_for(schedule: Schedule) -> tuple[list[datetime], datetime | None]:
 class Scheduler:
     """Materializes due schedule ticks; sleeps until the earliest next run (bounded)."""
 
-    def __init__(self, repo: TaskRepo, *, max_sleep_s: float = 5.0, batch: int = 50) -> None:
+    def __init__(
+        self,
+        repo: TaskRepo,
+        *,
+        max_sleep_s: float = 5.0,
+        batch: int = 50,
+        self_update_allowed: Callable[[], Awaitable[bool]] | None = None,
+    ) -> None:
         self.repo = repo
+        # Asked while a due self-update schedule is locked; None: its ticks never become tasks.
+        self.self_update_allowed = self_update_allowed
         self.max_sleep_s = max_sleep_s
         self.batch = batch
         self._wake = asyncio.Event()
@@ -126,7 +136,7 @@ class Scheduler:
         self._wake.set()
 
     async def run_once(self) -> int:
-        return await self.repo.materialize_due(_ticks_for, self.batch)
+        return await self.repo.materialize_due(_ticks_for, self.batch, self.self_update_allowed)
 
     async def run(self) -> None:
         while True:

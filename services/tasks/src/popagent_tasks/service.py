@@ -25,6 +25,7 @@ from popagent_tasks.executor import Executor, load_executor
 from popagent_tasks.observer import LifecycleObserver, Observers, open_observers
 from popagent_tasks.repo import TaskRepo
 from popagent_tasks.schedules import Scheduler, backfill_schedules
+from popagent_tasks.self_update import GrpcPlanSource, SelfUpdateScheduler
 from popagent_tasks.servicer import TasksServicer
 from popagent_tasks.settings import Settings
 from popagent_tasks.worker import RuntimeConfig, Worker
@@ -40,6 +41,7 @@ class RunningTasks:
     worker: Worker | None
     scheduler: Scheduler | None
     port: int
+    self_update: SelfUpdateScheduler | None = None
 
 
 @contextlib.asynccontextmanager
@@ -66,9 +68,19 @@ async def build(
 
         observers = [*await open_observers(settings, stack), *extra_observers]
 
+        plans: GrpcPlanSource | None = None
+        self_update: SelfUpdateScheduler | None = None
+        if settings.self_update_scheduler_enabled and settings.agent_runner_address:
+            plans = GrpcPlanSource(settings.evolution_address, settings.agent_runner_address, settings.internal_token)
+            self_update = SelfUpdateScheduler(
+                repo, plans.plan, settings.timezone, interval_s=settings.self_update_reconcile_s
+            )
+            await self_update.start()
+            stack.push_async_callback(self_update.stop)
+
         scheduler: Scheduler | None = None
         if settings.scheduler_enabled:
-            scheduler = Scheduler(repo)
+            scheduler = Scheduler(repo, self_update_allowed=plans.allows if plans is not None else None)
             await stack.enter_async_context(background_task(scheduler.run, name="tasks-scheduler"))
 
         port = 0
@@ -104,4 +116,4 @@ async def build(
             logger.info("worker started", extra={"worker_id": worker.worker_id, "executor": type(executor).__name__})
         else:
             logger.warning("no executor configured (POPAGENT_TASKS_EXECUTOR): this process runs no worker")
-        yield RunningTasks(repo, worker, scheduler, port)
+        yield RunningTasks(repo, worker, scheduler, port, self_update)

@@ -33,6 +33,12 @@ class Settings(ServiceSettings):
     browser_bridge_address: str = grpc_address_field("browser-bridge")
     browser_close_enabled: bool = Field(default=True, validation_alias=_env("BROWSER_CLOSE_ENABLED"))
 
+    # The self-update scheduler reads the autonomy settings there (and the agents' state from
+    # agent-runner); off where no evolution service runs.
+    evolution_address: str = grpc_address_field("evolution")
+    self_update_scheduler_enabled: bool = Field(default=True, validation_alias=_env("SELF_UPDATE_SCHEDULER_ENABLED"))
+    self_update_reconcile_s: float = Field(default=30.0, gt=0, validation_alias=_env("SELF_UPDATE_RECONCILE_S"))
+
     # `module:attribute` of the executor factory. Empty: this process runs no worker
     # (the API, scheduler and recovery still run; tasks wait for a worker).
     executor: str = Field(default="", validation_alias=_env("EXECUTOR"))

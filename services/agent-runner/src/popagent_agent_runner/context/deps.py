@@ -16,6 +16,7 @@ from pydantic_ai.messages import ModelResponse
 from pydantic_ai.usage import RunUsage
 
 from popagent.events.v1 import events_pb2
+from popagent_agent_runner.context.containment import Containment
 from popagent_agent_runner.context.events import TurnOutput
 from popagent_agent_runner.context.hands import TurnHands
 from popagent_agent_runner.context.hooks import TurnHooks
@@ -73,6 +74,8 @@ class TurnContext:
     approved_calls: asyncio.Lock = field(default_factory=asyncio.Lock)
     # The users' MCP servers' tools each agent gets this turn (mcp/toolbox.py); None: none.
     mcp: TurnMcp | None = None
+    # A contained self-update attempt's fixed policy (context/containment.py); None: an ordinary turn.
+    containment: Containment | None = None
 
     def model_for(self, profile: AgentProfile) -> str:
         return profile.model or self.route

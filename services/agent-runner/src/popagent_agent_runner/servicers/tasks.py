@@ -33,6 +33,19 @@ class TaskServicer(agent_runner_pb2_grpc.AgentRunnerTaskServiceServicer):
         # Each running call's turn and the queue its events go out through.
         self._running: dict[asyncio.Task[None], asyncio.Queue[pb.TaskTurnEvent]] = {}
 
+    async def GetSelfUpdateEligibility(  # type: ignore[override]
+        self, request: pb.GetSelfUpdateEligibilityRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SelfUpdateEligibility:
+        if self.turns.self_update is None:
+            return pb.SelfUpdateEligibility(agents_problem="this agent-runner runs no contained self-update")
+        agents_problem, workspaces = await self.turns.self_update.eligibility()
+        return pb.SelfUpdateEligibility(
+            agents_problem=agents_problem,
+            workspaces=[
+                pb.SelfUpdateWorkspace(workspace_id=found.workspace_id, problem=found.problem) for found in workspaces
+            ],
+        )
+
     async def interrupt_all(self, grace_s: float) -> None:
         """Shutdown, before the server stops: turns that do not end within `grace_s` are
         cancelled and their calls answer `SHUTDOWN`, so the tasks worker requeues them

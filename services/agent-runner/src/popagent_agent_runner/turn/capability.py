@@ -231,6 +231,17 @@ def error_text(error: BaseException) -> str:
     return str(error) or type(error).__name__
 
 
+def _contain(ctx: RunContext[TurnDeps], call: ToolCallPart, args: RawToolArgs | ValidatedToolArgs) -> None:
+    """A self-update attempt's fixed policy (context/containment.py); nothing for other turns."""
+    turn = ctx.deps.turn
+    if turn.containment is None:
+        return
+    specialists = frozenset(profile.id for profile in turn.profiles.values() if profile.delegation_eligible)
+    problem = turn.containment.refusal(ctx.deps.agent_id, call.tool_name, arguments_object(args), specialists)
+    if problem is not None:
+        raise ToolFailed(f"The {call.tool_name} call is refused by the self-update policy: {problem}.")
+
+
 class TurnCapability(AbstractCapability[TurnDeps]):
     async def prepare_tools(self, ctx: RunContext[TurnDeps], tool_defs: list[ToolDefinition]) -> list[ToolDefinition]:
         if ctx.run_step >= ctx.deps.max_steps:
@@ -259,6 +270,7 @@ class TurnCapability(AbstractCapability[TurnDeps]):
             # The call's arguments are what history and the UI record: a note in their place.
             call.args = recorded
             raise ToolFailed(f"The {call.tool_name} call's arguments {problem}. It did not run.")
+        _contain(ctx, call, args)
         decision = await ctx.deps.turn.hooks.gate(
             Event.PRE_TOOL_USE,
             target=call.tool_name,
@@ -275,6 +287,8 @@ class TurnCapability(AbstractCapability[TurnDeps]):
                 raise ToolFailed(f"The {call.tool_name} call's arguments, as a hook replaced them, {refused[0]}.")
             call.args = decision.arguments
             args = decision.arguments
+            # A hook can make a self-update call stricter, never looser.
+            _contain(ctx, call, args)
         approvals = ctx.deps.turn.approvals
         if approvals is None:
             if decision.outcome is Outcome.ASK:

@@ -207,6 +207,8 @@ class Delegation:
             Event.SUBAGENT_START, target=agent_id, tool_call_id=ctx.tool_call_id or "", detail={"prompt": brief}
         )
         if decision.outcome is Outcome.DENY:
+            if turn.containment is not None:
+                turn.containment.delegated(agent_id, "denied")
             activity.finish("denied", reason=decision.reason)
             raise ToolFailed(denied(decision, f"Delegation to {agent_id}"))
         if decision.outcome is Outcome.MODIFY and decision.prompt is not None:
@@ -237,6 +239,8 @@ class Delegation:
             logger.warning(
                 "delegation failed", extra={"agent": agent_id, "error_class": failure.error_class, "error": str(exc)}
             )
+            if turn.containment is not None:
+                turn.containment.delegated(agent_id, "failed")
             activity.finish("failed", errorClass=failure.error_class, error=bounded(failure.message, 500))
             _record_outcome(turn, agent_id, brief, "failure", failure.message, failure.error_class)
             await turn.hooks.observe(
@@ -250,6 +254,8 @@ class Delegation:
             turn.specialist_usage.incr(usage)
 
         turn.specialist_runs.append(SpecialistRun(thread_id, agent_id, result.all_messages()))
+        if turn.containment is not None:
+            turn.containment.delegated(agent_id, "completed")
         _record_outcome(turn, agent_id, brief, "outcome", result.output or "(no text)")
         text = result.output
         truncated = len(text) > snapshot.delegation_result_max_chars

@@ -61,6 +61,7 @@ from popagent_agent_runner.approvals.gate import INTERRUPTED_APPROVED_TEXT, Appr
 from popagent_agent_runner.attachments.prompt import load_attachments
 from popagent_agent_runner.attachments.store import AttachmentStore
 from popagent_agent_runner.browser.access import BrowserAccessPoint, TurnBrowser
+from popagent_agent_runner.context.containment import Containment
 from popagent_agent_runner.context.deps import SUPERVISOR_ID, TurnContext, TurnDeps
 from popagent_agent_runner.context.events import TurnOutput, usage_metadata
 from popagent_agent_runner.context.hands import Hands
@@ -143,6 +144,8 @@ class TurnInput:
     session_start: bool = True
     # A trusted self-update task's turn: no browser tools (the spec's fixed self-update policy).
     self_update: bool = False
+    # The self-update attempt's fixed policy (turn/self_update.py); None: an ordinary turn.
+    containment: Containment | None = None
     # The assistant message's id; empty: a new one. A turn run again (taken over) keeps its first.
     answer_id: str = ""
 
@@ -391,6 +394,7 @@ class TurnRunner:
             approvals=self.approvals.for_turn(turn.session_id, turn.turn_id, output)
             if self.approvals is not None
             else None,
+            containment=turn.containment,
         )
         goal = turn.message.text
         record = _Record()

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import uuid
 from collections.abc import Callable
@@ -42,7 +43,9 @@ from popagent_agent_runner.state.sessions import SessionStore
 from popagent_agent_runner.turn.log import TurnLog
 from popagent_agent_runner.turn.records import TurnRecords, TurnStatus
 from popagent_agent_runner.turn.runner import TurnInput, TurnRunner
+from popagent_agent_runner.turn.self_update import Prepared, SelfUpdate
 from popagent_agent_runner.turn.ui_message import UserMessage
+from popagent_agent_runner.workspace.self_update import SelfUpdateRefused
 from popagent_core.errors import AlreadyExists, InvalidArgument, NotFound, PopagentError
 
 logger = logging.getLogger(__name__)
@@ -161,11 +164,24 @@ class _TaskOutput(TurnOutput):
         self.approval_wait(pb.TaskApprovalWait(waiting=False, approval_id=approval_id, tool_name=tool_name))
 
 
+def _refused(message: str) -> TaskResult:
+    return TaskResult(False, failure=TurnFailure.CONTAINMENT, error_message=bounded(message, MAX_ERROR_CHARS))
+
+
 class TaskTurns:
     """Runs task attempts over the chat turn's runner parts."""
 
-    def __init__(self, runner: TurnRunner, sessions: SessionStore, records: TurnRecords, log: TurnLog) -> None:
+    def __init__(
+        self,
+        runner: TurnRunner,
+        sessions: SessionStore,
+        records: TurnRecords,
+        log: TurnLog,
+        self_update: SelfUpdate | None = None,
+    ) -> None:
         self.runner = runner
+        # Contained self-update (turn/self_update.py); None: self-update tasks are refused.
+        self.self_update = self_update
         self.sessions = sessions
         self.records = records
         self.log = log
@@ -183,6 +199,37 @@ class TaskTurns:
     ) -> TaskResult:
         if not request.task_id or not request.prompt:
             raise InvalidArgument("task_id and prompt are required")
+        if request.execution_source != "self-update":
+            return await self._run(request, progress, approval_wait, None)
+        if self.self_update is None:
+            return _refused("this agent-runner runs no contained self-update")
+        try:
+            contained = await self.self_update.prepare(request.workspace_id, request.task_id, request.attempt)
+        except SelfUpdateRefused as exc:
+            return _refused(str(exc))
+        progress(bounded(f"prepared {contained.branch} from {contained.captured.head[:12]}", MAX_PROGRESS_CHARS))
+        result = TaskResult(False, failure=TurnFailure.FRAMEWORK, error_message="the self-update turn did not end")
+        try:
+            async with contained.stages.stage("turn"):
+                result = await self._run(request, progress, approval_wait, contained)
+        finally:
+            # However the turn ended (a cancel included): verify or discard, and remove the clone.
+            concluded = await asyncio.shield(
+                asyncio.ensure_future(self.self_update.conclude(contained, result.ok, progress))
+            )
+        if not result.ok:
+            return result
+        if not concluded.ok:
+            return _refused(concluded.message)
+        return TaskResult(True, outcome=bounded(f"{concluded.message}\n\n{result.outcome}", MAX_OUTCOME_CHARS))
+
+    async def _run(
+        self,
+        request: pb.RunTaskRequest,
+        progress: Callable[[str], None],
+        approval_wait: Callable[[pb.TaskApprovalWait], None],
+        contained: Prepared | None,
+    ) -> TaskResult:
         try:
             session_id = await self._session(request)
             turn = TurnInput(
@@ -194,8 +241,11 @@ class TaskTurns:
                 trace_id=request.trace_id or uuid.uuid4().hex,
                 session_start=False,
                 self_update=request.execution_source == "self-update",
+                containment=contained.containment if contained is not None else None,
             )
             prepared = await self.runner.prepare(turn)
+            if contained is not None and self.self_update is not None:
+                prepared = dataclasses.replace(prepared, state=self.self_update.contain(contained, prepared.state))
         except (InvalidArgument, NotFound) as exc:
             return TaskResult(False, failure=TurnFailure.INVALID_TASK, error_message=bounded(str(exc), MAX_ERROR_CHARS))
         paused = _Deadline()

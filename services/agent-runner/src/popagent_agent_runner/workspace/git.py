@@ -34,7 +34,25 @@ from pathlib import Path
 GIT_TIMEOUT_S = 600.0
 
 # What popagent runs on the host; each is a git builtin.
-SUBCOMMANDS = frozenset({"clone", "config", "diff", "log", "ls-files", "rev-parse", "show", "status"})
+SUBCOMMANDS = frozenset(
+    {
+        "add",
+        "checkout",
+        "clone",
+        "commit",
+        "config",
+        "diff",
+        "fetch",
+        "for-each-ref",
+        "log",
+        "ls-files",
+        "merge-base",
+        "rev-parse",
+        "show",
+        "status",
+        "update-ref",
+    }
+)
 # Those that may show a diff: an external diff (`diff.external`, `diff.<driver>.command`) and a
 # textconv are switched off by option, since an empty setting is still a program to git.
 SHOWING_DIFFS = frozenset({"diff", "log", "show"})
@@ -62,6 +80,11 @@ _OVERRIDES = (
     "protocol.https.allow=always",
     "protocol.ssh.allow=always",
     "protocol.ext.allow=never",
+    # No background program after a fetch or commit (auto gc, maintenance, commit-graph writes).
+    "gc.auto=0",
+    "maintenance.auto=false",
+    "fetch.writeCommitGraph=false",
+    "commit.gpgSign=false",
 )
 
 # Per-name settings of a repository's configuration that name a program (`filter.<driver>.clean`, ...).
