@@ -78,7 +78,12 @@ def test_due_ticks_are_bounded_per_pass_and_name_the_next_run() -> None:
 async def test_materialization_copies_provenance_and_max_attempts_and_advances_once(pool: asyncpg.Pool) -> None:
     repo = TaskRepo(pool)
     schedule = await insert_schedule(pool, source="self-update", workspace_id="ws-5", max_attempts=7)
-    scheduler = Scheduler(repo)
+
+    async def policy_on() -> bool:
+        return True
+
+    # A self-update tick becomes a task only when the policy, reread then, allows it.
+    scheduler = Scheduler(repo, self_update_allowed=policy_on)
 
     created = await asyncio.gather(scheduler.run_once(), scheduler.run_once(), scheduler.run_once())
 

@@ -33,12 +33,23 @@ def eligibility(*workspaces: str, agents_problem: str = "") -> arpb.SelfUpdateEl
 def test_the_plan_needs_every_precondition() -> None:
     on = epb.AutonomySettings(evolution_enabled=True, self_update_enabled=True, self_update_cron="0 3 * * *")
     assert plan_of(on, eligibility("a", "b")).workspaces == ("a", "b")
-    assert plan_of(epb.AutonomySettings(evolution_enabled=True, self_update_cron="0 3 * * *"), eligibility("a")).workspaces == ()
-    assert plan_of(epb.AutonomySettings(self_update_enabled=True, self_update_cron="0 3 * * *"), eligibility("a")).workspaces == ()
+    assert (
+        plan_of(epb.AutonomySettings(evolution_enabled=True, self_update_cron="0 3 * * *"), eligibility("a")).workspaces
+        == ()
+    )
+    assert (
+        plan_of(
+            epb.AutonomySettings(self_update_enabled=True, self_update_cron="0 3 * * *"), eligibility("a")
+        ).workspaces
+        == ()
+    )
     refused = plan_of(on, eligibility("a", agents_problem="reviewer must be delegation-eligible"))
     assert refused.workspaces == () and "reviewer must be delegation-eligible" in refused.reasons
     broken = arpb.SelfUpdateEligibility(
-        workspaces=[arpb.SelfUpdateWorkspace(workspace_id="a", problem="not a Git repository"), arpb.SelfUpdateWorkspace(workspace_id="b")]
+        workspaces=[
+            arpb.SelfUpdateWorkspace(workspace_id="a", problem="not a Git repository"),
+            arpb.SelfUpdateWorkspace(workspace_id="b"),
+        ]
     )
     assert plan_of(on, broken).workspaces == ("b",)
 
@@ -81,8 +92,15 @@ async def test_three_concurrent_reconcilers_keep_one_system_schedule_per_workspa
 
 def user_fields() -> ScheduleFields:
     return ScheduleFields(
-        name="mine", prompt="p", model="", session_id="", cron="0 1 * * *", timezone="UTC",
-        next_run_at=None, enabled=True, max_attempts=3,
+        name="mine",
+        prompt="p",
+        model="",
+        session_id="",
+        cron="0 1 * * *",
+        timezone="UTC",
+        next_run_at=None,
+        enabled=True,
+        max_attempts=3,
     )
 
 

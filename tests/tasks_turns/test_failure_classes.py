@@ -39,6 +39,7 @@ RETRY_CLASS = {
     # Orderly events, released to the queue rather than failed (model.RELEASED).
     "shutdown": ErrorClass.SHUTDOWN,
     "storage": ErrorClass.DATABASE,
+    "containment": ErrorClass.CONTAINMENT,
 }
 
 

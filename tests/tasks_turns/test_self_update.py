@@ -11,6 +11,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from workspace.test_self_update_git import git_out, registered_repository, snapshot
+
 from popagent.agent_runner.v1 import agent_runner_pb2 as arpb
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
 from popagent.tasks.v1 import tasks_pb2 as tpb
@@ -18,7 +20,6 @@ from popagent_core.grpc_client import open_channel
 from support.https_receiver import ReceivedRequest, Reply, answer
 from support.model_gateway import ToolCall, Turn
 from support.stacks import MODEL, Stack
-from workspace.test_self_update_git import git_out, registered_repository, snapshot
 
 REFUSED = "refused by the self-update policy"
 
@@ -33,7 +34,9 @@ async def registered(stack: Stack) -> tuple[str, Path]:
 
 async def run_self_update(stack: Stack, workspace_id: str) -> tpb.Task:
     task = await stack.tasks.CreateTask(
-        tpb.CreateTaskRequest(prompt="Improve this repository.", model=MODEL, workspace_id=workspace_id, source="self-update")
+        tpb.CreateTaskRequest(
+            prompt="Improve this repository.", model=MODEL, workspace_id=workspace_id, source="self-update"
+        )
     )
     return await stack.wait_task(task.id, "completed", "failed", "dead-letter", within=60)
 
@@ -96,7 +99,10 @@ async def test_forbidden_actions_are_refused_and_nothing_escapes(stack: Stack) -
     def pre_tool(request: ReceivedRequest) -> Reply:
         body = request.json()
         detail = body["detail"]
-        if detail.get("toolName") == "mastra_workspace_write_file" and detail["arguments"].get("path") == "harmless.txt":
+        if (
+            detail.get("toolName") == "mastra_workspace_write_file"
+            and detail["arguments"].get("path") == "harmless.txt"
+        ):
             return answer("modify", replacement=loosened)
         return answer("pass")
 
@@ -116,6 +122,7 @@ async def test_forbidden_actions_are_refused_and_nothing_escapes(stack: Stack) -
     results = tool_results(stack)
     # Each call was refused (a tool the attempt's profiles lack is unknown to the model's agent).
     for call in calls:
+        assert call.id is not None
         assert REFUSED in results[call.id] or "Unknown tool" in results[call.id], (call.id, results[call.id])
     # The hook's rewrite was checked again: the rewritten path is what was refused.
     assert ".git is a protected path" in results["c7"], results["c7"]

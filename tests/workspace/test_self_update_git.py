@@ -5,6 +5,7 @@ pushed from the clone, and no repository-provided program runs on the host (a ca
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -27,7 +28,9 @@ def snapshot(repository: Path) -> dict[str, str]:
     found: dict[str, str] = {}
     for path in sorted(repository.rglob("*")):
         relative = path.relative_to(repository).as_posix()
-        if path.is_file() and (not relative.startswith(".git/") or relative in (".git/index", ".git/HEAD", ".git/config")):
+        if path.is_file() and (
+            not relative.startswith(".git/") or relative in (".git/index", ".git/HEAD", ".git/config")
+        ):
             found[relative] = hashlib.sha256(path.read_bytes()).hexdigest()
     return found
 
@@ -36,7 +39,7 @@ def registered_repository(folder: Path, *, commands: tuple[str, ...] = ("python3
     folder.mkdir(parents=True)
     (folder / "app.py").write_text("print('hello')\n")
     (folder / ".popagent").mkdir()
-    (folder / ".popagent" / "self-update.json").write_text('{"commands": %s}' % list(commands).__repr__().replace("'", '"'))
+    (folder / ".popagent" / "self-update.json").write_text(json.dumps({"commands": list(commands)}))
     plain_git("init", "-q", "-b", "main", cwd=folder)
     plain_git("add", ".", cwd=folder)
     plain_git("-c", "user.name=t", "-c", "user.email=t@x", "commit", "-qm", "init", cwd=folder)
@@ -135,7 +138,12 @@ def test_push_from_the_clone_fails(tmp_path: Path) -> None:
     bare = subprocess.run(["git", "push"], cwd=clone, env=PLAIN_ENV, capture_output=True, text=True, timeout=60)
     # The only remote has a push URL that leads nowhere (and no fetch URL).
     named = subprocess.run(
-        ["git", "push", "origin", "HEAD:refs/heads/main"], cwd=clone, env=PLAIN_ENV, capture_output=True, text=True, timeout=60
+        ["git", "push", "origin", "HEAD:refs/heads/main"],
+        cwd=clone,
+        env=PLAIN_ENV,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert bare.returncode != 0 and named.returncode != 0, (bare.stderr, named.stderr)
     assert git_out("for-each-ref", cwd=registered) == before

@@ -61,7 +61,9 @@ PlanSource = Callable[[], Awaitable[SelfUpdatePlan]]
 PolicyCheck = Callable[[], Awaitable[bool]]
 
 
-def plan_of(autonomy: evolution_pb2.AutonomySettings, eligibility: agent_runner_pb2.SelfUpdateEligibility) -> SelfUpdatePlan:
+def plan_of(
+    autonomy: evolution_pb2.AutonomySettings, eligibility: agent_runner_pb2.SelfUpdateEligibility
+) -> SelfUpdatePlan:
     """The plan from the autonomy settings and the agents' state: every precondition of the spec."""
     reasons: list[str] = []
     if not autonomy.evolution_enabled:

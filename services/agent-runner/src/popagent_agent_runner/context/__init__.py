@@ -6,4 +6,5 @@
 | `events.py` | the batched turn events and the assistant UI message |
 | `hooks.py` | the turn's hook dispatch, gate and observational |
 | `hands.py` | the turn's repository, sandbox and language servers (`TurnHands`) |
+| `containment.py` | a self-update attempt's fixed tool policy and the record of its delegations |
 """

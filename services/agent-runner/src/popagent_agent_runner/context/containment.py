@@ -113,7 +113,9 @@ class Containment:
     def succeeded(self, agent_id: str) -> bool:
         return any(agent == agent_id and status == "completed" for agent, status in self.delegations)
 
-    def refusal(self, agent_id: str, tool_name: str, arguments: Mapping[str, Any], specialists: frozenset[str]) -> str | None:
+    def refusal(
+        self, agent_id: str, tool_name: str, arguments: Mapping[str, Any], specialists: frozenset[str]
+    ) -> str | None:
         """Why the call may not run; None: it may (other gates still apply)."""
         if tool_name in REMOVED_TOOLS or tool_name.startswith("mcp__"):
             return f"{tool_name} is not available during self-update"

@@ -9,6 +9,7 @@
 | `peers.py` | `RunnerPresence` and `TurnControl`: a runner announcing itself and answering cancels on core NATS |
 | `log.py` | the turn log on JetStream: every batch a turn streamed, for followers |
 | `tasks.py` | `TaskTurns`: a background task attempt as one turn |
+| `self_update.py` | a contained self-update attempt around a task turn: eligibility, preparation, the attempt's profiles, verification and import |
 | `ui_message.py` | the newest user UI message parsed once into a `UserMessage` |
 | `agents_factory.py` | pydantic-ai agents built per run from the persisted profiles |
 | `agent_runs.py` | one agent run, its tool events and its span |

@@ -190,7 +190,9 @@ class SelfUpdate:
                     return Concluded(False, f"no successful {agent_id} delegation; nothing was imported")
             async with prepared.stages.stage("commit"):
                 await asyncio.to_thread(
-                    su.commit_work, prepared.clone, f"popagent self-update {prepared.attempt_id}\n\nReviewed by the reviewer agent."
+                    su.commit_work,
+                    prepared.clone,
+                    f"popagent self-update {prepared.attempt_id}\n\nReviewed by the reviewer agent.",
                 )
             async with prepared.stages.stage("verify"):
                 verified = await asyncio.to_thread(

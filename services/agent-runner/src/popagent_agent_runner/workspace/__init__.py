@@ -8,6 +8,7 @@
 | `patterns.py` | RE2 for every regular expression a model or a workspace file wrote (linear time, bounded memory) |
 | `git.py` | host git, with a hardened environment and configuration |
 | `checkout.py` | cloning a repository into the workspace root |
+| `self_update.py` | contained self-update's git: capture a clean checkout, a remote-less clone, commit, verify, import as a local ref |
 | `sandbox.py` | commands under bubblewrap: no network, allow-listed environment, bounded processes, memory and output, killed process groups |
 | `disk_budget.py` | a workspace's disk budget: its usage measured, the room a command gets, writes refused past it |
 
