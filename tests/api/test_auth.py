@@ -71,6 +71,9 @@ ROUTES = [
     ("PATCH", "/api/mcp-servers/m1"),
     ("DELETE", "/api/mcp-servers/m1"),
     ("POST", "/api/mcp-servers/m1/test"),
+    ("GET", "/api/self-update"),
+    ("GET", "/api/self-update/attempts/t1-1/diff"),
+    ("DELETE", "/api/self-update/attempts/t1-1/ref"),
 ]
 BAD_KEYS = [{}, {"x-popagent-key": ""}, {"x-popagent-key": API_KEY[:-1]}, {"x-popagent-key": API_KEY.upper()}]
 
@@ -113,6 +116,7 @@ def test_the_inventory_above_covers_every_route_of_these_resources() -> None:
     covered = {(m, p.replace("/api/mcp-servers/m1", "/api/mcp-servers/{server_id}")) for m, p in covered}
     attachment = "/attachments/att-00000000000000000000000000000000"
     covered = {(m, p.replace(attachment, "/attachments/{attachment_id}")) for m, p in covered}
+    covered = {(m, p.replace("/attempts/t1-1", "/attempts/{attempt_id}")) for m, p in covered}
     covered = {(m, p.split("?", 1)[0]) for m, p in covered}
     paths = document()["paths"]
     assert isinstance(paths, dict)
@@ -129,6 +133,7 @@ def test_the_inventory_above_covers_every_route_of_these_resources() -> None:
         "/api/browser/sessions/{session_id}/recordings",
         "/api/browser/sessions/{session_id}/input",
         "/api/mcp-servers",
+        "/api/self-update",
     )
     expected = {
         (method.upper(), path)

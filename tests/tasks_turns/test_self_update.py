@@ -6,10 +6,13 @@ escapes, as refs/popagent/self-update/<task>-<attempt>."""
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from workspace.test_self_update_git import git_out, registered_repository, snapshot
 
@@ -19,9 +22,21 @@ from popagent.tasks.v1 import tasks_pb2 as tpb
 from popagent_core.grpc_client import open_channel
 from support.https_receiver import ReceivedRequest, Reply, answer
 from support.model_gateway import ToolCall, Turn
-from support.stacks import MODEL, Stack
+from support.stacks import MODEL, TASK_HOOK_PATHS, TASK_RUNTIME, Stack, StackSpec
 
 REFUSED = "refused by the self-update policy"
+# The task-turn stack plus evolution (the autonomy settings the scheduler reads) and the gateway
+# (the Autonomy page's routes).
+SELF_UPDATE_STACK = StackSpec(
+    "self_update", TASK_HOOK_PATHS, frozenset({"tasks", "evolution", "gateway"}), runtime=TASK_RUNTIME
+)
+
+
+@pytest.fixture
+async def stack(started_stack: Callable[[StackSpec], Awaitable[Stack]]) -> Stack:
+    started = await started_stack(SELF_UPDATE_STACK)
+    started.reset()
+    return started
 
 
 async def registered(stack: Stack) -> tuple[str, Path]:
@@ -87,6 +102,27 @@ async def test_a_reviewed_change_is_imported_as_a_ref_and_the_checkout_stays_byt
     assert not any((stack.workspace_root / ".popagent-self-update").glob(f"{task.id}-*"))
     [stages] = [p.message for p in task.progress if p.message.startswith("stages:")]
     print(f"\nself-update attempt end to end: {elapsed * 1000:.0f} ms; {stages}")
+
+    # The Autonomy page's view of it: delegations, verification, the ref; then show diff and delete ref.
+    async with stack.client() as client:
+        listed = (await client.get("/api/self-update", params={"workspaceId": workspace_id})).json()
+        [attempt] = listed["attempts"]
+        assert attempt["id"] == f"{task.id}-1" and attempt["status"] == "imported" and attempt["ref"] == ref
+        assert attempt["baseCommit"] == head and attempt["changedPaths"] == ["notes.txt"]
+        assert [(d["agentId"], d["status"]) for d in attempt["delegations"]] == [
+            ("implementer", "completed"),
+            ("reviewer", "completed"),
+        ]
+        assert [s["stage"] for s in attempt["stages"]] == ["capture", "clone", "turn", "commit", "verify", "import"]
+        diff = (await client.get(f"/api/self-update/attempts/{attempt['id']}/diff")).json()
+        assert "+notes" in diff["diff"] and diff["truncated"] is False
+        assert (await client.delete(f"/api/self-update/attempts/{attempt['id']}/ref")).status_code == 204
+        assert ref not in git_out("for-each-ref", cwd=folder)
+        again = await client.delete(f"/api/self-update/attempts/{attempt['id']}/ref")
+        assert again.status_code == 409, again.text
+        assert (await client.get(f"/api/self-update/attempts/{attempt['id']}/diff")).status_code == 409
+        assert (await client.get("/api/self-update/attempts/nope-1/diff")).status_code == 404
+    assert snapshot(folder) == before
 
 
 async def test_forbidden_actions_are_refused_and_nothing_escapes(stack: Stack) -> None:
@@ -168,3 +204,37 @@ async def test_the_eligibility_names_what_is_missing(stack: Stack) -> None:
     problems = {w.workspace_id: w.problem for w in found.workspaces}
     assert problems[workspace_id] == ""
     assert "not a Git repository" in problems["popagent"]
+
+
+async def test_the_scheduler_follows_the_autonomy_settings_and_ordinary_routes_cannot_touch_its_rows(
+    stack: Stack,
+) -> None:
+    workspace_id, _ = await registered(stack)
+    scheduler = stack.running.self_update
+    assert scheduler is not None
+    async with stack.client() as client:
+        on = {"evolutionEnabled": True, "selfUpdateEnabled": True, "selfUpdateCron": "0 3 * * *"}
+        assert (await client.patch("/api/settings/autonomy", json=on)).status_code == 200
+        try:
+            await scheduler.reconcile()
+            schedules = (await client.get("/api/self-update")).json()["schedules"]
+            mine = [s for s in schedules if s["workspaceId"] == workspace_id]
+            assert len(mine) == 1 and mine[0]["source"] == "self-update" and mine[0]["cron"] == "0 3 * * *"
+            # The default workspace is an empty folder, not a repository: never scheduled.
+            assert all(s["workspaceId"] != "popagent" for s in schedules)
+            system = mine[0]["id"]
+            changed = await client.patch(f"/api/schedules/{system}", json={"cron": "* * * * *"})
+            deleted = await client.delete(f"/api/schedules/{system}")
+            assert changed.status_code == deleted.status_code == 403, (changed.text, deleted.text)
+            assert "self-update scheduler" in changed.text
+            await scheduler.reconcile()
+            assert [
+                s["id"]
+                for s in (await client.get("/api/self-update")).json()["schedules"]
+                if s["workspaceId"] == workspace_id
+            ] == [system]
+        finally:
+            off = {"selfUpdateEnabled": False}
+            assert (await client.patch("/api/settings/autonomy", json=off)).status_code == 200
+            await scheduler.reconcile()
+        assert (await client.get("/api/self-update")).json()["schedules"] == []

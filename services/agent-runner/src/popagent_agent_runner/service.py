@@ -63,6 +63,7 @@ from popagent_agent_runner.settings import Settings
 from popagent_agent_runner.state import settings_rules
 from popagent_agent_runner.state.agents import AgentStore
 from popagent_agent_runner.state.orphans import OrphanRepair
+from popagent_agent_runner.state.self_update import SelfUpdateAttemptStore
 from popagent_agent_runner.state.sessions import SessionDeleter, SessionStarts, SessionStore
 from popagent_agent_runner.state.settings_store import ChangeFact, SingletonSettings
 from popagent_agent_runner.state.skills import SkillStore
@@ -295,7 +296,11 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
         chat = ChatServicer(turns=chat_turns, memories=memories)
         await stack.enter_async_context(control.serving(chat_turns.cancel_here))
         task_turns = TaskTurns(
-            runner, sessions, records, turn_log, SelfUpdate(workspaces, agents, settings.workspace_root)
+            runner,
+            sessions,
+            records,
+            turn_log,
+            SelfUpdate(workspaces, agents, SelfUpdateAttemptStore(pool), settings.workspace_root),
         )
         leases = asyncio.create_task(
             records.keep_leases(lambda: [*chat_turns.held_turn_ids(), *task_turns.running_turn_ids()]),

@@ -157,6 +157,10 @@ async def get_agent_runner_state(request: Request) -> agent_runner_pb2_grpc.Agen
     return cached_stub(request, "agent-runner", agent_runner_pb2_grpc.AgentRunnerStateServiceStub)
 
 
+async def get_agent_runner_tasks(request: Request) -> agent_runner_pb2_grpc.AgentRunnerTaskServiceStub:
+    return cached_stub(request, "agent-runner", agent_runner_pb2_grpc.AgentRunnerTaskServiceStub)
+
+
 async def get_agent_runner_skills(request: Request) -> skills_pb2_grpc.AgentRunnerSkillsServiceStub:
     return cached_stub(request, "agent-runner", skills_pb2_grpc.AgentRunnerSkillsServiceStub)
 
@@ -208,6 +212,7 @@ async def get_browser_bridge(request: Request) -> browser_bridge_pb2_grpc.Browse
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 AgentRunnerStub = Annotated[agent_runner_pb2_grpc.AgentRunnerServiceStub, Depends(get_agent_runner)]
 AgentRunnerStateStub = Annotated[agent_runner_pb2_grpc.AgentRunnerStateServiceStub, Depends(get_agent_runner_state)]
+AgentRunnerTaskStub = Annotated[agent_runner_pb2_grpc.AgentRunnerTaskServiceStub, Depends(get_agent_runner_tasks)]
 AgentRunnerMcpStub = Annotated[mcp_servers_pb2_grpc.AgentRunnerMcpServiceStub, Depends(get_agent_runner_mcp)]
 AgentRunnerSkillsStub = Annotated[skills_pb2_grpc.AgentRunnerSkillsServiceStub, Depends(get_agent_runner_skills)]
 AgentRunnerAttachmentsStub = Annotated[

@@ -13,8 +13,10 @@ import grpc
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
 from popagent_agent_runner.failures import TurnFailure
+from popagent_agent_runner.state.self_update import MAX_LISTED, SelfUpdateAttempt
+from popagent_agent_runner.turn.self_update import SelfUpdate
 from popagent_agent_runner.turn.tasks import TaskTurns
-from popagent_core.errors import PopagentError
+from popagent_core.errors import FailedPrecondition, PopagentError
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +27,28 @@ SHUTDOWN_RESULT = pb.TaskTurnEvent(
         error_message="agent-runner stopped while the turn ran; the task goes back to the queue",
     )
 )
+
+
+def _attempt_message(attempt: SelfUpdateAttempt) -> pb.SelfUpdateAttempt:
+    return pb.SelfUpdateAttempt(
+        id=attempt.id,
+        task_id=attempt.task_id,
+        attempt=attempt.attempt,
+        workspace_id=attempt.workspace_id,
+        status=attempt.status,
+        base_commit=attempt.base_commit,
+        base_branch=attempt.base_branch,
+        branch=attempt.branch,
+        delegations=[pb.SelfUpdateDelegation(agent_id=agent, status=status) for agent, status in attempt.delegations],
+        changed_paths=list(attempt.changed_paths),
+        diff_stat=attempt.diff_stat,
+        verification=attempt.verification,
+        commit=attempt.commit or "",
+        ref=attempt.ref or "",
+        stages=[pb.SelfUpdateStage(stage=stage, ms=ms) for stage, ms in attempt.stages],
+        created_at=attempt.created_at.isoformat(),
+        finished_at=attempt.finished_at.isoformat() if attempt.finished_at else "",
+    )
 
 
 class TaskServicer(agent_runner_pb2_grpc.AgentRunnerTaskServiceServicer):
@@ -45,6 +69,29 @@ class TaskServicer(agent_runner_pb2_grpc.AgentRunnerTaskServiceServicer):
                 pb.SelfUpdateWorkspace(workspace_id=found.workspace_id, problem=found.problem) for found in workspaces
             ],
         )
+
+    def _self_update(self) -> SelfUpdate:
+        if self.turns.self_update is None:
+            raise FailedPrecondition("this agent-runner runs no contained self-update")
+        return self.turns.self_update
+
+    async def ListSelfUpdateAttempts(  # type: ignore[override]
+        self, request: pb.ListSelfUpdateAttemptsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListSelfUpdateAttemptsResponse:
+        found = await self._self_update().attempts.list(request.workspace_id, request.limit or MAX_LISTED)
+        return pb.ListSelfUpdateAttemptsResponse(attempts=[_attempt_message(attempt) for attempt in found])
+
+    async def GetSelfUpdateDiff(  # type: ignore[override]
+        self, request: pb.SelfUpdateAttemptRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SelfUpdateDiff:
+        diff, truncated = await self._self_update().diff(request.id)
+        return pb.SelfUpdateDiff(diff=diff, truncated=truncated)
+
+    async def DeleteSelfUpdateRef(  # type: ignore[override]
+        self, request: pb.SelfUpdateAttemptRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteSelfUpdateRefResponse:
+        await self._self_update().delete_ref(request.id)
+        return pb.DeleteSelfUpdateRefResponse()
 
     async def interrupt_all(self, grace_s: float) -> None:
         """Shutdown, before the server stops: turns that do not end within `grace_s` are

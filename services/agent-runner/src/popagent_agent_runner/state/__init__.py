@@ -11,5 +11,6 @@
 | `profiles.py` | the agent profiles and runtime settings as one turn reads them |
 | `skills.py` | the agents' user-managed Agent Skills and their SKILL.md form |
 | `orphans.py` | rows a crash or a defect left without their session, found and removed (`orphans.sql`) |
-| `queries.sql` | the named queries of all of the above but `orphans.py` |
+| `self_update.py` | the record of each contained self-update attempt (`self_update.sql`) |
+| `queries.sql` | the named queries of all of the above but `orphans.py` and `self_update.py` |
 """

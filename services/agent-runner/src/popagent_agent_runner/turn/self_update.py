@@ -31,9 +31,10 @@ from popagent_agent_runner.context.containment import (
 from popagent_agent_runner.memory.threads import TurnState
 from popagent_agent_runner.state.agents import AgentStore
 from popagent_agent_runner.state.profiles import AgentProfile
+from popagent_agent_runner.state.self_update import AttemptEnd, SelfUpdateAttemptStore
 from popagent_agent_runner.state.workspaces import AgentWorkspaceStore, contained_path
 from popagent_agent_runner.workspace import self_update as su
-from popagent_core.errors import InvalidArgument, NotFound
+from popagent_core.errors import FailedPrecondition, InvalidArgument, NotFound
 
 logger = logging.getLogger(__name__)
 
@@ -125,11 +126,52 @@ def contained_profiles(profiles: dict[str, AgentProfile]) -> dict[str, AgentProf
     return contained
 
 
+# The most diff text one "show diff" answers.
+MAX_DIFF_CHARS = 256 * 1024
+
+
 class SelfUpdate:
-    def __init__(self, workspaces: AgentWorkspaceStore, agents: AgentStore, root: Path) -> None:
+    def __init__(
+        self, workspaces: AgentWorkspaceStore, agents: AgentStore, attempts: SelfUpdateAttemptStore, root: Path
+    ) -> None:
         self.workspaces = workspaces
         self.agents = agents
+        self.attempts = attempts
         self.root = root
+
+    async def _registered(self, workspace_id: str) -> Path:
+        try:
+            record = await self.workspaces.get(workspace_id)
+        except NotFound:
+            raise su.SelfUpdateRefused(f"the workspace {workspace_id!r} is not registered") from None
+        try:
+            return contained_path(self.root, record.path)[1]
+        except InvalidArgument as exc:
+            raise su.SelfUpdateRefused(str(exc)) from None
+
+    async def diff(self, attempt_id: str) -> tuple[str, bool]:
+        """The imported ref's change against the commit it was built on, and whether it was cut."""
+        attempt = await self.attempts.get(attempt_id)
+        if attempt.ref is None:
+            raise FailedPrecondition(f"attempt {attempt_id} has no imported ref (status {attempt.status})")
+        registered = await self._registered(attempt.workspace_id)
+        try:
+            text = await asyncio.to_thread(su.ref_diff, registered, attempt_id, attempt.base_commit)
+        except su.SelfUpdateRefused as exc:
+            raise FailedPrecondition(str(exc)) from None
+        return text[:MAX_DIFF_CHARS], len(text) > MAX_DIFF_CHARS
+
+    async def delete_ref(self, attempt_id: str) -> None:
+        """Remove the attempt's imported ref from the registered repository (nothing else changes)."""
+        attempt = await self.attempts.get(attempt_id)
+        if attempt.ref is None:
+            raise FailedPrecondition(f"attempt {attempt_id} has no imported ref")
+        registered = await self._registered(attempt.workspace_id)
+        try:
+            await asyncio.to_thread(su.delete_ref, registered, attempt_id)
+        except su.SelfUpdateRefused as exc:
+            raise FailedPrecondition(str(exc)) from None
+        await self.attempts.clear_ref(attempt_id)
 
     async def eligibility(self) -> tuple[str, list[WorkspaceEligibility]]:
         agents = {agent.id: (agent.workspace_access, agent.delegation_eligible) for agent in await self.agents.list()}
@@ -146,22 +188,22 @@ class SelfUpdate:
     async def prepare(self, workspace_id: str, task_id: str, attempt: int) -> Prepared:
         """Capture the registered checkout and make this attempt's clone; SelfUpdateRefused: why not."""
         stages = Stages()
-        try:
-            record = await self.workspaces.get(workspace_id)
-        except NotFound:
-            raise su.SelfUpdateRefused(f"the workspace {workspace_id!r} is not registered") from None
-        try:
-            _, registered = contained_path(self.root, record.path)
-        except InvalidArgument as exc:
-            raise su.SelfUpdateRefused(str(exc)) from None
         attempt_id = su.check_id(f"{task_id}-{attempt}")
         clone_relative = f"{CLONES_FOLDER}/{attempt_id}"
         clone = self.root / CLONES_FOLDER / attempt_id
-        async with stages.stage("capture"):
-            captured = await asyncio.to_thread(su.capture, registered)
-        async with stages.stage("clone"):
-            branch = await asyncio.to_thread(su.prepare_clone, registered, clone, attempt_id, captured)
-            clone_remotes = await asyncio.to_thread(su.clone_remotes_digest, clone)
+        await self.attempts.start(attempt_id, task_id, attempt, workspace_id)
+        try:
+            registered = await self._registered(workspace_id)
+            async with stages.stage("capture"):
+                captured = await asyncio.to_thread(su.capture, registered)
+            async with stages.stage("clone"):
+                branch = await asyncio.to_thread(su.prepare_clone, registered, clone, attempt_id, captured)
+                clone_remotes = await asyncio.to_thread(su.clone_remotes_digest, clone)
+        except su.SelfUpdateRefused as exc:
+            await asyncio.to_thread(su.remove_clone, clone)
+            await self.attempts.finish(attempt_id, AttemptEnd("refused", [], str(exc), stages=tuple(stages.seconds)))
+            raise
+        await self.attempts.prepared(attempt_id, captured.head, captured.branch, branch)
         return Prepared(
             registered,
             clone,
@@ -181,13 +223,30 @@ class SelfUpdate:
         )
 
     async def conclude(self, prepared: Prepared, turn_ok: bool, progress: Callable[[str], None]) -> Concluded:
-        """Verify and import after the turn; the clone is removed in every case."""
+        """Verify and import after the turn; the clone is removed and the attempt recorded in every case."""
+        end = AttemptEnd("failed", [], "the attempt ended before verification")
+        try:
+            concluded, end = await self._conclude(prepared, turn_ok, progress)
+            return concluded
+        finally:
+            await asyncio.to_thread(su.remove_clone, prepared.clone)
+            progress(f"stages: {prepared.stages.line()}"[:200])
+            end = dataclasses.replace(
+                end, delegations=list(prepared.containment.delegations), stages=tuple(prepared.stages.seconds)
+            )
+            await self.attempts.finish(prepared.attempt_id, end)
+
+    async def _conclude(
+        self, prepared: Prepared, turn_ok: bool, progress: Callable[[str], None]
+    ) -> tuple[Concluded, AttemptEnd]:
         try:
             if not turn_ok:
-                return Concluded(False, "the turn did not complete; nothing was imported")
+                reason = "the turn did not complete; nothing was imported"
+                return Concluded(False, reason), AttemptEnd("failed", [], reason)
             for agent_id in (IMPLEMENTER, REVIEWER):
                 if not prepared.containment.succeeded(agent_id):
-                    return Concluded(False, f"no successful {agent_id} delegation; nothing was imported")
+                    reason = f"no successful {agent_id} delegation; nothing was imported"
+                    return Concluded(False, reason), AttemptEnd("refused", [], reason)
             async with prepared.stages.stage("commit"):
                 await asyncio.to_thread(
                     su.commit_work,
@@ -206,7 +265,10 @@ class SelfUpdate:
                 )
             progress(f"verified: {'no change' if verified.no_op else ', '.join(verified.changed_paths)[:180]}")
             if verified.no_op:
-                return Concluded(True, f"self-update: no change needed (HEAD {prepared.captured.head[:12]})")
+                reason = f"self-update: no change needed (HEAD {prepared.captured.head[:12]})"
+                return Concluded(True, reason), AttemptEnd(
+                    "no-op", [], "verified: a clean no-op", commit=verified.commit
+                )
             async with prepared.stages.stage("import"):
                 ref = await asyncio.to_thread(
                     su.import_ref,
@@ -217,13 +279,19 @@ class SelfUpdate:
                     verified.commit,
                 )
             progress(f"imported: {ref}")
-            return Concluded(
+            concluded = Concluded(
                 True,
                 f"self-update: imported {ref} = {verified.commit} on top of {prepared.captured.head} "
                 f"({prepared.captured.branch})\n{verified.diff_stat}",
             )
+            return concluded, AttemptEnd(
+                "imported",
+                [],
+                "verified: a clean descendant of the captured HEAD, remotes unchanged, every path allowed",
+                changed_paths=verified.changed_paths,
+                diff_stat=verified.diff_stat,
+                commit=verified.commit,
+                ref=ref,
+            )
         except su.SelfUpdateRefused as exc:
-            return Concluded(False, f"self-update refused: {exc}")
-        finally:
-            await asyncio.to_thread(su.remove_clone, prepared.clone)
-            progress(f"stages: {prepared.stages.line()}"[:200])
+            return Concluded(False, f"self-update refused: {exc}"), AttemptEnd("refused", [], str(exc))
