@@ -6,14 +6,13 @@ escapes, as refs/popagent/self-update/<task>-<attempt>."""
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-
 from workspace.test_self_update_git import git_out, registered_repository, snapshot
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as arpb
