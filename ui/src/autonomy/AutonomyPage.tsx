@@ -7,6 +7,7 @@ import { api } from "../api/client";
 import type { RevisionOut, SignalOut } from "../api/types";
 import { autonomyApi } from "./api";
 import { contentText, lineDiff } from "./diff";
+import { SelfUpdateSection } from "./SelfUpdate";
 
 const STATUSES = ["", "pending", "claimed", "applied", "dismissed", "ignored", "dead_letter"];
 const TONE: Record<string, string> = {
@@ -109,7 +110,8 @@ export default function AutonomyPage() {
   const revisions = useLoad(["autonomy", "revisions"], () => autonomyApi.revisions());
   const settings = useLoad(["settings", "autonomy"], () => api.autonomy());
   const off = settings.data?.evolutionEnabled === false;
-  const { act, banner } = useActions(() => Promise.all([signals.reload(), revisions.reload()]));
+  const selfUpdate = useLoad(["autonomy", "self-update"], () => autonomyApi.selfUpdate());
+  const { act, banner } = useActions(() => Promise.all([signals.reload(), revisions.reload(), selfUpdate.reload()]));
   const onAct = (what: string, run: () => Promise<unknown>) => void act(what, run);
 
   return (
@@ -158,6 +160,7 @@ export default function AutonomyPage() {
         testId="revision-list"
         renderItem={(revision) => <RevisionItem key={revision.id} revision={revision} onAct={onAct} />}
       />
+      <SelfUpdateSection state={selfUpdate} settings={settings.data} onAct={onAct} />
     </div>
   );
 }

@@ -14,6 +14,11 @@ export const autonomyApi = {
   revisions: (agentId?: string) => unwrap(http.GET("/api/autonomy/revisions", { params: { query: { agentId } } })),
   revert: (id: string) =>
     unwrap(http.POST("/api/autonomy/revisions/{revision_id}/revert", { params: { path: { revision_id: id } } })),
+  selfUpdate: () => unwrap(http.GET("/api/self-update", {})),
+  selfUpdateDiff: (id: string) =>
+    unwrap(http.GET("/api/self-update/attempts/{attempt_id}/diff", { params: { path: { attempt_id: id } } })),
+  deleteSelfUpdateRef: (id: string) =>
+    done(http.DELETE("/api/self-update/attempts/{attempt_id}/ref", { params: { path: { attempt_id: id } } })),
 };
 
 export const skillsApi = {

@@ -214,7 +214,7 @@ const SECTIONS: Section[] = [
         load={api.autonomy}
         form="AutonomySettingsPatch"
         title="Autonomy"
-        description="With evolution on, failed turns become signals that reflection turns into learned overlays (and, with skill creation on, learned skills), from the next run; see the Autonomy page. Self-update is stored only: nothing runs it yet."
+        description="With evolution on, failed turns become signals that reflection turns into learned overlays (and, with skill creation on, learned skills), from the next run; see the Autonomy page. With self-update on too, the agents work on each eligible repository on that cron in a local clone without remotes, and only a reviewed, verified commit is imported as a local ref for you to merge; see the Autonomy page."
         onSave={(patch) => api.patchAutonomy(patch as AutonomySettingsPatch)}
         order={["evolutionEnabled", "skillCreationEnabled", "selfUpdateEnabled", "selfUpdateCron"]}
       />
