@@ -237,3 +237,26 @@ async def test_the_scheduler_follows_the_autonomy_settings_and_ordinary_routes_c
             assert (await client.patch("/api/settings/autonomy", json=off)).status_code == 200
             await scheduler.reconcile()
         assert (await client.get("/api/self-update")).json()["schedules"] == []
+
+
+async def test_transient_failures_retry_from_a_fresh_clone_until_dead_letter(stack: Stack) -> None:
+    workspace_id, folder = await registered(stack)
+    before = snapshot(folder)
+    stack.models.push(*(Turn.fail(503, "upstream overloaded") for _ in range(40)))
+    task = await run_self_update(stack, workspace_id)
+
+    assert task.status == "dead-letter" and task.attempt_count == 3, (task.status, task.last_error)
+    # Durable progress says what each attempt did: its own clone, branch and ending.
+    prepared = [p for p in task.progress if p.message.startswith("prepared autonomous/self-update/")]
+    assert [p.attempt for p in prepared] == [1, 2, 3]
+    assert {p.message.split(" ")[1] for p in prepared} == {f"autonomous/self-update/{task.id}-{n}" for n in (1, 2, 3)}
+    async with stack.client() as client:
+        attempts = (await client.get("/api/self-update", params={"workspaceId": workspace_id})).json()["attempts"]
+    mine = sorted((a["attempt"], a["status"]) for a in attempts if a["taskId"] == task.id)
+    assert mine == [(1, "failed"), (2, "failed"), (3, "failed")]
+    assert not any((stack.workspace_root / ".popagent-self-update").glob(f"{task.id}-*"))
+    assert snapshot(folder) == before
+    # The dead letter's remediation is contained work too; it ends before the next test scripts the model.
+    listed = await stack.tasks.ListTasks(tpb.ListTasksRequest(workspace_id=workspace_id))
+    for remediation in [t for t in listed.tasks if t.parent_task_id == task.id]:
+        await stack.wait_task(remediation.id, "completed", "failed", "dead-letter", "cancelled", within=60)

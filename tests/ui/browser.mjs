@@ -1461,6 +1461,43 @@ try {
     }
   });
 
+  await step("self-update section", ["api key prompt"], async () => {
+    const { body: before } = await apiGet("/api/settings/autonomy");
+    const patch = async (body) => {
+      const response = await fetch(`${url}/api/settings/autonomy`, {
+        method: "PATCH",
+        headers: { "x-popagent-key": apiKey, "content-type": "application/json" },
+        body: JSON.stringify(body),
+      });
+      check(response.ok, `PATCH /api/settings/autonomy answered ${response.status}`);
+    };
+    try {
+      // Off, the page says it does not run and where to turn it on.
+      await patch({ evolutionEnabled: true, selfUpdateEnabled: false });
+      await page.goto(`${url}/#/autonomy`);
+      await page.getByRole("heading", { name: "Self-update attempts" }).waitFor({ timeout: 10_000 });
+      // The section first says it is reading the settings; wait for what it says once they are in.
+      const status = page.getByTestId("self-update-status");
+      await status.filter({ hasNotText: "Reading the autonomy settings" }).waitFor({ timeout: 10_000 });
+      const off = await status.innerText();
+      check(off.startsWith("Off: no self-update runs"), `off, the section reads "${off}"`);
+      // On, it names the cadence and what happens to a reviewed commit.
+      await patch({ selfUpdateEnabled: true, selfUpdateCron: "0 4 * * *" });
+      await page.reload();
+      await status.filter({ hasNotText: "Reading the autonomy settings" }).waitFor({ timeout: 10_000 });
+      const on = await status.innerText();
+      check(on.startsWith("On (0 4 * * *)") && on.includes("refs/popagent/self-update/"), `on, the section reads "${on}"`);
+      await page.locator('[data-testid="self-update-attempts"]').waitFor({ timeout: 10_000 });
+      return `off: "${off.slice(0, 40)}…"; on: "${on.slice(0, 40)}…"`;
+    } finally {
+      await patch({
+        evolutionEnabled: before.evolutionEnabled,
+        selfUpdateEnabled: before.selfUpdateEnabled,
+        selfUpdateCron: before.selfUpdateCron,
+      });
+    }
+  });
+
   await step("chat remembers its model", ["first-use model pick"], async () => {
     const { body: models } = await apiGet("/api/models");
     const other = models.models.find((model) => model !== models.defaultModel);

@@ -364,6 +364,7 @@ async def test_the_web_ui_in_a_real_browser(
         "skills editor",
         "mcp servers page",
         "autonomy page",
+        "self-update section",
         "browser profile panel",
         "browser panel beside the chat with takeover input",
         "double texting: enqueue",
