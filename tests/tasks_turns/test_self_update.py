@@ -22,6 +22,7 @@ from popagent_core.grpc_client import open_channel
 from support.https_receiver import ReceivedRequest, Reply, answer
 from support.model_gateway import ToolCall, Turn
 from support.stacks import MODEL, TASK_HOOK_PATHS, TASK_RUNTIME, Stack, StackSpec
+from support.waiting import eventually
 
 REFUSED = "refused by the self-update policy"
 # The task-turn stack plus evolution (the autonomy settings the scheduler reads) and the gateway
@@ -210,13 +211,22 @@ async def test_the_scheduler_follows_the_autonomy_settings_and_ordinary_routes_c
 ) -> None:
     workspace_id, _ = await registered(stack)
     scheduler = stack.running.self_update
-    assert scheduler is not None
+    assert scheduler is not None and scheduler.interval_s >= 30
+
+    async def system_schedules(client: Any) -> list[dict[str, Any]]:
+        return (await client.get("/api/self-update")).json()["schedules"]
+
     async with stack.client() as client:
         on = {"evolutionEnabled": True, "selfUpdateEnabled": True, "selfUpdateCron": "0 3 * * *"}
         assert (await client.patch("/api/settings/autonomy", json=on)).status_code == 200
         try:
-            await scheduler.reconcile()
-            schedules = (await client.get("/api/self-update")).json()["schedules"]
+            # Well before the reconcile interval: evolution's change fact woke the scheduler.
+            schedules = await eventually(
+                lambda: system_schedules(client),
+                until=lambda found: any(s["workspaceId"] == workspace_id for s in found),
+                within=10,
+                what="the self-update schedule after the autonomy change",
+            )
             mine = [s for s in schedules if s["workspaceId"] == workspace_id]
             assert len(mine) == 1 and mine[0]["source"] == "self-update" and mine[0]["cron"] == "0 3 * * *"
             # The default workspace is an empty folder, not a repository: never scheduled.
@@ -227,16 +237,14 @@ async def test_the_scheduler_follows_the_autonomy_settings_and_ordinary_routes_c
             assert changed.status_code == deleted.status_code == 403, (changed.text, deleted.text)
             assert "self-update scheduler" in changed.text
             await scheduler.reconcile()
-            assert [
-                s["id"]
-                for s in (await client.get("/api/self-update")).json()["schedules"]
-                if s["workspaceId"] == workspace_id
-            ] == [system]
+            after = [s["id"] for s in await system_schedules(client) if s["workspaceId"] == workspace_id]
+            assert after == [system]
         finally:
             off = {"selfUpdateEnabled": False}
             assert (await client.patch("/api/settings/autonomy", json=off)).status_code == 200
-            await scheduler.reconcile()
-        assert (await client.get("/api/self-update")).json()["schedules"] == []
+        await eventually(
+            lambda: system_schedules(client), until=lambda found: found == [], within=10, what="no system schedule"
+        )
 
 
 async def test_transient_failures_retry_from_a_fresh_clone_until_dead_letter(stack: Stack) -> None:

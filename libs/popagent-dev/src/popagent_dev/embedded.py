@@ -385,7 +385,8 @@ class NatsProcess:
 # tests/core/test_process_environments.py checks the durable names against the services' own.
 NATS_LISTENS: dict[str, tuple[str, ...]] = {
     "browser-bridge": (subjects.SECRET_CHANGED,),
-    "tasks": (subjects.TASK_ENQUEUED, subjects.AGENT_RUNTIME_SETTINGS_CHANGED),
+    # The learning fact also announces an autonomy change: the self-update scheduler reconciles.
+    "tasks": (subjects.TASK_ENQUEUED, subjects.AGENT_RUNTIME_SETTINGS_CHANGED, subjects.LEARNING_CHANGED),
     "agent-runner": (
         subjects.LEARNING_CHANGED,
         subjects.BROWSER_SETTINGS_CHANGED,

@@ -70,11 +70,19 @@ class AutonomySettingsRepo:
                     _pick(changes.self_update_enabled, current.self_update_enabled),
                     _pick(changes.self_update_cron, current.self_update_cron),
                 )
-                if (row["evolution_enabled"], row["skill_creation_enabled"]) != (
+                if (
+                    row["evolution_enabled"],
+                    row["skill_creation_enabled"],
+                    row["self_update_enabled"],
+                    row["self_update_cron"],
+                ) != (
                     current.evolution_enabled,
                     current.skill_creation_enabled,
+                    current.self_update_enabled,
+                    current.self_update_cron,
                 ):
-                    # They gate the learned overlays and skills runs compose: from the next run.
+                    # They gate the learned overlays and skills runs compose (from the next run), and
+                    # the tasks service's self-update scheduler reconciles on it.
                     await enqueue_event(
                         conn,
                         subjects.LEARNING_CHANGED,

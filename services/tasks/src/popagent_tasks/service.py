@@ -77,6 +77,14 @@ async def build(
             )
             await self_update.start()
             stack.push_async_callback(self_update.stop)
+            wake_self_update = self_update.wake
+
+            async def on_autonomy_changed(msg: Msg) -> None:
+                # Evolution's learning fact also announces autonomy changes; it carries nothing to read.
+                wake_self_update()
+
+            autonomy_subscription = await nc.subscribe(subjects.LEARNING_CHANGED, cb=on_autonomy_changed)
+            stack.push_async_callback(autonomy_subscription.unsubscribe)
 
         scheduler: Scheduler | None = None
         if settings.scheduler_enabled:
