@@ -216,14 +216,20 @@ async def test_the_scheduler_follows_the_autonomy_settings_and_ordinary_routes_c
     async def system_schedules(client: Any) -> list[dict[str, Any]]:
         return (await client.get("/api/self-update")).json()["schedules"]
 
+    def has_mine(found: Any) -> bool:
+        return any(s["workspaceId"] == workspace_id for s in found)
+
+    def none_left(found: Any) -> bool:
+        return found == []
+
     async with stack.client() as client:
         on = {"evolutionEnabled": True, "selfUpdateEnabled": True, "selfUpdateCron": "0 3 * * *"}
         assert (await client.patch("/api/settings/autonomy", json=on)).status_code == 200
         try:
             # Well before the reconcile interval: evolution's change fact woke the scheduler.
-            schedules = await eventually(
+            schedules: list[dict[str, Any]] = await eventually(
                 lambda: system_schedules(client),
-                until=lambda found: any(s["workspaceId"] == workspace_id for s in found),
+                until=has_mine,
                 within=10,
                 what="the self-update schedule after the autonomy change",
             )
@@ -242,9 +248,7 @@ async def test_the_scheduler_follows_the_autonomy_settings_and_ordinary_routes_c
         finally:
             off = {"selfUpdateEnabled": False}
             assert (await client.patch("/api/settings/autonomy", json=off)).status_code == 200
-        await eventually(
-            lambda: system_schedules(client), until=lambda found: found == [], within=10, what="no system schedule"
-        )
+        await eventually(lambda: system_schedules(client), until=none_left, within=10, what="no system schedule")
 
 
 async def test_transient_failures_retry_from_a_fresh_clone_until_dead_letter(stack: Stack) -> None:
