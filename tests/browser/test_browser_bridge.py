@@ -15,8 +15,10 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 from chat.helpers import chat, new_session
+from tasks_turns.test_task_turns import git_workspace, self_update_task
 
 from browser.helpers import bridge
+from popagent.tasks.v1 import tasks_pb2 as tpb
 from support.browser_peer import BrowserPeer, LoginSite
 from support.model_gateway import ToolCall, Turn
 from support.stacks import Stack
@@ -220,11 +222,20 @@ async def test_a_tasks_browser_tab_is_closed_when_the_task_ends(stack: Stack, si
 
 async def test_a_trusted_self_update_turn_gets_no_browser_tools(stack: Stack) -> None:
     stack.models.push(Turn.say("user task done"), Turn.say("self-update done"))
-    for source in ("user", "self-update"):
-        task_id = await stack.create_task(f"a {source} task", source=source)
-        task = await stack.wait_task(task_id, "completed", "failed", "dead-letter")
-        assert task.status == "completed", task
-    user_tools, self_update_tools = (set(_tool_names(request)) for request in stack.models.requests[-2:])
+    task_id = await stack.create_task("a user task")
+    task = await stack.wait_task(task_id, "completed", "failed", "dead-letter")
+    assert task.status == "completed", task
+    # Contained self-update runs only in a Git repository, and an answer without the implementer's
+    # and the reviewer's delegations cannot complete it; its turn still reached the model.
+    workspace_id = await git_workspace(stack)
+    task_id = await self_update_task(stack, "a self-update task", workspace_id, max_attempts=1)
+    task = await stack.wait_task(task_id, "completed", "failed", "dead-letter")
+    assert (task.status, task.last_error_class) == ("failed", "containment"), task
+    user_tools, self_update_tools = (set(_tool_names(request)) for request in stack.models.requests[:2])
+    # Its remediation is contained work too; it ends before the next test scripts the model.
+    listed = await stack.tasks.ListTasks(tpb.ListTasksRequest(workspace_id=workspace_id))
+    for remediation in [t for t in listed.tasks if t.parent_task_id == task_id]:
+        await stack.wait_task(remediation.id, "completed", "failed", "dead-letter", "cancelled")
     assert {NAV, "useBrowserSecret"} <= user_tools
     assert not {NAV, "useBrowserSecret"} & self_update_tools
 

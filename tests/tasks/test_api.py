@@ -276,7 +276,10 @@ async def test_system_schedules_cannot_be_changed_or_deleted_through_the_api(sta
         " now() + interval '1 day', true, 3) RETURNING id"
     )
 
-    assert (await stack.http.patch(f"/schedules/{system_id}", json={"name": "mine now"})).status_code == 404
-    assert (await stack.http.delete(f"/schedules/{system_id}")).status_code == 404
+    # Refused with the reason (the row is the self-update scheduler's), not passed off as missing.
+    changed = await stack.http.patch(f"/schedules/{system_id}", json={"name": "mine now"})
+    deleted = await stack.http.delete(f"/schedules/{system_id}")
+    assert changed.status_code == deleted.status_code == 403
+    assert "self-update scheduler" in changed.json()["error"] and "autonomy settings" in deleted.json()["error"]
     listed = (await stack.http.get("/schedules")).json()["schedules"]
     assert [(s["id"], s["source"], s["name"]) for s in listed] == [(str(system_id), "self-update", "self-update")]

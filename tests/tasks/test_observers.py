@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from chat.helpers import supervisor_asks_nothing
+from tasks_turns.test_task_turns import git_workspace, self_update_task
 
 from popagent.tasks.v1 import tasks_pb2 as tpb
 from support.browser_peer import BrowserPeer, LoginSite, browser_peer
@@ -78,9 +79,9 @@ def tool_results(stack: Stack) -> list[str]:
     return [m["content"] for r in stack.models.requests for m in r["messages"] if m["role"] == "tool"]
 
 
-async def settled_remediation(stack: Stack, task_id: str) -> tpb.Task:
+async def settled_remediation(stack: Stack, task_id: str, workspace_id: str = "popagent") -> tpb.Task:
     """The remediation a failed task queues, once it has ended (so no later test sees its turn)."""
-    listed = await stack.tasks.ListTasks(tpb.ListTasksRequest(workspace_id="popagent"))
+    listed = await stack.tasks.ListTasks(tpb.ListTasksRequest(workspace_id=workspace_id))
     [remediation] = [t for t in listed.tasks if t.parent_task_id == task_id]
     return await stack.wait_task(remediation.id, *TERMINAL)
 
@@ -151,9 +152,11 @@ async def test_an_observer_that_raises_changes_nothing_durable(stack: Stack, sit
     failed = await run_browsing_task(stack, site, Turn.fail(400, "the model refused the request"))
     # Self-update work retries a provider failure, then dead-letters (its turns get no browser).
     stack.models.push(Turn.fail(503, "overloaded"), Turn.fail(500, "still down"), Turn.say("Investigated."))
-    dead_id = await stack.create_task("Update the dependencies", max_attempts=2, source="self-update")
+    # Contained self-update works only in a registered Git repository (docs/self-update.md).
+    workspace_id = await git_workspace(stack)
+    dead_id = await self_update_task(stack, "Update the dependencies", workspace_id, max_attempts=2)
     dead = await stack.wait_task(dead_id, *TERMINAL)
-    await settled_remediation(stack, dead_id)
+    await settled_remediation(stack, dead_id, workspace_id)
 
     # The raising observer was told of every event of each task, and so was the one after it.
     shapes = {

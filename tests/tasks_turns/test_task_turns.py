@@ -4,14 +4,16 @@ scripted model server over HTTP, hook deliveries checked at a real HTTPS receive
 from __future__ import annotations
 
 import time
+import uuid
 
 import pytest
+from workspace.test_self_update_git import registered_repository
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as arpb
 from popagent.tasks.v1 import tasks_pb2 as tpb
 from support.https_receiver import answer
 from support.model_gateway import ToolCall, Turn
-from support.stacks import Stack
+from support.stacks import MODEL, Stack
 from support.waiting import eventually
 
 
@@ -22,13 +24,28 @@ def prompt_of(body: dict) -> str:  # type: ignore[type-arg]
     return content if isinstance(content, str) else " ".join(p.get("text", "") for p in content)
 
 
+async def git_workspace(stack: Stack) -> str:
+    """A registered workspace that is a clean Git repository: contained self-update works only there."""
+    name = f"git{uuid.uuid4().hex[:8]}"
+    registered_repository(stack.workspace_root / name)
+    await stack.state.CreateWorkspace(arpb.CreateWorkspaceRequest(id=name, name=name, path=name))
+    return name
+
+
+async def self_update_task(stack: Stack, prompt: str, workspace_id: str, max_attempts: int) -> str:
+    request = tpb.CreateTaskRequest(
+        prompt=prompt, model=MODEL, workspace_id=workspace_id, source="self-update", max_attempts=max_attempts
+    )
+    return (await stack.tasks.CreateTask(request)).id
+
+
 def stops_of(stack: Stack, task_id: str) -> list[dict]:  # type: ignore[type-arg]
     return [r for r in stack.hook_requests("TaskStop") if r["detail"]["taskId"] == task_id]
 
 
-async def settled_remediation(stack: Stack, task_id: str) -> tpb.Task:
+async def settled_remediation(stack: Stack, task_id: str, workspace_id: str = "popagent") -> tpb.Task:
     """The one remediation of a failed task, once it has ended (so no later test sees its turn)."""
-    listed = await stack.tasks.ListTasks(tpb.ListTasksRequest(workspace_id="popagent"))
+    listed = await stack.tasks.ListTasks(tpb.ListTasksRequest(workspace_id=workspace_id))
     remediations = [t for t in listed.tasks if t.parent_task_id == task_id]
     assert [t.kind for t in remediations] == ["remediation"]
     return await stack.wait_task(remediations[0].id, "completed", "failed", "dead-letter", "cancelled")
@@ -97,11 +114,15 @@ async def test_a_provider_failure_retries_self_update_work_then_dead_letters_wit
     # Two failing attempts, then the remediation's own turn answers. The retry delay comes
     # from agent-runner's settings (0.1-0.2 s); the tasks env says 60 s, which would time out.
     stack.models.push(Turn.fail(503, "overloaded"), Turn.fail(500, "still down"), Turn.say("Investigated."))
-    task_id = await stack.create_task("Update the dependencies", max_attempts=2, source="self-update")
+    workspace_id = await git_workspace(stack)
+    task_id = await self_update_task(stack, "Update the dependencies", workspace_id, max_attempts=2)
     task = await stack.wait_task(task_id, "dead-letter", "failed", "completed")
     assert (task.status, task.last_error_class, task.attempt_count) == ("dead-letter", "provider", 2)
-    remediation = await settled_remediation(stack, task_id)
-    assert (remediation.status, remediation.outcome) == ("completed", "Investigated.")
+    remediation = await settled_remediation(stack, task_id, workspace_id)
+    # The remediation inherits the contained source: an answer without the implementer's and the
+    # reviewer's delegations cannot complete it (docs/self-update.md).
+    assert (remediation.status, remediation.last_error_class) == ("failed", "containment")
+    assert "no successful implementer delegation" in remediation.last_error
     assert len(stack.models.requests) == 3
     stops = stops_of(stack, task_id)
     assert [(s["detail"]["status"], s["detail"]["willRetry"]) for s in stops] == [
@@ -115,12 +136,13 @@ async def test_a_provider_failure_retries_self_update_work_then_dead_letters_wit
 async def test_a_denied_prompt_fails_the_task_as_hook_denied_without_a_model_call(stack: Stack) -> None:
     stack.receiver.script("/prompt", answer("deny", reason="no background work today"))
     stack.models.push(Turn.say("never used"))
-    task_id = await stack.create_task("Clean the caches", source="self-update", max_attempts=3)
+    workspace_id = await git_workspace(stack)
+    task_id = await self_update_task(stack, "Clean the caches", workspace_id, max_attempts=3)
     task = await stack.wait_task(task_id, "completed", "failed", "dead-letter")
     assert (task.status, task.last_error_class, task.attempt_count) == ("failed", "hook_denied", 1)
     assert "no background work today" in task.last_error
     # The remediation's own prompt is denied too.
-    remediation = await settled_remediation(stack, task_id)
+    remediation = await settled_remediation(stack, task_id, workspace_id)
     assert (remediation.status, remediation.last_error_class) == ("failed", "hook_denied")
     assert stack.models.requests == []
 
