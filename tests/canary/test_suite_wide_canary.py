@@ -11,6 +11,13 @@ TESTS_DIR = Path(__file__).resolve().parents[1]
 INNER_ARGS = ("-p", "no:cacheprovider", "-o", "addopts=", "-o", f"pythonpath={TESTS_DIR}", "--show-capture=no")
 
 
+@pytest.fixture(autouse=True)
+def _bare_inner_pytest(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The inner run loads only the canary plugin: the installed ones (hypothesis and schemathesis
+    among them) would be imported by every inner process for nothing."""
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+
+
 @pytest.mark.parametrize(
     "leak",
     [
