@@ -11,6 +11,7 @@ suite by itself; a second crash, or any failed test, fails it. Every crash is pr
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -41,9 +42,13 @@ def crashes_only(junit: Path) -> list[str]:
 
 def main(arguments: list[str]) -> int:
     pytest = [sys.executable, "-m", "pytest", *arguments]
+    # pytest keeps the test modules it rewrote (assertions) as bytecode only where bytecode may be
+    # written: with PYTHONDONTWRITEBYTECODE set (dev and CI machines) every worker parses and
+    # rewrites all of tests/ again on each run.
+    environment = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
     with tempfile.TemporaryDirectory(prefix="popagent-suite-") as folder:
         junit = Path(folder) / "run.xml"
-        code = subprocess.call([*pytest, f"--junitxml={junit}"])
+        code = subprocess.call([*pytest, f"--junitxml={junit}"], env=environment)
         crashed = crashes_only(junit) if code != 0 else []
     if not crashed:
         return code
@@ -51,7 +56,7 @@ def main(arguments: list[str]) -> int:
         f"\nA test process crashed (no test failed) while running {', '.join(crashed)}: the suite runs once more.\n\n"
     )
     sys.stdout.flush()
-    return subprocess.call(pytest)
+    return subprocess.call(pytest, env=environment)
 
 
 if __name__ == "__main__":
