@@ -29,7 +29,8 @@ run: setup
 # A crashed worker ends the run (--max-worker-restart=0) and the summary names the test it ran:
 # xdist 3.8's loadgroup scheduler puts a replaced worker's finished groups back on the queue as
 # empty work, and the run then waits forever at its end (pytest-xdist #1378). popagent_dev.suite
-# runs such a run once more, whole; a failed test or a second crash fails.
+# runs such a run once more, whole; a failed test or a second crash fails. It runs the tests marked
+# `slow` (minutes of waiting) beside the workers, in a process of their own.
 test: setup
 	@npm --prefix ui run --silent size
 	$(VPY) -m popagent_dev.suite -n 2 --dist loadgroup --max-worker-restart=0 $(PYTEST_ARGS)

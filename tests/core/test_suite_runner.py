@@ -31,7 +31,7 @@ FAILING = "def test_fails():\n    assert 1 == 2\n"
 
 
 def run_suite(folder: Path, tests: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    (folder / "pytest.ini").write_text("[pytest]\n")
+    (folder / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: minutes long\n")
     for name, text in tests.items():
         (folder / f"test_{name}.py").write_text(text)
     environ = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
@@ -68,3 +68,21 @@ def test_a_failed_test_beside_a_crash_fails_the_suite_without_a_second_run(tmp_p
     assert run.returncode != 0, run.stdout
     assert "runs once more" not in run.stdout
     assert "test_a.py::test_fails" in run.stdout
+
+
+SLOW_PASSING = "import os, pytest\n\n@pytest.mark.slow\ndef test_slow():\n    print('slow ran in', os.getpid())\n"
+SLOW_FAILING = "import pytest\n\n@pytest.mark.slow\ndef test_slow_fails():\n    assert 1 == 2\n"
+
+
+def test_slow_tests_run_beside_the_distributed_run_and_only_there(tmp_path: Path) -> None:
+    run = run_suite(tmp_path, {"a": PASSING, "b": SLOW_PASSING, "c": PASSING})
+    assert run.returncode == 0, run.stdout + run.stderr
+    main, _, slow = run.stdout.partition("The tests marked slow, run beside the rest:")
+    assert re.search(r"^2 passed in ", main, re.MULTILINE), run.stdout
+    assert re.search(r"^1 passed, 2 deselected in ", slow, re.MULTILINE), run.stdout
+
+
+def test_a_failed_slow_test_fails_the_suite(tmp_path: Path) -> None:
+    run = run_suite(tmp_path, {"a": PASSING, "b": SLOW_FAILING})
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "FAILED test_b.py::test_slow_fails" in run.stdout.partition("run beside the rest:")[2], run.stdout
