@@ -159,6 +159,10 @@ class Turn:
     usage: Usage | None = None  # estimated from the request and reply when not given
     usage_chunk: bool = True  # False: no usage chunk even when asked for (an upstream that sends none)
     finish_reason: str | None = None  # "tool_calls" or "stop" when not given
+    # In-process only: after this many chunks the stream waits until `resume` is set (a test holds a
+    # turn running until its client is there, whatever the machine's load).
+    pause_after_chunks: int | None = None
+    resume: asyncio.Event | None = None
 
     @classmethod
     def say(cls, text: str, **options: Any) -> Turn:
@@ -625,6 +629,8 @@ class ModelGateway:
                     return
                 if sent and turn.chunk_delay_s:
                     await asyncio.sleep(turn.chunk_delay_s)
+                if turn.resume is not None and sent == turn.pause_after_chunks:
+                    await turn.resume.wait()
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
