@@ -103,8 +103,18 @@ async def started(gateway: Gateway) -> None:
 
 @pytest.fixture
 async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
+    """A gateway process of the test's own (its log holds only what this test made it write)."""
     raise_fd_limit(CROWD * 2 + 1024)  # the gateway inherits it: the crowd must not hit its fd limit
     with gateway_process(tmp_path, POPAGENT_GATEWAY_MAX_CONNECTIONS=str(CROWD + 500)) as running:
+        await started(running)
+        yield running
+
+
+@pytest.fixture(scope="module")
+async def shared_gateway(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Gateway]:
+    """One gateway process for the module's tests that each hold a connection of their own and read
+    nothing but its answer: each start costs seconds of a core (a minute on a loaded machine)."""
+    with gateway_process(tmp_path_factory.mktemp("shared-gateway")) as running:
         await started(running)
         yield running
 
@@ -201,20 +211,23 @@ async def test_a_slowloris_crowd_is_closed_by_the_header_timeout_while_others_ar
 
 
 @pytest.mark.timeout(TEST_WITH_A_START_S)
-async def test_a_silent_connection_is_closed_by_the_header_timeout(gateway: Gateway) -> None:
+async def test_a_silent_connection_is_closed_by_the_header_timeout(shared_gateway: Gateway) -> None:
+    gateway = shared_gateway
     reader, writer = await asyncio.open_connection(gateway.host, gateway.port)
     await assert_closed_with_408(reader, writer, HEADER_TIMEOUT_S)
 
 
 @pytest.mark.timeout(TEST_WITH_A_START_S)
-async def test_a_short_body_under_a_long_content_length_is_closed_by_the_body_timeout(gateway: Gateway) -> None:
+async def test_a_short_body_under_a_long_content_length_is_closed_by_the_body_timeout(shared_gateway: Gateway) -> None:
+    gateway = shared_gateway
     reader, writer = await asyncio.open_connection(gateway.host, gateway.port)
     writer.write(CHAT_HEAD + b"Content-Length: 10000\r\n\r\n" + b'{"id": "' + b"a" * 90)
     await assert_closed_with_408(reader, writer, BODY_TIMEOUT_S)
 
 
 @pytest.mark.timeout(TEST_WITH_A_START_S)
-async def test_a_chunked_body_of_one_byte_every_five_seconds_is_closed(gateway: Gateway) -> None:
+async def test_a_chunked_body_of_one_byte_every_five_seconds_is_closed(shared_gateway: Gateway) -> None:
+    gateway = shared_gateway
     reader, writer = await asyncio.open_connection(gateway.host, gateway.port)
     writer.write(CHAT_HEAD + b"Transfer-Encoding: chunked\r\n\r\n")
 
@@ -233,7 +246,8 @@ async def test_a_chunked_body_of_one_byte_every_five_seconds_is_closed(gateway: 
 
 
 @pytest.mark.timeout(TEST_WITH_A_START_S)
-async def test_a_body_at_the_minimum_rate_may_take_longer_than_the_body_timeout(gateway: Gateway) -> None:
+async def test_a_body_at_the_minimum_rate_may_take_longer_than_the_body_timeout(shared_gateway: Gateway) -> None:
+    gateway = shared_gateway
     # 4,000 bytes at 2,000 bytes/s (4x the minimum rate): 2 s, past the 2 s base timeout.
     body = b"[" + b" " * 3998 + b"]"
     reader, writer = await asyncio.open_connection(gateway.host, gateway.port)
@@ -250,7 +264,8 @@ async def test_a_body_at_the_minimum_rate_may_take_longer_than_the_body_timeout(
 
 
 @pytest.mark.timeout(TEST_WITH_A_START_S)
-async def test_an_idle_keep_alive_connection_is_closed_by_the_idle_timeout(gateway: Gateway) -> None:
+async def test_an_idle_keep_alive_connection_is_closed_by_the_idle_timeout(shared_gateway: Gateway) -> None:
+    gateway = shared_gateway
     reader, writer = await asyncio.open_connection(gateway.host, gateway.port)
     writer.write(b"GET /openapi.json HTTP/1.1\r\nHost: gateway\r\n\r\n")
     try:
