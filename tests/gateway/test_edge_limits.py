@@ -56,6 +56,21 @@ def start_gateway(tmp_path: Path, port: int) -> subprocess.Popen[bytes]:
 
 @pytest.fixture
 async def gateway(tmp_path: Path) -> AsyncIterator[str]:
+    """A gateway process of the test's own."""
+    async with served_gateway(tmp_path) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+async def shared_gateway(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
+    """One gateway process for the module's tests, which each send requests of their own and read
+    only their answers: each start costs seconds of a core (a minute on a loaded machine)."""
+    async with served_gateway(tmp_path_factory.mktemp("shared-gateway")) as url:
+        yield url
+
+
+@contextlib.asynccontextmanager
+async def served_gateway(tmp_path: Path) -> AsyncIterator[str]:
     port = free_port()
     process = start_gateway(tmp_path, port)
     url = f"http://127.0.0.1:{port}"
@@ -104,7 +119,8 @@ def refused(answer: bytes) -> bool:
     return answer == b"" or answer.startswith(b"HTTP/1.1 431 ")
 
 
-async def test_an_oversized_head_is_refused_at_once(gateway: str) -> None:
+async def test_an_oversized_head_is_refused_at_once(shared_gateway: str) -> None:
+    gateway = shared_gateway
     # Past the bound, yet small enough that the gateway reads all of it: the client reads the 431.
     answer, _ = await send_head(gateway, 48 * 1024)
     assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
@@ -118,7 +134,8 @@ async def test_an_oversized_head_is_refused_at_once(gateway: str) -> None:
         assert response.status_code == 401
 
 
-async def test_huge_heads_do_not_stall_other_requests(gateway: str) -> None:
+async def test_huge_heads_do_not_stall_other_requests(shared_gateway: str) -> None:
+    gateway = shared_gateway
     async with httpx.AsyncClient(base_url=gateway, timeout=30) as client:
         attackers = [asyncio.create_task(send_head(gateway, 40 * MIB)) for _ in range(4)]
         slowest = 0.0
@@ -133,7 +150,8 @@ async def test_huge_heads_do_not_stall_other_requests(gateway: str) -> None:
         assert slowest < 1.0, slowest
 
 
-async def test_every_answer_carries_the_browser_guards(gateway: str) -> None:
+async def test_every_answer_carries_the_browser_guards(shared_gateway: str) -> None:
+    gateway = shared_gateway
     async with httpx.AsyncClient(base_url=gateway) as client:
         page = await client.get("/")
         assert page.status_code == 200 and "text/html" in page.headers["content-type"]
