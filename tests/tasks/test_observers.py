@@ -18,11 +18,12 @@ from popagent.tasks.v1 import tasks_pb2 as tpb
 from support.browser_peer import BrowserPeer, LoginSite, browser_peer
 from support.model_gateway import ToolCall, Turn
 from support.stacks import TASK_HOOK_PATHS, TASK_RUNTIME, Stack, StackSpec
-from support.waiting import eventually
+from support.waiting import TEST_WITH_A_START_S, eventually
 from tasks.harness import Recorder
 
-# One browser server per worker: keep these beside the browser suite's.
-pytestmark = pytest.mark.xdist_group("browser")
+# One browser server per worker: keep these beside the browser suite's. The first test's setup starts
+# a browser server and a stack: its timeout allows a start on a loaded machine.
+pytestmark = [pytest.mark.xdist_group("browser"), pytest.mark.timeout(TEST_WITH_A_START_S)]
 
 NAV = "bifrostNavigator"
 TERMINAL = ("completed", "failed", "dead-letter", "cancelled")
