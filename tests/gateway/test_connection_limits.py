@@ -124,13 +124,14 @@ RESET = b"<reset>"
 
 async def closed_within(reader: asyncio.StreamReader, within_s: float) -> bytes:
     """Everything the server sent until it closed the connection (fails if it did not close). A
-    close while the client's own bytes were still unread is a reset, marked RESET."""
+    close while the client's own bytes were still unread is a reset, marked RESET; so is a close met
+    by the client's next write (EPIPE: the transport then raises that on the next read)."""
     received = b""
     deadline = time.monotonic() + within_s
     while True:
         try:
             chunk = await asyncio.wait_for(reader.read(65536), timeout=max(0.01, deadline - time.monotonic()))
-        except ConnectionResetError:
+        except (ConnectionResetError, BrokenPipeError):
             return received or RESET
         if not chunk:
             return received
