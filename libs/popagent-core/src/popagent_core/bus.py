@@ -24,9 +24,10 @@ import orjson
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.errors import NoRespondersError, NoServersError, StaleConnectionError, UnexpectedEOF
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
-from nats.js.errors import NoStreamResponseError, NotFoundError
+from nats.js.errors import BadRequestError, NoStreamResponseError, NotFoundError, ServiceUnavailableError
 from opentelemetry.trace import SpanKind
 
 from popagent_core import subjects
@@ -42,6 +43,8 @@ OUTBOX_CHANNEL_PREFIX = "popagent_outbox_"
 OUTBOX_QUERIES_FILE = Path(__file__).parent / "outbox_queries.sql"
 OUTBOX_QUERIES = load_queries(OUTBOX_QUERIES_FILE)
 PUBLISH_TIMEOUT_S = 2.0
+# JetStream's error code for a stream created by another client between our look and our create.
+STREAM_NAME_IN_USE = 10058
 
 
 CONNECTION_ERRORS = (OSError, UnexpectedEOF, StaleConnectionError, NoServersError)
@@ -159,11 +162,40 @@ async def ensure_streams(js: JetStreamContext, owners: tuple[str, ...] = subject
             max_age=7 * 24 * 3600.0,
             num_replicas=replicas,
         )
+        await define_stream(js, config)
+
+
+# How long a service at start waits for JetStream to answer: a cluster whose servers start
+# beside the services (pods rolled together) has no meta leader until a majority has met.
+JETSTREAM_READY_S = 60.0
+
+
+async def define_stream(js: JetStreamContext, config: StreamConfig, *, within_s: float = JETSTREAM_READY_S) -> None:
+    """Create `config`'s stream, or update it to `config`, retrying while JetStream does not
+    answer (no meta leader yet, a stream's leader being elected: timeouts and 503s) for up to
+    `within_s`. Several processes of a service may do this at once; the losers find it made."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    delay = 0.2
+    while True:
         try:
-            await js.stream_info(config.name)  # type: ignore[arg-type]
-            await js.update_stream(config)
-        except NotFoundError:
-            await js.add_stream(config)
+            try:
+                await js.stream_info(config.name)  # type: ignore[arg-type]
+                await js.update_stream(config)
+            except NotFoundError:
+                await js.add_stream(config)
+            return
+        except (NatsTimeoutError, ServiceUnavailableError, BadRequestError) as exc:
+            # 400 is "stream name already in use" from a create that another process won.
+            if isinstance(exc, BadRequestError) and exc.err_code != STREAM_NAME_IN_USE:
+                raise
+            if loop.time() + delay > deadline:
+                raise
+            logger.info(
+                "JetStream not answering yet; retrying", extra={"stream": config.name, "error": type(exc).__name__}
+            )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
 
 async def enqueue_event(

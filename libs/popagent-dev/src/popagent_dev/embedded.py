@@ -432,6 +432,8 @@ def nats_permissions(service: Service) -> dict[str, list[str]]:
         publish += [
             f"{subjects.TURN_LOG_SUBJECT_PREFIX}.*",
             *(f"$JS.API.STREAM.{verb}.{stream}" for verb in ("INFO", "CREATE", "UPDATE")),
+            # A turn's last stored message, where the log's writer stands after a failed store.
+            f"$JS.API.STREAM.MSG.GET.{stream}",
             f"$JS.API.CONSUMER.CREATE.{stream}",
             f"$JS.API.CONSUMER.CREATE.{stream}.>",
             f"$JS.API.CONSUMER.DELETE.{stream}.>",

@@ -289,6 +289,7 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
         )
         turn_log = TurnLog(kernel.nats)
         await turn_log.ensure_stream(replicas=settings.nats_stream_replicas)
+        stack.push_async_callback(turn_log.aclose)
         if released := await records.release_own():
             logger.info("turns this runner ran before it restarted are taken over", extra={"turns": released})
         control = TurnControl(kernel.nats, runner_id=records.runner_id)

@@ -359,6 +359,8 @@ class ChatTurns:
             await asyncio.wait([live.task])
             await live.logged.wait()
             status = live.status()
+            # The log holds the whole turn before the record says it ended (followers stop then).
+            await self.log.settle(live.turn_id)
             if live.handed_over:
                 return
             try:
@@ -375,7 +377,9 @@ class ChatTurns:
             live.concluded.set()
             self._turn_ended.set()
             self._turn_ended = asyncio.Event()
-        if not live.handed_over:
+        if live.handed_over:
+            await self.log.release(live.turn_id)
+        else:
             await self.log.end(live.turn_id, status)
 
     def _in_background(self, work: Coroutine[Any, Any, object]) -> None:

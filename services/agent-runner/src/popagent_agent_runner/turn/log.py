@@ -1,13 +1,17 @@
 """The turn log: every batch a chat turn streams, in order, on NATS JetStream (docs/turns.md).
 
 One subject per turn (`popagent_turn_log.<turn id>`) in one stream with bounded retention. The
-runner that runs the turn appends each batch as it leaves (a core publish on its one connection:
-NATS keeps a connection's messages in order, and the stream stores them as they come, so the
-live stream pays no acknowledgement round trip per batch); when the turn has ended it appends an
-end marker (a message with the `Popagent-Turn-End` header naming the turn's status) and waits for
-the stream's acknowledgement, which also says everything before it was stored. A follower
-replays the subject from its first message through an ordered consumer and then reads on live
-until the end marker, so any agent-runner can serve it, whichever one runs the turn.
+runner that runs the turn hands each batch to the turn's writer as it leaves (the live stream
+waits for nothing), and the writer stores them in order, each acknowledged by the stream before
+the next, with `Nats-Expected-Last-Subject-Sequence` naming the message before it. A batch the
+stream did not store (a NATS server of a cluster lost, the stream's leader being elected again:
+a core publish would be dropped then, silently) is sent again once the stream answers; the
+expected sequence makes that safe, since the stream refuses a message that would land twice or
+after a gap, and the writer then reads the subject's last message to know where it stands. When
+the turn has ended its end marker (a message with the `Popagent-Turn-End` header naming the
+turn's status) goes the same way. A follower replays the subject from its first message through
+an ordered consumer and then reads on live until the end marker, so any agent-runner can serve
+it, whichever one runs the turn.
 
 What is logged is what the UI stream shows (the same redaction as the live stream, no request
 bodies and no model requests), and it goes away with the stream's retention.
@@ -15,17 +19,21 @@ bodies and no model requests), and it goes away with the stream's retention.
 
 from __future__ import annotations
 
+import asyncio
+import collections
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 
 from nats.aio.client import Client as NatsClient
 from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import DeliverPolicy, DiscardPolicy, StorageType, StreamConfig
-from nats.js.errors import NotFoundError
+from nats.js.errors import APIError, NotFoundError
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
-from popagent_core import subjects
+from popagent_core import bus, subjects
 from popagent_core.errors import Unavailable
 
 logger = logging.getLogger(__name__)
@@ -40,6 +48,32 @@ MAX_BYTES = 1024**3
 # Below NATS's default max_payload (1 MiB): a batch larger than this goes out as several messages.
 MAX_MESSAGE_BYTES = 512 * 1024
 ACK_TIMEOUT_S = 2.0
+EXPECTED_LAST_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
+WRONG_LAST_SEQUENCE = 10071  # JetStream's error code: the subject's last message is not the one expected
+# A turn's batches not yet stored are kept up to this size; past it (a long NATS outage) newer
+# ones are dropped from the log (the live stream and the stored answer do not depend on it).
+MAX_PENDING_BYTES = 8 * 1024 * 1024
+RETRY_MAX_S = 2.0
+# How long a turn's end waits for its batches to be stored: past a cluster's leader election,
+# short of holding a session for a whole NATS outage.
+SETTLE_S = 10.0
+
+
+@dataclass
+class _Writer:
+    """One turn's messages on their way into the stream, oldest first."""
+
+    subject: str
+    pending: collections.deque[tuple[bytes, dict[str, str] | None]] = field(
+        default_factory=collections.deque[tuple[bytes, dict[str, str] | None]]
+    )
+    pending_bytes: int = 0
+    # The stream sequence of the subject's last stored message (0: none yet, as far as we know).
+    last_seq: int = 0
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+    dropped: int = 0
 
 
 def subject(turn_id: str) -> str:
@@ -52,6 +86,7 @@ class TurnLog:
         self.js = nats.jetstream(timeout=ACK_TIMEOUT_S)
         # One warning per outage, not one per batch.
         self._failing = False
+        self._writers: dict[str, _Writer] = {}
 
     async def ensure_stream(self, *, replicas: int = 1) -> None:
         """Create (or update) the log's stream, on `replicas` servers of a NATS cluster. Idempotent."""
@@ -65,29 +100,111 @@ class TurnLog:
             duplicate_window=0,
             num_replicas=replicas,
         )
-        try:
-            await self.js.stream_info(STREAM)
-            await self.js.update_stream(config)
-        except NotFoundError:
-            await self.js.add_stream(config)
+        await bus.define_stream(self.js, config)
 
     async def append(self, turn_id: str, batch: pb.TurnEventBatch) -> None:
-        """The batch, after everything appended before it; a NATS outage loses it from the log
-        only (the live stream and the stored answer do not depend on the log)."""
+        """The batch, after everything appended before it: handed to the turn's writer, stored
+        once the stream answers (a NATS outage longer than the pending cap loses it from the log
+        only: the live stream and the stored answer do not depend on the log)."""
+        for message in _messages(batch):
+            self._enqueue(turn_id, message, None)
+
+    async def settle(self, turn_id: str, within_s: float = SETTLE_S) -> bool:
+        """Until every batch appended so far is stored (True), or `within_s` passed (False)."""
+        writer = self._writers.get(turn_id)
+        if writer is None:
+            return True
         try:
-            for message in _messages(batch):
-                await self.nats.publish(subject(turn_id), message)
-        except NatsError as exc:
-            self._failed("turn log append failed", turn_id, exc)
-        else:
+            await asyncio.wait_for(writer.idle.wait(), within_s)
+        except TimeoutError:
+            return False
+        return True
+
+    async def end(self, turn_id: str, status: str, within_s: float = SETTLE_S) -> None:
+        """The end marker, after every batch; the turn's writer goes once it is stored (or
+        `within_s` passed: followers also stop once the record says the turn ended)."""
+        self._enqueue(turn_id, b"", {END_HEADER: status})
+        if not await self.settle(turn_id, within_s):
+            self._failed("turn log end marker not stored", turn_id, NatsTimeoutError())
+        await self.release(turn_id)
+
+    async def release(self, turn_id: str) -> None:
+        """Stop the turn's writer, stored or not (its turn was handed to another runner, or ended)."""
+        writer = self._writers.pop(turn_id, None)
+        if writer is not None and writer.task is not None:
+            writer.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await writer.task
+
+    async def aclose(self) -> None:
+        for turn_id in list(self._writers):
+            await self.release(turn_id)
+
+    def _enqueue(self, turn_id: str, message: bytes, headers: dict[str, str] | None) -> None:
+        writer = self._writers.get(turn_id)
+        if writer is None:
+            writer = self._writers[turn_id] = _Writer(subject(turn_id))
+            writer.task = asyncio.create_task(self._write(writer), name=f"turn-log-{turn_id}")
+        if headers is None and writer.pending_bytes + len(message) > MAX_PENDING_BYTES:
+            writer.dropped += 1
+            self._failed("turn log append dropped: too much pending", turn_id, NatsTimeoutError())
+            return
+        writer.pending.append((message, headers))
+        writer.pending_bytes += len(message)
+        writer.idle.clear()
+        writer.wake.set()
+
+    async def _write(self, writer: _Writer) -> None:
+        delay = 0.05
+        while True:
+            if not writer.pending:
+                writer.idle.set()
+                writer.wake.clear()
+                await writer.wake.wait()
+                continue
+            message, headers = writer.pending[0]
+            try:
+                await self._store(writer, message, headers)
+            except NatsError as exc:
+                if not (isinstance(exc, APIError) and exc.err_code == WRONG_LAST_SEQUENCE):
+                    # A refused sequence is no failure: another runner (a takeover) wrote since.
+                    self._failed("turn log append failed", writer.subject, exc)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, RETRY_MAX_S)
+                with contextlib.suppress(NatsError):
+                    if await self._stored_last(writer, message, headers):
+                        self._stored(writer, message)
+                continue
+            delay = 0.05
             self._failing = False
 
-    async def end(self, turn_id: str, status: str) -> None:
-        """The end marker, acknowledged by the stream (so every batch before it is stored too)."""
+    async def _store(self, writer: _Writer, message: bytes, headers: dict[str, str] | None) -> None:
+        ack = await self.js.publish(
+            writer.subject,
+            message,
+            headers={**(headers or {}), EXPECTED_LAST_SEQUENCE: str(writer.last_seq)},
+            timeout=ACK_TIMEOUT_S,
+        )
+        writer.last_seq = ack.seq
+        self._stored(writer, message)
+
+    @staticmethod
+    def _stored(writer: _Writer, message: bytes) -> None:
+        writer.pending.popleft()
+        writer.pending_bytes -= len(message)
+
+    async def _stored_last(self, writer: _Writer, message: bytes, headers: dict[str, str] | None) -> bool:
+        """After a failed store: where the subject stands (its last message's sequence), and
+        whether that last message is this one (stored, only its acknowledgement lost)."""
         try:
-            await self.js.publish(subject(turn_id), b"", headers={END_HEADER: status})
-        except NatsError as exc:
-            self._failed("turn log end marker not stored", turn_id, exc)
+            last = await self.js.get_last_msg(STREAM, writer.subject)
+        except NotFoundError:
+            writer.last_seq = 0
+            return False
+        writer.last_seq = last.seq or 0
+        if (last.data or b"") != message:
+            return False
+        return headers is None or all(last.headers and last.headers.get(k) == v for k, v in headers.items())
 
     async def follow(
         self,
@@ -101,14 +218,24 @@ class TurnLog:
         goes to `on_end`). After `idle_check_s` without a message `running()` is asked: once the
         turn no longer runs anywhere (ended without a marker, or its runner lost its lease) the
         iteration ends."""
-        try:
-            subscription = await self.js.subscribe(
-                subject(turn_id), stream=STREAM, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL
-            )
-        except NatsError as exc:
-            raise Unavailable(
-                f"the turn log is unreachable ({type(exc).__name__}); follow the turn again later"
-            ) from exc
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SETTLE_S
+        delay = 0.1
+        while True:
+            try:
+                subscription = await self.js.subscribe(
+                    subject(turn_id), stream=STREAM, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL
+                )
+                break
+            except NatsError as exc:
+                # A NATS server of a cluster lost: the stream answers again once its leader is
+                # elected, seconds later; a follower waits for that rather than failing.
+                if loop.time() + delay > deadline:
+                    raise Unavailable(
+                        f"the turn log is unreachable ({type(exc).__name__}); follow the turn again later"
+                    ) from exc
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
         try:
             while True:
                 try:

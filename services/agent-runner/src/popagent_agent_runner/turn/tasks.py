@@ -303,6 +303,8 @@ class TaskTurns:
         attempt cancelled by its caller or a shutdown still records how it ended."""
 
         async def conclude() -> None:
+            # The log holds the whole attempt before the record says it ended (followers stop then).
+            await self.log.settle(turn_id)
             try:
                 await self.records.finish(turn_id, status)
             except PopagentError as exc:
