@@ -45,6 +45,7 @@ OUTBOX_QUERIES = load_queries(OUTBOX_QUERIES_FILE)
 PUBLISH_TIMEOUT_S = 2.0
 # JetStream's error code for a stream created by another client between our look and our create.
 STREAM_NAME_IN_USE = 10058
+NO_SUITABLE_PEERS = 10005
 
 
 CONNECTION_ERRORS = (OSError, UnexpectedEOF, StaleConnectionError, NoServersError)
@@ -186,8 +187,9 @@ async def define_stream(js: JetStreamContext, config: StreamConfig, *, within_s:
                 await js.add_stream(config)
             return
         except (NatsTimeoutError, ServiceUnavailableError, BadRequestError) as exc:
-            # 400 is "stream name already in use" from a create that another process won.
-            if isinstance(exc, BadRequestError) and exc.err_code != STREAM_NAME_IN_USE:
+            # 400s worth a retry: "stream name already in use" (a create another process won), "no
+            # suitable peers for placement" (the cluster's servers have not all joined yet).
+            if isinstance(exc, BadRequestError) and exc.err_code not in (STREAM_NAME_IN_USE, NO_SUITABLE_PEERS):
                 raise
             if loop.time() + delay > deadline:
                 raise
