@@ -104,6 +104,12 @@ class Load:
                 self.live.append(chat)
                 await chat.run(client)
                 self.live.remove(chat)
+                if chat.status is None:
+                    # Its gateway did not answer at all: the next try goes to the other, as a
+                    # load balancer's health check would send it.
+                    gateways = gateways[1:] + gateways[:1]
+                    await asyncio.sleep(0.2)
+                    continue
                 self.finished.append(chat)
             except (httpx.HTTPError, AssertionError):
                 # A gateway gone before the turn started: the next one starts through the other.
@@ -298,7 +304,7 @@ async def run(args: argparse.Namespace, database_url: str, observability_url: st
 
 
 async def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--chats", type=int, default=24)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--fault-gap-s", type=float, default=25.0)
