@@ -11,6 +11,7 @@ import pytest
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent_agent_runner.turn.log import STREAM, TurnLog
 from popagent_core import bus
+from popagent_dev import embedded
 from support.cluster import Cluster, ClusterConfig
 from support.waiting import eventually
 
@@ -59,3 +60,29 @@ async def test_batches_appended_while_the_stream_has_no_leader_are_all_stored(tm
         for server in cluster.nats:
             if server.process is not None and server.process.process.poll() is None:
                 server.stop()
+
+
+async def test_a_runner_taking_a_turn_over_appends_after_what_the_lost_one_stored(
+    nats_server: embedded.NatsProcess,
+) -> None:
+    """The new runner's writer expects an empty subject, is refused, reads where the log stands
+    and appends after it: nothing of the lost runner's is overwritten or doubled."""
+    async with (
+        bus.connect(nats_server.url, name="lost-runner") as lost_client,
+        bus.connect(nats_server.url, name="new-runner") as new_client,
+    ):
+        lost, taking_over = TurnLog(lost_client), TurnLog(new_client)
+        await lost.ensure_stream()
+        for number in range(3):
+            await lost.append("taken-over", text(number))
+        assert await lost.settle("taken-over")
+        for number in range(3, 6):
+            await taking_over.append("taken-over", text(number))
+        await taking_over.end("taken-over", "completed")
+        texts = [
+            event.text_delta.delta
+            async for stored in taking_over.follow("taken-over", running=no_longer_running, idle_check_s=5)
+            for event in stored.events
+        ]
+        assert texts == [f"{number} " for number in range(6)]
+        await lost.aclose()

@@ -165,15 +165,19 @@ class TurnLog:
             message, headers = writer.pending[0]
             try:
                 await self._store(writer, message, headers)
-            except NatsError as exc:
+            except Exception as exc:
+                # A refused sequence is no failure: another runner (a takeover) wrote since.
                 if not (isinstance(exc, APIError) and exc.err_code == WRONG_LAST_SEQUENCE):
-                    # A refused sequence is no failure: another runner (a takeover) wrote since.
                     self._failed("turn log append failed", writer.subject, exc)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, RETRY_MAX_S)
-                with contextlib.suppress(NatsError):
+                try:
                     if await self._stored_last(writer, message, headers):
                         self._stored(writer, message)
+                except Exception as exc:
+                    self._failed("turn log position unknown", writer.subject, exc)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, RETRY_MAX_S)
                 continue
             delay = 0.05
             self._failing = False
