@@ -5,6 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from popagent_gateway.bounded import KEYLESS_API_PATHS
 from support.stacks import API_KEY, Stack
 
 ROUTES = [
@@ -74,6 +75,7 @@ ROUTES = [
     ("GET", "/api/self-update"),
     ("GET", "/api/self-update/attempts/t1-1/diff"),
     ("DELETE", "/api/self-update/attempts/t1-1/ref"),
+    ("POST", "/api/mcp-servers/m1/oauth/start"),
 ]
 BAD_KEYS = [{}, {"x-popagent-key": ""}, {"x-popagent-key": API_KEY[:-1]}, {"x-popagent-key": API_KEY.upper()}]
 
@@ -138,7 +140,24 @@ def test_the_inventory_above_covers_every_route_of_these_resources() -> None:
     expected = {
         (method.upper(), path)
         for path, operations in paths.items()
-        if path.startswith(mine) and not path.endswith("/hooks")
+        if path.startswith(mine) and not path.endswith("/hooks") and path not in KEYLESS
         for method in operations
     }
     assert expected == covered
+    # The documented exceptions are routes, and only those.
+    assert KEYLESS <= set(paths) and KEYLESS == KEYLESS_API_PATHS
+
+
+# /api routes a browser redirect reaches without the key, each authorized by what it carries
+# (bounded.KEYLESS_API_PATHS): the MCP OAuth callback, by the single-use state its start issued.
+KEYLESS = frozenset({"/api/mcp-servers/oauth/callback"})
+
+
+async def test_the_mcp_oauth_callback_takes_no_key_and_refuses_a_state_it_did_not_issue(api_stack: Stack) -> None:
+    async with httpx.AsyncClient(base_url=api_stack.url) as browser:
+        for headers in BAD_KEYS:
+            response = await browser.get(
+                "/api/mcp-servers/oauth/callback", params={"state": "s" * 43, "code": "c"}, headers=headers
+            )
+            assert response.status_code == 400, response.text
+            assert "not one this server issued" in response.text

@@ -1,5 +1,6 @@
-"""What the MCP tool tests share: the peer HTTP MCP server as a process of its own, the stdio
-server's source, and servers added through /api/mcp-servers for the length of a block."""
+"""What the MCP tool tests share: the peer HTTP MCP servers (`peer.py`, and `oauth_peer.py` behind
+OAuth) as processes of their own, the stdio server's source, servers added through /api/mcp-servers
+for the length of a block, and an OAuth authorization followed as a browser would."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from popagent_dev.embedded import free_port
 from support.waiting import eventually
 
 PEER = Path(__file__).with_name("peer.py")
+OAUTH_PEER = Path(__file__).with_name("oauth_peer.py")
 
 # A stdio MCP server, run in the sandbox as `python -c STDIO_SERVER`: what it can see and reach.
 STDIO_SERVER = """
@@ -46,9 +48,10 @@ server.run()
 class Peer:
     """The peer server process on a fixed port: started, killed and started again."""
 
-    def __init__(self, token: str = "") -> None:
+    def __init__(self, token: str = "", script: Path = PEER) -> None:
         self.port = free_port()
         self.token = token
+        self.script = script
         self.process: asyncio.subprocess.Process | None = None
 
     @property
@@ -56,7 +59,7 @@ class Peer:
         return f"http://127.0.0.1:{self.port}/mcp"
 
     async def start(self) -> None:
-        argv = [sys.executable, str(PEER), str(self.port), *([self.token] if self.token else [])]
+        argv = [sys.executable, str(self.script), str(self.port), *([self.token] if self.token else [])]
         self.process = await asyncio.create_subprocess_exec(
             *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
         )
@@ -82,6 +85,50 @@ async def serving_peer(token: str = "") -> AsyncIterator[Peer]:
         yield peer
     finally:
         await peer.kill()
+
+
+class OAuthPeer(Peer):
+    """`oauth_peer.py`: its authorization server's test controls and counts."""
+
+    def __init__(self) -> None:
+        super().__init__(script=OAUTH_PEER)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def control(self, action: str, **params: Any) -> None:
+        async with httpx.AsyncClient() as http:
+            response = await http.post(f"{self.base}/test/{action}", params=params)
+            response.raise_for_status()
+
+    async def stats(self) -> dict[str, Any]:
+        async with httpx.AsyncClient() as http:
+            return (await http.get(f"{self.base}/test/stats")).json()
+
+    async def issued(self) -> list[str]:
+        """Every token and client secret its authorization server issued."""
+        async with httpx.AsyncClient() as http:
+            return (await http.get(f"{self.base}/test/issued")).json()
+
+
+@contextlib.asynccontextmanager
+async def serving_oauth_peer() -> AsyncIterator[OAuthPeer]:
+    peer = OAuthPeer()
+    await peer.start()
+    try:
+        yield peer
+    finally:
+        await peer.kill()
+
+
+async def authorize_in_browser(authorization_url: str) -> httpx.Response:
+    """Follow the authorization URL as the user's browser would (the test authorization server
+    approves at once) to the gateway's callback, which a browser reaches without the API key."""
+    async with httpx.AsyncClient(follow_redirects=False) as browser:
+        approved = await browser.get(authorization_url)
+        assert approved.status_code in (302, 303, 307), approved.text
+        return await browser.get(approved.headers["location"])
 
 
 @contextlib.asynccontextmanager

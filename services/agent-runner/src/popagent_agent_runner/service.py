@@ -39,6 +39,7 @@ from popagent_agent_runner.llm.model import LeanModels
 from popagent_agent_runner.llm.transport import LeanTransport
 from popagent_agent_runner.lsp.languages import ServerCatalog
 from popagent_agent_runner.lsp.manager import LanguageServers
+from popagent_agent_runner.mcp.oauth import OAuthKeeper
 from popagent_agent_runner.mcp.store import McpServerStore
 from popagent_agent_runner.mcp.tokens import SecretTokens
 from popagent_agent_runner.mcp.toolbox import McpToolbox
@@ -161,10 +162,12 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
         hands = Hands(settings.workspace_root, sandbox, lsp=servers)
         # Users' MCP servers: their connections (stdio servers in the sandbox) close before the sandbox.
         mcp_tokens = SecretTokens(secrets_pb2_grpc.SecretsServiceStub(secrets_channel))
-        mcp_store = McpServerStore(pool, mcp_tokens)
+        mcp_oauth = OAuthKeeper(pool, mcp_tokens)
+        mcp_store = McpServerStore(pool, mcp_tokens, mcp_oauth)
         mcp = McpToolbox(
             mcp_store,
             mcp_tokens,
+            mcp_oauth,
             sandbox,
             call_timeout_s=settings.mcp_call_timeout_s,
             connect_wait_s=settings.mcp_connect_wait_s,
@@ -210,7 +213,7 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
         )
         agent_runner_pb2_grpc.add_AgentRunnerStateServiceServicer_to_server(servicer, kernel.server)
         mcp_servers_pb2_grpc.add_AgentRunnerMcpServiceServicer_to_server(
-            McpServersServicer(mcp_store, mcp), kernel.server
+            McpServersServicer(mcp_store, mcp, mcp_oauth), kernel.server
         )
         skills_pb2_grpc.add_AgentRunnerSkillsServiceServicer_to_server(
             AgentRunnerSkillsServicer(SkillStore(pool, QUERIES), learned, evolution), kernel.server

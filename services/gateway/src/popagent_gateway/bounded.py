@@ -40,8 +40,13 @@ def takes_bearer(path: str) -> bool:
     return _at(path, MCP_PATH) or _at(path, A2A_PATH)
 
 
+# /api routes a browser redirect reaches, which cannot carry the key: each is authorized by what it
+# carries instead (the MCP OAuth callback: the single-use, expiring state its start issued).
+KEYLESS_API_PATHS = frozenset({"/api/mcp-servers/oauth/callback"})
+
+
 def guarded(path: str) -> bool:
-    return path.startswith("/api") or takes_bearer(path)
+    return (path.startswith("/api") and path not in KEYLESS_API_PATHS) or takes_bearer(path)
 
 
 def key_admitted(api_key: str, scope: Scope) -> bool:

@@ -29,6 +29,7 @@ from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from popagent_agent_runner.mcp.oauth import OAuthBearer, OAuthKeeper, ReconnectNeeded
 from popagent_agent_runner.mcp.stdio import StdioServer, sandboxed_stdio
 from popagent_agent_runner.mcp.store import TokenKeeper
 from popagent_agent_runner.workspace.sandbox import Sandbox
@@ -55,6 +56,7 @@ class ServerSpec:
     command: str
     args: tuple[str, ...]
     updated_at: datetime
+    auth: str = "bearer"
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,7 @@ async def opened(
     spec: ServerSpec,
     *,
     tokens: TokenKeeper,
+    oauth: OAuthKeeper,
     sandbox: Sandbox,
     call_timeout_s: float,
     on_message: Any = None,
@@ -105,11 +108,16 @@ async def opened(
     async with contextlib.AsyncExitStack() as stack:
         if spec.transport == "http":
             headers = {}
-            if spec.token_set:
+            auth: OAuthBearer | None = None
+            if spec.auth == "oauth":
+                # Before connecting: a server that needs reconnecting says so without a request.
+                auth = OAuthBearer(oauth, spec.id, await oauth.access_token(spec.id))
+            elif spec.token_set:
                 headers["Authorization"] = f"Bearer {await tokens.resolve(spec.id)}"
             http = await stack.enter_async_context(
                 httpx2.AsyncClient(
                     headers=headers,
+                    auth=auth,
                     timeout=httpx2.Timeout(call_timeout_s, connect=CONNECT_TIMEOUT_S),
                     event_hooks={"response": [note_refusal]},
                 )
@@ -142,15 +150,25 @@ async def opened(
 
 class ServerConnection:
     def __init__(
-        self, spec: ServerSpec, *, tokens: TokenKeeper, sandbox: Sandbox, call_timeout_s: float, connect_wait_s: float
+        self,
+        spec: ServerSpec,
+        *,
+        tokens: TokenKeeper,
+        oauth: OAuthKeeper,
+        sandbox: Sandbox,
+        call_timeout_s: float,
+        connect_wait_s: float,
     ) -> None:
         self.spec = spec
         self.tokens = tokens
+        self.oauth = oauth
         self.sandbox = sandbox
         self.call_timeout_s = call_timeout_s
         self.connect_wait_s = connect_wait_s
         self.tools: list[types.Tool] = []
         self.last_error = ""
+        # The last failure was one only the user can fix (connecting an OAuth server again).
+        self.needs_user = False
         self.used_at = time.monotonic()
         self._session: ClientSession | None = None
         self._ready = asyncio.Event()
@@ -177,6 +195,7 @@ class ServerConnection:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                self.needs_user = isinstance(exc, ReconnectNeeded)
                 self._set_error(describe(exc))
             self._ready.clear()
             self._session = None
@@ -195,6 +214,7 @@ class ServerConnection:
         async with opened(
             self.spec,
             tokens=self.tokens,
+            oauth=self.oauth,
             sandbox=self.sandbox,
             call_timeout_s=self.call_timeout_s,
             on_message=self._on_message,
@@ -202,6 +222,7 @@ class ServerConnection:
             self._broken.clear()
             self._session = server.session
             self.last_error = ""
+            self.needs_user = False
             self._ready.set()
             logger.info("MCP server connected", extra={"server": self.spec.name})
             await self._broken.wait()
@@ -227,6 +248,8 @@ class ServerConnection:
                 await asyncio.wait_for(self._ready.wait(), self.connect_wait_s)
         session = self._session
         if session is None or not self._ready.is_set():
+            if self.needs_user:
+                raise Unavailable(f"MCP server {self.spec.name}: {self.last_error}")
             raise Unavailable(
                 f"MCP server {self.spec.name} is unavailable: {self.last_error or 'not connected yet'}; reconnecting"
             )

@@ -1,7 +1,8 @@
 """The users' MCP servers (popagent_mcp_servers) and their agent grants; PostgreSQL is canonical.
 
 A server's bearer token never enters this table: it goes to the secrets service (`TokenKeeper`)
-under the resource `mcp-servers`, named by the server's id, and the row only says one is set.
+under the resource `mcp-servers`, named by the server's id, and the row only says one is set. An
+OAuth server's client credentials and tokens go there too (`oauth.py`); the row holds what is public.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from popagent_core.errors import AlreadyExists, InvalidArgument, NotFound
 QUERIES = load_queries(Path(__file__).parent / "queries.sql")
 
 TRANSPORTS = ("http", "stdio")
+AUTHS = ("bearer", "oauth")
 # Lowercase words joined by single underscores: `mcp__<name>__<tool>` splits back into server and tool.
 SERVER_NAME = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
 MAX_NAME_CHARS = 32
@@ -63,6 +65,11 @@ class McpServerRecord:
     agents: tuple[Grant, ...]
     created_at: datetime
     updated_at: datetime
+    # "bearer" (an optional token) or "oauth"; stdio servers are "bearer" with no token.
+    auth: str = "bearer"
+    oauth_connected: bool = False
+    oauth_expires_at: datetime | None = None
+    oauth_error: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +84,7 @@ class GrantedServer:
     command: str
     args: tuple[str, ...]
     updated_at: datetime
+    auth: str
     agent_id: str
     tools: tuple[str, ...]
 
@@ -95,6 +103,7 @@ class McpServerChanges:
     enabled: bool | None = None
     agents: Sequence[Grant] | None = None
     allowed_hosts: Sequence[str] = ()
+    auth: str | None = None
 
 
 class TokenKeeper(Protocol):
@@ -103,6 +112,12 @@ class TokenKeeper(Protocol):
     async def delete(self, server_id: str) -> None: ...
 
     async def resolve(self, server_id: str) -> str: ...
+
+
+class OAuthForgetter(Protocol):
+    async def forget(self, server_id: str) -> None:
+        """Delete the server's OAuth client and tokens from the secrets service."""
+        ...
 
 
 def _server(row: asyncpg.Record) -> McpServerRecord:
@@ -159,12 +174,21 @@ def _checked(current: McpServerRecord | None, changes: McpServerChanges) -> McpS
     _no_nul("command", command)
     for arg in args:
         _no_nul("args", arg)
+    auth = changes.auth if changes.auth is not None else ("bearer" if current is None or switched else current.auth)
+    if auth not in AUTHS:
+        raise InvalidArgument(f"auth must be one of {', '.join(AUTHS)}")
+    if auth == "oauth" and transport != "http":
+        raise InvalidArgument("auth oauth is for http servers")
+    if auth == "oauth" and changes.token:
+        raise InvalidArgument("an oauth server takes no token: connect it through /oauth/start instead")
     if changes.token is not None:
         if len(changes.token) > MAX_TOKEN_CHARS or not _TOKEN.fullmatch(changes.token):
             raise InvalidArgument(f"token must be at most {MAX_TOKEN_CHARS} printable ASCII characters, no spaces")
         token_set = bool(changes.token)
     else:
         token_set = bool(current and current.token_set and transport == "http")
+    if auth == "oauth":
+        token_set = False
     agents = tuple(changes.agents) if changes.agents is not None else (current.agents if current else ())
     if len(agents) > MAX_GRANTS:
         raise InvalidArgument(f"agents must name at most {MAX_GRANTS} agents")
@@ -191,13 +215,20 @@ def _checked(current: McpServerRecord | None, changes: McpServerChanges) -> McpS
         agents=agents,
         created_at=current.created_at if current else now,
         updated_at=now,
+        auth=auth,
     )
 
 
+def oauth_kept(current: McpServerRecord, server: McpServerRecord) -> bool:
+    """Whether an OAuth server's client and tokens still fit it: they are for its url only."""
+    return current.auth == "oauth" and server.auth == "oauth" and current.url == server.url
+
+
 class McpServerStore:
-    def __init__(self, pool: asyncpg.Pool, tokens: TokenKeeper) -> None:
+    def __init__(self, pool: asyncpg.Pool, tokens: TokenKeeper, oauth: OAuthForgetter) -> None:
         self.pool = pool
         self.tokens = tokens
+        self.oauth = oauth
 
     async def list(self) -> list[McpServerRecord]:
         with wrap_db_errors():
@@ -229,6 +260,9 @@ class McpServerStore:
                 if await conn.fetchrow(QUERIES["lock_server"], server_id) is None:
                     raise NotFound(f"MCP server {server_id!r} not found")
                 await _write_row(conn, QUERIES["update_server"], server)
+                forget_oauth = current.auth == "oauth" and not oauth_kept(current, server)
+                if forget_oauth:
+                    await conn.execute(QUERIES["clear_oauth"], server.id)
                 if changes.agents is not None:
                     await conn.execute(QUERIES["delete_grants"], server.id)
                     await self._grant(conn, server)
@@ -236,16 +270,20 @@ class McpServerStore:
                 await self.tokens.put(server.id, changes.token)
             elif current.token_set and not server.token_set:
                 await self.tokens.delete(server.id)
+            if forget_oauth:
+                await self.oauth.forget(server.id)
         return await self.get(server.id)
 
     async def delete(self, server_id: str) -> None:
         async with self.pool.acquire() as conn, conn.transaction():
             with wrap_db_errors():
-                token_set = await conn.fetchval(QUERIES["delete_server"], server_id)
-            if token_set is None:
+                deleted = await conn.fetchrow(QUERIES["delete_server"], server_id)
+            if deleted is None:
                 raise NotFound(f"MCP server {server_id!r} not found")
-            if token_set:
+            if deleted["token_set"]:
                 await self.tokens.delete(server_id)
+            if deleted["auth"] == "oauth":
+                await self.oauth.forget(server_id)
 
     async def granted(self, agent_ids: Sequence[str]) -> list[GrantedServer]:
         """The enabled servers granted to any of `agent_ids`, one record per grant."""
@@ -275,6 +313,7 @@ async def _write_row(conn: asyncpg.pool.PoolConnectionProxy, query: str, server:
             server.command,
             list(server.args),
             server.enabled,
+            server.auth,
         )
     except asyncpg.UniqueViolationError:
         raise AlreadyExists(f"an MCP server named {server.name!r} exists already") from None

@@ -25,6 +25,7 @@ from opentelemetry.trace import Status, StatusCode
 from pydantic_ai import RunContext, Tool, ToolFailed
 
 from popagent_agent_runner.mcp.connection import IDLE_CLOSE_S, ServerConnection, ServerSpec, describe, opened
+from popagent_agent_runner.mcp.oauth import OAuthKeeper
 from popagent_agent_runner.mcp.results import tool_result
 from popagent_agent_runner.mcp.store import GrantedServer, McpServerRecord, McpServerStore, TokenKeeper
 from popagent_agent_runner.workspace.sandbox import Sandbox
@@ -80,6 +81,7 @@ def _spec(server: GrantedServer | McpServerRecord) -> ServerSpec:
         command=server.command,
         args=tuple(server.args),
         updated_at=server.updated_at,
+        auth=server.auth,
     )
 
 
@@ -88,6 +90,7 @@ class McpToolbox:
         self,
         store: McpServerStore,
         tokens: TokenKeeper,
+        oauth: OAuthKeeper,
         sandbox: Sandbox,
         *,
         call_timeout_s: float,
@@ -96,6 +99,7 @@ class McpToolbox:
     ) -> None:
         self.store = store
         self.tokens = tokens
+        self.oauth = oauth
         self.sandbox = sandbox
         self.call_timeout_s = call_timeout_s
         self.connect_wait_s = connect_wait_s
@@ -115,6 +119,7 @@ class McpToolbox:
         fresh = self._connections[spec.id] = ServerConnection(
             spec,
             tokens=self.tokens,
+            oauth=self.oauth,
             sandbox=self.sandbox,
             call_timeout_s=self.call_timeout_s,
             connect_wait_s=self.connect_wait_s,
@@ -220,7 +225,7 @@ class McpToolbox:
         listed: ServerTest | None = None
         try:
             async with opened(
-                spec, tokens=self.tokens, sandbox=self.sandbox, call_timeout_s=self.call_timeout_s
+                spec, tokens=self.tokens, oauth=self.oauth, sandbox=self.sandbox, call_timeout_s=self.call_timeout_s
             ) as connected:
                 tools = (await asyncio.wait_for(connected.session.list_tools(), self.list_timeout_s)).tools
                 listed = ServerTest(

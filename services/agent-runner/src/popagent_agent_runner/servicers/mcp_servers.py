@@ -6,17 +6,28 @@ import grpc
 
 from popagent.agent_runner.v1 import mcp_servers_pb2 as pb
 from popagent.agent_runner.v1 import mcp_servers_pb2_grpc
+from popagent_agent_runner.mcp.oauth import OAuthKeeper
 from popagent_agent_runner.mcp.store import Grant, McpServerChanges, McpServerRecord, McpServerStore
 from popagent_agent_runner.mcp.toolbox import McpToolbox
 from popagent_agent_runner.servicers.messages import message_of
 
 
 def server_message(server: McpServerRecord) -> pb.McpServer:
-    return message_of(
+    message = message_of(
         pb.McpServer,
         server,
         agents=[pb.McpAgentGrant(agent_id=grant.agent_id, tools=list(grant.tools)) for grant in server.agents],
+        auth=server.auth if server.transport == "http" else "none",
     )
+    if server.auth == "oauth":
+        message.oauth.CopyFrom(
+            pb.McpOAuthStatus(
+                connected=server.oauth_connected,
+                expires_at=server.oauth_expires_at.isoformat() if server.oauth_expires_at else "",
+                error=server.oauth_error,
+            )
+        )
+    return message
 
 
 def _changes(fields: pb.McpServerFields) -> McpServerChanges:
@@ -35,13 +46,15 @@ def _changes(fields: pb.McpServerFields) -> McpServerChanges:
         if fields.HasField("agents")
         else None,
         allowed_hosts=list(fields.allowed_hosts),
+        auth=optional("auth"),  # type: ignore[arg-type]
     )
 
 
 class McpServersServicer(mcp_servers_pb2_grpc.AgentRunnerMcpServiceServicer):
-    def __init__(self, store: McpServerStore, toolbox: McpToolbox) -> None:
+    def __init__(self, store: McpServerStore, toolbox: McpToolbox, oauth: OAuthKeeper) -> None:
         self.store = store
         self.toolbox = toolbox
+        self.oauth = oauth
 
     async def ListMcpServers(
         self, request: pb.ListMcpServersRequest, context: grpc.aio.ServicerContext
@@ -84,3 +97,21 @@ class McpServersServicer(mcp_servers_pb2_grpc.AgentRunnerMcpServiceServicer):
                 for tool in tested.tools
             ],
         )
+
+    async def StartMcpOAuth(
+        self, request: pb.StartMcpOAuthRequest, context: grpc.aio.ServicerContext
+    ) -> pb.StartMcpOAuthResponse:
+        started = await self.oauth.start(request.id, request.redirect_uri)
+        return pb.StartMcpOAuthResponse(
+            authorization_url=started.authorization_url, expires_at=started.expires_at.isoformat()
+        )
+
+    async def CompleteMcpOAuth(
+        self, request: pb.CompleteMcpOAuthRequest, context: grpc.aio.ServicerContext
+    ) -> pb.McpServer:
+        server_id = await self.oauth.complete(
+            request.state, request.code, request.error, request.error_description, request.iss
+        )
+        # This process's connection reconnects with the new tokens (others read them when they reconnect).
+        self.toolbox.forget(server_id)
+        return server_message(await self.store.get(server_id))

@@ -1,6 +1,7 @@
 """Users' MCP servers (popagent_mcp_servers): their tools reach the agents granted them as mcp__<name>__<tool>.
 
 A bearer token goes in with a create or an update and never comes back: answers say `tokenSet` only.
+An OAuth server's tokens and client credentials never come back either: answers say `oauth` only.
 """
 
 from __future__ import annotations
@@ -82,6 +83,21 @@ Grants = Annotated[
 ]
 
 
+Auth = Annotated[
+    Literal["bearer", "oauth"],
+    Field(
+        description="http servers: `bearer` (the optional `token`) or `oauth` (OAuth 2.1, connected through "
+        "/oauth/start; takes no token)"
+    ),
+]
+
+
+class McpOAuthOut(WireModel):
+    connected: bool = Field(description="tokens are held and were not refused")
+    expires_at: str | None = Field(description="when the access token held expires (it is refreshed before)")
+    error: str = Field(description="why the server must be connected again (a refused refresh), or empty")
+
+
 class McpServerOut(WireModel):
     id: str
     name: str
@@ -94,6 +110,8 @@ class McpServerOut(WireModel):
     agents: dict[str, McpAgentGrant] = Field(description="agent id -> its grant: the agents that get the tools")
     created_at: str
     updated_at: str
+    auth: Literal["bearer", "oauth", "none"] = Field(description="`none` for stdio servers")
+    oauth: McpOAuthOut | None = Field(description="an oauth server's connection; null for other servers")
 
 
 class McpServerListOut(WireModel):
@@ -104,6 +122,7 @@ class McpHttpServerCreate(WireInput):
     name: ServerName
     transport: Literal["http"]
     url: Url
+    auth: Auth | SkipJsonSchema[None] = None
     token: Token | SkipJsonSchema[None] = None
     enabled: bool | SkipJsonSchema[None] = None
     agents: Grants | SkipJsonSchema[None] = None
@@ -128,6 +147,7 @@ class McpServerPatch(PatchModel):
     name: ServerName | SkipJsonSchema[None] = None
     transport: Literal["http", "stdio"] | SkipJsonSchema[None] = None
     url: Url | SkipJsonSchema[None] = None
+    auth: Auth | SkipJsonSchema[None] = None
     token: Token | SkipJsonSchema[None] = None
     command: Command | SkipJsonSchema[None] = None
     args: Args | SkipJsonSchema[None] = None
@@ -148,3 +168,8 @@ class McpServerTestOut(WireModel):
     server_name: str
     server_version: str
     tools: list[McpToolOut]
+
+
+class McpOAuthStartOut(WireModel):
+    authorization_url: str = Field(description="where the user authorizes popagent (open it in a browser window)")
+    expires_at: str = Field(description="when the state in that URL stops being accepted")

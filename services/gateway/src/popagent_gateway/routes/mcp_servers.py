@@ -1,20 +1,30 @@
 """/api/mcp-servers: users' MCP servers, whose tools the agents granted them get (docs/interop.md).
 
 Stored by agent-runner, which runs their tools; a server's bearer token goes to the secrets
-service and no route returns it (`tokenSet` says one is stored).
+service and no route returns it (`tokenSet` says one is stored). An OAuth server is connected by
+`/oauth/start` (the authorization URL) and the authorization server's redirect to `/oauth/callback`,
+the one /api route without the API key: a browser redirect cannot carry it, so the single-use,
+expiring state that `/oauth/start` issued is what authorizes it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import html
+from base64 import b64encode
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Response
+import grpc
+from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi.responses import HTMLResponse
 
 from popagent.agent_runner.v1 import mcp_servers_pb2 as pb
-from popagent_gateway.deps import AgentRunnerMcpStub
+from popagent_core.errors import PopagentError
+from popagent_gateway.deps import AgentRunnerMcpStub, SettingsDep
 from popagent_gateway.dto.mcp_servers import (
     SERVER_ID_PATTERN,
     McpHttpServerCreate,
+    McpOAuthStartOut,
     McpServerCreate,
     McpServerListOut,
     McpServerOut,
@@ -22,9 +32,13 @@ from popagent_gateway.dto.mcp_servers import (
     McpServerTestOut,
     McpStdioServerCreate,
 )
+from popagent_gateway.errors import client_message, edge_status
 from popagent_gateway.wire import from_message
 
 router = APIRouter(prefix="/mcp-servers", tags=["mcp-servers"])
+# Mounted under /api without the API key dependency (app.py; bounded.KEYLESS_API_PATHS).
+callback_router = APIRouter(prefix="/mcp-servers", tags=["mcp-servers"])
+CALLBACK_PATH = "/api/mcp-servers/oauth/callback"
 
 ServerId = Annotated[str, Path(min_length=36, max_length=36, pattern=SERVER_ID_PATTERN)]
 
@@ -52,8 +66,17 @@ def _fields(body: McpHttpServerCreate | McpStdioServerCreate | McpServerPatch) -
 
 def _out(server: pb.McpServer) -> McpServerOut:
     grants = {grant.agent_id: {"tools": list(grant.tools)} for grant in server.agents}
-    fields = {name: getattr(server, name) for name in McpServerOut.model_fields if name != "agents"}
-    return McpServerOut.model_validate({**fields, "args": list(server.args), "agents": grants})
+    fields = {name: getattr(server, name) for name in McpServerOut.model_fields if name not in ("agents", "oauth")}
+    oauth = (
+        {
+            "connected": server.oauth.connected,
+            "expires_at": server.oauth.expires_at or None,
+            "error": server.oauth.error,
+        }
+        if server.auth == "oauth"
+        else None
+    )
+    return McpServerOut.model_validate({**fields, "args": list(server.args), "agents": grants, "oauth": oauth})
 
 
 @router.get("", response_model=McpServerListOut)
@@ -93,3 +116,80 @@ async def delete_mcp_server(server_id: ServerId, stub: AgentRunnerMcpStub) -> Re
 async def test_mcp_server(server_id: ServerId, stub: AgentRunnerMcpStub) -> McpServerTestOut:
     """Connect to the server as a turn would and list its tools; `ok` false says why it failed."""
     return from_message(McpServerTestOut, await stub.TestMcpServer(pb.TestMcpServerRequest(id=server_id)))
+
+
+@router.post("/{server_id}/oauth/start", response_model=McpOAuthStartOut)
+async def start_mcp_oauth(
+    server_id: ServerId, request: Request, settings: SettingsDep, stub: AgentRunnerMcpStub
+) -> McpOAuthStartOut:
+    """Connect an oauth server: its authorization server discovered, a client registered with it
+    (kept), and the URL the user authorizes at, whose state is accepted once, for 10 minutes."""
+    redirect_uri = (
+        f"{settings.public_url}{CALLBACK_PATH}" if settings.public_url else str(request.url_for("complete_mcp_oauth"))
+    )
+    started = await stub.StartMcpOAuth(pb.StartMcpOAuthRequest(id=server_id, redirect_uri=redirect_uri))
+    return McpOAuthStartOut(authorization_url=started.authorization_url, expires_at=started.expires_at)
+
+
+# The page tells the window that opened it (the MCP servers page) and closes itself.
+_CLOSE_SCRIPT = (
+    "if (window.opener) { window.opener.postMessage({type: 'popagent-mcp-oauth'}, window.location.origin); }"
+    " setTimeout(function () { window.close(); }, 1500);"
+)
+_CLOSE_SCRIPT_HASH = b64encode(hashlib.sha256(_CLOSE_SCRIPT.encode()).digest()).decode()
+_PAGE_POLICY = (
+    f"default-src 'none'; script-src 'sha256-{_CLOSE_SCRIPT_HASH}'; style-src 'unsafe-inline'; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+_Text = Annotated[str, Query(max_length=4096, pattern=r"^[^\x00]*$")]
+
+
+def _page(status: int, title: str, detail: str) -> HTMLResponse:
+    body = (
+        "<!doctype html><html><head><meta charset=utf-8><title>popagent</title>"
+        "<style>body{font-family:system-ui,sans-serif;margin:3em;}</style></head><body>"
+        f"<h1>{html.escape(title)}</h1><p>{html.escape(detail)}</p>"
+        + (f"<script>{_CLOSE_SCRIPT}</script>" if status == 200 else "")
+        + "</body></html>"
+    )
+    return HTMLResponse(
+        body, status_code=status, headers={"content-security-policy": _PAGE_POLICY, "cache-control": "no-store"}
+    )
+
+
+@callback_router.get(
+    "/oauth/callback",
+    response_class=HTMLResponse,
+    responses={
+        200: {"description": "connected: a page that closes itself", "content": {"text/html": {}}},
+        400: {
+            "description": "refused (a state not issued, used or expired; a refused code)",
+            "content": {"text/html": {}},
+        },
+        404: {"description": "the server was deleted meanwhile", "content": {"text/html": {}}},
+        409: {"description": "the server changed meanwhile: start again", "content": {"text/html": {}}},
+        500: {"description": "an internal error", "content": {"text/html": {}}},
+        503: {"description": "the authorization server could not be reached", "content": {"text/html": {}}},
+    },
+)
+async def complete_mcp_oauth(
+    stub: AgentRunnerMcpStub,
+    state: _Text = "",
+    code: _Text = "",
+    error: _Text = "",
+    error_description: _Text = "",
+    iss: _Text = "",
+) -> HTMLResponse:
+    """The authorization server's redirect after the user authorized (RFC 6749 4.1.2). Without the
+    API key: authorized by its `state`, which /oauth/start issued, used once and for 10 minutes."""
+    try:
+        server = await stub.CompleteMcpOAuth(
+            pb.CompleteMcpOAuthRequest(
+                state=state, code=code, error=error, error_description=error_description, iss=iss
+            )
+        )
+    except PopagentError as exc:
+        return _page(edge_status(exc.grpc_code), "Not connected", client_message(exc.grpc_code, exc.message))
+    except grpc.aio.AioRpcError as exc:
+        return _page(edge_status(exc.code()), "Not connected", client_message(exc.code(), exc.details() or ""))
+    return _page(200, f"Connected {server.name}", "You can close this window; popagent uses the server's tools now.")
