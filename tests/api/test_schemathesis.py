@@ -84,6 +84,12 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404",
 include-name-regex = '^PATCH /api/mcp-servers/[{{]server_id[}}]$'
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "409", "429", "5xx"]
 
+# The MCP OAuth callback's state must be one /oauth/start issued, unused and unexpired, which no
+# schema can state: any other is a 400 page saying so.
+[[operations]]
+include-name-regex = '^GET /api/mcp-servers/oauth/callback$'
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "409", "429", "5xx"]
+
 # A skillMd is a document (YAML front matter, then Markdown): 400 saying what does not parse.
 [[operations]]
 include-name-regex = '^(POST|PATCH) /api/agents/[{{]agent_id[}}]/skills'

@@ -258,7 +258,9 @@ async def test_an_oauth_server_takes_no_token_and_a_new_url_drops_its_tokens(sta
             "/api/mcp-servers",
             json={"name": "both", "transport": "http", "url": peer.url, "auth": "oauth", "token": "t"},
         )
-        assert with_token.status_code == 400 and "takes no token" in with_token.text
+        assert with_token.status_code == 422, with_token.text
+        patched = await client.patch(f"/api/mcp-servers/{server['id']}", json={"token": "t"})
+        assert patched.status_code == 400 and "takes no token" in patched.text, patched.text
         await connect(client, server["id"])
         moved = await client.patch(f"/api/mcp-servers/{server['id']}", json={"url": peer.url + "/"})
         assert moved.status_code == 200, moved.text

@@ -374,7 +374,9 @@ class OAuthKeeper:
         check_registration_usable(client)
         client.issuer = issuer
         await storage.set_client_info(client)
-        # A new client's tokens, if any were held, belonged to the old one.
+        # Tokens held, if any, belonged to the old client.
+        with wrap_db_errors():
+            await self.pool.execute(QUERIES["clear_oauth_tokens"], server_id)
         await storage.drop_tokens()
         logger.info("MCP OAuth client registered", extra={"server_id": server_id, "issuer": issuer})
         return client

@@ -64,6 +64,11 @@ UPDATE popagent_mcp_servers SET oauth_server = $2::jsonb WHERE id = $1 AND auth 
 UPDATE popagent_mcp_servers SET oauth_connected = true, oauth_expires_at = $2, oauth_error = ''
 WHERE id = $1 AND auth = 'oauth'
 
+-- name: clear_oauth_tokens
+-- A new client was registered: tokens of the old one are gone.
+UPDATE popagent_mcp_servers SET oauth_connected = false, oauth_expires_at = NULL, oauth_error = ''
+WHERE id = $1
+
 -- name: set_oauth_refused
 -- The authorization server refused the refresh: the user must connect the server again.
 UPDATE popagent_mcp_servers SET oauth_connected = false, oauth_expires_at = NULL, oauth_error = $2

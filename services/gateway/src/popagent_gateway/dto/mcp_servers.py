@@ -122,8 +122,19 @@ class McpHttpServerCreate(WireInput):
     name: ServerName
     transport: Literal["http"]
     url: Url
-    auth: Auth | SkipJsonSchema[None] = None
+    auth: Literal["bearer"] | SkipJsonSchema[None] = Field(default=None, description="a bearer token, or none")
     token: Token | SkipJsonSchema[None] = None
+    enabled: bool | SkipJsonSchema[None] = None
+    agents: Grants | SkipJsonSchema[None] = None
+
+
+class McpOAuthServerCreate(WireInput):
+    """An http server connected through OAuth 2.1 (/oauth/start); it takes no token."""
+
+    name: ServerName
+    transport: Literal["http"]
+    url: Url
+    auth: Literal["oauth"]
     enabled: bool | SkipJsonSchema[None] = None
     agents: Grants | SkipJsonSchema[None] = None
 
@@ -138,7 +149,7 @@ class McpStdioServerCreate(WireInput):
     agents: Grants | SkipJsonSchema[None] = None
 
 
-McpServerCreate = McpHttpServerCreate | McpStdioServerCreate
+McpServerCreate = McpHttpServerCreate | McpOAuthServerCreate | McpStdioServerCreate
 
 
 class McpServerPatch(PatchModel):

@@ -24,6 +24,7 @@ from popagent_gateway.deps import AgentRunnerMcpStub, SettingsDep
 from popagent_gateway.dto.mcp_servers import (
     SERVER_ID_PATTERN,
     McpHttpServerCreate,
+    McpOAuthServerCreate,
     McpOAuthStartOut,
     McpServerCreate,
     McpServerListOut,
@@ -43,7 +44,9 @@ CALLBACK_PATH = "/api/mcp-servers/oauth/callback"
 ServerId = Annotated[str, Path(min_length=36, max_length=36, pattern=SERVER_ID_PATTERN)]
 
 
-def _fields(body: McpHttpServerCreate | McpStdioServerCreate | McpServerPatch) -> pb.McpServerFields:
+def _fields(
+    body: McpHttpServerCreate | McpOAuthServerCreate | McpStdioServerCreate | McpServerPatch,
+) -> pb.McpServerFields:
     fields = pb.McpServerFields()
     for name in body.model_fields_set:
         value = getattr(body, name)
@@ -88,8 +91,8 @@ async def list_mcp_servers(stub: AgentRunnerMcpStub) -> McpServerListOut:
 
 @router.post("", response_model=McpServerOut, status_code=201)
 async def create_mcp_server(body: McpServerCreate, stub: AgentRunnerMcpStub) -> McpServerOut:
-    """Add a server: `http` (a streamable HTTP url, an optional bearer token) or `stdio` (a command
-    run in the sandbox); a name in use is 409."""
+    """Add a server: `http` (a streamable HTTP url with an optional bearer token, or `auth: oauth`,
+    connected through /oauth/start) or `stdio` (a command run in the sandbox); a name in use is 409."""
     return _out(await stub.CreateMcpServer(pb.CreateMcpServerRequest(fields=_fields(body))))
 
 
