@@ -19,7 +19,7 @@ const require = createRequire(resolve(here, "../../ui/package.json"));
 const { chromium } = require("playwright-core");
 
 const config = JSON.parse(readFileSync(process.argv[2], "utf8"));
-const { url, apiKey, outDir, denyReason } = config;
+const { url, apiKey, outDir, denyReason, oauthMcpUrl } = config;
 mkdirSync(outDir, { recursive: true });
 
 const WIDE = { width: 1440, height: 900 };
@@ -1428,6 +1428,39 @@ try {
     await item.getByRole("button", { name: "Delete" }).click();
     await item.waitFor({ state: "detached" });
     return `added with a token (shown only as set), tested: "${said.slice(0, 80)}", deleted`;
+  });
+
+  await step("mcp oauth connect", ["api key prompt"], async () => {
+    await page.goto(`${url}/#/mcp`);
+    const list = page.locator('[data-testid="mcp-server-list"]');
+    await list.waitFor({ timeout: 10_000 });
+    await page.getByRole("button", { name: "Add server" }).click();
+    const form = page.getByRole("form", { name: "New MCP server" });
+    await form.getByLabel("Name").fill("ui_oauth");
+    await form.getByLabel("URL").fill(oauthMcpUrl);
+    await form.getByLabel("Authorization").selectOption("oauth");
+    check((await form.getByLabel("Bearer token (optional)").count()) === 0, "an OAuth server asks for a token");
+    await form.getByRole("button", { name: "Add server" }).click();
+    const item = list.locator("li").filter({ hasText: "ui_oauth" });
+    await item.waitFor({ timeout: 10_000 });
+    const state = item.getByTestId("mcp-oauth-state");
+    check((await state.innerText()) === "OAuth: not connected", `the card reads "${await state.innerText()}"`);
+    // Connect opens the authorization server's page in a window of its own; the test's
+    // authorization server approves at once and sends it to the gateway's callback, whose page
+    // tells this one and closes itself.
+    const [popup] = await Promise.all([page.waitForEvent("popup"), item.getByRole("button", { name: "Connect" }).click()]);
+    await popup.waitForURL(/\/api\/mcp-servers\/oauth\/callback/, { timeout: 30_000 });
+    const said = await popup.locator("h1").innerText();
+    check(said === "Connected ui_oauth", `the callback page reads "${said}"`);
+    await popup.waitForEvent("close", { timeout: 10_000 });
+    await item.getByText("OAuth connected", { exact: true }).waitFor({ timeout: 10_000 });
+    check((await item.getByRole("button", { name: "Reconnect" }).count()) === 1, "no Reconnect button once connected");
+    const { body } = await apiGet("/api/mcp-servers");
+    const stored = body.servers.find((server) => server.name === "ui_oauth");
+    check(stored?.oauth?.connected === true, "the server is not connected");
+    await item.getByRole("button", { name: "Delete" }).click();
+    await item.waitFor({ state: "detached" });
+    return "added with OAuth, connected through the authorization window (it closed itself), deleted";
   });
 
   await step("autonomy page", ["api key prompt"], async () => {

@@ -42,6 +42,7 @@ from typing import Any
 
 import httpx
 import pytest
+from mcp_tools.harness import serving_oauth_peer
 from ui.helpers import OUTPUT, drive, launched_stack, message_text, prerequisites, stack_environment
 
 from popagent_dev import embedded
@@ -117,6 +118,8 @@ LONG_RESULT = "\n".join(f"- Line {n} of the long result." for n in range(1, 31))
 fail_once = {"armed": True}
 # The page server's guide URL, once it listens (the scripted model fetches it).
 guide_url: list[str] = []
+# The OAuth-protected MCP server (tests/mcp_tools/oauth_peer.py) the MCP page connects in its own window.
+oauth_mcp_url: list[str] = []
 
 
 def _tools(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -273,7 +276,9 @@ async def stack(
         PageServer() as pages,
         # A short path: a Unix socket's path is limited to about 100 bytes.
         browser_peer(Path(tempfile.mkdtemp(prefix="pa-ui-browser-"))) as peer,
+        serving_oauth_peer() as oauth_peer,
     ):
+        oauth_mcp_url[:] = [oauth_peer.url]
         receiver.script(DENY_PATH, answer("deny", reason=DENY_REASON))
         searxng.results = SEARCH_RESULTS
         pages.pages[GUIDE_PATH] = Page(body=GUIDE)
@@ -317,6 +322,7 @@ async def test_the_web_ui_in_a_real_browser(
             "apiKey": API_KEY,
             "outDir": str(OUTPUT),
             "denyReason": DENY_REASON,
+            "oauthMcpUrl": oauth_mcp_url[0],
             **({"only": only} if only else {}),
         },
         timeout_s=360,
@@ -363,6 +369,7 @@ async def test_the_web_ui_in_a_real_browser(
         "long-term memories",
         "skills editor",
         "mcp servers page",
+        "mcp oauth connect",
         "autonomy page",
         "self-update section",
         "browser profile panel",

@@ -66,6 +66,6 @@ export type SpanOut = S["SpanOut"];
 export type LogOut = S["LogOut"];
 export type ObservabilityHealthOut = S["ObservabilityHealthOut"];
 export type McpServerOut = S["McpServerOut"];
-export type McpServerCreate = S["McpHttpServerCreate"] | S["McpStdioServerCreate"];
+export type McpServerCreate = S["McpHttpServerCreate"] | S["McpOAuthServerCreate"] | S["McpStdioServerCreate"];
 export type McpServerPatch = S["McpServerPatch"];
 export type McpServerTestOut = S["McpServerTestOut"];

@@ -1,15 +1,18 @@
-// Users' MCP servers: list, add (streamable HTTP with an optional bearer token, or a stdio command run
-// in the sandbox), grant to agents, test the connection and delete. A stored token is never shown.
-import { useId, useState, type FormEvent } from "react";
+// Users' MCP servers: list, add (streamable HTTP with an optional bearer token or OAuth, or a stdio
+// command run in the sandbox), grant to agents, connect an OAuth server (its authorization page in a
+// window of its own), test the connection and delete. A stored token is never shown.
+import { useEffect, useId, useState, type FormEvent } from "react";
 import { api } from "../api/client";
 import type { McpServerOut, McpServerTestOut } from "../api/types";
 import { ErrorText, LoadError } from "../common/ErrorText";
 import { messageOf, useLoad } from "../common/useLoad";
 import { mcpServersApi } from "./api";
 
-type Draft = { name: string; transport: "http" | "stdio"; url: string; token: string; command: string; args: string; agents: string[] };
+type Draft = {
+  name: string; transport: "http" | "stdio"; auth: "bearer" | "oauth"; url: string; token: string; command: string; args: string; agents: string[];
+};
 
-const EMPTY: Draft = { name: "", transport: "http", url: "", token: "", command: "", args: "", agents: ["popagent"] };
+const EMPTY: Draft = { name: "", transport: "http", auth: "bearer", url: "", token: "", command: "", args: "", agents: ["popagent"] };
 
 function AddServerForm(props: { agentIds: string[]; onAdded: () => Promise<void>; onCancel: () => void }) {
   const id = useId();
@@ -24,9 +27,11 @@ function AddServerForm(props: { agentIds: string[]; onAdded: () => Promise<void>
     const agents = Object.fromEntries(draft.agents.map((agentId) => [agentId, {}]));
     try {
       if (draft.transport === "http") {
-        await mcpServersApi.create({
-          name: draft.name, transport: "http", url: draft.url, agents, ...(draft.token ? { token: draft.token } : {}),
-        });
+        await mcpServersApi.create(
+          draft.auth === "oauth"
+            ? { name: draft.name, transport: "http", url: draft.url, auth: "oauth", agents }
+            : { name: draft.name, transport: "http", url: draft.url, agents, ...(draft.token ? { token: draft.token } : {}) },
+        );
       } else {
         const args = draft.args.split("\n").filter((line) => line.length > 0);
         await mcpServersApi.create({ name: draft.name, transport: "stdio", command: draft.command, args, agents });
@@ -67,11 +72,23 @@ function AddServerForm(props: { agentIds: string[]; onAdded: () => Promise<void>
               onChange={(event) => setDraft({ ...draft, url: event.target.value })} />
           </div>
           <div className="field">
-            <label className="field-label" htmlFor={`${id}-token`}>Bearer token (optional)</label>
-            <input id={`${id}-token`} type="password" autoComplete="off" value={draft.token} maxLength={8000}
-              onChange={(event) => setDraft({ ...draft, token: event.target.value })} />
-            <span className="field-hint">Kept in the secrets service and never shown again.</span>
+            <label className="field-label" htmlFor={`${id}-auth`}>Authorization</label>
+            <select id={`${id}-auth`} value={draft.auth}
+              onChange={(event) => setDraft({ ...draft, auth: event.target.value as Draft["auth"] })}>
+              <option value="bearer">Bearer token (or none)</option>
+              <option value="oauth">OAuth (sign in at the server's authorization page)</option>
+            </select>
           </div>
+          {draft.auth === "bearer" ? (
+            <div className="field">
+              <label className="field-label" htmlFor={`${id}-token`}>Bearer token (optional)</label>
+              <input id={`${id}-token`} type="password" autoComplete="off" value={draft.token} maxLength={8000}
+                onChange={(event) => setDraft({ ...draft, token: event.target.value })} />
+              <span className="field-hint">Kept in the secrets service and never shown again.</span>
+            </div>
+          ) : (
+            <span className="field-hint">After adding it, Connect opens the server's authorization page; its tokens are kept in the secrets service and never shown.</span>
+          )}
         </>
       ) : (
         <>
@@ -119,10 +136,32 @@ function TestResult(props: { result: McpServerTestOut }) {
   );
 }
 
+function OAuthState(props: { server: McpServerOut }) {
+  const oauth = props.server.oauth;
+  if (!oauth) return null;
+  if (oauth.connected) {
+    const expired = oauth.expiresAt !== null && Date.parse(oauth.expiresAt) < Date.now();
+    return <span className="badge" data-testid="mcp-oauth-state">{expired ? "OAuth: token expired, refreshed on next use" : "OAuth connected"}</span>;
+  }
+  return <span className="badge warn" data-testid="mcp-oauth-state">{oauth.error ? "OAuth: reconnect needed" : "OAuth: not connected"}</span>;
+}
+
 function ServerCard(props: { server: McpServerOut; onChanged: () => Promise<void>; onError: (message: string) => void }) {
   const { server } = props;
   const [tested, setTested] = useState<McpServerTestOut | null>(null);
   const [testing, setTesting] = useState(false);
+  const connect = async () => {
+    // Opened before the request so that the browser treats it as the click's window (no popup block).
+    const opened = window.open("about:blank", "_blank");
+    try {
+      const started = await mcpServersApi.startOAuth(server.id);
+      if (opened) opened.location.href = started.authorizationUrl;
+      else window.location.assign(started.authorizationUrl);
+    } catch (caught) {
+      opened?.close();
+      props.onError(`Could not connect ${server.name}: ${messageOf(caught)}`);
+    }
+  };
   const test = async () => {
     setTesting(true);
     try {
@@ -147,6 +186,7 @@ function ServerCard(props: { server: McpServerOut; onChanged: () => Promise<void
         <strong>{server.name}</strong>
         <span className="badge">{server.transport}</span>
         {server.tokenSet ? <span className="badge">token set</span> : null}
+        <OAuthState server={server} />
         {server.enabled ? null : <span className="badge warn">disabled</span>}
       </div>
       <p className="muted small-text">
@@ -158,9 +198,13 @@ function ServerCard(props: { server: McpServerOut; onChanged: () => Promise<void
           : "none"}
       </p>
       <div className="task-actions">
+        {server.auth === "oauth" ? (
+          <button type="button" className="ghost small" onClick={() => void connect()}>{server.oauth?.connected ? "Reconnect" : "Connect"}</button>
+        ) : null}
         <button type="button" className="ghost small" disabled={testing} onClick={() => void test()}>{testing ? "Testing…" : "Test"}</button>
         <button type="button" className="ghost small danger-text" onClick={() => void remove()}>Delete</button>
       </div>
+      {server.oauth?.error ? <p className="small-text banner bad">{server.oauth.error}</p> : null}
       {tested ? <TestResult result={tested} /> : null}
     </li>
   );
@@ -177,6 +221,22 @@ export default function McpServersPage() {
     setAdding(false);
     await servers.reload();
   };
+
+  // The authorization window's page (the gateway's OAuth callback) says when it is done; the window
+  // may also be closed by hand, so the list is read again when this window gets the focus back.
+  const reload = servers.reload;
+  useEffect(() => {
+    const onMessage = (event: MessageEvent) => {
+      if (event.origin === window.location.origin && (event.data as { type?: string } | null)?.type === "popagent-mcp-oauth") void reload();
+    };
+    const onFocus = () => void reload();
+    window.addEventListener("message", onMessage);
+    window.addEventListener("focus", onFocus);
+    return () => {
+      window.removeEventListener("message", onMessage);
+      window.removeEventListener("focus", onFocus);
+    };
+  }, [reload]);
 
   return (
     <div className="page tasks-page">

@@ -10,4 +10,6 @@ export const mcpServersApi = {
   update: (serverId: string, body: McpServerPatch) => unwrap(http.PATCH("/api/mcp-servers/{server_id}", { ...server(serverId), body })),
   remove: (serverId: string) => done(http.DELETE("/api/mcp-servers/{server_id}", server(serverId))),
   test: (serverId: string) => unwrap(http.POST("/api/mcp-servers/{server_id}/test", server(serverId))),
+  // The authorization URL of an OAuth server, to open in a window of its own.
+  startOAuth: (serverId: string) => unwrap(http.POST("/api/mcp-servers/{server_id}/oauth/start", server(serverId))),
 };
