@@ -167,7 +167,7 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
         api.include_router(module.router)
     app.include_router(api)
     # The one /api route without the key (a browser redirect cannot carry it): its state authorizes it.
-    app.include_router(mcp_servers.callback_router, prefix="/api", responses=ERROR_RESPONSES)
+    app.include_router(mcp_servers.callback_router, prefix="/api")
     install_links(app)
     app.state.mcp, app.state.a2a = mount_interop(app, settings)
     # Last, so /api, /mcp, /a2a and the agent card win over the static files.

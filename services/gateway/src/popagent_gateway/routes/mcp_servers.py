@@ -144,7 +144,11 @@ _PAGE_POLICY = (
     f"default-src 'none'; script-src 'sha256-{_CLOSE_SCRIPT_HASH}'; style-src 'unsafe-inline'; "
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
-_Text = Annotated[str, Query(max_length=4096, pattern=r"^[^\x00]*$")]
+# Any text: the authorization server's redirect is checked here and refused as a page, never a JSON 422
+# (agent-runner bounds the state and the code; the rest is only shown, shortened and escaped).
+_Text = Annotated[str, Query()]
+_PAGE_STATUSES = frozenset({400, 404, 409, 500, 503})
+MAX_CALLBACK_VALUE_CHARS = 8192
 
 
 def _page(status: int, title: str, detail: str) -> HTMLResponse:
@@ -158,6 +162,13 @@ def _page(status: int, title: str, detail: str) -> HTMLResponse:
     return HTMLResponse(
         body, status_code=status, headers={"content-security-policy": _PAGE_POLICY, "cache-control": "no-store"}
     )
+
+
+def _failed(code: grpc.StatusCode, detail: str) -> HTMLResponse:
+    status = edge_status(code)
+    if status not in _PAGE_STATUSES:
+        status = 503 if status >= 500 else 400
+    return _page(status, "Not connected", client_message(code, detail))
 
 
 @callback_router.get(
@@ -185,6 +196,8 @@ async def complete_mcp_oauth(
 ) -> HTMLResponse:
     """The authorization server's redirect after the user authorized (RFC 6749 4.1.2). Without the
     API key: authorized by its `state`, which /oauth/start issued, used once and for 10 minutes."""
+    if any(len(value) > MAX_CALLBACK_VALUE_CHARS for value in (state, code, error, error_description, iss)):
+        return _page(400, "Not connected", "the authorization server's answer is too long")
     try:
         server = await stub.CompleteMcpOAuth(
             pb.CompleteMcpOAuthRequest(
@@ -192,7 +205,7 @@ async def complete_mcp_oauth(
             )
         )
     except PopagentError as exc:
-        return _page(edge_status(exc.grpc_code), "Not connected", client_message(exc.grpc_code, exc.message))
+        return _failed(exc.grpc_code, exc.message)
     except grpc.aio.AioRpcError as exc:
-        return _page(edge_status(exc.code()), "Not connected", client_message(exc.code(), exc.details() or ""))
+        return _failed(exc.code(), exc.details() or "")
     return _page(200, f"Connected {server.name}", "You can close this window; popagent uses the server's tools now.")
