@@ -55,7 +55,9 @@ async def test_batches_appended_while_the_stream_has_no_leader_are_all_stored(tm
             ]
             assert texts == [f"{number} " for number in range(40)]
             assert ended == ["completed"]
-            assert (await log.js.stream_info(STREAM)).state.messages == 41
+            # No event twice (above), and the batches that waited through the outage went together:
+            # fewer messages than the 40 batches and the end marker.
+            assert (await log.js.stream_info(STREAM)).state.messages < 41
     finally:
         for server in cluster.nats:
             if server.process is not None and server.process.process.poll() is None:

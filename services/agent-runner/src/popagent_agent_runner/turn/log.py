@@ -3,7 +3,8 @@
 One subject per turn (`popagent_turn_log.<turn id>`) in one stream with bounded retention. The
 runner that runs the turn hands each batch to the turn's writer as it leaves (the live stream
 waits for nothing), and the writer stores them in order, each acknowledged by the stream before
-the next, with `Nats-Expected-Last-Subject-Sequence` naming the message before it. A batch the
+the next, with `Nats-Expected-Last-Subject-Sequence` naming the message before it (batches that
+waited together go as one message). A batch the
 stream did not store (a NATS server of a cluster lost, the stream's leader being elected again:
 a core publish would be dropped then, silently) is sent again once the stream answers; the
 expected sequence makes that safe, since the stream refuses a message that would land twice or
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -162,9 +164,9 @@ class TurnLog:
                 writer.wake.clear()
                 await writer.wake.wait()
                 continue
-            message, headers = writer.pending[0]
+            message, headers, count = _next_message(writer.pending)
             try:
-                await self._store(writer, message, headers)
+                await self._store(writer, message, headers, count)
             except Exception as exc:
                 # A refused sequence is no failure: another runner (a takeover) wrote since.
                 if not (isinstance(exc, APIError) and exc.err_code == WRONG_LAST_SEQUENCE):
@@ -173,7 +175,7 @@ class TurnLog:
                     delay = min(delay * 2, RETRY_MAX_S)
                 try:
                     if await self._stored_last(writer, message, headers):
-                        self._stored(writer, message)
+                        self._stored(writer, count, len(message))
                 except Exception as exc:
                     self._failed("turn log position unknown", writer.subject, exc)
                     await asyncio.sleep(delay)
@@ -182,7 +184,7 @@ class TurnLog:
             delay = 0.05
             self._failing = False
 
-    async def _store(self, writer: _Writer, message: bytes, headers: dict[str, str] | None) -> None:
+    async def _store(self, writer: _Writer, message: bytes, headers: dict[str, str] | None, count: int) -> None:
         ack = await self.js.publish(
             writer.subject,
             message,
@@ -190,12 +192,13 @@ class TurnLog:
             timeout=ACK_TIMEOUT_S,
         )
         writer.last_seq = ack.seq
-        self._stored(writer, message)
+        self._stored(writer, count, len(message))
 
     @staticmethod
-    def _stored(writer: _Writer, message: bytes) -> None:
-        writer.pending.popleft()
-        writer.pending_bytes -= len(message)
+    def _stored(writer: _Writer, count: int, size: int) -> None:
+        for _ in range(count):
+            writer.pending.popleft()
+        writer.pending_bytes -= size
 
     async def _stored_last(self, writer: _Writer, message: bytes, headers: dict[str, str] | None) -> bool:
         """After a failed store: where the subject stands (its last message's sequence), and
@@ -263,6 +266,26 @@ class TurnLog:
         if not self._failing:
             logger.warning(what, extra={"turn_id": turn_id, "error": type(exc).__name__})
         self._failing = True
+
+
+def _next_message(
+    pending: collections.deque[tuple[bytes, dict[str, str] | None]],
+) -> tuple[bytes, dict[str, str] | None, int]:
+    """The next message to store and how many pending entries it holds: batches waiting together
+    go as one message (up to MAX_MESSAGE_BYTES). Serialized `TurnEventBatch`es concatenated parse
+    as one batch with their events in order, and a follower numbers chunks by event, not by
+    batch; one acknowledged publish per batch cost a busy runner more than the stream itself."""
+    first, headers = pending[0]
+    if headers is not None:
+        return first, headers, 1
+    parts = [first]
+    size = len(first)
+    for message, more_headers in itertools.islice(pending, 1, None):
+        if more_headers is not None or size + len(message) > MAX_MESSAGE_BYTES:
+            break
+        parts.append(message)
+        size += len(message)
+    return (first if len(parts) == 1 else b"".join(parts)), None, len(parts)
 
 
 def _messages(batch: pb.TurnEventBatch) -> list[bytes]:
