@@ -17,6 +17,7 @@ import httpx
 from popagent.agent_runner.v1 import (
     agent_runner_pb2_grpc,
     attachments_pb2_grpc,
+    channels_pb2_grpc,
     documents_pb2_grpc,
     mcp_servers_pb2_grpc,
     memory_pb2_grpc,
@@ -32,6 +33,9 @@ from popagent_agent_runner.approvals.store import ApprovalStore
 from popagent_agent_runner.attachments.store import AttachmentStore
 from popagent_agent_runner.browser.access import BrowserAccessPoint
 from popagent_agent_runner.browser.access import invalidated_on_change as browser_settings_invalidated_on_change
+from popagent_agent_runner.channels.credentials import ChannelCredentials
+from popagent_agent_runner.channels.hub import ChannelHub
+from popagent_agent_runner.channels.store import ChannelStore
 from popagent_agent_runner.context.hands import Hands
 from popagent_agent_runner.docs.documents import Documentation, documentation
 from popagent_agent_runner.llm.embeddings import GatewayRetrieval
@@ -53,6 +57,7 @@ from popagent_agent_runner.memory.observational.store import ObservationStore
 from popagent_agent_runner.memory.observational.windows import ContextWindows
 from popagent_agent_runner.memory.threads import USER_RESOURCE, ThreadStore
 from popagent_agent_runner.servicers.attachments import AttachmentsServicer
+from popagent_agent_runner.servicers.channels import ChannelsServicer
 from popagent_agent_runner.servicers.chat import ChatServicer
 from popagent_agent_runner.servicers.documents import DocumentsServicer
 from popagent_agent_runner.servicers.mcp_servers import McpServersServicer
@@ -314,6 +319,20 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
         adopting = asyncio.create_task(chat_turns.keep_adopting(), name="queued-turns")
         stack.push_async_callback(_cancelled, adopting)
         agent_runner_pb2_grpc.add_AgentRunnerServiceServicer_to_server(chat, kernel.server)
+
+        async def create_channel_session(session_id: str, title: str, workspace_id: str) -> None:
+            session = await sessions.create(session_id, title, workspace_id)
+            await starts.created(session.id, session.workspace_id)
+
+        # Channel conversations are chat sessions; their replies stream from the turns this runner starts.
+        channel_hub = ChannelHub(
+            ChannelStore(pool, ChannelCredentials(secrets_pb2_grpc.SecretsServiceStub(secrets_channel))),
+            chat_turns,
+            create_channel_session,
+            edit_interval_s=settings.channel_edit_interval_s,
+        )
+        stack.push_async_callback(channel_hub.close)
+        channels_pb2_grpc.add_AgentRunnerChannelsServiceServicer_to_server(ChannelsServicer(channel_hub), kernel.server)
         memory_pb2_grpc.add_SessionMemoryServiceServicer_to_server(
             SessionMemoryServicer(observation_store), kernel.server
         )

@@ -79,6 +79,10 @@ class Settings(ServiceSettings):
     mcp_call_timeout_s: float = Field(default=60.0, gt=0, le=3600, validation_alias="POPAGENT_MCP_CALL_TIMEOUT_S")
     mcp_connect_wait_s: float = Field(default=5.0, ge=0, le=120, validation_alias="POPAGENT_MCP_CONNECT_WAIT_S")
     mcp_list_timeout_s: float = Field(default=5.0, gt=0, le=120, validation_alias="POPAGENT_MCP_LIST_TIMEOUT_S")
+    # Channels (docs/channels.md): a streamed reply's message is edited at most once per this interval.
+    channel_edit_interval_s: float = Field(
+        default=1.0, ge=0.05, le=60, validation_alias="POPAGENT_CHANNEL_EDIT_INTERVAL_S"
+    )
     # The address gateways dial this runner at, announced with its presence (docs/turns.md, Routing).
     # Empty: its listen address with the port it got (this host's name when it listens on every interface).
     advertise_address: str = Field(default="", validation_alias="POPAGENT_AGENT_RUNNER_ADVERTISE_ADDR")

@@ -36,8 +36,8 @@ ORDER BY s.resource_id, s.name
 LIMIT $2
 
 -- name: delete_secret
--- Its origin bindings go with it (ON DELETE CASCADE). $2: only a secret of this resource (NULL: any).
-DELETE FROM popagent_secrets WHERE id = $1 AND ($2::text IS NULL OR resource_id = $2) RETURNING resource_id, name
+-- Its origin bindings go with it (ON DELETE CASCADE). $2: only a secret of one of these resources (NULL: any).
+DELETE FROM popagent_secrets WHERE id = $1 AND ($2::text[] IS NULL OR resource_id = ANY ($2)) RETURNING resource_id, name
 
 -- name: insert_binding
 INSERT INTO popagent_secret_bindings (resource_id, name, origin) VALUES ($1, $2, $3)

@@ -1,11 +1,12 @@
 """SecretsService: who may call what, then proto <-> store.
 
 Plaintext leaves only through ResolveSecret, to browser-bridge, and ResolveToken, to
-agent-runner for the bearer tokens of users' MCP servers (resource `mcp-servers`); each proves
+agent-runner for the bearer tokens of users' MCP servers (resource `mcp-servers`) and the
+credentials of channel connections (resource `channels`); each proves
 who it is with its own internal credential (the kernel interceptor authenticates it and sets
 `caller_var`). Management RPCs answer the gateway (the authenticated `/api/secrets` edge),
-and agent-runner for the `mcp-servers` resource only (it stores a server's token as
-/api/mcp-servers hands it over): agents have no tool that creates, changes or reads values.
+and agent-runner for the `mcp-servers` and `channels` resources only (it stores a server's token
+or a connection's credentials as /api/mcp-servers and /api/channels hand them over): agents have no tool that creates, changes or reads values.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from popagent_secrets.store import SecretStore
 
 RESOLVER = "browser-bridge"
 MANAGERS = frozenset({"gateway"})
-# The MCP servers' bearer tokens, named by server id: agent-runner stores, deletes and resolves
-# these, and no other resource.
+# The MCP servers' bearer tokens, named by server id, and the channel connections' credentials,
+# named by connection id: agent-runner stores, deletes and resolves these, and no other resource.
 TOKEN_RESOURCE = "mcp-servers"
+CHANNEL_RESOURCE = "channels"
+TOKEN_RESOURCES = frozenset({TOKEN_RESOURCE, CHANNEL_RESOURCE})
 TOKEN_KEEPER = "agent-runner"
 # Listing shows names and bindings only; the runner and the bridge may read it (the
 # browser issue's `useBrowserSecret` needs to know which secrets exist).
@@ -53,7 +56,7 @@ class SecretsServicer(secrets_pb2_grpc.SecretsServiceServicer):
     async def PutSecret(
         self, request: secrets_pb2.PutSecretRequest, context: grpc.aio.ServicerContext
     ) -> secrets_pb2.PutSecretResponse:
-        if not (caller_var.get() == TOKEN_KEEPER and request.resource_id == TOKEN_RESOURCE):
+        if not (caller_var.get() == TOKEN_KEEPER and request.resource_id in TOKEN_RESOURCES):
             _require(MANAGERS, "store secrets")
         stored = await self.store.put(request.resource_id, request.name, request.value)
         return secrets_pb2.PutSecretResponse(secret=_info(stored.info), created=stored.created)
@@ -69,7 +72,7 @@ class SecretsServicer(secrets_pb2_grpc.SecretsServiceServicer):
         self, request: secrets_pb2.DeleteSecretRequest, context: grpc.aio.ServicerContext
     ) -> secrets_pb2.DeleteSecretResponse:
         if caller_var.get() == TOKEN_KEEPER:
-            await self.store.delete(request.id, only_resource=TOKEN_RESOURCE)
+            await self.store.delete(request.id, only_resources=TOKEN_RESOURCES)
             return secrets_pb2.DeleteSecretResponse()
         _require(MANAGERS, "delete secrets")
         await self.store.delete(request.id)
@@ -99,8 +102,10 @@ class SecretsServicer(secrets_pb2_grpc.SecretsServiceServicer):
     async def ResolveToken(
         self, request: secrets_pb2.ResolveTokenRequest, context: grpc.aio.ServicerContext
     ) -> secrets_pb2.ResolveSecretResponse:
-        if caller_var.get() != TOKEN_KEEPER or request.resource_id != TOKEN_RESOURCE:
-            raise PermissionDenied(f"only {TOKEN_KEEPER} may resolve tokens, and only of {TOKEN_RESOURCE}")
+        if caller_var.get() != TOKEN_KEEPER or request.resource_id not in TOKEN_RESOURCES:
+            raise PermissionDenied(
+                f"only {TOKEN_KEEPER} may resolve tokens, and only of {', '.join(sorted(TOKEN_RESOURCES))}"
+            )
         return secrets_pb2.ResolveSecretResponse(
             value=await self.store.resolve_token(request.resource_id, request.name)
         )

@@ -113,16 +113,17 @@ class SecretStore:
             for r in rows
         ]
 
-    async def delete(self, secret_id: str, *, only_resource: str | None = None) -> None:
-        """Delete the secret and, with it, every origin binding of it; with `only_resource`, only a
-        secret of that resource (another is PermissionDenied)."""
+    async def delete(self, secret_id: str, *, only_resources: frozenset[str] | None = None) -> None:
+        """Delete the secret and, with it, every origin binding of it; with `only_resources`, only a
+        secret of one of those resources (another is PermissionDenied)."""
         key = check_secret_id(secret_id)
         with wrap_db_errors():
             async with self.pool.acquire() as conn, conn.transaction():
-                deleted = await conn.fetchrow(QUERIES["delete_secret"], key, only_resource)
+                allowed = sorted(only_resources) if only_resources is not None else None
+                deleted = await conn.fetchrow(QUERIES["delete_secret"], key, allowed)
                 if deleted is None:
-                    if only_resource is not None and await conn.fetchval(QUERIES["secret_resource"], key):
-                        raise PermissionDenied(f"secret {secret_id} is not of resource {only_resource}")
+                    if allowed is not None and await conn.fetchval(QUERIES["secret_resource"], key):
+                        raise PermissionDenied(f"secret {secret_id} is not of resource {', '.join(allowed)}")
                     raise NotFound(f"secret {secret_id} not found")
                 resource_id, name = deleted["resource_id"], deleted["name"]
                 await _changed(conn, resource_id, name, "deleted")

@@ -1,0 +1,108 @@
+"""A connection's credentials in the secrets service: resource `channels`, named by the connection's id,
+one JSON object per connection (the bot token and the platform's inbound check: Slack's signing
+secret, Telegram's webhook secret token, Discord's application public key).
+
+agent-runner may store, delete and resolve secrets of that resource only (the secrets service checks
+it); they are resolved when an event is checked or a reply is posted, and never returned by a route.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import orjson
+
+from popagent.secrets.v1 import secrets_pb2, secrets_pb2_grpc
+from popagent_core.errors import InvalidArgument, NotFound
+from popagent_core.grpc_client import map_rpc_errors
+
+CREDENTIALS_RESOURCE = "channels"
+SECRETS_TIMEOUT_S = 10.0
+MAX_CREDENTIAL_CHARS = 4000
+# What each platform's connection needs: the bot token it posts with and the key its inbound
+# deliveries are checked with.
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "slack": ("botToken", "signingSecret"),
+    "telegram": ("botToken", "secretToken"),
+    "discord": ("botToken", "publicKey"),
+}
+_PRINTABLE = re.compile(r"^[\x21-\x7e]+$")
+# Telegram allows 1-256 characters A-Z, a-z, 0-9, _ and - in a webhook's secret_token.
+_TELEGRAM_SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
+_HEX_KEY = re.compile(r"^[0-9a-fA-F]{64}$")
+
+
+@dataclass(frozen=True)
+class Credentials:
+    bot_token: str
+    # Slack's signing secret, Telegram's secret token or Discord's public key (hex).
+    inbound_key: str
+
+    def __repr__(self) -> str:  # never the values, wherever a record is logged
+        return "Credentials(<kept in the secrets service>)"
+
+
+def checked_credentials(platform: str, values: dict[str, str]) -> dict[str, str]:
+    """The credentials a platform needs, each present and well formed; InvalidArgument naming the first bad one."""
+    needed = REQUIRED[platform]
+    unknown = sorted(set(values) - set(needed))
+    if unknown:
+        raise InvalidArgument(f"credentials for {platform} take {', '.join(needed)}; not {', '.join(unknown)}")
+    for name in needed:
+        value = values.get(name, "")
+        if not value:
+            raise InvalidArgument(f"credentials.{name} is required for {platform}")
+        if len(value) > MAX_CREDENTIAL_CHARS or not _PRINTABLE.fullmatch(value):
+            raise InvalidArgument(
+                f"credentials.{name} must be at most {MAX_CREDENTIAL_CHARS} printable ASCII characters, no spaces"
+            )
+    if platform == "telegram" and not _TELEGRAM_SECRET.fullmatch(values["secretToken"]):
+        raise InvalidArgument("credentials.secretToken must be 1 to 256 of A-Z, a-z, 0-9, _ and - (Telegram's rule)")
+    if platform == "discord" and not _HEX_KEY.fullmatch(values["publicKey"]):
+        raise InvalidArgument("credentials.publicKey must be the application's Ed25519 public key, 64 hex digits")
+    return {name: values[name] for name in needed}
+
+
+def parsed_credentials(platform: str, value: str) -> Credentials:
+    stored: dict[str, str] = orjson.loads(value)
+    inbound = {"slack": "signingSecret", "telegram": "secretToken", "discord": "publicKey"}[platform]
+    return Credentials(stored["botToken"], stored[inbound])
+
+
+@dataclass(frozen=True)
+class ChannelCredentials:
+    stub: secrets_pb2_grpc.SecretsServiceStub
+
+    async def put(self, connection_id: str, values: dict[str, str]) -> None:
+        with map_rpc_errors():
+            await self.stub.PutSecret(
+                secrets_pb2.PutSecretRequest(
+                    resource_id=CREDENTIALS_RESOURCE, name=connection_id, value=orjson.dumps(values).decode()
+                ),
+                timeout=SECRETS_TIMEOUT_S,
+            )
+
+    async def delete(self, connection_id: str) -> None:
+        with map_rpc_errors():
+            listed = await self.stub.ListSecrets(
+                secrets_pb2.ListSecretsRequest(resource_id=CREDENTIALS_RESOURCE), timeout=SECRETS_TIMEOUT_S
+            )
+        for secret in listed.secrets:
+            if secret.name != connection_id:
+                continue
+            try:
+                with map_rpc_errors():
+                    await self.stub.DeleteSecret(
+                        secrets_pb2.DeleteSecretRequest(id=secret.id), timeout=SECRETS_TIMEOUT_S
+                    )
+            except NotFound:
+                pass  # deleted meanwhile
+
+    async def resolve(self, platform: str, connection_id: str) -> Credentials:
+        with map_rpc_errors():
+            answer = await self.stub.ResolveToken(
+                secrets_pb2.ResolveTokenRequest(resource_id=CREDENTIALS_RESOURCE, name=connection_id),
+                timeout=SECRETS_TIMEOUT_S,
+            )
+        return parsed_credentials(platform, answer.value)

@@ -1,0 +1,225 @@
+"""A platform's delivery to POST /api/channels/{id}/events: its signature checked on the raw body
+before anything parses it, then what it says (a message, a handshake, or nothing for us).
+
+- Slack (Events API): `X-Slack-Signature` over `v0:{X-Slack-Request-Timestamp}:{body}` with the
+  app's signing secret, the timestamp within 5 minutes (slack_sdk's `SignatureVerifier`);
+  `url_verification` answers its challenge; messages are `event_callback`s with an `event_id`.
+- Telegram (Bot API webhook): `X-Telegram-Bot-Api-Secret-Token` equals the `secret_token` the
+  webhook was set with (compared in constant time); an update's `update_id` is its event id.
+- Discord (interactions endpoint): `X-Signature-Ed25519` over `{X-Signature-Timestamp}{body}` with
+  the application's public key (PyNaCl); PING (type 1) answers PONG; a slash command (type 2) is a
+  message, its interaction id the event id.
+"""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from nacl.exceptions import BadSignatureError
+from nacl.signing import VerifyKey
+from slack_sdk.signature import SignatureVerifier
+
+from popagent_core.errors import InvalidArgument, Unauthenticated
+
+# Slack's documented replay window for a request's timestamp.
+SLACK_WINDOW_S = 300
+DISCORD_PING = 1
+DISCORD_COMMAND = 2
+DISCORD_PONG = 1
+# Answers a command at once with a message (the prompt, quoted); the reply follows in the channel, posted
+# with the bot token and edited as it streams.
+DISCORD_MESSAGE = 4
+DISCORD_MAX_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class Message:
+    """A user's text in a conversation and thread, with the platform's id of its delivery."""
+
+    event_id: str
+    conversation: str
+    thread: str
+    user: str
+    text: str
+    # Where a reply in the same thread goes: Slack's thread_ts, Telegram's message_thread_id; "" for none.
+    reply_thread: str = ""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the webhook answers the platform (its own status and body)."""
+
+    status: int = 200
+    body: bytes = b""
+    content_type: str = "application/json"
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A checked delivery: the platform's answer, and the message to act on (None: nothing to do)."""
+
+    answer: Answer
+    message: Message | None = None
+    # The platform's id of the delivery, when it has one (deduplicated even when it carries no message).
+    event_id: str = ""
+    # Sent by the bot itself (or another bot): never a turn.
+    from_bot: bool = False
+
+
+def _header(headers: dict[str, str], name: str) -> str:
+    return headers.get(name.lower(), "")
+
+
+def verify(platform: str, inbound_key: str, headers: dict[str, str], body: bytes, *, now: float | None = None) -> None:
+    """Unauthenticated unless the delivery carries the platform's valid signature for this body."""
+    if platform == "slack":
+        verifier = SignatureVerifier(inbound_key, clock=_FixedClock(now) if now is not None else None)  # type: ignore[arg-type]
+        if not verifier.is_valid(
+            body, _header(headers, "x-slack-request-timestamp"), _header(headers, "x-slack-signature")
+        ):
+            raise Unauthenticated("the Slack signature is missing, forged or older than 5 minutes")
+        return
+    if platform == "telegram":
+        given = _header(headers, "x-telegram-bot-api-secret-token")
+        if not given or not hmac.compare_digest(given.encode(), inbound_key.encode()):
+            raise Unauthenticated("the Telegram secret token is missing or wrong")
+        return
+    if platform == "discord":
+        signature = _header(headers, "x-signature-ed25519")
+        timestamp = _header(headers, "x-signature-timestamp")
+        try:
+            VerifyKey(bytes.fromhex(inbound_key)).verify(timestamp.encode() + body, bytes.fromhex(signature))
+        except (BadSignatureError, ValueError):
+            raise Unauthenticated("the Discord signature is missing or forged") from None
+        return
+    raise InvalidArgument(f"unknown platform {platform!r}")
+
+
+class _FixedClock:
+    def __init__(self, now: float) -> None:
+        self._now = now
+
+    def now(self) -> float:
+        return self._now
+
+
+def _json(body: bytes) -> dict[str, Any]:
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise InvalidArgument("the delivery is not JSON") from None
+    if not isinstance(parsed, dict):
+        raise InvalidArgument("the delivery is not a JSON object")
+    return parsed  # type: ignore[return-value]
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _id(value: object) -> str:
+    if isinstance(value, bool):
+        return ""
+    if isinstance(value, (int, str)):
+        return str(value)
+    return ""
+
+
+def parse(platform: str, body: bytes, bot_user_id: str) -> Delivery:
+    """What a verified delivery says. Call only after `verify`."""
+    payload = _json(body)
+    if platform == "slack":
+        return _slack(payload, bot_user_id)
+    if platform == "telegram":
+        return _telegram(payload, bot_user_id)
+    return _discord(payload)
+
+
+def _slack(payload: dict[str, Any], bot_user_id: str) -> Delivery:
+    kind = payload.get("type")
+    if kind == "url_verification":
+        return Delivery(Answer(body=orjson.dumps({"challenge": _text(payload.get("challenge"))})))
+    event_id = _text(payload.get("event_id"))
+    event = payload.get("event")
+    if kind != "event_callback" or not isinstance(event, dict) or not event_id:
+        return Delivery(Answer(), event_id=event_id)
+    event_type = event.get("type")
+    if event_type not in ("message", "app_mention"):
+        return Delivery(Answer(), event_id=event_id)
+    user = _text(event.get("user"))
+    # Bot posts (ours included) carry bot_id or the bot_message subtype; edits and joins carry other subtypes.
+    from_bot = bool(event.get("bot_id")) or event.get("subtype") == "bot_message" or (bool(user) and user == bot_user_id)
+    if from_bot or event.get("subtype"):
+        return Delivery(Answer(), event_id=event_id, from_bot=from_bot)
+    ts = _text(event.get("ts"))
+    thread = _text(event.get("thread_ts")) or ts
+    message = Message(
+        event_id=event_id,
+        conversation=_text(event.get("channel")),
+        thread=thread,
+        user=user,
+        text=_text(event.get("text")),
+        reply_thread=thread,
+    )
+    return Delivery(Answer(), message=message, event_id=event_id)
+
+
+def _telegram(payload: dict[str, Any], bot_user_id: str) -> Delivery:
+    event_id = _id(payload.get("update_id"))
+    message = payload.get("message")
+    if not isinstance(message, dict):
+        return Delivery(Answer(), event_id=event_id)
+    sender = message.get("from") if isinstance(message.get("from"), dict) else {}
+    assert isinstance(sender, dict)
+    user = _id(sender.get("id"))
+    if sender.get("is_bot") is True or (user and user == bot_user_id):
+        return Delivery(Answer(), event_id=event_id, from_bot=True)
+    chat = message.get("chat") if isinstance(message.get("chat"), dict) else {}
+    assert isinstance(chat, dict)
+    # A forum topic is its own thread; a plain chat has one.
+    thread = _id(message.get("message_thread_id")) if message.get("is_topic_message") else ""
+    text = _text(message.get("text"))
+    if not text:
+        return Delivery(Answer(), event_id=event_id)
+    return Delivery(
+        Answer(),
+        message=Message(event_id, _id(chat.get("id")), thread, user, text, reply_thread=thread),
+        event_id=event_id,
+    )
+
+
+def _discord(payload: dict[str, Any]) -> Delivery:
+    kind = payload.get("type")
+    if kind == DISCORD_PING:
+        return Delivery(Answer(body=orjson.dumps({"type": DISCORD_PONG})))
+    event_id = _id(payload.get("id"))
+    if kind != DISCORD_COMMAND:
+        return Delivery(Answer(status=400, body=orjson.dumps({"error": "unsupported interaction type"})), event_id=event_id)
+    member = payload.get("member") if isinstance(payload.get("member"), dict) else {}
+    assert isinstance(member, dict)
+    user_obj = member.get("user") if isinstance(member.get("user"), dict) else payload.get("user")
+    user = _id(user_obj.get("id")) if isinstance(user_obj, dict) else ""
+    if isinstance(user_obj, dict) and user_obj.get("bot") is True:
+        return Delivery(_discord_echo(""), event_id=event_id, from_bot=True)
+    data = payload.get("data") if isinstance(payload.get("data"), dict) else {}
+    assert isinstance(data, dict)
+    # The command's text: its first string option (`/ask prompt:...`).
+    text = ""
+    for option in data.get("options") or []:
+        if isinstance(option, dict) and isinstance(option.get("value"), str):
+            text = option["value"]
+            break
+    channel = _id(payload.get("channel_id"))
+    return Delivery(
+        _discord_echo(text),
+        message=Message(event_id, channel, "", user, text) if text else None,
+        event_id=event_id,
+    )
+
+
+def _discord_echo(text: str) -> Answer:
+    quoted = ("> " + text.replace("\n", "\n> "))[:DISCORD_MAX_CHARS] if text else "(nothing to answer)"
+    return Answer(body=orjson.dumps({"type": DISCORD_MESSAGE, "data": {"content": quoted}}))

@@ -1,0 +1,300 @@
+"""Posting to a platform: a message posted, then edited, in the platform's Markdown dialect and within
+its size limit (a longer text goes out as follow-ups, never cut), each 429 retried after the
+Retry-After the platform gave.
+
+- Slack: slack_sdk's `AsyncWebClient` (`chat.postMessage`, `chat.update`) with `markdown_text`
+  (standard Markdown, 12,000 characters); its rate-limit retry handler waits out Retry-After.
+- Telegram: the Bot API's `sendMessage` / `editMessageText` with `parse_mode` MarkdownV2 (4,096
+  characters); the token is part of the Bot API's URL, so these requests go through a transport the
+  process-wide httpx tracing does not see (a span would record the URL).
+- Discord: `POST /channels/{id}/messages` / `PATCH /channels/{id}/messages/{message}` with the bot
+  token (2,000 characters, Discord's Markdown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import httpcore
+import httpx
+from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
+from slack_sdk.web.async_client import AsyncWebClient
+
+from popagent_core.errors import FailedPrecondition, Unavailable
+
+SLACK_API = "https://slack.com/api/"
+TELEGRAM_API = "https://api.telegram.org"
+DISCORD_API = "https://discord.com/api/v10"
+LIMITS = {"slack": 12000, "telegram": 4096, "discord": 2000}
+# A platform asking for more than this before a retry is treated as down for now.
+MAX_RETRY_AFTER_S = 60.0
+MAX_RATE_LIMIT_RETRIES = 3
+HTTP_TIMEOUT_S = 20.0
+
+
+class PostFailed(FailedPrecondition):
+    """The platform refused a post or an edit (its own error code in the message)."""
+
+
+class Poster(Protocol):
+    platform: str
+
+    async def post(self, conversation: str, thread: str, text: str) -> str:
+        """Post `text` (already in the platform's dialect and within its limit); the message's id."""
+        ...
+
+    async def edit(self, conversation: str, message_id: str, text: str) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+# Telegram's MarkdownV2: these characters are escaped everywhere outside code.
+_TELEGRAM_SPECIAL = re.compile(r"([_*\[\]()~`>#+\-=|{}.!\\])")
+_CODE = re.compile(r"(```.*?(?:```|$)|`[^`\n]*`)", re.DOTALL)
+_BOLD = re.compile(r"\*\*(.+?)\*\*", re.DOTALL)
+
+
+def _telegram_markdown(text: str) -> str:
+    """Standard Markdown as Telegram's MarkdownV2: code kept as code, **bold** as *bold*, every other
+    special character escaped (so it shows as written instead of failing the whole message)."""
+    out: list[str] = []
+    for index, piece in enumerate(_CODE.split(text)):
+        if index % 2:
+            fence = "```" if piece.startswith("```") else "`"
+            inner = piece[len(fence) :]
+            inner = inner[: -len(fence)] if inner.endswith(fence) and len(inner) >= len(fence) else inner
+            out.append(fence + inner.replace("\\", "\\\\").replace("`", "\\`") + fence)
+            continue
+        pos = 0
+        for match in _BOLD.finditer(piece):
+            out.append(_TELEGRAM_SPECIAL.sub(r"\\\1", piece[pos : match.start()]))
+            out.append("*" + _TELEGRAM_SPECIAL.sub(r"\\\1", match.group(1)) + "*")
+            pos = match.end()
+        out.append(_TELEGRAM_SPECIAL.sub(r"\\\1", piece[pos:]))
+    return "".join(out)
+
+
+def render(platform: str, text: str) -> str:
+    """Standard Markdown (what the model writes) in the platform's dialect."""
+    return _telegram_markdown(text) if platform == "telegram" else text
+
+
+def split_rendered(platform: str, text: str) -> list[str]:
+    """`text` in the platform's dialect as messages within its limit, in order, nothing left out:
+    cut at a paragraph, line or word break where one is near, else anywhere."""
+    limit = LIMITS[platform]
+    parts: list[str] = []
+    rest = text
+    while rest:
+        rendered = render(platform, rest)
+        if len(rendered) <= limit:
+            parts.append(rendered)
+            break
+        cut = min(len(rest), limit)
+        while cut > 1 and len(render(platform, rest[:cut])) > limit:
+            cut = max(1, cut * limit // len(render(platform, rest[:cut])) - 1)
+        for breaker in ("\n\n", "\n", " "):
+            at = rest.rfind(breaker, 0, cut)
+            if at > cut // 2:
+                cut = at + len(breaker)
+                break
+        parts.append(render(platform, rest[:cut]))
+        rest = rest[cut:]
+    return parts or [render(platform, "…")]
+
+
+def _retry_after(response: httpx.Response) -> float:
+    header = response.headers.get("retry-after")
+    seconds: float | None = None
+    try:
+        seconds = float(header) if header else None
+    except ValueError:
+        seconds = None
+    if seconds is None:
+        try:
+            body = response.json()
+        except ValueError:
+            body = {}
+        if isinstance(body, dict):
+            value = body.get("retry_after", (body.get("parameters") or {}).get("retry_after"))
+            seconds = float(value) if isinstance(value, (int, float)) else None
+    return max(0.0, seconds if seconds is not None else 1.0)
+
+
+async def _send(
+    client: httpx.AsyncClient, method: str, url: str, body: dict[str, Any], sleep: Callable[[float], Any]
+) -> httpx.Response:
+    """The request, retried after each 429's Retry-After (at most MAX_RATE_LIMIT_RETRIES times)."""
+    for _ in range(MAX_RATE_LIMIT_RETRIES + 1):
+        try:
+            response = await client.request(method, url, json=body)
+        except httpx.HTTPError as exc:
+            raise Unavailable(f"the platform could not be reached: {type(exc).__name__}") from None
+        if response.status_code != 429:
+            return response
+        wait = _retry_after(response)
+        if wait > MAX_RETRY_AFTER_S:
+            break
+        await sleep(wait)
+    raise Unavailable("the platform kept answering 429 (rate limited)")
+
+
+class _UntracedTransport(httpx.AsyncBaseTransport):
+    """httpx over httpcore's pool without the process-wide tracing of httpx transports: the Bot API's
+    URLs hold the bot token, and a span records a request's URL."""
+
+    def __init__(self) -> None:
+        self._pool = httpcore.AsyncConnectionPool(ssl_context=httpx.create_ssl_context(), http1=True)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        assert isinstance(request.stream, httpx.AsyncByteStream)
+        core = httpcore.Request(
+            method=request.method,
+            url=httpcore.URL(
+                scheme=request.url.raw_scheme,
+                host=request.url.raw_host,
+                port=request.url.port,
+                target=request.url.raw_path,
+            ),
+            headers=request.headers.raw,
+            content=request.stream,
+            extensions=request.extensions,
+        )
+        try:
+            response = await self._pool.handle_async_request(core)
+            content = await response.aread()
+        except httpcore.TimeoutException:
+            raise httpx.TimeoutException("timed out", request=request) from None
+        except httpcore.NetworkError:
+            raise httpx.NetworkError("network error", request=request) from None
+        await response.aclose()
+        return httpx.Response(status_code=response.status, headers=response.headers, content=content)
+
+    async def aclose(self) -> None:
+        await self._pool.aclose()
+
+
+@dataclass
+class TelegramPoster:
+    token: str
+    base_url: str = TELEGRAM_API
+    sleep: Callable[[float], Any] = asyncio.sleep
+    platform: str = "telegram"
+
+    def __post_init__(self) -> None:
+        self._client = httpx.AsyncClient(transport=_UntracedTransport(), timeout=HTTP_TIMEOUT_S)
+
+    def __repr__(self) -> str:
+        return "TelegramPoster(<token>)"
+
+    async def _call(self, method: str, body: dict[str, Any]) -> dict[str, Any]:
+        response = await _send(self._client, "POST", f"{self.base_url.rstrip('/')}/bot{self.token}/{method}", body, self.sleep)
+        try:
+            answer = response.json()
+        except ValueError:
+            answer = {}
+        if not isinstance(answer, dict) or not answer.get("ok"):
+            description = answer.get("description", "") if isinstance(answer, dict) else ""
+            raise PostFailed(f"Telegram {method} failed: {response.status_code} {description}"[:300])
+        return answer
+
+    async def post(self, conversation: str, thread: str, text: str) -> str:
+        body: dict[str, Any] = {"chat_id": conversation, "text": text, "parse_mode": "MarkdownV2"}
+        if thread:
+            body["message_thread_id"] = int(thread)
+        answer = await self._call("sendMessage", body)
+        return str(answer["result"]["message_id"])
+
+    async def edit(self, conversation: str, message_id: str, text: str) -> None:
+        try:
+            await self._call(
+                "editMessageText",
+                {"chat_id": conversation, "message_id": int(message_id), "text": text, "parse_mode": "MarkdownV2"},
+            )
+        except PostFailed as exc:
+            if "message is not modified" not in str(exc):
+                raise
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+@dataclass
+class DiscordPoster:
+    token: str
+    base_url: str = DISCORD_API
+    sleep: Callable[[float], Any] = asyncio.sleep
+    platform: str = "discord"
+
+    def __post_init__(self) -> None:
+        self._client = httpx.AsyncClient(
+            headers={"Authorization": f"Bot {self.token}"}, timeout=HTTP_TIMEOUT_S, base_url=self.base_url
+        )
+
+    def __repr__(self) -> str:
+        return "DiscordPoster(<token>)"
+
+    async def _call(self, method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        response = await _send(self._client, method, path, body, self.sleep)
+        if response.status_code >= 300:
+            raise PostFailed(f"Discord {method} {path} failed: {response.status_code} {response.text}"[:300])
+        return response.json()
+
+    async def post(self, conversation: str, thread: str, text: str) -> str:
+        # A Discord thread is a channel of its own.
+        answer = await self._call("POST", f"/channels/{thread or conversation}/messages", {"content": text})
+        return str(answer["id"])
+
+    async def edit(self, conversation: str, message_id: str, text: str) -> None:
+        await self._call("PATCH", f"/channels/{conversation}/messages/{message_id}", {"content": text})
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+class SlackPoster:
+    platform = "slack"
+
+    def __init__(self, token: str, base_url: str = SLACK_API) -> None:
+        self._client = AsyncWebClient(
+            token=token,
+            base_url=base_url if base_url.endswith("/") else base_url + "/",
+            timeout=int(HTTP_TIMEOUT_S),
+            retry_handlers=[AsyncRateLimitErrorRetryHandler(max_retry_count=MAX_RATE_LIMIT_RETRIES)],
+        )
+
+    def __repr__(self) -> str:
+        return "SlackPoster(<token>)"
+
+    async def post(self, conversation: str, thread: str, text: str) -> str:
+        try:
+            answer = await self._client.chat_postMessage(
+                channel=conversation, thread_ts=thread or None, markdown_text=text
+            )
+        except SlackApiError as exc:
+            raise PostFailed(f"Slack chat.postMessage failed: {exc.response.get('error', 'unknown error')}") from None
+        return str(answer["ts"])
+
+    async def edit(self, conversation: str, message_id: str, text: str) -> None:
+        try:
+            await self._client.chat_update(channel=conversation, ts=message_id, markdown_text=text)
+        except SlackApiError as exc:
+            raise PostFailed(f"Slack chat.update failed: {exc.response.get('error', 'unknown error')}") from None
+
+    async def aclose(self) -> None:
+        session = self._client.session
+        if session is not None:
+            await session.close()
+
+
+def poster_for(platform: str, token: str, base_url: str) -> Poster:
+    if platform == "slack":
+        return SlackPoster(token, base_url or SLACK_API)
+    if platform == "telegram":
+        return TelegramPoster(token, base_url or TELEGRAM_API)
+    return DiscordPoster(token, base_url or DISCORD_API)

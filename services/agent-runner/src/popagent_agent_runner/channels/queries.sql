@@ -1,0 +1,72 @@
+-- name: list_connections
+SELECT id, name, platform, workspace_id, allowed_users, approvers, bot_user_id, api_base_url,
+       credentials_set, enabled, created_at, updated_at
+FROM popagent_channel_connections ORDER BY name
+
+-- name: get_connection
+SELECT id, name, platform, workspace_id, allowed_users, approvers, bot_user_id, api_base_url,
+       credentials_set, enabled, created_at, updated_at
+FROM popagent_channel_connections WHERE id = $1
+
+-- name: lock_connection
+SELECT id FROM popagent_channel_connections WHERE id = $1 FOR UPDATE
+
+-- name: insert_connection
+INSERT INTO popagent_channel_connections
+    (id, name, platform, workspace_id, allowed_users, approvers, bot_user_id, api_base_url,
+     credentials_set, enabled)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+
+-- name: update_connection
+UPDATE popagent_channel_connections
+SET name = $2, platform = $3, workspace_id = $4, allowed_users = $5, approvers = $6,
+    bot_user_id = $7, api_base_url = $8, credentials_set = $9, enabled = $10, updated_at = now()
+WHERE id = $1
+
+-- name: delete_connection
+DELETE FROM popagent_channel_connections WHERE id = $1 RETURNING credentials_set
+
+-- name: seen_event
+-- A platform event id taken in once: the insert answers a row the first time only.
+INSERT INTO popagent_channel_events (connection_id, event_id) VALUES ($1, $2)
+ON CONFLICT DO NOTHING RETURNING event_id
+
+-- name: forget_old_events
+DELETE FROM popagent_channel_events WHERE received_at < now() - make_interval(secs => $1)
+
+-- name: thread_lock
+-- One arrival at a time per platform thread, whichever agent-runner took it in (held by the caller's
+-- connection until it unlocks): the thread's messages reach the session's turns in the order they came.
+SELECT pg_advisory_lock(hashtextextended('popagent-channel-thread:' || $1 || ':' || $2 || ':' || $3, 0))
+
+-- name: thread_unlock
+SELECT pg_advisory_unlock(hashtextextended('popagent-channel-thread:' || $1 || ':' || $2 || ':' || $3, 0))
+
+-- name: find_conversation
+SELECT session_id FROM popagent_channel_conversations
+WHERE connection_id = $1 AND conversation = $2 AND thread = $3
+
+-- name: insert_conversation
+INSERT INTO popagent_channel_conversations (connection_id, conversation, thread, session_id)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT DO NOTHING RETURNING session_id
+
+-- name: conversation_of_session
+SELECT connection_id, conversation, thread FROM popagent_channel_conversations WHERE session_id = $1
+
+-- name: add_history
+INSERT INTO popagent_channel_history
+    (connection_id, direction, conversation, thread, platform_user, session_id, turn_id, text)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+
+-- name: list_history
+SELECT id, direction, conversation, thread, platform_user, session_id, turn_id, text, created_at
+FROM popagent_channel_history
+WHERE connection_id = $1
+ORDER BY id DESC
+LIMIT $2
+
+-- name: session_of_turn
+SELECT session_id FROM popagent_channel_history
+WHERE connection_id = $1 AND turn_id = $2 AND session_id <> ''
+LIMIT 1
