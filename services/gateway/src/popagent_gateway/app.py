@@ -28,6 +28,7 @@ from popagent_gateway.routes import (
     attachments,
     autonomy,
     browser,
+    channels,
     chat,
     documents,
     health,
@@ -163,11 +164,13 @@ def create_app(settings: Settings, *, own_process: bool = False) -> FastAPI:
         browser,
         mcp_servers,
         attachments,
+        channels,
     ):
         api.include_router(module.router)
     app.include_router(api)
     # The one /api route without the key (a browser redirect cannot carry it): its state authorizes it.
     app.include_router(mcp_servers.callback_router, prefix="/api")
+    app.include_router(channels.webhooks, dependencies=[Depends(refuse_unknown_query)], responses=ERROR_RESPONSES)
     install_links(app)
     app.state.mcp, app.state.a2a = mount_interop(app, settings)
     # Last, so /api, /mcp, /a2a and the agent card win over the static files.

@@ -43,10 +43,19 @@ def takes_bearer(path: str) -> bool:
 # /api routes a browser redirect reaches, which cannot carry the key: each is authorized by what it
 # carries instead (the MCP OAuth callback: the single-use, expiring state its start issued).
 KEYLESS_API_PATHS = frozenset({"/api/mcp-servers/oauth/callback"})
+# A channel's webhook is signed by its platform (agent-runner checks the signature on the raw body),
+# never sent with the API key (docs/channels.md).
+_CHANNEL_EVENTS = re.compile(r"^/api/channels/[^/]+/events$")
+
+
+def platform_signed(path: str) -> bool:
+    return _CHANNEL_EVENTS.fullmatch(path) is not None
 
 
 def guarded(path: str) -> bool:
-    return (path.startswith("/api") and path not in KEYLESS_API_PATHS) or takes_bearer(path)
+    return (path.startswith("/api") and path not in KEYLESS_API_PATHS and not platform_signed(path)) or takes_bearer(
+        path
+    )
 
 
 def key_admitted(api_key: str, scope: Scope) -> bool:

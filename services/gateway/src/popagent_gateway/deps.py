@@ -16,7 +16,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.security import APIKeyHeader
 from pydantic import BaseModel
 
-from popagent.agent_runner.v1 import agent_runner_pb2_grpc, attachments_pb2_grpc, mcp_servers_pb2_grpc, skills_pb2_grpc
+from popagent.agent_runner.v1 import (
+    agent_runner_pb2_grpc,
+    attachments_pb2_grpc,
+    channels_pb2_grpc,
+    mcp_servers_pb2_grpc,
+    skills_pb2_grpc,
+)
 from popagent.browser_bridge.v1 import browser_bridge_pb2_grpc
 from popagent.evolution.v1 import evolution_pb2_grpc, learning_pb2_grpc
 from popagent.hooks.v1 import hooks_pb2_grpc
@@ -165,6 +171,10 @@ async def get_agent_runner_skills(request: Request) -> skills_pb2_grpc.AgentRunn
     return cached_stub(request, "agent-runner", skills_pb2_grpc.AgentRunnerSkillsServiceStub)
 
 
+async def get_agent_runner_channels(request: Request) -> channels_pb2_grpc.AgentRunnerChannelsServiceStub:
+    return cached_stub(request, "agent-runner", channels_pb2_grpc.AgentRunnerChannelsServiceStub)
+
+
 async def get_agent_runner_mcp(request: Request) -> mcp_servers_pb2_grpc.AgentRunnerMcpServiceStub:
     return cached_stub(request, "agent-runner", mcp_servers_pb2_grpc.AgentRunnerMcpServiceStub)
 
@@ -213,6 +223,9 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 AgentRunnerStub = Annotated[agent_runner_pb2_grpc.AgentRunnerServiceStub, Depends(get_agent_runner)]
 AgentRunnerStateStub = Annotated[agent_runner_pb2_grpc.AgentRunnerStateServiceStub, Depends(get_agent_runner_state)]
 AgentRunnerTaskStub = Annotated[agent_runner_pb2_grpc.AgentRunnerTaskServiceStub, Depends(get_agent_runner_tasks)]
+AgentRunnerChannelsStub = Annotated[
+    channels_pb2_grpc.AgentRunnerChannelsServiceStub, Depends(get_agent_runner_channels)
+]
 AgentRunnerMcpStub = Annotated[mcp_servers_pb2_grpc.AgentRunnerMcpServiceStub, Depends(get_agent_runner_mcp)]
 AgentRunnerSkillsStub = Annotated[skills_pb2_grpc.AgentRunnerSkillsServiceStub, Depends(get_agent_runner_skills)]
 AgentRunnerAttachmentsStub = Annotated[

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
-from slack_sdk.signature import SignatureVerifier
+from slack_sdk.signature import Clock, SignatureVerifier
 
 from popagent_core.errors import InvalidArgument, Unauthenticated
 
@@ -76,10 +76,9 @@ def _header(headers: dict[str, str], name: str) -> str:
 def verify(platform: str, inbound_key: str, headers: dict[str, str], body: bytes, *, now: float | None = None) -> None:
     """Unauthenticated unless the delivery carries the platform's valid signature for this body."""
     if platform == "slack":
-        verifier = SignatureVerifier(inbound_key, clock=_FixedClock(now) if now is not None else None)  # type: ignore[arg-type]
-        if not verifier.is_valid(
-            body, _header(headers, "x-slack-request-timestamp"), _header(headers, "x-slack-signature")
-        ):
+        verifier = SignatureVerifier(inbound_key) if now is None else SignatureVerifier(inbound_key, _FixedClock(now))
+        timestamp = _header(headers, "x-slack-request-timestamp")
+        if not timestamp.isdigit() or not verifier.is_valid(body, timestamp, _header(headers, "x-slack-signature")):
             raise Unauthenticated("the Slack signature is missing, forged or older than 5 minutes")
         return
     if platform == "telegram":
@@ -98,7 +97,7 @@ def verify(platform: str, inbound_key: str, headers: dict[str, str], body: bytes
     raise InvalidArgument(f"unknown platform {platform!r}")
 
 
-class _FixedClock:
+class _FixedClock(Clock):
     def __init__(self, now: float) -> None:
         self._now = now
 

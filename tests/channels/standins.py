@@ -1,0 +1,153 @@
+"""Stand-ins for the platforms' Web APIs, on loopback, speaking each one's documented HTTP shape:
+Slack's Web API (`chat.postMessage`, `chat.update`: form or JSON with a bearer token, `{"ok": ...}`
+answers, 429 with Retry-After, `msg_too_long` beyond 12,000 characters of `markdown_text`), Telegram's
+Bot API (`/bot<token>/sendMessage`, `editMessageText`: 401 for a wrong token, 400 "message is too long"
+beyond 4,096 characters, 429 with `parameters.retry_after`) and Discord's REST API
+(`/channels/{id}/messages`: `Authorization: Bot`, 50035 beyond 2,000 characters, 429 with `retry_after`)."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+SLACK_MARKDOWN_LIMIT = 12000
+TELEGRAM_LIMIT = 4096
+DISCORD_LIMIT = 2000
+
+
+@dataclass
+class Message:
+    id: str
+    conversation: str
+    thread: str
+    text: str
+    edits: int = 0
+
+
+@dataclass
+class PlatformStandIn:
+    token: str
+    url: str = ""
+    messages: dict[str, Message] = field(default_factory=dict[str, Message])
+    # Every call as (method, body).
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list[tuple[str, dict[str, Any]]])
+    # The next N calls of a method answer 429 with this Retry-After.
+    rate_limited: dict[str, int] = field(default_factory=dict[str, int])
+    retry_after_s: int = 1
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1000))
+
+    def limited(self, method: str) -> bool:
+        left = self.rate_limited.get(method, 0)
+        if left:
+            self.rate_limited[method] = left - 1
+        return bool(left)
+
+    def in_conversation(self, conversation: str) -> list[Message]:
+        return [m for m in self.messages.values() if m.conversation == conversation]
+
+
+def _slack_app(standin: PlatformStandIn) -> web.Application:
+    async def method(request: web.Request) -> web.Response:
+        name = request.match_info["method"]
+        if request.headers.get("Authorization") != f"Bearer {standin.token}":
+            return web.json_response({"ok": False, "error": "invalid_auth"})
+        if request.content_type == "application/json":
+            body = await request.json()
+        else:
+            body = dict(await request.post())
+        standin.calls.append((name, body))
+        if standin.limited(name):
+            return web.json_response(
+                {"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": str(standin.retry_after_s)}
+            )
+        text = body.get("markdown_text") or body.get("text") or ""
+        if len(text) > SLACK_MARKDOWN_LIMIT:
+            return web.json_response({"ok": False, "error": "msg_too_long"})
+        if name == "chat.postMessage":
+            ts = f"{next(standin._ids)}.000100"
+            standin.messages[ts] = Message(ts, body["channel"], body.get("thread_ts") or "", text)
+            return web.json_response({"ok": True, "channel": body["channel"], "ts": ts})
+        if name == "chat.update":
+            message = standin.messages.get(body.get("ts", ""))
+            if message is None:
+                return web.json_response({"ok": False, "error": "message_not_found"})
+            message.text, message.edits = text, message.edits + 1
+            return web.json_response({"ok": True, "channel": body["channel"], "ts": message.id})
+        return web.json_response({"ok": False, "error": "unknown_method"})
+
+    app = web.Application()
+    app.router.add_post("/api/{method}", method)
+    return app
+
+
+def _telegram_app(standin: PlatformStandIn) -> web.Application:
+    async def method(request: web.Request) -> web.Response:
+        if request.match_info["token"] != standin.token:
+            return web.json_response({"ok": False, "error_code": 401, "description": "Unauthorized"}, status=401)
+        name = request.match_info["method"]
+        body = await request.json()
+        standin.calls.append((name, body))
+        if standin.limited(name):
+            return web.json_response(
+                {
+                    "ok": False,
+                    "error_code": 429,
+                    "description": f"Too Many Requests: retry after {standin.retry_after_s}",
+                    "parameters": {"retry_after": standin.retry_after_s},
+                },
+                status=429,
+            )
+        text = body.get("text", "")
+        if len(text) > TELEGRAM_LIMIT:
+            return web.json_response(
+                {"ok": False, "error_code": 400, "description": "Bad Request: message is too long"}, status=400
+            )
+        if name == "sendMessage":
+            message_id = next(standin._ids)
+            standin.messages[str(message_id)] = Message(
+                str(message_id), str(body["chat_id"]), str(body.get("message_thread_id", "")), text
+            )
+            return web.json_response({"ok": True, "result": {"message_id": message_id, "text": text}})
+        if name == "editMessageText":
+            message = standin.messages.get(str(body.get("message_id")))
+            if message is None:
+                return web.json_response(
+                    {"ok": False, "error_code": 400, "description": "Bad Request: message to edit not found"}, status=400
+                )
+            if message.text == text:
+                return web.json_response(
+                    {"ok": False, "error_code": 400, "description": "Bad Request: message is not modified"}, status=400
+                )
+            message.text, message.edits = text, message.edits + 1
+            return web.json_response({"ok": True, "result": {"message_id": int(message.id), "text": text}})
+        return web.json_response({"ok": False, "error_code": 404, "description": "Not Found"}, status=404)
+
+    app = web.Application()
+    app.router.add_post("/bot{token}/{method}", method)
+    return app
+
+
+@contextlib.asynccontextmanager
+async def serving(kind: str, token: str) -> AsyncIterator[PlatformStandIn]:
+    standin = PlatformStandIn(token)
+    app = _slack_app(standin) if kind == "slack" else _telegram_app(standin)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    standin.url = f"http://127.0.0.1:{port}" + ("/api/" if kind == "slack" else "")
+    try:
+        yield standin
+    finally:
+        await runner.cleanup()
+
+
+def dumps(value: object) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
