@@ -57,24 +57,25 @@ def _slack_app(standin: PlatformStandIn) -> web.Application:
         name = request.match_info["method"]
         if request.headers.get("Authorization") != f"Bearer {standin.token}":
             return web.json_response({"ok": False, "error": "invalid_auth"})
+        body: dict[str, Any]
         if request.content_type == "application/json":
             body = await request.json()
         else:
-            body = dict(await request.post())
+            body = {name: str(value) for name, value in (await request.post()).items()}
         standin.calls.append((name, body))
         if standin.limited(name):
             return web.json_response(
                 {"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": str(standin.retry_after_s)}
             )
-        text = body.get("markdown_text") or body.get("text") or ""
+        text = str(body.get("markdown_text") or body.get("text") or "")
         if len(text) > SLACK_MARKDOWN_LIMIT:
             return web.json_response({"ok": False, "error": "msg_too_long"})
         if name == "chat.postMessage":
             ts = f"{next(standin._ids)}.000100"
-            standin.messages[ts] = Message(ts, body["channel"], body.get("thread_ts") or "", text)
+            standin.messages[ts] = Message(ts, str(body["channel"]), str(body.get("thread_ts") or ""), text)
             return web.json_response({"ok": True, "channel": body["channel"], "ts": ts})
         if name == "chat.update":
-            message = standin.messages.get(body.get("ts", ""))
+            message = standin.messages.get(str(body.get("ts", "")))
             if message is None:
                 return web.json_response({"ok": False, "error": "message_not_found"})
             message.text, message.edits = text, message.edits + 1
@@ -118,7 +119,8 @@ def _telegram_app(standin: PlatformStandIn) -> web.Application:
             message = standin.messages.get(str(body.get("message_id")))
             if message is None:
                 return web.json_response(
-                    {"ok": False, "error_code": 400, "description": "Bad Request: message to edit not found"}, status=400
+                    {"ok": False, "error_code": 400, "description": "Bad Request: message to edit not found"},
+                    status=400,
                 )
             if message.text == text:
                 return web.json_response(

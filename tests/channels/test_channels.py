@@ -24,7 +24,11 @@ SIGNING_SECRET = "slack-signing-" + uuid.uuid4().hex
 def slack_headers(body: bytes, *, secret: str = SIGNING_SECRET, at: float | None = None) -> dict[str, str]:
     timestamp = str(int(at if at is not None else time.time()))
     digest = hmac.new(secret.encode(), f"v0:{timestamp}:".encode() + body, hashlib.sha256).hexdigest()
-    return {"X-Slack-Request-Timestamp": timestamp, "X-Slack-Signature": f"v0={digest}", "Content-Type": "application/json"}
+    return {
+        "X-Slack-Request-Timestamp": timestamp,
+        "X-Slack-Signature": f"v0={digest}",
+        "Content-Type": "application/json",
+    }
 
 
 async def connect(client: httpx.AsyncClient, platform: str, standin: PlatformStandIn, **extra: Any) -> dict[str, Any]:
@@ -59,7 +63,9 @@ def telegram_update(update_id: int, chat_id: int, text: str, *, user: int = 42) 
     }
 
 
-async def deliver_telegram(client: httpx.AsyncClient, channel_id: str, update: dict[str, Any], secret: str = "tg-secret-1") -> httpx.Response:
+async def deliver_telegram(
+    client: httpx.AsyncClient, channel_id: str, update: dict[str, Any], secret: str = "tg-secret-1"
+) -> httpx.Response:
     return await client.post(
         f"/api/channels/{channel_id}/events",
         content=dumps(update),
@@ -105,7 +111,11 @@ async def test_telegram_forged_deliveries_are_refused_and_a_replay_is_answered_o
             assert await conn.fetchval("SELECT count(*) FROM popagent_turns") == 1
         sends = [call for call in telegram.calls if call[0] == "sendMessage"]
         assert len(sends) == 1
-        answers = [history.text, (await client.get("/api/channels")).text, (await client.get(f"/api/channels/{channel['id']}")).text]
+        answers = [
+            history.text,
+            (await client.get("/api/channels")).text,
+            (await client.get(f"/api/channels/{channel['id']}")).text,
+        ]
         assert all(token not in text for text in answers)
         assert (await client.delete(f"/api/channels/{channel['id']}")).status_code == 204
 
@@ -117,9 +127,13 @@ async def test_two_connections_with_the_same_chat_id_never_share_a_session(stack
         stack.models.push(Turn.say("from one"), Turn.say("from two"))
         async with httpx.AsyncClient(base_url=stack.url) as keyless:
             assert (await deliver_telegram(keyless, first["id"], telegram_update(1, 99, "a"))).status_code == 200
-            await eventually(lambda: [m.text for m in one.in_conversation("99")], until=lambda t: t == ["from one"], within=30)
+            await eventually(
+                lambda: [m.text for m in one.in_conversation("99")], until=lambda t: t == ["from one"], within=30
+            )
             assert (await deliver_telegram(keyless, second["id"], telegram_update(1, 99, "b"))).status_code == 200
-            await eventually(lambda: [m.text for m in two.in_conversation("99")], until=lambda t: t == ["from two"], within=30)
+            await eventually(
+                lambda: [m.text for m in two.in_conversation("99")], until=lambda t: t == ["from two"], within=30
+            )
         async with stack.db() as conn:
             sessions = await conn.fetch("SELECT connection_id, session_id FROM popagent_channel_conversations")
         assert len({row["session_id"] for row in sessions}) == 2

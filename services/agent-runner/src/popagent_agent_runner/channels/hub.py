@@ -80,8 +80,14 @@ class ChannelHub:
         if message is None or delivery.from_bot:
             return delivery.answer
         if not connection.enabled:
-            await self.store.record(connection.id, "error", "a message arrived while the connection is disabled",
-                                    conversation=message.conversation, thread=message.thread, platform_user=message.user)
+            await self.store.record(
+                connection.id,
+                "error",
+                "a message arrived while the connection is disabled",
+                conversation=message.conversation,
+                thread=message.thread,
+                platform_user=message.user,
+            )
             return delivery.answer
         if message.user not in connection.allowed_users:
             await self.store.record(
@@ -155,12 +161,16 @@ class ChannelHub:
             )
 
             async def refuse(running_turn_id: str) -> None:
-                raise Conflict(f"a turn is already running in this thread (turn {running_turn_id}); send again when it ends")
+                raise Conflict(
+                    f"a turn is already running in this thread (turn {running_turn_id}); send again when it ends"
+                )
 
             try:
                 started = await self.turns.start(turn, None, refuse)
             except Conflict as exc:
-                await poster.post(message.conversation, message.reply_thread, split_rendered(poster.platform, str(exc))[0])
+                await poster.post(
+                    message.conversation, message.reply_thread, split_rendered(poster.platform, str(exc))[0]
+                )
                 await error(str(exc))
                 return
         if isinstance(started, Queued):
@@ -236,7 +246,9 @@ class ChannelHub:
         try:
             ids = [await poster.post(conversation, thread, part) for part in split_rendered(poster.platform, text)]
         except PopagentError as exc:
-            await self.store.record(connection.id, "error", f"a post failed: {exc}", conversation=conversation, thread=thread)
+            await self.store.record(
+                connection.id, "error", f"a post failed: {exc}", conversation=conversation, thread=thread
+            )
             raise
         finally:
             await poster.aclose()

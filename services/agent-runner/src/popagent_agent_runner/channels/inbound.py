@@ -150,7 +150,9 @@ def _slack(payload: dict[str, Any], bot_user_id: str) -> Delivery:
         return Delivery(Answer(), event_id=event_id)
     user = _text(event.get("user"))
     # Bot posts (ours included) carry bot_id or the bot_message subtype; edits and joins carry other subtypes.
-    from_bot = bool(event.get("bot_id")) or event.get("subtype") == "bot_message" or (bool(user) and user == bot_user_id)
+    from_bot = (
+        bool(event.get("bot_id")) or event.get("subtype") == "bot_message" or (bool(user) and user == bot_user_id)
+    )
     if from_bot or event.get("subtype"):
         return Delivery(Answer(), event_id=event_id, from_bot=from_bot)
     ts = _text(event.get("ts"))
@@ -196,7 +198,9 @@ def _discord(payload: dict[str, Any]) -> Delivery:
         return Delivery(Answer(body=orjson.dumps({"type": DISCORD_PONG})))
     event_id = _id(payload.get("id"))
     if kind != DISCORD_COMMAND:
-        return Delivery(Answer(status=400, body=orjson.dumps({"error": "unsupported interaction type"})), event_id=event_id)
+        return Delivery(
+            Answer(status=400, body=orjson.dumps({"error": "unsupported interaction type"})), event_id=event_id
+        )
     member = payload.get("member") if isinstance(payload.get("member"), dict) else {}
     assert isinstance(member, dict)
     user_obj = member.get("user") if isinstance(member.get("user"), dict) else payload.get("user")

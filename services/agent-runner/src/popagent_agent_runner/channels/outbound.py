@@ -193,7 +193,9 @@ class TelegramPoster:
         return "TelegramPoster(<token>)"
 
     async def _call(self, method: str, body: dict[str, Any]) -> dict[str, Any]:
-        response = await _send(self._client, "POST", f"{self.base_url.rstrip('/')}/bot{self.token}/{method}", body, self.sleep)
+        response = await _send(
+            self._client, "POST", f"{self.base_url.rstrip('/')}/bot{self.token}/{method}", body, self.sleep
+        )
         try:
             answer = response.json()
         except ValueError:

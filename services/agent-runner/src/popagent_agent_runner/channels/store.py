@@ -136,7 +136,9 @@ def _checked(current: ConnectionRecord | None, changes: ConnectionChanges) -> Co
         name=name,
         platform=platform,
         workspace_id=workspace_id,
-        allowed_users=_user_ids("allowedUsers", pick(changes.allowed_users, current.allowed_users if current else None, ())),
+        allowed_users=_user_ids(
+            "allowedUsers", pick(changes.allowed_users, current.allowed_users if current else None, ())
+        ),
         approvers=_user_ids("approvers", pick(changes.approvers, current.approvers if current else None, ())),
         bot_user_id=bot_user_id,
         api_base_url=api_base_url,

@@ -7,6 +7,7 @@
 | `state.py` | `AgentRunnerStateService`: sessions, agents, workspaces and settings |
 | `skills.py` | `AgentRunnerSkillsService`: Agent Skills |
 | `attachments.py` | `AttachmentsService`: files attached to a session's messages |
+| `channels.py` | `AgentRunnerChannelsService`: channel connections, deliveries, posts and cancels |
 | `mcp_servers.py` | `AgentRunnerMcpService`: users' MCP servers and their connection test |
 | `documents.py` | `DocumentsService`: documentation indexing and search |
 | `memory.py` | `SessionMemoryService`: a session's observational memory, read-only |

@@ -34,7 +34,12 @@ ChannelId = Annotated[str, Path(min_length=36, max_length=36, pattern=CHANNEL_ID
 TurnId = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[0-9a-f-]+$")]
 # Platforms' deliveries are small (Slack's and Discord's are a few KiB); more is refused.
 MAX_EVENT_BYTES = 1024 * 1024
-CREDENTIAL_NAMES = {"bot_token": "botToken", "signing_secret": "signingSecret", "secret_token": "secretToken", "public_key": "publicKey"}
+CREDENTIAL_NAMES = {
+    "bot_token": "botToken",
+    "signing_secret": "signingSecret",
+    "secret_token": "secretToken",
+    "public_key": "publicKey",
+}
 
 
 def _fields(body: ChannelCreate | ChannelPatch) -> pb.ChannelFields:
@@ -115,7 +120,9 @@ async def post_to_channel(channel_id: ChannelId, body: ChannelPost, stub: AgentR
 
 
 @router.post("/{channel_id}/turns/{turn_id}/cancel", response_model=ChannelTurnCancelOut)
-async def cancel_channel_turn(channel_id: ChannelId, turn_id: TurnId, stub: AgentRunnerChannelsStub) -> ChannelTurnCancelOut:
+async def cancel_channel_turn(
+    channel_id: ChannelId, turn_id: TurnId, stub: AgentRunnerChannelsStub
+) -> ChannelTurnCancelOut:
     """Stop a turn a message to this connection started (404: not one of its turns; 409: it ended)."""
     response = await stub.CancelChannelTurn(pb.CancelChannelTurnRequest(id=channel_id, turn_id=turn_id))
     return ChannelTurnCancelOut(turn_id=response.turn_id, status=response.status)
@@ -137,7 +144,9 @@ async def channel_event(channel_id: ChannelId, request: Request, stub: AgentRunn
     before it is parsed; 401 for a missing, forged or stale signature."""
     body = await request.body()
     if len(body) > MAX_EVENT_BYTES:
-        return Response(status_code=413, content=b'{"error":"the delivery is too large"}', media_type="application/json")
+        return Response(
+            status_code=413, content=b'{"error":"the delivery is too large"}', media_type="application/json"
+        )
     headers = [pb.ChannelHeader(name=name, value=value) for name, value in request.headers.items()]
     answer = await stub.ChannelEvent(pb.ChannelEventRequest(id=channel_id, body=body, headers=headers))
     return Response(status_code=answer.status, content=answer.body, media_type=answer.content_type or None)
