@@ -1,9 +1,11 @@
 """Stand-ins for the platforms' Web APIs, on loopback, speaking each one's documented HTTP shape:
-Slack's Web API (`chat.postMessage`, `chat.update`: form or JSON with a bearer token, `{"ok": ...}`
-answers, 429 with Retry-After, `msg_too_long` beyond 12,000 characters of `markdown_text`), Telegram's
-Bot API (`/bot<token>/sendMessage`, `editMessageText`: 401 for a wrong token, 400 "message is too long"
-beyond 4,096 characters, 429 with `parameters.retry_after`) and Discord's REST API
-(`/channels/{id}/messages`: `Authorization: Bot`, 50035 beyond 2,000 characters, 429 with `retry_after`)."""
+Slack's Web API (`chat.postMessage`, `chat.update`, `chat.postEphemeral`: form or JSON with a bearer
+token, `{"ok": ...}` answers, 429 with Retry-After, `msg_too_long` beyond 12,000 characters of
+`markdown_text`; `blocks` kept unless an update replaces them), Telegram's Bot API
+(`/bot<token>/sendMessage`, `editMessageText`, `answerCallbackQuery`: 401 for a wrong token, 400
+"message is too long" beyond 4,096 characters, 429 with `parameters.retry_after`; an edit without
+`reply_markup` drops the inline keyboard) and Discord's REST API (`/channels/{id}/messages`:
+`Authorization: Bot`, 50035 beyond 2,000 characters, 429 with `retry_after`)."""
 
 from __future__ import annotations
 
@@ -28,6 +30,8 @@ class Message:
     thread: str
     text: str
     edits: int = 0
+    # The values of the message's buttons (Slack button values, Telegram callback_data, Discord custom_ids).
+    buttons: list[str] = field(default_factory=list[str])
 
 
 @dataclass
@@ -40,6 +44,8 @@ class PlatformStandIn:
     # The next N calls of a method answer 429 with this Retry-After.
     rate_limited: dict[str, int] = field(default_factory=dict[str, int])
     retry_after_s: int = 1
+    # Messages only one user saw: (user or callback query id, text).
+    private: list[tuple[str, str]] = field(default_factory=list[tuple[str, str]])
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1000))
 
     def limited(self, method: str) -> bool:
@@ -70,21 +76,49 @@ def _slack_app(standin: PlatformStandIn) -> web.Application:
         text = str(body.get("markdown_text") or body.get("text") or "")
         if len(text) > SLACK_MARKDOWN_LIMIT:
             return web.json_response({"ok": False, "error": "msg_too_long"})
+        blocks = body.get("blocks")
+        if isinstance(blocks, str):
+            blocks = json.loads(blocks)
         if name == "chat.postMessage":
             ts = f"{next(standin._ids)}.000100"
-            standin.messages[ts] = Message(ts, str(body["channel"]), str(body.get("thread_ts") or ""), text)
+            standin.messages[ts] = Message(
+                ts, str(body["channel"]), str(body.get("thread_ts") or ""), text, buttons=_slack_buttons(blocks)
+            )
             return web.json_response({"ok": True, "channel": body["channel"], "ts": ts})
         if name == "chat.update":
             message = standin.messages.get(str(body.get("ts", "")))
             if message is None:
                 return web.json_response({"ok": False, "error": "message_not_found"})
             message.text, message.edits = text, message.edits + 1
+            if blocks is not None:
+                message.buttons = _slack_buttons(blocks)
             return web.json_response({"ok": True, "channel": body["channel"], "ts": message.id})
+        if name == "chat.postEphemeral":
+            standin.private.append((str(body["user"]), text))
+            return web.json_response({"ok": True, "message_ts": f"{next(standin._ids)}.000200"})
         return web.json_response({"ok": False, "error": "unknown_method"})
 
     app = web.Application()
     app.router.add_post("/api/{method}", method)
     return app
+
+
+def _slack_buttons(blocks: object) -> list[str]:
+    if not isinstance(blocks, list):
+        return []
+    return [
+        str(element.get("value"))
+        for block in blocks
+        if isinstance(block, dict) and block.get("type") == "actions"
+        for element in block.get("elements", [])
+        if isinstance(element, dict) and element.get("type") == "button"
+    ]
+
+
+def _telegram_buttons(markup: object) -> list[str]:
+    if not isinstance(markup, dict):
+        return []
+    return [str(button["callback_data"]) for row in markup.get("inline_keyboard", []) for button in row]
 
 
 def _telegram_app(standin: PlatformStandIn) -> web.Application:
@@ -112,7 +146,11 @@ def _telegram_app(standin: PlatformStandIn) -> web.Application:
         if name == "sendMessage":
             message_id = next(standin._ids)
             standin.messages[str(message_id)] = Message(
-                str(message_id), str(body["chat_id"]), str(body.get("message_thread_id", "")), text
+                str(message_id),
+                str(body["chat_id"]),
+                str(body.get("message_thread_id", "")),
+                text,
+                buttons=_telegram_buttons(body.get("reply_markup")),
             )
             return web.json_response({"ok": True, "result": {"message_id": message_id, "text": text}})
         if name == "editMessageText":
@@ -127,7 +165,11 @@ def _telegram_app(standin: PlatformStandIn) -> web.Application:
                     {"ok": False, "error_code": 400, "description": "Bad Request: message is not modified"}, status=400
                 )
             message.text, message.edits = text, message.edits + 1
+            message.buttons = _telegram_buttons(body.get("reply_markup"))
             return web.json_response({"ok": True, "result": {"message_id": int(message.id), "text": text}})
+        if name == "answerCallbackQuery":
+            standin.private.append((str(body["callback_query_id"]), str(body.get("text", ""))))
+            return web.json_response({"ok": True, "result": True})
         return web.json_response({"ok": False, "error_code": 404, "description": "Not Found"}, status=404)
 
     app = web.Application()

@@ -329,6 +329,7 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
             ChannelStore(pool, ChannelCredentials(secrets_pb2_grpc.SecretsServiceStub(secrets_channel))),
             chat_turns,
             create_channel_session,
+            approvals,
             edit_interval_s=settings.channel_edit_interval_s,
         )
         stack.push_async_callback(channel_hub.close)

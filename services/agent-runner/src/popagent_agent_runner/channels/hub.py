@@ -12,15 +12,26 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 
+from popagent.agent_runner.v1 import agent_runner_pb2 as pb
+from popagent_agent_runner.approvals.store import Approval, ApprovalStore
 from popagent_agent_runner.channels.credentials import Credentials
-from popagent_agent_runner.channels.inbound import Answer, Message, parse, verify
-from popagent_agent_runner.channels.outbound import Poster, poster_for, split_rendered
+from popagent_agent_runner.channels.inbound import (
+    Answer,
+    Decision,
+    Message,
+    Press,
+    discord_card_update,
+    discord_notice,
+    parse,
+    verify,
+)
+from popagent_agent_runner.channels.outbound import Poster, card_markdown, poster_for, split_rendered
 from popagent_agent_runner.channels.relay import EDIT_INTERVAL_S, ReplyRelay
-from popagent_agent_runner.channels.store import ChannelStore, ConnectionRecord
+from popagent_agent_runner.channels.store import ApprovalCard, ChannelStore, ConnectionRecord
 from popagent_agent_runner.turn.chat_turns import ChatTurns, LiveTurn, Queued, QueuedTurnDropped
 from popagent_agent_runner.turn.runner import TurnInput
 from popagent_agent_runner.turn.ui_message import UserMessage
@@ -29,7 +40,17 @@ from popagent_core.errors import AlreadyExists, Conflict, FailedPrecondition, In
 logger = logging.getLogger(__name__)
 
 STOP_COMMANDS = frozenset({"stop", "/stop"})
+# Answers to the thread's newest open approval card, typed instead of pressed (where buttons are not shown).
+APPROVAL_WORDS: dict[str, Decision] = {
+    "approve": "once",
+    "/approve": "once",
+    "deny": "deny",
+    "/deny": "deny",
+    "allow for this session": "session",
+    "/allow": "session",
+}
 MAX_PROMPT_CHARS = 32000
+MAX_CARD_ARGUMENTS_CHARS = 600
 
 SessionCreator = Callable[[str, str, str], Awaitable[None]]
 PosterFactory = Callable[[str, str, str], Poster]
@@ -40,12 +61,51 @@ class PostResult:
     message_ids: list[str]
 
 
+@dataclass(frozen=True)
+class ReplyPlace:
+    """Where a turn's reply and approval cards go."""
+
+    connection: ConnectionRecord
+    poster: Poster
+    conversation: str
+    reply_thread: str
+    session_id: str
+    # Approval ids of the calls whose cards are open, by tool call id.
+    asked: dict[str, str] = field(default_factory=dict[str, str])
+
+
+def outcome_text(approval: Approval) -> str:
+    who = approval.answered_by or "popagent"
+    if approval.state == "approved" and approval.scope == "session":
+        return f"✅ **{approval.tool_name}** allowed for this session by {who}"
+    if approval.state == "approved":
+        return f"✅ **{approval.tool_name}** approved by {who}"
+    if approval.state == "denied":
+        return f"❌ **{approval.tool_name}** denied by {who}"
+    if approval.state == "expired":
+        return f"⌛ **{approval.tool_name}** was not answered in time: denied"
+    return f"**{approval.tool_name}**: {approval.state}"
+
+
+def card_text(approval: Approval) -> str:
+    arguments = orjson.dumps(approval.arguments).decode()
+    if len(arguments) > MAX_CARD_ARGUMENTS_CHARS:
+        arguments = arguments[:MAX_CARD_ARGUMENTS_CHARS] + "…"
+    arguments = arguments.replace("`", "'")
+    return (
+        f"✋ **{approval.tool_name}** waits for approval. {approval.reason}\n\n"
+        f"`{arguments}`\n\n"
+        "Approve, Deny or Allow for this session (or reply approve, deny, allow for this session)."
+    )
+
+
 class ChannelHub:
     def __init__(
         self,
         store: ChannelStore,
         turns: ChatTurns,
         create_session: SessionCreator,
+        approvals: ApprovalStore,
         *,
         poster_factory: PosterFactory = poster_for,
         edit_interval_s: float = EDIT_INTERVAL_S,
@@ -53,6 +113,7 @@ class ChannelHub:
         self.store = store
         self.turns = turns
         self.create_session = create_session
+        self.approvals = approvals
         self.poster_factory = poster_factory
         self.edit_interval_s = edit_interval_s
         self._background: set[asyncio.Task[None]] = set()
@@ -76,6 +137,8 @@ class ChannelHub:
         delivery = parse(connection.platform, body, connection.bot_user_id)
         if delivery.event_id and not await self.store.first_delivery(connection.id, delivery.event_id):
             return delivery.answer  # a retry or a replay: taken in once already
+        if delivery.press is not None:
+            return await self._press(connection, credentials, delivery.press, delivery.answer)
         message = delivery.message
         if message is None or delivery.from_bot:
             return delivery.answer
@@ -146,6 +209,10 @@ class ChannelHub:
             if text.lower() in STOP_COMMANDS:
                 await self._stop(connection, poster, message, session_id)
                 return
+            word = APPROVAL_WORDS.get(" ".join(text.lower().split()))
+            if word is not None and (cards := await self.store.open_cards(session_id)):
+                await self._answer_by_word(connection, poster, message, cards[0], word)
+                return
             turn = TurnInput(
                 session_id=session_id,
                 message=UserMessage.parse(
@@ -192,7 +259,8 @@ class ChannelHub:
             session_id=session_id,
             turn_id=live.turn_id,
         )
-        await self._relay(live, relay)
+        place = ReplyPlace(connection, poster, message.conversation, message.reply_thread, session_id)
+        await self._relay(live, relay, place)
         posted = await relay.finish()
         await self.store.record(
             connection.id,
@@ -205,13 +273,15 @@ class ChannelHub:
         )
         logger.info("channel reply posted", extra={"connection": connection.id, "messages": len(posted)})
 
-    async def _relay(self, live: LiveTurn, relay: ReplyRelay) -> None:
-        """The turn's batches, each to its log (as an attached chat caller does) and to the relay."""
+    async def _relay(self, live: LiveTurn, relay: ReplyRelay, place: ReplyPlace) -> None:
+        """The turn's batches, each to its log (as an attached chat caller does), to the relay, and its
+        approval requests and answers to their cards."""
         attached = True
         try:
             async for batch in live.output.events.batches():
                 await self.turns.log.append(live.turn_id, batch)
                 relay.read(batch)
+                await self._cards_of(batch, place)
             live.logged.set()
             attached = False
             await live.concluded.wait()
@@ -227,6 +297,153 @@ class ChannelHub:
             await self.turns.cancel(session_id, running.id)
             text = "Stopped."
         await poster.post(message.conversation, message.reply_thread, split_rendered(poster.platform, text)[0])
+
+    # Approvals ------------------------------------------------------------------------------
+
+    async def _cards_of(self, batch: pb.TurnEventBatch, place: ReplyPlace) -> None:
+        for event in batch.events:
+            kind = event.WhichOneof("event")
+            try:
+                if kind == "approval_request":
+                    place.asked[event.approval_request.tool_call_id] = event.approval_request.approval_id
+                    await self._post_card(place, event.approval_request.approval_id)
+                elif kind == "tool_output" and event.tool_output.tool_call_id in place.asked:
+                    await self._settle(place, place.asked.pop(event.tool_output.tool_call_id))
+                elif kind == "tool_denied":
+                    place.asked.pop(event.tool_denied.tool_call_id, None)
+                    await self._settle(place, event.tool_denied.approval_id)
+            except PopagentError as exc:
+                await self.store.record(
+                    place.connection.id,
+                    "error",
+                    f"an approval card could not be posted or edited: {exc}",
+                    conversation=place.conversation,
+                    thread=place.reply_thread,
+                    session_id=place.session_id,
+                )
+
+    async def _post_card(self, place: ReplyPlace, approval_id: str) -> None:
+        approval = await self.approvals.get(approval_id)
+        claimed = await self.store.claim_card(
+            approval_id,
+            place.connection.id,
+            place.conversation,
+            place.reply_thread,
+            place.session_id,
+            approval.tool_name,
+        )
+        if not claimed:
+            return  # posted before this runner took the turn over
+        text = card_markdown(place.poster.platform, card_text(approval))
+        message_id = await place.poster.post_card(place.conversation, place.reply_thread, text, approval_id)
+        await self.store.card_posted(approval_id, message_id)
+        await self.store.record(
+            place.connection.id,
+            "out",
+            f"approval card for {approval.tool_name} ({approval_id})",
+            conversation=place.conversation,
+            thread=place.reply_thread,
+            session_id=place.session_id,
+        )
+
+    async def _settle(self, place: ReplyPlace, approval_id: str) -> None:
+        """A card whose approval was answered elsewhere (popagent's UI, the API, its expiry) shows it."""
+        approval = await self.approvals.get(approval_id)
+        card = await self.store.settle_card(approval_id, outcome_text(approval))
+        if card is not None and card.message_id:
+            await place.poster.settle_card(
+                card.conversation, card.message_id, card_markdown(place.poster.platform, card.outcome)
+            )
+
+    async def _decide(
+        self, connection: ConnectionRecord, card: ApprovalCard, decision: Decision, user: str
+    ) -> tuple[str | None, str]:
+        """An approver's answer to the card's approval: (the card's outcome text, "") once taken, or
+        (None, why not) for a press or word that changes nothing."""
+        if user not in connection.approvers:
+            await self.store.record(
+                connection.id,
+                "error",
+                f"user {user!r} answered approval {card.approval_id} ({decision}) but is not among the "
+                "approvers; nothing changed",
+                conversation=card.conversation,
+                thread=card.thread,
+                platform_user=user,
+                session_id=card.session_id,
+            )
+            return None, "Only this connection's approvers can answer approvals."
+        try:
+            approval = await self.approvals.answer(
+                card.approval_id,
+                approved=decision != "deny",
+                scope=None if decision == "deny" else decision,
+                answered_by=f"{connection.platform}:{user}",
+                reason=f"answered in {connection.platform}",
+            )
+        except FailedPrecondition as exc:
+            return None, str(exc)
+        outcome = outcome_text(approval)
+        await self.store.record(
+            connection.id,
+            "in",
+            outcome,
+            conversation=card.conversation,
+            thread=card.thread,
+            platform_user=user,
+            session_id=card.session_id,
+        )
+        settled = await self.store.settle_card(card.approval_id, outcome)
+        return (settled.outcome if settled is not None else outcome), ""
+
+    async def _press(
+        self, connection: ConnectionRecord, credentials: Credentials, press: Press, answer: Answer
+    ) -> Answer:
+        card = await self.store.card(connection.id, press.approval_id)
+        poster = self.poster_factory(connection.platform, credentials.bot_token, connection.api_base_url)
+        try:
+            if card is None:
+                await self.store.record(
+                    connection.id,
+                    "error",
+                    f"a press named approval {press.approval_id!r}, which has no card of this connection",
+                    conversation=press.conversation,
+                    platform_user=press.user,
+                )
+                outcome, refusal = None, "This approval is not one of this connection's."
+            else:
+                outcome, refusal = await self._decide(connection, card, press.decision, press.user)
+            if outcome is None:
+                if connection.platform == "discord":
+                    return discord_notice(refusal)
+                await poster.refuse_press(press, refusal)
+                return answer
+            assert card is not None
+            shown = card_markdown(poster.platform, outcome)
+            if connection.platform == "discord":
+                return discord_card_update(shown)
+            await poster.took_press(press)
+            await poster.settle_card(card.conversation, card.message_id or press.message_id, shown)
+            return answer
+        except PopagentError as exc:
+            await self.store.record(
+                connection.id,
+                "error",
+                f"a press could not be answered on the platform: {exc}",
+                platform_user=press.user,
+            )
+            return answer
+        finally:
+            await poster.aclose()
+
+    async def _answer_by_word(
+        self, connection: ConnectionRecord, poster: Poster, message: Message, card: ApprovalCard, decision: Decision
+    ) -> None:
+        outcome, refusal = await self._decide(connection, card, decision, message.user)
+        if outcome is None:
+            await poster.post(message.conversation, message.reply_thread, split_rendered(poster.platform, refusal)[0])
+            return
+        if card.message_id:
+            await poster.settle_card(card.conversation, card.message_id, card_markdown(poster.platform, outcome))
 
     # Routes ---------------------------------------------------------------------------------
 

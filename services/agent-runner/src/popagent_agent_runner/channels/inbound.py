@@ -3,19 +3,24 @@ before anything parses it, then what it says (a message, a handshake, or nothing
 
 - Slack (Events API): `X-Slack-Signature` over `v0:{X-Slack-Request-Timestamp}:{body}` with the
   app's signing secret, the timestamp within 5 minutes (slack_sdk's `SignatureVerifier`);
-  `url_verification` answers its challenge; messages are `event_callback`s with an `event_id`.
+  `url_verification` answers its challenge; messages are `event_callback`s with an `event_id`; a
+  button press is an interactivity payload (`payload=` form field, `block_actions`) on the same URL,
+  signed the same way.
 - Telegram (Bot API webhook): `X-Telegram-Bot-Api-Secret-Token` equals the `secret_token` the
-  webhook was set with (compared in constant time); an update's `update_id` is its event id.
+  webhook was set with (compared in constant time); an update's `update_id` is its event id; a
+  button press is a `callback_query` update.
 - Discord (interactions endpoint): `X-Signature-Ed25519` over `{X-Signature-Timestamp}{body}` with
   the application's public key (PyNaCl); PING (type 1) answers PONG; a slash command (type 2) is a
-  message, its interaction id the event id.
+  message, its interaction id the event id; a button press is a message component (type 3), answered
+  with the card's new content (UPDATE_MESSAGE, type 7).
 """
 
 from __future__ import annotations
 
 import hmac
+import urllib.parse
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 from nacl.exceptions import BadSignatureError
@@ -28,10 +33,15 @@ from popagent_core.errors import InvalidArgument, Unauthenticated
 SLACK_WINDOW_S = 300
 DISCORD_PING = 1
 DISCORD_COMMAND = 2
+DISCORD_COMPONENT = 3
 DISCORD_PONG = 1
 # Answers a command at once with a message (the prompt, quoted); the reply follows in the channel, posted
 # with the bot token and edited as it streams.
 DISCORD_MESSAGE = 4
+# Answers a button press by replacing the pressed message's content and components.
+DISCORD_UPDATE_MESSAGE = 7
+# A message only the presser sees.
+DISCORD_EPHEMERAL = 64
 DISCORD_MAX_CHARS = 2000
 
 
@@ -46,6 +56,38 @@ class Message:
     text: str
     # Where a reply in the same thread goes: Slack's thread_ts, Telegram's message_thread_id; "" for none.
     reply_thread: str = ""
+
+
+Decision = Literal["once", "session", "deny"]
+DECISIONS: tuple[Decision, ...] = ("once", "deny", "session")
+
+
+def button_id(decision: Decision, approval_id: str) -> str:
+    """What a card's button carries back (Slack's value, Telegram's callback_data of at most 64 bytes,
+    Discord's custom_id)."""
+    return f"{decision}:{approval_id}"
+
+
+def _button(value: str) -> tuple[Decision, str] | None:
+    decision, _, approval_id = value.partition(":")
+    for known in DECISIONS:
+        if decision == known and approval_id:
+            return known, approval_id
+    return None
+
+
+@dataclass(frozen=True)
+class Press:
+    """A button pressed on an approval card, by the user the platform's signed delivery names."""
+
+    approval_id: str
+    decision: Decision
+    user: str
+    conversation: str
+    # The card's message id.
+    message_id: str
+    # Telegram's callback query id, answered so the button stops spinning; "" elsewhere.
+    callback_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -67,6 +109,7 @@ class Delivery:
     event_id: str = ""
     # Sent by the bot itself (or another bot): never a turn.
     from_bot: bool = False
+    press: Press | None = None
 
 
 def _header(headers: dict[str, str], name: str) -> str:
@@ -129,6 +172,8 @@ def _id(value: object) -> str:
 
 def parse(platform: str, body: bytes, bot_user_id: str) -> Delivery:
     """What a verified delivery says. Call only after `verify`."""
+    if platform == "slack" and body.startswith(b"payload="):
+        return _slack_interaction(body)
     payload = _json(body)
     if platform == "slack":
         return _slack(payload, bot_user_id)
@@ -168,8 +213,49 @@ def _slack(payload: dict[str, Any], bot_user_id: str) -> Delivery:
     return Delivery(Answer(), message=message, event_id=event_id)
 
 
+def _dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}  # type: ignore[return-value]
+
+
+def _slack_interaction(body: bytes) -> Delivery:
+    """An interactivity payload: a button of an approval card pressed (other interactions are ignored)."""
+    fields = urllib.parse.parse_qs(body.decode("utf-8", "replace"))
+    payload = _json((fields.get("payload") or [""])[0].encode())
+    if payload.get("type") != "block_actions":
+        return Delivery(Answer())
+    actions = payload.get("actions")
+    action = _dict(actions[0]) if isinstance(actions, list) and actions else {}
+    button = _button(_text(action.get("value")))
+    if button is None:
+        return Delivery(Answer())
+    container = _dict(payload.get("container"))
+    press = Press(
+        approval_id=button[1],
+        decision=button[0],
+        user=_text(_dict(payload.get("user")).get("id")),
+        conversation=_text(_dict(payload.get("channel")).get("id")) or _text(container.get("channel_id")),
+        message_id=_text(container.get("message_ts")) or _text(_dict(payload.get("message")).get("ts")),
+    )
+    return Delivery(Answer(), press=press)
+
+
 def _telegram(payload: dict[str, Any], bot_user_id: str) -> Delivery:
     event_id = _id(payload.get("update_id"))
+    query = payload.get("callback_query")
+    if isinstance(query, dict):
+        button = _button(_text(query.get("data")))
+        card = _dict(query.get("message"))
+        if button is None:
+            return Delivery(Answer(), event_id=event_id)
+        press = Press(
+            approval_id=button[1],
+            decision=button[0],
+            user=_id(_dict(query.get("from")).get("id")),
+            conversation=_id(_dict(card.get("chat")).get("id")),
+            message_id=_id(card.get("message_id")),
+            callback_id=_text(query.get("id")),
+        )
+        return Delivery(Answer(), event_id=event_id, press=press)
     message = payload.get("message")
     if not isinstance(message, dict):
         return Delivery(Answer(), event_id=event_id)
@@ -197,6 +283,20 @@ def _discord(payload: dict[str, Any]) -> Delivery:
     if kind == DISCORD_PING:
         return Delivery(Answer(body=orjson.dumps({"type": DISCORD_PONG})))
     event_id = _id(payload.get("id"))
+    if kind == DISCORD_COMPONENT:
+        member = _dict(payload.get("member"))
+        presser = _dict(member.get("user")) or _dict(payload.get("user"))
+        button = _button(_text(_dict(payload.get("data")).get("custom_id")))
+        if button is None:
+            return Delivery(discord_notice("This button is not one of popagent's."), event_id=event_id)
+        press = Press(
+            approval_id=button[1],
+            decision=button[0],
+            user=_id(presser.get("id")),
+            conversation=_id(payload.get("channel_id")),
+            message_id=_id(_dict(payload.get("message")).get("id")),
+        )
+        return Delivery(Answer(), event_id=event_id, press=press)
     if kind != DISCORD_COMMAND:
         return Delivery(
             Answer(status=400, body=orjson.dumps({"error": "unsupported interaction type"})), event_id=event_id
@@ -226,3 +326,13 @@ def _discord(payload: dict[str, Any]) -> Delivery:
 def _discord_echo(text: str) -> Answer:
     quoted = ("> " + text.replace("\n", "\n> "))[:DISCORD_MAX_CHARS] if text else "(nothing to answer)"
     return Answer(body=orjson.dumps({"type": DISCORD_MESSAGE, "data": {"content": quoted}}))
+
+
+def discord_notice(text: str) -> Answer:
+    """A message only the presser sees (a refused press)."""
+    return Answer(body=orjson.dumps({"type": DISCORD_MESSAGE, "data": {"content": text, "flags": DISCORD_EPHEMERAL}}))
+
+
+def discord_card_update(text: str) -> Answer:
+    """The pressed card's new content, its buttons gone."""
+    return Answer(body=orjson.dumps({"type": DISCORD_UPDATE_MESSAGE, "data": {"content": text, "components": []}}))

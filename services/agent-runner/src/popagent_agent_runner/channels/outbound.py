@@ -9,6 +9,9 @@ Retry-After the platform gave.
   process-wide httpx tracing does not see (a span would record the URL).
 - Discord: `POST /channels/{id}/messages` / `PATCH /channels/{id}/messages/{message}` with the bot
   token (2,000 characters, Discord's Markdown).
+
+An approval card is a message with three buttons (Slack `actions` block, Telegram inline keyboard,
+Discord action row); settling it edits it to the outcome with the buttons removed.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
+from popagent_agent_runner.channels.inbound import DECISIONS, Decision, Press, button_id
 from popagent_core.errors import FailedPrecondition, Unavailable
 
 SLACK_API = "https://slack.com/api/"
@@ -35,6 +39,7 @@ LIMITS = {"slack": 12000, "telegram": 4096, "discord": 2000}
 MAX_RETRY_AFTER_S = 60.0
 MAX_RATE_LIMIT_RETRIES = 3
 HTTP_TIMEOUT_S = 20.0
+BUTTON_LABELS: dict[Decision, str] = {"once": "Approve", "deny": "Deny", "session": "Allow for this session"}
 
 
 class PostFailed(FailedPrecondition):
@@ -49,6 +54,22 @@ class Poster(Protocol):
         ...
 
     async def edit(self, conversation: str, message_id: str, text: str) -> None: ...
+
+    async def post_card(self, conversation: str, thread: str, text: str, approval_id: str) -> str:
+        """An approval card: `text` with Approve / Deny / Allow for this session buttons; its id."""
+        ...
+
+    async def settle_card(self, conversation: str, message_id: str, text: str) -> None:
+        """The card edited to `text`, its buttons removed."""
+        ...
+
+    async def refuse_press(self, press: Press, text: str) -> None:
+        """Tell only the presser why the press did nothing (where the platform can)."""
+        ...
+
+    async def took_press(self, press: Press) -> None:
+        """Acknowledge a press the platform waits on (Telegram's spinning button)."""
+        ...
 
     async def aclose(self) -> None: ...
 
@@ -82,6 +103,14 @@ def _telegram_markdown(text: str) -> str:
 def render(platform: str, text: str) -> str:
     """Standard Markdown (what the model writes) in the platform's dialect."""
     return _telegram_markdown(text) if platform == "telegram" else text
+
+
+def card_markdown(platform: str, text: str) -> str:
+    """Standard Markdown as an approval card's dialect: Slack's `mrkdwn` (a block's text, where bold is
+    `*x*`), Telegram's MarkdownV2, Discord's Markdown as it is."""
+    if platform == "slack":
+        return _BOLD.sub(r"*\1*", text)
+    return render(platform, text)
 
 
 def split_rendered(platform: str, text: str) -> list[str]:
@@ -222,6 +251,31 @@ class TelegramPoster:
             if "message is not modified" not in str(exc):
                 raise
 
+    async def post_card(self, conversation: str, thread: str, text: str, approval_id: str) -> str:
+        keyboard = [[{"text": BUTTON_LABELS[d], "callback_data": button_id(d, approval_id)} for d in DECISIONS]]
+        body: dict[str, Any] = {
+            "chat_id": conversation,
+            "text": text,
+            "parse_mode": "MarkdownV2",
+            "reply_markup": {"inline_keyboard": keyboard},
+        }
+        if thread:
+            body["message_thread_id"] = int(thread)
+        answer = await self._call("sendMessage", body)
+        return str(answer["result"]["message_id"])
+
+    async def settle_card(self, conversation: str, message_id: str, text: str) -> None:
+        # An edit without reply_markup removes the inline keyboard.
+        await self.edit(conversation, message_id, text)
+
+    async def refuse_press(self, press: Press, text: str) -> None:
+        await self._call(
+            "answerCallbackQuery", {"callback_query_id": press.callback_id, "text": text[:200], "show_alert": True}
+        )
+
+    async def took_press(self, press: Press) -> None:
+        await self._call("answerCallbackQuery", {"callback_query_id": press.callback_id})
+
     async def aclose(self) -> None:
         await self._client.aclose()
 
@@ -255,6 +309,31 @@ class DiscordPoster:
     async def edit(self, conversation: str, message_id: str, text: str) -> None:
         await self._call("PATCH", f"/channels/{conversation}/messages/{message_id}", {"content": text})
 
+    async def post_card(self, conversation: str, thread: str, text: str, approval_id: str) -> str:
+        styles: dict[Decision, int] = {"once": 3, "deny": 4, "session": 1}  # green, red, blurple
+        row = {
+            "type": 1,
+            "components": [
+                {"type": 2, "style": styles[d], "label": BUTTON_LABELS[d], "custom_id": button_id(d, approval_id)}
+                for d in DECISIONS
+            ],
+        }
+        answer = await self._call(
+            "POST", f"/channels/{thread or conversation}/messages", {"content": text, "components": [row]}
+        )
+        return str(answer["id"])
+
+    async def settle_card(self, conversation: str, message_id: str, text: str) -> None:
+        await self._call(
+            "PATCH", f"/channels/{conversation}/messages/{message_id}", {"content": text, "components": []}
+        )
+
+    async def refuse_press(self, press: Press, text: str) -> None:
+        """Nothing to call: a press's refusal is the interaction's own answer (inbound.discord_notice)."""
+
+    async def took_press(self, press: Press) -> None:
+        """Nothing to call: the interaction's answer updates the card (inbound.discord_card_update)."""
+
     async def aclose(self) -> None:
         await self._client.aclose()
 
@@ -287,6 +366,51 @@ class SlackPoster:
             await self._client.chat_update(channel=conversation, ts=message_id, markdown_text=text)
         except SlackApiError as exc:
             raise PostFailed(f"Slack chat.update failed: {exc.response.get('error', 'unknown error')}") from None
+
+    @staticmethod
+    def _section(text: str) -> dict[str, Any]:
+        return {"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}}
+
+    async def post_card(self, conversation: str, thread: str, text: str, approval_id: str) -> str:
+        styles: dict[Decision, str] = {"once": "primary", "deny": "danger"}
+        buttons: list[dict[str, Any]] = []
+        for decision in DECISIONS:
+            button: dict[str, Any] = {
+                "type": "button",
+                "action_id": f"popagent_{decision}",
+                "text": {"type": "plain_text", "text": BUTTON_LABELS[decision]},
+                "value": button_id(decision, approval_id),
+            }
+            if decision in styles:
+                button["style"] = styles[decision]
+            buttons.append(button)
+        try:
+            answer = await self._client.chat_postMessage(
+                channel=conversation,
+                thread_ts=thread or None,
+                text=text[:3000],
+                blocks=[self._section(text), {"type": "actions", "elements": buttons}],
+            )
+        except SlackApiError as exc:
+            raise PostFailed(f"Slack chat.postMessage failed: {exc.response.get('error', 'unknown error')}") from None
+        return str(answer["ts"])
+
+    async def settle_card(self, conversation: str, message_id: str, text: str) -> None:
+        try:
+            await self._client.chat_update(
+                channel=conversation, ts=message_id, text=text[:3000], blocks=[self._section(text)]
+            )
+        except SlackApiError as exc:
+            raise PostFailed(f"Slack chat.update failed: {exc.response.get('error', 'unknown error')}") from None
+
+    async def refuse_press(self, press: Press, text: str) -> None:
+        try:
+            await self._client.chat_postEphemeral(channel=press.conversation, user=press.user, text=text)
+        except SlackApiError as exc:
+            raise PostFailed(f"Slack chat.postEphemeral failed: {exc.response.get('error', 'unknown error')}") from None
+
+    async def took_press(self, press: Press) -> None:
+        """Nothing to call: Slack takes the webhook's 200 as the acknowledgement."""
 
     async def aclose(self) -> None:
         session = self._client.session

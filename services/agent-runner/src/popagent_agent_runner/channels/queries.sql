@@ -70,3 +70,25 @@ LIMIT $2
 SELECT session_id FROM popagent_channel_history
 WHERE connection_id = $1 AND turn_id = $2 AND session_id <> ''
 LIMIT 1
+
+-- name: add_card
+INSERT INTO popagent_channel_approval_cards
+    (approval_id, connection_id, conversation, thread, session_id, message_id, tool_name)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (approval_id) DO NOTHING RETURNING approval_id
+
+-- name: set_card_message
+UPDATE popagent_channel_approval_cards SET message_id = $2 WHERE approval_id = $1
+
+-- name: get_card
+SELECT approval_id, connection_id, conversation, thread, session_id, message_id, tool_name, outcome
+FROM popagent_channel_approval_cards WHERE approval_id = $1 AND connection_id = $2
+
+-- name: settle_card
+-- The card's outcome is written once: whoever settles it first edits the message.
+UPDATE popagent_channel_approval_cards SET outcome = $2 WHERE approval_id = $1 AND outcome = ''
+RETURNING approval_id, connection_id, conversation, thread, session_id, message_id, tool_name, outcome
+
+-- name: open_cards_of_session
+SELECT approval_id, connection_id, conversation, thread, session_id, message_id, tool_name, outcome
+FROM popagent_channel_approval_cards WHERE session_id = $1 AND outcome = '' ORDER BY created_at DESC

@@ -69,7 +69,7 @@ class ReplyRelay:
                 self.status = f"⏳ {event.tool_input.tool_name}"
             elif kind == "approval_request":
                 tool = self._tools.get(event.approval_request.tool_call_id, "a tool")
-                self.status = f"✋ waiting for approval of {tool} (answer it in popagent)"
+                self.status = f"✋ waiting for approval of {tool} (the card below)"
             elif kind == "error":
                 self.failure = event.error.message or event.error.error_class
             elif kind == "abort":

@@ -62,6 +62,20 @@ class HistoryEntry:
     created_at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class ApprovalCard:
+    """An approval's card in a thread: the message with its buttons, and its outcome once settled."""
+
+    approval_id: str
+    connection_id: str
+    conversation: str
+    thread: str
+    session_id: str
+    message_id: str
+    tool_name: str
+    outcome: str
+
+
 @dataclass(frozen=True)
 class ConnectionChanges:
     """What a create sets or an update changes; None leaves a field as it is (or its default)."""
@@ -260,6 +274,38 @@ class ChannelStore:
         with wrap_db_errors():
             rows = await self.pool.fetch(QUERIES["list_history"], connection_id, limit)
         return [record_of(HistoryEntry, row) for row in rows]
+
+    async def claim_card(
+        self, approval_id: str, connection_id: str, conversation: str, thread: str, session_id: str, tool_name: str
+    ) -> bool:
+        """True for the one caller that posts the approval's card (a turn taken over asks again)."""
+        with wrap_db_errors():
+            return (
+                await self.pool.fetchval(
+                    QUERIES["add_card"], approval_id, connection_id, conversation, thread, session_id, "", tool_name
+                )
+                is not None
+            )
+
+    async def card_posted(self, approval_id: str, message_id: str) -> None:
+        with wrap_db_errors():
+            await self.pool.execute(QUERIES["set_card_message"], approval_id, message_id)
+
+    async def card(self, connection_id: str, approval_id: str) -> ApprovalCard | None:
+        with wrap_db_errors():
+            row = await self.pool.fetchrow(QUERIES["get_card"], approval_id, connection_id)
+        return record_of(ApprovalCard, row) if row is not None else None
+
+    async def settle_card(self, approval_id: str, outcome: str) -> ApprovalCard | None:
+        """The card with its outcome written, for the first caller only (None: settled already)."""
+        with wrap_db_errors():
+            row = await self.pool.fetchrow(QUERIES["settle_card"], approval_id, outcome)
+        return record_of(ApprovalCard, row) if row is not None else None
+
+    async def open_cards(self, session_id: str) -> list[ApprovalCard]:
+        with wrap_db_errors():
+            rows = await self.pool.fetch(QUERIES["open_cards_of_session"], session_id)
+        return [record_of(ApprovalCard, row) for row in rows]
 
     async def session_of_turn(self, connection_id: str, turn_id: str) -> str:
         with wrap_db_errors():
