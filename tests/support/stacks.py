@@ -244,11 +244,13 @@ MCP_TOOLS_STACK = StackSpec(
     frozenset({"secrets", "gateway"}),
     runner_settings={"POPAGENT_MCP_CALL_TIMEOUT_S": "4", "POPAGENT_MCP_CONNECT_WAIT_S": "3"},
 )
-# Native channels: connections' credentials in the secrets service, replies edited quickly.
+# Native channels: connections' credentials in the secrets service, replies edited quickly, tasks
+# whose results are posted to a connection.
 CHANNELS_STACK = StackSpec(
     "channels",
-    CHAT_HOOK_PATHS,
-    frozenset({"secrets", "gateway"}),
+    TASK_HOOK_PATHS,
+    frozenset({"secrets", "gateway", "tasks"}),
+    runtime=TASK_RUNTIME,
     runner_settings={"POPAGENT_CHANNEL_EDIT_INTERVAL_S": "0.2"},
 )
 # The evolution loop: a quick worker, signals due at once, one retry a second apart.

@@ -152,6 +152,15 @@ class AttemptFields(TypedDict):
 
 
 @dataclass(frozen=True, slots=True)
+class TaskChannel:
+    """A channel connection's conversation (and thread) a task's result is posted to."""
+
+    connection_id: str
+    conversation: str
+    thread: str
+
+
+@dataclass(frozen=True, slots=True)
 class Task:
     """One row of `popagent_agent_tasks`, as every repository read and transition returns it."""
 

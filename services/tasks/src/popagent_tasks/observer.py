@@ -4,8 +4,9 @@ Observers are best effort. The runtime calls them only after the state they repo
 committed and swallows (logs) whatever they raise, so no observer can delay a
 transition into a different one or report a state the database does not hold.
 
-The observers: `HooksObserver` (the `TaskStart`/`TaskStop` hooks) and `BrowserCloseObserver`
-(a task's browser tabs are closed once the task has ended). Each is a class with an `open`
+The observers: `HooksObserver` (the `TaskStart`/`TaskStop` hooks), `BrowserCloseObserver`
+(a task's browser tabs are closed once the task has ended) and `ChannelResultObserver` (a task's
+result is posted to the channel connection it names). Each is a class with an `open`
 that returns it, or None when its setting turns it off; `OBSERVERS` lists them in the order
 they run. Anything else that must follow a task's end is one more such class in that list.
 """
@@ -14,16 +15,23 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Self
 
+import asyncpg
+
+from popagent.agent_runner.v1 import channels_pb2, channels_pb2_grpc
 from popagent.browser_bridge.v1 import browser_bridge_pb2, browser_bridge_pb2_grpc
 from popagent.hooks.v1 import hooks_pb2_grpc
-from popagent_core.grpc_client import open_channel
+from popagent_core.db import open_pool
+from popagent_core.grpc_client import map_rpc_errors, open_channel
+from popagent_core.service import schema_for
 from popagent_hooks_client.client import HooksClient
 from popagent_hooks_client.events import Event
 from popagent_tasks.model import Task, truncate
+from popagent_tasks.repo import QUERIES
 from popagent_tasks.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -200,8 +208,71 @@ class BrowserCloseObserver:
             logger.info("task's browser tab closed", extra={"task_id": event.task.task_id})
 
 
+POST_TIMEOUT_S = 30.0
+# The result as posted: the platform splits a longer one into several messages, so only this bounds it.
+MAX_POSTED_RESULT_CHARS = 16 * 1024
+
+
+def result_text(event: TaskStopped) -> str:
+    task = f"Task `{event.task.task_id}`"
+    if event.status == StopStatus.COMPLETED:
+        return f"{task} completed.\n\n{truncate(event.outcome, MAX_POSTED_RESULT_CHARS) or '(no answer)'}"
+    if event.status == StopStatus.CANCELLED:
+        return f"{task} was cancelled."
+    return f"{task} failed ({event.error_class or event.status}): {truncate(event.error, 2000) or 'no details'}"
+
+
+class ChannelResultObserver:
+    """Posts a task's result to the channel connection's conversation it names (`popagent_task_channels`)
+    once the task has ended for good: completed, failed with no retry left, dead-lettered or cancelled.
+    agent-runner posts it (`AgentRunnerChannelsService.PostToChannel`: the bot token stays there); a post
+    that fails is logged by `Observers` and changes nothing about the task."""
+
+    def __init__(self, pool: asyncpg.Pool, channels: channels_pb2_grpc.AgentRunnerChannelsServiceStub) -> None:
+        self.pool = pool
+        self.channels = channels
+
+    @classmethod
+    async def open(cls, settings: Settings, stack: contextlib.AsyncExitStack) -> Self | None:
+        if not settings.agent_runner_address:
+            return None
+        pool = await stack.enter_async_context(
+            open_pool(
+                settings.database_url,
+                schema_for("tasks"),
+                min_size=1,
+                max_size=2,
+                application_name="popagent-tasks-channels",
+            )
+        )
+        channel = await stack.enter_async_context(open_channel(settings.agent_runner_address, settings.internal_token))
+        return cls(pool, channels_pb2_grpc.AgentRunnerChannelsServiceStub(channel))
+
+    async def task_started(self, event: TaskStarted) -> None:
+        return None
+
+    async def task_stopped(self, event: TaskStopped) -> None:
+        ended = event.status in FINAL_STATUSES or (event.status == StopStatus.FAILED and not event.will_retry)
+        if not ended:
+            return
+        target = await self.pool.fetchrow(QUERIES["task_channel"], uuid.UUID(event.task.task_id))
+        if target is None:
+            return
+        with map_rpc_errors():
+            await self.channels.PostToChannel(
+                channels_pb2.PostToChannelRequest(
+                    id=target["connection_id"],
+                    conversation=target["conversation"],
+                    thread=target["thread"],
+                    text=result_text(event),
+                ),
+                timeout=POST_TIMEOUT_S,
+            )
+        logger.info("task result posted to its channel", extra={"task_id": event.task.task_id})
+
+
 # Every observer the service runs, in this order, each after the transition it reports is committed.
-OBSERVERS: tuple[type[ObserverKind], ...] = (HooksObserver, BrowserCloseObserver)
+OBSERVERS: tuple[type[ObserverKind], ...] = (HooksObserver, BrowserCloseObserver, ChannelResultObserver)
 
 
 async def open_observers(settings: Settings, stack: contextlib.AsyncExitStack) -> list[LifecycleObserver]:

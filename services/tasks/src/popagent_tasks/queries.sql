@@ -411,3 +411,9 @@ RETURNING id, source, workspace_id, name, prompt, model, session_id, cron, timez
 
 -- name: delete_self_update_schedule
 DELETE FROM popagent_agent_schedules WHERE id = $1 AND source = 'self-update' RETURNING id
+
+-- name: insert_task_channel
+INSERT INTO popagent_task_channels (task_id, connection_id, conversation, thread) VALUES ($1, $2, $3, $4)
+
+-- name: task_channel
+SELECT connection_id, conversation, thread FROM popagent_task_channels WHERE task_id = $1

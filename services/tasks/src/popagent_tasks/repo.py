@@ -33,6 +33,7 @@ from popagent_tasks.model import (
     Source,
     Status,
     Task,
+    TaskChannel,
     truncate,
 )
 
@@ -139,7 +140,15 @@ class TaskRepo:
     # -- API ------------------------------------------------------------------------
 
     async def create_task(
-        self, *, source: str, workspace_id: str, prompt: str, model: str, session_id: str, max_attempts: int
+        self,
+        *,
+        source: str,
+        workspace_id: str,
+        prompt: str,
+        model: str,
+        session_id: str,
+        max_attempts: int,
+        channel: TaskChannel | None = None,
     ) -> Task:
         with wrap_db_errors():
             async with self.pool.acquire() as conn, conn.transaction():
@@ -148,6 +157,14 @@ class TaskRepo:
                         QUERIES["insert_task"], source, workspace_id, prompt, model, session_id, max_attempts
                     )
                 )
+                if channel is not None:
+                    await conn.execute(
+                        QUERIES["insert_task_channel"],
+                        task.id,
+                        channel.connection_id,
+                        channel.conversation,
+                        channel.thread,
+                    )
                 await _enqueue_fact(conn, task.id)
         await self._after_enqueue(str(task.id))
         return task
@@ -167,6 +184,12 @@ class TaskRepo:
         if ids:
             await self._after_enqueue(str(ids[0]))
         return ids
+
+    async def channel_of(self, task_id: str) -> TaskChannel | None:
+        """Where the task's result is posted, if anywhere."""
+        with wrap_db_errors():
+            row = await self.pool.fetchrow(QUERIES["task_channel"], parse_id(task_id, TaskNotFound))
+        return record_of(TaskChannel, row) if row is not None else None
 
     async def get_task(self, task_id: str) -> Task:
         with wrap_db_errors():

@@ -22,6 +22,7 @@ from popagent_tasks.model import (
     Source,
     Status,
     Task,
+    TaskChannel,
 )
 from popagent_tasks.repo import Progress, TaskRepo
 
@@ -32,6 +33,16 @@ MAX_NAME_CHARS = 200
 
 def _ts(value: datetime | None) -> str:
     return value.astimezone(UTC).isoformat() if value is not None else ""
+
+
+def _with_channel(message: tasks_pb2.Task, channel: TaskChannel | None) -> tasks_pb2.Task:
+    if channel is not None:
+        message.channel.CopyFrom(
+            tasks_pb2.TaskChannel(
+                connection_id=channel.connection_id, conversation=channel.conversation, thread=channel.thread
+            )
+        )
+    return message
 
 
 def task_message(task: Task, progress: list[Progress] | None = None) -> tasks_pb2.Task:
@@ -135,6 +146,17 @@ class TasksServicer(tasks_pb2_grpc.TasksServiceServicer):
             raise InvalidArgument("source must be 'user' or 'self-update'") from None
         if source is Source.SELF_UPDATE and caller_var.get() == "gateway":
             raise PermissionDenied("self-update tasks are created only by the self-update scheduler")
+        channel = None
+        if request.HasField("channel"):
+            channel = TaskChannel(
+                connection_id=_bounded(
+                    "channel.connection_id", request.channel.connection_id, MAX_REF_CHARS, required=True
+                ),
+                conversation=_bounded(
+                    "channel.conversation", request.channel.conversation, MAX_REF_CHARS, required=True
+                ),
+                thread=_bounded("channel.thread", request.channel.thread, MAX_REF_CHARS),
+            )
         task = await self.repo.create_task(
             source=source.value,
             workspace_id=_bounded("workspace_id", request.workspace_id, MAX_REF_CHARS, required=True),
@@ -142,11 +164,13 @@ class TasksServicer(tasks_pb2_grpc.TasksServiceServicer):
             model=_bounded("model", request.model, MAX_REF_CHARS),
             session_id=_bounded("session_id", request.session_id, MAX_REF_CHARS),
             max_attempts=_max_attempts(request.max_attempts),
+            channel=channel,
         )
-        return task_message(task)
+        return _with_channel(task_message(task), channel)
 
     async def GetTask(self, request: tasks_pb2.GetTaskRequest, context: grpc.aio.ServicerContext) -> tasks_pb2.Task:
-        return (await self._with_progress([await self.repo.get_task(request.id)]))[0]
+        task = (await self._with_progress([await self.repo.get_task(request.id)]))[0]
+        return _with_channel(task, await self.repo.channel_of(request.id))
 
     async def ListTasks(
         self, request: tasks_pb2.ListTasksRequest, context: grpc.aio.ServicerContext

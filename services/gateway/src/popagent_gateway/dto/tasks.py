@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import Field
 
 from popagent_gateway.dto import NOT_BLANK_SCHEMA, WireInput, WireModel
+from popagent_gateway.dto.channels import CHANNEL_ID_PATTERN
 from popagent_gateway.dto.sessions import OPTIONAL_SESSION_ID_PATTERN
 from popagent_gateway.dto.workspaces import WORKSPACE_ID_PATTERN
 
@@ -22,6 +23,23 @@ MAX_LIST = 200
 TaskStatus = Literal["queued", "running", "cancelling", "completed", "failed", "cancelled", "dead-letter"]
 
 
+class TaskChannelIn(WireInput):
+    connection_id: str = Field(pattern=CHANNEL_ID_PATTERN, description="a channel connection's id (GET /api/channels)")
+    conversation: str = Field(
+        min_length=1,
+        max_length=MAX_REF_CHARS,
+        json_schema_extra=NOT_BLANK_SCHEMA,
+        description="the platform's channel or chat id",
+    )
+    thread: str = Field(default="", max_length=MAX_REF_CHARS, description="a thread in it; empty: none")
+
+
+class TaskChannelOut(WireModel):
+    connection_id: str
+    conversation: str
+    thread: str
+
+
 class TaskCreate(WireInput):
     """POST body. The task is always user-owned; `source` is not writable here."""
 
@@ -30,6 +48,9 @@ class TaskCreate(WireInput):
     model: str = Field(default="", max_length=MAX_REF_CHARS)
     session_id: str = Field(default="", pattern=OPTIONAL_SESSION_ID_PATTERN, description="empty: a new session")
     max_attempts: int = Field(default=3, ge=1, le=10)
+    channel: TaskChannelIn | None = Field(
+        default=None, description="post the task's result to this channel connection's conversation when it ends"
+    )
 
 
 class TaskResolve(WireInput):
@@ -83,6 +104,9 @@ class TaskOut(WireModel):
     waiting_for_approval: TaskApprovalWaitOut | None = Field(
         description="set while the running attempt waits for a person to answer a tool call's approval "
         "(docs/approvals.md); its attempt timeout does not run meanwhile"
+    )
+    channel: TaskChannelOut | None = Field(
+        default=None, description="where the task's result is posted when it ends (in a task's own answer)"
     )
 
 

@@ -17,6 +17,7 @@ from popagent_gateway.deps import TasksStub
 from popagent_gateway.dto.tasks import (
     MAX_LIST,
     TaskApprovalWaitOut,
+    TaskChannelOut,
     TaskCreate,
     TaskListOut,
     TaskOut,
@@ -38,7 +39,8 @@ def task_out(task: tasks_pb2.Task) -> TaskOut:
         update={
             "waiting_for_approval": from_message(TaskApprovalWaitOut, wait)
             if task.HasField("waiting_for_approval")
-            else None
+            else None,
+            "channel": from_message(TaskChannelOut, task.channel) if task.HasField("channel") else None,
         }
     )
 

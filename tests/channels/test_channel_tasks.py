@@ -1,0 +1,72 @@
+"""Task results posted to a channel (docs/channels.md, Task results): a task created with `channel`
+has its result posted to that connection's conversation when it ends, by the tasks service's channel
+observer through agent-runner; a connection that is gone makes the post fail (logged) and the task
+ends as it would have."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import httpx
+
+from channels.standins import serving
+from channels.test_channels import connect
+from support.model_gateway import Turn
+from support.stacks import Stack
+from support.waiting import eventually
+
+
+async def created_task(client: httpx.AsyncClient, workspace: str, channel: dict[str, Any]) -> dict[str, Any]:
+    created = await client.post(
+        "/api/tasks", json={"prompt": "Summarise the week.", "workspaceId": workspace, "channel": channel}
+    )
+    assert created.status_code == 201, created.text
+    return dict(created.json())
+
+
+async def ended(client: httpx.AsyncClient, task_id: str) -> dict[str, Any]:
+    async def current() -> dict[str, Any]:
+        return dict((await client.get(f"/api/tasks/{task_id}")).json())
+
+    return await eventually(
+        current, until=lambda task: task["status"] in ("completed", "failed", "dead-letter"), within=40
+    )
+
+
+async def test_a_tasks_result_is_posted_to_its_channel_and_a_missing_connection_changes_nothing(
+    stack: Stack,
+) -> None:
+    async with stack.client() as client, serving("telegram", "11:tg-" + uuid.uuid4().hex) as telegram:
+        workspace = f"tasks-{uuid.uuid4().hex[:8]}"
+        (stack.workspace_root / workspace).mkdir()
+        made = await client.post("/api/workspaces", json={"id": workspace, "name": workspace, "path": workspace})
+        assert made.status_code == 201, made.text
+        channel = await connect(client, "telegram", telegram, workspaceId=workspace)
+
+        stack.models.push(Turn.say("Three things **shipped** this week."))
+        task = await created_task(client, workspace, {"connectionId": channel["id"], "conversation": "-100200"})
+        assert task["channel"] == {"connectionId": channel["id"], "conversation": "-100200", "thread": ""}
+        finished = await ended(client, task["id"])
+        assert finished["status"] == "completed" and finished["channel"]["conversation"] == "-100200"
+        texts = await eventually(
+            lambda: [m.text for m in telegram.in_conversation("-100200")],
+            until=lambda t: len(t) == 1,
+            within=20,
+        )
+        assert "Three things *shipped* this week" in texts[0] and f"`{task['id']}`" in texts[0]
+
+        # A connection deleted before the task ends: the post fails, the task completes all the same.
+        stack.models.push(Turn.say("Nobody will read this."))
+        orphan = await created_task(
+            client, workspace, {"connectionId": "chn-" + "0" * 32, "conversation": "-100200", "thread": "7"}
+        )
+        assert (await ended(client, orphan["id"]))["status"] == "completed"
+        assert [m.text for m in telegram.in_conversation("-100200")] == texts
+
+        bad = await client.post(
+            "/api/tasks",
+            json={"prompt": "x", "workspaceId": workspace, "channel": {"connectionId": "nope", "conversation": "1"}},
+        )
+        assert bad.status_code == 422
+        await client.delete(f"/api/channels/{channel['id']}")
