@@ -87,8 +87,8 @@ async def test_telegram_forged_deliveries_are_refused_and_a_replay_is_answered_o
             )
         assert forged.status_code == 401 and garbage.status_code == 401, (forged.text, garbage.text)
         async with stack.db() as conn:
-            assert await conn.fetchval("SELECT count(*) FROM popagent_channel_events") == 0
-            assert await conn.fetchval("SELECT count(*) FROM popagent_channel_conversations") == 0
+            for table in ("popagent_channel_events", "popagent_channel_conversations"):
+                assert await conn.fetchval(f"SELECT count(*) FROM {table} WHERE connection_id = $1", channel["id"]) == 0
 
         stack.models.push(Turn.say("The answer is **42**.", chunk_size=4, chunk_delay_s=0.05))
         update = telegram_update(7, 500, "What is the answer?")
@@ -108,7 +108,12 @@ async def test_telegram_forged_deliveries_are_refused_and_a_replay_is_answered_o
         )
         # One turn: the replay was taken in once.
         async with stack.db() as conn:
-            assert await conn.fetchval("SELECT count(*) FROM popagent_turns") == 1
+            turns = await conn.fetchval(
+                "SELECT count(*) FROM popagent_turns t JOIN popagent_channel_conversations c"
+                " ON c.session_id = t.session_id WHERE c.connection_id = $1",
+                channel["id"],
+            )
+            assert turns == 1
         sends = [call for call in telegram.calls if call[0] == "sendMessage"]
         assert len(sends) == 1
         answers = [

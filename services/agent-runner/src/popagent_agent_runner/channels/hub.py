@@ -2,17 +2,19 @@
 to its thread's session, the turn started there as a chat turn (the session's double-texting policy),
 and the reply relayed to the platform as it streams.
 
-The webhook answers as soon as the delivery is taken in (platforms retry a slow answer); the turn and
-its reply run on in this process, and the turn, like any chat turn, goes on elsewhere if this runner
-stops (its reply then ends with the turn's log, not here)."""
+The webhook answers as soon as the delivery is taken in (platforms retry a slow answer); the turn runs
+on in this process, its batches going to the turn log, and the reply is relayed from that log under a
+leased relay record, so if this runner stops another takes the relay over and finishes the reply (the
+turn itself, like any chat turn, is taken over too: turns.md)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
@@ -31,7 +33,7 @@ from popagent_agent_runner.channels.inbound import (
 )
 from popagent_agent_runner.channels.outbound import Poster, card_markdown, poster_for, split_rendered
 from popagent_agent_runner.channels.relay import EDIT_INTERVAL_S, ReplyRelay
-from popagent_agent_runner.channels.store import ApprovalCard, ChannelStore, ConnectionRecord
+from popagent_agent_runner.channels.store import ApprovalCard, ChannelStore, ConnectionRecord, RelayRecord
 from popagent_agent_runner.turn.chat_turns import ChatTurns, LiveTurn, Queued, QueuedTurnDropped
 from popagent_agent_runner.turn.runner import TurnInput
 from popagent_agent_runner.turn.ui_message import UserMessage
@@ -51,6 +53,14 @@ APPROVAL_WORDS: dict[str, Decision] = {
 }
 MAX_PROMPT_CHARS = 32000
 MAX_CARD_ARGUMENTS_CHARS = 600
+# How often a runner renews its relays' leases and looks for relays whose runner died.
+RELAY_CHECK_S = 1.0
+TAKEOVER_BATCH = 20
+# A follower of a turn whose runner's lease passed waits this long for another runner to take it over
+# (runners look for lost turns every second), polling this often.
+TAKEOVER_WAIT_S = 2.5
+TAKEOVER_POLL_S = 0.1
+FORGET_INTERVAL_S = 3600.0
 
 SessionCreator = Callable[[str, str, str], Awaitable[None]]
 PosterFactory = Callable[[str, str, str], Poster]
@@ -109,6 +119,7 @@ class ChannelHub:
         *,
         poster_factory: PosterFactory = poster_for,
         edit_interval_s: float = EDIT_INTERVAL_S,
+        relay_check_s: float = RELAY_CHECK_S,
     ) -> None:
         self.store = store
         self.turns = turns
@@ -116,7 +127,10 @@ class ChannelHub:
         self.approvals = approvals
         self.poster_factory = poster_factory
         self.edit_interval_s = edit_interval_s
+        self.relay_check_s = relay_check_s
         self._background: set[asyncio.Task[None]] = set()
+        # Turn ids whose replies this runner relays (their leases are renewed).
+        self._relaying: set[str] = set()
 
     async def close(self) -> None:
         for task in list(self._background):
@@ -162,9 +176,7 @@ class ChannelHub:
                 platform_user=message.user,
             )
             return delivery.answer
-        task = asyncio.create_task(self._converse(connection, credentials, message), name="channel-turn")
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._spawn(self._converse(connection, credentials, message), "channel-turn")
         return delivery.answer
 
     async def _converse(self, connection: ConnectionRecord, credentials: Credentials, message: Message) -> None:
@@ -247,9 +259,12 @@ class ChannelHub:
                 return
         else:
             live = started
-        relay = ReplyRelay(
-            poster, message.conversation, message.reply_thread, on_error=error, edit_interval_s=self.edit_interval_s
+        relay = RelayRecord(
+            live.turn_id, connection.id, message.conversation, message.thread, message.reply_thread, session_id, ""
         )
+        await self.store.add_relay(relay, self.turns.records.runner_id, self.turns.records.lease_s)
+        # The turn's batches go to its log from here; the reply follows the log like any runner's would.
+        self._spawn(self._drive(live), "channel-turn-log")
         await self.store.record(
             connection.id,
             "in",
@@ -259,35 +274,140 @@ class ChannelHub:
             session_id=session_id,
             turn_id=live.turn_id,
         )
-        place = ReplyPlace(connection, poster, message.conversation, message.reply_thread, session_id)
-        await self._relay(live, relay, place)
-        posted = await relay.finish()
-        await self.store.record(
-            connection.id,
-            "out",
-            relay.answer or relay.failure,
-            conversation=message.conversation,
-            thread=message.thread,
-            session_id=session_id,
-            turn_id=live.turn_id,
-        )
-        logger.info("channel reply posted", extra={"connection": connection.id, "messages": len(posted)})
+        await self._follow(relay, connection, poster)
 
-    async def _relay(self, live: LiveTurn, relay: ReplyRelay, place: ReplyPlace) -> None:
-        """The turn's batches, each to its log (as an attached chat caller does), to the relay, and its
-        approval requests and answers to their cards."""
+    async def _drive(self, live: LiveTurn) -> None:
+        """The turn's batches to its log, as an attached chat caller does."""
         attached = True
         try:
             async for batch in live.output.events.batches():
                 await self.turns.log.append(live.turn_id, batch)
-                relay.read(batch)
-                await self._cards_of(batch, place)
             live.logged.set()
             attached = False
             await live.concluded.wait()
         finally:
             if attached:
                 self.turns.detach(live)
+
+    async def _follow(self, relay_record: RelayRecord, connection: ConnectionRecord, poster: Poster) -> None:
+        """The reply relayed from the turn's log (from its first batch), its approval requests to cards,
+        and the final edit; then the relay is marked finished."""
+        turn_id, session_id = relay_record.turn_id, relay_record.session_id
+        self._relaying.add(turn_id)
+
+        async def error(text: str) -> None:
+            await self.store.record(
+                connection.id,
+                "error",
+                text,
+                conversation=relay_record.conversation,
+                thread=relay_record.thread,
+                session_id=session_id,
+                turn_id=turn_id,
+            )
+
+        async def posted(message_id: str) -> None:
+            await self.store.relay_posted(turn_id, message_id)
+
+        relay = ReplyRelay(
+            poster,
+            relay_record.conversation,
+            relay_record.reply_thread,
+            on_error=error,
+            edit_interval_s=self.edit_interval_s,
+            message_id=relay_record.message_id,
+            on_posted=posted,
+        )
+        place = ReplyPlace(connection, poster, relay_record.conversation, relay_record.reply_thread, session_id)
+        records = self.turns.records
+
+        async def running() -> bool:
+            deadline = asyncio.get_running_loop().time() + TAKEOVER_WAIT_S
+            while True:
+                current = await records.get(session_id, turn_id)
+                if current is None or current.status not in ("running", "queued"):
+                    return False
+                if current.leased:
+                    return True
+                # Its runner's lease passed: another runner takes the turn over in a moment, or ends it.
+                if asyncio.get_running_loop().time() >= deadline:
+                    return False
+                await asyncio.sleep(TAKEOVER_POLL_S)
+
+        ended: list[str] = []
+        try:
+            async for batch in self.turns.log.follow(
+                turn_id, running=running, idle_check_s=records.lease_s / 3, on_end=ended.append
+            ):
+                relay.read(batch)
+                await self._cards_of(batch, place)
+            if not ended:
+                current = await records.get(session_id, turn_id)
+                if current is None or current.status in ("running", "interrupted"):
+                    relay.failure = relay.failure or "interrupted: the agent-runner running this turn stopped"
+            sent = await relay.finish()
+        finally:
+            self._relaying.discard(turn_id)
+        if not await self.store.finish_relay(turn_id, records.runner_id):
+            logger.warning("a channel relay was taken over while it finished", extra={"turn_id": turn_id})
+        await self.store.record(
+            connection.id,
+            "out",
+            relay.answer or relay.failure,
+            conversation=relay_record.conversation,
+            thread=relay_record.thread,
+            session_id=session_id,
+            turn_id=turn_id,
+        )
+        logger.info("channel reply posted", extra={"connection": connection.id, "messages": len(sent)})
+
+    async def _adopt(self, relay_record: RelayRecord) -> None:
+        """A relay whose runner died, gone on with here."""
+        try:
+            connection = await self.store.get(relay_record.connection_id)
+            credentials = await self._credentials(connection)
+        except PopagentError as exc:
+            logger.warning(
+                "a channel relay could not be taken over", extra={"turn_id": relay_record.turn_id, "error": str(exc)}
+            )
+            return
+        poster = self.poster_factory(connection.platform, credentials.bot_token, connection.api_base_url)
+        try:
+            await self._follow(relay_record, connection, poster)
+        except PopagentError as exc:
+            await self.store.record(
+                connection.id, "error", f"a reply could not be relayed: {exc}", turn_id=relay_record.turn_id
+            )
+        except Exception:
+            logger.exception("channel relay failed", extra={"connection": connection.id})
+        finally:
+            await poster.aclose()
+
+    async def keep_relaying(self) -> None:
+        """Until cancelled: the leases of the relays this runner follows renewed, relays whose runner died
+        taken over, and old event ids and finished relays forgotten now and then."""
+        records = self.turns.records
+        loop = asyncio.get_running_loop()
+        forgotten_at = 0.0
+        while True:
+            try:
+                if self._relaying:
+                    await self.store.renew_relays(records.runner_id, records.lease_s, list(self._relaying))
+                for lost in await self.store.take_over_relays(records.runner_id, records.lease_s, TAKEOVER_BATCH):
+                    logger.info("a channel relay is taken over", extra={"turn_id": lost.turn_id})
+                    self._spawn(self._adopt(lost), "channel-relay")
+                if loop.time() - forgotten_at > FORGET_INTERVAL_S:
+                    await self.store.forget_old_events()
+                    await self.store.forget_old_relays()
+                    forgotten_at = loop.time()
+            except PopagentError as exc:
+                logger.warning("channel relays not kept", extra={"error": str(exc)})
+            await asyncio.sleep(self.relay_check_s)
+
+    def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(work, name=name)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _stop(self, connection: ConnectionRecord, poster: Poster, message: Message, session_id: str) -> None:
         running = await self.turns.records.running(session_id)

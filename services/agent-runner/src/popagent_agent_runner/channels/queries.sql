@@ -92,3 +92,35 @@ RETURNING approval_id, connection_id, conversation, thread, session_id, message_
 -- name: open_cards_of_session
 SELECT approval_id, connection_id, conversation, thread, session_id, message_id, tool_name, outcome
 FROM popagent_channel_approval_cards WHERE session_id = $1 AND outcome = '' ORDER BY created_at DESC
+
+-- name: add_relay
+INSERT INTO popagent_channel_relays
+    (turn_id, connection_id, conversation, thread, reply_thread, session_id, runner_id, lease_until)
+VALUES ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8))
+ON CONFLICT (turn_id) DO NOTHING
+
+-- name: relay_posted
+UPDATE popagent_channel_relays SET message_id = $2 WHERE turn_id = $1
+
+-- name: renew_relays
+UPDATE popagent_channel_relays SET lease_until = now() + make_interval(secs => $2)
+WHERE runner_id = $1 AND turn_id = ANY($3::text[]) AND finished_at IS NULL
+
+-- name: take_over_relays
+-- Open relays whose runner's lease passed (it died or was cut off): this runner goes on with them.
+UPDATE popagent_channel_relays r SET runner_id = $1, lease_until = now() + make_interval(secs => $2)
+FROM (
+    SELECT turn_id FROM popagent_channel_relays
+    WHERE finished_at IS NULL AND lease_until < now()
+    ORDER BY lease_until LIMIT $3 FOR UPDATE SKIP LOCKED
+) lost
+WHERE r.turn_id = lost.turn_id
+RETURNING r.turn_id, r.connection_id, r.conversation, r.thread, r.reply_thread, r.session_id, r.message_id
+
+-- name: finish_relay
+UPDATE popagent_channel_relays SET finished_at = now()
+WHERE turn_id = $1 AND runner_id = $2 AND finished_at IS NULL
+RETURNING turn_id
+
+-- name: forget_old_relays
+DELETE FROM popagent_channel_relays WHERE finished_at < now() - make_interval(secs => $1)

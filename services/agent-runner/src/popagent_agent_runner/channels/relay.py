@@ -1,7 +1,8 @@
 """A turn's reply on a platform: the first text posts a message, later text edits it at most once per
 `edit_interval_s` (tool activity as a status line under it), and the end edits it to the complete answer
-(follow-up messages beyond the platform's limit). Exactly one final message per turn: the relay is
-finished once, by whoever ran the turn."""
+(follow-up messages beyond the platform's limit). The relay reads the turn's log from its first batch,
+so a relay taken over by another runner rebuilds the same text and goes on editing the message already
+posted (`message_id`); exactly one final message per turn."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ EDIT_INTERVAL_S = 1.0
 ELLIPSIS = " …"
 
 ErrorSink = Callable[[str], Awaitable[None]]
+PostedSink = Callable[[str], Awaitable[None]]
 
 
 class ReplyRelay:
@@ -32,6 +34,8 @@ class ReplyRelay:
         *,
         on_error: ErrorSink,
         edit_interval_s: float = EDIT_INTERVAL_S,
+        message_id: str = "",
+        on_posted: PostedSink | None = None,
     ) -> None:
         self.poster = poster
         self.conversation = conversation
@@ -40,7 +44,9 @@ class ReplyRelay:
         self.edit_interval_s = edit_interval_s
         self.texts: dict[str, str] = {}
         self.status = ""
-        self.message_id = ""
+        # The streamed message: posted by this relay, or by the runner that relayed the turn before.
+        self.message_id = message_id
+        self.on_posted = on_posted
         self._tools: dict[str, str] = {}
         self._shown = ""
         self._changed = asyncio.Event()
@@ -101,6 +107,8 @@ class ReplyRelay:
                         await self.poster.edit(self.conversation, self.message_id, preview)
                     else:
                         self.message_id = await self.poster.post(self.conversation, self.thread, preview)
+                        if self.on_posted is not None:
+                            await self.on_posted(self.message_id)
                     self._shown = preview
                 except PopagentError as exc:
                     await self.on_error(f"a streamed edit failed: {exc}")

@@ -76,6 +76,19 @@ class ApprovalCard:
     outcome: str
 
 
+@dataclass(frozen=True, slots=True)
+class RelayRecord:
+    """A channel turn's reply as it is relayed: the turn, where it goes, and the message it streams into."""
+
+    turn_id: str
+    connection_id: str
+    conversation: str
+    thread: str
+    reply_thread: str
+    session_id: str
+    message_id: str
+
+
 @dataclass(frozen=True)
 class ConnectionChanges:
     """What a create sets or an update changes; None leaves a field as it is (or its default)."""
@@ -306,6 +319,42 @@ class ChannelStore:
         with wrap_db_errors():
             rows = await self.pool.fetch(QUERIES["open_cards_of_session"], session_id)
         return [record_of(ApprovalCard, row) for row in rows]
+
+    async def add_relay(self, relay: RelayRecord, runner_id: str, lease_s: float) -> None:
+        with wrap_db_errors():
+            await self.pool.execute(
+                QUERIES["add_relay"],
+                relay.turn_id,
+                relay.connection_id,
+                relay.conversation,
+                relay.thread,
+                relay.reply_thread,
+                relay.session_id,
+                runner_id,
+                lease_s,
+            )
+
+    async def relay_posted(self, turn_id: str, message_id: str) -> None:
+        with wrap_db_errors():
+            await self.pool.execute(QUERIES["relay_posted"], turn_id, message_id)
+
+    async def renew_relays(self, runner_id: str, lease_s: float, turn_ids: Sequence[str]) -> None:
+        with wrap_db_errors():
+            await self.pool.execute(QUERIES["renew_relays"], runner_id, lease_s, list(turn_ids))
+
+    async def take_over_relays(self, runner_id: str, lease_s: float, limit: int) -> list[RelayRecord]:
+        with wrap_db_errors():
+            rows = await self.pool.fetch(QUERIES["take_over_relays"], runner_id, lease_s, limit)
+        return [record_of(RelayRecord, row) for row in rows]
+
+    async def finish_relay(self, turn_id: str, runner_id: str) -> bool:
+        """True when this runner still held the relay (False: another took it over meanwhile)."""
+        with wrap_db_errors():
+            return await self.pool.fetchval(QUERIES["finish_relay"], turn_id, runner_id) is not None
+
+    async def forget_old_relays(self) -> None:
+        with wrap_db_errors():
+            await self.pool.execute(QUERIES["forget_old_relays"], EVENT_MEMORY_S)
 
     async def session_of_turn(self, connection_id: str, turn_id: str) -> str:
         with wrap_db_errors():
