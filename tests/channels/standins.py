@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,7 @@ class Message:
     edits: int = 0
     # The values of the message's buttons (Slack button values, Telegram callback_data, Discord custom_ids).
     buttons: list[str] = field(default_factory=list[str])
+    posted_at: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -44,6 +46,8 @@ class PlatformStandIn:
     # The next N calls of a method answer 429 with this Retry-After.
     rate_limited: dict[str, int] = field(default_factory=dict[str, int])
     retry_after_s: int = 1
+    # Slack: chat.update of a message older than this answers `cant_update_message` (None: never).
+    edit_expiry_s: float | None = None
     # Messages only one user saw: (user or callback query id, text).
     private: list[tuple[str, str]] = field(default_factory=list[tuple[str, str]])
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1000))
@@ -89,6 +93,8 @@ def _slack_app(standin: PlatformStandIn) -> web.Application:
             message = standin.messages.get(str(body.get("ts", "")))
             if message is None:
                 return web.json_response({"ok": False, "error": "message_not_found"})
+            if standin.edit_expiry_s is not None and time.monotonic() - message.posted_at > standin.edit_expiry_s:
+                return web.json_response({"ok": False, "error": "cant_update_message"})
             message.text, message.edits = text, message.edits + 1
             if blocks is not None:
                 message.buttons = _slack_buttons(blocks)
@@ -177,16 +183,74 @@ def _telegram_app(standin: PlatformStandIn) -> web.Application:
     return app
 
 
+def _discord_buttons(components: object) -> list[str]:
+    if not isinstance(components, list):
+        return []
+    return [
+        str(button["custom_id"])
+        for row in components
+        if isinstance(row, dict)
+        for button in row.get("components", [])
+        if isinstance(button, dict) and button.get("type") == 2
+    ]
+
+
+def _discord_app(standin: PlatformStandIn) -> web.Application:
+    async def message(request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != f"Bot {standin.token}":
+            return web.json_response({"message": "401: Unauthorized", "code": 0}, status=401)
+        name = f"{request.method} messages"
+        body = await request.json()
+        standin.calls.append((name, body))
+        if standin.limited(name):
+            return web.json_response(
+                {"message": "You are being rate limited.", "retry_after": standin.retry_after_s, "global": False},
+                status=429,
+                headers={"Retry-After": str(standin.retry_after_s)},
+            )
+        text = str(body.get("content", ""))
+        if len(text) > DISCORD_LIMIT:
+            return web.json_response(
+                {
+                    "message": "Invalid Form Body",
+                    "code": 50035,
+                    "errors": {"content": {"_errors": [{"code": "BASE_TYPE_MAX_LENGTH"}]}},
+                },
+                status=400,
+            )
+        channel = request.match_info["channel"]
+        if request.method == "POST":
+            message_id = str(next(standin._ids))
+            standin.messages[message_id] = Message(
+                message_id, channel, "", text, buttons=_discord_buttons(body.get("components"))
+            )
+            return web.json_response({"id": message_id, "channel_id": channel, "content": text})
+        found = standin.messages.get(request.match_info.get("message", ""))
+        if found is None or found.conversation != channel:
+            return web.json_response({"message": "Unknown Message", "code": 10008}, status=404)
+        if "content" in body:
+            found.text, found.edits = text, found.edits + 1
+        if "components" in body:
+            found.buttons = _discord_buttons(body["components"])
+        return web.json_response({"id": found.id, "channel_id": channel, "content": found.text})
+
+    app = web.Application()
+    app.router.add_post("/api/v10/channels/{channel}/messages", message)
+    app.router.add_patch("/api/v10/channels/{channel}/messages/{message}", message)
+    return app
+
+
 @contextlib.asynccontextmanager
 async def serving(kind: str, token: str) -> AsyncIterator[PlatformStandIn]:
     standin = PlatformStandIn(token)
-    app = _slack_app(standin) if kind == "slack" else _telegram_app(standin)
+    apps = {"slack": _slack_app, "telegram": _telegram_app, "discord": _discord_app}
+    app = apps[kind](standin)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    standin.url = f"http://127.0.0.1:{port}" + ("/api/" if kind == "slack" else "")
+    standin.url = f"http://127.0.0.1:{port}" + {"slack": "/api/", "telegram": "", "discord": "/api/v10"}[kind]
     try:
         yield standin
     finally:

@@ -7,9 +7,10 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+from chat.helpers import chat, new_session
+
 from channels.standins import Message, serving
 from channels.test_channels import connect
-from chat.helpers import chat, new_session
 from support.model_gateway import Turn
 from support.stacks import Stack
 from support.waiting import eventually

@@ -331,6 +331,7 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
             create_channel_session,
             approvals,
             edit_interval_s=settings.channel_edit_interval_s,
+            edit_window_s=settings.channel_edit_window_s,
         )
         stack.push_async_callback(channel_hub.close)
         relaying = asyncio.create_task(channel_hub.keep_relaying(), name="channel-relays")

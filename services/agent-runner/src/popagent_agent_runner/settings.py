@@ -83,6 +83,11 @@ class Settings(ServiceSettings):
     channel_edit_interval_s: float = Field(
         default=1.0, ge=0.05, le=60, validation_alias="POPAGENT_CHANNEL_EDIT_INTERVAL_S"
     )
+    # Edits of a reply's message stop this long after it was posted and the reply goes on in a fresh one
+    # (0: no window; a platform's refusal of a too-old edit rolls over all the same).
+    channel_edit_window_s: float = Field(
+        default=0.0, ge=0, le=7 * 86400, validation_alias="POPAGENT_CHANNEL_EDIT_WINDOW_S"
+    )
     # The address gateways dial this runner at, announced with its presence (docs/turns.md, Routing).
     # Empty: its listen address with the port it got (this host's name when it listens on every interface).
     advertise_address: str = Field(default="", validation_alias="POPAGENT_AGENT_RUNNER_ADVERTISE_ADDR")

@@ -120,6 +120,7 @@ class ChannelHub:
         poster_factory: PosterFactory = poster_for,
         edit_interval_s: float = EDIT_INTERVAL_S,
         relay_check_s: float = RELAY_CHECK_S,
+        edit_window_s: float = 0.0,
     ) -> None:
         self.store = store
         self.turns = turns
@@ -128,6 +129,7 @@ class ChannelHub:
         self.poster_factory = poster_factory
         self.edit_interval_s = edit_interval_s
         self.relay_check_s = relay_check_s
+        self.edit_window_s = edit_window_s
         self._background: set[asyncio.Task[None]] = set()
         # Turn ids whose replies this runner relays (their leases are renewed).
         self._relaying: set[str] = set()
@@ -317,6 +319,7 @@ class ChannelHub:
             edit_interval_s=self.edit_interval_s,
             message_id=relay_record.message_id,
             on_posted=posted,
+            edit_window_s=self.edit_window_s,
         )
         place = ReplyPlace(connection, poster, relay_record.conversation, relay_record.reply_thread, session_id)
         records = self.turns.records
