@@ -100,6 +100,13 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403",
 [[operations]]
 include-name-regex = '^POST /api/sessions/[{{]session_id[}}]/attachments$'
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "409", "429", "5xx"]
+
+# A channel connection's credentials are its platform's (Slack: signingSecret; Telegram: a
+# secretToken of Telegram's alphabet; Discord: a 64-hex publicKey), checked against the platform
+# sent or stored: 400 naming the field.
+[[operations]]
+include-name-regex = '^(POST /api/channels|PATCH /api/channels/[{{]channel_id[}}])$'
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "409", "429", "5xx"]
 """
 
 

@@ -26,6 +26,7 @@ from popagent.agent_runner.v1 import channels_pb2, channels_pb2_grpc
 from popagent.browser_bridge.v1 import browser_bridge_pb2, browser_bridge_pb2_grpc
 from popagent.hooks.v1 import hooks_pb2_grpc
 from popagent_core.db import open_pool
+from popagent_core.errors import PopagentError
 from popagent_core.grpc_client import map_rpc_errors, open_channel
 from popagent_core.service import schema_for
 from popagent_hooks_client.client import HooksClient
@@ -258,16 +259,24 @@ class ChannelResultObserver:
         target = await self.pool.fetchrow(QUERIES["task_channel"], uuid.UUID(event.task.task_id))
         if target is None:
             return
-        with map_rpc_errors():
-            await self.channels.PostToChannel(
-                channels_pb2.PostToChannelRequest(
-                    id=target["connection_id"],
-                    conversation=target["conversation"],
-                    thread=target["thread"],
-                    text=result_text(event),
-                ),
-                timeout=POST_TIMEOUT_S,
+        try:
+            with map_rpc_errors():
+                await self.channels.PostToChannel(
+                    channels_pb2.PostToChannelRequest(
+                        id=target["connection_id"],
+                        conversation=target["conversation"],
+                        thread=target["thread"],
+                        text=result_text(event),
+                    ),
+                    timeout=POST_TIMEOUT_S,
+                )
+        except PopagentError as exc:
+            # Expected (a connection deleted or disabled since, the platform down): one line, no trace.
+            logger.warning(
+                "task result not posted to its channel",
+                extra={"task_id": event.task.task_id, "connection": target["connection_id"], "error": str(exc)},
             )
+            return
         logger.info("task result posted to its channel", extra={"task_id": event.task.task_id})
 
 
