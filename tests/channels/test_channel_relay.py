@@ -53,5 +53,5 @@ async def test_a_relay_whose_runner_died_is_taken_over_and_finishes_the_same_mes
             relay = await conn.fetchrow(
                 "SELECT runner_id, finished_at FROM popagent_channel_relays WHERE turn_id = $1", turn_id
             )
-        assert relay["runner_id"] != "a-runner-that-died" and relay["finished_at"] is not None
+        assert relay is not None and relay["runner_id"] != "a-runner-that-died" and relay["finished_at"] is not None
         await client.delete(f"/api/channels/{channel['id']}")
