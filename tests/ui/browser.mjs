@@ -1463,6 +1463,46 @@ try {
     return "added with OAuth, connected through the authorization window (it closed itself), deleted";
   });
 
+  await step("channels page", ["api key prompt"], async () => {
+    await page.goto(`${url}/#/channels`);
+    const list = page.locator('[data-testid="channel-list"]');
+    await list.waitFor({ timeout: 10_000 });
+    await page.getByRole("button", { name: "Add connection" }).click();
+    const form = page.getByRole("form", { name: "New channel connection" });
+    await form.getByLabel("Platform").selectOption("telegram");
+    await form.getByLabel("Name").fill("ui-telegram");
+    await form.getByRole("button", { name: "Next" }).click();
+    const token = "123456:ui-walk-bot-token-never-shown";
+    const secret = "ui-walk-secret-token";
+    await form.getByLabel("Bot token").fill(token);
+    await form.getByLabel("Secret token").fill(secret);
+    await form.getByRole("button", { name: "Next" }).click();
+    await form.getByLabel("Allowed users").fill("1001");
+    await form.getByLabel("Approvers").fill("1001");
+    await form.getByRole("button", { name: "Create connection" }).click();
+    const created = page.getByRole("status").filter({ hasText: "ui-telegram" });
+    await created.waitFor({ timeout: 10_000 });
+    const webhook = await created.getByLabel("Webhook URL").inputValue();
+    check(/\/api\/channels\/chn-[0-9a-f]{32}\/events$/.test(webhook), `the webhook URL reads "${webhook}"`);
+    // A message from someone not allowed, delivered as Telegram delivers it: the traffic shows why it was ignored.
+    const delivered = await fetch(webhook, {
+      method: "POST",
+      headers: { "content-type": "application/json", "x-telegram-bot-api-secret-token": secret },
+      body: JSON.stringify({
+        update_id: 1,
+        message: { message_id: 1, from: { id: 999, is_bot: false, first_name: "Eve" }, chat: { id: 5, type: "private" }, date: 0, text: "hello" },
+      }),
+    });
+    check(delivered.status === 200, `the webhook answered ${delivered.status}`);
+    const item = page.locator('[data-testid="channel"]').filter({ hasText: "ui-telegram" });
+    await item.getByRole("button", { name: "Traffic" }).click();
+    await item.locator('[data-testid="channel-history"]').getByText("is not among the allowed users").waitFor({ timeout: 10_000 });
+    check(!(await page.content()).includes(token), "the page shows the bot token");
+    await item.getByRole("button", { name: "Delete" }).click();
+    await item.waitFor({ state: "detached" });
+    return `added in three steps, webhook URL shown (${webhook.replace(url, "")}), an unallowed sender's message listed as an error, deleted`;
+  });
+
   await step("autonomy page", ["api key prompt"], async () => {
     const { body: before } = await apiGet("/api/settings/autonomy");
     const setEvolution = async (on) => {

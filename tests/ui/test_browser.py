@@ -370,6 +370,7 @@ async def test_the_web_ui_in_a_real_browser(
         "skills editor",
         "mcp servers page",
         "mcp oauth connect",
+        "channels page",
         "autonomy page",
         "self-update section",
         "browser profile panel",

@@ -15,6 +15,7 @@ const SkillsPage = lazy(() => import("./skills/SkillsPage"));
 const DocumentsPage = lazy(() => import("./documents/DocumentsPage"));
 const SessionMemoryPage = lazy(() => import("./memory/SessionMemoryPage"));
 const McpServersPage = lazy(() => import("./mcp/McpServersPage"));
+const ChannelsPage = lazy(() => import("./channels/ChannelsPage"));
 
 export type PageContext = {
   rest: string | null;
@@ -35,6 +36,7 @@ export const PAGES: PageDef[] = [
   { id: "skills", label: "Skills", render: ({ rest }) => <SkillsPage agentId={rest ? decodeURIComponent(rest) : null} /> },
   { id: "autonomy", label: "Autonomy", render: () => <AutonomyPage /> },
   { id: "mcp", label: "MCP", render: () => <McpServersPage /> },
+  { id: "channels", label: "Channels", render: ({ workspaces }) => <ChannelsPage workspaces={workspaces} /> },
   { id: "settings", label: "Settings" },
   { id: "observability", label: "Observability", render: ({ rest }) => <ObservabilityPage path={rest ?? ""} /> },
   {

@@ -69,3 +69,7 @@ export type McpServerOut = S["McpServerOut"];
 export type McpServerCreate = S["McpHttpServerCreate"] | S["McpOAuthServerCreate"] | S["McpStdioServerCreate"];
 export type McpServerPatch = S["McpServerPatch"];
 export type McpServerTestOut = S["McpServerTestOut"];
+export type ChannelOut = S["ChannelOut"];
+export type ChannelCreate = S["ChannelCreate"];
+export type ChannelPatch = S["ChannelPatch"];
+export type ChannelHistoryEntryOut = S["ChannelHistoryEntryOut"];

@@ -52,7 +52,8 @@ function CreateCard(props: {
           key={defaultWorkspace}
           {...props.form}
           defaults={{ workspaceId: defaultWorkspace }}
-          exclude={["sessionId"]}
+          // A task's channel (where its result is posted) is an API field: docs/channels.md.
+          exclude={["sessionId", "channel"]}
           custom={{ workspaceId: workspaceSelect(props.workspaces), model: modelSelect(props.models, "the default model") }}
           labels={LABELS}
           onCreate={async (body) => {
