@@ -9,43 +9,24 @@ from __future__ import annotations
 import asyncio
 import urllib.parse
 import uuid
-from typing import Any
 
 import httpx
 from chat.approvals import supervisor_policy
 
-from channels.standins import PlatformStandIn, dumps, serving
-from channels.test_channels import connect, deliver_telegram, slack_headers, telegram_update
+from channels.helpers import (
+    WRITE,
+    approval_states,
+    card_posted,
+    channel_workspace,
+    connect,
+    deliver_telegram,
+    slack_headers,
+    telegram_update,
+)
+from channels.standins import dumps, serving
 from support.model_gateway import ToolCall, Turn
 from support.stacks import Stack
 from support.waiting import eventually
-
-WRITE = "mastra_workspace_write_file"
-
-
-async def channel_workspace(stack: Stack, client: httpx.AsyncClient) -> tuple[str, Any]:
-    name = f"chan-{uuid.uuid4().hex[:8]}"
-    folder = stack.workspace_root / name
-    folder.mkdir()
-    created = await client.post("/api/workspaces", json={"id": name, "name": name, "path": name})
-    assert created.status_code == 201, created.text
-    return name, folder
-
-
-async def approval_states(stack: Stack, channel_id: str) -> list[tuple[str, str | None]]:
-    async with stack.db() as conn:
-        rows = await conn.fetch(
-            "SELECT a.state, a.answered_by FROM popagent_approvals a"
-            " JOIN popagent_channel_conversations c ON c.session_id = a.session_id"
-            " WHERE c.connection_id = $1 ORDER BY a.created_at",
-            channel_id,
-        )
-    return [(row["state"], row["answered_by"]) for row in rows]
-
-
-def card_of(standin: PlatformStandIn, conversation: str) -> Any:
-    cards = [m for m in standin.in_conversation(conversation) if m.buttons]
-    return cards[0] if cards else None
 
 
 def slack_press(user: str, value: str, card_ts: str) -> bytes:
@@ -82,7 +63,7 @@ async def test_slack_card_refuses_a_non_approver_and_an_approvers_press_resumes_
                 }
             )
             assert (await keyless.post(url, content=message, headers=slack_headers(message))).status_code == 200
-            card = await eventually(lambda: card_of(slack, "C7"), until=lambda c: c is not None, within=30)
+            card = await card_posted(slack, "C7")
             [approve, deny, session] = card.buttons
             assert (approve.split(":")[0], deny.split(":")[0], session.split(":")[0]) == ("once", "deny", "session")
             assert WRITE in card.text and card.thread == "5.5"
@@ -130,7 +111,7 @@ async def test_telegram_card_refuses_a_non_approver_and_an_approvers_reply_denie
             httpx.AsyncClient(base_url=stack.url) as keyless,
         ):
             await deliver_telegram(keyless, channel["id"], telegram_update(31, 600, "write it"))
-            card = await eventually(lambda: card_of(telegram, "600"), until=lambda c: c is not None, within=30)
+            card = await card_posted(telegram, "600")
             assert len(card.buttons) == 3 and all(len(b.encode()) <= 64 for b in card.buttons)
 
             press = {

@@ -13,8 +13,8 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 
+from channels.helpers import connect, deliver_telegram, slack_headers, telegram_update
 from channels.standins import dumps, serving
-from channels.test_channels import connect, deliver_telegram, slack_headers, telegram_update
 from popagent_core.span_store import span_row
 from support.canary import CANARY, assert_no_canary
 from support.model_gateway import Turn

@@ -9,8 +9,8 @@ import uuid
 
 from chat.helpers import chat, new_session
 
+from channels.helpers import connect
 from channels.standins import Message, serving
-from channels.test_channels import connect
 from support.model_gateway import Turn
 from support.stacks import Stack
 from support.waiting import eventually

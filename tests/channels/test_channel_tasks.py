@@ -10,8 +10,8 @@ from typing import Any
 
 import httpx
 
+from channels.helpers import connect
 from channels.standins import serving
-from channels.test_channels import connect
 from support.model_gateway import Turn
 from support.stacks import Stack
 from support.waiting import eventually

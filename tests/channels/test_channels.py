@@ -5,72 +5,17 @@ in any answer."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import time
 import uuid
 from typing import Any
 
 import httpx
 
-from channels.standins import PlatformStandIn, dumps, serving
+from channels.helpers import connect, deliver_telegram, slack_headers, telegram_update
+from channels.standins import dumps, serving
 from support.model_gateway import Turn
 from support.stacks import Stack
 from support.waiting import eventually
-
-SIGNING_SECRET = "slack-signing-" + uuid.uuid4().hex
-
-
-def slack_headers(body: bytes, *, secret: str = SIGNING_SECRET, at: float | None = None) -> dict[str, str]:
-    timestamp = str(int(at if at is not None else time.time()))
-    digest = hmac.new(secret.encode(), f"v0:{timestamp}:".encode() + body, hashlib.sha256).hexdigest()
-    return {
-        "X-Slack-Request-Timestamp": timestamp,
-        "X-Slack-Signature": f"v0={digest}",
-        "Content-Type": "application/json",
-    }
-
-
-async def connect(client: httpx.AsyncClient, platform: str, standin: PlatformStandIn, **extra: Any) -> dict[str, Any]:
-    credentials = (
-        {"botToken": standin.token, "signingSecret": SIGNING_SECRET}
-        if platform == "slack"
-        else {"botToken": standin.token, "secretToken": "tg-secret-1"}
-    )
-    body = {
-        "name": f"{platform}-{uuid.uuid4().hex[:8]}",
-        "platform": platform,
-        "credentials": credentials,
-        "allowedUsers": ["U1", "42"],
-        "apiBaseUrl": standin.url,
-        **extra,
-    }
-    created = await client.post("/api/channels", json=body)
-    assert created.status_code == 201, created.text
-    return created.json()
-
-
-def telegram_update(update_id: int, chat_id: int, text: str, *, user: int = 42) -> dict[str, Any]:
-    return {
-        "update_id": update_id,
-        "message": {
-            "message_id": update_id,
-            "from": {"id": user, "is_bot": False, "first_name": "Ada"},
-            "chat": {"id": chat_id, "type": "private"},
-            "date": int(time.time()),
-            "text": text,
-        },
-    }
-
-
-async def deliver_telegram(
-    client: httpx.AsyncClient, channel_id: str, update: dict[str, Any], secret: str = "tg-secret-1"
-) -> httpx.Response:
-    return await client.post(
-        f"/api/channels/{channel_id}/events",
-        content=dumps(update),
-        headers={"X-Telegram-Bot-Api-Secret-Token": secret, "Content-Type": "application/json"},
-    )
 
 
 async def test_telegram_forged_deliveries_are_refused_and_a_replay_is_answered_once(stack: Stack) -> None:

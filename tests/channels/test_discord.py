@@ -14,9 +14,8 @@ import httpx
 from chat.approvals import supervisor_policy
 from nacl.signing import SigningKey
 
+from channels.helpers import WRITE, approval_states, card_posted, channel_workspace, connect
 from channels.standins import dumps, serving
-from channels.test_channel_approvals import WRITE, approval_states, card_of, channel_workspace
-from channels.test_channels import connect
 from support.model_gateway import ToolCall, Turn
 from support.stacks import Stack
 from support.waiting import eventually
@@ -81,7 +80,7 @@ async def test_discord_interactions_are_signed_and_an_approvers_button_resumes_t
                 answered = await keyless.post(url, content=command, headers=signed(command))
                 assert answered.status_code == 200, answered.text
                 assert answered.json() == {"type": 4, "data": {"content": "> write it"}}
-                card = await eventually(lambda: card_of(discord, "D1"), until=lambda c: c is not None, within=30)
+                card = await card_posted(discord, "D1")
                 assert [b.split(":")[0] for b in card.buttons] == ["once", "deny", "session"]
 
                 def press(user: str) -> bytes:

@@ -13,9 +13,8 @@ import httpx
 import pytest
 from chat.helpers import reset_for_chat
 
+from channels.helpers import channel_workspace, connect, slack_headers
 from channels.standins import dumps, serving
-from channels.test_channel_approvals import channel_workspace
-from channels.test_channels import connect, slack_headers
 from support.model_gateway import ToolCall, Turn
 from support.stacks import CHANNELS_STACK, TASK_HOOK_PATHS, Stack, StackSpec
 from support.waiting import eventually
