@@ -1,7 +1,8 @@
 """Task results posted to a channel (docs/channels.md, Task results): a task created with `channel`
 has its result posted to that connection's conversation when it ends, by the tasks service's channel
 observer through agent-runner; a connection that is gone makes the post fail (logged) and the task
-ends as it would have."""
+ends as it would have. A task turn waiting for an approval posts its card there (a needs-you notice),
+and an approver's press lets the task go on."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import uuid
 from typing import Any
 
 import httpx
+from chat.approvals import supervisor_policy
 
-from channels.helpers import connect
+from channels.helpers import WRITE, card_posted, connect, deliver_telegram
 from channels.standins import serving
-from support.model_gateway import Turn
+from support.model_gateway import ToolCall, Turn
 from support.stacks import Stack
 from support.waiting import eventually
 
@@ -69,4 +71,41 @@ async def test_a_tasks_result_is_posted_to_its_channel_and_a_missing_connection_
             json={"prompt": "x", "workspaceId": workspace, "channel": {"connectionId": "nope", "conversation": "1"}},
         )
         assert bad.status_code == 422
+        await client.delete(f"/api/channels/{channel['id']}")
+
+
+async def test_a_task_waiting_for_an_approval_posts_its_card_and_a_press_lets_it_finish(stack: Stack) -> None:
+    async with stack.client() as client, serving("telegram", "12:tg-" + uuid.uuid4().hex) as telegram:
+        workspace = f"tasks-{uuid.uuid4().hex[:8]}"
+        (stack.workspace_root / workspace).mkdir()
+        made = await client.post("/api/workspaces", json={"id": workspace, "name": workspace, "path": workspace})
+        assert made.status_code == 201, made.text
+        channel = await connect(client, "telegram", telegram, approvers=["42"], workspaceId=workspace)
+        stack.models.push(
+            Turn.call(ToolCall(WRITE, {"path": "weekly.txt", "content": "shipped\n"}, id="t1")),
+            Turn.say("Wrote the weekly note."),
+        )
+        async with supervisor_policy(client, [{"tool": WRITE, "decision": "ask"}]):
+            task = await created_task(client, workspace, {"connectionId": channel["id"], "conversation": "-100300"})
+            card = await card_posted(telegram, "-100300")
+            press = {
+                "update_id": 90,
+                "callback_query": {
+                    "id": "cbq-task",
+                    "from": {"id": 42, "is_bot": False, "first_name": "Ada"},
+                    "message": {"message_id": int(card.id), "chat": {"id": -100300, "type": "group"}},
+                    "data": card.buttons[0],
+                },
+            }
+            async with httpx.AsyncClient(base_url=stack.url) as keyless:
+                assert (await deliver_telegram(keyless, channel["id"], press)).status_code == 200
+            assert (await ended(client, task["id"]))["status"] == "completed"
+        assert (stack.workspace_root / workspace / "weekly.txt").read_text() == "shipped\n"
+        assert not card.buttons and "approved by telegram:42" in card.text
+        texts = await eventually(
+            lambda: [m.text for m in telegram.in_conversation("-100300") if not m.buttons],
+            until=lambda t: len(t) == 2,
+            within=20,
+        )
+        assert "Wrote the weekly note" in texts[-1]
         await client.delete(f"/api/channels/{channel['id']}")

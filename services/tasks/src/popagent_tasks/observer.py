@@ -119,6 +119,15 @@ class TaskStopped:
         return detail | self.extra
 
 
+@dataclass(frozen=True)
+class TaskWaiting:
+    """The attempt's turn started waiting for a person to answer a tool call's approval."""
+
+    task: TaskLifecycle
+    approval_id: str
+    tool_name: str
+
+
 class LifecycleObserver(Protocol):
     async def task_started(self, event: TaskStarted) -> None: ...
 
@@ -252,6 +261,28 @@ class ChannelResultObserver:
     async def task_started(self, event: TaskStarted) -> None:
         return None
 
+    async def task_waiting(self, event: TaskWaiting) -> None:
+        """A needs-you notice: the approval's card, with its buttons, in the task's channel."""
+        target = await self.pool.fetchrow(QUERIES["task_channel"], uuid.UUID(event.task.task_id))
+        if target is None:
+            return
+        try:
+            with map_rpc_errors():
+                await self.channels.PostApprovalCard(
+                    channels_pb2.PostApprovalCardRequest(
+                        id=target["connection_id"],
+                        conversation=target["conversation"],
+                        thread=target["thread"],
+                        approval_id=event.approval_id,
+                    ),
+                    timeout=POST_TIMEOUT_S,
+                )
+        except PopagentError as exc:
+            logger.warning(
+                "approval card not posted to the task's channel",
+                extra={"task_id": event.task.task_id, "connection": target["connection_id"], "error": str(exc)},
+            )
+
     async def task_stopped(self, event: TaskStopped) -> None:
         ended = event.status in FINAL_STATUSES or (event.status == StopStatus.FAILED and not event.will_retry)
         if not ended:
@@ -306,6 +337,21 @@ class Observers:
             except Exception:
                 logger.warning(
                     "TaskStart observer failed",
+                    exc_info=True,
+                    extra={"task_id": event.task.task_id, "observer": type(observer).__name__},
+                )
+
+    async def task_waiting(self, event: TaskWaiting) -> None:
+        """Only to the observers that take approval waits (a `task_waiting` method of their own)."""
+        for observer in self.observers:
+            notify = getattr(observer, "task_waiting", None)
+            if notify is None:
+                continue
+            try:
+                await notify(event)
+            except Exception:
+                logger.warning(
+                    "approval wait observer failed",
                     exc_info=True,
                     extra={"task_id": event.task.task_id, "observer": type(observer).__name__},
                 )

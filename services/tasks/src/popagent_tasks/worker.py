@@ -55,7 +55,7 @@ from popagent_tasks.model import (
     retry_eligible,
     truncate,
 )
-from popagent_tasks.observer import Observers, StopStatus, TaskLifecycle, TaskStarted, TaskStopped
+from popagent_tasks.observer import Observers, StopStatus, TaskLifecycle, TaskStarted, TaskStopped, TaskWaiting
 from popagent_tasks.repo import TaskRepo, Transition
 from popagent_tasks.settings import Settings
 
@@ -234,6 +234,8 @@ class Worker:
         self.worker_id = worker_id or default_worker_id()
         self.rng = rng or random.Random()
         self.slots: dict[uuid.UUID, _Slot] = {}
+        # Needs-you notices on their way (they never hold up the attempt's stream).
+        self._notices: set[asyncio.Task[None]] = set()
         self._completions = _StatementBatcher[tuple[uuid.UUID, int, str], Task](
             self._write_completions, name="tasks-complete"
         )
@@ -434,6 +436,14 @@ class Worker:
                 # Only what the task shows: the deadline already stopped or moved on, and a person
                 # may be about to answer, so the attempt goes on; the next wait or transition rewrites it.
                 logger.warning("approval wait not shown on the task", extra={"task_id": str(task_id)}, exc_info=True)
+            if report.waiting:
+                # Best effort, after the wait is shown: a needs-you notice where the task reports.
+                notice = asyncio.create_task(
+                    self.observers.task_waiting(TaskWaiting(slot.lifecycle, report.approval_id, report.tool_name)),
+                    name=f"task-{task_id}-needs-you",
+                )
+                self._notices.add(notice)
+                notice.add_done_callback(self._notices.discard)
 
         slot = _Slot(
             task_record=task,

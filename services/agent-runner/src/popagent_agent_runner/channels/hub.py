@@ -445,7 +445,28 @@ class ChannelHub:
                     session_id=place.session_id,
                 )
 
-    async def _post_card(self, place: ReplyPlace, approval_id: str) -> None:
+    async def post_approval_card(self, connection_id: str, conversation: str, thread: str, approval_id: str) -> str:
+        """A needs-you notice: the card of a pending approval (a task's turn waits for it) posted to a
+        conversation of the connection; its presses are taken as a channel turn's card's are. The card's
+        message id, or "" when the approval has a card already or no longer waits."""
+        connection = await self.store.get(connection_id)
+        if not connection.enabled:
+            raise FailedPrecondition(f"channel connection {connection_id!r} is disabled")
+        if not conversation:
+            raise InvalidArgument("conversation is required")
+        approval = await self.approvals.get(approval_id)
+        if approval.state != "pending":
+            return ""
+        credentials = await self._credentials(connection)
+        poster = self.poster_factory(connection.platform, credentials.bot_token, connection.api_base_url)
+        try:
+            return await self._post_card(
+                ReplyPlace(connection, poster, conversation, thread, approval.session_id), approval_id
+            )
+        finally:
+            await poster.aclose()
+
+    async def _post_card(self, place: ReplyPlace, approval_id: str) -> str:
         approval = await self.approvals.get(approval_id)
         claimed = await self.store.claim_card(
             approval_id,
@@ -456,7 +477,7 @@ class ChannelHub:
             approval.tool_name,
         )
         if not claimed:
-            return  # posted before this runner took the turn over
+            return ""  # posted before (this runner took the turn over, or the notice came again)
         text = card_markdown(place.poster.platform, card_text(approval))
         message_id = await place.poster.post_card(place.conversation, place.reply_thread, text, approval_id)
         await self.store.card_posted(approval_id, message_id)
@@ -468,6 +489,7 @@ class ChannelHub:
             thread=place.reply_thread,
             session_id=place.session_id,
         )
+        return message_id
 
     async def _settle(self, place: ReplyPlace, approval_id: str) -> None:
         """A card whose approval was answered elsewhere (popagent's UI, the API, its expiry) shows it."""

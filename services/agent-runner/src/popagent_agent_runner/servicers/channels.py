@@ -89,3 +89,11 @@ class ChannelsServicer(channels_pb2_grpc.AgentRunnerChannelsServiceServicer):
     ) -> pb.CancelTurnResponseForChannel:
         status = await self.hub.cancel(request.id, request.turn_id)
         return pb.CancelTurnResponseForChannel(turn_id=request.turn_id, status=status)
+
+    async def PostApprovalCard(
+        self, request: pb.PostApprovalCardRequest, context: grpc.aio.ServicerContext
+    ) -> pb.PostApprovalCardResponse:
+        message_id = await self.hub.post_approval_card(
+            request.id, request.conversation, request.thread, request.approval_id
+        )
+        return pb.PostApprovalCardResponse(message_id=message_id)
