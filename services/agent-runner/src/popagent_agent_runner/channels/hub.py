@@ -338,12 +338,18 @@ class ChannelHub:
                 await asyncio.sleep(TAKEOVER_POLL_S)
 
         ended: list[str] = []
+        read = 0
         try:
             async for batch in self.turns.log.follow(
                 turn_id, running=running, idle_check_s=records.lease_s / 3, on_end=ended.append
             ):
+                read += 1
                 relay.read(batch)
                 await self._cards_of(batch, place)
+            if not read and relay_record.message_id:
+                # The log no longer holds the turn (past its retention): what was posted stays as it is.
+                await self.store.finish_relay(turn_id, records.runner_id)
+                return
             if not ended:
                 current = await records.get(session_id, turn_id)
                 if current is None or current.status in ("running", "interrupted"):
