@@ -11,6 +11,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 
 from popagent.agent_runner.v1 import channels_pb2 as pb
 from popagent_gateway.deps import AgentRunnerChannelsStub
+from popagent_gateway.dto import ErrorOut
 from popagent_gateway.dto.channels import (
     CHANNEL_ID_PATTERN,
     ChannelCreate,
@@ -130,7 +131,7 @@ async def cancel_channel_turn(
 
 @webhooks.post(
     "/{channel_id}/events",
-    responses={401: {"description": "the platform's signature is missing, forged or stale"}},
+    responses={401: {"model": ErrorOut, "description": "the platform's signature is missing, forged or stale"}},
     openapi_extra={
         "requestBody": {
             "required": True,
