@@ -15,11 +15,11 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 from chat.helpers import chat, new_session
-from tasks_turns.test_task_turns import git_workspace, self_update_task
 
 from browser.helpers import bridge
 from popagent.tasks.v1 import tasks_pb2 as tpb
 from support.browser_peer import BrowserPeer, LoginSite
+from support.git_fixtures import git_workspace, self_update_task
 from support.model_gateway import ToolCall, Turn
 from support.stacks import Stack
 from support.waiting import eventually

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 from chat.helpers import supervisor_asks_nothing
-from tasks_turns.test_task_turns import git_workspace, self_update_task
 
 from popagent.tasks.v1 import tasks_pb2 as tpb
 from support.browser_peer import BrowserPeer, LoginSite, browser_peer
+from support.git_fixtures import git_workspace, self_update_task
 from support.model_gateway import ToolCall, Turn
 from support.stacks import TASK_HOOK_PATHS, TASK_RUNTIME, Stack, StackSpec
 from support.waiting import TEST_WITH_A_START_S, eventually

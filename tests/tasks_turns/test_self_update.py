@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from workspace.test_self_update_git import git_out, registered_repository, snapshot
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as arpb
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
 from popagent.tasks.v1 import tasks_pb2 as tpb
 from popagent_core.grpc_client import open_channel
+from support.git_fixtures import git_out, registered_repository, snapshot
 from support.https_receiver import ReceivedRequest, Reply, answer
 from support.model_gateway import ToolCall, Turn
 from support.stacks import MODEL, TASK_HOOK_PATHS, TASK_RUNTIME, Stack, StackSpec

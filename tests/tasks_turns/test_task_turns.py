@@ -4,16 +4,15 @@ scripted model server over HTTP, hook deliveries checked at a real HTTPS receive
 from __future__ import annotations
 
 import time
-import uuid
 
 import pytest
-from workspace.test_self_update_git import registered_repository
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as arpb
 from popagent.tasks.v1 import tasks_pb2 as tpb
+from support.git_fixtures import git_workspace, self_update_task
 from support.https_receiver import answer
 from support.model_gateway import ToolCall, Turn
-from support.stacks import MODEL, Stack
+from support.stacks import Stack
 from support.waiting import eventually
 
 
@@ -22,21 +21,6 @@ def prompt_of(body: dict) -> str:  # type: ignore[type-arg]
     users = [m for m in body["messages"] if m["role"] == "user"]
     content = users[-1]["content"]
     return content if isinstance(content, str) else " ".join(p.get("text", "") for p in content)
-
-
-async def git_workspace(stack: Stack) -> str:
-    """A registered workspace that is a clean Git repository: contained self-update works only there."""
-    name = f"git{uuid.uuid4().hex[:8]}"
-    registered_repository(stack.workspace_root / name)
-    await stack.state.CreateWorkspace(arpb.CreateWorkspaceRequest(id=name, name=name, path=name))
-    return name
-
-
-async def self_update_task(stack: Stack, prompt: str, workspace_id: str, max_attempts: int) -> str:
-    request = tpb.CreateTaskRequest(
-        prompt=prompt, model=MODEL, workspace_id=workspace_id, source="self-update", max_attempts=max_attempts
-    )
-    return (await stack.tasks.CreateTask(request)).id
 
 
 def stops_of(stack: Stack, task_id: str) -> list[dict]:  # type: ignore[type-arg]

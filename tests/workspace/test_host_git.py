@@ -11,32 +11,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from popagent_agent_runner.workspace import git
 from popagent_agent_runner.workspace.checkout import ensure_default_checkout
-
-# Plain git with no user or system configuration of the machine running the tests.
-PLAIN_ENV = {"PATH": os.environ["PATH"], "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
-
-
-def marker(ran: Path, name: str) -> str:
-    """A shell command that records `name` in the canary folder, then passes its input through."""
-    return f"sh -c 'touch {ran}/{name}; cat' --"
-
-
-def executable(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-
-
-def plain_git(*args: str, cwd: Path, env: dict[str, str] | None = None) -> None:
-    subprocess.run(["git", *args], cwd=cwd, env=env or PLAIN_ENV, capture_output=True, check=False, timeout=60)
+from support.git_fixtures import PLAIN_ENV, executable, marker, plain_git
 
 
 def hostile_repository(folder: Path, ran: Path) -> Path:

@@ -4,8 +4,6 @@ pushed from the clone, and no repository-provided program runs on the host (a ca
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import subprocess
 from pathlib import Path
@@ -14,37 +12,7 @@ import pytest
 
 from popagent_agent_runner.context.containment import protected_path
 from popagent_agent_runner.workspace import self_update as su
-from workspace.test_host_git import PLAIN_ENV, executable, marker, plain_git
-
-
-def git_out(*args: str, cwd: Path) -> str:
-    done = subprocess.run(["git", *args], cwd=cwd, env=PLAIN_ENV, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
-def snapshot(repository: Path) -> dict[str, str]:
-    """Every file of the working tree and the index and HEAD files, by digest (refs/popagent excluded)."""
-    found: dict[str, str] = {}
-    for path in sorted(repository.rglob("*")):
-        relative = path.relative_to(repository).as_posix()
-        if path.is_file() and (
-            not relative.startswith(".git/") or relative in (".git/index", ".git/HEAD", ".git/config")
-        ):
-            found[relative] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return found
-
-
-def registered_repository(folder: Path, *, commands: tuple[str, ...] = ("python3 -m pytest -q",)) -> Path:
-    folder.mkdir(parents=True)
-    (folder / "app.py").write_text("print('hello')\n")
-    (folder / ".popagent").mkdir()
-    (folder / ".popagent" / "self-update.json").write_text(json.dumps({"commands": list(commands)}))
-    plain_git("init", "-q", "-b", "main", cwd=folder)
-    plain_git("add", ".", cwd=folder)
-    plain_git("-c", "user.name=t", "-c", "user.email=t@x", "commit", "-qm", "init", cwd=folder)
-    plain_git("remote", "add", "origin", "https://example.invalid/never.git", cwd=folder)
-    return folder
+from support.git_fixtures import PLAIN_ENV, executable, git_out, marker, plain_git, registered_repository, snapshot
 
 
 def attempt(tmp_path: Path, registered: Path, attempt_id: str = "t1-1") -> tuple[Path, str, su.Captured, str]:
