@@ -9,8 +9,15 @@ from popagent_agent_runner.failures import TurnFailure
 from popagent_agent_runner.llm.model import ModelFailure
 from popagent_agent_runner.turn.failure_texts import FAILURE_TEXTS, failure_message, failure_text
 
-# Classes whose text is built from what decided them (a hook's reason, a task's request).
-WORDED_ELSEWHERE = {TurnFailure.HOOK_DENIED, TurnFailure.STOP_BLOCKED, TurnFailure.INVALID_TASK, TurnFailure.DEADLINE}
+# Classes whose text is built from what decided them (a hook's reason, a task's request, the
+# self-update policy's refusal: a self-update attempt only, never a chat).
+WORDED_ELSEWHERE = {
+    TurnFailure.HOOK_DENIED,
+    TurnFailure.STOP_BLOCKED,
+    TurnFailure.INVALID_TASK,
+    TurnFailure.DEADLINE,
+    TurnFailure.CONTAINMENT,
+}
 
 
 def test_every_failure_class_a_chat_can_end_with_has_a_text_saying_what_to_do() -> None:

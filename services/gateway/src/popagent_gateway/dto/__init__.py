@@ -57,6 +57,10 @@ _BLANK = r"\t\n\v\f\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205
 # to draw any valid body.
 NOT_BLANK_SCHEMA: dict[str, Any] = {"not": {"anyOf": [{"pattern": "\\x00"}, {"pattern": f"^[{_BLANK}]*$"}]}}
 # A name: no control characters, and not only whitespace (agent-runner strips it).
+# An http(s) URL of printable ASCII, no spaces, "/", "?" or "#" in its host part. Spelled as ASCII
+# classes, not \s / \S: JSON Schema's (ECMA) and pydantic's (Rust) regexes disagree on which Unicode
+# characters are space (U+0085), so a schema-valid URL could be refused.
+URL_PATTERN = r'^https?://[!"$-.0->@-~]+(/[!-~]*)?$'
 NAME_PATTERN = rf"^[^\x00-\x1f\x7f-\x9f]*[^\x00-\x1f\x7f-\x9f{_BLANK}][^\x00-\x1f\x7f-\x9f]*$"
 
 

@@ -8,14 +8,14 @@ from typing import Annotated, Literal
 from pydantic import Field
 from pydantic.json_schema import SkipJsonSchema
 
-from popagent_gateway.dto import PatchModel, WireInput, WireModel
+from popagent_gateway.dto import URL_PATTERN, PatchModel, WireInput, WireModel
 
 CHANNEL_ID_PATTERN = r"^chn-[0-9a-f]{32}$"
 Platform = Literal["slack", "telegram", "discord"]
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f\x7f]+$")]
 UserId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[\x21-\x7e]+$")]
 Users = Annotated[list[UserId], Field(max_length=500)]
-Url = Annotated[str, Field(max_length=2000, pattern=r"^(https?://[^\s/?#]+(/\S*)?)?$")]
+Url = Annotated[str, Field(max_length=2000, pattern=f"^({URL_PATTERN[1:-1]})?$")]
 Credential = Annotated[str, Field(min_length=1, max_length=4000, pattern=r"^[\x21-\x7e]+$")]
 
 

@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, Field
 from pydantic.json_schema import SkipJsonSchema
 
-from popagent_gateway.dto import PatchModel, WireInput, WireModel
+from popagent_gateway.dto import URL_PATTERN, PatchModel, WireInput, WireModel
 from popagent_gateway.dto.agents import AGENT_ID_PATTERN
 
 SERVER_NAME_PATTERN = r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$"
@@ -26,7 +26,7 @@ ServerName = Annotated[
         "the server's tools as mcp__<name>__<tool>",
     ),
 ]
-Url = Annotated[str, Field(min_length=1, max_length=2000, pattern=r"^https?://[^\s/?#]+(/\S*)?$")]
+Url = Annotated[str, Field(min_length=1, max_length=2000, pattern=URL_PATTERN)]
 Token = Annotated[
     str,
     Field(
