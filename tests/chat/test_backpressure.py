@@ -1,6 +1,6 @@
 """agent-runner's backpressure and bounded memory (issue 23, finding 2): the real agent-runner
 process streams ten concurrent 2 MB answers to readers that read slowly over real gRPC; its
-resident memory (read from /proc) stays within 100 MB of what it was idle. Before the fix the
+resident memory (read from /proc) stays within 128 MB of what it was idle. Before the fix the
 runner read every model stream at full speed, queued what the readers had not taken, and grew
 each waiting text delta by protobuf string appends that keep every intermediate copy (ten
 such answers peaked it at 5.7 GB)."""
@@ -31,7 +31,10 @@ from support.stacks import MODEL, Stack
 
 ANSWER_BYTES = 2 * 1024 * 1024
 CONCURRENT = 10
-RSS_BOUND = 100 * 1024 * 1024
+# Ten answers in flight at once measured 81-93 MB over idle; since each turn's log writer holds its
+# batches until JetStream acknowledges them (docs/turns.md), 97-109 MB. The bound is what ten slow
+# readers may cost, far below the 5.7 GB of the queueing this test was written against.
+RSS_BOUND = 128 * 1024 * 1024
 
 
 @contextlib.contextmanager
@@ -93,7 +96,7 @@ async def slow_turn(chat: agent_runner_pb2_grpc.AgentRunnerServiceStub, session:
 
 
 @pytest.mark.timeout(240)
-async def test_ten_slowly_read_2mb_answers_keep_the_runner_within_100mb_of_idle(stack: Stack, tmp_path: Path) -> None:
+async def test_ten_slowly_read_2mb_answers_keep_the_runner_within_128mb_of_idle(stack: Stack, tmp_path: Path) -> None:
     answer = "x" * 1023 + "\n"
     text = answer * (ANSWER_BYTES // len(answer))
     # The model sends as fast as it can, in 1 KB chunks: the readers are the slow side.
