@@ -169,6 +169,38 @@ async def test_forbidden_actions_are_refused_and_nothing_escapes(stack: Stack) -
     assert snapshot(folder) == before
 
 
+async def test_a_declared_push_still_reaches_nothing_and_the_reviewer_cannot_write(stack: Stack) -> None:
+    # The workspace declares `git push` as one of its commands, so the allow-list lets it through:
+    # the clone has no fetch URL and a push URL that goes nowhere, and the sandbox has no network.
+    name = f"su{uuid.uuid4().hex[:8]}"
+    folder = registered_repository(stack.workspace_root / name, commands=("git push origin HEAD", "git push"))
+    await stack.state.CreateWorkspace(arpb.CreateWorkspaceRequest(id=name, name=name, path=name))
+    before = snapshot(folder)
+    remote_before = git_out("remote", "-v", cwd=folder)
+    stack.models.push(
+        Turn.call(ToolCall("implementer", {"brief": "Push it."}, id="call-impl")),
+        Turn.call(ToolCall("mastra_workspace_write_file", {"path": "notes.txt", "content": "n\n"}, id="w")),
+        Turn.call(ToolCall("mastra_workspace_execute_command", {"command": "git push origin HEAD"}, id="push")),
+        Turn.say("Tried to push."),
+        Turn.call(ToolCall("reviewer", {"brief": "Review, and fix what you find."}, id="call-review")),
+        Turn.call(ToolCall("mastra_workspace_write_file", {"path": "review.txt", "content": "x"}, id="rw")),
+        Turn.say("Reviewed."),
+        Turn.say("Done."),
+    )
+    task = await run_self_update(stack, workspace_id=name)
+    results = tool_results(stack)
+    pushed = json.loads(results["push"])  # it ran (declared), and went nowhere
+    assert pushed["exitCode"] != 0 and "popagent-self-update-never-pushes" in pushed["output"], pushed
+    # The reviewer is read-only: its write is not among its tools, or is refused.
+    assert REFUSED in results["rw"] or "Unknown tool" in results["rw"], results["rw"]
+    assert task.status == "completed", (task.last_error, [p.message for p in task.progress])
+    ref = f"refs/popagent/self-update/{task.id}-1"
+    # What was imported is the implementer's change only, as a local ref; nothing left the machine.
+    assert git_out("show", "--name-only", "--format=", ref, cwd=folder).split() == ["notes.txt"]
+    assert git_out("remote", "-v", cwd=folder) == remote_before
+    assert snapshot(folder) == before
+
+
 async def test_without_a_reviewer_delegation_nothing_is_imported(stack: Stack) -> None:
     workspace_id, folder = await registered(stack)
     refs_before = git_out("for-each-ref", cwd=folder)
