@@ -201,6 +201,35 @@ async def test_a_declared_push_still_reaches_nothing_and_the_reviewer_cannot_wri
     assert snapshot(folder) == before
 
 
+async def test_a_push_to_a_real_url_finds_no_network_and_the_remote_cannot_be_changed(stack: Stack) -> None:
+    # The third way a push fails: even straight to a URL (a command the workspace declares), the
+    # sandbox has no network. And the clone's .git/config is read-only in the sandbox, so no
+    # command can give the remote a push URL.
+    name = f"su{uuid.uuid4().hex[:8]}"
+    commands = ("git remote set-url --push origin https://example.com/r.git", "git push https://example.com/r.git HEAD")
+    folder = registered_repository(stack.workspace_root / name, commands=commands)
+    await stack.state.CreateWorkspace(arpb.CreateWorkspaceRequest(id=name, name=name, path=name))
+    refs_before = git_out("for-each-ref", cwd=folder)
+    stack.models.push(
+        Turn.call(ToolCall("implementer", {"brief": "Push it."}, id="call-impl")),
+        Turn.call(ToolCall("mastra_workspace_execute_command", {"command": commands[0]}, id="seturl")),
+        Turn.call(ToolCall("mastra_workspace_execute_command", {"command": commands[1]}, id="push")),
+        Turn.say("Tried to push."),
+        Turn.call(ToolCall("reviewer", {"brief": "Review."}, id="call-review")),
+        Turn.say("Reviewed."),
+        Turn.say("Done."),
+    )
+    task = await run_self_update(stack, workspace_id=name)
+    results = tool_results(stack)
+    seturl = json.loads(results["seturl"])
+    assert seturl["exitCode"] != 0 and "Read-only file system" in seturl["output"], seturl
+    pushed = json.loads(results["push"])
+    assert pushed["exitCode"] != 0 and "Could not resolve host" in pushed["output"], pushed
+    # Nothing changed, nothing left: a clean no-op.
+    assert task.status == "completed" and "no change needed" in task.outcome, (task.status, task.last_error)
+    assert git_out("for-each-ref", cwd=folder) == refs_before
+
+
 async def test_without_a_reviewer_delegation_nothing_is_imported(stack: Stack) -> None:
     workspace_id, folder = await registered(stack)
     refs_before = git_out("for-each-ref", cwd=folder)
