@@ -92,8 +92,9 @@ def tokens_secret_name(server_id: str) -> str:
 class ReconnectNeeded(FailedPrecondition):
     """The server's tokens are gone or refused: only the user can connect it again."""
 
-    def __init__(self, server_name: str, reason: str) -> None:
-        super().__init__(
+    @classmethod
+    def of(cls, server_name: str, reason: str) -> ReconnectNeeded:
+        return cls(
             f"reconnect needed: {reason}; connect MCP server {server_name} again (Connect on the MCP servers page)"
         )
 
@@ -466,7 +467,7 @@ class OAuthKeeper:
         server = await self._server(server_id)
         tokens = await self.storage(server_id).get_tokens() if server.connected else None
         if not server.connected or tokens is None:
-            raise ReconnectNeeded(server.name, "it is not connected")
+            raise ReconnectNeeded.of(server.name, "it is not connected")
         held = HeldToken(tokens.access_token, _refresh_at(tokens, server.expires_at))
         if not held.due() and tokens.access_token != rejected:
             return held
@@ -477,7 +478,7 @@ class OAuthKeeper:
             server = await self._server(server_id, conn)
             tokens = await self.storage(server_id).get_tokens() if server.connected else None
             if not server.connected or tokens is None:
-                raise ReconnectNeeded(server.name, "it is not connected")
+                raise ReconnectNeeded.of(server.name, "it is not connected")
             held = HeldToken(tokens.access_token, _refresh_at(tokens, server.expires_at))
             if not held.due() and tokens.access_token != rejected:
                 return held
@@ -527,7 +528,7 @@ class OAuthKeeper:
             # Not in the refresh's transaction (`conn`), which this exception rolls back.
             await self.pool.execute(QUERIES["set_oauth_refused"], server.id, _bounded(reason))
         logger.warning("MCP OAuth server needs reconnecting", extra={"server": server.name, "reason": reason})
-        raise ReconnectNeeded(server.name, reason)
+        raise ReconnectNeeded.of(server.name, reason)
 
 
 class OAuthBearer(httpx2.Auth):
