@@ -331,4 +331,6 @@ async def test_a_large_page_is_converted_off_the_event_loop_within_a_bound(serve
         ticker.cancel()
         await fetcher.aclose()
     assert page.truncated and page.markdown.startswith(f"para [link]({server.base}/x) **bold**")
-    assert longest_gap < 1.0, f"the event loop stalled {longest_gap:.1f} s"
+    # On the loop the conversion stalled it 9.5 s or more; in a thread, the loop still shares the GIL
+    # and, in a full suite on two cores, the CPU (1.2 s seen once): the bound tells the two apart.
+    assert longest_gap < 3.0, f"the event loop stalled {longest_gap:.1f} s"
