@@ -17,8 +17,9 @@ from popagent_gateway.settings import Settings
 
 API_KEY = "c" * 32
 # POPAGENT_GATEWAY_RPC_TIMEOUT_S of the harness: short, so a test can outlast it, yet long enough for
-# a first call while the suite loads both cores (0.3 s was not, once, in CI).
-RPC_TIMEOUT_S = 1.0
+# a first call while the suite loads both cores (0.3 s was not, once, in CI; 1.0 s was not, once,
+# in a full local run).
+RPC_TIMEOUT_S = 2.0
 USER_MESSAGE = {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hello"}]}
 
 
