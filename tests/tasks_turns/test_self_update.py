@@ -53,7 +53,15 @@ async def run_self_update(stack: Stack, workspace_id: str) -> tpb.Task:
             prompt="Improve this repository.", model=MODEL, workspace_id=workspace_id, source="self-update"
         )
     )
-    return await stack.wait_task(task.id, "completed", "failed", "dead-letter", within=60)
+    ended = await stack.wait_task(task.id, "completed", "failed", "dead-letter", within=60)
+    if ended.status != "completed":
+        # A failed attempt's remediation is contained work too: it must exist, and it ends here so
+        # that it never reaches a later test's scripted model.
+        listed = await stack.tasks.ListTasks(tpb.ListTasksRequest(workspace_id=workspace_id))
+        remediations = [t for t in listed.tasks if t.parent_task_id == task.id]
+        assert len(remediations) == 1 and remediations[0].kind == "remediation", remediations
+        await stack.wait_task(remediations[0].id, "completed", "failed", "dead-letter", "cancelled", within=60)
+    return ended
 
 
 def tool_results(stack: Stack) -> dict[str, str]:
@@ -329,7 +337,3 @@ async def test_transient_failures_retry_from_a_fresh_clone_until_dead_letter(sta
     assert mine == [(1, "failed"), (2, "failed"), (3, "failed")]
     assert not any((stack.workspace_root / ".popagent-self-update").glob(f"{task.id}-*"))
     assert snapshot(folder) == before
-    # The dead letter's remediation is contained work too; it ends before the next test scripts the model.
-    listed = await stack.tasks.ListTasks(tpb.ListTasksRequest(workspace_id=workspace_id))
-    for remediation in [t for t in listed.tasks if t.parent_task_id == task.id]:
-        await stack.wait_task(remediation.id, "completed", "failed", "dead-letter", "cancelled", within=60)
