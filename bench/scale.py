@@ -53,7 +53,9 @@ from scale.scenario import (  # noqa: E402
     new_session,
     outbox_counts,
     running_turn_runners,
+    stored_answer,
     task_outcomes,
+    task_story,
 )
 
 from bench.helpers.launched_stack import model_server  # noqa: E402
@@ -279,13 +281,25 @@ async def run(args: argparse.Namespace, database_url: str, observability_url: st
             await load.stop()
 
             chats = load.finished
-            unfinished = [chat for chat in chats if chat.terminal != "finish"]
-            print(f"\n{len(chats)} chat turns, {len(unfinished)} not finished")
+            # A resume that found the turn already ended (204) reads the stored answer instead, as
+            # tests/scale does: such a turn finished unseen, and its stored answer must be whole.
+            unseen = [chat for chat in chats if chat.ended_unseen]
+            unfinished = [chat for chat in chats if chat.terminal != "finish" and not chat.ended_unseen]
+            print(f"\n{len(chats)} chat turns, {len(unseen)} ended unseen, {len(unfinished)} not finished")
+            for chat in unseen:
+                stored = await stored_answer(client, cluster.gateway_urls[1], cluster.api_key, chat)
+                if len(stored) != 1 or not stored[0]:
+                    failures.append(f"a turn that ended unseen stored {stored!r} ({chat.prompt})")
+            for chat in unfinished[:5]:
+                ends = [c["type"] for c in chat.chunks[-3:]]
+                print(f"  unfinished: status {chat.status}, done {chat.done}, last {ends}, errors {chat.errors[-2:]}")
             if unfinished:
-                failures.append(f"{len(unfinished)} chat turns did not finish: {[c.errors for c in unfinished[:3]]}")
+                failures.append(f"{len(unfinished)} chat turns did not finish")
             outcomes = await task_outcomes(database_url, task_ids)
             wrong = {t: o for t, o in outcomes.items() if o.status != "completed" or o.completed_turns != 1}
             print(f"{len(outcomes)} tasks, {len(wrong)} not completed exactly once")
+            for task_id in wrong:
+                print(await task_story(database_url, task_id))
             if wrong:
                 failures.append(f"tasks not completed exactly once: {wrong}")
         counts = await outbox_counts(database_url)

@@ -256,3 +256,28 @@ async def outbox_counts(database_url: str) -> dict[str, tuple[int, int]]:
     finally:
         await conn.close()
     return counts
+
+
+async def task_story(database_url: str, task_id: str) -> str:
+    """A task's progress and its turn records, in order: what a wrong outcome is read from."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        progress = await conn.fetch(
+            "SELECT attempt, kind, message, created_at FROM tasks.popagent_agent_task_progress "
+            "WHERE task_id = $1::uuid ORDER BY created_at, id",
+            task_id,
+        )
+        turns = await conn.fetch(
+            "SELECT id, status, runner_id, started_at, ended_at FROM agent_runner.popagent_turns "
+            "WHERE task_id = $1 ORDER BY started_at",
+            task_id,
+        )
+    finally:
+        await conn.close()
+    lines = [f"task {task_id}:"]
+    lines += [f"  progress {p['created_at']:%H:%M:%S.%f} #{p['attempt']} {p['kind']}: {p['message']}" for p in progress]
+    lines += [
+        f"  turn {t['id']} {t['status']} on {t['runner_id']} {t['started_at']:%H:%M:%S.%f} -> {t['ended_at']}"
+        for t in turns
+    ]
+    return "\n".join(lines)
