@@ -61,6 +61,12 @@ class QueuedTurn:
     progress: dict[str, Any] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class CompletedTaskTurn:
+    turn_id: str
+    outcome: str
+
+
 class TurnRecords:
     def __init__(self, pool: asyncpg.Pool, *, runner_id: str, lease_s: float) -> None:
         self.pool = pool
@@ -91,12 +97,27 @@ class TurnRecords:
             task_id,
             orjson.dumps(request).decode() if request is not None else None,
         )
+        return await self._start("start", session_id, values)
+
+    async def start_task(self, turn_id: str, session_id: str, task_id: str, *, after_completed: bool) -> bool:
+        """`start` for a task attempt's turn; with `after_completed`, also False when an earlier
+        attempt's turn of the task completed with its answer (`completed_task` reads it)."""
+        values = (turn_id, session_id, self.runner_id, self.lease_s, task_id, after_completed)
+        return await self._start("start_task", session_id, values)
+
+    async def _start(self, query: str, session_id: str, values: tuple[Any, ...]) -> bool:
         with wrap_db_errors():
-            if await self.pool.fetchval(QUERIES["start"], *values):
+            if await self.pool.fetchval(QUERIES[query], *values):
                 return True
         async with self._unflushed() as conn:
             await conn.execute(QUERIES["expire_running"], session_id)
-            return bool(await conn.fetchval(QUERIES["start"], *values))
+            return bool(await conn.fetchval(QUERIES[query], *values))
+
+    async def completed_task(self, task_id: str) -> CompletedTaskTurn | None:
+        """The turn of an earlier attempt of the task that completed, with its answer; None: none did."""
+        with wrap_db_errors():
+            row = await self.pool.fetchrow(QUERIES["completed_task"], task_id)
+        return CompletedTaskTurn(row["id"], row["task_outcome"]) if row is not None else None
 
     async def running(self, session_id: str) -> TurnRecord | None:
         """The session's running turn, if its runner holds the lease; NotFound for an unknown session."""
@@ -124,9 +145,10 @@ class TurnRecords:
             row = await self.pool.fetchrow(QUERIES["get"], turn_id, session_id)
         return record_of(TurnRecord, row) if row is not None else None
 
-    async def finish(self, turn_id: str, status: TurnStatus) -> None:
+    async def finish(self, turn_id: str, status: TurnStatus, *, task_outcome: str | None = None) -> None:
+        """The turn's final status; a task attempt's completed turn keeps its answer (`task_outcome`)."""
         async with self._unflushed() as conn:
-            await conn.execute(QUERIES["finish"], turn_id, self.runner_id, status)
+            await conn.execute(QUERIES["finish"], turn_id, self.runner_id, status, task_outcome)
 
     async def queue(self, turn_id: str, session_id: str, request: dict[str, Any]) -> int:
         """Record the turn as queued on the session, held by this runner; how many turns are ahead of it."""

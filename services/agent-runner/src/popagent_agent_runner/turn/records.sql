@@ -16,6 +16,27 @@ WHERE NOT EXISTS (SELECT 1 FROM popagent_turns WHERE session_id = $2 AND status 
 ON CONFLICT DO NOTHING
 RETURNING id
 
+-- name: start_task
+-- `start` for a task attempt's turn. With $6, nothing either when an earlier attempt's turn of the
+-- task completed with its answer (`completed_task`): this attempt takes that answer, nothing runs
+-- twice. In the same statement, so a turn completing meanwhile is never missed.
+INSERT INTO popagent_turns (id, session_id, status, runner_id, lease_until, task_id)
+SELECT $1, $2, 'running', $3, now() + make_interval(secs => $4), $5
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed
+WHERE NOT EXISTS (SELECT 1 FROM popagent_turns WHERE session_id = $2 AND status = 'queued')
+  AND NOT (CASE WHEN $6 THEN EXISTS (
+      SELECT 1 FROM popagent_turns
+      WHERE task_id = $5 AND status = 'completed' AND task_outcome IS NOT NULL
+  ) ELSE false END)
+ON CONFLICT DO NOTHING
+RETURNING id
+
+-- name: completed_task
+SELECT id, task_outcome FROM popagent_turns
+WHERE task_id = $1 AND status = 'completed' AND task_outcome IS NOT NULL
+ORDER BY ended_at
+LIMIT 1
+
 -- name: running
 -- The session (no row: no such session) and its running turn with its lease still valid (NULLs: none).
 SELECT t.id, s.id AS session_id, t.status, t.runner_id, true AS leased, t.task_id
@@ -35,7 +56,7 @@ RETURNING id
 
 -- name: finish
 -- Fenced by the runner: a turn whose lease another process expired stays as it was left.
-UPDATE popagent_turns SET status = $3, ended_at = now()
+UPDATE popagent_turns SET status = $3, ended_at = now(), task_outcome = $4
 WHERE id = $1 AND runner_id = $2 AND status = 'running'
 
 -- name: release_runner

@@ -41,7 +41,7 @@ from popagent_agent_runner.context.hooks import bounded
 from popagent_agent_runner.failures import TurnFailure
 from popagent_agent_runner.state.sessions import SessionStore
 from popagent_agent_runner.turn.log import TurnLog
-from popagent_agent_runner.turn.records import TurnRecords, TurnStatus
+from popagent_agent_runner.turn.records import CompletedTaskTurn, TurnRecords, TurnStatus
 from popagent_agent_runner.turn.runner import TurnInput, TurnRunner
 from popagent_agent_runner.turn.self_update import Prepared, SelfUpdate
 from popagent_agent_runner.turn.ui_message import UserMessage
@@ -257,7 +257,16 @@ class TaskTurns:
         try:
             async with asyncio.timeout(deadline) as timeout:
                 paused.bind(timeout)
-                await self._take_session(turn, request.task_id)
+                earlier = await self._take_session(turn, request.task_id, adopt=contained is None)
+                if earlier is not None:
+                    progress(
+                        bounded(
+                            f"the turn of an earlier attempt ({earlier.turn_id}) had completed: its answer is "
+                            "this attempt's outcome, and nothing ran again",
+                            MAX_PROGRESS_CHARS,
+                        )
+                    )
+                    return TaskResult(True, outcome=bounded(earlier.outcome, MAX_OUTCOME_CHARS))
                 started = True
                 self._running.add(turn.turn_id)
                 end = await self.runner.run(prepared, output)
@@ -271,7 +280,8 @@ class TaskTurns:
                 await drain
             self._running.discard(turn.turn_id)
             if started:
-                await self._conclude(turn.turn_id, status)
+                answer = bounded(output.text(), MAX_OUTCOME_CHARS) if status == "completed" else None
+                await self._conclude(turn.turn_id, status, answer)
         if end.outcome == "prompt_denied":
             # The chat turn answers a denied prompt with a refusal; for a task it is a failure.
             return TaskResult(
@@ -287,18 +297,25 @@ class TaskTurns:
             )
         return TaskResult(True, outcome=bounded(output.text(), MAX_OUTCOME_CHARS))
 
-    async def _take_session(self, turn: TurnInput, task_id: str) -> None:
-        """Record the attempt as the session's running turn, once no other runs or waits there."""
+    async def _take_session(self, turn: TurnInput, task_id: str, *, adopt: bool) -> CompletedTaskTurn | None:
+        """Record the attempt as the session's running turn, once no other runs or waits there; None.
+
+        With `adopt`, an earlier attempt's turn that completed instead (its tasks worker was lost
+        after the turn ended and before the task's transition): its answer is this attempt's, and
+        the work is not done twice. Contained self-update attempts never adopt: each verifies and
+        imports its own clone's commit, which a completed turn alone does not say happened."""
         while True:
-            if await self.records.start(turn.turn_id, turn.session_id, task_id=task_id):
-                return
+            if await self.records.start_task(turn.turn_id, turn.session_id, task_id, after_completed=adopt):
+                return None
+            if adopt and (earlier := await self.records.completed_task(task_id)) is not None:
+                return earlier
             await asyncio.sleep(SESSION_POLL_S)
 
     async def _log(self, turn_id: str, events: TurnEvents) -> None:
         async for batch in events.batches():
             await self.log.append(turn_id, batch)
 
-    async def _conclude(self, turn_id: str, status: TurnStatus) -> None:
+    async def _conclude(self, turn_id: str, status: TurnStatus, answer: str | None) -> None:
         """The record's final status (the session is free), then the log's end marker; shielded, so an
         attempt cancelled by its caller or a shutdown still records how it ended."""
 
@@ -306,7 +323,7 @@ class TaskTurns:
             # The log holds the whole attempt before the record says it ended (followers stop then).
             await self.log.settle(turn_id)
             try:
-                await self.records.finish(turn_id, status)
+                await self.records.finish(turn_id, status, task_outcome=answer)
             except PopagentError as exc:
                 logger.warning("task turn status not stored", extra={"turn_id": turn_id, "error": str(exc)})
             await self.log.end(turn_id, status)
