@@ -13,12 +13,11 @@ from dataclasses import dataclass
 
 import orjson
 
-from popagent.secrets.v1 import secrets_pb2, secrets_pb2_grpc
-from popagent_core.errors import InvalidArgument, NotFound
-from popagent_core.grpc_client import map_rpc_errors
+from popagent.secrets.v1 import secrets_pb2_grpc
+from popagent_agent_runner.state.named_secrets import NamedSecrets
+from popagent_core.errors import InvalidArgument
 
 CREDENTIALS_RESOURCE = "channels"
-SECRETS_TIMEOUT_S = 10.0
 MAX_CREDENTIAL_CHARS = 4000
 # What each platform's connection needs: the bot token it posts with and the key its inbound
 # deliveries are checked with.
@@ -70,39 +69,17 @@ def parsed_credentials(platform: str, value: str) -> Credentials:
     return Credentials(stored["botToken"], stored[inbound])
 
 
-@dataclass(frozen=True)
 class ChannelCredentials:
-    stub: secrets_pb2_grpc.SecretsServiceStub
+    """A connection's credentials, one JSON object named by the connection's id."""
+
+    def __init__(self, stub: secrets_pb2_grpc.SecretsServiceStub) -> None:
+        self._secrets = NamedSecrets(stub, CREDENTIALS_RESOURCE)
 
     async def put(self, connection_id: str, values: dict[str, str]) -> None:
-        with map_rpc_errors():
-            await self.stub.PutSecret(
-                secrets_pb2.PutSecretRequest(
-                    resource_id=CREDENTIALS_RESOURCE, name=connection_id, value=orjson.dumps(values).decode()
-                ),
-                timeout=SECRETS_TIMEOUT_S,
-            )
+        await self._secrets.put(connection_id, orjson.dumps(values).decode())
 
     async def delete(self, connection_id: str) -> None:
-        with map_rpc_errors():
-            listed = await self.stub.ListSecrets(
-                secrets_pb2.ListSecretsRequest(resource_id=CREDENTIALS_RESOURCE), timeout=SECRETS_TIMEOUT_S
-            )
-        for secret in listed.secrets:
-            if secret.name != connection_id:
-                continue
-            try:
-                with map_rpc_errors():
-                    await self.stub.DeleteSecret(
-                        secrets_pb2.DeleteSecretRequest(id=secret.id), timeout=SECRETS_TIMEOUT_S
-                    )
-            except NotFound:
-                pass  # deleted meanwhile
+        await self._secrets.delete(connection_id)
 
     async def resolve(self, platform: str, connection_id: str) -> Credentials:
-        with map_rpc_errors():
-            answer = await self.stub.ResolveToken(
-                secrets_pb2.ResolveTokenRequest(resource_id=CREDENTIALS_RESOURCE, name=connection_id),
-                timeout=SECRETS_TIMEOUT_S,
-            )
-        return parsed_credentials(platform, answer.value)
+        return parsed_credentials(platform, await self._secrets.resolve(connection_id))

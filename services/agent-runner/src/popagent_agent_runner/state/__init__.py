@@ -12,5 +12,6 @@
 | `skills.py` | the agents' user-managed Agent Skills and their SKILL.md form |
 | `orphans.py` | rows a crash or a defect left without their session, found and removed (`orphans.sql`) |
 | `self_update.py` | the record of each contained self-update attempt (`self_update.sql`) |
+| `named_secrets.py` | values kept in the secrets service by name: MCP servers' tokens, channels' credentials |
 | `queries.sql` | the named queries of all of the above but `orphans.py` and `self_update.py` |
 """
