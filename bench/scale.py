@@ -53,6 +53,7 @@ from scale.scenario import (  # noqa: E402
     new_session,
     outbox_counts,
     running_turn_runners,
+    session_turns,
     stored_answer,
     task_outcomes,
     task_story,
@@ -84,6 +85,8 @@ class Load:
         self.chats = chats
         self.finished: list[Chat] = []
         self.live: list[Chat] = []
+        # The chat each chat followed in its client's loop (None: its loop's first), by id().
+        self.previous: dict[int, Chat | None] = {}
         self._stop = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
 
@@ -96,6 +99,7 @@ class Load:
     async def _loop(self, client: httpx.AsyncClient, gateways: list[str], number: int) -> None:
         session = ""
         turns = 0
+        previous: Chat | None = None
         while not self._stop.is_set():
             try:
                 if turns % 10 == 0:
@@ -104,6 +108,8 @@ class Load:
                     session, f"load {number} turn {turns} {uuid.uuid4().hex[:6]}", gateways, self.cluster.api_key
                 )
                 self.live.append(chat)
+                self.previous[id(chat)] = previous
+                previous = chat
                 await chat.run(client)
                 self.live.remove(chat)
                 if chat.status is None:
@@ -293,6 +299,14 @@ async def run(args: argparse.Namespace, database_url: str, observability_url: st
             for chat in unfinished[:5]:
                 ends = [c["type"] for c in chat.chunks[-3:]]
                 print(f"  unfinished: status {chat.status}, done {chat.done}, last {ends}, errors {chat.errors[-2:]}")
+                before = load.previous.get(id(chat))
+                if before is not None and before.session == chat.session:
+                    print(
+                        f"    after a chat on its session that ended {chat.started_at - before.ended_at:.3f} s before: "
+                        f"terminal {before.terminal}, unseen {before.ended_unseen}, "
+                        f"resumed through {before.resumed_through}, errors {before.errors[-2:]}"
+                    )
+                print(await session_turns(database_url, chat.session))
             if unfinished:
                 failures.append(f"{len(unfinished)} chat turns did not finish")
             outcomes = await task_outcomes(database_url, task_ids)

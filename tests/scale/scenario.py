@@ -92,7 +92,11 @@ class Chat:
                 "POST", f"{self.gateways[0]}/api/chat", json=body, headers=self.headers
             ) as response:
                 self.status = response.status_code
-                await self._read(response)
+                if self.status == 200:
+                    await self._read(response)
+                else:
+                    # Refused before the stream: the body says why (a 409 names the running turn).
+                    self.errors.append(f"{self.status}: {(await response.aread()).decode(errors='replace')[:500]}")
         except httpx.HTTPError as exc:
             self.errors.append(f"{self.gateways[0]}: {type(exc).__name__}: {exc}")
             broken_at = time.monotonic()
@@ -281,3 +285,21 @@ async def task_story(database_url: str, task_id: str) -> str:
         for t in turns
     ]
     return "\n".join(lines)
+
+
+async def session_turns(database_url: str, session_id: str) -> str:
+    """A session's last turn records: what a refused chat is read from."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        turns = await conn.fetch(
+            "SELECT id, status, runner_id, attempts, started_at, ended_at FROM agent_runner.popagent_turns "
+            "WHERE session_id = $1 ORDER BY started_at DESC LIMIT 4",
+            session_id,
+        )
+    finally:
+        await conn.close()
+    return "\n".join(
+        f"    turn {t['id']} {t['status']} on {t['runner_id']} (attempts {t['attempts']}) "
+        f"{t['started_at']:%H:%M:%S.%f} -> {t['ended_at']}"
+        for t in turns
+    )
