@@ -61,12 +61,15 @@ class Documentation:
     def reranked(self) -> bool:
         return bool(self.search_engine.rerank_model)
 
-    async def list(self, workspace_id: str, path_prefix: str = "", limit: int = 0) -> list[DocumentRecord]:
+    async def list(
+        self, workspace_id: str, path_prefix: str = "", limit: int = 0, after_path: str = ""
+    ) -> list[DocumentRecord]:
         await self.workspaces.get(workspace_id)
         _check_text(path_prefix, "pathPrefix")
+        _check_text(after_path, "afterPath")
         if not 0 <= limit <= 1000:
             raise InvalidArgument("limit must be between 1 and 1000")
-        return await self.store.list(workspace_id, self.model, path_prefix, limit or 1000)
+        return await self.store.list(workspace_id, self.model, path_prefix, limit or 1000, after_path)
 
     async def get(self, workspace_id: str, document_id: str) -> DocumentRecord:
         _check_id(workspace_id, document_id)

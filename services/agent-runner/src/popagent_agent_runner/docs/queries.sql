@@ -105,7 +105,8 @@ WHERE id = $1
 -- name: list_documents
 SELECT id, workspace_id, origin, path, title, content_hash, embedded_hash, embedded_model, chunk_count,
        length(content) AS chars, created_at, updated_at
-FROM popagent_documents WHERE workspace_id = $1 AND ($2::text = '' OR path LIKE $2 ESCAPE '\')
+FROM popagent_documents
+WHERE workspace_id = $1 AND ($2::text = '' OR path LIKE $2 ESCAPE '\') AND ($4::text = '' OR path > $4)
 ORDER BY path LIMIT $3
 
 -- name: count_documents

@@ -316,10 +316,12 @@ class DocsStore:
         )
 
     async def list(
-        self, workspace_id: str, model: str, path_prefix: str = "", limit: int = 1000
+        self, workspace_id: str, model: str, path_prefix: str = "", limit: int = 1000, after_path: str = ""
     ) -> list[DocumentRecord]:
         with wrap_db_errors():
-            rows = await self.pool.fetch(self.q["list_documents"], workspace_id, like_prefix(path_prefix), limit)
+            rows = await self.pool.fetch(
+                self.q["list_documents"], workspace_id, like_prefix(path_prefix), limit, after_path
+            )
         return [_document(row, model) for row in rows]
 
     async def counts(self, workspace_id: str) -> tuple[int, int]:

@@ -36,7 +36,7 @@ class DocumentsServicer(documents_pb2_grpc.DocumentsServiceServicer):
     async def ListDocuments(
         self, request: pb.ListDocumentsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListDocumentsResponse:
-        records = await self.docs.list(request.workspace_id, request.path_prefix, request.limit)
+        records = await self.docs.list(request.workspace_id, request.path_prefix, request.limit, request.after_path)
         return pb.ListDocumentsResponse(documents=[document_message(record) for record in records])
 
     async def AddDocument(self, request: pb.AddDocumentRequest, context: grpc.aio.ServicerContext) -> pb.Document:
