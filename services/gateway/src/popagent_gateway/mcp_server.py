@@ -9,25 +9,41 @@ again here, as the /api routes' dependency checks it a second time.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import inspect
+import re
 import uuid
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal, cast
 
 import grpc
 import orjson
+from mcp.server.context import ServerRequestContext
 from mcp.server.elicitation import render_elicitation_schema
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp_types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequiredResult, ToolAnnotations
+from mcp.shared.exceptions import MCPError
+from mcp_types import (
+    INVALID_PARAMS,
+    ElicitRequest,
+    ElicitRequestFormParams,
+    ElicitResult,
+    InputRequiredResult,
+    ListResourcesResult,
+    PaginatedRequestParams,
+    Resource,
+    ToolAnnotations,
+)
 from pydantic import BaseModel, Field
 from starlette.requests import Request
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
+from popagent.agent_runner.v1 import documents_pb2 as docs_pb
 from popagent_gateway.chat_turns import FollowedTurn, follow_turn, refusal_text, start_chat_turn
 from popagent_gateway.deps import get_agent_runner_state, get_model_catalog, get_tasks
 from popagent_gateway.dto.approvals import ApprovalAnswer
@@ -38,6 +54,7 @@ from popagent_gateway.dto.workspaces import WORKSPACE_ID_PATTERN
 from popagent_gateway.errors import client_message
 from popagent_gateway.export import markdown_of
 from popagent_gateway.routes import agents, approvals, chat, documents, sessions, tasks
+from popagent_gateway.routes.documents import DOCUMENT_ID_REGEX
 from popagent_gateway.streaming import PendingCheck
 
 DEFAULT_WORKSPACE = "popagent"
@@ -61,6 +78,19 @@ def refusals_as_tool_errors() -> Iterator[None]:
         if text is None:
             raise
         raise ToolError(text) from None
+
+
+@contextlib.contextmanager
+def refusals_as_resource_errors() -> Iterator[None]:
+    """A refusal while reading a resource as the SDK's resource error with the text an /api client reads
+    for it: not found as `ResourceNotFoundError` (-32602), others as `ResourceError` (-32603)."""
+    try:
+        yield
+    except grpc.aio.AioRpcError as exc:
+        text = client_message(exc.code(), exc.details() or "")
+        if exc.code() is grpc.StatusCode.NOT_FOUND:
+            raise ResourceNotFoundError(text) from None
+        raise ResourceError(text) from None
 
 
 def http_request(ctx: Context) -> Request:
@@ -109,6 +139,90 @@ async def get_session(ctx: Context, session_id: SessionId) -> str:
     """One session's conversation as text (Markdown): every message under who said it, tool calls with
     their input and output (as GET /api/sessions/{id}, exported as GET /api/sessions/{id}/export does)."""
     return await session_transcript(ctx, session_id)
+
+
+DOCUMENT_URI = "popagent://workspaces/{workspace_id}/documents/{document_id}"
+DOCUMENT_MIME_TYPE = "text/markdown"
+# resources/list: documents per page, and the longest cursor taken back (a workspace id and a path).
+RESOURCES_PAGE = 100
+MAX_CURSOR_CHARS = 2048
+
+
+async def workspace_document(ctx: Context, workspace_id: str, document_id: str) -> str:
+    """A workspace document's content (as GET /api/workspaces/{id}/documents/{documentId} answers it):
+    agent-runner's copy of a workspace file taken by its last index run, or an added document."""
+    if not re.fullmatch(WORKSPACE_ID_PATTERN, workspace_id) or not re.fullmatch(DOCUMENT_ID_REGEX, document_id):
+        raise ResourceNotFoundError(f"no document {document_id[:80]!r} in workspace {workspace_id[:80]!r}")
+    docs = await documents.get_documents(http_request(ctx))
+    with refusals_as_resource_errors():
+        document = await docs.GetDocument(docs_pb.GetDocumentRequest(workspace_id=workspace_id, id=document_id))
+    return document.content
+
+
+class DocumentsCursor(BaseModel):
+    """Where the next page of resources/list starts: after `path` in workspace `workspace` (workspaces in
+    id order, each one's documents in path order). Opaque to the client (base64url of this JSON)."""
+
+    workspace: str
+    path: str
+
+    def encoded(self) -> str:
+        return base64.urlsafe_b64encode(self.model_dump_json().encode()).decode()
+
+    @classmethod
+    def decoded(cls, cursor: str) -> DocumentsCursor:
+        try:
+            if len(cursor) > MAX_CURSOR_CHARS:
+                raise ValueError(cursor)
+            return cls.model_validate_json(base64.urlsafe_b64decode(cursor.encode("ascii")))
+        except (ValueError, binascii.Error):
+            # pydantic's ValidationError and UnicodeEncodeError are ValueErrors too.
+            raise MCPError(
+                INVALID_PARAMS, "invalid cursor: give back the nextCursor of a resources/list answer"
+            ) from None
+
+
+def document_resource(document: docs_pb.Document) -> Resource:
+    where = "a file of the workspace, as last indexed" if document.origin == "file" else "an added document"
+    return Resource(
+        uri=DOCUMENT_URI.format(workspace_id=document.workspace_id, document_id=document.id),
+        name=document.path,
+        title=document.title or None,
+        description=f"{where} (workspace {document.workspace_id})",
+        mime_type=DOCUMENT_MIME_TYPE,
+    )
+
+
+async def document_resources(request: Request, cursor: str | None) -> ListResourcesResult:
+    """One page of the registered workspaces' documents, at most RESOURCES_PAGE of them."""
+    start = DocumentsCursor.decoded(cursor) if cursor is not None else None
+    state = await get_agent_runner_state(request)
+    docs = await documents.get_documents(request)
+    listed: list[Resource] = []
+    workspaces = sorted(
+        workspace.id for workspace in (await state.ListWorkspaces(pb.ListWorkspacesRequest())).workspaces
+    )
+    for workspace_id in workspaces:
+        if start is not None and workspace_id < start.workspace:
+            continue
+        after = start.path if start is not None and workspace_id == start.workspace else ""
+        try:
+            page = await docs.ListDocuments(
+                docs_pb.ListDocumentsRequest(
+                    workspace_id=workspace_id, after_path=after, limit=RESOURCES_PAGE - len(listed)
+                )
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() is grpc.StatusCode.NOT_FOUND:
+                continue  # unregistered since it was listed
+            raise
+        listed.extend(document_resource(document) for document in page.documents)
+        if len(listed) == RESOURCES_PAGE:
+            last = page.documents[-1]
+            return ListResourcesResult(
+                resources=listed, next_cursor=DocumentsCursor(workspace=workspace_id, path=last.path).encoded()
+            )
+    return ListResourcesResult(resources=listed)
 
 
 async def search_docs(
@@ -344,8 +458,21 @@ TOOLS = {
 }
 
 
+class PopagentMcpServer(MCPServer):
+    """The SDK's server, with resources/list answering the registered workspaces' documents page by page
+    (the SDK's own lists only fixed resources, all at once)."""
+
+    async def _handle_list_resources(
+        self, ctx: ServerRequestContext[Any], params: PaginatedRequestParams | None
+    ) -> ListResourcesResult:
+        request = ctx.request
+        if not isinstance(request, Request):
+            raise MCPError(INVALID_PARAMS, "popagent's MCP resources are served over streamable HTTP only")
+        return await document_resources(request, params.cursor if params is not None else None)
+
+
 def build_server() -> MCPServer:
-    server: MCPServer = MCPServer(
+    server: MCPServer = PopagentMcpServer(
         "popagent",
         title="popagent",
         instructions="popagent is a self-hosted AI agent: chat with it (chat), hand it background work "
@@ -361,6 +488,13 @@ def build_server() -> MCPServer:
         description="a chat session's conversation as Markdown",
         mime_type="text/markdown",
     )(session_transcript)
+    server.resource(
+        DOCUMENT_URI,
+        name="workspace document",
+        description="a document of a registered workspace's documentation (a Markdown file of the workspace as "
+        "last indexed, or an added document); resources/list lists them, search_docs finds them",
+        mime_type=DOCUMENT_MIME_TYPE,
+    )(workspace_document)
     return server
 
 
