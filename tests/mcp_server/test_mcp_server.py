@@ -6,7 +6,11 @@ from __future__ import annotations
 import uuid
 
 import httpx
+import httpx2
 import pytest
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from mcp_server.helpers import BEARER, HANDSHAKE, MODERN, answer_of, connected, text_of
 from support.model_gateway import ToolCall, Turn
@@ -190,3 +194,31 @@ async def test_search_docs_finds_an_added_document(stack: Stack) -> None:
     [hit, *_] = found["hits"]
     assert (hit["path"], hit["headingPath"], hit["documentId"]) == (path, ["Backup", "Restore"], added.json()["id"])
     assert unknown.is_error and "no-such-workspace" in text_of(unknown)
+
+
+@pytest.mark.parametrize("revision", [HANDSHAKE, MODERN])
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"authorization": f"Bearer {API_KEY[:-1]}"}, {"x-popagent-key": API_KEY.upper()}],
+    ids=["no-key", "wrong-bearer", "wrong-x-popagent-key"],
+)
+async def test_the_python_client_without_the_key_gets_401_and_no_tools(
+    stack: Stack, revision: str, headers: dict[str, str]
+) -> None:
+    statuses: list[int] = []
+
+    async def record(response: httpx2.Response) -> None:
+        statuses.append(response.status_code)
+
+    with pytest.raises(BaseExceptionGroup) as refused:
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=30.0, event_hooks={"response": [record]}) as http,
+            streamable_http_client(f"{stack.url}/mcp", http_client=http) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await (session.discover() if revision == MODERN else session.initialize())
+            await session.list_tools()
+            pytest.fail("tools listed without the key")
+    # The SDK's client reports the refusal as an MCP error; the HTTP answers were all 401.
+    assert refused.group_contains(MCPError)
+    assert statuses and set(statuses) == {401}, statuses
