@@ -1,6 +1,6 @@
 """Users' MCP servers' tools in real turns: a streamable HTTP server (the `mcp` SDK, over real HTTP,
 with a bearer token) and a stdio one (in the sandbox) are added through the API; the scripted model
-calls their tools as mcp__<server>__<tool>; the calls pass the PreToolUse hooks (a matcher
+calls their tools as mcp__<server>__<tool>; the calls of either server pass the PreToolUse hooks (a matcher
 `mcp__guarded__.*` denies them), the approval gate (an `ask` rule holds one until approved) and
 tracing (`mcp.call`); a server that dies mid-call fails the call within the call timeout, and the
 next turn works once it runs again; a tool the server adds is offered from the next turn."""
@@ -8,9 +8,12 @@ next turn works once it runs again; a tool the server adds is offered from the n
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
+from collections.abc import AsyncIterator
 
+import httpx
 import orjson
 import pytest
 from chat.approvals import answer_approval, chatting, pending, supervisor_policy
@@ -66,42 +69,59 @@ async def test_a_turn_calls_an_http_servers_tools_with_text_images_and_resources
         assert span.parent is not None and span.parent.span_id in tool_spans
 
 
-async def test_a_pre_tool_use_matcher_for_the_server_denies_its_tools(stack: Stack) -> None:
+# Per transport: the server's tool the tests call, its arguments, and what its result holds when it ran.
+CALLED = {
+    "http": ("echo", {"text": "approved"}, "echo: approved"),
+    "stdio": ("environment", {}, "names="),
+}
+
+
+@contextlib.asynccontextmanager
+async def server_of(client: httpx.AsyncClient, transport: str, name: str) -> AsyncIterator[None]:
+    """A server named `name` added through the API: the HTTP peer, or the stdio server in the sandbox."""
+    if transport == "stdio":
+        async with added_server(client, name=name, transport="stdio", command="python", args=["-c", STDIO_SERVER]):
+            yield
+        return
+    async with serving_peer() as peer, added_server(client, name=name, transport="http", url=peer.url):
+        yield
+
+
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+async def test_a_pre_tool_use_matcher_for_the_server_denies_its_tools(stack: Stack, transport: str) -> None:
+    tool, arguments, ran = CALLED[transport]
     stack.receiver.script("/pre-tool", answer("deny", reason="guarded tools are off"))
-    stack.models.push(Turn.call(ToolCall("mcp__guarded__echo", {"text": "x"}, id="g1")), Turn.say("Understood."))
-    async with (
-        stack.client() as client,
-        serving_peer() as peer,
-        added_server(client, name="guarded", transport="http", url=peer.url),
-    ):
+    stack.models.push(Turn.call(ToolCall(f"mcp__guarded__{tool}", arguments, id="g1")), Turn.say("Understood."))
+    async with stack.client() as client, server_of(client, transport, "guarded"):
         session = await new_session(client)
         chunks = await chat(client, session, "try it")
     assert text_of(chunks) == "Understood."
     [result] = tool_results(stack.models.requests[1])
-    assert "denied by a hook: guarded tools are off" in result and "echo: x" not in result
+    assert "denied by a hook: guarded tools are off" in result and ran not in result
     [hook_call] = stack.hook_requests("PreToolUse")
-    assert hook_call["detail"]["toolName"] == "mcp__guarded__echo"
-    assert hook_call["detail"]["arguments"] == {"text": "x"}
+    assert hook_call["detail"]["toolName"] == f"mcp__guarded__{tool}"
+    assert hook_call["detail"]["arguments"] == arguments
 
 
-async def test_an_ask_rule_holds_an_mcp_call_until_it_is_approved(stack: Stack) -> None:
-    stack.models.push(Turn.call(ToolCall("mcp__remote__echo", {"text": "approved"}, id="a1")), Turn.say("Echoed."))
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+async def test_an_ask_rule_holds_an_mcp_call_until_it_is_approved(stack: Stack, transport: str) -> None:
+    tool, arguments, ran = CALLED[transport]
+    stack.models.push(Turn.call(ToolCall(f"mcp__remote__{tool}", arguments, id="a1")), Turn.say("Done."))
     async with (
         stack.client() as client,
-        serving_peer() as peer,
-        added_server(client, name="remote", transport="http", url=peer.url),
-        supervisor_policy(client, [{"tool": "mcp__remote__echo", "decision": "ask"}]),
+        server_of(client, transport, "remote"),
+        supervisor_policy(client, [{"tool": f"mcp__remote__{tool}", "decision": "ask"}]),
     ):
         session = await new_session(client)
         async with chatting(client, session) as turn:
             [approval] = await pending(client, session)
-            assert (approval["toolName"], approval["arguments"]) == ("mcp__remote__echo", {"text": "approved"})
+            assert (approval["toolName"], approval["arguments"]) == (f"mcp__remote__{tool}", arguments)
             await asyncio.sleep(0.5)
             assert len(stack.models.requests) == 1  # nothing ran: the model was not asked again
             await answer_approval(client, approval["id"], "approve")
             chunks = await asyncio.wait_for(turn, 30)
-    assert text_of(chunks) == "Echoed."
-    assert any("echo: approved" in result for result in tool_results(stack.models.requests[1]))
+    assert text_of(chunks) == "Done."
+    assert any(ran in result for result in tool_results(stack.models.requests[1]))
 
 
 async def test_a_stdio_server_runs_in_the_sandbox_without_network_or_the_services_environment(
