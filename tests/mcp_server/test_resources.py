@@ -141,3 +141,11 @@ async def test_a_cursor_the_server_did_not_give_is_invalid_params(stack: Stack, 
             await session.list_resources(params=PaginatedRequestParams(cursor=cursor))
     assert refused.value.code == INVALID_PARAMS
     assert "invalid cursor" in refused.value.message
+
+
+async def test_an_unknown_session_resource_is_not_found(stack: Stack) -> None:
+    async with connected(stack, BEARER, MODERN) as session:
+        with pytest.raises(MCPError) as refused:
+            await session.read_resource("popagent://sessions/no-such-session")
+    assert refused.value.code == INVALID_PARAMS, refused.value
+    assert "no-such-session" in refused.value.message and "not found" in refused.value.message

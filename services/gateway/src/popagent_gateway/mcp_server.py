@@ -130,15 +130,21 @@ async def list_sessions(
 async def session_transcript(ctx: Context, session_id: str) -> str:
     """The session's conversation as Markdown (what GET /api/sessions/{id}/export answers)."""
     runner = await get_agent_runner_state(http_request(ctx))
-    with refusals_as_tool_errors():
-        session = await runner.GetSession(pb.GetSessionRequest(id=session_id))
+    session = await runner.GetSession(pb.GetSessionRequest(id=session_id))
     return markdown_of(orjson.loads(sessions.session_json(session)))
 
 
 async def get_session(ctx: Context, session_id: SessionId) -> str:
     """One session's conversation as text (Markdown): every message under who said it, tool calls with
     their input and output (as GET /api/sessions/{id}, exported as GET /api/sessions/{id}/export does)."""
-    return await session_transcript(ctx, session_id)
+    with refusals_as_tool_errors():
+        return await session_transcript(ctx, session_id)
+
+
+async def session_resource(ctx: Context, session_id: str) -> str:
+    """The session resource: its transcript; an unknown session is the SDK's not-found error (-32602)."""
+    with refusals_as_resource_errors():
+        return await session_transcript(ctx, session_id)
 
 
 DOCUMENT_URI = "popagent://workspaces/{workspace_id}/documents/{document_id}"
@@ -487,7 +493,7 @@ def build_server() -> MCPServer:
         name="session",
         description="a chat session's conversation as Markdown",
         mime_type="text/markdown",
-    )(session_transcript)
+    )(session_resource)
     server.resource(
         DOCUMENT_URI,
         name="workspace document",
