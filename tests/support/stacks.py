@@ -540,7 +540,10 @@ async def start_stack(
             gateway_url = await stack.enter_async_context(serve_gateway(GatewaySettings(**gateway_env)))
             if "secrets" in spec.services:
                 # Every answer the stack gives (fuzzed ones included) can be checked for it.
-                async with httpx.AsyncClient(base_url=gateway_url, headers={"x-popagent-key": API_KEY}) as client:
+                # httpx's 5 s default is short for a stack's first request on a loaded machine.
+                async with httpx.AsyncClient(
+                    base_url=gateway_url, headers={"x-popagent-key": API_KEY}, timeout=60
+                ) as client:
                     body = {"resourceId": CANARY_RESOURCE, "name": CANARY_NAME, "value": CANARY}
                     (await client.post("/api/secrets", json=body)).raise_for_status()
         yield Stack(
