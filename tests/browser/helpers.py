@@ -127,7 +127,8 @@ class CookieSite:
     """A plain HTTP server on one loopback port, reached under any host name (chromium maps every
     name to 127.0.0.1), so `allowed.test`, `blocked.test` and `other.test` are three origins:
     `/set?v=X` sets the cookie `pa=X`, `/show` shows the cookies it was sent, `/redirect?to=URL`
-    answers 302 to URL, `/page` is a page with a link. Every request's Host is noted."""
+    answers 302 to URL, `/page` is a page with a link, `/store?v=X` puts `pa=X` in the origin's local
+    storage and `/stored` shows what its local storage holds under `pa`. Every request's Host is noted."""
 
     port: int = dataclasses.field(default_factory=free_port)
     hosts: list[str] = dataclasses.field(default_factory=list[str])
@@ -168,6 +169,12 @@ class CookieSite:
                 status = "302 Found"
                 extra.append(f"Location: {params.get('to', '/page')}")
                 body = ""
+            elif path == "/store":
+                value = json.dumps(params.get("v", ""))
+                body = f"<title>Store</title><script>localStorage.setItem('pa', {value})</script><p>stored</p>"
+            elif path == "/stored":
+                shown = "(localStorage.getItem('pa') ?? '')"
+                body = f"<title>Stored</title><script>document.write('<p>local storage: [' + {shown} + ']</p>')</script>"
             elif path == "/page":
                 body = '<title>Page</title><p>hello</p><a href="/show">Show cookies</a>'
             else:

@@ -129,6 +129,37 @@ async def test_another_session_gets_the_profile_once_it_is_released(stack: Stack
             await client.delete(f"/api/sessions/{session}")
 
 
+async def test_a_profile_keeps_its_local_storage_for_its_next_browser_context(
+    stack: Stack, cookie_site: CookieSite
+) -> None:
+    # Beside its cookies, the storage state keeps each origin's local storage; a fresh context of the
+    # profile gets it back on that origin's pages, and a session without the profile does not.
+    name = f"store-{uuid.uuid4().hex[:8]}"
+    async with stack.client() as client:
+        await create(client, name=name)
+        mine, plain = await new_session(client), await new_session(client)
+        (await client.put(f"/api/browser/sessions/{mine}/profile", json={"profile": name})).raise_for_status()
+        async with bridge(stack, mine) as b:
+            await page_text(b, cookie_site.url("store.test", "/store?v=beta"))
+            assert "local storage: [beta]" in await page_text(b, cookie_site.url("store.test", "/stored"))
+        saved = json.loads((profile_dir(stack, name) / "storage-state.json").read_text())
+        assert [(o["origin"], o["localStorage"]) for o in saved["origins"]] == [
+            (cookie_site.origin("store.test"), [{"name": "pa", "value": "beta"}])
+        ]
+
+        # Its tabs closed, the profile's browser context goes; the next one starts from the directory.
+        assert (await client.delete(f"/api/browser/sessions/{mine}")).json() == {"closed": True}
+        async with bridge(stack, mine) as b:
+            assert "local storage: [beta]" in await page_text(b, cookie_site.url("store.test", "/stored"))
+            # Only on the origin that stored it.
+            assert "local storage: []" in await page_text(b, cookie_site.url("other.test", "/stored"))
+        async with bridge(stack, plain) as b:
+            assert "local storage: []" in await page_text(b, cookie_site.url("store.test", "/stored"))
+        for session in (mine, plain):
+            assert (await client.delete(f"/api/sessions/{session}")).status_code in (200, 204)
+        assert (await client.delete(f"/api/browser/profiles/{name}")).status_code == 204
+
+
 async def test_profile_routes_refuse_bad_input(stack: Stack) -> None:
     async with stack.client() as client:
         for body in ({"name": "Upper"}, {"name": "a" * 64}, {"name": "ok", "blockedOrigins": ["ftp://x.test"]}):
