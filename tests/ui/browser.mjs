@@ -1317,13 +1317,15 @@ try {
       return { status: response.status, body: text ? JSON.parse(text) : null };
     };
     const { body: before } = await apiGet("/api/settings/browser");
-    // The seeded supervisor does not list the browser tool: it is given it for this step.
+    // The supervisor lists the browser tool for this step (added when its profile does not; adding it
+    // twice is refused: "tools must not repeat a tool").
     const supervisor = (await apiGet("/api/agents")).body.agents.find((agent) => agent.id === "popagent");
     let sessionId = null;
     try {
       check((await call("PATCH", "/api/settings/browser", { enabled: true })).status === 200, "the browser could not be enabled");
-      const tools = [...supervisor.tools, "bifrostNavigator"];
-      check((await call("PATCH", "/api/agents/popagent", { tools })).status === 200, "the supervisor could not be given bifrostNavigator");
+      const tools = supervisor.tools.includes("bifrostNavigator") ? supervisor.tools : [...supervisor.tools, "bifrostNavigator"];
+      const given = await call("PATCH", "/api/agents/popagent", { tools });
+      check(given.status === 200, `the supervisor could not be given bifrostNavigator: ${given.status} ${JSON.stringify(given.body)}`);
       await page.setViewportSize(WIDE);
       sessionId = await newSession("Open the form page, please.");
       const panel = page.getByTestId("browser-panel");
@@ -1386,6 +1388,23 @@ try {
       await panel.getByRole("button", { name: "Release to the agent" }).click();
       await takeOver.waitFor({ timeout: 10_000 });
 
+      // The recording lists the agent's navigation; the step shows its screenshot and a link to download it.
+      const recording = panel.getByTestId("browser-recording").locator("summary");
+      await recording.waitFor({ timeout: 15_000 });
+      const recorded = (await recording.innerText()).trim();
+      check(/^Recording: \d+ steps?$/.test(recorded), `the recording reads "${recorded}"`);
+      await recording.click();
+      await panel.getByTestId("browser-recording").getByRole("button", { name: "browser_navigate" }).first().click();
+      await page.waitForFunction(
+        () => document.querySelector('[data-testid="browser-recording"] figure img')?.naturalWidth > 0,
+        null,
+        { timeout: 10_000 },
+      );
+      const download = panel.getByTestId("browser-recording").locator("figcaption a");
+      const saveAs = await download.getAttribute("download");
+      check(saveAs === `${sessionId}-1.png`, `the step downloads as "${saveAs}"`);
+      check((await download.innerText()).trim() === "Download step 1", `the link reads "${await download.innerText()}"`);
+
       // The tab goes away (closed here, as a restarted browser would lose it): the panel says so in its
       // own words, and the API answers 404 with the reason, not that a service is down.
       check((await call("DELETE", `/api/browser/sessions/${sessionId}`)).body?.closed === true, "the tab was not closed");
@@ -1396,7 +1415,7 @@ try {
       const shot = await call("GET", `/api/browser/sessions/${sessionId}/screenshot`);
       check(shot.status === 404 && /has no browser tab now/.test(shot.body?.error ?? ""), `the screenshot answered ${shot.status} ${JSON.stringify(shot.body)}`);
       await page.screenshot({ path: resolve(outDir, "browser-panel-gone-1440.png") });
-      return `conversation ${Math.round(conversation.width)} px beside a ${Math.round(box.width)} px panel; click, "hello" and Enter forwarded; a closed tab says "${said}"`;
+      return `conversation ${Math.round(conversation.width)} px beside a ${Math.round(box.width)} px panel; click, "hello" and Enter forwarded; ${recorded} with step 1's screenshot; a closed tab says "${said}"`;
     } finally {
       if (sessionId) await call("DELETE", `/api/sessions/${sessionId}`);
       await call("PATCH", "/api/agents/popagent", { tools: supervisor.tools });
