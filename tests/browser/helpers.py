@@ -174,7 +174,9 @@ class CookieSite:
                 body = f"<title>Store</title><script>localStorage.setItem('pa', {value})</script><p>stored</p>"
             elif path == "/stored":
                 shown = "(localStorage.getItem('pa') ?? '')"
-                body = f"<title>Stored</title><script>document.write('<p>local storage: [' + {shown} + ']</p>')</script>"
+                body = (
+                    f"<title>Stored</title><script>document.write('<p>local storage: [' + {shown} + ']</p>')</script>"
+                )
             elif path == "/page":
                 body = '<title>Page</title><p>hello</p><a href="/show">Show cookies</a>'
             else:
