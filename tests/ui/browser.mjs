@@ -75,8 +75,11 @@ page.on("console", (message) => {
   }
 });
 const chatStatuses = [];
+// Every 409 the page is answered (the console shows each): a normal turn causes none.
+const conflictAnswers = [];
 page.on("response", (response) => {
   if (new URL(response.url()).pathname === "/api/chat") chatStatuses.push(response.status());
+  if (response.status() === 409) conflictAnswers.push(`${response.request().method()} ${new URL(response.url()).pathname}`);
 });
 page.on("request", (request) => {
   // A blob: URL of this origin is bytes the page already fetched from the server (an attachment's thumbnail).
@@ -266,6 +269,7 @@ try {
       });
       window.__observer.observe(log, { subtree: true, childList: true, characterData: true });
     });
+    const conflictsBefore = conflictAnswers.length;
     await send("Hello popagent, stream me an answer.");
     check(await composer().evaluate((node) => node === document.activeElement), "focus left the message box after sending");
     await waitTurnOver();
@@ -281,6 +285,8 @@ try {
     const tops = new Set(seen.composerTops.map((top) => Math.round(top)));
     check(tops.size === 1, `the message box moved while streaming (tops ${[...tops].join(", ")})`);
     await waitSaved();
+    // The server stores the turn; the page writes nothing back over it.
+    check(conflictAnswers.length === conflictsBefore, `a normal turn was answered 409: ${conflictAnswers.slice(conflictsBefore).join(", ")}`);
     return `${pieces.length + 1} pieces, composer fixed at y=${[...tops][0]}`;
   });
 
@@ -752,8 +758,9 @@ try {
     return markdown.replace(/\s+/g, " ");
   });
 
-  await step("revision conflict", ["streamed text"], async () => {
-    // Another tab saves first: the UI's next save is stale, and it must show the server's copy.
+  await step("a change from another tab shown after a turn", ["streamed text"], async () => {
+    // Another tab saves first; this page's next turn shows the server's copy with that change and
+    // the turn. The page writes nothing back (the server stored the turn), so nothing conflicts.
     const path = `/api/sessions/${encodeURIComponent(chatSessionId)}`;
     const { body: server } = await apiGet(path);
     const edited = { id: `edited-${Date.now()}`, role: "user", parts: [{ type: "text", text: "Edited in another tab." }] };
@@ -763,20 +770,20 @@ try {
       body: JSON.stringify({ revision: server.revision, messages: [...server.messages, edited] }),
     });
     check(put.status === 200, `the other tab's save answered ${put.status}`);
+    const conflictsBefore = conflictAnswers.length;
     await send("Hello again.");
     await waitTurnOver();
-    const banner = page.locator('[data-testid="revision-conflict"]');
-    await banner.waitFor({ timeout: 15_000 });
-    check((await page.locator('[data-testid="save-state"]').getAttribute("data-state")) === "failed", "the stale save is not reported");
-    await banner.locator("summary").click();
-    check((await banner.innerText()).includes("Edited in another tab."), "the banner does not show the server's copy");
-    await banner.getByRole("button", { name: "Load the server's copy" }).click();
-    await banner.waitFor({ state: "detached" });
+    await waitSaved();
     const users = await page.locator('[data-testid="message-user"]').allInnerTexts();
-    check(users.some((text) => text.includes("Edited in another tab.")), "the server's copy was not loaded");
-    // The server records every turn itself (issue 22): its copy has the other tab's edit and this turn.
-    check(users.some((text) => text.includes("Hello again.")), "the server's copy lost the turn");
-    return `conflict at revision ${server.revision + 1} shown and resolved by loading the server's copy`;
+    const editedAt = users.findIndex((text) => text.includes("Edited in another tab."));
+    const askedAt = users.findIndex((text) => text.includes("Hello again."));
+    check(editedAt !== -1, "the other tab's change is not shown after the turn");
+    check(askedAt > editedAt, "this turn's question is not shown after the other tab's change");
+    check(conflictAnswers.length === conflictsBefore, `answered 409: ${conflictAnswers.slice(conflictsBefore).join(", ")}`);
+    const { body: after } = await apiGet(path);
+    const stored = after.messages.map((message) => message.parts.filter((part) => part.type === "text").map((part) => part.text).join(""));
+    check(stored.includes("Edited in another tab.") && stored.includes("Hello again."), "the server's copy lost the change or the turn");
+    return `the other tab's message and this turn shown from the server's copy (revision ${after.revision}), no 409`;
   });
 
   await step("reload keeps activity", ["delegation", "stop"], async () => {
@@ -816,6 +823,7 @@ try {
       timeout: 15_000,
     });
     const resumed = (await lastText()).length;
+    check(!(await assistants().last().locator('[data-testid="message-interrupted"]').count()), "the resumed answer is marked interrupted");
     await page.waitForTimeout(1000);
     const grown = (await lastText()).length;
     check((await lastText()).startsWith("Slow"), "the resumed answer does not start where the turn started");
@@ -1021,6 +1029,128 @@ try {
     check(!shown.some((text) => text.includes("to be rolled back")), "the rolled-back message is still shown");
     check(!(await page.locator('[data-testid="revision-conflict"]').count()), "a revision conflict after the rollback");
     return "the rolled-back prompt and answer left the chat and the session";
+  });
+
+  await step("a second tab follows the turn and queues a message", ["streamed text"], async () => {
+    // Tab A sends; tab B opens the same chat while the answer streams, shows it streaming (not empty,
+    // not interrupted) to its end, and queues a message of its own (the session's policy: enqueue),
+    // answered after the first in both tabs. Tab A, reloaded mid-answer, shows the answer finish.
+    // Neither tab is answered 409, logs an error or shows a conflict.
+    const id = await newSession("Start the two tabs chat.");
+    await pickPolicy("enqueue");
+    const problems = [];
+    const second = await context.newPage();
+    for (const [name, tab] of [["tab A", page], ["tab B", second]]) {
+      tab.on("response", (response) => {
+        if (response.status() === 409) problems.push(`${name}: 409 ${response.request().method()} ${new URL(response.url()).pathname}`);
+      });
+      tab.on("console", (message) => {
+        if (message.type() === "error") problems.push(`${name}: console error ${message.text()}`);
+      });
+      tab.on("pageerror", (error) => problems.push(`${name}: ${error.message}`));
+    }
+    const lastAnswer = () => {
+      const all = document.querySelectorAll('[data-testid="message-assistant"]');
+      const last = all[all.length - 1];
+      return {
+        text: [...(last?.querySelectorAll('[data-testid="message-text"]') ?? [])].map((node) => node.textContent ?? "").join(""),
+        interrupted: Boolean(last?.querySelector('[data-testid="message-interrupted"]')),
+        status: document.querySelector('[data-testid="chat-status"]')?.getAttribute("data-status"),
+      };
+    };
+    try {
+      const before = await assistants().count();
+      await send("Two tabs: a long answer to follow.");
+      await page.waitForFunction(
+        (count) => {
+          const all = document.querySelectorAll('[data-testid="message-assistant"]');
+          return all.length > count && (all[all.length - 1]?.querySelector('[data-testid="message-text"]')?.textContent ?? "").startsWith("Answer followed");
+        },
+        before,
+        { timeout: 30_000 },
+      );
+      await second.goto(`${url}/#/chat/${encodeURIComponent(id)}`);
+      // Tab B shows the running answer as it streams, never as an empty or interrupted message.
+      await second.waitForFunction(
+        () => {
+          const last = [...document.querySelectorAll('[data-testid="message-assistant"]')].pop();
+          return (last?.querySelector('[data-testid="message-text"]')?.textContent ?? "").startsWith("Answer followed");
+        },
+        null,
+        { timeout: 15_000 },
+      );
+      const first = await second.evaluate(lastAnswer);
+      check(first.status === "streaming", `tab B's chat is "${first.status}" while the answer runs`);
+      check(!first.interrupted, "tab B shows the running answer as interrupted");
+      await second.waitForFunction(
+        (length) => {
+          const all = document.querySelectorAll('[data-testid="message-assistant"]');
+          return (all[all.length - 1]?.querySelector('[data-testid="message-text"]')?.textContent ?? "").length > length;
+        },
+        first.text.length,
+        { timeout: 15_000 },
+      );
+      // Sent from tab B while the turn runs: queued there (the badge), not refused.
+      const secondComposer = second.getByRole("textbox", { name: "Message", exact: true });
+      await secondComposer.fill("Two tabs queued: sent from the second tab.");
+      await secondComposer.press("Enter");
+      const queued = second.locator('[data-testid="queued-turn"]', { hasText: "sent from the second tab" });
+      await queued.locator('[data-testid="queued-badge"]', { hasText: /^queued/ }).waitFor({ timeout: 10_000 });
+      check((await page.evaluate(lastAnswer)).status === "streaming", "tab A's answer ended before tab B's message was queued");
+      const { body: waiting } = await apiGet(`/api/sessions/${encodeURIComponent(id)}`);
+      check(waiting.queuedTurns.length === 1, `the server lists ${waiting.queuedTurns.length} queued turns`);
+      await second.screenshot({ path: resolve(outDir, "second-tab-queued-1440.png") });
+      // Tab A reloaded mid-answer: the answer goes on there (to its end, checked below), and tab B's
+      // message shows queued there too.
+      await page.reload();
+      await page.waitForFunction(
+        () => {
+          const last = [...document.querySelectorAll('[data-testid="message-assistant"]')].pop();
+          const status = document.querySelector('[data-testid="chat-status"]')?.getAttribute("data-status");
+          return status === "streaming" && (last?.querySelector('[data-testid="message-text"]')?.textContent ?? "").startsWith("Answer followed");
+        },
+        null,
+        { timeout: 15_000 },
+      );
+      check(!(await page.evaluate(lastAnswer)).interrupted, "the reloaded tab shows the running answer as interrupted");
+      await page.locator('[data-testid="queued-turn"]', { hasText: "sent from the second tab" }).waitFor({ timeout: 10_000 });
+      // Both tabs: the first answer whole, then tab B's message and its answer, in that order.
+      const expected = ["Two tabs: a long answer to follow.", "Answer followed by two tabs:", "Two tabs queued: sent from the second tab.", "Answer to the message the second tab queued."];
+      for (const [name, tab] of [["tab A", page], ["tab B", second]]) {
+        await tab.waitForFunction(
+          () => {
+            const all = [...document.querySelectorAll('[data-testid="message-assistant"] [data-testid="message-text"]')].map((node) => node.textContent ?? "");
+            const status = document.querySelector('[data-testid="chat-status"]')?.getAttribute("data-status");
+            return all[all.length - 1] === "Answer to the message the second tab queued." && status === "ready";
+          },
+          null,
+          { timeout: 90_000 },
+        );
+        const tail = (await tab.locator('[data-testid="message-user"], [data-testid="message-assistant"]').allInnerTexts())
+          .slice(-4)
+          .map((text) => text.trim().split("\n")[0]);
+        check(
+          tail.length === 4 && tail.every((text, index) => text.startsWith(expected[index])),
+          `${name}'s last messages: ${JSON.stringify(tail.map((text) => text.slice(0, 50)))}`,
+        );
+        const answers = tab.locator('[data-testid="message-assistant"]');
+        const firstAnswer = answers.nth((await answers.count()) - 2);
+        check((await firstAnswer.locator('[data-testid="message-text"]').innerText()).trim().endsWith("piece219"), `${name} does not show the first answer whole`);
+        check(!(await tab.locator('[data-testid="message-interrupted"]').count()), `${name} marks an answer interrupted`);
+        check(!(await tab.locator('[data-testid="queued-turn"]').count()), `${name} still shows a queued message`);
+        check(!(await tab.locator('[data-testid="revision-conflict"]').count()), `${name} shows a conflict`);
+      }
+      const { texts } = await storedTexts(id);
+      const stored = texts.slice(-4);
+      check(
+        stored.length === 4 && stored.every((text, index) => text.startsWith(expected[index])),
+        `the stored session's last messages: ${JSON.stringify(stored.map((text) => text.slice(0, 50)))}`,
+      );
+      check(problems.length === 0, problems.slice(0, 4).join(" | "));
+      return "tab B followed the running answer and queued a message; tab A reloaded mid-answer saw it finish; both show the queued answer after it; no 409, no console error";
+    } finally {
+      await second.close();
+    }
   });
 
   await step("chat screenshots", [], async () => {

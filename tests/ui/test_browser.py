@@ -10,9 +10,11 @@ model picker without the catalog's embedding model, an empty "New chat" that sto
 streamed text, a Markdown answer (table, highlighted code, raw HTML not rendered), a failed
 turn kept in the session then Retry with one stored question, edit and resend, workspace tools,
 a delegation, Stop, the hook timeline of a denied tool call and the empty timeline's help, web
-search and fetch views, a stale save's revision conflict, a reload that keeps the delegation
-activity, double texting (a message queued while an answer streams, shown queued then answered
-in order; queued turns listed after a reload and cancelled; interrupt and rollback), a chat that
+search and fetch views, another tab's change shown after the next turn (the UI writes no turn
+back), a reload that keeps the delegation activity, double texting (a message queued while an
+answer streams, shown queued then answered in order; queued turns listed after a reload and
+cancelled; interrupt and rollback), a second tab that follows the running answer and queues a
+message answered after it in both tabs (no 409, no conflict), a chat that
 reopens on its model, sessions grouped by date and searched by title
 with actions in a menu, rename/archive/delete, settings (errors in words, Save only when
 changed, the unsaved-edit warning), a paused schedule, a long task result shown collapsed,
@@ -71,6 +73,9 @@ CATALOG = (
 FIRST_ANSWER = "First answer: " + " ".join(f"part{n}" for n in range(90))
 SECOND_ANSWER = "Second answer from the queue."
 NEWER_ANSWER = "Answer to the newer message."
+# Two tabs on one chat: an answer long enough for a second tab to open the chat and send while it streams.
+TWO_TABS_ANSWER = "Answer followed by two tabs: " + " ".join(f"piece{n}" for n in range(220))
+TWO_TABS_QUEUED_ANSWER = "Answer to the message the second tab queued."
 HELLO = "Hello from the scripted model! This answer streams in small pieces so the browser sees it grow."
 SLOW = "Slow answer: " + " ".join(f"word{n}" for n in range(800))
 DELEGATION_TOOL = re.compile(r"research", re.IGNORECASE)
@@ -184,6 +189,10 @@ def respond(body: dict[str, Any]) -> Turn:
             key=lambda row: int(row[1]),
         )
         return Turn.say(f"From rainfall.csv: {wettest[0]} is the wettest, with {wettest[1]} days of rain.", **pieces)
+    if prompt.startswith("Two tabs queued"):
+        return Turn.say(TWO_TABS_QUEUED_ANSWER, **pieces)
+    if prompt.startswith("Two tabs"):
+        return Turn.say(TWO_TABS_ANSWER, chunk_size=4, chunk_delay_s=0.04)
     if prompt.startswith("Double text first"):
         return Turn.say(FIRST_ANSWER, chunk_size=4, chunk_delay_s=0.04)
     if prompt.startswith("Double text newer"):
@@ -360,7 +369,7 @@ async def test_the_web_ui_in_a_real_browser(
         "hook timeline with a deny",
         "web search results",
         "fetched page",
-        "revision conflict",
+        "a change from another tab shown after a turn",
         "reload keeps activity",
         "reload mid-answer resumes",
         "rename and archive",
@@ -379,6 +388,7 @@ async def test_the_web_ui_in_a_real_browser(
         "double texting: queued through a reload and cancelled",
         "double texting: interrupt",
         "double texting: rollback",
+        "a second tab follows the turn and queues a message",
     ):
         assert expected in names or (only and expected not in only)
     if "browser panel beside the chat with takeover input" in names:

@@ -26,17 +26,26 @@ import { HookTimeline } from "./HookTimeline";
 import { ModelNotice, ModelPicker, type ModelFix } from "./ModelPicker";
 import { chatModels, rememberModel, rememberedModel } from "./models";
 import { Message } from "./Message";
-import { failureOf, modelOf, reasonOfChatError, textOf, titleFrom } from "./meta";
+import { failureOf, interruptedOf, modelOf, reasonOfChatError, titleFrom } from "./meta";
 
 type SaveState = { kind: "idle" } | { kind: "saving" } | { kind: "saved" } | { kind: "failed"; reason: string };
 
-function sameMessages(a: ReadonlyArray<{ id: string }>, b: ReadonlyArray<{ id: string }>): boolean {
-  return a.length === b.length && a.every((message, index) => message.id === b[index]?.id);
+/** The server's copy of the session once it holds how the turn answering with `messageId` ended: a
+ * running turn's answer is stored first as a placeholder marked `interrupted`, replaced when the turn
+ * ends (a stream's end can reach the page just before that). After 10 s, whatever the server holds. */
+async function settledCopy(sessionId: string, messageId: string | null): Promise<SessionOut> {
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const server = await api.session(sessionId);
+    const answer = messageId === null ? undefined : server.messages.find((message) => message.id === messageId);
+    const placeholder = (answer?.metadata as { interrupted?: unknown } | null | undefined)?.interrupted === true;
+    if (!placeholder || Date.now() > deadline) return server;
+    await new Promise((resolve) => window.setTimeout(resolve, 250));
+  }
 }
 
-/** `a`'s messages are the first of `b`'s (b may go on: a turn the server queued or started since). */
-function startsWith(b: ReadonlyArray<{ id: string }>, a: ReadonlyArray<{ id: string }>): boolean {
-  return a.length <= b.length && a.every((message, index) => message.id === b[index]?.id);
+function asksApproval(message: UIMessage): boolean {
+  return message.parts.some((part) => (part as { state?: string }).state === "approval-requested");
 }
 
 /** The queued turns as the server lists them, keeping this page's own (it reads their streams), the
@@ -77,11 +86,8 @@ export function Conversation(props: {
     if (last && last !== modelRef.current && chatModels(props.models).includes(last)) onModelChange(last);
   }, [props.models, session.id, session.messages, onModelChange]);
 
-  const revision = useRef(session.revision);
-  const title = useRef(session.title);
   const saving = useRef<Promise<void>>(Promise.resolve());
   const [saveState, setSaveState] = useState<SaveState>({ kind: "idle" });
-  const [conflict, setConflict] = useState<SessionOut | null>(null);
 
   const transport = useMemo(
     () =>
@@ -107,68 +113,68 @@ export function Conversation(props: {
     [session.id, session.workspaceId],
   );
 
-  const persist = useCallback(
-    (messages: UIMessage[]) => {
-      saving.current = saving.current.then(async () => {
-        setSaveState({ kind: "saving" });
-        try {
-          const result = await api.saveSession(session.id, {
-            revision: revision.current,
-            messages: messages as unknown as StoredMessage[],
-            ...(title.current ? {} : { title: titleFrom(messages) }),
-          });
-          if (result.ok) {
-            revision.current = result.session.revision;
-            title.current = result.session.title;
-            setSaveState({ kind: "saved" });
-            props.onSaved(result.session);
-            return;
-          }
-          const server = result.conflict.session;
-          if (sameMessages(server.messages, messages) || startsWith(server.messages, messages)) {
-            // The server recorded this turn itself (the same messages, and maybe the next turn's
-            // prompt, when a queued turn started meanwhile): save ours over it once, so marks only
-            // this UI knows (a Stop) are kept too, with the server's later messages after them.
-            const kept = [...messages, ...(server.messages.slice(messages.length) as unknown as UIMessage[])];
-            const again = await api.saveSession(session.id, {
-              revision: server.revision,
-              messages: kept as unknown as StoredMessage[],
-              ...(server.title ? {} : { title: titleFrom(messages) }),
-            });
-            const saved = again.ok ? again.session : again.conflict.session;
-            revision.current = saved.revision;
-            title.current = saved.title;
-            setSaveState({ kind: "saved" });
-            if (again.ok) props.onSaved(again.session);
-            return;
-          }
-          setConflict(server);
-          setSaveState({ kind: "failed", reason: "changed elsewhere" });
-        } catch (error) {
-          setSaveState({ kind: "failed", reason: messageOf(error) });
-        }
-      });
+  // The server stores every turn itself (docs/turns.md): after one, this page shows the server's
+  // copy and writes nothing back, so another tab's turns and changes show here and nothing the
+  // server stored is written over. It saves only what the server cannot know: a title for an
+  // untitled chat, and the failure record of a turn refused before it started.
+  const adopt = useCallback(
+    (server: SessionOut) => {
+      setVersions(server.messageVersions);
+      setQueued((current) => mergeQueued(current, server.queuedTurns));
+      props.onSaved(server);
     },
     // eslint-disable-next-line react-hooks/exhaustive-deps
     [session.id],
   );
 
-  // The chat shows the server's copy: after a turn sent to interrupt or roll back another, what
-  // the session keeps is the server's to decide (docs/turns.md, Double texting).
-  const syncFromServer = useCallback(async () => {
-    try {
-      const server = await api.session(session.id);
-      setMessagesRef.current(server.messages as unknown as UIMessage[]);
-      revision.current = server.revision;
-      title.current = server.title;
-      setQueued((current) => mergeQueued(current, server.queuedTurns));
-      setSaveState({ kind: "saved" });
-      props.onSaved(server);
-    } catch (error) {
-      setSaveState({ kind: "failed", reason: messageOf(error) });
-    }
-    // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [session.id]);
+  /** The server's copy with `extra` after it (messages only this page has, not stored yet), and a
+   * title from its first message when it has none. On a copy stored meanwhile (a turn of another
+   * tab's), once more. */
+  const save = useCallback(
+    async (server: SessionOut, extra: UIMessage[]): Promise<SessionOut> => {
+      for (let attempt = 0; attempt < 2; attempt += 1) {
+        const stored = new Set(server.messages.map((message) => message.id));
+        const missing = extra.filter((message) => !stored.has(message.id));
+        const messages = [...(server.messages as unknown as UIMessage[]), ...missing];
+        const title = server.title ? "" : titleFrom(messages);
+        if (!missing.length && !title) return server;
+        const result = await api.saveSession(session.id, {
+          revision: server.revision,
+          messages: messages as unknown as StoredMessage[],
+          ...(title ? { title } : {}),
+        });
+        if (result.ok) return { ...server, ...result.session, messages: messages as unknown as StoredMessage[] };
+        server = result.conflict.session;
+      }
+      return server;
+    },
+    [session.id],
+  );
+
+  /** After a turn: the server's copy once it holds the turn's end (`show`: in place of this page's;
+   * else only read, to say it is saved), with a title when the chat has none. */
+  const reconcile = useCallback(
+    (messageId: string | null, show: boolean, extra: UIMessage[] = []) => {
+      const done = saving.current.then(async () => {
+        setSaveState({ kind: "saving" });
+        try {
+          const server = await save(await settledCopy(session.id, messageId), extra);
+          const idle = statusRef.current !== "submitted" && statusRef.current !== "streaming";
+          // Not over a turn this page started since, nor before its own queued turns are handed over.
+          if (show && idle && !queuedRef.current.some((turn) => turn.own)) {
+            setMessagesRef.current(server.messages as unknown as UIMessage[]);
+          }
+          adopt(server);
+          setSaveState({ kind: "saved" });
+        } catch (error) {
+          setSaveState({ kind: "failed", reason: messageOf(error) });
+        }
+      });
+      saving.current = done;
+      return done;
+    },
+    [session.id, save, adopt],
+  );
 
   const [policy, setPolicy] = useState<DoubleTexting>(session.doubleTexting);
   const [policySaving, setPolicySaving] = useState(false);
@@ -182,24 +188,24 @@ export function Conversation(props: {
   const waitingTurnId = useRef<string | null>(null);
   // Set while the running turn's stream is stopped here for a message that interrupts it.
   const handover = useRef<DoubleTexting | null>(null);
-  // The turn that interrupted another: when it ends, the chat reloads the server's copy.
-  const adoptServerCopy = useRef(false);
 
   const finishes = useRef(0);
   const lastError = useRef<string | null>(null);
-  // The versions of edited user messages (< 2/3 >), as the server keeps them; read again after an edit's turn.
+  // The versions of edited user messages (< 2/3 >), as the server keeps them; read again after each turn.
   const [versions, setVersions] = useState(() => session.messageVersions);
-  const versionsStale = useRef(false);
   const [versionError, setVersionError] = useState<string | null>(null);
   const setMessagesRef = useRef<(messages: UIMessage[]) => void>(() => undefined);
+  const statusRef = useRef<string>("ready");
+  // Set while this page asks the resume route whether a turn runs: the placeholder answer a running
+  // turn stored (marked `interrupted`) shows as an answer being written, not as an interrupted one.
+  const [following, setFollowing] = useState(!props.firstMessage);
+  const followRef = useRef<(skip?: string) => Promise<void>>(async () => undefined);
   const chat = useChat<UIMessage>({
     id: session.id,
     messages: session.messages as unknown as UIMessage[],
     transport,
     // A turn runs on when the page goes away: a reloaded page (or a second tab) follows it from
-    // GET /api/chat/{id}/stream, which answers 204 when no turn runs. Not for a conversation opened
-    // to send its first message: its own turn would be followed twice.
-    resume: !props.firstMessage,
+    // GET /api/chat/{id}/stream, which answers 204 when no turn runs (`follow`, below, on opening).
     // A stream the server ended while a tool call waits for a person (its finish marks
     // `awaitingApproval`) goes on once every request of the step is answered: the assistant message
     // with its answers is posted back, and the server streams the rest of the turn (docs/approvals.md).
@@ -213,16 +219,9 @@ export function Conversation(props: {
     },
     onFinish: ({ message, messages, isAbort, isError }) => {
       finishes.current += 1;
-      if (versionsStale.current) {
-        versionsStale.current = false;
-        void api
-          .session(session.id)
-          .then((server) => setVersions(server.messageVersions))
-          .catch(() => undefined);
-      }
       if (handover.current && isAbort) {
         // Stopped here for a message that interrupts the turn: the server cancels it and keeps
-        // (interrupt, marked cancelled) or drops (rollback) what it said; nothing is saved from here.
+        // (interrupt, marked cancelled) or drops (rollback) what it said; the next turn's end shows which.
         if (handover.current === "interrupt" && messages.some((item) => item.id === message.id && item.role === "assistant")) {
           setMessagesRef.current(
             messages.map((item) =>
@@ -233,33 +232,33 @@ export function Conversation(props: {
         return;
       }
       const answered = messages.some((item) => item.id === message.id && item.role === "assistant");
-      if (adoptServerCopy.current && answered) {
-        adoptServerCopy.current = false;
-        void syncFromServer();
-        return;
-      }
-      adoptServerCopy.current = false;
-      // Keep how the turn ended with its message: a reopened session shows "stopped" or the reason.
-      const ended = isAbort ? { stopped: true } : isError ? { failure: lastError.current ?? "the turn failed" } : null;
-      if (ended && messages.some((item) => item.id === message.id && item.role === "assistant")) {
-        const marked = messages.map((item) =>
-          item.id === message.id ? { ...item, metadata: { ...(item.metadata as object | undefined), ...ended } } : item,
-        );
-        setMessagesRef.current(marked);
-        persist(marked);
+      if (isAbort) {
+        // Stopped by the user: the text stays as it stopped here (the server stores it marked
+        // cancelled once the cancel reaches it); the server's copy is only read.
+        if (answered) {
+          setMessagesRef.current(
+            messages.map((item) => (item.id === message.id ? { ...item, metadata: { ...(item.metadata as object | undefined), stopped: true } } : item)),
+          );
+        }
+        void reconcile(answered ? message.id : null, false);
         return;
       }
       const last = messages[messages.length - 1];
-      if (isError && !isAbort && last?.role === "user") {
-        // Refused before it started (an unknown model, the gateway down): the question is
-        // answered by a failure record, kept in the session, and Retry runs it again.
+      if (isError && last?.role === "user") {
+        // Refused before it started (an unknown model, the gateway down): the server stored nothing.
+        // The question is answered by a failure record, kept in the session, and Retry runs it again.
         const failed: UIMessage = { id: message.id, role: "assistant", parts: [], metadata: { failure: lastError.current ?? "the turn failed" } };
-        const marked = [...messages, failed];
-        setMessagesRef.current(marked);
-        persist(marked);
+        setMessagesRef.current([...messages, failed]);
+        void reconcile(null, false, [last, failed]);
         return;
       }
-      persist(messages);
+      if (answered && asksApproval(message)) {
+        // The turn waits for a person: this copy goes on with the answers (sendAutomaticallyWhen).
+        void reconcile(message.id, false);
+        return;
+      }
+      // Then whatever runs on the session now (a turn another tab queued behind this one).
+      void reconcile(answered ? message.id : null, true).then(() => followRef.current(answered ? message.id : undefined));
     },
     onError: (error) => {
       lastError.current = reasonOfChatError(error);
@@ -277,8 +276,44 @@ export function Conversation(props: {
     [session.id, addToolApprovalResponse],
   );
   setMessagesRef.current = setMessages;
+  statusRef.current = status;
   const [cancelling, setCancelling] = useState(false);
   const busy = status === "submitted" || status === "streaming" || cancelling;
+
+  // Follow the turn running on the session, if any (another tab's, or one that ran on while this page
+  // was away): the resume route from its first chunk. Asked first, so useChat (whose resume sets the
+  // chat ready when nothing runs) is involved only when a turn runs and this page sends nothing; not
+  // while this page has its own queued turns waiting: their streams are this page's already.
+  const follow = useCallback(
+    async (skip?: string) => {
+      if (queuedRef.current.some((turn) => turn.own)) return;
+      setFollowing(true);
+      try {
+        const stream = await transport.running(session.id, skip ?? null);
+        if (!stream) return;
+        const idle = statusRef.current !== "submitted" && statusRef.current !== "streaming";
+        if (!idle || queuedRef.current.some((turn) => turn.own)) {
+          await stream.cancel().catch(() => undefined);
+          return;
+        }
+        transport.handOver(stream);
+        await resumeStream();
+      } catch {
+        // The resume route failed: nothing is followed; the chat shows what the server stored.
+      } finally {
+        setFollowing(false);
+      }
+    },
+    [transport, session.id, resumeStream],
+  );
+  followRef.current = follow;
+  // On opening; not for a conversation opened to send its first message (its own turn).
+  const opened = useRef(false);
+  useEffect(() => {
+    if (opened.current || props.firstMessage) return;
+    opened.current = true;
+    void follow();
+  }, [follow, props.firstMessage]);
 
   useEffect(() => {
     if (status === "submitted") return;
@@ -287,8 +322,6 @@ export function Conversation(props: {
   }, [status]);
 
   // useChat reads one stream at a time: a queued turn's stream waits for it to be idle.
-  const statusRef = useRef(status);
-  statusRef.current = status;
   const idleWaiters = useRef<Array<() => void>>([]);
   useEffect(() => {
     if (status !== "submitted" && status !== "streaming") for (const wake of idleWaiters.current.splice(0)) wake();
@@ -424,7 +457,6 @@ export function Conversation(props: {
           return at === -1 ? current : current.slice(0, at);
         });
       }
-      adoptServerCopy.current = true;
       void sendMessage({ text }, { body: { doubleTexting: how } });
     },
     [stop, setMessages, sendMessage],
@@ -488,11 +520,9 @@ export function Conversation(props: {
           setQueued((current) => mergeQueued(current, server.queuedTurns));
           if (left) {
             setMessagesRef.current(server.messages as unknown as UIMessage[]);
-            revision.current = server.revision;
-            title.current = server.title;
             const before = finishes.current;
             // Nothing to follow (it ended already, or was cancelled): the server's copy has how it ended.
-            void resumeStream().then(() => (finishes.current === before ? syncFromServer() : undefined));
+            void follow().then(() => (finishes.current === before ? reconcile(null, true) : undefined));
           }
         })
         .catch(() => undefined);
@@ -501,7 +531,7 @@ export function Conversation(props: {
       live = false;
       window.clearInterval(timer);
     };
-  }, [foreignQueued, busy, session.id, resumeStream, syncFromServer]);
+  }, [foreignQueued, busy, session.id, follow, reconcile]);
 
   // Retry and regenerate re-post the last user message with its id: the server replaces what
   // answered it, so the session keeps one copy of the question.
@@ -516,7 +546,6 @@ export function Conversation(props: {
     (messageId: string, text: string) => {
       lastError.current = null;
       clearError();
-      versionsStale.current = true;
       void sendMessage({ text, messageId });
     },
     [sendMessage, clearError],
@@ -527,8 +556,6 @@ export function Conversation(props: {
       try {
         const server = await api.showMessageVersion(session.id, messageId, version);
         setMessagesRef.current(server.messages as unknown as UIMessage[]);
-        revision.current = server.revision;
-        title.current = server.title;
         setVersions(server.messageVersions);
         props.onSaved(server);
       } catch (caught) {
@@ -569,21 +596,6 @@ export function Conversation(props: {
   useEffect(() => {
     if (timelineOpen) void loadRuns();
   }, [timelineOpen, loadRuns, status]);
-
-  const loadServerCopy = () => {
-    if (!conflict) return;
-    setMessages(conflict.messages as unknown as UIMessage[]);
-    revision.current = conflict.revision;
-    title.current = conflict.title;
-    setConflict(null);
-    setSaveState({ kind: "saved" });
-  };
-  const overwrite = () => {
-    if (!conflict) return;
-    revision.current = conflict.revision;
-    setConflict(null);
-    persist(messages);
-  };
 
   // A new approval request in the stream (live or followed after a reload): the sidebar's badge
   // and the cards reload at once, and a hidden tab shows a notification when it may.
@@ -634,32 +646,6 @@ export function Conversation(props: {
         <ExportMenu sessionId={session.id} />
       </div>
       <ModelNotice models={props.models} value={model} onFix={props.onFixModels} />
-      {conflict ? (
-        <div className="banner warn" role="alert" data-testid="revision-conflict">
-          <p>
-            This chat was changed somewhere else (server revision {conflict.revision}, {conflict.messages.length}{" "}
-            messages). Your last turn was not saved.
-          </p>
-          <details>
-            <summary>Show the server's copy</summary>
-            <ol className="server-copy">
-              {conflict.messages.map((message) => (
-                <li key={message.id}>
-                  <strong>{message.role}:</strong> {textOf(message) || "(no text)"}
-                </li>
-              ))}
-            </ol>
-          </details>
-          <div className="banner-actions">
-            <button type="button" onClick={loadServerCopy}>
-              Load the server's copy
-            </button>
-            <button type="button" className="danger" onClick={overwrite}>
-              Keep mine and overwrite
-            </button>
-          </div>
-        </div>
-      ) : null}
       <div className="chat-main">
         <div
           className="messages"
@@ -682,7 +668,7 @@ export function Conversation(props: {
                 message={message}
                 sessionId={session.id}
                 busy={busy}
-                streaming={busy && last && message.role === "assistant"}
+                streaming={last && message.role === "assistant" && (busy || (following && interruptedOf(message)))}
                 {...(last && message.role === "assistant" ? { onRetry: retry } : {})}
                 {...(message.role === "user" ? { onEdit: (text: string) => edit(message.id, text) } : {})}
                 {...(shown

@@ -119,12 +119,44 @@ export function QueuedTurns(props: { turns: QueuedTurn[]; onCancel: (turn: Queue
 }
 
 /** The chat's transport, which can also hand useChat a stream that is already open: a queued turn
- * posted by this page (see `readUntilStart`) is adopted by `sendMessage` of its message when it starts. */
+ * posted by this page (see `readUntilStart`) is adopted by `sendMessage` of its message when it starts.
+ * Following the session (the resume route) is asked here first: useChat is handed only a turn that runs. */
 export class AdoptingTransport extends DefaultChatTransport<UIMessage> implements ChatTransport<UIMessage> {
   private readonly adopted = new Map<string, ReadableStream<UIMessageChunk>>();
+  private followed: ReadableStream<UIMessageChunk> | null = null;
 
   adopt(messageId: string, stream: ReadableStream<UIMessageChunk>) {
     this.adopted.set(messageId, stream);
+  }
+
+  /** The stream of the turn running on the session, from its first chunk (the resume route), or null
+   * when none runs. `skipped`: an answer whose stream just ended here; its turn's record says it runs
+   * until its log is settled, and the route would send all of it again, so it is read to its end
+   * and the route asked once more (for a turn queued behind it). */
+  async running(chatId: string, skipped: string | null): Promise<ReadableStream<UIMessageChunk> | null> {
+    for (let pass = 0; pass < 5; pass += 1) {
+      const stream = await super.reconnectToStream({ chatId });
+      if (stream === null || skipped === null) return stream;
+      const reader = stream.getReader();
+      const first = await reader.read();
+      if (first.done) return null;
+      if (first.value.type !== "start" || first.value.messageId !== skipped) return prepended(first.value, reader);
+      while (!(await reader.read()).done) {
+        // the skipped turn, read to its end
+      }
+    }
+    return null;
+  }
+
+  /** useChat's next resume reads this stream (from `running`), so it starts only once a turn is known to run. */
+  handOver(stream: ReadableStream<UIMessageChunk>) {
+    this.followed = stream;
+  }
+
+  override async reconnectToStream(options: Parameters<ChatTransport<UIMessage>["reconnectToStream"]>[0]) {
+    const stream = this.followed;
+    this.followed = null;
+    return stream ?? super.reconnectToStream(options);
   }
 
   override async sendMessages(options: Parameters<ChatTransport<UIMessage>["sendMessages"]>[0]) {
@@ -167,26 +199,31 @@ export async function readUntilStart(
       void reader.cancel().catch(() => undefined);
       return { kind: "ended", reason: "failed", text: value.errorText };
     }
-    const first = value;
-    let sentFirst = false;
-    return {
-      kind: "started",
-      stream: new ReadableStream<UIMessageChunk>({
-        async pull(controller) {
-          if (!sentFirst) {
-            sentFirst = true;
-            controller.enqueue(first);
-            return;
-          }
-          const next = await reader.read();
-          if (next.done) controller.close();
-          else controller.enqueue(next.value);
-        },
-        async cancel(reason) {
-          onCancel();
-          await reader.cancel(reason).catch(() => undefined);
-        },
-      }),
-    };
+    return { kind: "started", stream: prepended(value, reader, onCancel) };
   }
+}
+
+/** The rest of a stream whose first chunk was read already, that chunk first. */
+function prepended(
+  first: UIMessageChunk,
+  reader: ReadableStreamDefaultReader<UIMessageChunk>,
+  onCancel: () => void = () => undefined,
+): ReadableStream<UIMessageChunk> {
+  let sentFirst = false;
+  return new ReadableStream<UIMessageChunk>({
+    async pull(controller) {
+      if (!sentFirst) {
+        sentFirst = true;
+        controller.enqueue(first);
+        return;
+      }
+      const next = await reader.read();
+      if (next.done) controller.close();
+      else controller.enqueue(next.value);
+    },
+    async cancel(reason) {
+      onCancel();
+      await reader.cancel(reason).catch(() => undefined);
+    },
+  });
 }
