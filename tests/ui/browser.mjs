@@ -1222,11 +1222,20 @@ try {
     await item.waitFor();
     ({ body: session } = await apiGet(`/api/sessions/${encodeURIComponent(id)}`));
     check(session.archived === true, "the session is not archived on the server");
-    await menuAction(item, "Restore");
-    await item.waitFor({ state: "detached" });
-    await page.getByRole("button", { name: "Active", exact: true }).click();
+    // The archived chat, opened again: its title as the page's heading, a notice that it is archived, Restore.
+    await page.reload();
+    const notice = page.locator('[data-testid="archived-notice"]');
+    await notice.waitFor({ timeout: 15_000 });
+    const heading = await page.getByRole("heading", { level: 1 }).innerText();
+    check(heading === "Renamed by the browser test", `the chat's heading is "${heading}"`);
+    check((await page.locator('[data-testid="session-list"]').getAttribute("data-archived")) !== "true", "the reloaded page lists the archived chats");
+    check(!(await item.count()), "the archived chat is listed with the active ones");
+    await notice.getByRole("button", { name: "Restore" }).click();
+    await notice.waitFor({ state: "detached" });
     await item.waitFor();
-    return `session ${id} renamed (locked), archived and restored`;
+    ({ body: session } = await apiGet(`/api/sessions/${encodeURIComponent(id)}`));
+    check(session.archived === false, "Restore in the notice did not restore the session");
+    return `session ${id} renamed (locked), archived (its notice shown on opening it) and restored from the notice`;
   });
 
   await step("delete with confirmation", ["api key prompt"], async () => {

@@ -88,6 +88,20 @@ export function Conversation(props: {
 
   const saving = useRef<Promise<void>>(Promise.resolve());
   const [saveState, setSaveState] = useState<SaveState>({ kind: "idle" });
+  const [title, setTitle] = useState(session.title);
+  // An archived chat says so (it is listed under Archived only), with Restore.
+  const [archived, setArchived] = useState(session.archived);
+  const [restoreError, setRestoreError] = useState<string | null>(null);
+  const restore = async () => {
+    setRestoreError(null);
+    try {
+      const saved = await api.patchSession(session.id, { archived: false });
+      setArchived(saved.archived);
+      props.onSaved(saved);
+    } catch (caught) {
+      setRestoreError(messageOf(caught));
+    }
+  };
 
   const transport = useMemo(
     () =>
@@ -119,6 +133,8 @@ export function Conversation(props: {
   // untitled chat, and the failure record of a turn refused before it started.
   const adopt = useCallback(
     (server: SessionOut) => {
+      setArchived(server.archived);
+      setTitle(server.title);
       setVersions(server.messageVersions);
       setQueued((current) => mergeQueued(current, server.queuedTurns));
       props.onSaved(server);
@@ -627,6 +643,9 @@ export function Conversation(props: {
   return (
     <ApprovalSession.Provider value={approvalChat}>
     <div className="conversation">
+      <h1 className="visually-hidden" data-testid="chat-title">
+        {title || titleFrom(messages) || "Untitled chat"}
+      </h1>
       <div className="chat-toolbar">
         <ModelPicker models={props.models} value={model} onChange={props.onModelChange} disabled={busy} />
         <DoubleTextingPicker value={policy} saving={policySaving} error={policyError} onChange={(next) => void changePolicy(next)} />
@@ -646,6 +665,17 @@ export function Conversation(props: {
         <ExportMenu sessionId={session.id} />
       </div>
       <ModelNotice models={props.models} value={model} onFix={props.onFixModels} />
+      {archived ? (
+        <div className="banner warn" role="status" data-testid="archived-notice">
+          <p>This chat is archived: it is listed under Archived, not with the active chats. It can still be read and continued.</p>
+          <div className="banner-actions">
+            <button type="button" onClick={() => void restore()}>
+              Restore
+            </button>
+          </div>
+          {restoreError ? <p className="error-text">Restore: {restoreError}</p> : null}
+        </div>
+      ) : null}
       <div className="chat-main">
         <div
           className="messages"
