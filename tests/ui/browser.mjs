@@ -1847,6 +1847,27 @@ try {
     return { task, item };
   }
 
+  await step("docs search readable", ["api key prompt"], async () => {
+    // A passage found reads as its document does (rendered Markdown), without the ranking's raw score.
+    const added = await fetch(`${url}/api/workspaces/popagent/documents`, {
+      method: "POST",
+      headers: { "x-popagent-key": apiKey, "content-type": "application/json" },
+      body: JSON.stringify({ path: "guides/walk-install.md", content: "# Install\n\nRun **make setup** first, then `make run` to start popagent.\n" }),
+    });
+    check(added.status === 201, `adding a document answered ${added.status}: ${(await added.text()).slice(0, 200)}`);
+    await page.goto(`${url}/#/documents`);
+    await page.getByLabel("Question or keywords").fill("make setup first");
+    await page.getByRole("search").getByRole("button", { name: "Search" }).click();
+    const results = page.getByRole("list", { name: "Search results" });
+    const hit = results.getByRole("listitem").filter({ hasText: "guides/walk-install.md" }).first();
+    await hit.waitFor({ timeout: 15_000 });
+    await hit.locator('[data-testid="doc-excerpt"] strong', { hasText: "make setup" }).waitFor({ timeout: 10_000 });
+    const said = await results.innerText();
+    check(!said.includes("**"), `a passage shows raw Markdown: "${said.slice(0, 200)}"`);
+    check(!/score \d/.test(said), `the results show raw scores: "${said.slice(0, 200)}"`);
+    return "the passage rendered as Markdown, no score";
+  });
+
   await step("task page readable", ["api key prompt"], async () => {
     const { task, item } = await completedTask("Give me a markdown summary of the tools.");
     const prompt = await item.locator(".task-prompt").innerText();

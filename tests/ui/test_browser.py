@@ -16,7 +16,8 @@ answer streams, shown queued then answered in order; queued turns listed after a
 cancelled; interrupt and rollback), a second tab that follows the running answer and queues a
 message answered after it in both tabs (no 409, no conflict), a chat that
 reopens on its model, sessions grouped by date and searched by title
-with actions in a menu, rename/archive/delete, settings (errors in words, Save only when
+with actions in a menu, rename/archive (the archived chat's notice and Restore)/delete, a docs
+search passage rendered as Markdown without a raw score, settings (errors in words, Save only when
 changed, the unsaved-edit warning), a paused schedule, a long task result shown collapsed,
 long-term memories, the theme picker (dark kept through a reload, set before the app's script
 runs), the keyboard shortcuts sheet and its shortcuts, the 375 px
@@ -306,6 +307,8 @@ async def stack(
             "POPAGENT_HOOK_CA_FILE": str(receiver.ca_file),
             # The real MCP browser server (@playwright/mcp and Chromium) behind the BifrOSt socket.
             "POPAGENT_BROWSER_SOCKET": str(peer.socket_path),
+            # Documentation search (the docs page's step) embeds with the catalog's embedding model.
+            "POPAGENT_DOCS_EMBEDDING_MODEL": "fake/text-embedding-3-small",
         }
         async with launched_stack(tmp_path, monkeypatch, environment) as running:
             # The walk-through runs the tests with the shell unasked (the seeded policy asks first:
@@ -360,6 +363,7 @@ async def test_the_web_ui_in_a_real_browser(
         "narrow picker shows the model",
         "unsaved changes warning",
         "task page readable",
+        "docs search readable",
         "long task result collapsed",
         "theme toggle",
         "shortcuts sheet",

@@ -1,11 +1,14 @@
 import "./documents.css";
-import { useEffect, useId, useState, type FormEvent } from "react";
+import { Suspense, lazy, useEffect, useId, useState, type FormEvent } from "react";
 import type { DocumentSearchOut, IndexStatusOut, WorkspaceOut } from "../api/types";
 import { ErrorText } from "../common/ErrorText";
 import { stamp } from "../common/stamp";
 import { messageOf, useLoad } from "../common/useLoad";
 import { href } from "../route";
 import { documentsApi } from "./api";
+
+// A passage reads as its document does: rendered Markdown (the chat's lazy renderer).
+const Markdown = lazy(() => import("../chat/Markdown"));
 
 const POLL_MS = 1500;
 const TONE: Record<IndexStatusOut["state"], string> = { idle: "ok", queued: "pending", running: "pending", failed: "bad" };
@@ -165,10 +168,13 @@ function SearchBox({ workspaceId }: { workspaceId: string }) {
             <li key={`${hit.documentId}-${index}`} className="card">
               <p>
                 <code>{hit.path}</code>
-                {hit.headingPath.length ? <span> › {hit.headingPath.join(" › ")}</span> : null}{" "}
-                <span className="muted">score {hit.score.toFixed(3)}</span>
+                {hit.headingPath.length ? <span> › {hit.headingPath.join(" › ")}</span> : null}
               </p>
-              <pre className="doc-excerpt">{hit.content}</pre>
+              <div className="doc-excerpt" data-testid="doc-excerpt">
+                <Suspense fallback={<p className="pre-line">{hit.content}</p>}>
+                  <Markdown text={hit.content} streaming={false} />
+                </Suspense>
+              </div>
             </li>
           ))}
         </ol>
