@@ -71,6 +71,43 @@ async def test_a_turn_sent_while_one_runs_is_refused_with_409_and_the_running_tu
     assert chunks[-1] == "[DONE]"
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("policy", ["reject", "enqueue", "interrupt"])
+async def test_the_same_message_sent_again_follows_its_running_turn_under_any_policy(stack: Stack, policy: str) -> None:
+    """A gateway that tries the next runner after one died before answering, or a client that
+    retries, sends the same message again: that is its turn, followed, never refused, queued or
+    run a second time."""
+    stack.models.push(Turn.say("a" * 160, **SLOW), Turn.say("after"))
+    async with stack.client() as client:
+        session = await new_session(client)
+        assert (await client.patch(f"/api/sessions/{session}", json={"doubleTexting": policy})).status_code == 200
+        message = user_message("first")
+        request = client.build_request("POST", "/api/chat", json={"id": session, "model": MODEL, "message": message})
+        running = await client.send(request, stream=True)
+        try:
+            assert running.status_code == 200
+            lines = running.aiter_lines()
+            turn_id = await start_turn_id(lines)
+            body = {"id": session, "model": MODEL, "message": message}
+            async with client.stream("POST", "/api/chat", json=body) as again:
+                assert again.status_code == 200, await again.aread()
+                chunks = await read_sse(again)
+            async for _ in lines:
+                pass
+        finally:
+            await running.aclose()
+        stored = (await client.get(f"/api/sessions/{session}")).json()["messages"]
+    starts = [c for c in chunks if isinstance(c, dict) and c.get("type") == "start"]
+    assert [c["messageMetadata"]["turnId"] for c in starts] == [turn_id]
+    assert "".join(c["delta"] for c in chunks if isinstance(c, dict) and c.get("type") == "text-delta") == "a" * 160
+    assert chunks[-2]["type"] == "finish" and chunks[-1] == "[DONE]"
+    assert len(stack.models.requests) == 1, "the message ran twice"
+    assert [(m["role"], m["id"] if m["role"] == "user" else None) for m in stored] == [
+        ("user", message["id"]),
+        ("assistant", None),
+    ]
+
+
 @pytest.mark.timeout(90)
 async def test_with_enqueue_concurrent_turns_on_one_session_all_run_one_after_another(stack: Stack) -> None:
     stack.models.push(*(Turn.say(f"answer {n} " + "b" * 40, chunk_size=8, chunk_delay_s=0.02) for n in range(5)))

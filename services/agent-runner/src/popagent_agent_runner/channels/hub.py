@@ -34,7 +34,7 @@ from popagent_agent_runner.channels.inbound import (
 from popagent_agent_runner.channels.outbound import Poster, card_markdown, poster_for, split_rendered
 from popagent_agent_runner.channels.relay import EDIT_INTERVAL_S, ReplyRelay
 from popagent_agent_runner.channels.store import ApprovalCard, ChannelStore, ConnectionRecord, RelayRecord
-from popagent_agent_runner.turn.chat_turns import ChatTurns, LiveTurn, Queued, QueuedTurnDropped
+from popagent_agent_runner.turn.chat_turns import AlreadyRunning, ChatTurns, LiveTurn, Queued, QueuedTurnDropped
 from popagent_agent_runner.turn.runner import TurnInput
 from popagent_agent_runner.turn.ui_message import UserMessage
 from popagent_core.errors import AlreadyExists, Conflict, FailedPrecondition, InvalidArgument, PopagentError
@@ -254,6 +254,10 @@ class ChannelHub:
                 )
                 await error(str(exc))
                 return
+        if isinstance(started, AlreadyRunning):
+            # Its message id is new for each event (repeated deliveries are dropped before): its
+            # turn runs, and that turn's relay posts the reply.
+            return
         if isinstance(started, Queued):
             try:
                 live = await self.turns.when_its_turn(turn)

@@ -28,7 +28,14 @@ from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
 from popagent_agent_runner.memory.long_term import Memory, MemoryStore
 from popagent_agent_runner.servicers.messages import message_of
-from popagent_agent_runner.turn.chat_turns import ChatTurns, LiveTurn, Queued, QueuedTurnDropped, parse_policy
+from popagent_agent_runner.turn.chat_turns import (
+    AlreadyRunning,
+    ChatTurns,
+    LiveTurn,
+    Queued,
+    QueuedTurnDropped,
+    parse_policy,
+)
 from popagent_agent_runner.turn.runner import TurnInput
 from popagent_agent_runner.turn.ui_message import UserMessage
 from popagent_core.errors import Conflict, InvalidArgument, Unavailable
@@ -80,6 +87,10 @@ class ChatServicer(agent_runner_pb2_grpc.AgentRunnerServiceServicer):
             )
 
         started = await self.turns.start(turn, policy, refuse)
+        if isinstance(started, AlreadyRunning):
+            async for batch in self._follow(request.session_id):
+                yield batch
+            return
         if isinstance(started, Queued):
             try:
                 yield pb.TurnEventBatch(
@@ -124,12 +135,17 @@ class ChatServicer(agent_runner_pb2_grpc.AgentRunnerServiceServicer):
     ) -> AsyncIterator[pb.TurnEventBatch]:
         if not request.session_id:
             raise InvalidArgument("session_id is required")
-        record = await self.records.following(request.session_id)
+        async for batch in self._follow(request.session_id):
+            yield batch
+
+    async def _follow(self, session_id: str) -> AsyncIterator[pb.TurnEventBatch]:
+        """The session's running turn from its log, live until it ends; nothing when none runs."""
+        record = await self.records.following(session_id)
         if record is None:
             return
 
         async def still_running() -> bool:
-            current = await self.records.get(request.session_id, record.id)
+            current = await self.records.get(session_id, record.id)
             if current is None or current.status != "running":
                 return False
             if current.leased:
@@ -138,7 +154,7 @@ class ChatServicer(agent_runner_pb2_grpc.AgentRunnerServiceServicer):
             deadline = asyncio.get_running_loop().time() + TAKEOVER_WAIT_S
             while asyncio.get_running_loop().time() < deadline:
                 await asyncio.sleep(TAKEOVER_POLL_S)
-                current = await self.records.get(request.session_id, record.id)
+                current = await self.records.get(session_id, record.id)
                 if current is None or current.status != "running":
                     return False
                 if current.leased:
@@ -153,7 +169,7 @@ class ChatServicer(agent_runner_pb2_grpc.AgentRunnerServiceServicer):
         if ended:
             return
         # The log ended without its end marker because the turn no longer runs.
-        current = await self.records.get(request.session_id, record.id)
+        current = await self.records.get(session_id, record.id)
         if current is not None and (current.status == "interrupted" or current.status == "running"):
             # Its runner was lost (killed, cut off) and no other could go on with it.
             yield pb.TurnEventBatch(

@@ -1,6 +1,6 @@
 """Chat turns in this process: started, queued, detached, cancelled and concluded (docs/turns.md).
 
-    started = await turns.start(turn, policy, on_refused)   # a LiveTurn, or Queued
+    started = await turns.start(turn, policy, on_refused)   # a LiveTurn, Queued, or AlreadyRunning
     live = await turns.when_its_turn(turn)                   # a queued turn, once it runs
 
 A turn is recorded as running (`TurnRecords`) and runs as its own task; every batch it streams goes
@@ -104,6 +104,13 @@ class Queued:
     continue_on_disconnect: bool
 
 
+@dataclass(frozen=True)
+class AlreadyRunning:
+    """The message was sent before and its turn runs: the send is followed, not run again."""
+
+    turn_id: str
+
+
 class QueuedTurnDropped(Exception):
     """A queued turn that will not run: it was cancelled (or superseded) while it waited."""
 
@@ -137,9 +144,12 @@ class ChatTurns:
 
     async def start(
         self, turn: TurnInput, policy: DoubleTexting | None, on_refused: Callable[[str], Awaitable[None]]
-    ) -> LiveTurn | Queued:
+    ) -> LiveTurn | Queued | AlreadyRunning:
         """Start the turn, or apply the double-texting policy (the request's, else the session's) when
-        one runs or waits on the session. Raises what `prepare` raises before anything is recorded."""
+        one runs or waits on the session. Raises what `prepare` raises before anything is recorded.
+
+        The same message sent again while its turn runs (a gateway that tried the next runner after
+        one died before answering, a client that retried) is that turn: `AlreadyRunning`, to follow."""
         prepared: PreparedTurn | None = None
         while True:
             if not self.taking_turns:
@@ -160,6 +170,8 @@ class ChatTurns:
             ahead = await self._turns_ahead(turn.session_id)
             if not ahead:
                 continue  # what ran ended meanwhile
+            if (same := await self.records.running_for_message(turn.session_id, turn.message.id)) is not None:
+                return AlreadyRunning(same)
             chosen = policy or _policy(await self.runner.threads.double_texting(turn.session_id))
             if chosen == "reject":
                 await on_refused(ahead[0])

@@ -140,6 +140,11 @@ class TurnRecords:
         async with self._unflushed() as conn:
             await conn.execute(QUERIES["release_running"], list(turn_ids), self.runner_id)
 
+    async def running_for_message(self, session_id: str, message_id: str) -> str | None:
+        """The id of the session's running turn whose prompt is `message_id`; None: no such turn runs."""
+        with wrap_db_errors():
+            return await self.pool.fetchval(QUERIES["running_for_message"], session_id, message_id)
+
     async def get(self, session_id: str, turn_id: str) -> TurnRecord | None:
         with wrap_db_errors():
             row = await self.pool.fetchrow(QUERIES["get"], turn_id, session_id)

@@ -44,6 +44,12 @@ FROM popagent_sessions s
 LEFT JOIN popagent_turns t ON t.session_id = s.id AND t.status = 'running' AND t.lease_until >= now()
 WHERE s.id = $1
 
+-- name: running_for_message
+-- The session's running turn when its prompt is the message with this id (leased or not: a runner
+-- lost before its first event still holds it until another takes it over or it ends).
+SELECT id FROM popagent_turns
+WHERE session_id = $1 AND status = 'running' AND request -> 'message' ->> 'id' = $2
+
 -- name: get
 SELECT id, session_id, status, runner_id, lease_until >= now() AS leased, task_id
 FROM popagent_turns WHERE id = $1 AND session_id = $2
