@@ -10,6 +10,9 @@ PROTO_FILES := $(shell find protos -name '*.proto')
 PROTO_OUT := libs/popagent-protos/src
 PROTO_STAMP := libs/popagent-protos/.stamp
 SYNC_STAMP := $(VENV)/.synced
+# Synapse, the Matrix homeserver of the channel tests, in a venv of its own (its pins are not the project's).
+SYNAPSE_VENV := .venv-synapse
+SYNAPSE_STAMP := $(SYNAPSE_VENV)/.installed
 NODE_TEST_DEPS := tests/ai_sdk/node_modules/.package-lock.json
 MCP_CLIENT_TS_DEPS := tests/mcp_client_ts/node_modules/.package-lock.json
 LANGUAGE_SERVERS := services/agent-runner/language-servers/node_modules/.package-lock.json
@@ -46,7 +49,7 @@ lint: setup
 	$(VENV)/bin/pyright
 	PYTHONPATH=tests $(VENV)/bin/lint-imports
 
-setup: system-deps $(SYNC_STAMP) $(PROTO_STAMP) $(NODE_TEST_DEPS) $(MCP_CLIENT_TS_DEPS) $(LANGUAGE_SERVERS) $(BROWSER_PEER_DEPS) $(UI_BUILD)
+setup: system-deps $(SYNC_STAMP) $(SYNAPSE_STAMP) $(PROTO_STAMP) $(NODE_TEST_DEPS) $(MCP_CLIENT_TS_DEPS) $(LANGUAGE_SERVERS) $(BROWSER_PEER_DEPS) $(UI_BUILD)
 	@# The project's own modules (editable installs) too; only changed files are compiled again.
 	@$(VPY) -m compileall -q -j 0 libs services >/dev/null
 
@@ -85,6 +88,11 @@ $(SYNC_STAMP): $(MEMBER_PYPROJECTS)
 	$(UV) sync --all-packages --python $(PYTHON) --compile-bytecode
 	@touch $@
 
+$(SYNAPSE_STAMP): constraints-synapse.txt $(SYNC_STAMP)
+	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(SYNAPSE_VENV)
+	$(UV) pip install --quiet --python $(SYNAPSE_VENV)/bin/python -c constraints-synapse.txt matrix-synapse
+	@touch $@
+
 system-deps:
 	@bash deploy/install-system-deps.sh
 
@@ -114,4 +122,4 @@ compose-config:
 	$(COMPOSE) -f deploy/compose.yaml --env-file $(if $(wildcard deploy/.env),deploy/.env,deploy/.env.example) config -q
 
 clean:
-	rm -rf $(VENV) $(PROTO_OUT)/popagent $(PROTO_STAMP) ui/node_modules ui/dist tests/ai_sdk/node_modules tests/mcp_client_ts/node_modules services/agent-runner/language-servers/node_modules tests/browser_peer/node_modules
+	rm -rf $(VENV) $(SYNAPSE_VENV) $(PROTO_OUT)/popagent $(PROTO_STAMP) ui/node_modules ui/dist tests/ai_sdk/node_modules tests/mcp_client_ts/node_modules services/agent-runner/language-servers/node_modules tests/browser_peer/node_modules

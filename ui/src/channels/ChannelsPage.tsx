@@ -7,9 +7,18 @@ import { ErrorText, LoadError } from "../common/ErrorText";
 import { messageOf, useLoad } from "../common/useLoad";
 import { channelsApi, webhookUrl } from "./api";
 
-type Platform = "slack" | "telegram" | "discord";
+type Platform = "slack" | "telegram" | "discord" | "matrix";
 
-const PLATFORMS: Record<Platform, { label: string; inbound: { key: "signingSecret" | "secretToken" | "publicKey"; label: string; hint: string }; token: string; console: string }> = {
+// `inbound`: the key the platform's webhook deliveries are checked with; Matrix has no webhook (the bot
+// reads its rooms through /sync), so no inbound key and no URL to paste, but a homeserver URL.
+type PlatformInfo = {
+  label: string;
+  inbound: { key: "signingSecret" | "secretToken" | "publicKey"; label: string; hint: string } | null;
+  token: string;
+  console: string | null;
+};
+
+const PLATFORMS: Record<Platform, PlatformInfo> = {
   slack: {
     label: "Slack",
     token: "Bot User OAuth Token (xoxb-…), under OAuth & Permissions.",
@@ -28,14 +37,20 @@ const PLATFORMS: Record<Platform, { label: string; inbound: { key: "signingSecre
     inbound: { key: "publicKey", label: "Public key", hint: "General Information → Public Key (64 hex digits)." },
     console: "General Information → Interactions Endpoint URL.",
   },
+  matrix: {
+    label: "Matrix",
+    token: "The bot user's access token (log the bot in, or Settings → Help & About → Access Token in Element).",
+    inbound: null,
+    console: null,
+  },
 };
 
 type Draft = {
-  platform: Platform; name: string; botToken: string; inboundKey: string; botUserId: string;
+  platform: Platform; name: string; botToken: string; inboundKey: string; botUserId: string; homeserver: string;
   allowedUsers: string; approvers: string; workspaceId: string;
 };
 
-const EMPTY: Draft = { platform: "slack", name: "", botToken: "", inboundKey: "", botUserId: "", allowedUsers: "", approvers: "", workspaceId: "" };
+const EMPTY: Draft = { platform: "slack", name: "", botToken: "", inboundKey: "", botUserId: "", homeserver: "", allowedUsers: "", approvers: "", workspaceId: "" };
 const STEPS = ["Platform", "Credentials", "People and workspace"] as const;
 
 const lines = (text: string) => text.split(/[\s,]+/).map((line) => line.trim()).filter(Boolean);
@@ -61,7 +76,8 @@ function AddChannelForm(props: { workspaces: WorkspaceOut[]; onAdded: (channel: 
       const created = await channelsApi.create({
         name: draft.name,
         platform: draft.platform,
-        credentials: { botToken: draft.botToken, [platform.inbound.key]: draft.inboundKey },
+        credentials: platform.inbound ? { botToken: draft.botToken, [platform.inbound.key]: draft.inboundKey } : { botToken: draft.botToken },
+        ...(draft.platform === "matrix" ? { apiBaseUrl: draft.homeserver } : {}),
         allowedUsers: lines(draft.allowedUsers),
         approvers: lines(draft.approvers),
         ...(draft.botUserId ? { botUserId: draft.botUserId } : {}),
@@ -101,16 +117,26 @@ function AddChannelForm(props: { workspaces: WorkspaceOut[]; onAdded: (channel: 
               onChange={(event) => set({ botToken: event.target.value })} />
             <span className="field-hint">{platform.token} Kept in the secrets service and never shown again.</span>
           </div>
+          {platform.inbound ? (
+            <div className="field">
+              <label className="field-label" htmlFor={`${id}-inbound`}>{platform.inbound.label}</label>
+              <input id={`${id}-inbound`} type="password" autoComplete="off" value={draft.inboundKey} maxLength={4000} required
+                onChange={(event) => set({ inboundKey: event.target.value })} />
+              <span className="field-hint">{platform.inbound.hint}</span>
+            </div>
+          ) : (
+            <div className="field">
+              <label className="field-label" htmlFor={`${id}-homeserver`}>Homeserver URL</label>
+              <input id={`${id}-homeserver`} type="url" value={draft.homeserver} maxLength={2000} required
+                onChange={(event) => set({ homeserver: event.target.value })} />
+              <span className="field-hint">Its client-server API, e.g. https://matrix.example.org.</span>
+            </div>
+          )}
           <div className="field">
-            <label className="field-label" htmlFor={`${id}-inbound`}>{platform.inbound.label}</label>
-            <input id={`${id}-inbound`} type="password" autoComplete="off" value={draft.inboundKey} maxLength={4000} required
-              onChange={(event) => set({ inboundKey: event.target.value })} />
-            <span className="field-hint">{platform.inbound.hint}</span>
-          </div>
-          <div className="field">
-            <label className="field-label" htmlFor={`${id}-bot`}>Bot user id (optional)</label>
-            <input id={`${id}-bot`} value={draft.botUserId} maxLength={64} onChange={(event) => set({ botUserId: event.target.value })} />
-            <span className="field-hint">The bot's own user id: its own messages are ignored.</span>
+            <label className="field-label" htmlFor={`${id}-bot`}>{draft.platform === "matrix" ? "Bot user id" : "Bot user id (optional)"}</label>
+            <input id={`${id}-bot`} value={draft.botUserId} maxLength={64} required={draft.platform === "matrix"}
+              onChange={(event) => set({ botUserId: event.target.value })} />
+            <span className="field-hint">The bot's own user id{draft.platform === "matrix" ? " (@name:server)" : ""}: its own messages are ignored.</span>
           </div>
         </>
       ) : null}
@@ -147,11 +173,15 @@ function AddChannelForm(props: { workspaces: WorkspaceOut[]; onAdded: (channel: 
 
 function WebhookUrl(props: { channel: ChannelOut }) {
   const id = useId();
+  const console = PLATFORMS[props.channel.platform].console;
+  if (console === null) {
+    return <p className="field-hint">No webhook: the bot reads its rooms itself. Invite {props.channel.botUserId} to a room (as one of the allowed users).</p>;
+  }
   return (
     <div className="field">
       <label className="field-label" htmlFor={`${id}-webhook`}>Webhook URL</label>
       <input id={`${id}-webhook`} readOnly value={webhookUrl(props.channel.id)} onFocus={(event) => event.target.select()} />
-      <span className="field-hint">Paste it in {PLATFORMS[props.channel.platform].console}</span>
+      <span className="field-hint">Paste it in {console}</span>
     </div>
   );
 }
@@ -232,7 +262,7 @@ export default function ChannelsPage(props: { workspaces: WorkspaceOut[] }) {
   return (
     <div className="page tasks-page">
       <h1>Channels</h1>
-      <p className="muted">Talk to popagent from Slack, Telegram and Discord: each conversation and thread is a chat session, replies stream into it, and approvals arrive as buttons.</p>
+      <p className="muted">Talk to popagent from Slack, Telegram, Discord and Matrix: each conversation and thread is a chat session, replies stream into it, and approvals arrive as buttons.</p>
       {actionError ? <p role="alert" className="banner bad">{actionError}</p> : null}
       <LoadError what="channels" error={channels.error} />
       {created ? (

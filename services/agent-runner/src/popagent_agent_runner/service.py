@@ -336,6 +336,8 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
         stack.push_async_callback(channel_hub.close)
         relaying = asyncio.create_task(channel_hub.keep_relaying(), name="channel-relays")
         stack.push_async_callback(_cancelled, relaying)
+        syncing = asyncio.create_task(channel_hub.keep_syncing(), name="channel-matrix-syncs")
+        stack.push_async_callback(_cancelled, syncing)
         channels_pb2_grpc.add_AgentRunnerChannelsServiceServicer_to_server(ChannelsServicer(channel_hub), kernel.server)
         memory_pb2_grpc.add_SessionMemoryServiceServicer_to_server(
             SessionMemoryServicer(observation_store), kernel.server

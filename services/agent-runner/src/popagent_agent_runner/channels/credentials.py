@@ -25,7 +25,10 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "slack": ("botToken", "signingSecret"),
     "telegram": ("botToken", "secretToken"),
     "discord": ("botToken", "publicKey"),
+    # The bot user's access token: it both reads (/sync) and posts; no delivery comes to a webhook.
+    "matrix": ("botToken",),
 }
+INBOUND_KEY = {"slack": "signingSecret", "telegram": "secretToken", "discord": "publicKey"}
 _PRINTABLE = re.compile(r"^[\x21-\x7e]+$")
 # Telegram allows 1-256 characters A-Z, a-z, 0-9, _ and - in a webhook's secret_token.
 _TELEGRAM_SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
@@ -35,7 +38,7 @@ _HEX_KEY = re.compile(r"^[0-9a-fA-F]{64}$")
 @dataclass(frozen=True)
 class Credentials:
     bot_token: str
-    # Slack's signing secret, Telegram's secret token or Discord's public key (hex).
+    # Slack's signing secret, Telegram's secret token or Discord's public key (hex); "" for Matrix.
     inbound_key: str
 
     def __repr__(self) -> str:  # never the values, wherever a record is logged
@@ -65,8 +68,8 @@ def checked_credentials(platform: str, values: dict[str, str]) -> dict[str, str]
 
 def parsed_credentials(platform: str, value: str) -> Credentials:
     stored: dict[str, str] = orjson.loads(value)
-    inbound = {"slack": "signingSecret", "telegram": "secretToken", "discord": "publicKey"}[platform]
-    return Credentials(stored["botToken"], stored[inbound])
+    inbound = INBOUND_KEY.get(platform)
+    return Credentials(stored["botToken"], stored[inbound] if inbound else "")
 
 
 class ChannelCredentials:

@@ -10,6 +10,7 @@ turn itself, like any chat turn, is taken over too: turns.md)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
@@ -24,14 +25,16 @@ from popagent_agent_runner.channels.credentials import Credentials
 from popagent_agent_runner.channels.inbound import (
     Answer,
     Decision,
+    Delivery,
     Message,
     Press,
     discord_card_update,
     discord_notice,
+    matrix_deliveries,
     parse,
     verify,
 )
-from popagent_agent_runner.channels.outbound import Poster, card_markdown, poster_for, split_rendered
+from popagent_agent_runner.channels.outbound import MatrixPoster, Poster, card_markdown, poster_for, split_rendered
 from popagent_agent_runner.channels.relay import EDIT_INTERVAL_S, ReplyRelay
 from popagent_agent_runner.channels.store import ApprovalCard, ChannelStore, ConnectionRecord, RelayRecord
 from popagent_agent_runner.turn.chat_turns import AlreadyRunning, ChatTurns, LiveTurn, Queued, QueuedTurnDropped
@@ -97,15 +100,16 @@ def outcome_text(approval: Approval) -> str:
     return f"**{approval.tool_name}**: {approval.state}"
 
 
-def card_text(approval: Approval) -> str:
+def card_text(approval: Approval, platform: str = "") -> str:
     arguments = orjson.dumps(approval.arguments).decode()
     if len(arguments) > MAX_CARD_ARGUMENTS_CHARS:
         arguments = arguments[:MAX_CARD_ARGUMENTS_CHARS] + "…"
     arguments = arguments.replace("`", "'")
-    return (
-        f"✋ **{approval.tool_name}** waits for approval. {approval.reason}\n\n"
-        f"`{arguments}`\n\n"
-        "Approve, Deny or Allow for this session (or reply approve, deny, allow for this session)."
+    return f"✋ **{approval.tool_name}** waits for approval. {approval.reason}\n\n`{arguments}`\n\n" + (
+        "React ✅ to approve, ❌ to deny or 🔁 to allow for this session (or reply approve, deny, "
+        "allow for this session in the thread)."
+        if platform == "matrix"
+        else "Approve, Deny or Allow for this session (or reply approve, deny, allow for this session)."
     )
 
 
@@ -133,6 +137,8 @@ class ChannelHub:
         self._background: set[asyncio.Task[None]] = set()
         # Turn ids whose replies this runner relays (their leases are renewed).
         self._relaying: set[str] = set()
+        # Matrix connections whose /sync loop runs here.
+        self._syncing: set[str] = set()
 
     async def close(self) -> None:
         for task in list(self._background):
@@ -148,9 +154,16 @@ class ChannelHub:
         """One delivery to the connection's webhook: Unauthenticated (nothing read, nothing stored) unless
         the platform signed it; otherwise the platform's answer, the message acted on in the background."""
         connection = await self.store.get(connection_id)
+        if connection.platform == "matrix":
+            raise FailedPrecondition(
+                "a Matrix connection reads its rooms through /sync; it takes no webhook deliveries"
+            )
         credentials = await self._credentials(connection)
         verify(connection.platform, credentials.inbound_key, {k.lower(): v for k, v in headers.items()}, body)
-        delivery = parse(connection.platform, body, connection.bot_user_id)
+        return await self._take_in(connection, credentials, parse(connection.platform, body, connection.bot_user_id))
+
+    async def _take_in(self, connection: ConnectionRecord, credentials: Credentials, delivery: Delivery) -> Answer:
+        """A checked delivery acted on once: a press answered, a message's turn started in the background."""
         if delivery.event_id and not await self.store.first_delivery(connection.id, delivery.event_id):
             return delivery.answer  # a retry or a replay: taken in once already
         if delivery.press is not None:
@@ -417,6 +430,78 @@ class ChannelHub:
                 logger.warning("channel relays not kept", extra={"error": str(exc)})
             await asyncio.sleep(self.relay_check_s)
 
+    # Matrix ---------------------------------------------------------------------------------
+
+    async def keep_syncing(self) -> None:
+        """Until cancelled: each enabled Matrix connection's /sync loop run by one agent-runner, this one
+        when no other holds it (a leased claim, taken over when its holder stops renewing it)."""
+        records = self.turns.records
+        while True:
+            try:
+                for connection in await self.store.list():
+                    if connection.platform != "matrix" or not connection.enabled:
+                        continue
+                    if connection.id in self._syncing:
+                        continue
+                    since = await self.store.claim_sync(connection.id, records.runner_id, records.lease_s)
+                    if since is not None:
+                        self._syncing.add(connection.id)
+                        self._spawn(self._sync(connection, since), "channel-matrix-sync")
+            except PopagentError as exc:
+                logger.warning("Matrix sync loops not kept", extra={"error": str(exc)})
+            await asyncio.sleep(self.relay_check_s)
+
+    async def _sync(self, connection: ConnectionRecord, since: str) -> None:
+        """One connection's /sync long-poll while this runner holds it and the connection stays enabled:
+        invites from allowed users accepted, each event taken in once, then the next sync resumes after it."""
+        records = self.turns.records
+        poster: MatrixPoster | None = None
+        try:
+            credentials = await self._credentials(connection)
+            made = self.poster_factory(connection.platform, credentials.bot_token, connection.api_base_url)
+            assert isinstance(made, MatrixPoster)
+            poster = made
+            while True:
+                current = await self.store.get(connection.id)
+                if not current.enabled or current.platform != "matrix":
+                    return
+                # A long-poll within the lease: the loop renews the claim after each answer.
+                answer = await poster.sync(since, records.lease_s / 3)
+                deliveries, invites = matrix_deliveries(answer, current.bot_user_id)
+                for invite in invites:
+                    await self._invited(current, poster, invite.room, invite.inviter)
+                if since:  # the first sync only says where "now" is
+                    for delivery in deliveries:
+                        if not delivery.from_bot:
+                            await self._take_in(current, credentials, delivery)
+                since = str(answer.get("next_batch") or since)
+                if not await self.store.synced(connection.id, records.runner_id, since, records.lease_s):
+                    return  # another runner holds the loop now
+        except PopagentError as exc:
+            await self.store.record(connection.id, "error", f"the Matrix sync stopped, it starts again: {exc}")
+            await asyncio.sleep(self.relay_check_s)
+        except Exception:
+            logger.exception("Matrix sync failed", extra={"connection": connection.id})
+        finally:
+            self._syncing.discard(connection.id)
+            if poster is not None:
+                await poster.aclose()
+            with contextlib.suppress(PopagentError):
+                await self.store.release_sync(connection.id, records.runner_id)
+
+    async def _invited(self, connection: ConnectionRecord, poster: MatrixPoster, room: str, inviter: str) -> None:
+        if inviter not in connection.allowed_users:
+            await self.store.record(
+                connection.id,
+                "error",
+                f"user {inviter!r} invited the bot to a room but is not among the allowed users; not joined",
+                conversation=room,
+                platform_user=inviter,
+            )
+            return
+        await poster.join(room)
+        await self.store.record(connection.id, "in", "joined the room", conversation=room, platform_user=inviter)
+
     def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(work, name=name)
         self._background.add(task)
@@ -488,7 +573,7 @@ class ChannelHub:
         )
         if not claimed:
             return ""  # posted before (this runner took the turn over, or the notice came again)
-        text = card_markdown(place.poster.platform, card_text(approval))
+        text = card_markdown(place.poster.platform, card_text(approval, place.poster.platform))
         message_id = await place.poster.post_card(place.conversation, place.reply_thread, text, approval_id)
         await self.store.card_posted(approval_id, message_id)
         await self.store.record(
@@ -553,7 +638,12 @@ class ChannelHub:
     async def _press(
         self, connection: ConnectionRecord, credentials: Credentials, press: Press, answer: Answer
     ) -> Answer:
-        card = await self.store.card(connection.id, press.approval_id)
+        if press.approval_id:
+            card = await self.store.card(connection.id, press.approval_id)
+        else:
+            card = await self.store.card_by_message(connection.id, press.message_id)
+            if card is None:
+                return answer  # a reaction to some other message
         poster = self.poster_factory(connection.platform, credentials.bot_token, connection.api_base_url)
         try:
             if card is None:

@@ -9,6 +9,11 @@ before anything parses it, then what it says (a message, a handshake, or nothing
 - Telegram (Bot API webhook): `X-Telegram-Bot-Api-Secret-Token` equals the `secret_token` the
   webhook was set with (compared in constant time); an update's `update_id` is its event id; a
   button press is a `callback_query` update.
+- Matrix: no webhook. The bot reads its rooms through its own authenticated /sync long-poll
+  (`matrix_deliveries`), so what the homeserver answers is already the homeserver's word: the sender
+  of each event is the user id the homeserver checked. An event id is the event id; a message in a
+  thread (`m.thread` relation) belongs to its root's thread, a top-level message starts its own; a
+  reaction (`m.annotation`) on an approval card is a press.
 - Discord (interactions endpoint): `X-Signature-Ed25519` over `{X-Signature-Timestamp}{body}` with
   the application's public key (PyNaCl); PING (type 1) answers PONG; a slash command (type 2) is a
   message, its interaction id the event id; a button press is a message component (type 3), answered
@@ -60,6 +65,11 @@ class Message:
 
 Decision = Literal["once", "session", "deny"]
 DECISIONS: tuple[Decision, ...] = ("once", "deny", "session")
+
+
+# Matrix has no buttons: an approval card is answered by reacting (an m.annotation) with one of these.
+MATRIX_REACTIONS: dict[Decision, str] = {"once": "✅", "deny": "❌", "session": "🔁"}
+_MATRIX_DECISIONS: dict[str, Decision] = {key: decision for decision, key in MATRIX_REACTIONS.items()}
 
 
 def button_id(decision: Decision, approval_id: str) -> str:
@@ -336,3 +346,80 @@ def discord_notice(text: str) -> Answer:
 def discord_card_update(text: str) -> Answer:
     """The pressed card's new content, its buttons gone."""
     return Answer(body=orjson.dumps({"type": DISCORD_UPDATE_MESSAGE, "data": {"content": text, "components": []}}))
+
+
+@dataclass(frozen=True)
+class MatrixInvite:
+    room: str
+    inviter: str
+
+
+def _matrix_text(content: dict[str, Any]) -> str:
+    text = _text(content.get("body"))
+    relation = _dict(content.get("m.relates_to"))
+    if relation.get("m.in_reply_to") and not relation.get("is_falling_back"):
+        # A reply's fallback quotes what it answers in lines starting "> ", then a blank line.
+        lines = text.split("\n")
+        while lines and lines[0].startswith(">"):
+            lines.pop(0)
+        text = "\n".join(lines).strip()
+    return text
+
+
+def matrix_deliveries(sync: dict[str, Any], bot_user_id: str) -> tuple[list[Delivery], list[MatrixInvite]]:
+    """What one /sync answer holds for the bot: messages and reactions in its joined rooms, in order,
+    and the rooms it is invited to (with who invited it)."""
+    deliveries: list[Delivery] = []
+    invites: list[MatrixInvite] = []
+    rooms = _dict(sync.get("rooms"))
+    for room, joined in _dict(rooms.get("join")).items():
+        for event in _dict(_dict(joined).get("timeline")).get("events") or []:
+            delivery = _matrix_event(str(room), _dict(event), bot_user_id)
+            if delivery is not None:
+                deliveries.append(delivery)
+    for room, invited in _dict(rooms.get("invite")).items():
+        for event in _dict(_dict(invited).get("invite_state")).get("events") or []:
+            event = _dict(event)
+            content = _dict(event.get("content"))
+            if (
+                event.get("type") == "m.room.member"
+                and event.get("state_key") == bot_user_id
+                and content.get("membership") == "invite"
+            ):
+                invites.append(MatrixInvite(str(room), _text(event.get("sender"))))
+    return deliveries, invites
+
+
+def _matrix_event(room: str, event: dict[str, Any], bot_user_id: str) -> Delivery | None:
+    event_id = _text(event.get("event_id"))
+    sender = _text(event.get("sender"))
+    if not event_id or not sender:
+        return None
+    if sender == bot_user_id:
+        return Delivery(Answer(), event_id=event_id, from_bot=True)
+    content = _dict(event.get("content"))
+    relation = _dict(content.get("m.relates_to"))
+    kind = event.get("type")
+    if kind == "m.reaction" and relation.get("rel_type") == "m.annotation":
+        decision = _MATRIX_DECISIONS.get(_text(relation.get("key")).replace("\ufe0f", ""))
+        if decision is None:
+            return Delivery(Answer(), event_id=event_id)
+        press = Press(
+            approval_id="",  # the card is found by the event the reaction annotates
+            decision=decision,
+            user=sender,
+            conversation=room,
+            message_id=_text(relation.get("event_id")),
+        )
+        return Delivery(Answer(), event_id=event_id, press=press)
+    if kind != "m.room.message" or content.get("msgtype") not in ("m.text", "m.emote"):
+        return Delivery(Answer(), event_id=event_id)
+    if relation.get("rel_type") == "m.replace":
+        return Delivery(Answer(), event_id=event_id)  # an edit of a message already taken in
+    thread = _text(relation.get("event_id")) if relation.get("rel_type") == "m.thread" else event_id
+    text = _matrix_text(content)
+    if not text:
+        return Delivery(Answer(), event_id=event_id)
+    return Delivery(
+        Answer(), message=Message(event_id, room, thread, sender, text, reply_thread=thread), event_id=event_id
+    )

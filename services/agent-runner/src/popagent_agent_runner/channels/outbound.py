@@ -9,32 +9,42 @@ Retry-After the platform gave.
   process-wide httpx tracing does not see (a span would record the URL).
 - Discord: `POST /channels/{id}/messages` / `PATCH /channels/{id}/messages/{message}` with the bot
   token (2,000 characters, Discord's Markdown).
+- Matrix (client-server API, the bot user's access token): `m.notice` events sent with
+  `PUT /rooms/{room}/send/...`, in the thread (`m.thread` relation), edited with `m.replace`; the
+  Markdown as `body` and as HTML (`formatted_body`, markdown-it with raw HTML escaped).
 
 An approval card is a message with three buttons (Slack `actions` block, Telegram inline keyboard,
-Discord action row); settling it edits it to the outcome with the buttons removed.
+Discord action row; on Matrix, which has no buttons, three reactions the bot puts on the card for the
+approver to add theirs to); settling it edits it to the outcome with the buttons (the bot's reactions)
+removed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+import urllib.parse
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import httpcore
 import httpx
+from markdown_it import MarkdownIt
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
-from popagent_agent_runner.channels.inbound import DECISIONS, Decision, Press, button_id
+from popagent_agent_runner.channels.inbound import DECISIONS, MATRIX_REACTIONS, Decision, Press, button_id
 from popagent_core.errors import FailedPrecondition, Unavailable
 
 SLACK_API = "https://slack.com/api/"
 TELEGRAM_API = "https://api.telegram.org"
 DISCORD_API = "https://discord.com/api/v10"
-LIMITS = {"slack": 12000, "telegram": 4096, "discord": 2000}
+# Matrix: an event is at most 65,536 bytes of JSON, and an edit carries the text four times (body and
+# HTML, each in the edit and in m.new_content), in UTF-8 of up to 3 bytes a character.
+LIMITS = {"slack": 12000, "telegram": 4096, "discord": 2000, "matrix": 4000}
 # A platform asking for more than this before a retry is treated as down for now.
 MAX_RETRY_AFTER_S = 60.0
 MAX_RATE_LIMIT_RETRIES = 3
@@ -152,6 +162,10 @@ def _retry_after(response: httpx.Response) -> float:
         if isinstance(body, dict):
             value = body.get("retry_after", (body.get("parameters") or {}).get("retry_after"))
             seconds = float(value) if isinstance(value, (int, float)) else None
+            # Matrix's M_LIMIT_EXCEEDED says it in milliseconds.
+            millis = body.get("retry_after_ms")
+            if seconds is None and isinstance(millis, (int, float)):
+                seconds = millis / 1000
     return max(0.0, seconds if seconds is not None else 1.0)
 
 
@@ -418,9 +432,150 @@ class SlackPoster:
             await session.close()
 
 
+# CommonMark with raw HTML escaped: the model's text cannot put markup of its own into formatted_body.
+_MATRIX_HTML = MarkdownIt("commonmark", {"html": False})
+
+
+def _matrix_content(text: str) -> dict[str, Any]:
+    return {
+        "msgtype": "m.notice",
+        "body": text,
+        "format": "org.matrix.custom.html",
+        "formatted_body": _MATRIX_HTML.render(text).strip(),
+    }
+
+
+def _in_thread(thread: str) -> dict[str, Any]:
+    """A message in the thread whose root event is `thread` (clients without threads see a reply to it)."""
+    return {"rel_type": "m.thread", "event_id": thread, "is_falling_back": True, "m.in_reply_to": {"event_id": thread}}
+
+
+@dataclass
+class MatrixPoster:
+    """The bot user of a homeserver, through the client-server API with its access token."""
+
+    token: str
+    base_url: str
+    sleep: Callable[[float], Any] = asyncio.sleep
+    platform: str = "matrix"
+
+    def __post_init__(self) -> None:
+        self._client = httpx.AsyncClient(
+            headers={"Authorization": f"Bearer {self.token}"},
+            timeout=HTTP_TIMEOUT_S,
+            base_url=self.base_url.rstrip("/") + "/_matrix/client/",
+        )
+        self._me = ""
+
+    def __repr__(self) -> str:
+        return "MatrixPoster(<token>)"
+
+    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        if method == "GET":
+            try:
+                response = await self._client.get(path)
+            except httpx.HTTPError as exc:
+                raise Unavailable(f"the homeserver could not be reached: {type(exc).__name__}") from None
+        else:
+            response = await _send(self._client, method, path, body or {}, self.sleep)
+        if response.status_code >= 300:
+            try:
+                error = response.json()
+            except ValueError:
+                error = {}
+            code = error.get("errcode", "") if isinstance(error, dict) else ""
+            raise PostFailed(f"Matrix {method} {path.split('/')[1]} failed: {response.status_code} {code}"[:300])
+        answer = response.json()
+        return answer if isinstance(answer, dict) else {}
+
+    async def _send_event(self, room: str, kind: str, content: dict[str, Any]) -> str:
+        path = f"v3/rooms/{_quoted(room)}/send/{kind}/{uuid.uuid4().hex}"
+        answer = await self._call("PUT", path, content)
+        return str(answer.get("event_id", ""))
+
+    async def post(self, conversation: str, thread: str, text: str) -> str:
+        content = _matrix_content(text)
+        if thread:
+            content["m.relates_to"] = _in_thread(thread)
+        return await self._send_event(conversation, "m.room.message", content)
+
+    async def edit(self, conversation: str, message_id: str, text: str) -> None:
+        new = _matrix_content(text)
+        content = {
+            **_matrix_content("* " + text),
+            "m.new_content": new,
+            "m.relates_to": {"rel_type": "m.replace", "event_id": message_id},
+        }
+        await self._send_event(conversation, "m.room.message", content)
+
+    async def post_card(self, conversation: str, thread: str, text: str, approval_id: str) -> str:
+        card = await self.post(conversation, thread, text)
+        for decision in DECISIONS:
+            reaction = {
+                "m.relates_to": {"rel_type": "m.annotation", "event_id": card, "key": MATRIX_REACTIONS[decision]}
+            }
+            await self._send_event(conversation, "m.reaction", reaction)
+        return card
+
+    async def settle_card(self, conversation: str, message_id: str, text: str) -> None:
+        await self.edit(conversation, message_id, text)
+        # The card's "buttons": the bot's own reactions on it, taken back.
+        if not self._me:
+            self._me = str((await self._call("GET", "v3/account/whoami")).get("user_id", ""))
+        relations = await self._call(
+            "GET", f"v1/rooms/{_quoted(conversation)}/relations/{_quoted(message_id)}/m.annotation/m.reaction"
+        )
+        for event in relations.get("chunk") or []:
+            if isinstance(event, dict) and event.get("sender") == self._me:
+                path = (
+                    f"v3/rooms/{_quoted(conversation)}/redact/{_quoted(str(event.get('event_id')))}/{uuid.uuid4().hex}"
+                )
+                await self._call("PUT", path, {"reason": "answered"})
+
+    async def refuse_press(self, press: Press, text: str) -> None:
+        content = _matrix_content(f"{press.user}: {text}")
+        content["m.relates_to"] = {"m.in_reply_to": {"event_id": press.message_id}}
+        await self._send_event(press.conversation, "m.room.message", content)
+
+    async def took_press(self, press: Press) -> None:
+        """Nothing to call: a reaction needs no acknowledgement."""
+
+    async def join(self, room: str) -> None:
+        await self._call("POST", f"v3/join/{_quoted(room)}", {})
+
+    async def sync(self, since: str, timeout_s: float) -> dict[str, Any]:
+        """One /sync long-poll: what happened in the bot's rooms after `since` ("" the first time:
+        the rooms as they are, their timelines cut to nothing, so nothing said before is answered)."""
+        params: dict[str, str] = {"timeout": str(int(timeout_s * 1000))}
+        if since:
+            params["since"] = since
+        else:
+            params["filter"] = '{"room":{"timeline":{"limit":0}}}'
+        try:
+            response = await self._client.get("v3/sync", params=params, timeout=timeout_s + HTTP_TIMEOUT_S)
+        except httpx.HTTPError as exc:
+            raise Unavailable(f"the homeserver could not be reached: {type(exc).__name__}") from None
+        if response.status_code == 429:
+            await self.sleep(min(_retry_after(response), MAX_RETRY_AFTER_S))
+            return {"next_batch": since}
+        if response.status_code >= 300:
+            raise PostFailed(f"Matrix sync failed: {response.status_code}")
+        answer = response.json()
+        return answer if isinstance(answer, dict) else {}
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+def _quoted(part: str) -> str:
+    return urllib.parse.quote(part, safe="")
+
+
 def poster_for(platform: str, token: str, base_url: str) -> Poster:
     if platform == "slack":
         return SlackPoster(token, base_url or SLACK_API)
     if platform == "telegram":
         return TelegramPoster(token, base_url or TELEGRAM_API)
+    if platform == "matrix":
+        return MatrixPoster(token, base_url)
     return DiscordPoster(token, base_url or DISCORD_API)

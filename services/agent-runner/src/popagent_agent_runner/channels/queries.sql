@@ -124,3 +124,25 @@ RETURNING turn_id
 
 -- name: forget_old_relays
 DELETE FROM popagent_channel_relays WHERE finished_at < now() - make_interval(secs => $1)
+
+-- name: card_by_message
+SELECT approval_id, connection_id, conversation, thread, session_id, message_id, tool_name, outcome
+FROM popagent_channel_approval_cards WHERE connection_id = $1 AND message_id = $2 AND message_id <> ''
+
+-- name: claim_sync
+-- The connection's sync loop for this runner: taken when nobody holds it or its holder's lease passed,
+-- renewed by its holder; answers the `since` token to resume from (no row: someone else holds it).
+INSERT INTO popagent_channel_syncs (connection_id, runner_id, lease_until)
+VALUES ($1, $2, now() + make_interval(secs => $3))
+ON CONFLICT (connection_id) DO UPDATE
+SET runner_id = EXCLUDED.runner_id, lease_until = EXCLUDED.lease_until
+WHERE popagent_channel_syncs.runner_id = EXCLUDED.runner_id OR popagent_channel_syncs.lease_until < now()
+RETURNING since
+
+-- name: synced
+UPDATE popagent_channel_syncs SET since = $3, lease_until = now() + make_interval(secs => $4)
+WHERE connection_id = $1 AND runner_id = $2
+RETURNING connection_id
+
+-- name: release_sync
+UPDATE popagent_channel_syncs SET lease_until = now() WHERE connection_id = $1 AND runner_id = $2

@@ -20,7 +20,7 @@ from popagent_core.errors import AlreadyExists, InvalidArgument, NotFound
 
 QUERIES = load_queries(Path(__file__).parent / "queries.sql")
 
-PLATFORMS = ("slack", "telegram", "discord")
+PLATFORMS = ("slack", "telegram", "discord", "matrix")
 MAX_NAME_CHARS = 64
 MAX_USERS = 500
 MAX_USER_ID_CHARS = 64
@@ -153,6 +153,10 @@ def _checked(current: ConnectionRecord | None, changes: ConnectionChanges) -> Co
     api_base_url = pick(changes.api_base_url, current.api_base_url if current else None, "")
     if api_base_url and (len(api_base_url) > MAX_URL_CHARS or not _URL.fullmatch(api_base_url)):
         raise InvalidArgument(f"apiBaseUrl must be an http(s) URL of at most {MAX_URL_CHARS} characters, or empty")
+    if platform == "matrix" and not api_base_url:
+        raise InvalidArgument("apiBaseUrl is required for Matrix: the homeserver's client-server API URL")
+    if platform == "matrix" and not bot_user_id:
+        raise InvalidArgument("botUserId is required for Matrix: the bot's user id (@name:server)")
     if changes.credentials is not None:
         checked_credentials(platform, changes.credentials)
     elif current is None:
@@ -308,6 +312,28 @@ class ChannelStore:
         with wrap_db_errors():
             row = await self.pool.fetchrow(QUERIES["get_card"], approval_id, connection_id)
         return record_of(ApprovalCard, row) if row is not None else None
+
+    async def card_by_message(self, connection_id: str, message_id: str) -> ApprovalCard | None:
+        """The card posted as this message (a Matrix reaction names only the event it annotates)."""
+        with wrap_db_errors():
+            row = await self.pool.fetchrow(QUERIES["card_by_message"], connection_id, message_id)
+        return record_of(ApprovalCard, row) if row is not None else None
+
+    async def claim_sync(self, connection_id: str, runner_id: str, lease_s: float) -> str | None:
+        """The `since` token to resume the connection's sync loop from, when this runner holds it
+        (taken now or renewed); None while another runner's lease runs."""
+        with wrap_db_errors():
+            row = await self.pool.fetchrow(QUERIES["claim_sync"], connection_id, runner_id, lease_s)
+        return row["since"] if row is not None else None
+
+    async def synced(self, connection_id: str, runner_id: str, since: str, lease_s: float) -> bool:
+        """The next sync resumes from `since`; False when this runner no longer holds the loop."""
+        with wrap_db_errors():
+            return await self.pool.fetchval(QUERIES["synced"], connection_id, runner_id, since, lease_s) is not None
+
+    async def release_sync(self, connection_id: str, runner_id: str) -> None:
+        with wrap_db_errors():
+            await self.pool.execute(QUERIES["release_sync"], connection_id, runner_id)
 
     async def settle_card(self, approval_id: str, outcome: str) -> ApprovalCard | None:
         """The card with its outcome written, for the first caller only (None: settled already)."""

@@ -1,4 +1,4 @@
-"""Channel connections (docs/channels.md): a Slack, Telegram or Discord bot whose conversations are
+"""Channel connections (docs/channels.md): a Slack, Telegram, Discord or Matrix bot whose conversations are
 chat sessions. Credentials go in with a create or an update and never come back (`credentialsSet`)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pydantic.json_schema import SkipJsonSchema
 from popagent_gateway.dto import URL_PATTERN, PatchModel, WireInput, WireModel
 
 CHANNEL_ID_PATTERN = r"^chn-[0-9a-f]{32}$"
-Platform = Literal["slack", "telegram", "discord"]
+Platform = Literal["slack", "telegram", "discord", "matrix"]
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f\x7f]+$")]
 UserId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[\x21-\x7e]+$")]
 Users = Annotated[list[UserId], Field(max_length=500)]
@@ -20,8 +20,9 @@ Credential = Annotated[str, Field(min_length=1, max_length=4000, pattern=r"^[\x2
 
 
 class ChannelCredentials(WireInput):
-    """The bot token and the key the platform's deliveries are checked with: Slack's signing secret,
-    Telegram's webhook secret token, or Discord's application public key. Stored in the secrets service."""
+    """The bot token (for Matrix, the bot user's access token) and the key the platform's deliveries are
+    checked with: Slack's signing secret, Telegram's webhook secret token, or Discord's application
+    public key (Matrix has none: the bot reads its rooms through /sync). Stored in the secrets service."""
 
     bot_token: Credential
     signing_secret: Credential | SkipJsonSchema[None] = None
