@@ -109,3 +109,57 @@ async def test_a_task_waiting_for_an_approval_posts_its_card_and_a_press_lets_it
         )
         assert "Wrote the weekly note" in texts[-1]
         await client.delete(f"/api/channels/{channel['id']}")
+
+
+async def test_a_schedule_naming_a_channel_has_each_runs_result_posted_there(stack: Stack) -> None:
+    async with stack.client() as client, serving("telegram", "13:tg-" + uuid.uuid4().hex) as telegram:
+        workspace = f"tasks-{uuid.uuid4().hex[:8]}"
+        (stack.workspace_root / workspace).mkdir()
+        made = await client.post("/api/workspaces", json={"id": workspace, "name": workspace, "path": workspace})
+        assert made.status_code == 201, made.text
+        channel = await connect(client, "telegram", telegram, workspaceId=workspace)
+        where = {"connectionId": channel["id"], "conversation": "-100400", "thread": "9"}
+        created = await client.post(
+            "/api/schedules",
+            json={"name": "weekly", "prompt": "Summarise the week.", "cron": "0 0 1 1 *", "workspaceId": workspace}
+            | {"channel": where},
+        )
+        assert created.status_code == 201, created.text
+        schedule = created.json()
+        assert schedule["channel"] == where
+        listed = (await client.get("/api/schedules", params={"workspaceId": workspace})).json()["schedules"]
+        assert [s["channel"] for s in listed if s["id"] == schedule["id"]] == [where]
+
+        # Due now: an edit wakes the scheduler, whose run's task carries the channel and posts its result.
+        async with stack.db("tasks") as conn:
+            await conn.execute(
+                "UPDATE popagent_agent_schedules SET next_run_at = now() - interval '1 second' WHERE id = $1::uuid",
+                schedule["id"],
+            )
+        stack.models.push(Turn.say("A scheduled **summary**."))
+        renamed = await client.patch(f"/api/schedules/{schedule['id']}", json={"name": "weekly summary"})
+        assert renamed.status_code == 200 and renamed.json()["channel"] == where
+
+        async def runs() -> list[dict[str, Any]]:
+            listed = (await client.get("/api/tasks", params={"workspaceId": workspace})).json()["tasks"]
+            return [t for t in listed if t.get("scheduleId") == schedule["id"]]
+
+        found: list[dict[str, Any]] = await eventually(
+            runs, until=lambda r: len(r) == 1, within=30, what="the schedule's run"
+        )
+        [run] = found
+        assert (await client.get(f"/api/tasks/{run['id']}")).json()["channel"] == where
+        texts = await eventually(
+            lambda: [m.text for m in telegram.in_conversation("-100400")], until=lambda t: len(t) == 1, within=40
+        )
+        assert "A scheduled *summary*" in texts[0] and run["id"] in texts[0]
+        assert [m.thread for m in telegram.in_conversation("-100400")] == ["9"]
+
+        # Removed: later runs post nowhere; both at once is refused.
+        both = await client.patch(f"/api/schedules/{schedule['id']}", json={"channel": where, "removeChannel": True})
+        assert both.status_code == 422
+        removed = await client.patch(f"/api/schedules/{schedule['id']}", json={"removeChannel": True})
+        assert removed.status_code == 200 and removed.json()["channel"] is None
+        await client.delete(f"/api/schedules/{schedule['id']}")
+        await client.delete(f"/api/channels/{channel['id']}")
+

@@ -417,3 +417,22 @@ INSERT INTO popagent_task_channels (task_id, connection_id, conversation, thread
 
 -- name: task_channel
 SELECT connection_id, conversation, thread FROM popagent_task_channels WHERE task_id = $1
+
+-- name: set_schedule_channel
+INSERT INTO popagent_schedule_channels (schedule_id, connection_id, conversation, thread) VALUES ($1, $2, $3, $4)
+ON CONFLICT (schedule_id) DO UPDATE
+SET connection_id = EXCLUDED.connection_id, conversation = EXCLUDED.conversation, thread = EXCLUDED.thread
+
+-- name: remove_schedule_channel
+DELETE FROM popagent_schedule_channels WHERE schedule_id = $1
+
+-- name: schedule_channels
+SELECT schedule_id::text AS schedule_id, connection_id, conversation, thread
+FROM popagent_schedule_channels WHERE schedule_id = ANY($1::uuid[])
+
+-- name: inherit_schedule_channel
+-- The tasks a schedule's ticks just created post where the schedule says.
+INSERT INTO popagent_task_channels (task_id, connection_id, conversation, thread)
+SELECT task_id, c.connection_id, c.conversation, c.thread
+FROM popagent_schedule_channels c, unnest($2::uuid[]) AS task_id
+WHERE c.schedule_id = $1

@@ -398,18 +398,38 @@ class TaskRepo:
 
     # -- schedules ------------------------------------------------------------------
 
-    async def insert_schedule(self, workspace_id: str, fields: ScheduleFields) -> Schedule:
+    async def insert_schedule(
+        self, workspace_id: str, fields: ScheduleFields, channel: TaskChannel | None = None
+    ) -> Schedule:
         with wrap_db_errors():
-            row = await self.pool.fetchrow(QUERIES["insert_schedule"], workspace_id, *_schedule_args(fields))
+            async with self.pool.acquire() as conn, conn.transaction():
+                row = await conn.fetchrow(QUERIES["insert_schedule"], workspace_id, *_schedule_args(fields))
+                if channel is not None:
+                    await _set_schedule_channel(conn, row["id"], channel)
         return _schedule(row)
+
+    async def schedule_channels(self, schedule_ids: Sequence[uuid.UUID]) -> dict[str, TaskChannel]:
+        """Where each of these schedules' runs post their results, by schedule id (none: not listed)."""
+        with wrap_db_errors():
+            rows = await self.pool.fetch(QUERIES["schedule_channels"], list(schedule_ids))
+        return {
+            row["schedule_id"]: TaskChannel(row["connection_id"], row["conversation"], row["thread"]) for row in rows
+        }
 
     async def list_schedules(self, workspace_id: str = "") -> list[Schedule]:
         with wrap_db_errors():
             rows = await self.pool.fetch(QUERIES["list_schedules"], workspace_id)
         return [_schedule(row) for row in rows]
 
-    async def update_schedule(self, schedule_id: str, change: Callable[[Schedule], ScheduleFields]) -> Schedule:
-        """Lock a user schedule, compute its new values from the current one, write them."""
+    async def update_schedule(
+        self,
+        schedule_id: str,
+        change: Callable[[Schedule], ScheduleFields],
+        channel: TaskChannel | None = None,
+        remove_channel: bool = False,
+    ) -> Schedule:
+        """Lock a user schedule, compute its new values from the current one, write them (and its channel:
+        set when given, removed when asked, else kept)."""
         key = parse_id(schedule_id, ScheduleNotFound)
         with wrap_db_errors():
             async with self.pool.acquire() as conn, conn.transaction():
@@ -419,6 +439,10 @@ class TaskRepo:
                     raise ScheduleNotFound()
                 fields = change(_schedule(current))
                 row = await conn.fetchrow(QUERIES["update_schedule"], key, *_schedule_args(fields))
+                if channel is not None:
+                    await _set_schedule_channel(conn, key, channel)
+                elif remove_channel:
+                    await conn.execute(QUERIES["remove_schedule_channel"], key)
         return _schedule(row)
 
     async def delete_schedule(self, schedule_id: str) -> None:
@@ -484,6 +508,10 @@ class TaskRepo:
                     if ticks:
                         inserted = await conn.fetch(QUERIES["materialize_ticks"], schedule.id, ticks)
                         created += len(inserted)
+                        if inserted:
+                            await conn.execute(
+                                QUERIES["inherit_schedule_channel"], schedule.id, [r["id"] for r in inserted]
+                            )
                     await conn.execute(
                         QUERIES["advance_schedule"],
                         schedule.id,
@@ -503,6 +531,12 @@ class TaskRepo:
     async def next_schedule_due(self) -> datetime | None:
         with wrap_db_errors():
             return await self.pool.fetchval(QUERIES["next_schedule_due"])
+
+
+async def _set_schedule_channel(conn: Conn, schedule_id: uuid.UUID, channel: TaskChannel) -> None:
+    await conn.execute(
+        QUERIES["set_schedule_channel"], schedule_id, channel.connection_id, channel.conversation, channel.thread
+    )
 
 
 async def _refuse_system_schedule(conn: Conn | asyncpg.Pool, key: uuid.UUID, verb: str) -> None:

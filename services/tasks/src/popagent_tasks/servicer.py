@@ -45,6 +45,16 @@ def _with_channel(message: tasks_pb2.Task, channel: TaskChannel | None) -> tasks
     return message
 
 
+def _with_schedule_channel(message: tasks_pb2.Schedule, channel: TaskChannel | None) -> tasks_pb2.Schedule:
+    if channel is not None:
+        message.channel.CopyFrom(
+            tasks_pb2.TaskChannel(
+                connection_id=channel.connection_id, conversation=channel.conversation, thread=channel.thread
+            )
+        )
+    return message
+
+
 def task_message(task: Task, progress: list[Progress] | None = None) -> tasks_pb2.Task:
     wait = task.approval_wait
     return tasks_pb2.Task(
@@ -119,6 +129,14 @@ def _bounded(name: str, value: str, limit: int, *, required: bool = False) -> st
     return value
 
 
+def _channel_of(message: tasks_pb2.TaskChannel) -> TaskChannel:
+    return TaskChannel(
+        connection_id=_bounded("channel.connection_id", message.connection_id, MAX_REF_CHARS, required=True),
+        conversation=_bounded("channel.conversation", message.conversation, MAX_REF_CHARS, required=True),
+        thread=_bounded("channel.thread", message.thread, MAX_REF_CHARS),
+    )
+
+
 def _max_attempts(value: int) -> int:
     if value == 0:
         return DEFAULT_MAX_ATTEMPTS
@@ -146,17 +164,7 @@ class TasksServicer(tasks_pb2_grpc.TasksServiceServicer):
             raise InvalidArgument("source must be 'user' or 'self-update'") from None
         if source is Source.SELF_UPDATE and caller_var.get() == "gateway":
             raise PermissionDenied("self-update tasks are created only by the self-update scheduler")
-        channel = None
-        if request.HasField("channel"):
-            channel = TaskChannel(
-                connection_id=_bounded(
-                    "channel.connection_id", request.channel.connection_id, MAX_REF_CHARS, required=True
-                ),
-                conversation=_bounded(
-                    "channel.conversation", request.channel.conversation, MAX_REF_CHARS, required=True
-                ),
-                thread=_bounded("channel.thread", request.channel.thread, MAX_REF_CHARS),
-            )
+        channel = _channel_of(request.channel) if request.HasField("channel") else None
         task = await self.repo.create_task(
             source=source.value,
             workspace_id=_bounded("workspace_id", request.workspace_id, MAX_REF_CHARS, required=True),
@@ -204,6 +212,7 @@ class TasksServicer(tasks_pb2_grpc.TasksServiceServicer):
         self, request: tasks_pb2.CreateScheduleRequest, context: grpc.aio.ServicerContext
     ) -> tasks_pb2.Schedule:
         cron = schedules.validate_cron(request.cron)
+        channel = _channel_of(request.channel) if request.HasField("channel") else None
         schedule = await self.repo.insert_schedule(
             _bounded("workspace_id", request.workspace_id, MAX_REF_CHARS, required=True),
             ScheduleFields(
@@ -217,20 +226,29 @@ class TasksServicer(tasks_pb2_grpc.TasksServiceServicer):
                 enabled=request.enabled,
                 max_attempts=_max_attempts(request.max_attempts),
             ),
+            channel,
         )
         self.on_schedule_change()
-        return schedule_message(schedule)
+        return _with_schedule_channel(schedule_message(schedule), channel)
 
     async def ListSchedules(
         self, request: tasks_pb2.ListSchedulesRequest, context: grpc.aio.ServicerContext
     ) -> tasks_pb2.ListSchedulesResponse:
         found = await self.repo.list_schedules(request.workspace_id)
-        return tasks_pb2.ListSchedulesResponse(schedules=[schedule_message(schedule) for schedule in found])
+        channels = await self.repo.schedule_channels([schedule.id for schedule in found])
+        return tasks_pb2.ListSchedulesResponse(
+            schedules=[
+                _with_schedule_channel(schedule_message(schedule), channels.get(str(schedule.id))) for schedule in found
+            ]
+        )
 
     async def UpdateSchedule(
         self, request: tasks_pb2.UpdateScheduleRequest, context: grpc.aio.ServicerContext
     ) -> tasks_pb2.Schedule:
         cron = schedules.validate_cron(request.cron) if request.HasField("cron") else None
+        channel = _channel_of(request.channel) if request.HasField("channel") else None
+        if channel is not None and request.remove_channel:
+            raise InvalidArgument("send channel or remove_channel, not both")
         max_attempts = _max_attempts(request.max_attempts) if request.HasField("max_attempts") else None
 
         def change(current: Schedule) -> ScheduleFields:
@@ -263,9 +281,10 @@ class TasksServicer(tasks_pb2_grpc.TasksServiceServicer):
                 max_attempts=max_attempts if max_attempts is not None else current.max_attempts,
             )
 
-        schedule = await self.repo.update_schedule(request.id, change)
+        schedule = await self.repo.update_schedule(request.id, change, channel, request.remove_channel)
         self.on_schedule_change()
-        return schedule_message(schedule)
+        channels = await self.repo.schedule_channels([schedule.id])
+        return _with_schedule_channel(schedule_message(schedule), channels.get(str(schedule.id)))
 
     async def DeleteSchedule(
         self, request: tasks_pb2.DeleteScheduleRequest, context: grpc.aio.ServicerContext

@@ -6,13 +6,14 @@ schedules can be changed through the API.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from popagent_gateway.dto import PatchModel, WireInput, WireModel
 from popagent_gateway.dto.sessions import OPTIONAL_SESSION_ID_PATTERN
+from popagent_gateway.dto.tasks import TaskChannelIn, TaskChannelOut
 from popagent_gateway.dto.workspaces import WORKSPACE_ID_PATTERN
 
 MAX_PROMPT_CHARS = 32 * 1024
@@ -70,6 +71,10 @@ class ScheduleCreate(WireInput):
     session_id: SessionRef = ""
     enabled: bool = True
     max_attempts: Attempts = 3
+    channel: TaskChannelIn | None = Field(
+        default=None,
+        description="post each run's result to this channel connection's conversation (its tasks carry it)",
+    )
 
 
 class SchedulePatch(PatchModel):
@@ -82,6 +87,18 @@ class SchedulePatch(PatchModel):
     session_id: SessionRef | SkipJsonSchema[None] = None
     enabled: bool | SkipJsonSchema[None] = None
     max_attempts: Attempts | SkipJsonSchema[None] = None
+    channel: TaskChannelIn | SkipJsonSchema[None] = Field(
+        default=None, description="runs created from now on post their results here"
+    )
+    remove_channel: Literal[True] | SkipJsonSchema[None] = Field(
+        default=None, description="runs created from now on post their results nowhere"
+    )
+
+    @model_validator(mode="after")
+    def _one_channel_change(self) -> SchedulePatch:
+        if self.channel is not None and self.remove_channel:
+            raise ValueError("send channel or removeChannel, not both")
+        return self
 
 
 class ScheduleOut(WireModel):
@@ -101,6 +118,7 @@ class ScheduleOut(WireModel):
     last_tick: str | None
     created_at: str
     updated_at: str
+    channel: TaskChannelOut | None = Field(default=None, description="where each run's result is posted")
 
 
 class ScheduleListOut(WireModel):
