@@ -163,3 +163,28 @@ async def test_a_schedule_naming_a_channel_has_each_runs_result_posted_there(sta
         await client.delete(f"/api/schedules/{schedule['id']}")
         await client.delete(f"/api/channels/{channel['id']}")
 
+
+async def test_a_task_card_answered_in_popagent_is_edited_to_the_decision_and_loses_its_buttons(
+    stack: Stack,
+) -> None:
+    async with stack.client() as client, serving("telegram", "14:tg-" + uuid.uuid4().hex) as telegram:
+        workspace = f"tasks-{uuid.uuid4().hex[:8]}"
+        (stack.workspace_root / workspace).mkdir()
+        made = await client.post("/api/workspaces", json={"id": workspace, "name": workspace, "path": workspace})
+        assert made.status_code == 201, made.text
+        channel = await connect(client, "telegram", telegram, approvers=["42"], workspaceId=workspace)
+        stack.models.push(
+            Turn.call(ToolCall(WRITE, {"path": "api.txt", "content": "denied\n"}, id="t2")),
+            Turn.say("Left it unwritten."),
+        )
+        async with supervisor_policy(client, [{"tool": WRITE, "decision": "ask"}]):
+            task = await created_task(client, workspace, {"connectionId": channel["id"], "conversation": "-100500"})
+            card = await card_posted(telegram, "-100500")
+            approval_id = card.buttons[0].split(":", 1)[1]
+            answered = await client.post(f"/api/approvals/{approval_id}", json={"decision": "deny"})
+            assert answered.status_code == 200, answered.text
+            await eventually(lambda: card.buttons, until=lambda b: not b, within=20, what="the card's buttons gone")
+            assert "denied by" in card.text
+            assert (await ended(client, task["id"]))["status"] == "completed"
+        assert not (stack.workspace_root / workspace / "api.txt").exists()
+        await client.delete(f"/api/channels/{channel['id']}")

@@ -334,6 +334,7 @@ async def build(settings: Settings) -> AsyncIterator[RunningAgentRunner]:
             edit_window_s=settings.channel_edit_window_s,
         )
         stack.push_async_callback(channel_hub.close)
+        servicer.on_answered = channel_hub.approval_answered
         relaying = asyncio.create_task(channel_hub.keep_relaying(), name="channel-relays")
         stack.push_async_callback(_cancelled, relaying)
         syncing = asyncio.create_task(channel_hub.keep_syncing(), name="channel-matrix-syncs")

@@ -586,6 +586,36 @@ class ChannelHub:
         )
         return message_id
 
+    def approval_answered(self, approval: Approval) -> None:
+        """An approval answered in popagent (the UI, the API): its card, if it has one still open, is
+        edited on the platform to the decision and loses its buttons, in the background."""
+        self._spawn(self._settle_answered(approval), "channel-card-settle")
+
+    async def _settle_answered(self, approval: Approval) -> None:
+        try:
+            card = await self.store.settle_card(approval.id, outcome_text(approval))
+            if card is None or not card.message_id:
+                return  # no card, or settled already (a press, or the turn moving on)
+            connection = await self.store.get(card.connection_id)
+            credentials = await self._credentials(connection)
+        except PopagentError as exc:
+            logger.warning("an answered approval's card was not settled", extra={"error": str(exc)})
+            return
+        poster = self.poster_factory(connection.platform, credentials.bot_token, connection.api_base_url)
+        try:
+            await poster.settle_card(card.conversation, card.message_id, card_markdown(poster.platform, card.outcome))
+        except PopagentError as exc:
+            await self.store.record(
+                connection.id,
+                "error",
+                f"an approval card could not be edited to its answer: {exc}",
+                conversation=card.conversation,
+                thread=card.thread,
+                session_id=card.session_id,
+            )
+        finally:
+            await poster.aclose()
+
     async def _settle(self, place: ReplyPlace, approval_id: str) -> None:
         """A card whose approval was answered elsewhere (popagent's UI, the API, its expiry) shows it."""
         approval = await self.approvals.get(approval_id)

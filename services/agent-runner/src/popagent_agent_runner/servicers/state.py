@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, get_args
 
@@ -94,6 +95,8 @@ class AgentRunnerStateServicer(agent_runner_pb2_grpc.AgentRunnerStateServiceServ
     starts: SessionStarts
     approvals: ApprovalStore
     sandbox: Sandbox | None = None
+    # Told of each approval answered here (the UI's and the API's answers): a channel card shows it.
+    on_answered: Callable[[Approval], None] | None = None
 
     # Sessions ----------------------------------------------------------------------
 
@@ -234,6 +237,8 @@ class AgentRunnerStateServicer(agent_runner_pb2_grpc.AgentRunnerStateServiceServ
             answered_by=request.answered_by or "api",
             reason=request.reason,
         )
+        if self.on_answered is not None:
+            self.on_answered(answered)
         return approval_message(answered)
 
     async def ListApprovalGrants(
