@@ -95,7 +95,8 @@ async def approval_states(stack: Stack, channel_id: str) -> list[tuple[str, str 
 
 
 def card_of(standin: PlatformStandIn, conversation: str) -> Message | None:
-    cards = [m for m in standin.in_conversation(conversation) if m.buttons]
+    # A streaming Slack reply's Stop button makes no card.
+    cards = [m for m in standin.in_conversation(conversation) if m.buttons and not m.buttons[0].startswith("stop:")]
     return cards[0] if cards else None
 
 

@@ -28,19 +28,34 @@ from popagent_agent_runner.channels.inbound import (
     Delivery,
     Message,
     Press,
+    StopPress,
     discord_card_update,
     discord_notice,
     matrix_deliveries,
     parse,
     verify,
 )
-from popagent_agent_runner.channels.outbound import MatrixPoster, Poster, card_markdown, poster_for, split_rendered
+from popagent_agent_runner.channels.outbound import (
+    MatrixPoster,
+    Poster,
+    SlackPoster,
+    card_markdown,
+    poster_for,
+    split_rendered,
+)
 from popagent_agent_runner.channels.relay import EDIT_INTERVAL_S, ReplyRelay
 from popagent_agent_runner.channels.store import ApprovalCard, ChannelStore, ConnectionRecord, RelayRecord
 from popagent_agent_runner.turn.chat_turns import AlreadyRunning, ChatTurns, LiveTurn, Queued, QueuedTurnDropped
 from popagent_agent_runner.turn.runner import TurnInput
 from popagent_agent_runner.turn.ui_message import UserMessage
-from popagent_core.errors import AlreadyExists, Conflict, FailedPrecondition, InvalidArgument, PopagentError
+from popagent_core.errors import (
+    AlreadyExists,
+    Conflict,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PopagentError,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -168,6 +183,9 @@ class ChannelHub:
             return delivery.answer  # a retry or a replay: taken in once already
         if delivery.press is not None:
             return await self._press(connection, credentials, delivery.press, delivery.answer)
+        if delivery.stop is not None:
+            self._spawn(self._stop_pressed(connection, credentials, delivery.stop), "channel-stop")
+            return delivery.answer
         message = delivery.message
         if message is None or delivery.from_bot:
             return delivery.answer
@@ -290,6 +308,7 @@ class ChannelHub:
             f"turn {live.turn_id} started",
             conversation=message.conversation,
             thread=message.thread,
+            platform_user=message.user,
             session_id=session_id,
             turn_id=live.turn_id,
         )
@@ -337,6 +356,7 @@ class ChannelHub:
             message_id=relay_record.message_id,
             on_posted=posted,
             edit_window_s=self.edit_window_s,
+            stop=turn_id if connection.platform == "slack" else "",
         )
         place = ReplyPlace(connection, poster, relay_record.conversation, relay_record.reply_thread, session_id)
         records = self.turns.records
@@ -515,6 +535,44 @@ class ChannelHub:
             await self.turns.cancel(session_id, running.id)
             text = "Stopped."
         await poster.post(message.conversation, message.reply_thread, split_rendered(poster.platform, text)[0])
+
+    async def _stop_pressed(self, connection: ConnectionRecord, credentials: Credentials, stop: StopPress) -> None:
+        """Slack's Stop button: the turn cancelled when the presser started it or is an approver, and it
+        is a turn of this connection; anyone else is told so privately and nothing changes."""
+        poster = self.poster_factory(connection.platform, credentials.bot_token, connection.api_base_url)
+        try:
+            try:
+                session_id = await self.store.session_of_turn(connection.id, stop.turn_id)
+            except NotFound:
+                refusal = "This turn is not one of this connection's."
+            else:
+                starter = await self.store.starter_of_turn(connection.id, stop.turn_id)
+                if stop.user and (stop.user == starter or stop.user in connection.approvers):
+                    await self.turns.cancel(session_id, stop.turn_id)
+                    await self.store.record(
+                        connection.id,
+                        "in",
+                        f"turn {stop.turn_id} stopped",
+                        conversation=stop.conversation,
+                        platform_user=stop.user,
+                        session_id=session_id,
+                        turn_id=stop.turn_id,
+                    )
+                    return
+                refusal = "Only the person who asked, or an approver, can stop this reply."
+            await self.store.record(
+                connection.id,
+                "error",
+                f"user {stop.user!r} pressed Stop on turn {stop.turn_id}: {refusal}",
+                conversation=stop.conversation,
+                platform_user=stop.user,
+            )
+            if isinstance(poster, SlackPoster):
+                await poster.tell(stop.conversation, stop.user, refusal)
+        except PopagentError as exc:
+            await self.store.record(connection.id, "error", f"a Stop press could not be answered: {exc}")
+        finally:
+            await poster.aclose()
 
     # Approvals ------------------------------------------------------------------------------
 

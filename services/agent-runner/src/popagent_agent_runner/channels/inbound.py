@@ -101,6 +101,19 @@ class Press:
 
 
 @dataclass(frozen=True)
+class StopPress:
+    """Slack's Stop button on a streaming reply pressed, by the user the signed delivery names."""
+
+    turn_id: str
+    user: str
+    conversation: str
+
+
+def stop_button_id(turn_id: str) -> str:
+    return f"stop:{turn_id}"
+
+
+@dataclass(frozen=True)
 class Answer:
     """What the webhook answers the platform (its own status and body)."""
 
@@ -120,6 +133,7 @@ class Delivery:
     # Sent by the bot itself (or another bot): never a turn.
     from_bot: bool = False
     press: Press | None = None
+    stop: StopPress | None = None
 
 
 def _header(headers: dict[str, str], name: str) -> str:
@@ -235,10 +249,18 @@ def _slack_interaction(body: bytes) -> Delivery:
         return Delivery(Answer())
     actions = payload.get("actions")
     action = _dict(actions[0]) if isinstance(actions, list) and actions else {}
-    button = _button(_text(action.get("value")))
+    value = _text(action.get("value"))
+    container = _dict(payload.get("container"))
+    if value.startswith("stop:") and len(value) > len("stop:"):
+        stop = StopPress(
+            turn_id=value[len("stop:") :],
+            user=_text(_dict(payload.get("user")).get("id")),
+            conversation=_text(_dict(payload.get("channel")).get("id")) or _text(container.get("channel_id")),
+        )
+        return Delivery(Answer(), stop=stop)
+    button = _button(value)
     if button is None:
         return Delivery(Answer())
-    container = _dict(payload.get("container"))
     press = Press(
         approval_id=button[1],
         decision=button[0],

@@ -3,7 +3,9 @@ its size limit (a longer text goes out as follow-ups, never cut), each 429 retri
 Retry-After the platform gave.
 
 - Slack: slack_sdk's `AsyncWebClient` (`chat.postMessage`, `chat.update`) with `markdown_text`
-  (standard Markdown, 12,000 characters); its rate-limit retry handler waits out Retry-After.
+  (standard Markdown, 12,000 characters), or a `markdown` block of the same with a Stop button under
+  it while a reply streams (edits always as blocks, which replace the message's own); its
+  rate-limit retry handler waits out Retry-After.
 - Telegram: the Bot API's `sendMessage` / `editMessageText` with `parse_mode` MarkdownV2 (4,096
   characters); the token is part of the Bot API's URL, so these requests go through a transport the
   process-wide httpx tracing does not see (a span would record the URL).
@@ -36,7 +38,14 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
-from popagent_agent_runner.channels.inbound import DECISIONS, MATRIX_REACTIONS, Decision, Press, button_id
+from popagent_agent_runner.channels.inbound import (
+    DECISIONS,
+    MATRIX_REACTIONS,
+    Decision,
+    Press,
+    button_id,
+    stop_button_id,
+)
 from popagent_core.errors import FailedPrecondition, Unavailable
 
 SLACK_API = "https://slack.com/api/"
@@ -59,11 +68,12 @@ class PostFailed(FailedPrecondition):
 class Poster(Protocol):
     platform: str
 
-    async def post(self, conversation: str, thread: str, text: str) -> str:
-        """Post `text` (already in the platform's dialect and within its limit); the message's id."""
+    async def post(self, conversation: str, thread: str, text: str, stop: str = "") -> str:
+        """Post `text` (already in the platform's dialect and within its limit); the message's id.
+        `stop`: the turn a Stop button under it cancels, where the platform has buttons for it (Slack)."""
         ...
 
-    async def edit(self, conversation: str, message_id: str, text: str) -> None: ...
+    async def edit(self, conversation: str, message_id: str, text: str, stop: str = "") -> None: ...
 
     async def post_card(self, conversation: str, thread: str, text: str, approval_id: str) -> str:
         """An approval card: `text` with Approve / Deny / Allow for this session buttons; its id."""
@@ -248,14 +258,14 @@ class TelegramPoster:
             raise PostFailed(f"Telegram {method} failed: {response.status_code} {description}"[:300])
         return answer
 
-    async def post(self, conversation: str, thread: str, text: str) -> str:
+    async def post(self, conversation: str, thread: str, text: str, stop: str = "") -> str:
         body: dict[str, Any] = {"chat_id": conversation, "text": text, "parse_mode": "MarkdownV2"}
         if thread:
             body["message_thread_id"] = int(thread)
         answer = await self._call("sendMessage", body)
         return str(answer["result"]["message_id"])
 
-    async def edit(self, conversation: str, message_id: str, text: str) -> None:
+    async def edit(self, conversation: str, message_id: str, text: str, stop: str = "") -> None:
         try:
             await self._call(
                 "editMessageText",
@@ -315,12 +325,12 @@ class DiscordPoster:
             raise PostFailed(f"Discord {method} {path} failed: {response.status_code} {response.text}"[:300])
         return response.json()
 
-    async def post(self, conversation: str, thread: str, text: str) -> str:
+    async def post(self, conversation: str, thread: str, text: str, stop: str = "") -> str:
         # A Discord thread is a channel of its own.
         answer = await self._call("POST", f"/channels/{thread or conversation}/messages", {"content": text})
         return str(answer["id"])
 
-    async def edit(self, conversation: str, message_id: str, text: str) -> None:
+    async def edit(self, conversation: str, message_id: str, text: str, stop: str = "") -> None:
         await self._call("PATCH", f"/channels/{conversation}/messages/{message_id}", {"content": text})
 
     async def post_card(self, conversation: str, thread: str, text: str, approval_id: str) -> str:
@@ -366,20 +376,51 @@ class SlackPoster:
     def __repr__(self) -> str:
         return "SlackPoster(<token>)"
 
-    async def post(self, conversation: str, thread: str, text: str) -> str:
+    @staticmethod
+    def _reply_blocks(text: str, stop: str) -> list[dict[str, Any]]:
+        """The reply as a `markdown` block (standard Markdown, like markdown_text, which cannot go with
+        blocks), with a Stop button under it while its turn runs."""
+        blocks: list[dict[str, Any]] = [{"type": "markdown", "text": text}]
+        if stop:
+            button = {
+                "type": "button",
+                "action_id": "popagent_stop",
+                "text": {"type": "plain_text", "text": "Stop"},
+                "style": "danger",
+                "value": stop_button_id(stop),
+            }
+            blocks.append({"type": "actions", "elements": [button]})
+        return blocks
+
+    async def post(self, conversation: str, thread: str, text: str, stop: str = "") -> str:
         try:
-            answer = await self._client.chat_postMessage(
-                channel=conversation, thread_ts=thread or None, markdown_text=text
-            )
+            if stop:
+                answer = await self._client.chat_postMessage(
+                    channel=conversation, thread_ts=thread or None, text=text, blocks=self._reply_blocks(text, stop)
+                )
+            else:
+                answer = await self._client.chat_postMessage(
+                    channel=conversation, thread_ts=thread or None, markdown_text=text
+                )
         except SlackApiError as exc:
             raise PostFailed(f"Slack chat.postMessage failed: {exc.response.get('error', 'unknown error')}") from None
         return str(answer["ts"])
 
-    async def edit(self, conversation: str, message_id: str, text: str) -> None:
+    async def edit(self, conversation: str, message_id: str, text: str, stop: str = "") -> None:
+        # Always as blocks: they replace the message's blocks, so an edit without `stop` removes the button.
         try:
-            await self._client.chat_update(channel=conversation, ts=message_id, markdown_text=text)
+            await self._client.chat_update(
+                channel=conversation, ts=message_id, text=text, blocks=self._reply_blocks(text, stop)
+            )
         except SlackApiError as exc:
             raise PostFailed(f"Slack chat.update failed: {exc.response.get('error', 'unknown error')}") from None
+
+    async def tell(self, conversation: str, user: str, text: str) -> None:
+        """A note only `user` sees."""
+        try:
+            await self._client.chat_postEphemeral(channel=conversation, user=user, text=text)
+        except SlackApiError as exc:
+            raise PostFailed(f"Slack chat.postEphemeral failed: {exc.response.get('error', 'unknown error')}") from None
 
     @staticmethod
     def _section(text: str) -> dict[str, Any]:
@@ -493,13 +534,13 @@ class MatrixPoster:
         answer = await self._call("PUT", path, content)
         return str(answer.get("event_id", ""))
 
-    async def post(self, conversation: str, thread: str, text: str) -> str:
+    async def post(self, conversation: str, thread: str, text: str, stop: str = "") -> str:
         content = _matrix_content(text)
         if thread:
             content["m.relates_to"] = _in_thread(thread)
         return await self._send_event(conversation, "m.room.message", content)
 
-    async def edit(self, conversation: str, message_id: str, text: str) -> None:
+    async def edit(self, conversation: str, message_id: str, text: str, stop: str = "") -> None:
         new = _matrix_content(text)
         content = {
             **_matrix_content("* " + text),

@@ -71,6 +71,12 @@ SELECT session_id FROM popagent_channel_history
 WHERE connection_id = $1 AND turn_id = $2 AND session_id <> ''
 LIMIT 1
 
+-- name: starter_of_turn
+-- Who sent the message that started the turn (its "turn started" entry names them).
+SELECT platform_user FROM popagent_channel_history
+WHERE connection_id = $1 AND turn_id = $2 AND platform_user <> ''
+ORDER BY id LIMIT 1
+
 -- name: add_card
 INSERT INTO popagent_channel_approval_cards
     (approval_id, connection_id, conversation, thread, session_id, message_id, tool_name)

@@ -41,6 +41,7 @@ class ReplyRelay:
         message_id: str = "",
         on_posted: PostedSink | None = None,
         edit_window_s: float = 0.0,
+        stop: str = "",
     ) -> None:
         self.poster = poster
         self.conversation = conversation
@@ -54,6 +55,8 @@ class ReplyRelay:
         self.on_posted = on_posted
         # Edits of a message stop this long after it was posted (0: never); the reply goes on in a fresh one.
         self.edit_window_s = edit_window_s
+        # The turn a Stop button under the streaming message cancels (Slack); gone from the final edit.
+        self.stop = stop
         # The answer's characters held by messages sealed before the current one.
         self._offset = 0
         # How far into the answer the current message's last post or edit reached.
@@ -144,7 +147,7 @@ class ReplyRelay:
         try:
             if self.message_id:
                 try:
-                    await self.poster.edit(self.conversation, self.message_id, preview)
+                    await self.poster.edit(self.conversation, self.message_id, preview, self.stop)
                 except PostFailed as exc:
                     if not _edit_expired(exc):
                         raise
@@ -152,7 +155,7 @@ class ReplyRelay:
                     self._offset, self.message_id = self._shown_upto, ""
                     preview, upto = self._preview()
             if not self.message_id:
-                self.message_id = await self.poster.post(self.conversation, self.thread, preview)
+                self.message_id = await self.poster.post(self.conversation, self.thread, preview, self.stop)
                 self._posted_at = asyncio.get_running_loop().time()
                 if self.on_posted is not None:
                     await self.on_posted(self.message_id)

@@ -382,6 +382,11 @@ class ChannelStore:
         with wrap_db_errors():
             await self.pool.execute(QUERIES["forget_old_relays"], EVENT_MEMORY_S)
 
+    async def starter_of_turn(self, connection_id: str, turn_id: str) -> str:
+        """The platform user whose message started the turn; "" when none is recorded."""
+        with wrap_db_errors():
+            return str(await self.pool.fetchval(QUERIES["starter_of_turn"], connection_id, turn_id) or "")
+
     async def session_of_turn(self, connection_id: str, turn_id: str) -> str:
         with wrap_db_errors():
             session_id = await self.pool.fetchval(QUERIES["session_of_turn"], connection_id, turn_id)
