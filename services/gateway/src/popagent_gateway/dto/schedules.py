@@ -6,7 +6,7 @@ schedules can be changed through the API.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 from pydantic.json_schema import SkipJsonSchema
@@ -79,6 +79,9 @@ class ScheduleCreate(WireInput):
 
 class SchedulePatch(PatchModel):
     """Only the fields sent change; the others keep their values."""
+
+    # channel and removeChannel are not sent together (`_one_channel_change`).
+    SCHEMA_RULES: ClassVar[dict[str, Any]] = {"not": {"required": ["channel", "removeChannel"]}}
 
     name: Name | SkipJsonSchema[None] = None
     prompt: Prompt | SkipJsonSchema[None] = None
