@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import grpc
@@ -47,8 +48,34 @@ def api_routes(app: FastAPI) -> list[RouteContext]:
     ]
 
 
-def test_every_api_route_depends_on_the_api_key_check() -> None:
+@pytest.fixture(scope="module")
+def app() -> FastAPI:
+    """The app of the default settings, for the tests that only send it requests or read its routes:
+    building one takes about half a second of CPU. A test that adds routes builds its own."""
+    return create_app(make_settings())
+
+
+RAISED_DETAIL = "boom at /srv/popagent/db.py: SELECT secret_value"
+
+
+def _raising(code: grpc.StatusCode) -> Callable[[], Awaitable[None]]:
+    async def raise_rpc() -> None:
+        raise grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), RAISED_DETAIL)
+
+    return raise_rpc
+
+
+@pytest.fixture(scope="module")
+def raising_app() -> FastAPI:
+    """One app with a route per gRPC status, `/raise-rpc/<status name>`, raising an AioRpcError of
+    that status with `RAISED_DETAIL`, for the test that checks each status."""
     app = create_app(make_settings())
+    for code in grpc.StatusCode:
+        app.add_api_route(f"/raise-rpc/{code.name}", _raising(code), methods=["GET"])
+    return app
+
+
+def test_every_api_route_depends_on_the_api_key_check(app: FastAPI) -> None:
     routes = api_routes(app)
     assert routes, "the inventory found no /api routes"
     lacking = [
@@ -59,8 +86,7 @@ def test_every_api_route_depends_on_the_api_key_check() -> None:
     assert lacking == []
 
 
-def test_every_api_route_refuses_missing_empty_wrong_and_wrong_case_keys() -> None:
-    app = create_app(make_settings())
+def test_every_api_route_refuses_missing_empty_wrong_and_wrong_case_keys(app: FastAPI) -> None:
     with TestClient(app) as client:
         for route in api_routes(app):
             path = (route.path or "").replace("{", "").replace("}", "")
@@ -187,24 +213,17 @@ def test_every_status_the_table_can_produce_is_documented_on_every_api_route() -
 
 
 @pytest.mark.parametrize("code", list(grpc.StatusCode))
-def test_one_function_decides_what_a_client_sees_of_every_status(code: grpc.StatusCode) -> None:
+def test_one_function_decides_what_a_client_sees_of_every_status(raising_app: FastAPI, code: grpc.StatusCode) -> None:
     """The JSON error, the error inside a started stream and a gateway-raised error all go through
     `client_message`: every status the table maps to 500 hides its detail, a dependency failure
     (503, 504) shows its status text instead, every other shows it."""
-    app = create_app(make_settings())
-    detail = "boom at /srv/popagent/db.py: SELECT secret_value"
-
-    @app.get("/raise-rpc")
-    async def raise_rpc() -> None:
-        raise grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), detail)
-
     status = EDGE_STATUS_BY_GRPC_CODE[code]
-    shown = "internal error" if status == 500 else DEPENDENCY_TEXTS.get(code, detail)
-    assert client_message(code, detail) == shown
+    shown = "internal error" if status == 500 else DEPENDENCY_TEXTS.get(code, RAISED_DETAIL)
+    assert client_message(code, RAISED_DETAIL) == shown
     if code is grpc.StatusCode.OK:
         return
-    with TestClient(app) as client:
-        answer = client.get("/raise-rpc")
+    with TestClient(raising_app) as client:
+        answer = client.get(f"/raise-rpc/{code.name}")
     assert (answer.status_code, answer.json()) == (status, {"error": shown})
     assert answer.headers.get("retry-after") == ("5" if status == 503 else None)
 
@@ -227,8 +246,7 @@ def test_a_gateway_bug_answers_the_documented_500_shape_without_its_text() -> No
     assert (internal.status_code, internal.json()) == (500, {"error": "internal error"})
 
 
-def test_health_reports_503_and_the_failing_components_when_nothing_is_up() -> None:
-    app = create_app(make_settings())
+def test_health_reports_503_and_the_failing_components_when_nothing_is_up(app: FastAPI) -> None:
     with TestClient(app) as client:
         response = client.get("/api/health", headers={"x-popagent-key": API_KEY})
     assert response.status_code == 503
@@ -283,16 +301,14 @@ def test_without_a_built_ui_the_root_is_not_found_and_the_api_still_works(tmp_pa
         assert client.get("/api/health").status_code == 401
 
 
-def test_a_keyless_request_with_a_malformed_body_is_401_not_422() -> None:
-    app = create_app(make_settings())
+def test_a_keyless_request_with_a_malformed_body_is_401_not_422(app: FastAPI) -> None:
     with TestClient(app) as client:
         response = client.put("/api/sessions/s1", content=b"{not json", headers={"content-type": "application/json"})
     assert response.status_code == 401
     assert response.json() == {"error": "missing or wrong x-popagent-key"}
 
 
-def test_framework_refusals_use_the_api_error_shape() -> None:
-    app = create_app(make_settings())
+def test_framework_refusals_use_the_api_error_shape(app: FastAPI) -> None:
     with TestClient(app) as client:
         missing = client.get("/api/no-such-route", headers={"x-popagent-key": API_KEY})
         not_json = client.put(
@@ -306,7 +322,7 @@ def test_framework_refusals_use_the_api_error_shape() -> None:
     assert "error" in not_json.json() and "detail" not in not_json.json()
 
 
-def test_every_request_and_response_shape_lives_in_dto() -> None:
+def test_every_request_and_response_shape_lives_in_dto(app: FastAPI) -> None:
     """Routes define no models of their own: each body, query and answer comes from dto/<area>.py,
     answers as WireModel and bodies as WireInput (chat excepted: its client sends null models)."""
     import importlib
@@ -327,7 +343,6 @@ def test_every_request_and_response_shape_lives_in_dto() -> None:
         ]
         assert not own, f"routes/{info.name}.py defines {own}: move them to dto/"
 
-    app = create_app(make_settings())
     checked = 0
     for context in api_routes(app):
         route = context.original_route
