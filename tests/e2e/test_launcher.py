@@ -49,7 +49,13 @@ def postgres_of(data_dir: Path) -> psutil.Process | None:
     return psutil.Process(pid) if psutil.pid_exists(pid) else None
 
 
-def test_stack_starts_reports_health_and_ctrl_c_leaves_no_process(tmp_path: Path) -> None:
+def test_stack_starts_reports_health_restarts_a_killed_service_ctrl_c_leaves_no_process_and_a_second_start_reuses_the_data(
+    tmp_path: Path,
+) -> None:
+    """One stack's life, each stage on the state the previous one left (a whole stack costs a minute
+    of a loaded worker to start): it starts healthy; a killed service is restarted (issue 22 finding 1:
+    the launcher supervises its children, /api/health says who restarts); Ctrl-C leaves no process;
+    a second start on the same data reuses it, and SIGTERM stops it cleanly."""
     # Two agent-runner workers whatever the machine's default, so the worker path runs end to end.
     stack = launch(tmp_path, {"POPAGENT_AGENT_RUNNER_WORKERS": "2"})
     try:
@@ -60,12 +66,43 @@ def test_stack_starts_reports_health_and_ctrl_c_leaves_no_process(tmp_path: Path
         assert body["ok"] is True
         assert set(body["components"]) == EXPECTED_COMPONENTS
         assert all(component["ok"] for component in body["components"].values())
+        assert body["components"]["supervisor"] == {"ok": True, "detail": ""}
         # make run cloned the default workspace from this repository.
         assert (tmp_path / "workspace" / "popagent" / "README.md").is_file()
         # The key is required once set, and compared exactly.
         assert httpx.get(f"{stack.url}/api/health").status_code == 401
         assert httpx.get(f"{stack.url}/api/health", headers={"x-popagent-key": "x" * 32}).status_code == 401
+        key = stack.api_key
 
+        victim = psutil.Process(child_pid(stack, "agent-runner-2"))
+        victim.kill()
+        # Restarting (the backoff is 0.5 s at first): health names the worker, then it is back.
+        wait_until(
+            lambda: "agent-runner-2" in health_of(stack)["components"]["supervisor"]["detail"],
+            what="the restart",
+            within=60,
+        )
+        wait_until(lambda: health_of(stack)["ok"] is True, what="the stack to be healthy again", within=60)
+        assert child_pid(stack, "agent-runner-2") != victim.pid
+        assert stack.process.poll() is None
+        # One service restarted on purpose, with the documented command.
+        before = child_pid(stack, "tasks")
+        restart = subprocess.run(
+            [sys.executable, "-m", "popagent_dev.launcher", "restart", "tasks", "--data-dir", str(stack.data_dir)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert restart.returncode == 0, restart.stderr
+        wait_until(
+            lambda: child_pid(stack, "tasks") != before and health_of(stack)["ok"] is True,
+            what="tasks restarted",
+            within=60,
+        )
+        state = json.loads((stack.data_dir / "supervisor.json").read_text())["children"]
+        assert state["agent-runner-2"]["restarts"] == 1 and state["agent-runner-2"]["lastExit"] == -9
+
+        # Every process of the stack as it now runs, the restarted ones included.
         children = stack.descendants()
         names = " ".join(" ".join(p.cmdline()) for p in children)
         for module in ("popagent_gateway", "popagent_hooks", "popagent_agent_runner", "nats-server"):
@@ -86,9 +123,27 @@ def test_stack_starts_reports_health_and_ctrl_c_leaves_no_process(tmp_path: Path
         assert stack.process.wait(30) == 0
         assert gone(children) == []
         assert gone([embedded_pg]) == []
+        assert "service agent-runner-2 exited with code -9" in stack.read_rest()
     finally:
         if stack.process.poll() is None:
             stack.process.kill()
+
+    second = launch(tmp_path)
+    try:
+        second.wait_running()
+        assert second.api_key == key
+        # Migrations already applied: the ledger survives the restart, nothing re-seeded. The log
+        # file holds both starts; only evolution's own schema counts (any process may be the one
+        # that migrates the shared observability store).
+        lines = (second.data_dir / "logs" / "evolution.log").read_text().splitlines()
+        entries = [json.loads(line) for line in lines if line.startswith("{")]
+        migrated = [entry for entry in entries if entry.get("msg") == "migrated"]
+        assert [entry["schema"] for entry in migrated].count("evolution") == 1
+        second.process.send_signal(signal.SIGTERM)
+        assert second.process.wait(30) == 0
+    finally:
+        if second.process.poll() is None:
+            second.process.kill()
 
 
 def test_ctrl_c_also_stops_a_postgres_and_a_nats_restarted_by_hand(tmp_path: Path) -> None:
@@ -135,71 +190,6 @@ def test_ctrl_c_also_stops_a_postgres_and_a_nats_restarted_by_hand(tmp_path: Pat
         for server in restarted:
             with contextlib.suppress(psutil.NoSuchProcess):
                 server.send_signal(signal.SIGINT)
-
-
-def test_second_start_reuses_the_embedded_data(tmp_path: Path) -> None:
-    first = launch(tmp_path)
-    first.wait_running()
-    key = first.api_key
-    first.process.send_signal(signal.SIGTERM)
-    assert first.process.wait(30) == 0
-
-    second = launch(tmp_path)
-    try:
-        second.wait_running()
-        assert second.api_key == key
-        # Migrations already applied: the ledger survives the restart, nothing re-seeded. The log
-        # file holds both starts; only evolution's own schema counts (any process may be the one
-        # that migrates the shared observability store).
-        lines = (second.data_dir / "logs" / "evolution.log").read_text().splitlines()
-        entries = [json.loads(line) for line in lines if line.startswith("{")]
-        migrated = [entry for entry in entries if entry.get("msg") == "migrated"]
-        assert [entry["schema"] for entry in migrated].count("evolution") == 1
-    finally:
-        second.process.send_signal(signal.SIGTERM)
-        second.process.wait(30)
-
-
-def test_a_killed_service_is_restarted_and_the_stack_stays_up(tmp_path: Path) -> None:
-    """Issue 22 finding 1: the launcher supervises its children; /api/health says who restarts."""
-    stack = launch(tmp_path, {"POPAGENT_AGENT_RUNNER_WORKERS": "2"})
-    try:
-        stack.wait_running()
-        assert health_of(stack)["components"]["supervisor"] == {"ok": True, "detail": ""}
-        victim = psutil.Process(child_pid(stack, "agent-runner-2"))
-        victim.kill()
-        # Restarting (the backoff is 0.5 s at first): health names the worker, then it is back.
-        wait_until(
-            lambda: "agent-runner-2" in health_of(stack)["components"]["supervisor"]["detail"],
-            what="the restart",
-            within=60,
-        )
-        wait_until(lambda: health_of(stack)["ok"] is True, what="the stack to be healthy again", within=60)
-        assert child_pid(stack, "agent-runner-2") != victim.pid
-        assert stack.process.poll() is None
-        # One service restarted on purpose, with the documented command.
-        before = child_pid(stack, "tasks")
-        restart = subprocess.run(
-            [sys.executable, "-m", "popagent_dev.launcher", "restart", "tasks", "--data-dir", str(stack.data_dir)],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-        assert restart.returncode == 0, restart.stderr
-        wait_until(
-            lambda: child_pid(stack, "tasks") != before and health_of(stack)["ok"] is True,
-            what="tasks restarted",
-            within=60,
-        )
-        state = json.loads((stack.data_dir / "supervisor.json").read_text())["children"]
-        assert state["agent-runner-2"]["restarts"] == 1 and state["agent-runner-2"]["lastExit"] == -9
-        os.killpg(stack.process.pid, signal.SIGINT)
-        assert stack.process.wait(30) == 0
-        output = stack.read_rest()
-        assert "service agent-runner-2 exited with code -9" in output
-    finally:
-        if stack.process.poll() is None:
-            stack.process.kill()
 
 
 def test_configured_servers_are_used_instead_of_embedded_ones(tmp_path: Path, pg_dsn: str, nats_url: str) -> None:
