@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,8 +18,8 @@ from support.stacks import serve_gateway
 from .harness import API_KEY, RPC_TIMEOUT_S, Harness, ScriptedRunner, ScriptedState
 
 
-@pytest.fixture
-async def harness(internal_credentials: tuple[dict[str, str], str]) -> AsyncIterator[Harness]:
+@contextlib.asynccontextmanager
+async def serving_harness(internal_credentials: tuple[dict[str, str], str]) -> AsyncIterator[Harness]:
     tokens, callers = internal_credentials
     runner = ScriptedRunner()
     server, health = create_server(CallerRegistry.from_json(callers))
@@ -35,3 +36,17 @@ async def harness(internal_credentials: tuple[dict[str, str], str]) -> AsyncIter
     }
     async with running(server, health, grpc_address), serve_gateway(Settings(**environment)) as url:
         yield Harness(runner, url)
+
+
+@pytest.fixture
+async def harness(internal_credentials: tuple[dict[str, str], str]) -> AsyncIterator[Harness]:
+    async with serving_harness(internal_credentials) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+async def refusing_harness(internal_credentials: tuple[dict[str, str], str]) -> AsyncIterator[Harness]:
+    """One harness for a module's tests whose requests the gateway refuses before any call to
+    agent-runner (each asserts that none reached it): they leave nothing behind for the next."""
+    async with serving_harness(internal_credentials) as served:
+        yield served

@@ -115,9 +115,9 @@ async def test_the_ai_5_client_reads_an_approval_and_a_denial_without_an_error(h
 
 
 @pytest.mark.parametrize("value", ["4", "8", "6.0", "ai5", ""])
-async def test_a_value_that_is_not_a_major_is_a_422_naming_the_header(harness: Harness, value: str) -> None:
+async def test_a_value_that_is_not_a_major_is_a_422_naming_the_header(refusing_harness: Harness, value: str) -> None:
     headers = {"x-popagent-key": API_KEY, "x-popagent-ai-sdk": value}
-    async with httpx.AsyncClient(base_url=harness.url, headers=headers) as client:
+    async with httpx.AsyncClient(base_url=refusing_harness.url, headers=headers) as client:
         posted = await client.post("/api/chat", json={"id": "s1", "message": USER_MESSAGE})
         followed = await client.get("/api/chat/s1/stream")
     for refused in (posted, followed):
@@ -125,4 +125,4 @@ async def test_a_value_that_is_not_a_major_is_a_422_naming_the_header(harness: H
         [detail] = refused.json()["details"]
         assert detail["loc"] == ["header", "x-popagent-ai-sdk"]
         assert "'5', '6' or '7'" in detail["msg"]
-    assert harness.runner.requests == []
+    assert refusing_harness.runner.requests == []

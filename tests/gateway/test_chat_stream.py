@@ -158,27 +158,27 @@ async def test_client_disconnect_cancels_the_turn(harness: Harness) -> None:
     ],
 )
 async def test_requests_carrying_anything_but_the_newest_user_message_are_refused(
-    harness: Harness, body: dict[str, object], fragment: str
+    refusing_harness: Harness, body: dict[str, object], fragment: str
 ) -> None:
     async with httpx.AsyncClient() as client:
-        response = await post_chat(client, harness.url, body)
+        response = await post_chat(client, refusing_harness.url, body)
     assert response.status_code == 422
     assert fragment in response.text
-    assert harness.runner.requests == []
+    assert refusing_harness.runner.requests == []
 
 
-async def test_a_message_without_parts_is_refused_with_a_reason(harness: Harness) -> None:
+async def test_a_message_without_parts_is_refused_with_a_reason(refusing_harness: Harness) -> None:
     async with httpx.AsyncClient() as client:
-        response = await post_chat(client, harness.url, {"id": "s1", "message": {**USER_MESSAGE, "parts": []}})
+        response = await post_chat(client, refusing_harness.url, {"id": "s1", "message": {**USER_MESSAGE, "parts": []}})
     assert response.status_code == 400
     assert response.json() == {"error": "message must have 1 to 64 parts"}
 
 
-async def test_chat_needs_the_api_key(harness: Harness) -> None:
+async def test_chat_needs_the_api_key(refusing_harness: Harness) -> None:
     async with httpx.AsyncClient() as client:
-        response = await client.post(f"{harness.url}/api/chat", json={"id": "s1", "message": USER_MESSAGE})
+        response = await client.post(f"{refusing_harness.url}/api/chat", json={"id": "s1", "message": USER_MESSAGE})
     assert response.status_code == 401
-    assert harness.runner.requests == []
+    assert refusing_harness.runner.requests == []
 
 
 async def test_a_unary_call_past_the_rpc_timeout_answers_504(harness: Harness) -> None:
