@@ -122,12 +122,18 @@ TESTS = Path(__file__).resolve().parents[1]
 SEEDED_CATALOG = ("fake/fake-chat", "cx/gpt-5.3-codex")
 
 
-def start_model_server(tmp_path: Path, turn: dict[str, object] | None = None) -> tuple[subprocess.Popen[str], str]:
-    """The scripted model server as a process of its own, answering every request with `turn`; and its URL."""
+def start_model_server(
+    tmp_path: Path, turn: dict[str, object] | None = None, by_prompt: dict[str, dict[str, object]] | None = None
+) -> tuple[subprocess.Popen[str], str]:
+    """The scripted model server as a process of its own, answering every request with `turn` (or with
+    `by_prompt[text]` when the request's last user message contains `text`); and its URL."""
     script = tmp_path / "script.json"
     # The catalog lists the seeded default (every agent inherits it): a chat with or without `model` is not refused.
     models = [{"id": model, "context_length": 128_000} for model in SEEDED_CATALOG]
-    script.write_text(json.dumps({"turns": [turn or {"text": "Launcher task done."}], "loop": True, "models": models}))
+    document: dict[str, object] = {"turns": [turn or {"text": "Launcher task done."}], "loop": True, "models": models}
+    if by_prompt:
+        document["by_prompt"] = [{"contains": text, "turn": answer} for text, answer in by_prompt.items()]
+    script.write_text(json.dumps(document))
     process = subprocess.Popen(
         [sys.executable, "-m", "support.model_gateway", "--script", str(script), "--no-record"],
         stdout=subprocess.PIPE,

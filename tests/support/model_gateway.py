@@ -38,7 +38,8 @@ As a process (benchmarks, e2e stacks): `python -m support.model_gateway --port N
 --script turns.json [--api-key K] [--loop]`, or `--script package.module:function` for
 a callable. It prints `model gateway listening on <url>` once it accepts connections
 and stops on SIGTERM/SIGINT. The JSON file is a list of turns or
-`{"turns": [...], "models": [...], "api_key": "...", "loop": true, "ninerouter_usage": true}`; a turn is
+`{"turns": [...], "models": [...], "api_key": "...", "loop": true, "ninerouter_usage": true, "by_prompt":
+[{"contains": "...", "turn": {...}}]}` (`by_prompt`: see `load_script`); a turn is
 `{"text": ..., "tool_calls": [{"name", "arguments", "id"}], "error": {"status",
 "message", "retry_after"}, "chunk_size", "first_byte_delay_s", "chunk_delay_s",
 "break_after_chunks", "usage": {"prompt_tokens", "completion_tokens"}, "double_done",
@@ -211,8 +212,21 @@ def tool_call_then_answer(call: ToolCall, answer: str, **options: Any) -> Respon
     return respond
 
 
-def load_script(path: Path) -> tuple[list[Turn], dict[str, Any]]:
-    """Turns and server options (`models`, `api_key`, `loop`, `ninerouter_usage`) from a JSON script file."""
+def by_prompt(choices: Sequence[tuple[str, Turn]], otherwise: Turn) -> Responder:
+    """A responder answering the first of `choices` whose text the last user message contains, else `otherwise`."""
+
+    def respond(body: Body) -> Turn:
+        users = [message for message in body.get("messages") or [] if message.get("role") == "user"]
+        said = json.dumps(users[-1].get("content")) if users else ""
+        return next((turn for text, turn in choices if text in said), otherwise)
+
+    return respond
+
+
+def load_script(path: Path) -> tuple[list[Turn] | Responder, dict[str, Any]]:
+    """Turns and server options (`models`, `api_key`, `loop`, `ninerouter_usage`) from a JSON script file;
+    with `by_prompt` ([{"contains": text, "turn": turn}]), a responder answering each request with the
+    first turn whose text its last user message contains, else with the script's first turn."""
     raw = json.loads(path.read_text())
     if isinstance(raw, list):
         raw = {"turns": raw}
@@ -222,7 +236,11 @@ def load_script(path: Path) -> tuple[list[Turn], dict[str, Any]]:
     for key in ("api_key", "loop", "ninerouter_usage"):
         if key in raw:
             options[key] = raw[key]
-    return [Turn.from_dict(turn) for turn in raw.get("turns", [])], options
+    turns = [Turn.from_dict(turn) for turn in raw.get("turns", [])]
+    if "by_prompt" in raw:
+        choices = [(choice["contains"], Turn.from_dict(choice["turn"])) for choice in raw["by_prompt"]]
+        return by_prompt(choices, turns[0]), options
+    return turns, options
 
 
 # -- retrieval ------------------------------------------------------------------

@@ -4,11 +4,9 @@ its own; a task-runtime PATCH resizes the running worker."""
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -24,12 +22,19 @@ def status(client: httpx.Client, task_id: str) -> str:
     return client.get(f"/api/tasks/{task_id}").json()["status"]
 
 
-@contextlib.contextmanager
-def launched_client(tmp_path: Path, turn: dict[str, object] | None = None) -> Iterator[httpx.Client]:
-    """`make run`'s launcher on a scripted model server answering `turn`, and a client of its gateway;
-    after the block the launcher must stop cleanly on SIGINT."""
-    models, models_url = start_model_server(tmp_path, turn)
-    stack = launch(tmp_path, {"NINEROUTER_URL": models_url})
+# Every answer to a slow task streams for about six seconds, so two attempts visibly overlap or do not.
+SLOW_TASK = "slow task"
+SLOW_TURN: dict[str, object] = {"text": "x" * 48, "chunk_size": 4, "chunk_delay_s": 0.5}
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+    """`make run`'s launcher on a scripted model server (the slow answer to a prompt naming a slow
+    task, "Launcher task done." to any other), and a client of its gateway, for the module's tests:
+    each makes tasks of its own. Afterwards the launcher must stop cleanly on SIGINT."""
+    base = tmp_path_factory.mktemp("launcher-tasks")
+    models, models_url = start_model_server(base, by_prompt={SLOW_TASK: SLOW_TURN})
+    stack = launch(base, {"NINEROUTER_URL": models_url})
     try:
         stack.wait_running()
         with httpx.Client(base_url=stack.url, headers={"x-popagent-key": stack.api_key}, timeout=10) as client:
@@ -43,53 +48,49 @@ def launched_client(tmp_path: Path, turn: dict[str, object] | None = None) -> It
         models.wait(10)
 
 
-def test_a_task_created_through_the_gateway_completes_as_an_agent_turn(tmp_path: Path) -> None:
-    with launched_client(tmp_path) as client:
+def test_a_task_created_through_the_gateway_completes_as_an_agent_turn(client: httpx.Client) -> None:
+    created = client.post(
+        "/api/tasks", json={"prompt": "Report in", "workspaceId": "popagent", "model": "fake/fake-chat"}
+    )
+    assert created.status_code == 201, created.text
+    task_id = created.json()["id"]
+    wait_until(lambda: status(client, task_id) in TERMINAL, what="the task to finish", within=60)
+    task = client.get(f"/api/tasks/{task_id}").json()
+    # Without a session the task ran in a thread of its own: readable, never a listed chat.
+    assert task["sessionId"] is None and task["threadId"] == f"task-{task_id}", task
+    listed = client.get("/api/sessions").json()["sessions"]
+    assert task["threadId"] not in [session["id"] for session in listed]
+    assert client.get(f"/api/sessions/{task['threadId']}").status_code == 200
+    assert (task["status"], task["outcome"]) == ("completed", "Launcher task done."), task
+
+
+def test_a_task_runtime_patch_resizes_the_running_worker(client: httpx.Client) -> None:
+    def patch_concurrency(value: int) -> None:
+        patched = client.patch("/api/settings/agent-runtime", json={"taskConcurrency": value})
+        assert patched.status_code == 200 and patched.json()["taskConcurrency"] == value, patched.text
+
+    def statuses(ids: list[str]) -> list[str]:
+        return [client.get(f"/api/tasks/{task_id}").json()["status"] for task_id in ids]
+
+    patch_concurrency(1)
+    ids = []
+    for prompt in ("First slow task", "Second slow task"):
         created = client.post(
-            "/api/tasks", json={"prompt": "Report in", "workspaceId": "popagent", "model": "fake/fake-chat"}
+            "/api/tasks", json={"prompt": prompt, "workspaceId": "popagent", "model": "fake/fake-chat"}
         )
         assert created.status_code == 201, created.text
-        task_id = created.json()["id"]
-        wait_until(lambda: status(client, task_id) in TERMINAL, what="the task to finish", within=60)
-        task = client.get(f"/api/tasks/{task_id}").json()
-        # Without a session the task ran in a thread of its own: readable, never a listed chat.
-        assert task["sessionId"] is None and task["threadId"] == f"task-{task_id}", task
-        listed = client.get("/api/sessions").json()["sessions"]
-        assert task["threadId"] not in [session["id"] for session in listed]
-        assert client.get(f"/api/sessions/{task['threadId']}").status_code == 200
-        assert (task["status"], task["outcome"]) == ("completed", "Launcher task done."), task
+        ids.append(created.json()["id"])
+    wait_until(lambda: "running" in statuses(ids), what="an attempt to start", within=30)
+    # One slot on the running worker: the other task waits.
+    for _ in range(10):
+        assert sorted(statuses(ids)) == ["queued", "running"]
+        time.sleep(0.1)
 
-
-def test_a_task_runtime_patch_resizes_the_running_worker(tmp_path: Path) -> None:
-    # Every answer streams for about six seconds, so two attempts visibly overlap or do not.
-    with launched_client(tmp_path, {"text": "x" * 48, "chunk_size": 4, "chunk_delay_s": 0.5}) as client:
-
-        def patch_concurrency(value: int) -> None:
-            patched = client.patch("/api/settings/agent-runtime", json={"taskConcurrency": value})
-            assert patched.status_code == 200 and patched.json()["taskConcurrency"] == value, patched.text
-
-        def statuses(ids: list[str]) -> list[str]:
-            return [client.get(f"/api/tasks/{task_id}").json()["status"] for task_id in ids]
-
-        patch_concurrency(1)
-        ids = []
-        for prompt in ("First slow task", "Second slow task"):
-            created = client.post(
-                "/api/tasks", json={"prompt": prompt, "workspaceId": "popagent", "model": "fake/fake-chat"}
-            )
-            assert created.status_code == 201, created.text
-            ids.append(created.json()["id"])
-        wait_until(lambda: "running" in statuses(ids), what="an attempt to start", within=30)
-        # One slot on the running worker: the other task waits.
-        for _ in range(10):
-            assert sorted(statuses(ids)) == ["queued", "running"]
-            time.sleep(0.1)
-
-        patch_concurrency(2)
-        wait_until(
-            lambda: statuses(ids) == ["running", "running"],
-            what="the second attempt to start beside the first",
-            within=5,
-        )
-        wait_until(lambda: statuses(ids) == ["completed", "completed"], what="both tasks to complete", within=60)
-        assert [client.get(f"/api/tasks/{task_id}").json()["attemptCount"] for task_id in ids] == [1, 1]
+    patch_concurrency(2)
+    wait_until(
+        lambda: statuses(ids) == ["running", "running"],
+        what="the second attempt to start beside the first",
+        within=5,
+    )
+    wait_until(lambda: statuses(ids) == ["completed", "completed"], what="both tasks to complete", within=60)
+    assert [client.get(f"/api/tasks/{task_id}").json()["attemptCount"] for task_id in ids] == [1, 1]
