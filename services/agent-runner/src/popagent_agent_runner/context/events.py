@@ -57,6 +57,11 @@ def usage_metadata(
 
 # A turn's events waiting for its consumer, in bytes, past which the model stream waits.
 MAX_QUEUED_BYTES = 256 * 1024
+# The most characters one text delta event carries; a part's waiting text past it goes on in the
+# next event. At UTF-8's 4 bytes a character an event stays below the turn log's message size
+# (turn/log.py, MAX_MESSAGE_BYTES), so the log stores each event the live stream sent, whole: one
+# read of a fast model's stream can hold megabytes, past what NATS takes in one message.
+MAX_DELTA_CHARS = 96 * 1024
 # The events that end a turn's stream: the client's last.
 TERMINAL_EVENTS = frozenset({"finish", "error", "abort"})
 
@@ -83,6 +88,7 @@ class TurnEvents:
         # The pending text delta the next delta of the same part joins, and its pieces so far.
         self._open_delta: pb.TextDelta | None = None
         self._open_pieces: list[str] = []
+        self._open_chars = 0
         self._queued_bytes = 0
         self._drained = asyncio.Event()
         self.min_interval_s = min_interval_s
@@ -109,6 +115,7 @@ class TurnEvents:
             pending.delta = "".join(self._open_pieces)
             self._open_delta = None
             self._open_pieces = []
+            self._open_chars = 0
 
     def put(self, event: pb.TurnEvent) -> None:
         if self._terminated:
@@ -127,21 +134,27 @@ class TurnEvents:
 
     def put_text(self, part_id: str, delta: str) -> None:
         """A text delta, merged into the one still waiting for the same part (one SSE chunk, not
-        one per token); from the batch that carries the first text on, batches are paced."""
+        one per token, up to MAX_DELTA_CHARS); from the batch that carries the first text on,
+        batches are paced."""
         if self._terminated:
             return
         self._queued_bytes += len(delta)
-        pending = self._open_delta
-        if pending is not None and pending.part_id == part_id:
-            self._open_pieces.append(delta)
-            return
-        self._seal_text()
-        event = pb.TurnEvent(text_delta=pb.TextDelta(part_id=part_id))
-        self._events.append(event)
-        self._open_delta = event.text_delta
-        self._open_pieces = [delta]
-        self._text_queued = True
-        self._ready.set()
+        while True:
+            pending = self._open_delta
+            room = MAX_DELTA_CHARS - self._open_chars
+            if pending is None or pending.part_id != part_id or room <= 0:
+                self._seal_text()
+                event = pb.TurnEvent(text_delta=pb.TextDelta(part_id=part_id))
+                self._events.append(event)
+                self._open_delta = event.text_delta
+                self._text_queued = True
+                self._ready.set()
+                room = MAX_DELTA_CHARS
+            piece, delta = delta[:room], delta[room:]
+            self._open_pieces.append(piece)
+            self._open_chars += len(piece)
+            if not delta:
+                return
 
     def hold_until(self, done: asyncio.Future[Any]) -> None:
         """Keep what comes next queued until `done` is done (the batch already out is not recalled)."""

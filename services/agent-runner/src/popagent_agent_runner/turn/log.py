@@ -2,7 +2,8 @@
 
 One subject per turn (`popagent_turn_log.<turn id>`) in one stream with bounded retention. The
 runner that runs the turn hands each batch to the turn's writer as it leaves (the live stream
-waits for nothing), and the writer stores them in order, each acknowledged by the stream before
+waits for nothing, unless the turn's unstored batches pass MAX_BACKLOG_BYTES while the stream
+answers), and the writer stores them in order, each acknowledged by the stream before
 the next, with `Nats-Expected-Last-Subject-Sequence` naming the message before it (batches that
 waited together go as one message). A batch the
 stream did not store (a NATS server of a cluster lost, the stream's leader being elected again:
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 
 from nats.aio.client import Client as NatsClient
 from nats.errors import Error as NatsError
+from nats.errors import MaxPayloadError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import DeliverPolicy, DiscardPolicy, StorageType, StreamConfig
 from nats.js.errors import APIError, NotFoundError
@@ -55,6 +57,13 @@ WRONG_LAST_SEQUENCE = 10071  # JetStream's error code: the subject's last messag
 # A turn's batches not yet stored are kept up to this size; past it (a long NATS outage) newer
 # ones are dropped from the log (the live stream and the stored answer do not depend on it).
 MAX_PENDING_BYTES = 8 * 1024 * 1024
+# While the stream answers, a turn's `append` waits once more than this of it is not stored yet,
+# as the core publish before the writer waited for NATS's socket: a turn that outruns JetStream (a
+# fast model, slow acknowledgements on a busy machine) holds about one batch, not whole answers
+# (ten 2 MB answers cost ~15 MB more without it). Chat-sized batches never reach it, so the live
+# stream still waits for no acknowledgement; while the stream does not answer nothing waits (the
+# pending cap above applies).
+MAX_BACKLOG_BYTES = 64 * 1024
 RETRY_MAX_S = 2.0
 # How long a turn's end waits for its batches to be stored: past a cluster's leader election,
 # short of holding a session for a whole NATS outage.
@@ -76,6 +85,11 @@ class _Writer:
     idle: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
     dropped: int = 0
+    # Set at each store and each failed one: what `append` waits on while the backlog is too large.
+    progressed: asyncio.Event = field(default_factory=asyncio.Event)
+    # The last store failed (the stream does not answer): appends do not wait for the writer.
+    failing: bool = False
+    released: bool = False
 
 
 def subject(turn_id: str) -> str:
@@ -110,6 +124,12 @@ class TurnLog:
         only: the live stream and the stored answer do not depend on the log)."""
         for message in _messages(batch):
             self._enqueue(turn_id, message, None)
+        writer = self._writers.get(turn_id)
+        while writer is not None and writer.pending_bytes > MAX_BACKLOG_BYTES and not writer.failing:
+            if writer.released:
+                return
+            writer.progressed.clear()
+            await writer.progressed.wait()
 
     async def settle(self, turn_id: str, within_s: float = SETTLE_S) -> bool:
         """Until every batch appended so far is stored (True), or `within_s` passed (False)."""
@@ -133,6 +153,9 @@ class TurnLog:
     async def release(self, turn_id: str) -> None:
         """Stop the turn's writer, stored or not (its turn was handed to another runner, or ended)."""
         writer = self._writers.pop(turn_id, None)
+        if writer is not None:
+            writer.released = True
+            writer.progressed.set()
         if writer is not None and writer.task is not None:
             writer.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -167,10 +190,23 @@ class TurnLog:
             message, headers, count = _next_message(writer.pending)
             try:
                 await self._store(writer, message, headers, count)
+            except MaxPayloadError as exc:
+                # One event larger than the server takes in a message (a huge tool argument): it can
+                # never be stored, and retrying it would hold every later batch of the turn, its end
+                # marker included, in memory until the turn's end gave up on them.
+                writer.dropped += count
+                self._stored(writer, count, len(message))
+                logger.warning(
+                    "turn log message dropped: larger than the NATS server takes",
+                    extra={"turn_id": writer.subject, "bytes": len(message), "error": type(exc).__name__},
+                )
+                continue
             except Exception as exc:
                 # A refused sequence is no failure: another runner (a takeover) wrote since.
                 if not (isinstance(exc, APIError) and exc.err_code == WRONG_LAST_SEQUENCE):
                     self._failed("turn log append failed", writer.subject, exc)
+                    writer.failing = True
+                    writer.progressed.set()
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, RETRY_MAX_S)
                 try:
@@ -183,6 +219,7 @@ class TurnLog:
                 continue
             delay = 0.05
             self._failing = False
+            writer.failing = False
 
     async def _store(self, writer: _Writer, message: bytes, headers: dict[str, str] | None, count: int) -> None:
         ack = await self.js.publish(
@@ -199,6 +236,7 @@ class TurnLog:
         for _ in range(count):
             writer.pending.popleft()
         writer.pending_bytes -= size
+        writer.progressed.set()
 
     async def _stored_last(self, writer: _Writer, message: bytes, headers: dict[str, str] | None) -> bool:
         """After a failed store: where the subject stands (its last message's sequence), and
