@@ -4,12 +4,54 @@
 //
 // usage: node approvals.mjs <config.json>
 //   config: {url, apiKey, outDir, chromium, approvePrompt, approvePath, approveContent, approveAnswer,
-//            denyPrompt, denyPath, denyContent, denyReason, denyAnswer, policyReason}
+//            denyPrompt, denyPath, denyContent, denyReason, denyAnswer, grantPrompt, grantPath, grantContent,
+//            grantAnswer, notifyPrompt, notifyPath, notifyContent, notifyAnswer, policyReason}
 // Prints one JSON report on stdout: {steps: [{step, ok, ms, detail}]}; exits 1 when a step failed.
 import { check, checkAxe, openDriver } from "./driver.mjs";
 
-const { config, page, step, shot, finish } = await openDriver({ prefix: "approvals", viewport: { width: 1280, height: 900 } });
+const { config, context, page, step, shot, finish } = await openDriver({ prefix: "approvals", viewport: { width: 1280, height: 900 } });
 const { url } = config;
+
+// Headless Chromium's page is always visible and a notification leaves no trace the page can read, so
+// before any app code runs: document.visibilityState/hidden answer "hidden" while the test says so, and
+// the browser's own Notification is subclassed only to record what the app constructed and how often it
+// asked for permission. The app's code path (notify.tsx) is unchanged: it calls the real constructor.
+await context.addInitScript(() => {
+  let hidden = false;
+  for (const name of ["visibilityState", "hidden"]) {
+    const real = Object.getOwnPropertyDescriptor(Document.prototype, name).get;
+    Object.defineProperty(Document.prototype, name, {
+      configurable: true,
+      get() {
+        if (!hidden) return real.call(this);
+        return name === "hidden" ? true : "hidden";
+      },
+    });
+  }
+  window.__setPageHidden = (value) => {
+    hidden = value;
+    document.dispatchEvent(new Event("visibilitychange"));
+  };
+  const Real = window.Notification;
+  if (!Real) return;
+  const seen = { created: [], permissionRequests: 0 };
+  window.__notificationsSeen = seen;
+  class Recorded extends Real {
+    constructor(title, options) {
+      super(title, options);
+      seen.created.push({ title, tag: options?.tag ?? null });
+    }
+    static requestPermission(...args) {
+      seen.permissionRequests += 1;
+      return Real.requestPermission(...args);
+    }
+  }
+  window.Notification = Recorded;
+});
+
+/** What the page recorded since it loaded: the notifications it constructed and its permission requests. */
+const notificationsSeen = () => page.evaluate(() => window.__notificationsSeen ?? { created: [], permissionRequests: 0 });
+const notifyMe = () => card().getByTestId("notify-me");
 
 const composer = () => page.getByRole("textbox", { name: "Message", exact: true });
 const card = () => page.getByRole("region", { name: /^Approval needed:/ });
@@ -60,6 +102,23 @@ await step("approval card", [], async () => {
   return reason;
 });
 
+await step("notify me asks for permission", ["approval card"], async () => {
+  const before = await page.evaluate(() => Notification.permission);
+  check(before === "default", `notification permission is "${before}" before anyone asked`);
+  await notifyMe().waitFor({ timeout: 15_000 });
+  check((await notifyMe().innerText()).trim() === "Notify me", `the button reads "${await notifyMe().innerText()}"`);
+  // The browser's answer to the request the click makes (headless Chromium shows no prompt to click).
+  await context.grantPermissions(["notifications"], { origin: new URL(url).origin });
+  await notifyMe().click();
+  await notifyMe().waitFor({ state: "detached", timeout: 15_000 });
+  const seen = await notificationsSeen();
+  check(seen.permissionRequests === 1, `the click asked for permission ${seen.permissionRequests} times, not once`);
+  const after = await page.evaluate(() => Notification.permission);
+  check(after === "granted", `notification permission is "${after}" after the click`);
+  check(seen.created.length === 0, `notifications while the page was visible: ${JSON.stringify(seen.created)}`);
+  return after;
+});
+
 await step("sidebar badge", ["approval card"], async () => {
   const item = page.locator(`[data-testid="session-item"][data-session-id="${approveSession}"]`);
   await item.getByTestId("approval-badge").waitFor({ timeout: 15_000 });
@@ -98,6 +157,9 @@ await step("deny with a reason", [], async () => {
   check(state === "output-denied", `the write's part is "${state}", not output-denied`);
   await axe('[data-testid="approval-denied"]');
   await shot("denied");
+  // Permission granted (the step before), page visible: the request the card showed made no notification.
+  const seen = await notificationsSeen();
+  check(seen.created.length === 0, `a notification while the page was visible: ${JSON.stringify(seen.created)}`);
   // After a reload the stored part still says Denied, with the reason.
   await page.reload();
   await page.getByTestId("approval-denied-reason").filter({ hasText: config.denyReason }).waitFor({ timeout: 15_000 });
@@ -118,6 +180,27 @@ await step("allow for this session, then revoke", [], async () => {
   await grant.getByRole("button", { name: "Revoke mastra_workspace_write_file" }).click();
   await grants.getByTestId("no-grants").waitFor({ timeout: 15_000 });
   return "granted, listed, revoked";
+});
+
+await step("notification while hidden", ["notify me asks for permission"], async () => {
+  const before = (await notificationsSeen()).created.length;
+  await page.evaluate(() => window.__setPageHidden(true));
+  await startChat(config.notifyPrompt);
+  await checkCard(config.notifyPath, config.notifyContent);
+  const shown = await page
+    .waitForFunction((count) => window.__notificationsSeen.created.length > count, before, { timeout: 15_000 })
+    .then(() => true, () => false);
+  check(shown, "no notification for the approval request while the page was hidden");
+  await page.evaluate(() => window.__setPageHidden(false));
+  // Answer it, so the turn ends; the renders that brings make no second notification.
+  await card().getByRole("button", { name: "Approve", exact: true }).click();
+  await page.locator('[data-testid="message-assistant"] [data-testid="message-text"]', { hasText: config.notifyAnswer }).waitFor({ timeout: 60_000 });
+  const created = (await notificationsSeen()).created.slice(before);
+  check(created.length === 1, `${created.length} notifications for one approval request: ${JSON.stringify(created)}`);
+  const expected = "popagent needs your approval: mastra_workspace_write_file";
+  check(created[0].title === expected, `the notification reads "${created[0].title}", not "${expected}"`);
+  check(created[0].tag === "popagent-approval", `the notification's tag is "${created[0].tag}"`);
+  return created[0].title;
 });
 
 await step("policy editor shows the rule", [], async () => {

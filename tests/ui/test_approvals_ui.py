@@ -11,6 +11,11 @@ headless Chromium through playwright-core:
 - Deny with a reason: the call shows "Denied" and the reason (after a reload too), the answer
   streams in;
 - Allow for this session: the call runs, the chat's "Allowed tools" lists the grant, Revoke removes it;
+- "Notify me" shows while notification permission is undecided; its click asks for it (the browser
+  context grants it) and the button goes; then a request while the page is visible makes no
+  notification, and one while the page is hidden makes exactly one, naming the tool (headless
+  Chromium is never hidden: the driver overrides document.visibilityState and records what the
+  real Notification constructor was given);
 - axe-core's WCAG 2 A/AA rules find nothing on the card, the badge, the grants and the rules editor;
 - Settings → Agents shows the policy's rule in the approval rules editor.
 
@@ -57,6 +62,10 @@ GRANT_PROMPT = "Please write the granted notes file."
 GRANT_PATH = "granted-notes.txt"
 GRANT_CONTENT = "allowed for the session\n"
 GRANT_ANSWER = "Wrote granted-notes.txt; writes in this chat no longer ask."
+NOTIFY_PROMPT = "Please write the notified notes file."
+NOTIFY_PATH = "notified-notes.txt"
+NOTIFY_CONTENT = "asked while the tab was hidden\n"
+NOTIFY_ANSWER = "Wrote notified-notes.txt once you came back."
 
 
 def respond(body: dict[str, Any]) -> Turn:
@@ -77,6 +86,10 @@ def respond(body: dict[str, Any]) -> Turn:
         if after_tool:
             return Turn.say(GRANT_ANSWER, **pieces)
         return Turn.call(ToolCall(WRITE, {"path": GRANT_PATH, "content": GRANT_CONTENT}))
+    if prompt.startswith(NOTIFY_PROMPT):
+        if after_tool:
+            return Turn.say(NOTIFY_ANSWER, **pieces)
+        return Turn.call(ToolCall(WRITE, {"path": NOTIFY_PATH, "content": NOTIFY_CONTENT}))
     return Turn.say("Nothing to do.", **pieces)
 
 
@@ -132,16 +145,22 @@ async def test_tool_approvals_in_a_real_browser(stack: tuple[Stack, ModelGateway
                 "grantPath": GRANT_PATH,
                 "grantContent": GRANT_CONTENT,
                 "grantAnswer": GRANT_ANSWER,
+                "notifyPrompt": NOTIFY_PROMPT,
+                "notifyPath": NOTIFY_PATH,
+                "notifyContent": NOTIFY_CONTENT,
+                "notifyAnswer": NOTIFY_ANSWER,
             },
             timeout_s=240,
             where=f"; service logs in {running.config.data_dir / 'logs'}",
         )
         assert steps == [
             "approval card",
+            "notify me asks for permission",
             "sidebar badge",
             "approve",
             "deny with a reason",
             "allow for this session, then revoke",
+            "notification while hidden",
             "policy editor shows the rule",
         ]
 
@@ -153,6 +172,7 @@ async def test_tool_approvals_in_a_real_browser(stack: tuple[Stack, ModelGateway
         assert by_path[DENY_PATH]["state"] == "denied", json.dumps(by_path[DENY_PATH])
         assert by_path[DENY_PATH]["answerReason"] == DENY_REASON
         assert (by_path[GRANT_PATH]["state"], by_path[GRANT_PATH]["scope"]) == ("approved", "session")
+        assert by_path[NOTIFY_PATH]["state"] == "approved", json.dumps(by_path[NOTIFY_PATH])
         revoked = await client.get(f"/api/sessions/{by_path[GRANT_PATH]['sessionId']}/approval-grants")
         assert revoked.json()["grants"] == [], "the browser's Revoke did not remove the grant"
         assert not (await client.get("/api/approvals", params={"state": "pending"})).json()["approvals"]
@@ -160,6 +180,7 @@ async def test_tool_approvals_in_a_real_browser(stack: tuple[Stack, ModelGateway
     assert (repository / APPROVE_PATH).read_text() == APPROVE_CONTENT
     assert not (repository / DENY_PATH).exists(), "a denied write ran"
     assert (repository / GRANT_PATH).read_text() == GRANT_CONTENT
+    assert (repository / NOTIFY_PATH).read_text() == NOTIFY_CONTENT
     assert any(DENY_REASON in text for text in _tool_messages(models)), "the model was not told the denial's reason"
     for shot in ("card", "approved", "denied", "grants", "policy"):
         assert (OUTPUT / f"approvals-{shot}.png").stat().st_size > 10_000, f"{shot} is missing or empty"
