@@ -4,6 +4,7 @@ its own; a task-runtime PATCH resizes the running worker."""
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from collections.abc import Iterator
@@ -11,7 +12,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from support.launcher import launch, start_model_server
+from support.launcher import Launched, launch, start_model_server
 from support.waiting import wait_until
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("stack-work")]
@@ -28,7 +29,7 @@ SLOW_TURN: dict[str, object] = {"text": "x" * 48, "chunk_size": 4, "chunk_delay_
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+def launched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Launched, httpx.Client]]:
     """`make run`'s launcher on a scripted model server (the slow answer to a prompt naming a slow
     task, "Launcher task done." to any other), and a client of its gateway, for the module's tests:
     each makes tasks of its own. Afterwards the launcher must stop cleanly on SIGINT."""
@@ -38,7 +39,7 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     try:
         stack.wait_running()
         with httpx.Client(base_url=stack.url, headers={"x-popagent-key": stack.api_key}, timeout=10) as client:
-            yield client
+            yield stack, client
         stack.process.send_signal(signal.SIGINT)
         assert stack.process.wait(30) == 0
     finally:
@@ -46,6 +47,23 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
             stack.process.kill()
         models.terminate()
         models.wait(10)
+
+
+@pytest.fixture
+def client(launched: tuple[Launched, httpx.Client]) -> httpx.Client:
+    return launched[1]
+
+
+def applied_concurrency(stack: Launched) -> int | None:
+    """The task concurrency the tasks worker last applied, as its log says (at start and at each change)."""
+    log = stack.data_dir / "logs" / "tasks.log"
+    applied = None
+    for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
+        if '"concurrency"' in line and line.startswith("{"):
+            entry = json.loads(line)
+            if entry.get("msg", "").startswith("worker runtime"):
+                applied = entry["concurrency"]
+    return applied
 
 
 def test_a_task_created_through_the_gateway_completes_as_an_agent_turn(client: httpx.Client) -> None:
@@ -64,10 +82,15 @@ def test_a_task_created_through_the_gateway_completes_as_an_agent_turn(client: h
     assert (task["status"], task["outcome"]) == ("completed", "Launcher task done."), task
 
 
-def test_a_task_runtime_patch_resizes_the_running_worker(client: httpx.Client) -> None:
+def test_a_task_runtime_patch_resizes_the_running_worker(launched: tuple[Launched, httpx.Client]) -> None:
+    stack, client = launched
+
     def patch_concurrency(value: int) -> None:
         patched = client.patch("/api/settings/agent-runtime", json={"taskConcurrency": value})
         assert patched.status_code == 200 and patched.json()["taskConcurrency"] == value, patched.text
+        # The worker hears of the change through an event: the tasks created next meet the new size
+        # only once it applied it (a worker already claiming at the old size could take both).
+        wait_until(lambda: applied_concurrency(stack) == value, what=f"the worker to apply {value}", within=30)
 
     def statuses(ids: list[str]) -> list[str]:
         return [client.get(f"/api/tasks/{task_id}").json()["status"] for task_id in ids]
