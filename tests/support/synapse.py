@@ -1,13 +1,19 @@
 """A real Matrix homeserver for the channel tests: Synapse (`matrix-synapse`, installed by `make setup`
 into .venv-synapse/, pinned by constraints-synapse.txt) on a free loopback port, SQLite, a generated
 config with federation off, users registered through the shared-secret admin API; and a Matrix user
-driving it through the client-server API (`MatrixUser`), as a person's client would."""
+driving it through the client-server API (`MatrixUser`), as a person's client would.
+
+Synapse issues a user's access token itself and has no API to choose one (an application service's
+`as_token` is the only chosen token it accepts, and it refuses /sync to that user). A user whose token
+the test chooses, to hold the suite's canary (support/canary.py), gets it written over the issued one
+in the homeserver's own SQLite store (`register(name, token=...)`)."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import hmac
+import sqlite3
 import subprocess
 import time
 import urllib.parse
@@ -31,9 +37,11 @@ START_TIMEOUT_S = 180.0
 class Homeserver:
     url: str
     shared_secret: str
+    database: Path
 
-    def register(self, name: str) -> MatrixUser:
-        """A user registered with the shared secret (Synapse's admin API), logged in: its access token."""
+    def register(self, name: str, *, token: str = "") -> MatrixUser:
+        """A user registered with the shared secret (Synapse's admin API), logged in: its access token,
+        or `token` when given (it replaces the issued one before anything has used it)."""
         with httpx.Client(base_url=self.url, timeout=30) as client:
             nonce = client.get("/_synapse/admin/v1/register").json()["nonce"]
             password = uuid.uuid4().hex
@@ -48,7 +56,14 @@ class Homeserver:
             )
             answer.raise_for_status()
             body = answer.json()
-        return MatrixUser(self.url, body["user_id"], body["access_token"])
+        if not token:
+            return MatrixUser(self.url, body["user_id"], body["access_token"])
+        with contextlib.closing(sqlite3.connect(self.database, timeout=30)) as store, store:
+            changed = store.execute(
+                "UPDATE access_tokens SET token = ? WHERE token = ?", (token, body["access_token"])
+            ).rowcount
+        assert changed == 1, "the issued access token was not found in Synapse's store"
+        return MatrixUser(self.url, body["user_id"], token)
 
 
 def _config(folder: Path, port: int, shared_secret: str) -> str:
@@ -133,7 +148,7 @@ def synapse(folder: Path) -> Iterator[Homeserver]:
             if time.monotonic() > deadline:
                 raise RuntimeError("Synapse did not answer in time")
             time.sleep(0.2)
-        yield Homeserver(url, shared_secret)
+        yield Homeserver(url, shared_secret, folder / "homeserver.db")
     finally:
         process.terminate()
         try:
