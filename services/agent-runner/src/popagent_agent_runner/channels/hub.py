@@ -497,8 +497,11 @@ class ChannelHub:
                 since = str(answer.get("next_batch") or since)
                 if not await self.store.synced(connection.id, records.runner_id, since, records.lease_s):
                     return  # another runner holds the loop now
+        except NotFound:
+            return  # the connection (or its credentials) was deleted meanwhile: its loop ends with it
         except PopagentError as exc:
-            await self.store.record(connection.id, "error", f"the Matrix sync stopped, it starts again: {exc}")
+            with contextlib.suppress(PopagentError):  # the history row needs its connection
+                await self.store.record(connection.id, "error", f"the Matrix sync stopped, it starts again: {exc}")
             await asyncio.sleep(self.relay_check_s)
         except Exception:
             logger.exception("Matrix sync failed", extra={"connection": connection.id})
