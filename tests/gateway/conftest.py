@@ -6,7 +6,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from .harness import Harness, serving_harness
+from .harness import Harness
+from .serving import serving_harness
 
 
 @pytest.fixture

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import grpc
 import httpx
@@ -14,12 +12,8 @@ from starlette.types import Receive, Scope, Send
 
 from popagent.agent_runner.v1 import agent_runner_pb2 as pb
 from popagent.agent_runner.v1 import agent_runner_pb2_grpc
-from popagent_core.auth import CallerRegistry
-from popagent_core.grpc_server import create_server, running
-from popagent_dev.embedded import free_port
 from popagent_gateway.bounded import ApiKeyMiddleware
 from popagent_gateway.settings import Settings
-from support.stacks import serve_gateway
 
 API_KEY = "c" * 32
 # POPAGENT_GATEWAY_RPC_TIMEOUT_S of the harness: short, so a test can outlast it, yet long enough for
@@ -118,23 +112,3 @@ async def key_guard_status(key: str, path: str, headers: dict[str, str]) -> int:
     transport = httpx.ASGITransport(app=ApiKeyMiddleware(_reached, api_key=key))
     async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
         return (await client.post(path, headers=headers)).status_code
-
-
-@contextlib.asynccontextmanager
-async def serving_harness(internal_credentials: tuple[dict[str, str], str]) -> AsyncIterator[Harness]:
-    tokens, callers = internal_credentials
-    runner = ScriptedRunner()
-    server, health = create_server(CallerRegistry.from_json(callers))
-    agent_runner_pb2_grpc.add_AgentRunnerServiceServicer_to_server(runner, server)
-    agent_runner_pb2_grpc.add_AgentRunnerStateServiceServicer_to_server(ScriptedState(), server)
-    grpc_address = f"127.0.0.1:{free_port()}"
-    environment: dict[str, Any] = {
-        "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
-        "OBSERVABILITY_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
-        "POPAGENT_API_KEY": API_KEY,
-        "POPAGENT_INTERNAL_TOKEN": tokens["gateway"],
-        "POPAGENT_AGENT_RUNNER_ADDR": grpc_address,
-        "POPAGENT_GATEWAY_RPC_TIMEOUT_S": str(RPC_TIMEOUT_S),
-    }
-    async with running(server, health, grpc_address), serve_gateway(Settings(**environment)) as url:
-        yield Harness(runner, url)
